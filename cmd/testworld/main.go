@@ -1,0 +1,46 @@
+// Command testworld builds the test world (kube-apiserver,
+// kube-controller-manager, kube-scheduler, etcd and kwok from pinned Go
+// modules) into a cache directory outside the repository, and prints where
+// it is.
+//
+//	testworld build   build once, reuse afterwards
+//	testworld dir     print the cache directory
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "testworld:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: testworld build|dir")
+	}
+	dir, err := testworld.Dir()
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "build":
+		return testworld.Build(ctx, dir, os.Stdout)
+	case "dir":
+		fmt.Println(dir)
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q: want build or dir", args[0])
+	}
+}

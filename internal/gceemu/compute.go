@@ -1,0 +1,239 @@
+package gceemu
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Call is one performMaintenance request the Compute API emulator received.
+type Call struct {
+	Project, Zone, Instance string
+	// Token is the bearer token the request carried.
+	Token string
+	// RequestID is the requestId query parameter, if any.
+	RequestID string
+	// Status is the HTTP status the emulator answered with.
+	Status int
+	At     time.Time
+}
+
+type computeState struct {
+	calls []Call
+	// delay between an accepted call and the notice turning ONGOING.
+	delay time.Duration
+	// denied answers 403 for a missing IAM permission.
+	denied bool
+	ops    map[string]operation
+	opSeq  int
+	// byRequestID remembers accepted calls by requestId, so that a retried
+	// request with the same id gets the same operation.
+	byRequestID map[string]string
+}
+
+type operation struct {
+	name    string
+	started time.Time
+	done    time.Time
+}
+
+// SetPerformMaintenanceDelay sets how long after an accepted call the notice
+// turns ONGOING and maintenance-event TERMINATE_ON_HOST_MAINTENANCE.
+func (s *Server) SetPerformMaintenanceDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compute.delay = d
+}
+
+// SetPermissionDenied makes performMaintenance answer 403, as when the
+// service account lacks compute.instances.performMaintenance.
+func (s *Server) SetPermissionDenied(denied bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compute.denied = denied
+}
+
+// Calls returns the performMaintenance requests received so far, including
+// refused ones (see Call.Status).
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.compute.calls...)
+}
+
+// computeError writes a Google API error body.
+func computeError(w http.ResponseWriter, status int, reason, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.WriteHeader(status)
+	body, _ := json.Marshal(map[string]any{
+		"error": map[string]any{
+			"code":    status,
+			"message": msg,
+			"errors": []map[string]string{{
+				"message": msg,
+				"domain":  "global",
+				"reason":  reason,
+			}},
+		},
+	})
+	_, _ = w.Write(body)
+}
+
+func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
+	// projects/{p}/zones/{z}/instances/{i}/performMaintenance
+	// projects/{p}/zones/{z}/operations/{op}
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, ComputePrefix), "/")
+	switch {
+	case len(parts) == 7 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "instances" && parts[6] == "performMaintenance":
+		if r.Method != http.MethodPost {
+			computeError(w, http.StatusMethodNotAllowed, "httpMethodNotAllowed", "performMaintenance takes POST")
+			return
+		}
+		s.performMaintenance(w, r, parts[1], parts[3], parts[5])
+	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "operations":
+		if !s.authorized(r) {
+			computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token.")
+			return
+		}
+		s.getOperation(w, parts[1], parts[3], parts[5])
+	default:
+		computeError(w, http.StatusNotFound, "notFound", "The requested URL was not found on this server.")
+	}
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && token == s.AccessToken()
+}
+
+func (s *Server) performMaintenance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	call := Call{Project: project, Zone: zone, Instance: instance, Token: token,
+		RequestID: r.URL.Query().Get("requestId"), At: s.clock.Now()}
+	status, reason, msg, op := s.acceptPerformMaintenance(call, r)
+	call.Status = status
+	s.mu.Lock()
+	s.compute.calls = append(s.compute.calls, call)
+	s.mu.Unlock()
+	if status != http.StatusOK {
+		computeError(w, status, reason, msg)
+		return
+	}
+	s.writeOperation(w, project, zone, op)
+}
+
+// acceptPerformMaintenance decides the answer and, when accepted, schedules
+// the transition to ONGOING.
+func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status int, reason, msg string, op operation) {
+	resource := fmt.Sprintf("projects/%s/zones/%s/instances/%s", call.Project, call.Zone, call.Instance)
+	if !s.authorized(r) {
+		return http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.", op
+	}
+	if call.Project != s.cfg.Project || call.Zone != s.cfg.Zone || call.Instance != s.cfg.Name {
+		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource), op
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.compute.denied {
+		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required 'compute.instances.performMaintenance' permission for '%s'", resource), op
+	}
+	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
+		return http.StatusOK, "", "", s.compute.ops[name]
+	}
+	if s.notice == nil {
+		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid resource usage: 'There is no pending maintenance for instance %s.'", resource), op
+	}
+	if s.notice.MaintenanceStatus != StatusPending {
+		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid resource usage: 'Maintenance for instance %s is already %s.'", resource, s.notice.MaintenanceStatus), op
+	}
+	if !s.notice.CanReschedule {
+		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid resource usage: 'Maintenance for instance %s cannot be rescheduled.'", resource), op
+	}
+	now := s.clock.Now()
+	s.compute.opSeq++
+	op = operation{
+		name:    fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq),
+		started: now,
+		done:    now.Add(s.compute.delay),
+	}
+	if s.compute.ops == nil {
+		s.compute.ops = map[string]operation{}
+		s.compute.byRequestID = map[string]string{}
+	}
+	s.compute.ops[op.name] = op
+	if call.RequestID != "" {
+		s.compute.byRequestID[call.RequestID] = op.name
+	}
+	// The notice can no longer be rescheduled from this moment on.
+	n := *s.notice
+	n.CanReschedule = false
+	s.notice = &n
+	s.broadcastLocked()
+	startLocked := func() {
+		if s.notice != nil {
+			n := *s.notice
+			n.MaintenanceStatus = StatusOngoing
+			at := s.clock.Now().UTC().Format(time.RFC3339)
+			n.WindowStartTime = at
+			n.LatestWindowStartTime = at
+			s.notice = &n
+		}
+		s.event = EventTerminate
+		s.broadcastLocked()
+	}
+	if s.compute.delay <= 0 {
+		startLocked()
+	} else {
+		// A fake clock runs the callback under its own lock: hand off to a
+		// goroutine so that startLocked may read the clock.
+		s.clock.AfterFunc(s.compute.delay, func() {
+			go func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				startLocked()
+			}()
+		})
+	}
+	return http.StatusOK, "", "", op
+}
+
+func (s *Server) getOperation(w http.ResponseWriter, project, zone, name string) {
+	s.mu.Lock()
+	op, ok := s.compute.ops[name]
+	s.mu.Unlock()
+	if !ok || project != s.cfg.Project || zone != s.cfg.Zone {
+		computeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/operations/%s' was not found", project, zone, name))
+		return
+	}
+	s.writeOperation(w, project, zone, op)
+}
+
+func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op operation) {
+	base := s.ComputeEndpoint() + "projects/" + project
+	status, progress := "RUNNING", 0
+	if !s.clock.Now().Before(op.done) {
+		status, progress = "DONE", 100
+	}
+	body := map[string]any{
+		"kind":          "compute#operation",
+		"id":            fmt.Sprint(op.started.UnixNano()),
+		"name":          op.name,
+		"zone":          base + "/zones/" + zone,
+		"operationType": "performMaintenance",
+		"targetLink":    base + "/zones/" + zone + "/instances/" + s.cfg.Name,
+		"targetId":      fmt.Sprint(s.cfg.ID),
+		"status":        status,
+		"progress":      progress,
+		"insertTime":    op.started.UTC().Format(time.RFC3339Nano),
+		"startTime":     op.started.UTC().Format(time.RFC3339Nano),
+		"selfLink":      base + "/zones/" + zone + "/operations/" + op.name,
+		"user":          s.cfg.ServiceAccount,
+	}
+	if status == "DONE" {
+		body["endTime"] = op.done.UTC().Format(time.RFC3339Nano)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_ = json.NewEncoder(w).Encode(body)
+}

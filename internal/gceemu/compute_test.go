@@ -1,0 +1,157 @@
+package gceemu
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type apiAnswer struct {
+	status int
+	body   map[string]any
+}
+
+func post(t *testing.T, s *Server, path, token string) apiAnswer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, s.ComputeEndpoint()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return do(t, req)
+}
+
+func do(t *testing.T, req *http.Request) apiAnswer {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatalf("answer %q is not JSON: %v", raw, err)
+	}
+	return apiAnswer{resp.StatusCode, body}
+}
+
+func errorMessage(a apiAnswer) string {
+	e, _ := a.body["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	return msg
+}
+
+const pmPath = "projects/p1/zones/us-central1-a/instances/gpu-0/performMaintenance"
+
+func TestPerformMaintenance(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	s, _ := start(t, Config{Project: "p1", Zone: "us-central1-a", Name: "gpu-0", Clock: fc})
+	s.SetPerformMaintenanceDelay(10 * time.Second)
+	token := s.AccessToken()
+
+	// Refusals: no token, nothing pending, not reschedulable, wrong instance.
+	if a := post(t, s, pmPath, ""); a.status != 401 {
+		t.Errorf("no token: %d %v, want 401", a.status, a.body)
+	}
+	if a := post(t, s, pmPath, "wrong"); a.status != 401 {
+		t.Errorf("wrong token: %d %v, want 401", a.status, a.body)
+	}
+	if a := post(t, s, pmPath, token); a.status != 400 || !strings.Contains(errorMessage(a), "no pending maintenance") {
+		t.Errorf("nothing pending: %d %q, want 400 saying so", a.status, errorMessage(a))
+	}
+	n := ScheduledNotice(fc.Now().Add(14*24*time.Hour), 4*time.Hour)
+	n.CanReschedule = false
+	s.ScheduleNotice(n)
+	if a := post(t, s, pmPath, token); a.status != 400 || !strings.Contains(errorMessage(a), "cannot be rescheduled") {
+		t.Errorf("not reschedulable: %d %q, want 400 saying so", a.status, errorMessage(a))
+	}
+	n.CanReschedule = true
+	s.ScheduleNotice(n)
+	if a := post(t, s, strings.Replace(pmPath, "gpu-0", "gpu-9", 1), token); a.status != 404 {
+		t.Errorf("other instance: %d, want 404", a.status)
+	}
+	s.SetPermissionDenied(true)
+	if a := post(t, s, pmPath, token); a.status != 403 || !strings.Contains(errorMessage(a), "compute.instances.performMaintenance") {
+		t.Errorf("denied: %d %q, want 403 naming the permission", a.status, errorMessage(a))
+	}
+	s.SetPermissionDenied(false)
+
+	// Accepted: an Operation, RUNNING until the delay has passed.
+	a := post(t, s, pmPath+"?requestId=r-1", token)
+	if a.status != 200 || a.body["kind"] != "compute#operation" || a.body["operationType"] != "performMaintenance" || a.body["status"] != "RUNNING" {
+		t.Fatalf("accepted: %d %v, want a RUNNING performMaintenance operation", a.status, a.body)
+	}
+	if got, _ := s.Notice(); got.MaintenanceStatus != StatusPending || got.CanReschedule {
+		t.Errorf("right after the call: notice %+v, want PENDING and no longer reschedulable", got)
+	}
+	// A retry with the same requestId gets the same operation.
+	if again := post(t, s, pmPath+"?requestId=r-1", token); again.body["name"] != a.body["name"] {
+		t.Errorf("retry with the same requestId: operation %v, want %v", again.body["name"], a.body["name"])
+	}
+	fc.Step(10 * time.Second)
+	waitFor(t, "the notice to turn ONGOING", func() bool { got, _ := s.Notice(); return got.MaintenanceStatus == StatusOngoing })
+	if got := s.MaintenanceEvent(); got != EventTerminate {
+		t.Errorf("maintenance-event = %q, want %s", got, EventTerminate)
+	}
+	req, _ := http.NewRequestWithContext(ctxT(t), http.MethodGet, s.ComputeEndpoint()+"projects/p1/zones/us-central1-a/operations/"+a.body["name"].(string), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if op := do(t, req); op.status != 200 || op.body["status"] != "DONE" {
+		t.Errorf("operation after the delay: %d %v, want DONE", op.status, op.body)
+	}
+	// Once ONGOING, a second call is refused.
+	if a := post(t, s, pmPath, token); a.status != 400 || !strings.Contains(errorMessage(a), "already ONGOING") {
+		t.Errorf("second call: %d %q, want 400 already ONGOING", a.status, errorMessage(a))
+	}
+
+	want := []Call{
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Status: 401},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: "wrong", Status: 401},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-9", Token: token, Status: 404},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 403},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, RequestID: "r-1", Status: 200},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, RequestID: "r-1", Status: 200},
+		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
+	}
+	if d := cmp.Diff(want, s.Calls(), cmpopts.IgnoreFields(Call{}, "At")); d != "" {
+		t.Errorf("recorded calls (-want +got):\n%s", d)
+	}
+}
+
+func TestPerformMaintenanceFaults(t *testing.T) {
+	s, _ := start(t, Config{Project: "p1", Zone: "us-central1-a", Name: "gpu-0"})
+	s.ScheduleNotice(ScheduledNotice(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Hour))
+	s.InjectFault(Fault{Path: ComputePrefix, Kind: FaultStatus, Status: 503, Times: 2, Body: `{"error":{"code":503,"message":"backendError"}}`})
+	for i := range 2 {
+		req, _ := http.NewRequestWithContext(ctxT(t), http.MethodPost, s.ComputeEndpoint()+pmPath, nil)
+		req.Header.Set("Authorization", "Bearer "+s.AccessToken())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Errorf("attempt %d: %d, want 503", i+1, resp.StatusCode)
+		}
+	}
+	if a := post(t, s, pmPath, s.AccessToken()); a.status != 200 {
+		t.Errorf("third attempt: %d %v, want 200", a.status, a.body)
+	}
+	if got := len(s.Calls()); got != 1 {
+		t.Errorf("recorded %d calls, want 1 (faults never reach the API)", got)
+	}
+	if got := s.MaintenanceEvent(); got != EventTerminate {
+		t.Errorf("with no delay the event is %q at once, want %s", got, EventTerminate)
+	}
+}
