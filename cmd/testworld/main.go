@@ -5,6 +5,7 @@
 //
 //	testworld build   build once, reuse afterwards
 //	testworld dir     print the cache directory
+//	testworld leaks   fail (and kill them) if processes of the world still run
 package main
 
 import (
@@ -28,7 +29,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) != 1 {
-		return fmt.Errorf("usage: testworld build|dir")
+		return fmt.Errorf("usage: testworld build|dir|leaks")
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -40,7 +41,9 @@ func run(ctx context.Context, args []string) error {
 	case "dir":
 		fmt.Println(dir)
 		return nil
+	case "leaks":
+		return testworld.CheckLeaks(dir, os.Stdout)
 	default:
-		return fmt.Errorf("unknown command %q: want build or dir", args[0])
+		return fmt.Errorf("unknown command %q: want build, dir or leaks", args[0])
 	}
 }

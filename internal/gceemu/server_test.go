@@ -81,14 +81,14 @@ func TestInstanceKeysThroughOfficialClient(t *testing.T) {
 	s.SetAttribute("cluster-name", "c1")
 	ctx := ctxT(t)
 	for suffix, want := range map[string]string{
-		"instance/maintenance-event":             "NONE",
-		"instance/preempted":                     "FALSE",
-		"instance/name":                          "gpu-0",
-		"instance/id":                            "77",
-		"instance/zone":                          "projects/42/zones/europe-west4-b",
-		"project/project-id":                     "p1",
-		"instance/attributes/cluster-name":       "c1",
-		"instance/attributes/":                   "cluster-name\n",
+		"instance/maintenance-event":              "NONE",
+		"instance/preempted":                      "FALSE",
+		"instance/name":                           "gpu-0",
+		"instance/id":                             "77",
+		"instance/zone":                           "projects/42/zones/europe-west4-b",
+		"project/project-id":                      "p1",
+		"instance/attributes/cluster-name":        "c1",
+		"instance/attributes/":                    "cluster-name\n",
 		"instance/service-accounts/default/email": "sa@p1.iam.gserviceaccount.com",
 	} {
 		got, err := c.GetWithContext(ctx, suffix)

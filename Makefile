@@ -1,0 +1,26 @@
+# maintenance-handler: `make help` lists the targets.
+GO ?= go
+# Every test, with the race detector; -v so that the test world's start-up
+# time and each test's outcome are printed.
+TEST_FLAGS ?= -race -count=1 -v -timeout 30m
+
+.PHONY: help test testworld vet build bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+test: testworld vet ## run every test (builds the test world once; later runs reuse the cache)
+	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) run ./cmd/testworld leaks
+
+testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache
+	$(GO) run ./cmd/testworld build
+
+vet: ## go vet
+	$(GO) vet ./...
+
+build: ## build the binaries into bin/
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
+
+bench: ## run the benchmarks and print their figures
+	$(GO) test -run '^$$' -bench . -benchmem ./...

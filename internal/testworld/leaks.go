@@ -1,0 +1,41 @@
+package testworld
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// CheckLeaks looks for running processes whose executable lies in dir's
+// bin directory (a component of some world that outlived its test), prints
+// and kills them, and returns an error naming them. `make test` runs it
+// after the tests.
+func CheckLeaks(dir string, out io.Writer) error {
+	bin := filepath.Join(dir, "bin") + string(filepath.Separator)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return fmt.Errorf("read /proc: %w", err)
+	}
+	var leaked []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || !strings.HasPrefix(exe, bin) {
+			continue
+		}
+		leaked = append(leaked, fmt.Sprintf("%d %s", pid, filepath.Base(exe)))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if len(leaked) > 0 {
+		return fmt.Errorf("%d test-world processes outlived the tests (killed now): %s", len(leaked), strings.Join(leaked, ", "))
+	}
+	fmt.Fprintln(out, "testworld: no test-world process left running")
+	return nil
+}

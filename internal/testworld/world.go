@@ -1,0 +1,397 @@
+package testworld
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"crypto/tls"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Controllers run by kube-controller-manager: everything the project's
+// behaviour depends on (PDB status, garbage collection, namespaces, service
+// accounts and their tokens, workloads, node readiness and pod GC).
+var Controllers = []string{
+	"disruption", "garbagecollector", "namespace", "serviceaccount", "serviceaccount-token",
+	"replicaset", "deployment", "daemonset", "statefulset", "job", "nodelifecycle", "podgc",
+}
+
+// Annotation kwok manages nodes by; AddNode sets it.
+const (
+	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+	KwokNodeValue      = "fake"
+	// PodDeleteDelayAnnotation makes kwok remove a deleted pod after this
+	// duration (e.g. "20s"), never later than its deletionTimestamp: a pod
+	// that takes its grace period to stop.
+	PodDeleteDelayAnnotation = "pod-delete.stage.kwok.x-k8s.io/delay"
+)
+
+// Options configure Start.
+type Options struct {
+	// Dir is the built world (see Dir and Build); empty means Dir().
+	Dir string
+	// Progress receives one line per start-up step; nil discards.
+	Progress io.Writer
+	// KeepDir keeps the world's temp directory (logs, kubeconfig) after Stop.
+	KeepDir bool
+}
+
+// World is one running control plane with kwok. Fields are read-only.
+type World struct {
+	// Config is an admin rest.Config (system:masters).
+	Config *rest.Config
+	// Client is an admin clientset.
+	Client kubernetes.Interface
+	// TempDir holds the world's data, logs and kubeconfig.
+	TempDir string
+	// Kubeconfig is the path of an admin kubeconfig file.
+	Kubeconfig string
+	// StartupTime is how long Start took.
+	StartupTime time.Duration
+
+	keepDir bool
+	procs   []*proc // in start order
+	mu      sync.Mutex
+	stopped bool
+}
+
+// adminToken is the static token of the admin user in every world.
+const adminToken = "testworld-admin-token"
+
+// Start runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+// and kwok on free loopback ports in a new temp directory and waits until
+// each is ready. On error, whatever was started is stopped.
+func Start(ctx context.Context, opts Options) (w *World, err error) {
+	begin := time.Now()
+	dir := opts.Dir
+	if dir == "" {
+		if dir, err = Dir(); err != nil {
+			return nil, err
+		}
+	}
+	if !Built(dir) {
+		return nil, ErrNotBuilt
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	tmp, err := os.MkdirTemp("", "testworld-")
+	if err != nil {
+		return nil, fmt.Errorf("create temp dir: %w", err)
+	}
+	w = &World{TempDir: tmp, keepDir: opts.KeepDir}
+	defer func() {
+		if err != nil {
+			_ = w.Stop()
+		}
+	}()
+	bin := func(name string) string { return filepath.Join(dir, "bin", name) }
+	logs := filepath.Join(tmp, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return w, err
+	}
+	logPath := func(name string) string { return filepath.Join(logs, name+".log") }
+
+	p, err := newPKI(tmp)
+	if err != nil {
+		return w, fmt.Errorf("make certificates: %w", err)
+	}
+	ports, err := freePorts(6)
+	if err != nil {
+		return w, err
+	}
+	etcdPort, etcdPeerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+
+	// etcd
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	etcd, err := w.start("etcd", logPath("etcd"), bin(binEtcd),
+		"--data-dir", filepath.Join(tmp, "etcd"),
+		"--listen-client-urls", etcdURL,
+		"--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPeerPort),
+		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPeerPort),
+		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", etcdPeerPort),
+		"--name", "default",
+		"--unsafe-no-fsync",
+		"--log-level", "warn",
+	)
+	if err != nil {
+		return w, err
+	}
+	fmt.Fprintf(progress, "testworld: etcd starting on %s\n", etcdURL)
+	if err := etcd.waitUntil(ctx, httpOK(etcdURL+"/health", nil)); err != nil {
+		return w, err
+	}
+
+	// kube-apiserver
+	tokens := filepath.Join(tmp, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(adminToken+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
+		return w, err
+	}
+	apiURL := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	api, err := w.start("kube-apiserver", logPath("kube-apiserver"), bin(binAPIServer),
+		"--etcd-servers", etcdURL,
+		"--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1",
+		"--secure-port", fmt.Sprint(apiPort),
+		"--tls-cert-file", p.servingCert,
+		"--tls-private-key-file", p.servingKey,
+		"--client-ca-file", p.caFile,
+		"--cert-dir", filepath.Join(tmp, "apiserver-certs"),
+		"--token-auth-file", tokens,
+		"--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", p.saPublicKey,
+		"--service-account-signing-key-file", p.saPrivateKey,
+		"--api-audiences", "https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--endpoint-reconciler-type", "none",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--enable-priority-and-fairness=false",
+		"--v", "1",
+	)
+	if err != nil {
+		return w, err
+	}
+	w.Config = &rest.Config{
+		Host:            apiURL,
+		BearerToken:     adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: p.caCert},
+		QPS:             200,
+		Burst:           400,
+	}
+	fmt.Fprintf(progress, "testworld: kube-apiserver starting on %s\n", apiURL)
+	if err := api.waitUntil(ctx, httpOK(apiURL+"/readyz", w.Config)); err != nil {
+		return w, err
+	}
+	w.Client, err = kubernetes.NewForConfig(w.Config)
+	if err != nil {
+		return w, err
+	}
+	w.Kubeconfig = filepath.Join(tmp, "kubeconfig")
+	if err := writeKubeconfig(w.Kubeconfig, w.Config); err != nil {
+		return w, err
+	}
+
+	// controllers, scheduler, kwok
+	kcm, err := w.start("kube-controller-manager", logPath("kube-controller-manager"), bin(binControllerManager),
+		"--kubeconfig", w.Kubeconfig,
+		"--authentication-kubeconfig", w.Kubeconfig,
+		"--authorization-kubeconfig", w.Kubeconfig,
+		"--controllers", strings.Join(Controllers, ","),
+		"--leader-elect=false",
+		"--bind-address", "127.0.0.1",
+		"--secure-port", fmt.Sprint(kcmPort),
+		"--cert-dir", filepath.Join(tmp, "kcm-certs"),
+		"--service-account-private-key-file", p.saPrivateKey,
+		"--root-ca-file", p.caFile,
+		"--use-service-account-credentials=false",
+		"--profiling=false",
+		"--v", "1",
+	)
+	if err != nil {
+		return w, err
+	}
+	sched, err := w.start("kube-scheduler", logPath("kube-scheduler"), bin(binScheduler),
+		"--kubeconfig", w.Kubeconfig,
+		"--authentication-kubeconfig", w.Kubeconfig,
+		"--authorization-kubeconfig", w.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address", "127.0.0.1",
+		"--secure-port", fmt.Sprint(schedPort),
+		"--cert-dir", filepath.Join(tmp, "scheduler-certs"),
+		"--profiling=false",
+		"--v", "1",
+	)
+	if err != nil {
+		return w, err
+	}
+	stages, err := filepath.Glob(filepath.Join(dir, "stages", "*.yaml"))
+	if err != nil || len(stages) == 0 {
+		return w, fmt.Errorf("no kwok stages in %s", dir)
+	}
+	kwokArgs := []string{
+		"--kubeconfig", w.Kubeconfig,
+		"--manage-nodes-with-annotation-selector", KwokNodeAnnotation + "=" + KwokNodeValue,
+		"--node-lease-duration-seconds", "40",
+		"--server-address", fmt.Sprintf("127.0.0.1:%d", kwokPort),
+		"--cidr", "10.244.0.0/16",
+		"--node-ip", "127.0.0.1",
+	}
+	for _, s := range stages {
+		kwokArgs = append(kwokArgs, "--config", s)
+	}
+	kwok, err := w.start("kwok", logPath("kwok"), bin(binKwok), kwokArgs...)
+	if err != nil {
+		return w, err
+	}
+	fmt.Fprintf(progress, "testworld: controller-manager, scheduler and kwok starting\n")
+	if err := kcm.waitUntil(ctx, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), nil)); err != nil {
+		return w, err
+	}
+	if err := sched.waitUntil(ctx, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort), nil)); err != nil {
+		return w, err
+	}
+	if err := kwok.waitUntil(ctx, httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", kwokPort), nil)); err != nil {
+		return w, err
+	}
+	// The service-account controller has run once it made "default" in
+	// the default namespace.
+	if err := kcm.waitUntil(ctx, func(ctx context.Context) bool {
+		_, err := w.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	}); err != nil {
+		return w, err
+	}
+	w.StartupTime = time.Since(begin)
+	fmt.Fprintf(progress, "testworld: ready in %s (%s)\n", w.StartupTime.Round(time.Millisecond), tmp)
+	return w, nil
+}
+
+func (w *World) start(name, logPath, bin string, args ...string) (*proc, error) {
+	p, err := startProc(name, logPath, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.procs = append(w.procs, p)
+	w.mu.Unlock()
+	return p, nil
+}
+
+// Pids lists the process ids of the world's components.
+func (w *World) Pids() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pids := make([]int, 0, len(w.procs))
+	for _, p := range w.procs {
+		pids = append(pids, p.Pid())
+	}
+	return pids
+}
+
+// Stop stops every component in reverse start order (kube-apiserver before
+// etcd, bounded, then SIGKILL) and removes the temp directory unless
+// KeepDir. It is safe to call more than once.
+func (w *World) Stop() error {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopped = true
+	procs := w.procs
+	w.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		if err := procs[i].stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !w.keepDir && w.TempDir != "" {
+		if err := os.RemoveAll(w.TempDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ConfigForToken returns a rest.Config that authenticates with token.
+func (w *World) ConfigForToken(token string) *rest.Config {
+	cfg := rest.CopyConfig(w.Config)
+	cfg.BearerToken = token
+	return cfg
+}
+
+// freePorts reserves n distinct free loopback ports and releases them.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// httpOK returns a probe that GETs url (with cfg's credentials and CA if
+// given, else without verifying TLS) and reports a 200.
+func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
+	var client *http.Client
+	if cfg != nil {
+		rt, err := rest.TransportFor(cfg)
+		if err != nil {
+			return func(context.Context) bool { return false }
+		}
+		client = &http.Client{Transport: rt, Timeout: 2 * time.Second}
+	} else {
+		client = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health probe of a test component
+		}}
+	}
+	return func(ctx context.Context) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode == http.StatusOK
+	}
+}
+
+func writeKubeconfig(path string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["testworld"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["testworld"] = &clientcmdapi.Context{Cluster: "testworld", AuthInfo: "admin"}
+	kc.CurrentContext = "testworld"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// randSuffix returns n random lowercase hex characters.
+func randSuffix(n int) string {
+	b := make([]byte, (n+1)/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
+// ensureNamespaceGone is used by cleanup; a missing namespace is fine.
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,379 @@
+package testworld_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// node adds a fake GPU node named after the test.
+func node(t *testing.T, spec testworld.NodeSpec) *corev1.Node {
+	t.Helper()
+	n, err := world.AddNode(ctxFor(t, 90*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+	})
+	return n
+}
+
+func pod(name string, nodeName string, labels map[string]string) *corev1.Pod {
+	grace := int64(30)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodeName,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name:  "main",
+				Image: "registry.invalid/trainer:1",
+			}},
+		},
+	}
+}
+
+func waitPodRunning(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = world.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s never Running and Ready: %v (last: %+v)", ns, name, err, p.Status)
+	}
+	return p
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
+	gpu := node(t, testworld.NodeSpec{Name: "gpu-ready-0", Pool: "a3-pool", Project: "p1", Zone: "us-east5-a"})
+	tpu := node(t, testworld.NodeSpec{Name: "tpu-ready-0", Pool: "v5p-pool", TPU: true})
+	for _, tc := range []struct {
+		n        *corev1.Node
+		res      corev1.ResourceName
+		count    int64
+		pool     string
+		provider string
+	}{
+		{gpu, testworld.ResourceGPU, 8, "a3-pool", "gce://p1/us-east5-a/gpu-ready-0"},
+		{tpu, testworld.ResourceTPU, 4, "v5p-pool", "gce://test-project/us-central1-a/tpu-ready-0"},
+	} {
+		if !testworld.NodeReady(tc.n) {
+			t.Errorf("%s: not Ready: %+v", tc.n.Name, tc.n.Status.Conditions)
+		}
+		if q := tc.n.Status.Allocatable[tc.res]; q.Value() != tc.count {
+			t.Errorf("%s: allocatable %s = %s, want %d", tc.n.Name, tc.res, q.String(), tc.count)
+		}
+		if got := tc.n.Labels[testworld.LabelNodePool]; got != tc.pool {
+			t.Errorf("%s: pool label %q, want %q", tc.n.Name, got, tc.pool)
+		}
+		if tc.n.Spec.ProviderID != tc.provider {
+			t.Errorf("%s: providerID %q, want %q", tc.n.Name, tc.n.Spec.ProviderID, tc.provider)
+		}
+		if tc.n.Status.NodeInfo.BootID == "" {
+			t.Errorf("%s: no boot ID", tc.n.Name)
+		}
+	}
+	// An unannotated node is not kwok's: it never becomes Ready.
+	plain := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "not-kwok-0"}}
+	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), "not-kwok-0", metav1.DeleteOptions{}) })
+	// By the time a second kwok node is Ready, kwok has had its chance.
+	node(t, testworld.NodeSpec{Name: "gpu-ready-1"})
+	got, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "not-kwok-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testworld.NodeReady(got) {
+		t.Errorf("a node without the kwok annotation became Ready")
+	}
+}
+
+func TestDeploymentPodsScheduledAndRunning(t *testing.T) {
+	ns := world.Namespace(t)
+	n := node(t, testworld.NodeSpec{Name: "gpu-deploy-0"})
+	replicas := int32(3)
+	labels := map[string]string{"app": "trainer"}
+	tmpl := pod("", "", labels)
+	tmpl.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("2")},
+		Limits:   corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("2")},
+	}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
+		},
+	}
+	if _, err := world.Client.AppsV1().Deployments(ns).Create(ctxFor(t, 10*time.Second), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := world.Client.AppsV1().Deployments(ns).Get(ctx, "trainer", metav1.GetOptions{})
+		return err == nil && got.Status.ReadyReplicas == replicas, nil
+	})
+	if err != nil {
+		t.Fatalf("deployment never had %d ready replicas: %v", replicas, err)
+	}
+	pods, err := world.Client.CoreV1().Pods(ns).List(ctxFor(t, 10*time.Second), metav1.ListOptions{LabelSelector: "app=trainer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != int(replicas) {
+		t.Fatalf("%d pods, want %d", len(pods.Items), replicas)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != n.Name || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+			t.Errorf("pod %s: node %q phase %s ready %v; want Running and Ready on %s", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), n.Name)
+		}
+	}
+}
+
+func evict(ctx context.Context, c kubernetes.Interface, ns, name string) error {
+	return c.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+}
+
+func TestPDBStatusAndEviction(t *testing.T) {
+	ns := world.Namespace(t)
+	n := node(t, testworld.NodeSpec{Name: "gpu-pdb-0"})
+	labels := map[string]string{"app": "serving"}
+	for _, name := range []string{"serving-a", "serving-b"} {
+		if _, err := world.Client.CoreV1().Pods(ns).Create(ctxFor(t, 10*time.Second), pod(name, n.Name, labels), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPodRunning(t, ns, name)
+	}
+	minAvailable := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "serving"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &minAvailable,
+			Selector:     &metav1.LabelSelector{MatchLabels: labels},
+		},
+	}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctxFor(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *policyv1.PodDisruptionBudget
+	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "serving", metav1.GetOptions{})
+		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.ExpectedPods == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("disruption controller never filled in the PDB status: %v", err)
+	}
+	if got.Status.CurrentHealthy != 2 || got.Status.DesiredHealthy != 1 || got.Status.DisruptionsAllowed != 1 {
+		t.Errorf("PDB status = %+v, want 2 healthy, 1 desired, 1 disruption allowed", got.Status)
+	}
+
+	// The first eviction is allowed; the second would break the budget.
+	if err := evict(ctxFor(t, 10*time.Second), world.Client, ns, "serving-a"); err != nil {
+		t.Fatalf("first eviction: %v, want it allowed", err)
+	}
+	err = evict(ctxFor(t, 10*time.Second), world.Client, ns, "serving-b")
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != 429 {
+		t.Fatalf("second eviction: %v, want 429 Too Many Requests", err)
+	}
+	if !strings.Contains(err.Error(), "disruption budget") {
+		t.Errorf("second eviction error %q does not name the disruption budget", err)
+	}
+	if _, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), "serving-b", metav1.GetOptions{}); err != nil {
+		t.Errorf("serving-b after a refused eviction: %v, want it still there", err)
+	}
+}
+
+func TestDeletedPodTakesItsDelay(t *testing.T) {
+	ns := world.Namespace(t)
+	n := node(t, testworld.NodeSpec{Name: "gpu-delay-0"})
+	const delay = 4 * time.Second
+	p := pod("checkpointing", n.Name, nil)
+	grace := int64(delay / time.Second)
+	p.Spec.TerminationGracePeriodSeconds = &grace
+	p.Annotations = map[string]string{testworld.PodDeleteDelayAnnotation: delay.String()}
+	if _, err := world.Client.CoreV1().Pods(ns).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodRunning(t, ns, p.Name)
+
+	deleted := time.Now()
+	if err := world.Client.CoreV1().Pods(ns).Delete(ctxFor(t, 10*time.Second), p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sawTerminating := false
+	var gone time.Duration
+	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := world.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			gone = time.Since(deleted)
+			return true, nil
+		}
+		if err == nil && got.DeletionTimestamp != nil {
+			sawTerminating = true
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("deleted pod never went away: %v", err)
+	}
+	if !sawTerminating {
+		t.Errorf("never saw the pod terminating (deletionTimestamp set) before it was gone")
+	}
+	if gone < delay {
+		t.Errorf("pod gone %s after delete, before its %s delay", gone, delay)
+	}
+	t.Logf("pod with a %s delay was gone %s after delete", delay, gone.Round(100*time.Millisecond))
+}
+
+func TestPodBoundTokenCarriesNodeName(t *testing.T) {
+	ns := world.Namespace(t)
+	a := node(t, testworld.NodeSpec{Name: "gpu-token-a"})
+	node(t, testworld.NodeSpec{Name: "gpu-token-b"})
+	ctx := ctxFor(t, 60*time.Second)
+	if _, err := world.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := pod("agent-a", a.Name, nil)
+	p.Spec.ServiceAccountName = "agent"
+	created, err := world.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "agent", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: created.Name, UID: created.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := kubernetes.NewForConfig(world.ConfigForToken(tr.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := agent.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := review.Status.UserInfo
+	if want := "system:serviceaccount:" + ns + ":agent"; user.Username != want {
+		t.Errorf("username %q, want %q", user.Username, want)
+	}
+	if got := user.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != a.Name {
+		t.Errorf("extra node-name = %v, want [%s]", got, a.Name)
+	}
+	if got := user.Extra["authentication.kubernetes.io/pod-name"]; len(got) != 1 || got[0] != created.Name {
+		t.Errorf("extra pod-name = %v, want [%s]", got, created.Name)
+	}
+}
+
+// panicChildEnv makes TestPanickingTestLeavesNoProcess's child write the
+// world's pids to the named file and panic.
+const panicChildEnv = "TESTWORLD_PANIC_CHILD_PIDFILE"
+
+func TestPanickingTestLeavesNoProcess(t *testing.T) {
+	if pidFile := os.Getenv(panicChildEnv); pidFile != "" {
+		var lines []string
+		for _, pid := range world.Pids() {
+			lines = append(lines, strconv.Itoa(pid))
+		}
+		if err := os.WriteFile(pidFile, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		panic("a test that panics with the world running")
+	}
+	if testing.Short() {
+		t.Skip("starts a second world")
+	}
+	pidFile := t.TempDir() + "/pids"
+	cmd := exec.CommandContext(ctxFor(t, 3*time.Minute), os.Args[0], "-test.run=^TestPanickingTestLeavesNoProcess$")
+	cmd.Env = append(os.Environ(), panicChildEnv+"="+pidFile)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "a test that panics") {
+		t.Fatalf("child did not panic: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("child wrote no pids: %v\n%s", err, out)
+	}
+	pids := strings.Fields(string(data))
+	if len(pids) != 5 {
+		t.Fatalf("child reported pids %v, want 5 components", pids)
+	}
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		var left []string
+		for _, pid := range pids {
+			if alive(pid) {
+				cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+				left = append(left, fmt.Sprintf("%s %q", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+			}
+		}
+		t.Errorf("processes left after the child panicked: %v", left)
+	}
+}
+
+// alive reports whether pid runs (a zombie awaiting its reaper is dead).
+func alive(pid string) bool {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}
