@@ -38,8 +38,11 @@ const (
 	KwokNodeAnnotation = "kwok.x-k8s.io/node"
 	KwokNodeValue      = "fake"
 	// PodDeleteDelayAnnotation makes kwok remove a deleted pod after this
-	// duration (e.g. "20s"), never later than its deletionTimestamp: a pod
-	// that takes its grace period to stop.
+	// duration (e.g. "20s"; default 1 s), never later than its
+	// deletionTimestamp. A delay shorter than the grace period is stretched
+	// by a random jitter up to the deletionTimestamp; a delay equal to the
+	// grace period makes a pod that takes its whole grace to stop (to the
+	// second: deletionTimestamp has whole-second precision).
 	PodDeleteDelayAnnotation = "pod-delete.stage.kwok.x-k8s.io/delay"
 )
 

@@ -1,0 +1,27 @@
+// Package metadata watches the GCE metadata server for the signals of host
+// maintenance and preemption, and parses them defensively.
+//
+// It goes through the official cloud.google.com/go/compute/metadata client
+// (URL, header, GCE_METADATA_HOST and its retries on 5xx and 429) with a thin
+// layer on top: its own long-poll loop, because the client's Subscribe gives
+// up when the first request fails (upcoming-maintenance may answer 503 until
+// a notice exists), sleeps without watching its context, and never sends
+// timeout_sec. Each poll sends wait_for_change=true, last_etag and
+// timeout_sec; the ETag is read from the answer by an http.RoundTripper.
+//
+// Parsing follows shared/gce-facts.md: maintenance-event values NONE,
+// MIGRATE_ON_HOST_MAINTENANCE, TERMINATE_ON_HOST_MAINTENANCE (and the older
+// SHUTDOWN_ON_HOST_MAINTENANCE); preempted TRUE/FALSE; the upcoming
+// maintenance notice in snake_case or camelCase, can_reschedule as bool or
+// string, times with Z or +00:00, start_time_window.earliest as a fallback,
+// and the label-prefixed sample of the docs. "Nothing scheduled" is 200 with
+// { } or NONE, 404, or 503 with "no notifications have been received yet".
+// Any other failure is unknown, never "cleared". A value the parser does not
+// recognise is ErrUnrecognized: callers log and count it and never act on it.
+//
+// What it does not do: decide anything. The agent turns parsed values into
+// phases and actions.
+//
+// Concurrency: a Watcher may run several Watch loops at once (one per key);
+// LastGood and Healthy may be called from any goroutine.
+package metadata

@@ -1,0 +1,228 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	gcemetadata "cloud.google.com/go/compute/metadata"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+)
+
+type countingRecorder struct {
+	mu     sync.Mutex
+	counts map[[2]string]int
+}
+
+func (r *countingRecorder) MetadataRequest(key, result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counts == nil {
+		r.counts = map[[2]string]int{}
+	}
+	r.counts[[2]string{key, result}]++
+}
+
+func (r *countingRecorder) get(key, result string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[[2]string{key, result}]
+}
+
+type fixture struct {
+	emu      *gceemu.Server
+	watcher  *Watcher
+	recorder *countingRecorder
+	ctx      context.Context
+}
+
+// setup starts an emulator and a watcher with short timeouts: the long poll
+// times out after timeout and the HTTP client gives up after httpTimeout.
+func setup(t *testing.T, cfg gceemu.Config, timeout, httpTimeout time.Duration) *fixture {
+	t.Helper()
+	emu := gceemu.New(cfg)
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	t.Setenv("GCE_METADATA_HOST", emu.Host())
+	rec := &countingRecorder{}
+	client := gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
+		Timeout:   httpTimeout,
+		Transport: &etagTransport{next: http.DefaultTransport},
+	}})
+	w := NewWatcher(WatcherOptions{Client: client, Timeout: timeout, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Recorder: rec})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return &fixture{emu: emu, watcher: w, recorder: rec, ctx: ctx}
+}
+
+// watch runs Watch on key in the background and returns the answers the
+// handler received. parse decides whether an answer is understood.
+func (f *fixture) watch(t *testing.T, key string, parse func(Answer) bool) <-chan Answer {
+	ch := make(chan Answer, 32)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.watcher.Watch(ctx, key, func(_ context.Context, a Answer) bool {
+			if !parse(a) {
+				return false
+			}
+			ch <- a
+			return true
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v, want context.Canceled", err)
+		}
+	})
+	return ch
+}
+
+func next(t *testing.T, f *fixture, ch <-chan Answer) Answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-f.ctx.Done():
+		t.Fatal("no answer")
+		return Answer{}
+	}
+}
+
+func eventParser(a Answer) bool { _, err := ParseEvent(a.Value); return a.Absent || err == nil }
+
+func waitUntil(t *testing.T, f *fixture, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-f.ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func TestWatchDeliversChangesOnce(t *testing.T) {
+	f := setup(t, gceemu.Config{}, time.Second, 5*time.Second)
+	ch := f.watch(t, KeyMaintenanceEvent, eventParser)
+	if a := next(t, f, ch); a.Value != "NONE" {
+		t.Fatalf("first answer %+v, want NONE", a)
+	}
+	// Let the one-second long polls time out a few times: the unchanged
+	// value comes back each time but is not passed on.
+	waitUntil(t, f, "two timed-out polls", func() bool { return f.recorder.get(KeyMaintenanceEvent, ResultOK) >= 3 })
+	select {
+	case a := <-ch:
+		t.Fatalf("unchanged value re-delivered: %+v", a)
+	default:
+	}
+	// An ETag reset re-delivers the unchanged value under a new ETag: still
+	// not passed on.
+	f.emu.ResetETags()
+	f.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	if a := next(t, f, ch); a.Value != gceemu.EventTerminate {
+		t.Fatalf("after the change: %+v, want %s", a, gceemu.EventTerminate)
+	}
+	if f.watcher.LastGood(KeyMaintenanceEvent).IsZero() {
+		t.Error("LastGood not set after good answers")
+	}
+}
+
+func TestWatchUpcomingAbsence(t *testing.T) {
+	for _, absence := range []gceemu.Absence{gceemu.AbsentUnavailable, gceemu.AbsentNotFound, gceemu.AbsentEmptyObject, gceemu.AbsentNone} {
+		f := setup(t, gceemu.Config{Absence: absence}, time.Second, 5*time.Second)
+		ch := f.watch(t, KeyUpcomingMaintenance, func(a Answer) bool {
+			_, _, err := ParseNotice(a.Value)
+			return a.Absent || err == nil
+		})
+		a := next(t, f, ch)
+		_, present, err := ParseNotice(a.Value)
+		if err != nil || present {
+			t.Errorf("absence %d: first answer %+v, want nothing scheduled", absence, a)
+		}
+		f.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC), time.Hour))
+		a = next(t, f, ch)
+		n, present, err := ParseNotice(a.Value)
+		if err != nil || !present || n.Status != StatusPending || !n.WindowStart.Equal(time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)) {
+			t.Errorf("absence %d: after scheduling: %+v %v %v, want the pending notice", absence, n, present, err)
+		}
+		if got := f.recorder.get(KeyUpcomingMaintenance, ResultServerError); got != 0 {
+			t.Errorf("absence %d: %d server errors counted, want 0 (absence is an answer)", absence, got)
+		}
+	}
+}
+
+func TestWatchSurvivesFaults(t *testing.T) {
+	f := setup(t, gceemu.Config{}, time.Second, 300*time.Millisecond)
+	key := gceemu.MetadataPrefix + KeyMaintenanceEvent
+	// The server fails every request until told otherwise.
+	f.emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultStatus, Status: 503})
+	start := time.Now()
+	ch := f.watch(t, KeyMaintenanceEvent, eventParser)
+	waitUntil(t, f, "three failed requests", func() bool { return f.recorder.get(KeyMaintenanceEvent, ResultServerError) >= 3 })
+	if !f.watcher.LastGood(KeyMaintenanceEvent).IsZero() {
+		t.Error("LastGood set while every request failed")
+	}
+	if err := f.watcher.Healthy([]string{KeyMaintenanceEvent}, start, 0); !errors.Is(err, ErrUnhealthy) {
+		t.Errorf("Healthy with no good answer = %v, want ErrUnhealthy", err)
+	}
+	f.emu.ClearFaults()
+	if a := next(t, f, ch); a.Value != "NONE" {
+		t.Fatalf("after the 503s: %+v, want NONE", a)
+	}
+	if err := f.watcher.Healthy([]string{KeyMaintenanceEvent}, start, time.Hour); err != nil {
+		t.Errorf("Healthy after a good answer = %v", err)
+	}
+
+	// Dropped connections, a hung request and a garbage body: counted,
+	// survived, and the next real change still arrives.
+	f.emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultDrop, Times: 2})
+	f.emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultHang, Times: 1})
+	f.emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultGarbage, Times: 1})
+	waitUntil(t, f, "the faults to be used up", func() bool {
+		return f.recorder.get(KeyMaintenanceEvent, ResultUnparseable) >= 1
+	})
+	// The official client retries dropped connections itself; the hung
+	// request ends at the HTTP client's timeout and is counted.
+	if f.recorder.get(KeyMaintenanceEvent, ResultTransport) < 1 {
+		t.Errorf("transport errors counted: %d, want at least 1", f.recorder.get(KeyMaintenanceEvent, ResultTransport))
+	}
+	f.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	// The next value passed on is the real change: neither the garbage nor
+	// the unchanged NONE after it.
+	if a := next(t, f, ch); a.Value != gceemu.EventTerminate {
+		t.Fatalf("after the faults: %+v, want %s", a, gceemu.EventTerminate)
+	}
+}
+
+func TestWatchUnknownValueIsNotPassedOn(t *testing.T) {
+	f := setup(t, gceemu.Config{}, time.Second, 5*time.Second)
+	f.emu.SetMaintenanceEvent("REBOOT_SOMETIME_MAYBE")
+	ch := f.watch(t, KeyMaintenanceEvent, eventParser)
+	waitUntil(t, f, "the unknown value to be counted", func() bool { return f.recorder.get(KeyMaintenanceEvent, ResultUnparseable) >= 1 })
+	if !f.watcher.LastGood(KeyMaintenanceEvent).IsZero() {
+		t.Error("an unknown value counted as a good answer")
+	}
+	f.emu.SetMaintenanceEvent(gceemu.EventNone)
+	if a := next(t, f, ch); a.Value != "NONE" {
+		t.Fatalf("got %+v, want NONE", a)
+	}
+}
+
+func TestBackoffGrowsAndIsBounded(t *testing.T) {
+	w := NewWatcher(WatcherOptions{BackoffBase: time.Second, BackoffMax: 30 * time.Second})
+	for failures, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 6: 30 * time.Second, 50: 30 * time.Second} {
+		for range 20 {
+			if d := w.backoff(failures); d < want/2 || d > want {
+				t.Errorf("backoff(%d) = %s, want within [%s, %s]", failures, d, want/2, want)
+			}
+		}
+	}
+}
