@@ -1,0 +1,275 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+var (
+	t0      = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	window  = time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
+	cfg     = DefaultConfig
+	bootA   = "aaaaaaaa-0000-0000-0000-000000000001"
+	bootB   = "bbbbbbbb-0000-0000-0000-000000000002"
+	pending = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
+)
+
+// quiet is what a healthy VM with nothing scheduled answers.
+func quiet() Signals {
+	return Signals{Event: metadata.EventNone, EventKnown: true, PreemptedKnown: true, NoticeKnown: true}
+}
+
+func with(f func(*Signals)) Signals {
+	s := quiet()
+	f(&s)
+	return s
+}
+
+func obs(s Signals) Observation { return Observation{Now: t0, Signals: s, BootID: bootA} }
+
+func draining(reason Reason, deadline time.Duration) State {
+	return State{Phase: PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: metadata.EventNone}
+}
+
+func TestStep(t *testing.T) {
+	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
+	preempted := with(func(s *Signals) { s.Preempted = true })
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	rescheduled := pending
+	rescheduled.WindowStart = window.Add(48 * time.Hour)
+	ongoing := pending
+	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
+	scheduled := State{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	terminating := draining(ReasonHostMaintenance, time.Hour)
+	terminating.Phase, terminating.LastEvent = PhaseTerminating, metadata.EventTerminate
+
+	tests := []struct {
+		name  string
+		state State
+		obs   Observation
+		want  Decision
+	}{
+		{
+			name: "quiet node stays idle",
+			obs:  obs(quiet()),
+			want: Decision{State: State{Phase: PhaseIdle, LastEvent: metadata.EventNone}},
+		},
+		{
+			name: "a notice appears: label and annotation",
+			obs:  obs(noticed),
+			want: Decision{
+				State:  scheduled,
+				Events: []EventRecord{{Reason: EventMaintenanceScheduled, Message: "Maintenance is scheduled for 2026-12-01T19:00:00Z (can reschedule: true)"}},
+			},
+		},
+		{
+			name:  "the notice is rescheduled",
+			state: scheduled,
+			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = rescheduled, true })),
+			want: Decision{
+				State:  State{Phase: PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: metadata.EventNone},
+				Events: []EventRecord{{Reason: EventMaintenanceRescheduled, Message: "Maintenance was rescheduled to 2026-12-03T19:00:00Z"}},
+			},
+		},
+		{
+			name:  "the notice is cancelled",
+			state: scheduled,
+			obs:   obs(quiet()),
+			want: Decision{
+				State:  State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				Events: []EventRecord{{Reason: EventMaintenanceCancelled, Message: "The scheduled maintenance is no longer pending"}},
+			},
+		},
+		{
+			name:  "an unknown notice answer changes nothing",
+			state: scheduled,
+			obs:   obs(with(func(s *Signals) { s.NoticeKnown = false })),
+			want:  Decision{State: scheduled},
+		},
+		{
+			name: "TERMINATE_ON_HOST_MAINTENANCE starts a drain with a 60 min deadline",
+			obs:  Observation{Now: t0, Signals: terminate, BootID: bootA, Unschedulable: true},
+			want: Decision{
+				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: metadata.EventTerminate},
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Cordon:       true,
+				Events:       []EventRecord{{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
+			},
+		},
+		{
+			name: "an unknown maintenance-event never starts a drain",
+			obs:  obs(with(func(s *Signals) { s.Event, s.EventKnown = "", false })),
+			want: Decision{State: State{Phase: PhaseIdle}},
+		},
+		{
+			name: "preemption drains with a 30 s deadline",
+			obs:  obs(preempted),
+			want: Decision{
+				State:        State{Phase: PhaseDraining, Reason: ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), BootID: bootA, LastEvent: metadata.EventNone},
+				Interruption: &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction},
+				Cordon:       true,
+				Events:       []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted; draining before it stops at 2026-11-22T10:00:30Z"}},
+			},
+		},
+		{
+			name:  "a preemption during host maintenance shortens the deadline",
+			state: draining(ReasonHostMaintenance, time.Hour),
+			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = metadata.EventTerminate, true }), BootID: bootA},
+			want: Decision{
+				State:  State{Phase: PhaseDraining, Reason: ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: metadata.EventTerminate},
+				Events: []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:01:30Z"}},
+			},
+		},
+		{
+			name:  "a notice turning ONGOING starts a drain and drops the scheduled label",
+			state: scheduled,
+			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })),
+			want: Decision{
+				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Cordon:       true,
+				Events:       []EventRecord{{Warning: true, Reason: EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"}},
+			},
+		},
+		{
+			name: "live migration is recorded and nothing else",
+			obs:  obs(with(func(s *Signals) { s.Event = metadata.EventMigrate })),
+			want: Decision{
+				State:     State{Phase: PhaseIdle, LastEvent: metadata.EventMigrate},
+				Migration: true,
+				Events:    []EventRecord{{Reason: EventMigrateOnHost, Message: "Compute Engine will live-migrate the VM; nothing to drain"}},
+			},
+		},
+		{
+			name:  "the drain finished: terminating",
+			state: draining(ReasonHostMaintenance, time.Hour),
+			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
+			want: Decision{
+				State:  State{Phase: PhaseTerminating, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
+				Events: []EventRecord{{Reason: EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
+			},
+		},
+		{
+			name:  "terminating waits while the event is still served",
+			state: terminating,
+			obs:   obs(terminate),
+			want:  Decision{State: terminating},
+		},
+		{
+			name:  "terminating waits while the signals are unknown",
+			state: terminating,
+			obs:   obs(Signals{}),
+			want:  Decision{State: terminating},
+		},
+		{
+			name:  "back with a new boot ID: idle and uncordoned",
+			state: terminating,
+			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
+			want: Decision{
+				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				Uncordon: true,
+				Events:   []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+			},
+		},
+		{
+			name: "back, but a person had cordoned it before: stays cordoned",
+			state: func() State {
+				s := terminating
+				s.CordonedBefore = true
+				return s
+			}(),
+			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
+			want: Decision{
+				State:  State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				Events: []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+			},
+		},
+		{
+			name:  "signals withdrawn without a reboot: back in service, with a warning",
+			state: draining(ReasonHostMaintenance, time.Hour),
+			obs:   obs(quiet()),
+			want: Decision{
+				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				Uncordon: true,
+				Events:   []EventRecord{{Warning: true, Reason: EventMaintenanceAborted, Message: "The host-maintenance was withdrawn before the VM stopped; putting the node back in service"}},
+			},
+		},
+		{
+			name:  "back with a new boot and a new TERMINATE: a second, separate maintenance",
+			state: terminating,
+			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: terminate, BootID: bootB},
+			want: Decision{
+				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: metadata.EventTerminate},
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Cordon:       true,
+				Events: []EventRecord{
+					{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"},
+					{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T13:00:00Z"},
+				},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Step(cfg, tc.state, tc.obs)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Fatalf("Step (-want +got):\n%s", d)
+			}
+			// Idempotent: stepping again from the new state with the same
+			// observation (as a restarted agent would) does nothing more.
+			again := Step(cfg, got.State, tc.obs)
+			want := Decision{State: got.State}
+			if got.State.Phase == PhaseDraining && tc.obs.DrainDone {
+				return
+			}
+			if d := cmp.Diff(want, again); d != "" {
+				t.Errorf("second Step is not a no-op (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestStepNeverDrainsTwice walks one maintenance from notice to return with
+// an agent restart (a fresh Step from the stored state) at every step, and
+// counts interruptions.
+func TestStepNeverDrainsTwice(t *testing.T) {
+	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = pending, true })
+	seq := []Observation{
+		obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })),
+		obs(terminate),
+		obs(terminate),
+		{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
+		{Now: t0.Add(2 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
+		{Now: t0.Add(time.Hour), Signals: Signals{}, BootID: bootB},
+		{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB},
+		{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB},
+	}
+	var st State
+	interruptions, cordons, uncordons := 0, 0, 0
+	var phases []Phase
+	for _, o := range seq {
+		d := Step(cfg, st, o)
+		if d.Interruption != nil {
+			interruptions++
+		}
+		if d.Cordon {
+			cordons++
+		}
+		if d.Uncordon {
+			uncordons++
+		}
+		st = d.State
+		phases = append(phases, st.Phase)
+	}
+	want := []Phase{PhaseIdle, PhaseDraining, PhaseDraining, PhaseTerminating, PhaseTerminating, PhaseIdle, PhaseIdle, PhaseIdle}
+	if d := cmp.Diff(want, phases); d != "" {
+		t.Errorf("phases (-want +got):\n%s", d)
+	}
+	if interruptions != 1 || cordons != 1 || uncordons != 1 {
+		t.Errorf("interruptions %d, cordons %d, uncordons %d; want 1 each", interruptions, cordons, uncordons)
+	}
+}
