@@ -1,0 +1,317 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// Eviction outcomes, for Recorder.
+const (
+	OutcomeEvicted   = "evicted" // the Eviction API accepted it
+	OutcomeBlocked   = "blocked" // 429: a PodDisruptionBudget refused, retried later
+	OutcomeGone      = "gone"    // 404 or UID mismatch: the pod was already gone
+	OutcomeError     = "error"   // any other failure, retried later
+	OutcomeEscalated = "deleted" // deleted at deadline - grace after refusals
+)
+
+// Group is one ordered step of a drain.
+type Group string
+
+const (
+	GroupWorkload  Group = "workload"  // every namespace but kube-system
+	GroupSystem    Group = "system"    // kube-system
+	GroupDaemonSet Group = "daemonset" // pods owned by a DaemonSet
+)
+
+// Groups is the drain order.
+var Groups = []Group{GroupWorkload, GroupSystem, GroupDaemonSet}
+
+// Recorder counts what the drain did. It is implemented by the metrics
+// package.
+type Recorder interface {
+	Eviction(outcome string)
+}
+
+// EventSink records Kubernetes Events about the drain on the Node.
+type EventSink interface {
+	NodeEvent(warning bool, reason, message string)
+}
+
+// PodSource lists the pods bound to the node from a watch-fed cache and
+// signals changes. See NodePods.
+type PodSource interface {
+	List() []*corev1.Pod
+	Changed() <-chan struct{}
+}
+
+// Event reasons.
+const (
+	EventEscalated = "EvictionEscalatedToDelete"
+	EventBlocked   = "EvictionBlockedByPDB"
+)
+
+// Options configure a Drainer.
+type Options struct {
+	Client kubernetes.Interface
+	Pods   PodSource
+	// Skip is a pod never evicted (the agent itself); zero skips none.
+	Skip types.NamespacedName
+	// RetryInterval is the delay before a refused (429) or failed eviction
+	// is tried again; zero means 5 s.
+	RetryInterval time.Duration
+	Clock         clock.Clock
+	Logger        *slog.Logger
+	Recorder      Recorder
+	Events        EventSink
+}
+
+// Drainer empties one node.
+type Drainer struct {
+	opts Options
+}
+
+// New returns a Drainer.
+func New(opts Options) *Drainer {
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 5 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = nopRecorder{}
+	}
+	if opts.Events == nil {
+		opts.Events = nopRecorder{}
+	}
+	return &Drainer{opts: opts}
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Eviction(string)                {}
+func (nopRecorder) NodeEvent(bool, string, string) {}
+
+// Result summarises a drain.
+type Result struct {
+	Evicted, Deleted int
+}
+
+// GroupOf tells which drain group a pod belongs to, and false for pods the
+// drain never touches: mirror (static) pods and finished pods.
+func GroupOf(p *corev1.Pod) (Group, bool) {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return "", false
+	}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return "", false
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		return GroupDaemonSet, true
+	}
+	if p.Namespace == metav1.NamespaceSystem {
+		return GroupSystem, true
+	}
+	return GroupWorkload, true
+}
+
+// podState is what the drain remembers of one pod it has acted on.
+type podState struct {
+	nextTry time.Time
+	// refused: the eviction was refused or failed at least once, so the
+	// pod is deleted at deadline - grace if it is still there.
+	refused bool
+}
+
+// Drain evicts the node's pods group by group (workloads, then kube-system,
+// then DaemonSet pods), each group only after every pod of the previous one
+// is gone. Every pod gets its own terminationGracePeriodSeconds, capped so
+// that it ends by deadline. A pod whose eviction a PodDisruptionBudget keeps
+// refusing is deleted once now >= deadline - its grace, so it still gets
+// SIGTERM with its whole (capped) grace before the VM stops. Pods are taken
+// from the watch-fed PodSource each round: a pod that is gone, or was
+// recreated elsewhere, is not waited for. A DaemonSet pod created after the
+// drain began (the controller replacing one) is left alone.
+//
+// Drain returns when every group is empty, or with ctx's error.
+func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error) {
+	var res Result
+	began := d.opts.Clock.Now()
+	for _, g := range Groups {
+		if err := d.drainGroup(ctx, g, began, deadline, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.Time, res *Result) error {
+	log := d.opts.Logger.With("group", g)
+	states := map[types.UID]*podState{}
+	for {
+		now := d.opts.Clock.Now()
+		pods := d.pending(g, began)
+		if len(pods) == 0 {
+			log.Info("drain group done")
+			return nil
+		}
+		wake := now.Add(time.Hour)
+		for _, p := range pods {
+			if p.DeletionTimestamp != nil {
+				continue // stopping: wait for it to go
+			}
+			st := states[p.UID]
+			if st == nil {
+				st = &podState{}
+				states[p.UID] = st
+			}
+			grace := podGrace(p)
+			// Whole seconds, rounded up: a pod deleted at deadline - grace
+			// gets all of its grace, ending at most a moment past deadline.
+			left := deadline.Sub(now).Truncate(time.Second)
+			if left < deadline.Sub(now) {
+				left += time.Second
+			}
+			capped := min(grace, max(left, 0))
+			escalateAt := deadline.Add(-grace)
+			if st.refused && !now.Before(escalateAt) {
+				d.escalate(ctx, p, capped, res)
+				continue
+			}
+			if now.Before(st.nextTry) {
+				wake = earliest(wake, st.nextTry)
+				if st.refused {
+					wake = earliest(wake, escalateAt)
+				}
+				continue
+			}
+			outcome := d.evict(ctx, p, capped)
+			d.opts.Recorder.Eviction(outcome)
+			switch outcome {
+			case OutcomeEvicted:
+				res.Evicted++
+				log.Info("pod evicted", "pod", klogRef(p), "grace", capped)
+			case OutcomeBlocked:
+				if !st.refused {
+					d.opts.Events.NodeEvent(true, EventBlocked, fmt.Sprintf(
+						"Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
+						klogRef(p), escalateAt.UTC().Format(time.RFC3339), capped))
+				}
+				st.refused = true
+				st.nextTry = now.Add(d.opts.RetryInterval)
+				wake = earliest(wake, earliest(st.nextTry, escalateAt))
+			case OutcomeError:
+				st.refused = true
+				st.nextTry = now.Add(d.opts.RetryInterval)
+				wake = earliest(wake, earliest(st.nextTry, escalateAt))
+			}
+		}
+		if err := d.wait(ctx, wake); err != nil {
+			return err
+		}
+	}
+}
+
+// pending lists the pods of group g still on the node.
+func (d *Drainer) pending(g Group, began time.Time) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range d.opts.Pods.List() {
+		if p.Namespace == d.opts.Skip.Namespace && p.Name == d.opts.Skip.Name {
+			continue
+		}
+		pg, ok := GroupOf(p)
+		if !ok || pg != g {
+			continue
+		}
+		if g == GroupDaemonSet && p.CreationTimestamp.Time.After(began) {
+			continue // a replacement made by the DaemonSet controller
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return klogRef(out[i]) < klogRef(out[j]) })
+	return out
+}
+
+// wait blocks until the pod cache changes, until t, or until ctx ends.
+func (d *Drainer) wait(ctx context.Context, t time.Time) error {
+	timer := d.opts.Clock.NewTimer(max(t.Sub(d.opts.Clock.Now()), 0))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.opts.Pods.Changed():
+	case <-timer.C():
+	}
+	return nil
+}
+
+func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
+	secs := int64(grace / time.Second)
+	err := d.opts.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID}},
+	})
+	switch {
+	case err == nil:
+		return OutcomeEvicted
+	case apierrors.IsTooManyRequests(err):
+		return OutcomeBlocked
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone, or a different pod of the same name (recreated).
+		return OutcomeGone
+	default:
+		d.opts.Logger.Warn("eviction failed", "pod", klogRef(p), "err", err)
+		return OutcomeError
+	}
+}
+
+// escalate deletes a pod that PodDisruptionBudgets kept from being evicted
+// until deadline - grace.
+func (d *Drainer) escalate(ctx context.Context, p *corev1.Pod, grace time.Duration, res *Result) {
+	secs := int64(grace / time.Second)
+	err := d.opts.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		d.opts.Logger.Warn("delete after PDB refusals failed", "pod", klogRef(p), "err", err)
+		d.opts.Recorder.Eviction(OutcomeError)
+		return
+	}
+	res.Deleted++
+	d.opts.Recorder.Eviction(OutcomeEscalated)
+	d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
+		"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
+		klogRef(p), grace))
+	d.opts.Logger.Warn("pod deleted after PDB refusals", "pod", klogRef(p), "grace", grace)
+}
+
+// podGrace is the pod's terminationGracePeriodSeconds (30 s if unset).
+func podGrace(p *corev1.Pod) time.Duration {
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func klogRef(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

@@ -1,0 +1,346 @@
+package drain_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+
+type recorder struct {
+	mu       sync.Mutex
+	outcomes map[string]int
+	events   []string // "reason" in order
+}
+
+func (r *recorder) Eviction(outcome string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outcomes == nil {
+		r.outcomes = map[string]int{}
+	}
+	r.outcomes[outcome]++
+}
+
+func (r *recorder) NodeEvent(_ bool, reason, _ string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, reason)
+}
+
+func (r *recorder) count(outcome string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outcomes[outcome]
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func addNode(t *testing.T, name string) {
+	t.Helper()
+	if _, err := world.AddNode(ctxFor(t, 90*time.Second), testworld.NodeSpec{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// podSpec is a pod on node that takes delay to stop after SIGTERM.
+func podSpec(ns, name, node string, grace int64, delay time.Duration, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels,
+			Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: delay.String()}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: &grace,
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:                    []corev1.Container{{Name: "main", Image: "registry.invalid/trainer:1"}},
+		},
+	}
+}
+
+func create(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+}
+
+func waitRunning(t *testing.T, node string, n int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("fewer than %d pods running on %s: %v", n, node, err)
+	}
+}
+
+// step is one observed change of a pod on the node.
+type step struct {
+	pod   string // namespace/name
+	kind  string // "terminating" or "deleted"
+	at    time.Time
+	grace int64 // deletionGracePeriodSeconds when terminating
+	delTS time.Time
+}
+
+// observe watches the node's pods and records when each starts terminating
+// and when it is deleted, in the API server's order.
+func observe(t *testing.T, node string) func() []step {
+	t.Helper()
+	w, err := world.Client.CoreV1().Pods("").Watch(ctxFor(t, 5*time.Minute), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var steps []step
+	seen := map[types.UID]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			ref := p.Namespace + "/" + p.Name
+			mu.Lock()
+			switch {
+			case ev.Type == watch.Deleted:
+				steps = append(steps, step{pod: ref, kind: "deleted", at: time.Now()})
+			case p.DeletionTimestamp != nil && !seen[p.UID]:
+				seen[p.UID] = true
+				var g int64
+				if p.DeletionGracePeriodSeconds != nil {
+					g = *p.DeletionGracePeriodSeconds
+				}
+				steps = append(steps, step{pod: ref, kind: "terminating", at: time.Now(), grace: g, delTS: p.DeletionTimestamp.Time})
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return func() []step {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]step(nil), steps...)
+	}
+}
+
+func startPods(t *testing.T, node string) *drain.NodePods {
+	t.Helper()
+	pods := drain.NewNodePods(world.Client, node)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := pods.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return pods
+}
+
+func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	const node = "drain-order-0"
+	addNode(t, node)
+	ns := world.Namespace(t)
+	create(t, podSpec(ns, "trainer-0", node, 3, 3*time.Second, nil))
+	create(t, podSpec(ns, "trainer-1", node, 2, 2*time.Second, nil))
+	create(t, podSpec(metav1.NamespaceSystem, "dns-"+node, node, 1, time.Second, nil))
+	create(t, podSpec(ns, "agent", node, 1, time.Second, nil))
+	mirror := podSpec(ns, "static-"+node, node, 1, time.Second, nil)
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "static"
+	create(t, mirror)
+	// A DaemonSet that runs one pod on this node.
+	dsLabels := map[string]string{"app": "node-exporter"}
+	tmpl := podSpec(ns, "", "", 1, time.Second, dsLabels)
+	tmpl.Spec.NodeName = ""
+	tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-exporter"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: dsLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
+		},
+	}
+	if _, err := world.Client.AppsV1().DaemonSets(ns).Create(ctxFor(t, 10*time.Second), ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, node, 6)
+
+	steps := observe(t, node)
+	rec := &recorder{}
+	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), Skip: types.NamespacedName{Namespace: ns, Name: "agent"},
+		RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
+	res, err := d.Drain(ctxFor(t, 2*time.Minute), time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Evicted != 4 || res.Deleted != 0 {
+		t.Errorf("result %+v, want 4 evicted (2 workload, 1 system, 1 DaemonSet) and none deleted", res)
+	}
+	group := func(ref string) string {
+		switch ref {
+		case ns + "/trainer-0", ns + "/trainer-1":
+			return "workload"
+		case metav1.NamespaceSystem + "/dns-" + node:
+			return "system"
+		}
+		return "daemonset"
+	}
+	// In the API server's order: every workload pod gone before any system
+	// pod starts terminating, every system pod gone before the DaemonSet pod.
+	var order []string
+	lastGone := map[string]int{}
+	firstTerminating := map[string]int{}
+	for i, s := range steps() {
+		g := group(s.pod)
+		order = append(order, fmt.Sprintf("%s %s", s.kind, s.pod))
+		if s.kind == "deleted" {
+			lastGone[g] = i
+		} else if _, ok := firstTerminating[g]; !ok {
+			firstTerminating[g] = i
+		}
+		if s.pod == ns+"/agent" || s.pod == ns+"/static-"+node {
+			t.Errorf("%s was touched: %s", s.pod, s.kind)
+		}
+	}
+	if !(lastGone["workload"] < firstTerminating["system"] && lastGone["system"] < firstTerminating["daemonset"]) {
+		t.Errorf("drain order broken:\n%v", order)
+	}
+	for _, name := range []string{"agent", "static-" + node} {
+		if _, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s: %v, want it left running", name, err)
+		}
+	}
+}
+
+func TestDrainGivesEachPodItsGrace(t *testing.T) {
+	t.Parallel()
+	const node = "drain-grace-0"
+	addNode(t, node)
+	ns := world.Namespace(t)
+	create(t, podSpec(ns, "checkpointing", node, 20, 15*time.Second, nil))
+	create(t, podSpec(ns, "long-grace", node, 600, 600*time.Second, nil))
+	waitRunning(t, node, 2)
+	steps := observe(t, node)
+	rec := &recorder{}
+	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), Recorder: rec, Events: rec})
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	if _, err := d.Drain(ctxFor(t, 2*time.Minute), deadline); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]step{}
+	for _, s := range steps() {
+		got[s.kind+" "+s.pod] = s
+	}
+	// 20 s grace, stops after 15 s: evicted with its whole grace, gone after
+	// its 15 s (to the second) and not escalated.
+	if s := got["terminating "+ns+"/checkpointing"]; s.grace != 20 {
+		t.Errorf("checkpointing evicted with grace %d, want 20", s.grace)
+	}
+	if gone := got["deleted "+ns+"/checkpointing"].at.Sub(start); gone < 14*time.Second {
+		t.Errorf("checkpointing gone %s after the drain began, before its 15 s", gone)
+	}
+	// 600 s grace: capped so that it ends by the 30 s deadline.
+	if s := got["terminating "+ns+"/long-grace"]; s.grace < 28 || s.grace > 30 || s.delTS.After(deadline.Add(time.Second)) {
+		t.Errorf("long-grace evicted with grace %d ending %s, want about 30 s ending by the deadline %s", s.grace, s.delTS, deadline)
+	}
+	if rec.count(drain.OutcomeEvicted) != 2 || rec.count(drain.OutcomeEscalated) != 0 {
+		t.Errorf("outcomes %v, want 2 evicted, none deleted", rec.outcomes)
+	}
+}
+
+func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
+	t.Parallel()
+	const node = "drain-pdb-0"
+	addNode(t, node)
+	ns := world.Namespace(t)
+	labels := map[string]string{"app": "singleton"}
+	create(t, podSpec(ns, "singleton", node, 4, 4*time.Second, labels))
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "singleton"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctxFor(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, node, 1)
+	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "singleton", metav1.GetOptions{})
+		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("PDB status never computed: %v", err)
+	}
+	steps := observe(t, node)
+	rec := &recorder{}
+	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
+	start := time.Now()
+	deadline := start.Add(10 * time.Second)
+	res, err := d.Drain(ctxFor(t, time.Minute), deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 1 || res.Evicted != 0 {
+		t.Errorf("result %+v, want the pod deleted, not evicted", res)
+	}
+	var term step
+	for _, s := range steps() {
+		if s.kind == "terminating" {
+			term = s
+		}
+	}
+	// Deleted at deadline - grace (6 s in), not before; with its 4 s grace.
+	// deletionTimestamp - grace is when the delete happened (to the second).
+	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
+	if term.grace != 4 || deletedAt.Before(start.Add(6*time.Second-time.Second)) {
+		t.Errorf("deleted %s after the drain began with grace %d; want at 6 s (deadline - grace) with grace 4", deletedAt.Sub(start), term.grace)
+	}
+	if rec.count(drain.OutcomeBlocked) < 2 || rec.count(drain.OutcomeEscalated) != 1 {
+		t.Errorf("outcomes %v, want repeated 429s then one delete", rec.outcomes)
+	}
+	if want := []string{drain.EventBlocked, drain.EventEscalated}; fmt.Sprint(rec.events) != fmt.Sprint(want) {
+		t.Errorf("events %v, want %v", rec.events, want)
+	}
+}

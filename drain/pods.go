@@ -1,0 +1,68 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// NodePods is a PodSource fed by one watch of the pods bound to a node
+// (field selector spec.nodeName), in every namespace: no periodic LIST.
+type NodePods struct {
+	informer cache.SharedIndexInformer
+	changed  chan struct{}
+}
+
+var _ PodSource = (*NodePods)(nil)
+
+// NewNodePods returns a NodePods for nodeName. Call Start before List.
+func NewNodePods(client kubernetes.Interface, nodeName string) *NodePods {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+		}))
+	n := &NodePods{informer: factory.Core().V1().Pods().Informer(), changed: make(chan struct{}, 1)}
+	notify := func() {
+		select {
+		case n.changed <- struct{}{}:
+		default:
+		}
+	}
+	_, _ = n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	})
+	return n
+}
+
+// Start runs the watch until ctx ends; it returns once the cache is filled
+// (or ctx ended first).
+func (n *NodePods) Start(ctx context.Context) error {
+	go n.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), n.informer.HasSynced) {
+		return fmt.Errorf("sync pod cache: %w", ctx.Err())
+	}
+	return nil
+}
+
+// List returns the node's pods as last seen.
+func (n *NodePods) List() []*corev1.Pod {
+	objs := n.informer.GetStore().List()
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Changed receives a value after any change to the node's pods (coalesced).
+func (n *NodePods) Changed() <-chan struct{} { return n.changed }
