@@ -135,6 +135,9 @@ type podState struct {
 	// refused: the eviction was refused or failed at least once, so the
 	// pod is deleted at deadline - grace if it is still there.
 	refused bool
+	// evicted: the eviction was accepted; the cache may not show the
+	// deletion yet, so the pod is not evicted again.
+	evicted bool
 }
 
 // Drain evicts the node's pods group by group (workloads, then kube-system,
@@ -179,6 +182,9 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.
 				st = &podState{}
 				states[p.UID] = st
 			}
+			if st.evicted {
+				continue
+			}
 			grace := podGrace(p)
 			// Whole seconds, rounded up: a pod deleted at deadline - grace
 			// gets all of its grace, ending at most a moment past deadline.
@@ -203,6 +209,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.
 			d.opts.Recorder.Eviction(outcome)
 			switch outcome {
 			case OutcomeEvicted:
+				st.evicted = true
 				res.Evicted++
 				log.Info("pod evicted", "pod", klogRef(p), "grace", capped)
 			case OutcomeBlocked:

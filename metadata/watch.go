@@ -75,14 +75,16 @@ type Watcher struct {
 
 // NewClient returns a metadata client for long polls: its HTTP client
 // timeout is the poll timeout plus 10 s (as Google's guest agent does), so a
-// server that never answers cannot hold a poll forever.
-func NewClient(timeout time.Duration) *gcemetadata.Client {
+// server that never answers cannot hold a poll forever. host, when set
+// (host:port), sends every request there instead of the metadata server
+// (or GCE_METADATA_HOST): one process can then watch several emulated VMs.
+func NewClient(timeout time.Duration, host string) *gcemetadata.Client {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
 	return gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
 		Timeout:   timeout + 10*time.Second,
-		Transport: &etagTransport{next: http.DefaultTransport},
+		Transport: &etagTransport{next: http.DefaultTransport, host: host},
 	}})
 }
 
@@ -92,7 +94,7 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 		opts.Timeout = 60 * time.Second
 	}
 	if opts.Client == nil {
-		opts.Client = NewClient(opts.Timeout)
+		opts.Client = NewClient(opts.Timeout, "")
 	}
 	if opts.BackoffBase <= 0 {
 		opts.BackoffBase = time.Second
@@ -123,7 +125,10 @@ func (nopRecorder) MetadataRequest(string, string) {}
 // etagTransport copies the ETag of each answer into the etagBox carried by
 // the request's context: the official client's GetWithContext returns only
 // the body, and a long poll needs the ETag for last_etag.
-type etagTransport struct{ next http.RoundTripper }
+type etagTransport struct {
+	next http.RoundTripper
+	host string // if set, replaces the request's host
+}
 
 type etagBoxKey struct{}
 
@@ -133,6 +138,11 @@ type etagBox struct {
 }
 
 func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.host != "" {
+		req = req.Clone(req.Context())
+		req.URL.Host = t.host
+		req.Host = t.host
+	}
 	resp, err := t.next.RoundTrip(req)
 	if box, ok := req.Context().Value(etagBoxKey{}).(*etagBox); ok && resp != nil {
 		box.etag = resp.Header.Get("ETag")

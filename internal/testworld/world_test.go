@@ -120,7 +120,9 @@ func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
 	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), plain, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), "not-kwok-0", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Nodes().Delete(context.Background(), "not-kwok-0", metav1.DeleteOptions{})
+	})
 	// By the time a second kwok node is Ready, kwok has had its chance.
 	node(t, testworld.NodeSpec{Name: "gpu-ready-1"})
 	got, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "not-kwok-0", metav1.GetOptions{})

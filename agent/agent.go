@@ -1,0 +1,336 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+// Metrics is what the loop records; metrics.Agent implements it.
+type Metrics interface {
+	drain.Recorder
+	Interruption(interruptionType, reason string)
+	Migration()
+	Unrecognized(key string)
+	TaintLatency(d time.Duration)
+	DrainDuration(d time.Duration)
+	SetPhase(phase string)
+}
+
+// Events records Kubernetes Events on the agent's Node.
+type Events interface {
+	NodeEvent(warning bool, reason, message string)
+}
+
+// Watcher is the part of metadata.Watcher the agent uses.
+type Watcher interface {
+	Watch(ctx context.Context, key string, h metadata.Handler) error
+}
+
+// Options configure an Agent. Every field but Clock and Logger is required.
+type Options struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// Self is the agent's own pod, never evicted.
+	Self    types.NamespacedName
+	Watcher Watcher
+	Pods    *drain.NodePods
+	Config  Config
+	// RetryInterval is the delay between refused evictions.
+	RetryInterval time.Duration
+	Metrics       Metrics
+	Events        Events
+	Clock         clock.WithTicker
+	Logger        *slog.Logger
+}
+
+// Agent runs the maintenance lifecycle of one node.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+
+	wake chan struct{}
+
+	mu         sync.Mutex
+	signals    Signals
+	changedAt  time.Time // when a signal last changed
+	drainFor   time.Time // Started of the maintenance the running drain is for
+	drainDone  time.Time // Started of the maintenance whose drain finished
+	drainStop  context.CancelFunc
+	lastPhase  Phase
+	drainGroup sync.WaitGroup
+}
+
+// New returns an Agent.
+func New(opts Options) *Agent {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1)}
+}
+
+func (a *Agent) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start watches the metadata server and the node's pods and reconciles the
+// Node until ctx ends. It returns ctx's error.
+func (a *Agent) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := a.opts.Pods.Start(ctx); err != nil {
+		return fmt.Errorf("watch pods of node %q: %w", a.opts.NodeName, err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer a.stopDrain()
+	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = a.opts.Watcher.Watch(ctx, key, func(ctx context.Context, ans metadata.Answer) bool {
+				return a.observe(key, ans)
+			})
+		}()
+	}
+	// Reconcile on every signal change, every drain end, and once a minute
+	// (the Node may have been edited; a watch on it would be cheaper).
+	ticker := a.opts.Clock.NewTicker(30 * time.Second)
+	defer ticker.Stop()
+	a.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.wake:
+		case <-ticker.C():
+		}
+		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("reconcile failed", "err", err)
+			a.sleep(ctx, time.Second)
+			a.poke()
+		}
+	}
+}
+
+func (a *Agent) sleep(ctx context.Context, d time.Duration) {
+	t := a.opts.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
+	}
+}
+
+// observe parses one answer into the signals. It reports false for a value
+// it does not recognise, which changes nothing.
+func (a *Agent) observe(key string, ans metadata.Answer) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sig := a.signals
+	var err error
+	switch key {
+	case metadata.KeyMaintenanceEvent:
+		if ans.Absent {
+			err = fmt.Errorf("maintenance-event not served: %w", metadata.ErrUnrecognized)
+			break
+		}
+		var ev metadata.Event
+		if ev, err = metadata.ParseEvent(ans.Value); err == nil {
+			sig.Event, sig.EventKnown = ev, true
+		}
+	case metadata.KeyPreempted:
+		if ans.Absent {
+			err = fmt.Errorf("preempted not served: %w", metadata.ErrUnrecognized)
+			break
+		}
+		var p bool
+		if p, err = metadata.ParsePreempted(ans.Value); err == nil {
+			sig.Preempted, sig.PreemptedKnown = p, true
+		}
+	case metadata.KeyUpcomingMaintenance:
+		if ans.Absent {
+			sig.Notice, sig.NoticePresent, sig.NoticeKnown = metadata.Notice{}, false, true
+			break
+		}
+		var n metadata.Notice
+		var present bool
+		if n, present, err = metadata.ParseNotice(ans.Value); err == nil {
+			sig.Notice, sig.NoticePresent, sig.NoticeKnown = n, present, true
+		}
+	}
+	if err != nil {
+		a.log.Warn("unrecognized metadata value; not acting on it", "key", key, "err", err)
+		a.opts.Metrics.Unrecognized(key)
+		a.opts.Events.NodeEvent(true, "UnrecognizedMetadataValue", fmt.Sprintf(
+			"The metadata server answered %s with a value the agent does not recognise; it is ignored: %v", key, err))
+		return false
+	}
+	a.log.Info("metadata changed", "key", key, "value", truncate(ans.Value), "absent", ans.Absent)
+	a.signals = sig
+	a.changedAt = a.opts.Clock.Now()
+	a.poke()
+	return true
+}
+
+func truncate(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "..."
+	}
+	return s
+}
+
+// reconcile reads the Node, steps the state machine, writes the result in
+// one update, and starts or stops the drain.
+func (a *Agent) reconcile(ctx context.Context) error {
+	var dec Decision
+	var latency time.Duration
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		obs := Observation{
+			Now:           a.opts.Clock.Now(),
+			Signals:       a.signals,
+			BootID:        node.Status.NodeInfo.BootID,
+			Unschedulable: node.Spec.Unschedulable,
+		}
+		changedAt := a.changedAt
+		st := StateFromNode(node)
+		obs.DrainDone = st.Phase == PhaseDraining && a.drainDone.Equal(st.Started)
+		a.mu.Unlock()
+		dec = Step(a.opts.Config, st, obs)
+		if !ApplyState(node, dec) {
+			return nil
+		}
+		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: "maintenance-handler-agent"}); err != nil {
+			return err
+		}
+		if dec.Interruption != nil && !changedAt.IsZero() {
+			latency = a.opts.Clock.Since(changedAt)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update node %q: %w", a.opts.NodeName, err)
+	}
+	a.execute(ctx, dec, latency)
+	return nil
+}
+
+// execute records a decision that is now on the Node, and runs the drain
+// while the phase is Draining.
+func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration) {
+	st := dec.State
+	for _, e := range dec.Events {
+		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
+		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
+	}
+	if dec.Interruption != nil {
+		a.opts.Metrics.Interruption(dec.Interruption.Type, dec.Interruption.Reason)
+		a.opts.Metrics.TaintLatency(latency)
+	}
+	if dec.Migration {
+		a.opts.Metrics.Migration()
+	}
+	a.mu.Lock()
+	if st.Phase != a.lastPhase {
+		if a.lastPhase == PhaseDraining && st.Phase == PhaseTerminating {
+			a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
+		}
+		a.lastPhase = st.Phase
+		a.opts.Metrics.SetPhase(string(st.Phase))
+	}
+	running := !a.drainFor.IsZero()
+	a.mu.Unlock()
+	switch {
+	case st.Phase == PhaseDraining && (!running || !a.drainForIs(st.Started)):
+		a.stopDrain()
+		a.startDrain(ctx, st)
+	case st.Phase != PhaseDraining && running:
+		a.stopDrain()
+	}
+}
+
+func (a *Agent) drainForIs(t time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.drainFor.Equal(t)
+}
+
+func (a *Agent) startDrain(ctx context.Context, st State) {
+	dctx, cancel := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.drainFor = st.Started
+	a.drainStop = cancel
+	a.mu.Unlock()
+	d := drain.New(drain.Options{
+		Client: a.opts.Client, Pods: a.opts.Pods, Skip: a.opts.Self, RetryInterval: a.opts.RetryInterval,
+		Clock: a.opts.Clock, Logger: a.log, Recorder: a.opts.Metrics, Events: a.opts.Events,
+	})
+	a.drainGroup.Add(1)
+	go func() {
+		defer a.drainGroup.Done()
+		a.log.Info("drain started", "reason", st.Reason, "deadline", st.Deadline)
+		res, err := d.Drain(dctx, st.Deadline)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				a.log.Warn("drain ended early", "err", err)
+			}
+			return
+		}
+		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted)
+		a.mu.Lock()
+		a.drainDone = st.Started
+		a.mu.Unlock()
+		a.poke()
+	}()
+}
+
+func (a *Agent) stopDrain() {
+	a.mu.Lock()
+	stop := a.drainStop
+	a.drainStop, a.drainFor = nil, time.Time{}
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	a.drainGroup.Wait()
+}
+
+// WaitForNode blocks until the Node exists (the agent may start before its
+// Node is registered).
+func WaitForNode(ctx context.Context, c kubernetes.Interface, name string) (*corev1.Node, error) {
+	var node *corev1.Node
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = n
+		return true, nil
+	})
+	return node, err
+}

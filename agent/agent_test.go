@@ -1,0 +1,408 @@
+package agent_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// vm is one simulated VM: a kwok Node and its metadata emulator.
+type vm struct {
+	name string
+	emu  *gceemu.Server
+}
+
+func newVM(t *testing.T, name string) *vm {
+	t.Helper()
+	if _, err := world.AddNode(ctxFor(t, 90*time.Second), testworld.NodeSpec{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	emu := gceemu.New(gceemu.Config{Name: name})
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	return &vm{name: name, emu: emu}
+}
+
+// running is one agent process, in-process.
+type running struct {
+	metrics *metrics.Agent
+	watcher *metadata.Watcher
+	stop    func()
+}
+
+func startAgent(t *testing.T, v *vm, cfg agent.Config) *running {
+	t.Helper()
+	node, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), v.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewAgent(prometheus.NewRegistry())
+	events := agent.NewNodeEvents(world.Client, v.name, node.UID)
+	w := metadata.NewWatcher(metadata.WatcherOptions{
+		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Recorder: m,
+	})
+	a := agent.New(agent.Options{
+		Client: world.Client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
+		Watcher: w, Pods: drain.NewNodePods(world.Client, v.name), Config: cfg,
+		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Start(ctx) }()
+	r := &running{metrics: m, watcher: w}
+	stopped := false
+	r.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		<-done
+		events.Shutdown()
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitNode(t *testing.T, name, what string, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	var n *corev1.Node
+	err := wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		n, err = world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && cond(n), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: %s never happened: labels %v annotations %v taints %v", name, what, n.Labels, n.Annotations, n.Spec.Taints)
+	}
+	return n
+}
+
+func nodeEvents(t *testing.T, name string) map[string]int {
+	t.Helper()
+	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		out[e.Reason] += int(max(e.Count, 1))
+	}
+	return out
+}
+
+func waitEvent(t *testing.T, node, reason string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return nodeEvents(t, node)[reason] > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s Event on %s: %v", reason, node, nodeEvents(t, node))
+	}
+}
+
+func makePod(ns, name, node string, grace int64, delay time.Duration) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: delay.String()}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{{Name: "main", Image: "registry.invalid/trainer:1"}},
+		},
+	}
+}
+
+func createPod(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+}
+
+func podGone(t *testing.T, ns, name string) bool {
+	_, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
+}
+
+// reboot simulates the VM coming back: the metadata server is quiet again
+// and the node reports a new boot ID.
+func reboot(t *testing.T, v *vm) {
+	t.Helper()
+	v.emu.Clear()
+	boot := testworld.NewBootID()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, v.name)
+		n.Status.NodeInfo.BootID = boot
+		_, err := world.Client.CoreV1().Nodes().UpdateStatus(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
+	v := newVM(t, "agent-notice-0")
+	startAgent(t, v, agent.DefaultConfig)
+	start := time.Date(2026, 12, 1, 19, 0, 1, 0, time.UTC)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
+	n := waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
+	})
+	if ann := n.Annotations[agent.AnnotationUpcomingMaintenance]; ann == "" || !contains(ann, `"maintenance_status":"PENDING"`) {
+		t.Errorf("notice annotation %q, want the snake_case notice", ann)
+	}
+	if agent.HasTaint(n) || n.Spec.Unschedulable {
+		t.Errorf("a pending notice tainted or cordoned the node")
+	}
+	later := start.Add(72 * time.Hour)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(later, 2*time.Hour))
+	waitNode(t, v.name, "rescheduled label", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelScheduledMaintenanceTime] == strconv.FormatInt(later.Unix(), 10)
+	})
+	v.emu.ClearNotice()
+	waitNode(t, v.name, "label and annotation removed", func(n *corev1.Node) bool {
+		_, l := n.Labels[agent.LabelScheduledMaintenanceTime]
+		_, a := n.Annotations[agent.AnnotationUpcomingMaintenance]
+		return !l && !a
+	})
+	for _, r := range []string{agent.EventMaintenanceScheduled, agent.EventMaintenanceRescheduled, agent.EventMaintenanceCancelled} {
+		waitEvent(t, v.name, r)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestHostMaintenanceEndToEnd(t *testing.T) {
+	v := newVM(t, "agent-host-0")
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "trainer", v.name, 3, 3*time.Second))
+	createPod(t, makePod(metav1.NamespaceSystem, "dns-"+v.name, v.name, 1, time.Second))
+	r := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "agent settled", func(*corev1.Node) bool {
+		return !r.watcher.LastGood(metadata.KeyMaintenanceEvent).IsZero()
+	})
+
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	n := waitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
+		return agent.HasTaint(n) && n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
+	})
+	if !n.Spec.Unschedulable {
+		t.Error("node not cordoned during maintenance")
+	}
+	// A new pod for this node is not scheduled there.
+	newcomer := makePod(ns, "newcomer", "", 1, time.Second)
+	newcomer.Spec.NodeSelector = map[string]string{corev1.LabelHostname: v.name}
+	createPod(t, newcomer)
+
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	if !podGone(t, ns, "trainer") || !podGone(t, metav1.NamespaceSystem, "dns-"+v.name) {
+		t.Error("terminating while pods remain")
+	}
+	p, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), "newcomer", metav1.GetOptions{})
+	if err != nil || p.Spec.NodeName != "" {
+		t.Errorf("newcomer scheduled onto the node in maintenance: %v %q", err, p.Spec.NodeName)
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 1 {
+		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted)); got != 2 {
+		t.Errorf("evictions{evicted} = %v, want 2", got)
+	}
+	if got := testutil.CollectAndCount(r.metrics.TaintLatencySeconds); got != 1 {
+		t.Errorf("taint latency observations = %d, want 1", got)
+	}
+
+	// The VM comes back: back in service, and the waiting pod lands there.
+	reboot(t, v)
+	waitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
+		_, active := n.Labels[agent.LabelActiveMaintenance]
+		return !active && !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[agent.AnnotationPhase] == ""
+	})
+	err = wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "newcomer", metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName == v.name, nil
+	})
+	if err != nil {
+		t.Errorf("newcomer never scheduled after the node came back: %v", err)
+	}
+	for _, reason := range []string{agent.EventTerminateOnHost, agent.EventEvictionComplete, agent.EventMaintenanceCleared} {
+		waitEvent(t, v.name, reason)
+	}
+}
+
+func TestCordonedNodeStaysCordoned(t *testing.T) {
+	v := newVM(t, "agent-cordon-0")
+	n := getNode(t, v.name)
+	n.Spec.Unschedulable = true
+	if _, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, v, agent.DefaultConfig)
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	reboot(t, v)
+	n = waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+	if !n.Spec.Unschedulable {
+		t.Error("a node a person had cordoned was uncordoned")
+	}
+}
+
+func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
+	v := newVM(t, "agent-preempt-0")
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "long-grace", v.name, 600, 600*time.Second))
+	r := startAgent(t, v, agent.DefaultConfig)
+
+	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
+	waitEvent(t, v.name, agent.EventMigrateOnHost)
+	if n := getNode(t, v.name); agent.HasTaint(n) || n.Labels[agent.LabelActiveMaintenance] != "" {
+		t.Errorf("live migration tainted or labelled the node")
+	}
+	if got := testutil.ToFloat64(r.metrics.Migrations); got != 1 {
+		t.Errorf("live migrations = %v, want 1", got)
+	}
+
+	start := time.Now()
+	v.emu.SetPreempted(true)
+	n := waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	deadline, err := time.Parse(time.RFC3339Nano, n.Annotations[agent.AnnotationDeadline])
+	if err != nil || deadline.After(start.Add(31*time.Second)) {
+		t.Errorf("deadline %v (%v), want within 30 s of the preemption", deadline, err)
+	}
+	if !podGone(t, ns, "long-grace") {
+		t.Error("terminating before the pod was gone")
+	}
+	if took := time.Since(start); took > 35*time.Second {
+		t.Errorf("preemption drain took %s, past its 30 s deadline", took)
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionPreemption, agent.ReasonEviction)); got != 1 {
+		t.Errorf("interruptions{PreemptionEvent,Eviction} = %v, want 1", got)
+	}
+}
+
+func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
+	v := newVM(t, "agent-restart-0")
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "slow", v.name, 6, 6*time.Second))
+	createPod(t, makePod(ns, "slower", v.name, 8, 8*time.Second))
+	first := startAgent(t, v, agent.DefaultConfig)
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	waitNode(t, v.name, "draining", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
+	})
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil, nil
+	})
+	if err != nil {
+		t.Fatal("the first agent never began the drain")
+	}
+	first.stop() // killed mid-drain
+	second := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	if got := testutil.ToFloat64(second.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 0 {
+		t.Errorf("the restarted agent counted the interruption again (%v)", got)
+	}
+	if got := nodeEvents(t, v.name)[agent.EventTerminateOnHost]; got != 1 {
+		t.Errorf("%d TerminateOnHostMaintenance Events, want 1 (one drain)", got)
+	}
+	if !podGone(t, ns, "slow") || !podGone(t, ns, "slower") {
+		t.Error("terminating while pods remain")
+	}
+}
+
+func TestMetadataFaultsCauseNoDrain(t *testing.T) {
+	v := newVM(t, "agent-faults-0")
+	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
+		v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + key, Kind: gceemu.FaultStatus, Status: 503})
+	}
+	began := time.Now()
+	r := startAgent(t, v, agent.DefaultConfig)
+	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError)) >= 2, nil
+	})
+	if err != nil {
+		t.Fatal("no failed metadata requests counted")
+	}
+	if err := r.watcher.Healthy(keys, began, 0); err == nil {
+		t.Error("healthy while every metadata request fails")
+	}
+	// Garbage and an unknown value: counted, a Warning, and no drain.
+	v.emu.ClearFaults()
+	v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + metadata.KeyMaintenanceEvent, Kind: gceemu.FaultGarbage, Times: 2})
+	v.emu.SetMaintenanceEvent("TERMINATE_SOMETIME")
+	waitEvent(t, v.name, "UnrecognizedMetadataValue")
+	if n := getNode(t, v.name); agent.HasTaint(n) || n.Spec.Unschedulable || n.Labels[agent.LabelActiveMaintenance] != "" {
+		t.Fatal("an unknown value or a fault drained the node")
+	}
+	if got := testutil.ToFloat64(r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent)); got < 1 {
+		t.Errorf("unrecognized values counted: %v", got)
+	}
+	v.emu.SetMaintenanceEvent(gceemu.EventNone)
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return r.watcher.Healthy(keys, began, time.Hour) == nil && !r.watcher.LastGood(metadata.KeyMaintenanceEvent).IsZero(), nil
+	})
+	if err != nil {
+		t.Errorf("never healthy again after the faults: %v", r.watcher.Healthy(keys, began, time.Hour))
+	}
+	if n := getNode(t, v.name); agent.HasTaint(n) {
+		t.Error("tainted after recovery with nothing scheduled")
+	}
+}

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+// annotationLastEvent is the last maintenance-event value acted on.
+const annotationLastEvent = Prefix + "last-event"
+
+// StateFromNode reads the agent's state from a Node.
+func StateFromNode(n *corev1.Node) State {
+	a := n.Annotations
+	st := State{
+		Phase:          Phase(a[AnnotationPhase]),
+		Reason:         Reason(a[AnnotationReason]),
+		BootID:         a[AnnotationBootID],
+		CordonedBefore: a[AnnotationCordonedBefore] == "true",
+		ScheduledTime:  n.Labels[LabelScheduledMaintenanceTime],
+		Notice:         a[AnnotationUpcomingMaintenance],
+		LastEvent:      metadata.Event(a[annotationLastEvent]),
+	}
+	switch st.Phase {
+	case PhaseDraining, PhaseTerminating:
+	default:
+		st.Phase = PhaseIdle
+	}
+	st.Started, _ = time.Parse(time.RFC3339Nano, a[AnnotationStarted])
+	st.Deadline, _ = time.Parse(time.RFC3339Nano, a[AnnotationDeadline])
+	return st
+}
+
+// ApplyState writes st and its consequences (the active-maintenance label,
+// the taint) onto n, and cordons or uncordons as d says. It reports
+// whether n changed.
+func ApplyState(n *corev1.Node, d Decision) bool {
+	st := d.State
+	before := n.DeepCopy()
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	set := func(m map[string]string, k, v string) {
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	active := st.Phase != PhaseIdle
+	timeStr := func(t time.Time) string {
+		if !active || t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	phase := string(st.Phase)
+	if !active {
+		phase = ""
+	}
+	set(n.Annotations, AnnotationPhase, phase)
+	set(n.Annotations, AnnotationReason, map[bool]string{true: string(st.Reason)}[active])
+	set(n.Annotations, AnnotationStarted, timeStr(st.Started))
+	set(n.Annotations, AnnotationDeadline, timeStr(st.Deadline))
+	set(n.Annotations, AnnotationBootID, map[bool]string{true: st.BootID}[active])
+	set(n.Annotations, AnnotationCordonedBefore, map[bool]string{true: strconv.FormatBool(st.CordonedBefore)}[active])
+	set(n.Annotations, annotationLastEvent, string(st.LastEvent))
+	set(n.Annotations, AnnotationUpcomingMaintenance, st.Notice)
+	set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
+	switch st.Phase {
+	case PhaseDraining:
+		n.Labels[LabelActiveMaintenance] = ValueOngoing
+	case PhaseTerminating:
+		n.Labels[LabelActiveMaintenance] = ValueTerminating
+	default:
+		delete(n.Labels, LabelActiveMaintenance)
+	}
+	setTaint(n, active)
+	if d.Cordon {
+		n.Spec.Unschedulable = true
+	}
+	if d.Uncordon {
+		n.Spec.Unschedulable = false
+	}
+	return !equalNode(before, n)
+}
+
+func setTaint(n *corev1.Node, on bool) {
+	taints := n.Spec.Taints[:0:0]
+	found := false
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintImpendingTermination && t.Effect == corev1.TaintEffectNoSchedule {
+			found = true
+			if !on {
+				continue
+			}
+		}
+		taints = append(taints, t)
+	}
+	if on && !found {
+		taints = append(taints, corev1.Taint{Key: TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if len(taints) == 0 {
+		taints = nil
+	}
+	n.Spec.Taints = taints
+}
+
+// HasTaint reports whether the impending-termination taint is on n.
+func HasTaint(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintImpendingTermination && t.Effect == corev1.TaintEffectNoSchedule {
+			return true
+		}
+	}
+	return false
+}
+
+func equalNode(a, b *corev1.Node) bool {
+	if a.Spec.Unschedulable != b.Spec.Unschedulable || len(a.Spec.Taints) != len(b.Spec.Taints) {
+		return false
+	}
+	for i := range a.Spec.Taints {
+		if a.Spec.Taints[i].Key != b.Spec.Taints[i].Key || a.Spec.Taints[i].Effect != b.Spec.Taints[i].Effect {
+			return false
+		}
+	}
+	return equalMap(a.Labels, b.Labels) && equalMap(a.Annotations, b.Annotations)
+}
+
+func equalMap(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,137 @@
+// Command agent is maintenance-handler's node agent: one per accelerator
+// node (DaemonSet). See package agent.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+)
+
+func main() {
+	opts := NewOptions()
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "invalid flags:\n"+err.Error())
+		os.Exit(2)
+	}
+	level, _ := parseLevel(opts.LogLevel)
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	klog.SetSlogLogger(logger)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts, logger); err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("agent stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = opts.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "maintenance-handler-agent"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	node, err := agent.WaitForNode(ctx, client, opts.NodeName)
+	if err != nil {
+		return fmt.Errorf("wait for node %q: %w", opts.NodeName, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.NewAgent(reg)
+	events := agent.NewNodeEvents(client, opts.NodeName, node.UID)
+	defer events.Shutdown()
+	clk := clock.RealClock{}
+	watcher := metadata.NewWatcher(metadata.WatcherOptions{
+		Client:   metadata.NewClient(opts.MetadataTimeout, opts.MetadataHost),
+		Timeout:  opts.MetadataTimeout,
+		Clock:    clk,
+		Logger:   logger.With("component", "metadata"),
+		Recorder: m,
+	})
+	a := agent.New(agent.Options{
+		Client:        client,
+		NodeName:      opts.NodeName,
+		Self:          types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
+		Watcher:       watcher,
+		Pods:          drain.NewNodePods(client, opts.NodeName),
+		Config:        agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline},
+		RetryInterval: opts.EvictionRetryInterval,
+		Metrics:       m,
+		Events:        events,
+		Clock:         clk,
+		Logger:        logger,
+	})
+
+	started := clk.Now()
+	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := watcher.Healthy(keys, started, opts.UnhealthyAfter); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", opts.ListenAddress, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	logger.Info("agent started", "node", opts.NodeName, "listen", ln.Addr().String())
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.Start(ctx) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	})
+	return g.Wait()
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options are the agent's flags. NODE_NAME, POD_NAMESPACE and POD_NAME come
+// from the Downward API.
+type Options struct {
+	NodeName     string
+	PodNamespace string
+	PodName      string
+	Kubeconfig   string
+	// ListenAddress serves /metrics and /healthz.
+	ListenAddress string
+	// MetadataHost replaces the metadata server's address (host:port); empty
+	// means 169.254.169.254 or GCE_METADATA_HOST.
+	MetadataHost string
+	// MetadataTimeout is the long poll's timeout_sec.
+	MetadataTimeout time.Duration
+	// UnhealthyAfter: /healthz fails when a watched key has had no good
+	// answer for longer than this.
+	UnhealthyAfter          time.Duration
+	HostMaintenanceDeadline time.Duration
+	PreemptionDeadline      time.Duration
+	EvictionRetryInterval   time.Duration
+	LogLevel                string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		NodeName:                os.Getenv("NODE_NAME"),
+		PodNamespace:            os.Getenv("POD_NAMESPACE"),
+		PodName:                 os.Getenv("POD_NAME"),
+		ListenAddress:           ":9102",
+		MetadataTimeout:         60 * time.Second,
+		UnhealthyAfter:          3 * time.Minute,
+		HostMaintenanceDeadline: 60 * time.Minute,
+		PreemptionDeadline:      30 * time.Second,
+		EvictionRetryInterval:   5 * time.Second,
+		LogLevel:                "info",
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of this node (default $NODE_NAME).")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of the agent's pod, never evicted (default $POD_NAMESPACE).")
+	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of the agent's pod, never evicted (default $POD_NAME).")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
+	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
+	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout (timeout_sec), 1s to 1h.")
+	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer for this long; more than --metadata-timeout plus 10s.")
+	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
+	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
+	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused.")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
+}
+
+// Validate reports every problem at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
+	}
+	if (o.PodName == "") != (o.PodNamespace == "") {
+		errs = append(errs, errors.New("--pod-name and --pod-namespace go together"))
+	}
+	if o.MetadataTimeout < time.Second || o.MetadataTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want 1s to 1h", o.MetadataTimeout))
+	}
+	if o.MetadataTimeout%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want whole seconds", o.MetadataTimeout))
+	}
+	if o.UnhealthyAfter <= o.MetadataTimeout+10*time.Second {
+		errs = append(errs, fmt.Errorf("--unhealthy-after %s: want more than --metadata-timeout plus 10s (%s)", o.UnhealthyAfter, o.MetadataTimeout+10*time.Second))
+	}
+	for name, d := range map[string]time.Duration{
+		"--host-maintenance-deadline": o.HostMaintenanceDeadline,
+		"--preemption-deadline":       o.PreemptionDeadline,
+		"--eviction-retry-interval":   o.EvictionRetryInterval,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
+		}
+	}
+	if _, err := parseLevel(o.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

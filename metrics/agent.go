@@ -1,0 +1,116 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const namespace = "maintenance_handler"
+
+// Agent holds the agent's metrics.
+type Agent struct {
+	Interruptions        *prometheus.CounterVec
+	Migrations           prometheus.Counter
+	Evictions            *prometheus.CounterVec
+	Escalations          prometheus.Counter
+	DrainDurationSeconds prometheus.Histogram
+	MetadataRequests     *prometheus.CounterVec
+	UnrecognizedValues   *prometheus.CounterVec
+	TaintLatencySeconds  prometheus.Histogram
+	Phase                *prometheus.GaugeVec
+}
+
+// Phases are the values of the phase label, so that every series exists
+// from the start.
+var Phases = []string{"Idle", "Draining", "Terminating"}
+
+// NewAgent creates the agent's metrics and registers them with reg.
+func NewAgent(reg prometheus.Registerer) *Agent {
+	const sub = "agent"
+	m := &Agent{
+		Interruptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "interruptions_total",
+			Help: "Interruptions of this node, by interruption_type (MaintenanceEvent, PreemptionEvent, TerminationEvent) and interruption_reason.",
+		}, []string{"interruption_type", "interruption_reason"}),
+		Migrations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "live_migrations_total",
+			Help: "MIGRATE_ON_HOST_MAINTENANCE announcements (no drain).",
+		}),
+		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "evictions_total",
+			Help: "Eviction attempts by outcome: evicted, blocked (429 from a PodDisruptionBudget), gone, error, deleted (escalated to delete at deadline - grace).",
+		}, []string{"outcome"}),
+		Escalations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "eviction_escalations_total",
+			Help: "Pods deleted after PodDisruptionBudgets refused their eviction until deadline - grace.",
+		}),
+		DrainDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: sub, Name: "drain_duration_seconds",
+			Help:    "Time from the start of maintenance to the node being drained (terminating).",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+		}),
+		MetadataRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "metadata_requests_total",
+			Help: "Metadata server requests by key and result (ok, not_defined, no_notice, server_error, transport_error, unparseable).",
+		}, []string{"key", "result"}),
+		UnrecognizedValues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "unrecognized_values_total",
+			Help: "Metadata values the agent did not recognise and did not act on, by key.",
+		}, []string{"key"}),
+		TaintLatencySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: sub, Name: "taint_latency_seconds",
+			Help:    "Time from a metadata change that starts maintenance to the taint being on the Node.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}),
+		Phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: sub, Name: "phase",
+			Help: "1 for the node's current maintenance phase (Idle, Draining, Terminating), 0 for the others.",
+		}, []string{"phase"}),
+	}
+	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
+		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase)
+	m.SetPhase("Idle")
+	return m
+}
+
+// MetadataRequest implements metadata.Recorder.
+func (m *Agent) MetadataRequest(key, result string) {
+	m.MetadataRequests.WithLabelValues(key, result).Inc()
+}
+
+// Eviction implements drain.Recorder.
+func (m *Agent) Eviction(outcome string) {
+	m.Evictions.WithLabelValues(outcome).Inc()
+	if outcome == "deleted" {
+		m.Escalations.Inc()
+	}
+}
+
+// SetPhase sets the phase gauge.
+func (m *Agent) SetPhase(phase string) {
+	for _, p := range Phases {
+		v := 0.0
+		if p == phase {
+			v = 1
+		}
+		m.Phase.WithLabelValues(p).Set(v)
+	}
+}
+
+// Interruption counts one interruption.
+func (m *Agent) Interruption(interruptionType, reason string) {
+	m.Interruptions.WithLabelValues(interruptionType, reason).Inc()
+}
+
+// Migration counts a live-migration announcement.
+func (m *Agent) Migration() { m.Migrations.Inc() }
+
+// Unrecognized counts a metadata value the agent did not act on.
+func (m *Agent) Unrecognized(key string) { m.UnrecognizedValues.WithLabelValues(key).Inc() }
+
+// TaintLatency observes the time from a metadata change to the taint.
+func (m *Agent) TaintLatency(d time.Duration) { m.TaintLatencySeconds.Observe(d.Seconds()) }
+
+// DrainDuration observes how long a drain took.
+func (m *Agent) DrainDuration(d time.Duration) { m.DrainDurationSeconds.Observe(d.Seconds()) }
