@@ -29,7 +29,7 @@ var world *testworld.World
 
 func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -62,7 +62,7 @@ type running struct {
 	stop    func()
 }
 
-func startAgent(t *testing.T, v *vm, cfg agent.Config) *running {
+func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
 	t.Helper()
 	node, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), v.name, metav1.GetOptions{})
 	if err != nil {
@@ -97,7 +97,7 @@ func startAgent(t *testing.T, v *vm, cfg agent.Config) *running {
 	return r
 }
 
-func getNode(t *testing.T, name string) *corev1.Node {
+func getNode(t testing.TB, name string) *corev1.Node {
 	t.Helper()
 	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
 	if err != nil {
@@ -173,7 +173,7 @@ func podGone(t *testing.T, ns, name string) bool {
 
 // reboot simulates the VM coming back: the metadata server is quiet again
 // and the node reports a new boot ID.
-func reboot(t *testing.T, v *vm) {
+func reboot(t testing.TB, v *vm) {
 	t.Helper()
 	v.emu.Clear()
 	boot := testworld.NewBootID()

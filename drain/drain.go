@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -162,6 +163,16 @@ func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error)
 	return res, nil
 }
 
+// action is one API call a drain round makes for a pod.
+type action struct {
+	pod        *corev1.Pod
+	st         *podState
+	grace      time.Duration // capped to the deadline
+	escalateAt time.Time
+	escalate   bool
+	outcome    string
+}
+
 func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.Time, res *Result) error {
 	log := d.opts.Logger.With("group", g)
 	states := map[types.UID]*podState{}
@@ -173,6 +184,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.
 			return nil
 		}
 		wake := now.Add(time.Hour)
+		var actions []*action
 		for _, p := range pods {
 			if p.DeletionTimestamp != nil {
 				continue // stopping: wait for it to go
@@ -192,45 +204,83 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.
 			if left < deadline.Sub(now) {
 				left += time.Second
 			}
-			capped := min(grace, max(left, 0))
-			escalateAt := deadline.Add(-grace)
-			if st.refused && !now.Before(escalateAt) {
-				d.escalate(ctx, p, capped, res)
-				continue
-			}
-			if now.Before(st.nextTry) {
+			a := &action{pod: p, st: st, grace: min(grace, max(left, 0)), escalateAt: deadline.Add(-grace)}
+			switch {
+			case st.refused && !now.Before(a.escalateAt):
+				a.escalate = true
+			case now.Before(st.nextTry):
 				wake = earliest(wake, st.nextTry)
 				if st.refused {
-					wake = earliest(wake, escalateAt)
+					wake = earliest(wake, a.escalateAt)
 				}
 				continue
 			}
-			outcome := d.evict(ctx, p, capped)
-			d.opts.Recorder.Eviction(outcome)
-			switch outcome {
+			actions = append(actions, a)
+		}
+		d.run(ctx, actions)
+		for _, a := range actions {
+			p, st := a.pod, a.st
+			if a.escalate {
+				if a.outcome == OutcomeEscalated {
+					res.Deleted++
+					d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
+						"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
+						klogRef(p), a.grace))
+					log.Warn("pod deleted after refused evictions", "pod", klogRef(p), "grace", a.grace)
+				}
+				d.opts.Recorder.Eviction(a.outcome)
+				st.evicted = a.outcome != OutcomeError
+				continue
+			}
+			d.opts.Recorder.Eviction(a.outcome)
+			switch a.outcome {
 			case OutcomeEvicted:
 				st.evicted = true
 				res.Evicted++
-				log.Info("pod evicted", "pod", klogRef(p), "grace", capped)
+				log.Info("pod evicted", "pod", klogRef(p), "grace", a.grace)
 			case OutcomeBlocked:
 				if !st.refused {
 					d.opts.Events.NodeEvent(true, EventBlocked, fmt.Sprintf(
 						"Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
-						klogRef(p), escalateAt.UTC().Format(time.RFC3339), capped))
+						klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace))
 				}
 				st.refused = true
 				st.nextTry = now.Add(d.opts.RetryInterval)
-				wake = earliest(wake, earliest(st.nextTry, escalateAt))
+				wake = earliest(wake, earliest(st.nextTry, a.escalateAt))
 			case OutcomeError:
 				st.refused = true
 				st.nextTry = now.Add(d.opts.RetryInterval)
-				wake = earliest(wake, earliest(st.nextTry, escalateAt))
+				wake = earliest(wake, earliest(st.nextTry, a.escalateAt))
 			}
 		}
 		if err := d.wait(ctx, wake); err != nil {
 			return err
 		}
 	}
+}
+
+// parallelism bounds the API calls of one drain round in flight at once.
+const parallelism = 16
+
+// run makes the round's calls concurrently, the pods with the longest
+// grace first: they are the ones that decide when the node is empty.
+func (d *Drainer) run(ctx context.Context, actions []*action) {
+	sort.SliceStable(actions, func(i, j int) bool { return actions[i].grace > actions[j].grace })
+	sem := make(chan struct{}, parallelism)
+	var wg sync.WaitGroup
+	for _, a := range actions {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if a.escalate {
+				a.outcome = d.delete(ctx, a.pod, a.grace)
+			} else {
+				a.outcome = d.evict(ctx, a.pod, a.grace)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // pending lists the pods of group g still on the node.
@@ -286,24 +336,18 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 	}
 }
 
-// escalate deletes a pod that PodDisruptionBudgets kept from being evicted
-// until deadline - grace.
-func (d *Drainer) escalate(ctx context.Context, p *corev1.Pod, grace time.Duration, res *Result) {
+// delete deletes a pod whose eviction kept being refused until
+// deadline - grace.
+func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
 	secs := int64(grace / time.Second)
 	err := d.opts.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		d.opts.Logger.Warn("delete after PDB refusals failed", "pod", klogRef(p), "err", err)
-		d.opts.Recorder.Eviction(OutcomeError)
-		return
+		d.opts.Logger.Warn("delete after refused evictions failed", "pod", klogRef(p), "err", err)
+		return OutcomeError
 	}
-	res.Deleted++
-	d.opts.Recorder.Eviction(OutcomeEscalated)
-	d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
-		"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
-		klogRef(p), grace))
-	d.opts.Logger.Warn("pod deleted after PDB refusals", "pod", klogRef(p), "grace", grace)
+	return OutcomeEscalated
 }
 
 // podGrace is the pod's terminationGracePeriodSeconds (30 s if unset).

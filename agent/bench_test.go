@@ -1,0 +1,177 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+// watchNode streams the node's updates.
+func watchNode(b *testing.B, name string) <-chan *corev1.Node {
+	w, err := world.Client.CoreV1().Nodes().Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.Stop)
+	out := make(chan *corev1.Node, 256)
+	go func() {
+		defer close(out)
+		for ev := range w.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok && ev.Type != watch.Error {
+				out <- n
+			}
+		}
+	}()
+	return out
+}
+
+func until(b *testing.B, ch <-chan *corev1.Node, cond func(*corev1.Node) bool) time.Time {
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case n, ok := <-ch:
+			if !ok {
+				b.Fatal("node watch closed")
+			}
+			if cond(n) {
+				return time.Now()
+			}
+		case <-timeout:
+			b.Fatal("timed out")
+		}
+	}
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// BenchmarkTaintLatency measures the time from a metadata change
+// (maintenance-event turning TERMINATE_ON_HOST_MAINTENANCE) to the taint
+// being visible in the API server, over 100 maintenances of one node.
+func BenchmarkTaintLatency(b *testing.B) {
+	const events = 100
+	name := "bench-taint-0"
+	if _, err := world.AddNode(context.Background(), testworld.NodeSpec{Name: name}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	emu := gceemu.New(gceemu.Config{Name: name})
+	if err := emu.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = emu.Close() })
+	v := &vm{name: name, emu: emu}
+	startAgent(b, v, agent.DefaultConfig)
+	nodes := watchNode(b, name)
+	var lat []time.Duration
+	for b.Loop() {
+		lat = lat[:0]
+		for range events {
+			start := time.Now()
+			emu.SetMaintenanceEvent(gceemu.EventTerminate)
+			at := until(b, nodes, agent.HasTaint)
+			lat = append(lat, at.Sub(start))
+			until(b, nodes, func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+			reboot(b, v)
+			until(b, nodes, func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+		}
+	}
+	b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	fmt.Printf("taint latency over %d maintenances: p50 %s, p99 %s, max %s\n", len(lat),
+		percentile(lat, 0.5).Round(time.Microsecond), percentile(lat, 0.99).Round(time.Microsecond), percentile(lat, 1).Round(time.Microsecond))
+}
+
+// BenchmarkDrain110Pods drains a node with 110 pods (the kubelet's default
+// maximum) whose grace periods run from 0 to 10 s, each taking its whole
+// grace to stop, no PDBs; it reports the time past the longest grace until
+// the node is labelled terminating.
+func BenchmarkDrain110Pods(b *testing.B) {
+	const pods = 110
+	name := "bench-drain-0"
+	if _, err := world.AddNode(context.Background(), testworld.NodeSpec{Name: name}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	emu := gceemu.New(gceemu.Config{Name: name})
+	if err := emu.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = emu.Close() })
+	ns := fmt.Sprintf("bench-drain-%d", time.Now().UnixNano())
+	if _, err := world.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	waitSA(b, ns)
+	v := &vm{name: name, emu: emu}
+	startAgent(b, v, agent.DefaultConfig)
+	nodes := watchNode(b, name)
+	var past []time.Duration
+	for b.Loop() {
+		for i := range pods {
+			grace := int64(i % 11)
+			p := makePod(ns, fmt.Sprintf("p-%d", i), name, grace, time.Duration(grace)*time.Second)
+			if _, err := world.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitRunningB(b, name, pods)
+		start := time.Now()
+		emu.SetMaintenanceEvent(gceemu.EventTerminate)
+		done := until(b, nodes, func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+		past = append(past, done.Sub(start)-10*time.Second)
+		reboot(b, v)
+		until(b, nodes, func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+	}
+	b.ReportMetric(float64(percentile(past, 1).Milliseconds()), "ms-past-longest-grace")
+	fmt.Printf("drain of %d pods (grace 0-10 s): terminating %s after the longest grace (worst of %d)\n", pods, percentile(past, 1).Round(time.Millisecond), len(past))
+}
+
+func waitSA(b *testing.B, ns string) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := world.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+func waitRunningB(b *testing.B, node string, n int) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		return running >= n, nil
+	})
+	if err != nil {
+		b.Fatalf("fewer than %d pods running: %v", n, err)
+	}
+}
