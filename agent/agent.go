@@ -9,11 +9,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
@@ -54,7 +57,7 @@ type Options struct {
 	RetryInterval time.Duration
 	Metrics       Metrics
 	Events        Events
-	Clock         clock.WithTicker
+	Clock         clock.Clock
 	Logger        *slog.Logger
 }
 
@@ -73,6 +76,45 @@ type Agent struct {
 	drainStop  context.CancelFunc
 	lastPhase  Phase
 	drainGroup sync.WaitGroup
+
+	nodes cache.SharedIndexInformer
+}
+
+// watchNode starts one watch of the agent's own Node and waits for it.
+func (a *Agent) watchNode(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+		}))
+	a.nodes = factory.Core().V1().Nodes().Informer()
+	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.poke() },
+		UpdateFunc: func(any, any) { a.poke() },
+		DeleteFunc: func(any) { a.poke() },
+	})
+	go a.nodes.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
+		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, ctx.Err())
+	}
+	return nil
+}
+
+// errNodeNotFound: the Node is not (or no longer) in the API server.
+var errNodeNotFound = errors.New("node not found")
+
+func (a *Agent) cachedNode() (*corev1.Node, error) {
+	obj, ok, err := a.nodes.GetStore().GetByKey(a.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", errNodeNotFound, a.opts.NodeName)
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return nil, fmt.Errorf("node cache holds %T", obj)
+	}
+	return n, nil
 }
 
 // New returns an Agent.
@@ -101,6 +143,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.opts.Pods.Start(ctx); err != nil {
 		return fmt.Errorf("watch pods of node %q: %w", a.opts.NodeName, err)
 	}
+	if err := a.watchNode(ctx); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer a.stopDrain()
@@ -113,17 +158,14 @@ func (a *Agent) Start(ctx context.Context) error {
 			})
 		}()
 	}
-	// Reconcile on every signal change, every drain end, and once a minute
-	// (the Node may have been edited; a watch on it would be cheaper).
-	ticker := a.opts.Clock.NewTicker(30 * time.Second)
-	defer ticker.Stop()
+	// Reconcile on every signal change, every drain end and every change
+	// of the Node (one watch, scoped to this Node: no periodic request).
 	a.poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-a.wake:
-		case <-ticker.C():
 		}
 		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
 			a.log.Warn("reconcile failed", "err", err)
@@ -205,8 +247,20 @@ func truncate(s string) string {
 func (a *Agent) reconcile(ctx context.Context) error {
 	var dec Decision
 	var latency time.Duration
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+	attempt := 0
+	// The watch cache first; after a conflict it is behind, so read the
+	// Node from the API server and try again at once.
+	try := func() error {
+		attempt++
+		var node *corev1.Node
+		var err error
+		if attempt == 1 {
+			if node, err = a.cachedNode(); err == nil {
+				node = node.DeepCopy()
+			}
+		} else {
+			node, err = a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+		}
 		if err != nil {
 			return err
 		}
@@ -232,7 +286,13 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			latency = a.opts.Clock.Since(changedAt)
 		}
 		return nil
-	})
+	}
+	var err error
+	for range 5 {
+		if err = try(); !apierrors.IsConflict(err) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("update node %q: %w", a.opts.NodeName, err)
 	}

@@ -59,6 +59,7 @@ func newVM(t *testing.T, name string) *vm {
 type running struct {
 	metrics *metrics.Agent
 	watcher *metadata.Watcher
+	cfg     agent.Config
 	stop    func()
 }
 
@@ -82,7 +83,7 @@ func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Start(ctx) }()
-	r := &running{metrics: m, watcher: w}
+	r := &running{metrics: m, watcher: w, cfg: cfg}
 	stopped := false
 	r.stop = func() {
 		if stopped {
@@ -171,10 +172,12 @@ func podGone(t *testing.T, ns, name string) bool {
 	return apierrors.IsNotFound(err)
 }
 
-// reboot simulates the VM coming back: the metadata server is quiet again
-// and the node reports a new boot ID.
-func reboot(t testing.TB, v *vm) {
+// reboot simulates the VM stopping and coming back: the agent dies with the
+// VM, the node reports a new boot ID, the metadata server is quiet again,
+// and a new agent starts.
+func reboot(t testing.TB, v *vm, r *running) *running {
 	t.Helper()
+	r.stop()
 	v.emu.Clear()
 	boot := testworld.NewBootID()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -186,6 +189,7 @@ func reboot(t testing.TB, v *vm) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startAgent(t, v, r.cfg)
 }
 
 func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
@@ -263,7 +267,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	}
 
 	// The VM comes back: back in service, and the waiting pod lands there.
-	reboot(t, v)
+	reboot(t, v, r)
 	waitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
 		_, active := n.Labels[agent.LabelActiveMaintenance]
 		return !active && !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[agent.AnnotationPhase] == ""
@@ -287,12 +291,12 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 	if _, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
 	})
-	reboot(t, v)
+	reboot(t, v, r)
 	n = waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !agent.HasTaint(n) })
 	if !n.Spec.Unschedulable {
 		t.Error("a node a person had cordoned was uncordoned")
