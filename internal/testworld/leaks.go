@@ -10,12 +10,18 @@ import (
 	"syscall"
 )
 
+// ProjectBinaryPrefix names the temp directories into which tests build
+// the project's own binaries (os.MkdirTemp("", ProjectBinaryPrefix)), so
+// that CheckLeaks finds them too.
+const ProjectBinaryPrefix = "mh-test-bin-"
+
 // CheckLeaks looks for running processes whose executable lies in dir's
-// bin directory (a component of some world that outlived its test), prints
-// and kills them, and returns an error naming them. `make test` runs it
-// after the tests.
+// bin directory (a component of some world that outlived its test) or in a
+// test's build directory of the project's binaries, kills them, and returns
+// an error naming them. `make test` runs it after the tests.
 func CheckLeaks(dir string, out io.Writer) error {
 	bin := filepath.Join(dir, "bin") + string(filepath.Separator)
+	projectBins := filepath.Join(os.TempDir(), ProjectBinaryPrefix)
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return fmt.Errorf("read /proc: %w", err)
@@ -27,7 +33,7 @@ func CheckLeaks(dir string, out io.Writer) error {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || !strings.HasPrefix(exe, bin) {
+		if err != nil || !(strings.HasPrefix(exe, bin) || strings.HasPrefix(exe, projectBins)) {
 			continue
 		}
 		leaked = append(leaked, fmt.Sprintf("%d %s", pid, filepath.Base(exe)))

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) {
+	code := testworld.RunMain(m, &world)
+	if agentBin != "" {
+		_ = os.RemoveAll(filepath.Dir(agentBin))
+	}
+	os.Exit(code)
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	o := NewOptions()
+	o.NodeName = ""
+	o.PodName = "agent-x"
+	o.MetadataTimeout = 1500 * time.Millisecond
+	o.UnhealthyAfter = 5 * time.Second
+	o.PreemptionDeadline = 0
+	o.LogLevel = "chatty"
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"--node-name", "--pod-name and --pod-namespace", "whole seconds", "--unhealthy-after", "--preemption-deadline", "--log-level"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+	o = NewOptions()
+	o.NodeName = "n"
+	if err := o.Validate(); err != nil {
+		t.Errorf("defaults with a node name: %v", err)
+	}
+}
+
+// agentProc is the agent binary running against the test world.
+type agentProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	exited chan struct{} // closed when the process has exited
+	err    error         // its exit error, once exited
+}
+
+var agentBin string
+
+func buildAgent(t testing.TB) string {
+	t.Helper()
+	if agentBin != "" {
+		return agentBin
+	}
+	dir, err := os.MkdirTemp("", testworld.ProjectBinaryPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "agent")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	agentBin = bin
+	return bin
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func runAgent(t testing.TB, node string, emu *gceemu.Server, args ...string) *agentProc {
+	t.Helper()
+	addr := freeAddr(t)
+	args = append([]string{"--kubeconfig", world.Kubeconfig, "--node-name", node, "--metadata-host", emu.Host(),
+		"--listen-address", addr, "--log-level", "warn"}, args...)
+	cmd := exec.Command(buildAgent(t), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logPath := filepath.Join(t.TempDir(), "agent.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &agentProc{cmd: cmd, addr: addr, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			t.Logf("agent log:\n%s", log)
+		}
+	})
+	return p
+}
+
+func (p *agentProc) get(path string) (int, string) {
+	resp, err := http.Get("http://" + p.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func setup(t testing.TB, name string) *gceemu.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := world.AddNode(ctx, testworld.NodeSpec{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	emu := gceemu.New(gceemu.Config{Name: name})
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	return emu
+}
+
+func poll(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, d, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// TestHealthzTellsTheTruth runs the agent binary, makes every metadata
+// request fail, and watches /healthz go bad and come back, with the agent
+// running throughout and the node untouched.
+func TestHealthzTellsTheTruth(t *testing.T) {
+	const node = "bin-health-0"
+	emu := setup(t, node)
+	p := runAgent(t, node, emu, "--metadata-timeout", "1s", "--unhealthy-after", "12s")
+	poll(t, "healthy at start", 30*time.Second, func() bool { code, _ := p.get("/healthz"); return code == 200 })
+	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
+		emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + key, Kind: gceemu.FaultStatus, Status: 503})
+	}
+	poll(t, "unhealthy while the metadata server fails", time.Minute, func() bool { code, _ := p.get("/healthz"); return code == 503 })
+	_, body := p.get("/healthz")
+	if !strings.Contains(body, metadata.KeyMaintenanceEvent) {
+		t.Errorf("/healthz body %q does not name the failing key", body)
+	}
+	emu.ClearFaults()
+	poll(t, "healthy again", time.Minute, func() bool { code, _ := p.get("/healthz"); return code == 200 })
+	select {
+	case <-p.exited:
+		t.Fatalf("agent exited: %v", p.err)
+	default:
+	}
+	_, m := p.get("/metrics")
+	if !strings.Contains(m, `maintenance_handler_agent_metadata_requests_total{key="instance/maintenance-event",result="server_error"}`) {
+		t.Error("/metrics has no server_error count for maintenance-event")
+	}
+	n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent.HasTaint(n) || n.Spec.Unschedulable {
+		t.Error("metadata failures drained the node")
+	}
+	// SIGTERM: a clean exit.
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("exit after SIGTERM: %v", p.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("agent did not exit on SIGTERM")
+	}
+}
+
+// BenchmarkAgentIdle runs the agent binary with a notice pending and
+// reports its resident memory and CPU use while nothing happens.
+func BenchmarkAgentIdle(b *testing.B) {
+	const node = "bin-idle-0"
+	emu := setup(b, node)
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
+	p := runAgent(b, node, emu)
+	poll(b, "labelled", 30*time.Second, func() bool {
+		n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		return err == nil && n.Labels[agent.LabelScheduledMaintenanceTime] != ""
+	})
+	const window = 10 * time.Second
+	var rssKiB, cpu float64
+	for b.Loop() {
+		t0 := cpuTicks(b, p.cmd.Process.Pid)
+		time.Sleep(window)
+		t1 := cpuTicks(b, p.cmd.Process.Pid)
+		cpu = float64(t1-t0) / 100 / window.Seconds() * 100 // percent of one core (USER_HZ = 100)
+		rssKiB = rss(b, p.cmd.Process.Pid)
+	}
+	b.ReportMetric(rssKiB/1024, "RSS-MiB")
+	b.ReportMetric(cpu, "CPU-%")
+	fmt.Printf("agent idle with a notice pending: RSS %.1f MiB, CPU %.2f%% of one core over %s\n", rssKiB/1024, cpu, window)
+}
+
+func cpuTicks(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return utime + stime
+}
+
+func rss(b *testing.B, pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			kib, _ := strconv.ParseFloat(f[0], 64)
+			return kib
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
