@@ -2,9 +2,11 @@ package agent_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
@@ -65,19 +69,25 @@ type running struct {
 
 func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
 	t.Helper()
+	return startAgentWith(t, v, cfg, world.Client)
+}
+
+// startAgentWith runs an agent whose API client is client.
+func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Interface) *running {
+	t.Helper()
 	node, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), v.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.NewAgent(prometheus.NewRegistry())
-	events := agent.NewNodeEvents(world.Client, v.name, node.UID)
+	events := agent.NewNodeEvents(client, v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Recorder: m,
 	})
 	a := agent.New(agent.Options{
-		Client: world.Client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
-		Watcher: w, Pods: drain.NewNodePods(world.Client, v.name), Config: cfg,
+		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
+		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -408,5 +418,67 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	}
 	if n := getNode(t, v.name); agent.HasTaint(n) {
 		t.Error("tainted after recovery with nothing scheduled")
+	}
+}
+
+// requestLog counts API requests by method and path, marking watches.
+type requestLog struct {
+	mu   sync.Mutex
+	seen []string
+	next http.RoundTripper
+}
+
+func (l *requestLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	kind := req.Method + " " + req.URL.Path
+	if req.URL.Query().Get("watch") == "true" {
+		kind = "WATCH " + req.URL.Path
+	}
+	l.mu.Lock()
+	l.seen = append(l.seen, kind)
+	l.mu.Unlock()
+	return l.next.RoundTrip(req)
+}
+
+func (l *requestLog) since(i int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.seen[i:]...)
+}
+
+func (l *requestLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.seen)
+}
+
+// TestIdleAgentOnlyWatches: with a notice pending and nothing happening, the
+// agent makes no API requests at all; what it knows comes from two watches
+// (its Node, its Node's pods).
+func TestIdleAgentOnlyWatches(t *testing.T) {
+	v := newVM(t, "agent-idle-0")
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
+	log := &requestLog{}
+	cfg := rest.CopyConfig(world.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startAgentWith(t, v, agent.DefaultConfig, client)
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	waitEvent(t, v.name, agent.EventMaintenanceScheduled)
+	var watches []string
+	for _, r := range log.since(0) {
+		if strings.HasPrefix(r, "WATCH ") {
+			watches = append(watches, r)
+		}
+	}
+	if len(watches) != 2 {
+		t.Errorf("watches %v, want two: the node and its pods", watches)
+	}
+	mark := log.len()
+	time.Sleep(5 * time.Second) // a window in which nothing happens
+	if extra := log.since(mark); len(extra) > 0 {
+		t.Errorf("idle agent made API requests: %v", extra)
 	}
 }
