@@ -19,8 +19,10 @@ testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok
 vet: ## go vet
 	$(GO) vet ./...
 
-build: ## build the binaries into bin/
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+build: ## build the static binaries into bin/, as the Dockerfile does
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent
 
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...

@@ -45,12 +45,9 @@ type vm struct {
 	emu  *gceemu.Server
 }
 
-func newVM(t *testing.T, name string) *vm {
+func newVM(t testing.TB, name string) *vm {
 	t.Helper()
-	if _, err := world.AddNode(ctxFor(t, 90*time.Second), testworld.NodeSpec{Name: name}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	world.NodeT(t, testworld.NodeSpec{Name: name})
 	emu := gceemu.New(gceemu.Config{Name: name})
 	if err := emu.Start(); err != nil {
 		t.Fatal(err)

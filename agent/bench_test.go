@@ -15,7 +15,6 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 )
 
 // watchNode streams the node's updates.
@@ -68,16 +67,8 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func BenchmarkTaintLatency(b *testing.B) {
 	const events = 100
 	name := "bench-taint-0"
-	if _, err := world.AddNode(context.Background(), testworld.NodeSpec{Name: name}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	emu := gceemu.New(gceemu.Config{Name: name})
-	if err := emu.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = emu.Close() })
-	v := &vm{name: name, emu: emu}
+	v := newVM(b, name)
+	emu := v.emu
 	r := startAgent(b, v, agent.DefaultConfig)
 	nodes := watchNode(b, name)
 	var lat []time.Duration
@@ -114,15 +105,8 @@ func BenchmarkTaintLatency(b *testing.B) {
 func BenchmarkDrain110Pods(b *testing.B) {
 	const pods = 110
 	name := "bench-drain-0"
-	if _, err := world.AddNode(context.Background(), testworld.NodeSpec{Name: name}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	emu := gceemu.New(gceemu.Config{Name: name})
-	if err := emu.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = emu.Close() })
+	v := newVM(b, name)
+	emu := v.emu
 	ns := fmt.Sprintf("bench-drain-%d", time.Now().UnixNano())
 	if _, err := world.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -131,7 +115,6 @@ func BenchmarkDrain110Pods(b *testing.B) {
 		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
 	waitSA(b, ns)
-	v := &vm{name: name, emu: emu}
 	r := startAgent(b, v, agent.DefaultConfig)
 	nodes := watchNode(b, name)
 	var past []time.Duration

@@ -61,10 +61,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 
 func addNode(t *testing.T, name string) {
 	t.Helper()
-	if _, err := world.AddNode(ctxFor(t, 90*time.Second), testworld.NodeSpec{Name: name}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	world.NodeT(t, testworld.NodeSpec{Name: name})
 }
 
 // podSpec is a pod on node that takes delay to stop after SIGTERM.

@@ -31,6 +31,9 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
+// version is stamped at build time: -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
 	opts := NewOptions()
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
@@ -117,7 +120,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return fmt.Errorf("listen on %s: %w", opts.ListenAddress, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	logger.Info("agent started", "node", opts.NodeName, "listen", ln.Addr().String())
+	logger.Info("agent started", "version", version, "node", opts.NodeName, "listen", ln.Addr().String())
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.Start(ctx) })

@@ -145,12 +145,7 @@ func (p *agentProc) get(path string) (int, string) {
 
 func setup(t testing.TB, name string) *gceemu.Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := world.AddNode(ctx, testworld.NodeSpec{Name: name}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	world.NodeT(t, testworld.NodeSpec{Name: name})
 	emu := gceemu.New(gceemu.Config{Name: name})
 	if err := emu.Start(); err != nil {
 		t.Fatal(err)

@@ -191,3 +191,19 @@ func (w *World) Namespace(t testing.TB) string {
 	}
 	return name
 }
+
+// NodeT is AddNode for a test: it fails t on error and deletes the Node
+// when t ends.
+func (w *World) NodeT(t testing.TB, spec NodeSpec) *corev1.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n, err := w.AddNode(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = w.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+	})
+	return n
+}

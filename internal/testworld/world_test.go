@@ -38,14 +38,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // node adds a fake GPU node named after the test.
 func node(t *testing.T, spec testworld.NodeSpec) *corev1.Node {
 	t.Helper()
-	n, err := world.AddNode(ctxFor(t, 90*time.Second), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = world.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
-	})
-	return n
+	return world.NodeT(t, spec)
 }
 
 func pod(name string, nodeName string, labels map[string]string) *corev1.Pod {
