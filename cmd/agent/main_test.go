@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -259,4 +261,66 @@ func rss(b *testing.B, pid int) float64 {
 	}
 	b.Fatal("no VmRSS")
 	return 0
+}
+
+// TestKilledMidDrainDrainsOnce SIGKILLs the agent binary while it drains and
+// starts a new one: the drain completes, counted and announced once.
+func TestKilledMidDrainDrainsOnce(t *testing.T) {
+	const node = "bin-kill-0"
+	emu := setup(t, node)
+	ns := "default"
+	grace := int64(6)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slow-" + node,
+			Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: "6s"}},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{Name: "main", Image: "registry.invalid/trainer:1"}}},
+	}
+	if _, err := world.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := runAgent(t, node, emu)
+	poll(t, "first agent healthy", 30*time.Second, func() bool { code, _ := first.get("/healthz"); return code == 200 })
+	emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	poll(t, "drain under way", 30*time.Second, func() bool {
+		p, err := world.Client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil
+	})
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	second := runAgent(t, node, emu)
+	poll(t, "terminating", time.Minute, func() bool {
+		n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		return err == nil && n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	if _, err := world.Client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("terminating while the pod remains: %v", err)
+	}
+	_, m := second.get("/metrics")
+	if strings.Contains(m, `maintenance_handler_agent_interruptions_total{`) {
+		t.Errorf("the restarted agent counted the interruption again:\n%s", grep(m, "interruptions_total"))
+	}
+	events, err := world.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.EventTerminateOnHost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, e := range events.Items {
+		count += int(max(e.Count, 1))
+	}
+	if count != 1 {
+		t.Errorf("%d %s Events, want 1", count, agent.EventTerminateOnHost)
+	}
+}
+
+func grep(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
