@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -78,6 +79,11 @@ type Agent struct {
 	drainGroup sync.WaitGroup
 
 	nodes cache.SharedIndexInformer
+
+	// Reconcile failures, for Healthy; guarded by mu.
+	failures     int
+	failingSince time.Time
+	lastErr      error
 }
 
 // watchNode starts one watch of the agent's own Node and waits for it.
@@ -167,12 +173,53 @@ func (a *Agent) Start(ctx context.Context) error {
 			return ctx.Err()
 		case <-a.wake:
 		}
-		if err := a.reconcile(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("reconcile failed", "err", err)
-			a.sleep(ctx, time.Second)
+		err := a.reconcile(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if delay := a.recordReconcile(err); delay > 0 {
+			a.log.Warn("reconcile failed", "err", err, "retry_in", delay)
+			a.sleep(ctx, delay)
 			a.poke()
 		}
 	}
+}
+
+// recordReconcile remembers whether the Node could be reconciled and
+// returns how long to wait before trying again after a failure: 1 s doubled
+// per consecutive failure up to 30 s, with up to half of it as jitter.
+func (a *Agent) recordReconcile(err error) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		a.failures, a.failingSince, a.lastErr = 0, time.Time{}, nil
+		return 0
+	}
+	if a.failures == 0 {
+		a.failingSince = a.opts.Clock.Now()
+	}
+	a.failures++
+	a.lastErr = err
+	d := time.Second << min(a.failures-1, 5)
+	d = min(d, 30*time.Second)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// ErrUnhealthy is returned by Healthy.
+var ErrUnhealthy = errors.New("agent unhealthy")
+
+// Healthy reports an error when the agent has failed to reconcile its Node
+// (for example, the API server is unreachable) for longer than limit.
+func (a *Agent) Healthy(limit time.Duration) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.failures == 0 {
+		return nil
+	}
+	if since := a.opts.Clock.Since(a.failingSince); since > limit {
+		return fmt.Errorf("%w: node %q not reconciled for %s (%d attempts): %v", ErrUnhealthy, a.opts.NodeName, since.Round(time.Second), a.failures, a.lastErr)
+	}
+	return nil
 }
 
 func (a *Agent) sleep(ctx context.Context, d time.Duration) {

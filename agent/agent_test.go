@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -60,6 +61,7 @@ func newVM(t testing.TB, name string) *vm {
 type running struct {
 	metrics *metrics.Agent
 	watcher *metadata.Watcher
+	agent   *agent.Agent
 	cfg     agent.Config
 	stop    func()
 }
@@ -90,7 +92,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Int
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Start(ctx) }()
-	r := &running{metrics: m, watcher: w, cfg: cfg}
+	r := &running{metrics: m, watcher: w, cfg: cfg, agent: a}
 	stopped := false
 	r.stop = func() {
 		if stopped {
@@ -477,5 +479,71 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 	time.Sleep(5 * time.Second) // a window in which nothing happens
 	if extra := log.since(mark); len(extra) > 0 {
 		t.Errorf("idle agent made API requests: %v", extra)
+	}
+}
+
+// failingNodeUpdates answers 500 to every update of one Node while on.
+type failingNodeUpdates struct {
+	next http.RoundTripper
+	path string
+	mu   sync.Mutex
+	on   bool
+	hits int
+}
+
+func (f *failingNodeUpdates) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	fail := f.on && req.Method == http.MethodPut && req.URL.Path == f.path
+	if fail {
+		f.hits++
+	}
+	f.mu.Unlock()
+	if fail {
+		return &http.Response{StatusCode: http.StatusInternalServerError, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcd is down","code":500}`)), Request: req}, nil
+	}
+	return f.next.RoundTrip(req)
+}
+
+func (f *failingNodeUpdates) set(on bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.on = on
+	return f.hits
+}
+
+// TestAPIServerFailuresMakeTheAgentUnhealthyNotDead: while every update of
+// its Node fails, the agent keeps running, backs off, and reports itself
+// unhealthy; once updates work again it catches up and is healthy.
+func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
+	v := newVM(t, "agent-apifail-0")
+	fail := &failingNodeUpdates{path: "/api/v1/nodes/" + v.name}
+	cfg := rest.CopyConfig(world.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { fail.next = rt; return fail })
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startAgentWith(t, v, agent.DefaultConfig, client)
+	fail.set(true)
+	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return r.agent.Healthy(0) != nil, nil
+	})
+	if err != nil {
+		t.Fatal("never unhealthy while every node update failed")
+	}
+	if err := r.agent.Healthy(time.Hour); err != nil {
+		t.Errorf("unhealthy before the limit: %v", err)
+	}
+	if hits := fail.set(false); hits < 1 {
+		t.Fatalf("no update was attempted (%d)", hits)
+	}
+	waitNode(t, v.name, "label after recovery", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
+	})
+	if err := r.agent.Healthy(0); err != nil {
+		t.Errorf("still unhealthy after recovery: %v", err)
 	}
 }

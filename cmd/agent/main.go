@@ -109,7 +109,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := watcher.Healthy(keys, started, opts.UnhealthyAfter); err != nil {
+		if err := errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter)); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

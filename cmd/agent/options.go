@@ -58,7 +58,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
 	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
 	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout (timeout_sec), 1s to 1h.")
-	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer for this long; more than --metadata-timeout plus 10s.")
+	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused.")
