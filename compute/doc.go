@@ -1,0 +1,18 @@
+// Package compute asks Compute Engine to start a VM's pending maintenance
+// now (instances.performMaintenance), through the maintained client
+// google.golang.org/api/compute/v1 with an OAuth token from the VM's service
+// account (golang.org/x/oauth2/google, via the metadata server).
+//
+// Transient failures (429, 5xx, transport errors) are retried with
+// exponential backoff and jitter until the caller's context ends, sending the
+// same requestId each time so that Compute Engine applies a retried call
+// once. A refusal (400, 404) is returned at once. Permission denied (403) is
+// ErrPermissionDenied, with a message that names the missing permission and
+// the service account.
+//
+// What it does not do: decide whether to call (the agent checks that the
+// notice is pending and reschedulable) or remember that it called (the
+// agent records that on the Node).
+//
+// Concurrency: a Maintainer may be used from several goroutines.
+package compute

@@ -1,0 +1,167 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	gcemetadata "cloud.google.com/go/compute/metadata"
+	"golang.org/x/oauth2"
+	computev1 "google.golang.org/api/compute/v1"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/option"
+	"k8s.io/utils/clock"
+)
+
+// Permission is the IAM permission performMaintenance needs.
+const Permission = "compute.instances.performMaintenance"
+
+// Instance names a VM.
+type Instance struct {
+	Project, Zone, Name string
+}
+
+func (i Instance) String() string {
+	return fmt.Sprintf("projects/%s/zones/%s/instances/%s", i.Project, i.Zone, i.Name)
+}
+
+// InstanceFromProviderID parses a Node's spec.providerID, gce://project/zone/name.
+func InstanceFromProviderID(id string) (Instance, error) {
+	rest, ok := strings.CutPrefix(id, "gce://")
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return Instance{}, fmt.Errorf("providerID %q is not gce://project/zone/name", id)
+	}
+	return Instance{Project: parts[0], Zone: parts[1], Name: parts[2]}, nil
+}
+
+// InstanceFromMetadata reads the VM's project, zone and name from the
+// metadata server.
+func InstanceFromMetadata(ctx context.Context, c *gcemetadata.Client) (Instance, error) {
+	project, err := c.GetWithContext(ctx, "project/project-id")
+	if err != nil {
+		return Instance{}, fmt.Errorf("read project id: %w", err)
+	}
+	zone, err := c.GetWithContext(ctx, "instance/zone")
+	if err != nil {
+		return Instance{}, fmt.Errorf("read zone: %w", err)
+	}
+	name, err := c.GetWithContext(ctx, "instance/name")
+	if err != nil {
+		return Instance{}, fmt.Errorf("read instance name: %w", err)
+	}
+	zone = zone[strings.LastIndexByte(zone, '/')+1:]
+	return Instance{Project: strings.TrimSpace(project), Zone: strings.TrimSpace(zone), Name: strings.TrimSpace(name)}, nil
+}
+
+// ErrPermissionDenied: the service account may not call performMaintenance.
+var ErrPermissionDenied = errors.New("permission denied")
+
+// ErrRefused: Compute Engine refused the call (for example, nothing is
+// pending, or the maintenance cannot be rescheduled).
+var ErrRefused = errors.New("refused")
+
+// Options configure a Maintainer.
+type Options struct {
+	// Endpoint is the Compute API base path; empty means Google's.
+	Endpoint string
+	// TokenSource authenticates calls; nil means the VM's default service
+	// account through the metadata server.
+	TokenSource oauth2.TokenSource
+	// ServiceAccount names the account in error messages.
+	ServiceAccount string
+	// BackoffBase and BackoffMax bound the delay between attempts; zero
+	// means 1 s and 30 s.
+	BackoffBase, BackoffMax time.Duration
+	Clock                   clock.Clock
+	Logger                  *slog.Logger
+}
+
+// Maintainer calls performMaintenance.
+type Maintainer struct {
+	svc  *computev1.Service
+	opts Options
+}
+
+// NewMaintainer returns a Maintainer.
+func NewMaintainer(ctx context.Context, opts Options) (*Maintainer, error) {
+	if opts.TokenSource == nil {
+		opts.TokenSource = googleComputeTokenSource()
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = time.Second
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ServiceAccount == "" {
+		opts.ServiceAccount = "the node's service account"
+	}
+	clientOpts := []option.ClientOption{
+		option.WithHTTPClient(&http.Client{
+			Timeout:   30 * time.Second,
+			Transport: &oauth2.Transport{Source: opts.TokenSource, Base: http.DefaultTransport},
+		}),
+	}
+	if opts.Endpoint != "" {
+		clientOpts = append(clientOpts, option.WithEndpoint(opts.Endpoint))
+	}
+	svc, err := computev1.NewService(ctx, clientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("create compute client: %w", err)
+	}
+	return &Maintainer{svc: svc, opts: opts}, nil
+}
+
+// PerformMaintenance asks Compute Engine to start inst's pending maintenance
+// now and returns the operation's name. It retries transient failures until
+// ctx ends, with requestID on every attempt.
+func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requestID string) (string, error) {
+	for attempt := 1; ; attempt++ {
+		op, err := m.svc.Instances.PerformMaintenance(inst.Project, inst.Zone, inst.Name).RequestId(requestID).Context(ctx).Do()
+		if err == nil {
+			return op.Name, nil
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("perform maintenance on %s: gave up after %d attempts: %w", inst, attempt, err)
+		}
+		var gerr *googleapi.Error
+		if errors.As(err, &gerr) {
+			switch {
+			case gerr.Code == http.StatusForbidden:
+				return "", fmt.Errorf("perform maintenance on %s: %w: %s lacks the IAM permission %s (or the VM lacks the cloud-platform or compute access scope): %s",
+					inst, ErrPermissionDenied, m.opts.ServiceAccount, Permission, gerr.Message)
+			case gerr.Code == http.StatusTooManyRequests || gerr.Code >= 500 || gerr.Code == http.StatusUnauthorized:
+				// transient (401: a token that expired in flight)
+			default:
+				return "", fmt.Errorf("perform maintenance on %s: %w (%d): %s", inst, ErrRefused, gerr.Code, gerr.Message)
+			}
+		}
+		delay := m.backoff(attempt)
+		m.opts.Logger.Warn("performMaintenance failed; retrying", "instance", inst.String(), "attempt", attempt, "err", err, "retry_in", delay)
+		t := m.opts.Clock.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", fmt.Errorf("perform maintenance on %s: gave up after %d attempts: %w", inst, attempt, err)
+		case <-t.C():
+		}
+	}
+}
+
+func (m *Maintainer) backoff(attempt int) time.Duration {
+	d := m.opts.BackoffBase << min(attempt-1, 10)
+	d = min(d, m.opts.BackoffMax)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

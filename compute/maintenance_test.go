@@ -1,0 +1,116 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	gcemetadata "cloud.google.com/go/compute/metadata"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+)
+
+func setup(t *testing.T) (*gceemu.Server, *Maintainer, Instance) {
+	t.Helper()
+	emu := gceemu.New(gceemu.Config{Project: "p1", ProjectNumber: 42, Zone: "us-east5-a", Name: "gpu-0", ServiceAccount: "node@p1.iam.gserviceaccount.com"})
+	if err := emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	t.Setenv("GCE_METADATA_HOST", emu.Host()) // the token comes from the emulated metadata server
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	inst, err := InstanceFromMetadata(ctx, gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMaintainer(ctx, Options{Endpoint: emu.ComputeEndpoint(), ServiceAccount: emu.Config().ServiceAccount, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emu, m, inst
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestInstanceFromMetadataAndProviderID(t *testing.T) {
+	_, _, inst := setup(t)
+	if want := (Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"}); inst != want {
+		t.Errorf("from metadata: %+v, want %+v", inst, want)
+	}
+	got, err := InstanceFromProviderID("gce://p1/us-east5-a/gpu-0")
+	if err != nil || got != inst {
+		t.Errorf("from providerID: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "aws:///us-east-1a/i-1", "gce://p1/us-east5-a", "gce://p1//gpu-0", "gce://p1/z/n/extra"} {
+		if _, err := InstanceFromProviderID(bad); err == nil {
+			t.Errorf("providerID %q accepted", bad)
+		}
+	}
+}
+
+func TestPerformMaintenanceCallsOnceWithTheVMToken(t *testing.T) {
+	emu, m, inst := setup(t)
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Hour))
+	op, err := m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-1")
+	if err != nil || !strings.HasPrefix(op, "operation-") {
+		t.Fatalf("PerformMaintenance = %q, %v", op, err)
+	}
+	calls := emu.Calls()
+	want := []gceemu.Call{{Project: "p1", Zone: "us-east5-a", Instance: "gpu-0", Token: emu.AccessToken(), RequestID: "req-1", Status: 200}}
+	if d := cmp.Diff(want, calls, cmpIgnoreAt); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+	if got := emu.MaintenanceEvent(); got != gceemu.EventTerminate {
+		t.Errorf("maintenance-event after the call: %q, want %s", got, gceemu.EventTerminate)
+	}
+}
+
+var cmpIgnoreAt = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".At" }, cmp.Ignore())
+
+func TestPerformMaintenanceRetriesTransientErrors(t *testing.T) {
+	emu, m, inst := setup(t)
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Hour))
+	emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix, Kind: gceemu.FaultStatus, Status: 503, Times: 2,
+		Body: `{"error":{"code":503,"message":"backendError"}}`})
+	if _, err := m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-2"); err != nil {
+		t.Fatalf("after two 503s: %v", err)
+	}
+	if calls := emu.Calls(); len(calls) != 1 || calls[0].Status != 200 {
+		t.Errorf("calls that reached the API: %+v, want one successful call", calls)
+	}
+}
+
+func TestPerformMaintenanceRefusals(t *testing.T) {
+	emu, m, inst := setup(t)
+	// Nothing pending: refused at once, no retry.
+	_, err := m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-3")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "no pending maintenance") {
+		t.Errorf("nothing pending: %v, want ErrRefused saying so", err)
+	}
+	if n := len(emu.Calls()); n != 1 {
+		t.Errorf("%d calls for a refusal, want 1 (no retry)", n)
+	}
+	// Permission denied: names the permission and the account.
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Hour))
+	emu.SetPermissionDenied(true)
+	_, err = m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-4")
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), Permission) || !strings.Contains(err.Error(), "node@p1.iam.gserviceaccount.com") {
+		t.Errorf("denied: %v, want ErrPermissionDenied naming %s and the service account", err, Permission)
+	}
+	// A server that keeps failing: retried until the context ends.
+	emu.SetPermissionDenied(false)
+	emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix, Kind: gceemu.FaultStatus, Status: 503})
+	_, err = m.PerformMaintenance(ctxT(t, 300*time.Millisecond), inst, "req-5")
+	if err == nil || !strings.Contains(err.Error(), "gave up after") {
+		t.Errorf("permanent 503: %v, want a give-up once the context ends", err)
+	}
+}
