@@ -130,9 +130,13 @@ func waitNode(t *testing.T, name, what string, cond func(*corev1.Node) bool) *co
 	return n
 }
 
+// nodeEvents counts the Events on the Node named name, by reason. Only this
+// Node object's Events count (by UID): a Node of the same name from an
+// earlier run is another object.
 func nodeEvents(t *testing.T, name string) map[string]int {
 	t.Helper()
-	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	uid := getNode(t, name).UID
+	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,9 +299,15 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 
 func TestCordonedNodeStaysCordoned(t *testing.T) {
 	v := newVM(t, "agent-cordon-0")
-	n := getNode(t, v.name)
-	n.Spec.Unschedulable = true
-	if _, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{}); err != nil {
+	// A person cordons the node (kwok and the node controller update it
+	// too, so retry on conflict as kubectl does).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, v.name)
+		n.Spec.Unschedulable = true
+		_, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	r := startAgent(t, v, agent.DefaultConfig)
@@ -306,7 +316,7 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
 	})
 	reboot(t, v, r)
-	n = waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+	n := waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !agent.HasTaint(n) })
 	if !n.Spec.Unschedulable {
 		t.Error("a node a person had cordoned was uncordoned")
 	}

@@ -302,7 +302,11 @@ func TestKilledMidDrainDrainsOnce(t *testing.T) {
 	if strings.Contains(m, `maintenance_handler_agent_interruptions_total{`) {
 		t.Errorf("the restarted agent counted the interruption again:\n%s", grep(m, "interruptions_total"))
 	}
-	events, err := world.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.EventTerminateOnHost})
+	n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := world.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(n.UID) + ",reason=" + agent.EventTerminateOnHost})
 	if err != nil {
 		t.Fatal(err)
 	}
