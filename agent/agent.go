@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 )
@@ -200,9 +200,7 @@ func (a *Agent) recordReconcile(err error) time.Duration {
 	}
 	a.failures++
 	a.lastErr = err
-	d := time.Second << min(a.failures-1, 5)
-	d = min(d, 30*time.Second)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return backoff.Policy{Base: time.Second, Max: 30 * time.Second}.Delay(a.failures)
 }
 
 // ErrUnhealthy is returned by Healthy.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 )
 
 // Permission is the IAM permission performMaintenance needs.
@@ -161,7 +162,5 @@ func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requ
 }
 
 func (m *Maintainer) backoff(attempt int) time.Duration {
-	d := m.opts.BackoffBase << min(attempt-1, 10)
-	d = min(d, m.opts.BackoffMax)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return backoff.Policy{Base: m.opts.BackoffBase, Max: m.opts.BackoffMax}.Delay(attempt)
 }

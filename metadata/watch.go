@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,6 +13,8 @@ import (
 
 	gcemetadata "cloud.google.com/go/compute/metadata"
 	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 )
 
 // Keys the agent watches, as suffixes of /computeMetadata/v1/.
@@ -262,12 +263,7 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 }
 
 func (w *Watcher) backoff(failures int) time.Duration {
-	d := w.base
-	for i := 1; i < failures && d < w.max; i++ {
-		d *= 2
-	}
-	d = min(d, w.max)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return backoff.Policy{Base: w.base, Max: w.max}.Delay(failures)
 }
 
 func (w *Watcher) sleep(ctx context.Context, d time.Duration) error {

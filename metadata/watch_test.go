@@ -215,14 +215,3 @@ func TestWatchUnknownValueIsNotPassedOn(t *testing.T) {
 		t.Fatalf("got %+v, want NONE", a)
 	}
 }
-
-func TestBackoffGrowsAndIsBounded(t *testing.T) {
-	w := NewWatcher(WatcherOptions{BackoffBase: time.Second, BackoffMax: 30 * time.Second})
-	for failures, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 6: 30 * time.Second, 50: 30 * time.Second} {
-		for range 20 {
-			if d := w.backoff(failures); d < want/2 || d > want {
-				t.Errorf("backoff(%d) = %s, want within [%s, %s]", failures, d, want/2, want)
-			}
-		}
-	}
-}
