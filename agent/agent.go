@@ -75,7 +75,6 @@ type Agent struct {
 	drainFor   time.Time // Started of the maintenance the running drain is for
 	drainDone  time.Time // Started of the maintenance whose drain finished
 	drainStop  context.CancelFunc
-	lastPhase  Phase
 	drainGroup sync.WaitGroup
 
 	nodes cache.SharedIndexInformer
@@ -200,7 +199,7 @@ func (a *Agent) recordReconcile(err error) time.Duration {
 	}
 	a.failures++
 	a.lastErr = err
-	return backoff.Policy{Base: time.Second, Max: 30 * time.Second}.Delay(a.failures)
+	return backoff.Default.Delay(a.failures)
 }
 
 // ErrUnhealthy is returned by Healthy.
@@ -273,18 +272,11 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 			"The metadata server answered %s with a value the agent does not recognise; it is ignored: %v", key, err))
 		return false
 	}
-	a.log.Info("metadata changed", "key", key, "value", truncate(ans.Value), "absent", ans.Absent)
+	a.log.Info("metadata changed", "key", key, "value", metadata.Excerpt(ans.Value), "absent", ans.Absent)
 	a.signals = sig
 	a.changedAt = a.opts.Clock.Now()
 	a.poke()
 	return true
-}
-
-func truncate(s string) string {
-	if len(s) > 300 {
-		return s[:300] + "..."
-	}
-	return s
 }
 
 // reconcile reads the Node, steps the state machine, writes the result in
@@ -360,29 +352,20 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 	if dec.Migration {
 		a.opts.Metrics.Migration()
 	}
-	a.mu.Lock()
-	if st.Phase != a.lastPhase {
-		if a.lastPhase == PhaseDraining && st.Phase == PhaseTerminating {
-			a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
-		}
-		a.lastPhase = st.Phase
-		a.opts.Metrics.SetPhase(string(st.Phase))
+	if dec.Drained {
+		a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
 	}
-	running := !a.drainFor.IsZero()
+	a.opts.Metrics.SetPhase(string(st.Phase))
+	a.mu.Lock()
+	drainFor := a.drainFor
 	a.mu.Unlock()
 	switch {
-	case st.Phase == PhaseDraining && (!running || !a.drainForIs(st.Started)):
+	case st.Phase == PhaseDraining && !drainFor.Equal(st.Started):
 		a.stopDrain()
 		a.startDrain(ctx, st)
-	case st.Phase != PhaseDraining && running:
+	case st.Phase != PhaseDraining && !drainFor.IsZero():
 		a.stopDrain()
 	}
-}
-
-func (a *Agent) drainForIs(t time.Time) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.drainFor.Equal(t)
 }
 
 func (a *Agent) startDrain(ctx context.Context, st State) {

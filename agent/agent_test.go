@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
@@ -49,11 +50,7 @@ type vm struct {
 func newVM(t testing.TB, name string) *vm {
 	t.Helper()
 	world.NodeT(t, testworld.NodeSpec{Name: name})
-	emu := gceemu.New(gceemu.Config{Name: name})
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = emu.Close() })
+	emu := gceemu.StartT(t, gceemu.Config{Name: name})
 	return &vm{name: name, emu: emu}
 }
 
@@ -82,7 +79,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Int
 	events := agent.NewNodeEvents(client, v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Recorder: m,
+		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
 	})
 	a := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
@@ -277,6 +274,12 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(r.metrics.TaintLatencySeconds); got != 1 {
 		t.Errorf("taint latency observations = %d, want 1", got)
+	}
+	if got := testutil.CollectAndCount(r.metrics.DrainDurationSeconds); got != 1 {
+		t.Errorf("drain duration observations = %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.Phase.WithLabelValues("Terminating")); got != 1 {
+		t.Errorf("phase{Terminating} = %v, want 1", got)
 	}
 
 	// The VM comes back: back in service, and the waiting pod lands there.

@@ -64,12 +64,19 @@ func ApplyState(n *corev1.Node, d Decision) bool {
 	if !active {
 		phase = ""
 	}
+	// The maintenance annotations exist only while maintenance is under way.
+	whileActive := func(v string) string {
+		if !active {
+			return ""
+		}
+		return v
+	}
 	set(n.Annotations, AnnotationPhase, phase)
-	set(n.Annotations, AnnotationReason, map[bool]string{true: string(st.Reason)}[active])
+	set(n.Annotations, AnnotationReason, whileActive(string(st.Reason)))
 	set(n.Annotations, AnnotationStarted, timeStr(st.Started))
 	set(n.Annotations, AnnotationDeadline, timeStr(st.Deadline))
-	set(n.Annotations, AnnotationBootID, map[bool]string{true: st.BootID}[active])
-	set(n.Annotations, AnnotationCordonedBefore, map[bool]string{true: strconv.FormatBool(st.CordonedBefore)}[active])
+	set(n.Annotations, AnnotationBootID, whileActive(st.BootID))
+	set(n.Annotations, AnnotationCordonedBefore, whileActive(strconv.FormatBool(st.CordonedBefore)))
 	set(n.Annotations, annotationLastEvent, string(st.LastEvent))
 	set(n.Annotations, AnnotationUpcomingMaintenance, st.Notice)
 	set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)

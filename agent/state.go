@@ -155,6 +155,8 @@ type Decision struct {
 	Migration bool
 	// Cordon sets spec.unschedulable; Uncordon clears it.
 	Cordon, Uncordon bool
+	// Drained is set when the drain finished (Draining to Terminating).
+	Drained bool
 }
 
 // Step is the state machine. It is pure: the same inputs give the same
@@ -232,6 +234,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	// 3. Draining finished.
 	if d.State.Phase == PhaseDraining && obs.DrainDone && d.Interruption == nil {
 		d.State.Phase = PhaseTerminating
+		d.Drained = true
 		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete,
 			Message: fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))})
 	}

@@ -149,8 +149,9 @@ func TestStep(t *testing.T) {
 			state: draining(ReasonHostMaintenance, time.Hour),
 			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
 			want: Decision{
-				State:  State{Phase: PhaseTerminating, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
-				Events: []EventRecord{{Reason: EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
+				State:   State{Phase: PhaseTerminating, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
+				Drained: true,
+				Events:  []EventRecord{{Reason: EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
 			},
 		},
 		{

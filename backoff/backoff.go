@@ -8,7 +8,11 @@ import (
 	"time"
 )
 
-// Policy is exponential backoff with jitter.
+// Default is the policy of every retry loop in the project: 1 s doubling
+// to 30 s.
+var Default = Policy{Base: time.Second, Max: 30 * time.Second}
+
+// Policy is exponential backoff with jitter. The zero Policy is Default.
 type Policy struct {
 	// Base is the delay after the first failure; Max bounds every delay.
 	Base, Max time.Duration
@@ -18,6 +22,9 @@ type Policy struct {
 // doubled n-1 times, at most Max, of which up to half is taken off at
 // random. It is within [d/2, d] for that d.
 func (p Policy) Delay(n int) time.Duration {
+	if p == (Policy{}) {
+		p = Default
+	}
 	d := p.Base
 	for i := 1; i < n && d < p.Max; i++ {
 		d *= 2

@@ -76,11 +76,10 @@ type Options struct {
 	TokenSource oauth2.TokenSource
 	// ServiceAccount names the account in error messages.
 	ServiceAccount string
-	// BackoffBase and BackoffMax bound the delay between attempts; zero
-	// means 1 s and 30 s.
-	BackoffBase, BackoffMax time.Duration
-	Clock                   clock.Clock
-	Logger                  *slog.Logger
+	// Backoff spaces the attempts; zero is backoff.Default.
+	Backoff backoff.Policy
+	Clock   clock.Clock
+	Logger  *slog.Logger
 }
 
 // Maintainer calls performMaintenance.
@@ -93,12 +92,6 @@ type Maintainer struct {
 func NewMaintainer(ctx context.Context, opts Options) (*Maintainer, error) {
 	if opts.TokenSource == nil {
 		opts.TokenSource = googleComputeTokenSource()
-	}
-	if opts.BackoffBase <= 0 {
-		opts.BackoffBase = time.Second
-	}
-	if opts.BackoffMax <= 0 {
-		opts.BackoffMax = 30 * time.Second
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -149,7 +142,7 @@ func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requ
 				return "", fmt.Errorf("perform maintenance on %s: %w (%d): %s", inst, ErrRefused, gerr.Code, gerr.Message)
 			}
 		}
-		delay := m.backoff(attempt)
+		delay := m.opts.Backoff.Delay(attempt)
 		m.opts.Logger.Warn("performMaintenance failed; retrying", "instance", inst.String(), "attempt", attempt, "err", err, "retry_in", delay)
 		t := m.opts.Clock.NewTimer(delay)
 		select {
@@ -159,8 +152,4 @@ func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requ
 		case <-t.C():
 		}
 	}
-}
-
-func (m *Maintainer) backoff(attempt int) time.Duration {
-	return backoff.Policy{Base: m.opts.BackoffBase, Max: m.opts.BackoffMax}.Delay(attempt)
 }

@@ -11,16 +11,13 @@ import (
 	gcemetadata "cloud.google.com/go/compute/metadata"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 )
 
 func setup(t *testing.T) (*gceemu.Server, *Maintainer, Instance) {
 	t.Helper()
-	emu := gceemu.New(gceemu.Config{Project: "p1", ProjectNumber: 42, Zone: "us-east5-a", Name: "gpu-0", ServiceAccount: "node@p1.iam.gserviceaccount.com"})
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = emu.Close() })
+	emu := gceemu.StartT(t, gceemu.Config{Project: "p1", ProjectNumber: 42, Zone: "us-east5-a", Name: "gpu-0", ServiceAccount: "node@p1.iam.gserviceaccount.com"})
 	t.Setenv("GCE_METADATA_HOST", emu.Host()) // the token comes from the emulated metadata server
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -28,7 +25,7 @@ func setup(t *testing.T) (*gceemu.Server, *Maintainer, Instance) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMaintainer(ctx, Options{Endpoint: emu.ComputeEndpoint(), ServiceAccount: emu.Config().ServiceAccount, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	m, err := NewMaintainer(ctx, Options{Endpoint: emu.ComputeEndpoint(), ServiceAccount: emu.Config().ServiceAccount, Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func ParseEvent(raw string) (Event, error) {
 	case string(EventTerminate), "SHUTDOWN_ON_HOST_MAINTENANCE":
 		return EventTerminate, nil
 	}
-	return "", fmt.Errorf("maintenance-event %q: %w", truncate(raw), ErrUnrecognized)
+	return "", fmt.Errorf("maintenance-event %q: %w", Excerpt(raw), ErrUnrecognized)
 }
 
 // ParsePreempted parses instance/preempted (TRUE or FALSE).
@@ -58,7 +58,7 @@ func ParsePreempted(raw string) (bool, error) {
 	case "FALSE":
 		return false, nil
 	}
-	return false, fmt.Errorf("preempted %q: %w", truncate(raw), ErrUnrecognized)
+	return false, fmt.Errorf("preempted %q: %w", Excerpt(raw), ErrUnrecognized)
 }
 
 // Status is a notice's maintenance_status.
@@ -178,14 +178,14 @@ func ParseNotice(raw string) (n Notice, present bool, err error) {
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &fields); err != nil {
-		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q is not a JSON object: %w", truncate(raw), ErrUnrecognized)
+		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q is not a JSON object: %w", Excerpt(raw), ErrUnrecognized)
 	}
 	if len(fields) == 0 {
 		return Notice{}, false, nil
 	}
 	var w wireNotice
 	if err := json.Unmarshal([]byte(s), &w); err != nil {
-		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q: %v: %w", truncate(raw), err, ErrUnrecognized)
+		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q: %v: %w", Excerpt(raw), err, ErrUnrecognized)
 	}
 	n.Type = w.Type
 	n.RawStatus = first(w.Status, w.StatusCamel)
@@ -216,7 +216,7 @@ func ParseNotice(raw string) (n Notice, present bool, err error) {
 		}
 	}
 	if start == "" {
-		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q has no window start: %w", truncate(raw), ErrUnrecognized)
+		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q has no window start: %w", Excerpt(raw), ErrUnrecognized)
 	}
 	if n.WindowStart, err = parseTime("window_start_time", start); err != nil {
 		return Notice{}, false, err
@@ -238,7 +238,8 @@ func (n Notice) Reschedulable() bool {
 	return n.Status == StatusPending && n.CanReschedule
 }
 
-func truncate(s string) string {
+// Excerpt shortens a served value for logs and error messages.
+func Excerpt(s string) string {
 	const max = 200
 	if len(s) > max {
 		return s[:max] + "..."

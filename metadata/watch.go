@@ -50,13 +50,11 @@ type WatcherOptions struct {
 	Client *gcemetadata.Client
 	// Timeout is the long poll's timeout_sec; zero means 60 s.
 	Timeout time.Duration
-	// BackoffBase and BackoffMax bound the delay after a failed request:
-	// BackoffBase doubled per consecutive failure, at most BackoffMax, with
-	// up to half of it as random jitter. Zero means 1 s and 30 s.
-	BackoffBase, BackoffMax time.Duration
-	Clock                   clock.Clock
-	Logger                  *slog.Logger
-	Recorder                Recorder
+	// Backoff spaces the retries of failed requests; zero is backoff.Default.
+	Backoff  backoff.Policy
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	Recorder Recorder
 }
 
 // Watcher long-polls metadata keys. It remembers when the server last gave
@@ -64,8 +62,7 @@ type WatcherOptions struct {
 type Watcher struct {
 	client   *gcemetadata.Client
 	timeout  time.Duration
-	base     time.Duration
-	max      time.Duration
+	backoff  backoff.Policy
 	clock    clock.Clock
 	log      *slog.Logger
 	recorder Recorder
@@ -97,12 +94,6 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 	if opts.Client == nil {
 		opts.Client = NewClient(opts.Timeout, "")
 	}
-	if opts.BackoffBase <= 0 {
-		opts.BackoffBase = time.Second
-	}
-	if opts.BackoffMax <= 0 {
-		opts.BackoffMax = 30 * time.Second
-	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -113,7 +104,7 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 		opts.Recorder = nopRecorder{}
 	}
 	return &Watcher{
-		client: opts.Client, timeout: opts.Timeout, base: opts.BackoffBase, max: opts.BackoffMax,
+		client: opts.Client, timeout: opts.Timeout, backoff: opts.Backoff,
 		clock: opts.Clock, log: opts.Logger, recorder: opts.Recorder,
 		lastGood: map[string]time.Time{},
 	}
@@ -133,10 +124,7 @@ type etagTransport struct {
 
 type etagBoxKey struct{}
 
-type etagBox struct {
-	etag   string
-	status int
-}
+type etagBox struct{ etag string }
 
 func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.host != "" {
@@ -147,7 +135,6 @@ func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if box, ok := req.Context().Value(etagBoxKey{}).(*etagBox); ok && resp != nil {
 		box.etag = resp.Header.Get("ETag")
-		box.status = resp.StatusCode
 	}
 	return resp, err
 }
@@ -228,7 +215,7 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 		}
 		if err != nil {
 			failures++
-			delay := w.backoff(failures)
+			delay := w.backoff.Delay(failures)
 			w.log.Warn("metadata request failed", "key", key, "err", err, "failures", failures, "retry_in", delay)
 			etag = "" // start over with a plain GET: the server may have restarted
 			if err := w.sleep(ctx, delay); err != nil {
@@ -251,7 +238,7 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			w.recorder.MetadataRequest(key, ResultUnparseable)
 			// Not understood: retry after a pause rather than long-poll
 			// on a value we cannot use.
-			if err := w.sleep(ctx, w.backoff(1)); err != nil {
+			if err := w.sleep(ctx, w.backoff.Delay(1)); err != nil {
 				return err
 			}
 			etag = ""
@@ -260,10 +247,6 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 		w.markGood(key)
 		last = &a
 	}
-}
-
-func (w *Watcher) backoff(failures int) time.Duration {
-	return backoff.Policy{Base: w.base, Max: w.max}.Delay(failures)
 }
 
 func (w *Watcher) sleep(ctx context.Context, d time.Duration) error {

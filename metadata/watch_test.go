@@ -10,6 +10,7 @@ import (
 
 	gcemetadata "cloud.google.com/go/compute/metadata"
 
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 )
 
@@ -44,18 +45,14 @@ type fixture struct {
 // times out after timeout and the HTTP client gives up after httpTimeout.
 func setup(t *testing.T, cfg gceemu.Config, timeout, httpTimeout time.Duration) *fixture {
 	t.Helper()
-	emu := gceemu.New(cfg)
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = emu.Close() })
+	emu := gceemu.StartT(t, cfg)
 	t.Setenv("GCE_METADATA_HOST", emu.Host())
 	rec := &countingRecorder{}
 	client := gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
 		Timeout:   httpTimeout,
 		Transport: &etagTransport{next: http.DefaultTransport},
 	}})
-	w := NewWatcher(WatcherOptions{Client: client, Timeout: timeout, BackoffBase: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Recorder: rec})
+	w := NewWatcher(WatcherOptions{Client: client, Timeout: timeout, Backoff: backoff.Policy{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, Recorder: rec})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return &fixture{emu: emu, watcher: w, recorder: rec, ctx: ctx}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/maintenance-handler/maintenance-handler/drain"
 )
 
 const namespace = "maintenance_handler"
@@ -82,7 +84,7 @@ func (m *Agent) MetadataRequest(key, result string) {
 // Eviction implements drain.Recorder.
 func (m *Agent) Eviction(outcome string) {
 	m.Evictions.WithLabelValues(outcome).Inc()
-	if outcome == "deleted" {
+	if outcome == drain.OutcomeEscalated {
 		m.Escalations.Inc()
 	}
 }

@@ -148,11 +148,7 @@ func (p *agentProc) get(path string) (int, string) {
 func setup(t testing.TB, name string) *gceemu.Server {
 	t.Helper()
 	world.NodeT(t, testworld.NodeSpec{Name: name})
-	emu := gceemu.New(gceemu.Config{Name: name})
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = emu.Close() })
+	emu := gceemu.StartT(t, gceemu.Config{Name: name})
 	return emu
 }
 

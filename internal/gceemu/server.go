@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -578,4 +579,15 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodHead {
 		_, _ = w.Write([]byte(a.body))
 	}
+}
+
+// StartT starts a server for a test and closes it when the test ends.
+func StartT(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	s := New(cfg)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
