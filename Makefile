@@ -4,10 +4,14 @@ GO ?= go
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help test testworld vet build bench
+.PHONY: help demo test testworld vet build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent
+	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 test: testworld vet ## run every test (builds the test world once; later runs reuse the cache)
 	$(GO) test $(TEST_FLAGS) ./...

@@ -185,9 +185,11 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			d.Uncordon = !st.CordonedBefore
 			d.State = State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent}
 			if booted {
-				// The event that took the VM down is over; a value still
-				// served after the reboot is a new one.
+				// The maintenance that took the VM down is over, and so is
+				// its notice; a value still served after the reboot is a new
+				// one (a notice still pending is mirrored again below).
 				d.State.LastEvent = metadata.EventNone
+				d.State.ScheduledTime, d.State.Notice = "", ""
 			}
 		}
 	}

@@ -177,6 +177,20 @@ func TestStep(t *testing.T) {
 			},
 		},
 		{
+			name: "back with the notice it was for: the notice goes with the maintenance, no cancellation",
+			state: func() State {
+				s := terminating
+				s.ScheduledTime, s.Notice = "1796151600", pending.Raw
+				return s
+			}(),
+			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
+			want: Decision{
+				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				Uncordon: true,
+				Events:   []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+			},
+		},
+		{
 			name: "back, but a person had cordoned it before: stays cordoned",
 			state: func() State {
 				s := terminating

@@ -562,7 +562,9 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 				return
 			case <-s.closing:
-				return
+				// Drop the connection: a returning handler would answer 200
+				// with an empty body, which is no value the real server sends.
+				panic(http.ErrAbortHandler)
 			}
 			s.mu.Lock()
 			a = s.resolveLocked(path, altJSON, recursive)

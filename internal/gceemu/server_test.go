@@ -387,5 +387,8 @@ func TestCloseEndsHungPolls(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	<-ch // answered or dropped, but not left hanging
+	// Dropped, not left hanging, and not answered with an empty value.
+	if got := <-ch; got.err == nil {
+		t.Errorf("a poll hanging at Close was answered: %+v", got)
+	}
 }

@@ -398,3 +398,23 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
+
+// Process is a program run as part of the world (an agent, say).
+type Process struct{ p *proc }
+
+// StartProcess runs bin with args as part of the world: it is stopped with
+// the world, dies with this process, and writes its output to
+// TempDir/logs/name.log.
+func (w *World) StartProcess(name, bin string, args ...string) (*Process, error) {
+	p, err := w.start(name, filepath.Join(w.TempDir, "logs", name+".log"), bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	return &Process{p: p}, nil
+}
+
+// Stop sends SIGTERM, waits up to grace, then SIGKILL.
+func (p *Process) Stop(grace time.Duration) error { return p.p.stop(grace) }
+
+// LogPath is where the process's output goes.
+func (p *Process) LogPath() string { return p.p.logPath }

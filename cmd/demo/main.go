@@ -1,0 +1,95 @@
+// Command demo shows maintenance-handler at work on a simulated GPU node
+// pool, without a cloud account: it starts the test world (a real control
+// plane with kwok playing the kubelets), four GPU nodes each with its own
+// emulated metadata server and its own agent process, a training Deployment
+// with a PodDisruptionBudget and a 60 s grace period, and a few system pods.
+// Then it plays a scenario and prints a timeline per node and pod:
+//
+//  1. Compute Engine schedules maintenance on every node: the
+//     scheduled-maintenance-time label appears.
+//  2. Compute Engine starts host maintenance on a busy node: taint, ordered
+//     and graceful drain, terminating; the VM stops and comes back.
+//  3. A Spot node is preempted: drained within 30 s; it comes back.
+//
+// Ctrl-C stops everything, leaving no process behind. --keep keeps the
+// cluster running after the scenario for exploration with kubectl.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+func main() {
+	var opts options
+	flag.StringVar(&opts.agentBin, "agent-bin", "bin/agent", "path of the agent binary (make demo builds it)")
+	flag.BoolVar(&opts.keep, "keep", false, "keep the cluster running after the scenario, until Ctrl-C")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	agentBin string
+	keep     bool
+}
+
+func run(ctx context.Context, opts options) error {
+	if _, err := os.Stat(opts.agentBin); err != nil {
+		return fmt.Errorf("agent binary: %w (run `make demo`, which builds it)", err)
+	}
+	dir, err := testworld.Dir()
+	if err != nil {
+		return err
+	}
+	if !testworld.Built(dir) {
+		fmt.Println("demo: first run: building the test world (Kubernetes control plane, etcd, kwok) from Go modules; this takes several minutes, once")
+	}
+	if err := testworld.Build(ctx, dir, os.Stdout); err != nil {
+		return err
+	}
+	world, err := testworld.Start(ctx, testworld.Options{Dir: dir, Progress: os.Stdout})
+	if err != nil {
+		return err
+	}
+	d := &demo{world: world, agentBin: opts.agentBin, start: time.Now()}
+	defer func() {
+		fmt.Println("demo: stopping the agents, the control plane and the metadata emulators")
+		if err := world.Stop(); err != nil { // agents first: they run as part of the world
+			fmt.Fprintln(os.Stderr, "demo: stop:", err)
+		}
+		d.closeVMs()
+	}()
+	if err := d.setUp(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("\ndemo: cluster ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get nodes -L %s -L %s\n", world.Kubeconfig,
+		"cloud.google.com/scheduled-maintenance-time", "cloud.google.com/active-node-maintenance")
+	for _, v := range d.vms {
+		fmt.Printf("  agent metrics of %s: http://%s/metrics\n", v.name, v.metricsAddr)
+	}
+	fmt.Println()
+	go d.timeline(ctx)
+	if err := d.scenario(ctx); err != nil {
+		return err
+	}
+	if opts.keep {
+		fmt.Println("\ndemo: scenario done; the cluster keeps running (--keep). Ctrl-C to stop.")
+		<-ctx.Done()
+		return nil
+	}
+	fmt.Println("\ndemo: scenario done (run with `make demo DEMO_FLAGS=--keep` to explore afterwards)")
+	return nil
+}

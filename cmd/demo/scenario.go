@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+const (
+	pool      = "a3-highgpu-8g"
+	workloads = "ml"
+	grace     = 60 // the trainer's checkpoint-on-SIGTERM budget, seconds
+)
+
+type vm struct {
+	name        string
+	spot        bool
+	emu         *gceemu.Server
+	agent       *testworld.Process
+	metricsAddr string
+}
+
+type demo struct {
+	world    *testworld.World
+	agentBin string
+	start    time.Time
+	vms      []*vm
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Printf("%7.1fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (d *demo) closeVMs() {
+	for _, v := range d.vms {
+		_ = v.emu.Close()
+	}
+}
+
+// setUp makes four GPU nodes (the last one Spot), their metadata servers
+// and agents, the training job and some system pods.
+func (d *demo) setUp(ctx context.Context) error {
+	c := d.world.Client
+	for i := range 4 {
+		v := &vm{name: fmt.Sprintf("gke-%s-%d", pool, i), spot: i == 3}
+		if _, err := d.world.AddNode(ctx, testworld.NodeSpec{Name: v.name, Pool: pool, Spot: v.spot, Project: "demo-project", Zone: "us-central1-a"}); err != nil {
+			return err
+		}
+		v.emu = gceemu.New(gceemu.Config{Project: "demo-project", Zone: "us-central1-a", Name: v.name, Preemptible: v.spot})
+		if err := v.emu.Start(); err != nil {
+			return err
+		}
+		d.vms = append(d.vms, v)
+		if err := d.startAgent(v); err != nil {
+			return err
+		}
+	}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloads}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().ServiceAccounts(workloads).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+	labels := map[string]string{"app": "trainer"}
+	replicas := int32(4)
+	g := int64(grace)
+	trainer := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				// kwok stops each pod after its grace: a checkpoint that takes it all.
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", grace)}},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: &g,
+					Containers: []corev1.Container{{Name: "train", Image: "registry.invalid/trainer:1", Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("8")},
+						Limits:   corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("8")},
+					}}},
+				},
+			},
+		},
+	}
+	if _, err := c.AppsV1().Deployments(workloads).Create(ctx, trainer, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	three := intstr.FromInt32(3)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &three, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	if _, err := c.PolicyV1().PodDisruptionBudgets(workloads).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	// A system pod on each node, stopped after the workloads.
+	one := int64(1)
+	for _, v := range d.vms {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-metrics-" + v.name, Namespace: metav1.NamespaceSystem},
+			Spec: corev1.PodSpec{NodeName: v.name, TerminationGracePeriodSeconds: &one,
+				Containers: []corev1.Container{{Name: "exporter", Image: "registry.invalid/dcgm-exporter:1"}}},
+		}
+		if _, err := c.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		dep, err := c.AppsV1().Deployments(workloads).Get(ctx, "trainer", metav1.GetOptions{})
+		return err == nil && dep.Status.ReadyReplicas == replicas, nil
+	})
+}
+
+func (d *demo) startAgent(v *vm) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	v.metricsAddr = l.Addr().String()
+	l.Close()
+	p, err := d.world.StartProcess("agent-"+v.name, d.agentBin,
+		"--kubeconfig", d.world.Kubeconfig, "--node-name", v.name, "--metadata-host", v.emu.Host(),
+		"--listen-address", v.metricsAddr, "--eviction-retry-interval", "2s")
+	if err != nil {
+		return err
+	}
+	v.agent = p
+	return nil
+}
+
+// reboot plays the VM stopping and coming back: its agent dies with it, the
+// node gets a new boot ID, the metadata server is quiet again, a new agent
+// starts.
+func (d *demo) reboot(ctx context.Context, v *vm) error {
+	d.say("%s: the VM stops and boots again", v.name)
+	if err := v.agent.Stop(0); err != nil {
+		return err
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.NodeInfo.BootID = testworld.NewBootID()
+		_, err = d.world.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	v.emu.Clear()
+	return d.startAgent(v)
+}
+
+func (d *demo) waitNode(ctx context.Context, v *vm, timeout time.Duration, cond func(*corev1.Node) bool) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.name, metav1.GetOptions{})
+		return err == nil && cond(n), nil
+	})
+}
+
+func active(value string) func(*corev1.Node) bool {
+	return func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == value }
+}
+
+func backInService(n *corev1.Node) bool {
+	return !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Labels[agent.LabelActiveMaintenance] == ""
+}
+
+func (d *demo) scenario(ctx context.Context) error {
+	window := time.Now().Add(7 * 24 * time.Hour).Truncate(time.Hour)
+	d.say("== 1. Compute Engine schedules host maintenance on every node for %s", window.UTC().Format(time.RFC3339))
+	for _, v := range d.vms {
+		v.emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
+	}
+	for _, v := range d.vms {
+		if err := d.waitNode(ctx, v, time.Minute, func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" }); err != nil {
+			return err
+		}
+	}
+	time.Sleep(2 * time.Second)
+
+	busy := d.vms[1]
+	d.say("== 2. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.name)
+	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", grace)
+	busy.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
+		return err
+	}
+	if err := d.reboot(ctx, busy); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, busy, time.Minute, backInService); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+
+	spot := d.vms[3]
+	d.say("== 3. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.name)
+	d.say("   the trainer's %d s grace is cut to what is left of the 30 s", grace)
+	spot.emu.SetPreempted(true)
+	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
+		return err
+	}
+	if err := d.reboot(ctx, spot); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, spot, time.Minute, backInService); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	d.say("== not shown yet: manual trigger (perform-maintenance=true) and opportunistic maintenance of idle nodes; they are being built")
+	return nil
+}
+
+// timeline prints what a user would see change: node labels, taint and
+// cordon; pods starting, terminating and gone; the agents' Events.
+func (d *demo) timeline(ctx context.Context) {
+	c := d.world.Client
+	nodes, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	pods, err := c.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	events, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + agent.EventSource})
+	if err != nil {
+		return
+	}
+	seenNode := map[string]string{}
+	seenPod := map[string]string{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-nodes.ResultChan():
+			if !ok {
+				return
+			}
+			if n, ok := ev.Object.(*corev1.Node); ok {
+				if s := nodeSummary(n); s != seenNode[n.Name] {
+					seenNode[n.Name] = s
+					d.say("node %s: %s", n.Name, s)
+				}
+			}
+		case ev, ok := <-pods.ResultChan():
+			if !ok {
+				return
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || (p.Namespace != workloads && p.Namespace != metav1.NamespaceSystem) {
+				continue
+			}
+			key := p.Namespace + "/" + p.Name
+			s := podSummary(p, ev.Type)
+			if s != "" && s != seenPod[key] {
+				seenPod[key] = s
+				d.say("pod %s: %s", key, s)
+			}
+		case ev, ok := <-events.ResultChan():
+			if !ok {
+				return
+			}
+			if e, ok := ev.Object.(*corev1.Event); ok && ev.Type == watch.Added {
+				d.say("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+	}
+}
+
+func nodeSummary(n *corev1.Node) string {
+	var parts []string
+	if v := n.Labels[agent.LabelScheduledMaintenanceTime]; v != "" {
+		parts = append(parts, "scheduled-maintenance-time="+v)
+	}
+	if v := n.Labels[agent.LabelActiveMaintenance]; v != "" {
+		parts = append(parts, "active-node-maintenance="+v)
+	}
+	if agent.HasTaint(n) {
+		parts = append(parts, "tainted "+agent.TaintImpendingTermination+":NoSchedule")
+	}
+	if n.Spec.Unschedulable {
+		parts = append(parts, "cordoned")
+	}
+	if len(parts) == 0 {
+		return "in service"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func podSummary(p *corev1.Pod, t watch.EventType) string {
+	switch {
+	case t == watch.Deleted:
+		return "gone"
+	case p.DeletionTimestamp != nil:
+		g := int64(0)
+		if p.DeletionGracePeriodSeconds != nil {
+			g = *p.DeletionGracePeriodSeconds
+		}
+		return fmt.Sprintf("SIGTERM, %d s to stop (on %s)", g, p.Spec.NodeName)
+	case p.Status.Phase == corev1.PodRunning:
+		return "running on " + p.Spec.NodeName
+	case p.Spec.NodeName == "":
+		return "pending (no node)"
+	}
+	return ""
+}
