@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 )
@@ -33,6 +35,13 @@ type Metrics interface {
 	TaintLatency(d time.Duration)
 	DrainDuration(d time.Duration)
 	SetPhase(phase string)
+	ManualTrigger(outcome string)
+}
+
+// Maintainer asks Compute Engine to start the pending maintenance of the
+// agent's own VM now; compute.VM implements it.
+type Maintainer interface {
+	PerformMaintenance(ctx context.Context, requestID string) (operation string, err error)
 }
 
 // Events records Kubernetes Events on the agent's Node.
@@ -54,6 +63,12 @@ type Options struct {
 	Watcher Watcher
 	Pods    *drain.NodePods
 	Config  Config
+	// Maintainer starts a manual maintenance once the node is drained; nil
+	// fails every manual maintenance (the node goes back in service).
+	Maintainer Maintainer
+	// NewRequestID returns a fresh performMaintenance requestId (a UUID);
+	// nil means a random UUID.
+	NewRequestID func() string
 	// RetryInterval is the delay between refused evictions.
 	RetryInterval time.Duration
 	Metrics       Metrics
@@ -76,6 +91,10 @@ type Agent struct {
 	drainDone  time.Time // Started of the maintenance whose drain finished
 	drainStop  context.CancelFunc
 	drainGroup sync.WaitGroup
+
+	performFor    string         // request ID of the call started by this process
+	performResult *PerformResult // how it ended
+	performGroup  sync.WaitGroup
 
 	nodes cache.SharedIndexInformer
 
@@ -130,6 +149,9 @@ func New(opts Options) *Agent {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.NewRequestID == nil {
+		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
+	}
 	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1)}
 }
 
@@ -153,6 +175,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer a.performGroup.Wait()
 	defer a.stopDrain()
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
 		wg.Add(1)
@@ -307,10 +330,15 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			Signals:       a.signals,
 			BootID:        node.Status.NodeInfo.BootID,
 			Unschedulable: node.Spec.Unschedulable,
+			RequestID:     a.opts.NewRequestID(),
 		}
+		obs.Trigger, obs.TriggerSet = TriggerFromNode(node)
 		changedAt := a.changedAt
 		st := StateFromNode(node)
 		obs.DrainDone = st.Phase == PhaseDraining && a.drainDone.Equal(st.Started)
+		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
+			obs.Perform = r
+		}
 		a.mu.Unlock()
 		dec = Step(a.opts.Config, st, obs)
 		if !ApplyState(node, dec) {
@@ -319,7 +347,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: "maintenance-handler-agent"}); err != nil {
 			return err
 		}
-		if dec.Interruption != nil && !changedAt.IsZero() {
+		// Taint latency: from the metadata change to the taint on the Node
+		// (a label is not a metadata change).
+		if dec.Cordon && dec.State.Reason != ReasonManual && !changedAt.IsZero() {
 			latency = a.opts.Clock.Since(changedAt)
 		}
 		return nil
@@ -347,7 +377,15 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 	}
 	if dec.Interruption != nil {
 		a.opts.Metrics.Interruption(dec.Interruption.Type, dec.Interruption.Reason)
+	}
+	if latency > 0 {
 		a.opts.Metrics.TaintLatency(latency)
+	}
+	if dec.Manual != "" {
+		a.opts.Metrics.ManualTrigger(dec.Manual)
+	}
+	if dec.Perform {
+		a.startPerform(ctx, st)
 	}
 	if dec.Migration {
 		a.opts.Metrics.Migration()
@@ -392,6 +430,58 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted)
 		a.mu.Lock()
 		a.drainDone = st.Started
+		a.mu.Unlock()
+		a.poke()
+	}()
+}
+
+// performMinimum is the least time a performMaintenance call gets to go
+// through (with retries), even when the drain used up the deadline.
+const performMinimum = time.Minute
+
+// startPerform runs the performMaintenance call for st's request ID, unless
+// this process has already started it. The call is retried until st's
+// deadline (at least performMinimum from now); its result wakes the loop.
+func (a *Agent) startPerform(ctx context.Context, st State) {
+	a.mu.Lock()
+	if a.performFor == st.RequestID {
+		a.mu.Unlock()
+		return
+	}
+	a.performFor = st.RequestID
+	a.mu.Unlock()
+	timeout := max(st.Deadline.Sub(a.opts.Clock.Now()), performMinimum)
+	a.performGroup.Add(1)
+	go func() {
+		defer a.performGroup.Done()
+		a.log.Info("asking Compute Engine to start the maintenance", "request_id", st.RequestID, "timeout", timeout)
+		res := &PerformResult{RequestID: st.RequestID}
+		if a.opts.Maintainer == nil {
+			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), ManualFailed
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
+			cancel()
+			if ctx.Err() != nil {
+				return // stopping: the next agent continues from the Node
+			}
+			switch {
+			case res.Err == nil:
+			case errors.Is(res.Err, compute.ErrPermissionDenied):
+				res.Outcome = ManualPermissionDenied
+			case errors.Is(res.Err, compute.ErrRefused):
+				res.Outcome = ManualRefused
+			default:
+				res.Outcome = ManualFailed
+			}
+		}
+		if res.Err != nil {
+			a.log.Warn("performMaintenance failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
+		} else {
+			a.log.Info("performMaintenance accepted", "request_id", st.RequestID, "operation", res.Operation)
+		}
+		a.mu.Lock()
+		a.performResult = res
 		a.mu.Unlock()
 		a.poke()
 	}()

@@ -45,6 +45,8 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 type vm struct {
 	name string
 	emu  *gceemu.Server
+	// compute, when set, is the next agent's performMaintenance.
+	compute agent.Maintainer
 }
 
 func newVM(t testing.TB, name string) *vm {
@@ -83,7 +85,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Int
 	})
 	a := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
-		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg,
+		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg, Maintainer: v.compute,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,9 @@
 // Package agent is the node-local half of maintenance-handler: it keeps its
 // own Node's labels, taint and annotations true to what the VM's metadata
 // server says, drains the node before the VM stops, and puts it back in
-// service when the VM returns.
+// service when the VM returns. On the perform-maintenance label it drains
+// the node and then asks Compute Engine to start the pending maintenance
+// now (through Maintainer, once per maintenance).
 //
 // The Node protocol (every key the agent reads or writes) is in protocol.go;
 // the state machine is the pure function Step in state.go, whose file header

@@ -23,6 +23,7 @@ func StateFromNode(n *corev1.Node) State {
 		ScheduledTime:  n.Labels[LabelScheduledMaintenanceTime],
 		Notice:         a[AnnotationUpcomingMaintenance],
 		LastEvent:      metadata.Event(a[annotationLastEvent]),
+		RequestID:      a[AnnotationRequestID],
 	}
 	switch st.Phase {
 	case PhaseDraining, PhaseTerminating:
@@ -31,7 +32,14 @@ func StateFromNode(n *corev1.Node) State {
 	}
 	st.Started, _ = time.Parse(time.RFC3339Nano, a[AnnotationStarted])
 	st.Deadline, _ = time.Parse(time.RFC3339Nano, a[AnnotationDeadline])
+	st.Requested, _ = time.Parse(time.RFC3339Nano, a[AnnotationRequested])
 	return st
+}
+
+// TriggerFromNode reads the perform-maintenance label.
+func TriggerFromNode(n *corev1.Node) (value string, set bool) {
+	value, set = n.Labels[LabelPerformMaintenance]
+	return value, set
 }
 
 // ApplyState writes st and its consequences (the active-maintenance label,
@@ -77,6 +85,8 @@ func ApplyState(n *corev1.Node, d Decision) bool {
 	set(n.Annotations, AnnotationDeadline, timeStr(st.Deadline))
 	set(n.Annotations, AnnotationBootID, whileActive(st.BootID))
 	set(n.Annotations, AnnotationCordonedBefore, whileActive(strconv.FormatBool(st.CordonedBefore)))
+	set(n.Annotations, AnnotationRequestID, whileActive(st.RequestID))
+	set(n.Annotations, AnnotationRequested, timeStr(st.Requested))
 	set(n.Annotations, annotationLastEvent, string(st.LastEvent))
 	set(n.Annotations, AnnotationUpcomingMaintenance, st.Notice)
 	set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
@@ -87,6 +97,9 @@ func ApplyState(n *corev1.Node, d Decision) bool {
 		n.Labels[LabelActiveMaintenance] = ValueTerminating
 	default:
 		delete(n.Labels, LabelActiveMaintenance)
+	}
+	if d.RemoveTrigger {
+		delete(n.Labels, LabelPerformMaintenance)
 	}
 	setTaint(n, active)
 	if d.Cordon {

@@ -48,4 +48,11 @@ const (
 	// AnnotationCordonedBefore is "true" when spec.unschedulable was already
 	// set when the agent started maintenance: it is then left set after.
 	AnnotationCordonedBefore = Prefix + "cordoned-before"
+	// AnnotationRequestID is the performMaintenance requestId of a manual
+	// maintenance: a retried call with it is the same request.
+	AnnotationRequestID = Prefix + "request-id"
+	// AnnotationRequested is when the agent first asked Compute Engine to
+	// start the maintenance (RFC 3339), written before the call: the
+	// record that the call was made for this maintenance.
+	AnnotationRequested = Prefix + "maintenance-requested"
 )

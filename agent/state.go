@@ -10,7 +10,10 @@ package agent
 // Lifecycle of one node:
 //
 //	Idle ──(TERMINATE_ON_HOST_MAINTENANCE, notice ONGOING, preempted TRUE)──▶ Draining
+//	Idle ──(perform-maintenance=true, notice PENDING and can_reschedule)──▶ Draining (manual)
 //	Draining ──(drain finished)──▶ Terminating
+//	Draining (manual) ──(drain finished, performMaintenance accepted)──▶ Terminating
+//	Draining (manual) ──(performMaintenance failed)──▶ Idle
 //	Draining, Terminating ──(new boot ID: the VM stopped and came back)──▶ Idle
 //	Draining, Terminating ──(every signal cleared, same boot: cancelled)──▶ Idle
 //
@@ -29,6 +32,25 @@ package agent
 //
 // Returning to Idle uncordons the node unless it was already cordoned when
 // maintenance started (AnnotationCordonedBefore).
+//
+// The manual trigger (LabelPerformMaintenance, set by a person or the
+// aggregator) is read, never acted on blindly:
+//   - accepted only as "true", only with a notice that is PENDING and
+//     can_reschedule, and only while the node is Idle; anything else is a
+//     Warning Event and the label is removed, with no other change;
+//   - a manual maintenance drains by the host-maintenance policy with the
+//     manual-drain deadline, then asks Compute Engine once (RequestID, kept
+//     on the Node, makes a retried call idempotent; Requested, written
+//     before the call, stops a restarted agent from calling again once the
+//     signals show the call was accepted);
+//   - once accepted it runs to its end: the label set again is a no-op,
+//     removing it cancels nothing (the drain has begun and Compute Engine
+//     may have been asked), another value is answered and removed;
+//   - a real TERMINATE_ON_HOST_MAINTENANCE, ONGOING notice or preemption
+//     before the call turns it into that maintenance, with no call (the
+//     RequestID stays: the label started it);
+//   - a failed call puts the node back in service; the label goes when the
+//     node is back in service, whichever way.
 
 import (
 	"fmt"
@@ -53,6 +75,26 @@ type Reason string
 const (
 	ReasonHostMaintenance Reason = "host-maintenance"
 	ReasonPreemption      Reason = "preemption"
+	// ReasonManual: the perform-maintenance label asked for the pending
+	// maintenance now.
+	ReasonManual Reason = "manual"
+)
+
+// TriggerValue is the only accepted value of LabelPerformMaintenance.
+const TriggerValue = "true"
+
+// Outcomes of a manual trigger (the outcome label of the
+// manual_triggers_total metric; metrics.ManualOutcomes lists them).
+const (
+	ManualStarted          = "started"
+	ManualAccepted         = "accepted"
+	ManualFailed           = "failed"
+	ManualPermissionDenied = "permission_denied"
+	ManualRefused          = "refused"
+	ManualInvalidValue     = "invalid_value"
+	ManualNoNotice         = "no_notice"
+	ManualNotReschedulable = "not_reschedulable"
+	ManualAlreadyOngoing   = "already_ongoing"
 )
 
 // Interruption types and reasons (the design's taxonomy, GKE's spelling).
@@ -75,6 +117,10 @@ const (
 	EventEvictionComplete       = "PodEvictionComplete"
 	EventMaintenanceCleared     = "MaintenanceWindowCleared"
 	EventMaintenanceAborted     = "MaintenanceCancelledBeforeStop"
+	EventManualStarted          = "CustomerTriggeredMaintenance"
+	EventManualAccepted         = "PerformMaintenanceSuccess"
+	EventManualRejected         = "PerformMaintenanceRejected"
+	EventManualFailed           = "PerformMaintenanceFailed"
 )
 
 // State is what the agent keeps on its Node.
@@ -93,6 +139,12 @@ type State struct {
 	Notice string
 	// LastEvent is the last maintenance-event value acted on.
 	LastEvent metadata.Event
+	// RequestID is the performMaintenance requestId of a manual
+	// maintenance, chosen when it starts.
+	RequestID string
+	// Requested is when the agent first asked Compute Engine to start the
+	// maintenance (written before the call).
+	Requested time.Time
 }
 
 // Signals is what the metadata server last said, key by key.
@@ -118,6 +170,27 @@ type Observation struct {
 	Unschedulable bool
 	// DrainDone: the drain of the current maintenance has finished.
 	DrainDone bool
+	// Trigger is the perform-maintenance label's value; TriggerSet whether
+	// the label is there at all.
+	Trigger    string
+	TriggerSet bool
+	// RequestID is a fresh UUID, the requestId of a manual maintenance
+	// that starts now.
+	RequestID string
+	// Perform is the result of the performMaintenance call for the state's
+	// RequestID, once it has returned.
+	Perform *PerformResult
+}
+
+// PerformResult is how a performMaintenance call ended.
+type PerformResult struct {
+	RequestID string
+	// Operation names Compute Engine's operation when the call succeeded.
+	Operation string
+	// Err is why it failed, and Outcome its class (ManualFailed,
+	// ManualPermissionDenied, ManualRefused).
+	Err     error
+	Outcome string
 }
 
 // Config holds the deadlines.
@@ -128,10 +201,13 @@ type Config struct {
 	HostMaintenanceDeadline time.Duration
 	// PreemptionDeadline is how long after preempted=TRUE the VM stops: 30 s.
 	PreemptionDeadline time.Duration
+	// ManualDrainTimeout is the drain deadline of a manual maintenance,
+	// counted from the label being accepted (1 h, as for node upgrades).
+	ManualDrainTimeout time.Duration
 }
 
 // DefaultConfig is what Compute Engine documents.
-var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second}
+var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: 60 * time.Minute}
 
 // EventRecord is a Kubernetes Event to emit on the Node.
 type EventRecord struct {
@@ -157,6 +233,13 @@ type Decision struct {
 	Cordon, Uncordon bool
 	// Drained is set when the drain finished (Draining to Terminating).
 	Drained bool
+	// RemoveTrigger removes the perform-maintenance label.
+	RemoveTrigger bool
+	// Perform asks for the performMaintenance call of State.RequestID to be
+	// running (at most one per request ID).
+	Perform bool
+	// Manual is the outcome of a manual trigger to count, if any.
+	Manual string
 }
 
 // Step is the state machine. It is pure: the same inputs give the same
@@ -173,8 +256,19 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	if st.Phase != PhaseIdle {
 		booted := obs.BootID != "" && st.BootID != "" && obs.BootID != st.BootID
 		cleared := sig.EventKnown && sig.Event == metadata.EventNone &&
-			sig.PreemptedKnown && !sig.Preempted &&
-			sig.NoticeKnown && (!sig.NoticePresent || sig.Notice.Status == metadata.StatusPending)
+			sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
+		switch {
+		case st.Reason != ReasonManual:
+			cleared = cleared && (!sig.NoticePresent || sig.Notice.Status == metadata.StatusPending)
+		case st.Phase == PhaseTerminating:
+			// Compute Engine accepted the call: only a notice gone
+			// without the VM stopping means it was withdrawn.
+			cleared = cleared && !sig.NoticePresent
+		default:
+			// Before Compute Engine has accepted, a quiet VM with a
+			// pending notice is what a manual maintenance looks like.
+			cleared = false
+		}
 		if booted || cleared {
 			reason, msg := EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID)
 			warning := false
@@ -183,6 +277,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			}
 			d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
 			d.Uncordon = !st.CordonedBefore
+			d.RemoveTrigger = st.RequestID != "" && obs.TriggerSet
 			d.State = State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent}
 			if booted {
 				// The maintenance that took the VM down is over, and so is
@@ -195,34 +290,36 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	}
 
 	// 2. Maintenance or preemption starts, or a preemption shortens an
-	// ongoing drain.
+	// ongoing drain. A manual drain that Compute Engine has not been asked
+	// about yet becomes the maintenance that started on its own.
 	now := obs.Now
+	idle := d.State.Phase == PhaseIdle
+	manualUnasked := d.State.Phase == PhaseDraining && d.State.Reason == ReasonManual && d.State.Requested.IsZero()
 	switch {
 	case sig.PreemptedKnown && sig.Preempted:
 		deadline := now.Add(cfg.PreemptionDeadline)
-		if d.State.Phase == PhaseIdle {
+		if idle {
 			d.start(obs, ReasonPreemption, deadline)
 			d.Interruption = &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction}
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s", deadline.UTC().Format(time.RFC3339))})
-		} else if d.State.Reason != ReasonPreemption && deadline.Before(d.State.Deadline) {
+		} else if manual := d.State.Reason == ReasonManual; d.State.Reason != ReasonPreemption && (deadline.Before(d.State.Deadline) || manual) {
+			if manual && d.State.Phase == PhaseDraining {
+				// Not counted yet: a manual maintenance counts once
+				// Compute Engine accepts it.
+				d.Interruption = &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction}
+			}
 			d.State.Reason = ReasonPreemption
-			d.State.Deadline = deadline
+			if deadline.Before(d.State.Deadline) {
+				d.State.Deadline = deadline
+			}
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
-				Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", deadline.UTC().Format(time.RFC3339))})
+				Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 		}
-	case d.State.Phase == PhaseIdle && sig.EventKnown && sig.Event == metadata.EventTerminate && d.State.LastEvent != metadata.EventTerminate:
-		deadline := now.Add(cfg.HostMaintenanceDeadline)
-		d.start(obs, ReasonHostMaintenance, deadline)
-		d.Interruption = &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance}
-		d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventTerminateOnHost,
-			Message: fmt.Sprintf("Host maintenance will stop the VM; draining before %s", deadline.UTC().Format(time.RFC3339))})
-	case d.State.Phase == PhaseIdle && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
-		deadline := now.Add(cfg.HostMaintenanceDeadline)
-		d.start(obs, ReasonHostMaintenance, deadline)
-		d.Interruption = &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance}
-		d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventMaintenanceStarted,
-			Message: fmt.Sprintf("The maintenance window has started; draining before %s", deadline.UTC().Format(time.RFC3339))})
+	case (idle || manualUnasked) && sig.EventKnown && sig.Event == metadata.EventTerminate && d.State.LastEvent != metadata.EventTerminate:
+		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
+	case (idle || manualUnasked) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
+		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventMaintenanceStarted, "The maintenance window has started; draining before %s")
 	}
 	if sig.EventKnown {
 		if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
@@ -233,19 +330,139 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		d.State.LastEvent = sig.Event
 	}
 
-	// 3. Draining finished.
-	if d.State.Phase == PhaseDraining && obs.DrainDone && d.Interruption == nil {
+	// 3. The manual trigger.
+	d.manual(cfg, obs)
+
+	// 4. Draining finished. A manual maintenance is finished when Compute
+	// Engine accepts it (above).
+	if d.State.Phase == PhaseDraining && d.State.Reason != ReasonManual && obs.DrainDone && d.Interruption == nil {
 		d.State.Phase = PhaseTerminating
 		d.Drained = true
 		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete,
 			Message: fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))})
 	}
 
-	// 4. Mirror the notice.
+	// 5. Mirror the notice.
 	if sig.NoticeKnown {
 		d.mirrorNotice(sig)
 	}
 	return d
+}
+
+// hostMaintenance starts a host maintenance on an idle node, or turns a
+// manual drain not yet asked for into one (keeping the earlier deadline).
+func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, format string) {
+	if d.State.Phase == PhaseIdle {
+		d.start(obs, ReasonHostMaintenance, deadline)
+	} else {
+		d.State.Reason = ReasonHostMaintenance
+		if deadline.Before(d.State.Deadline) {
+			d.State.Deadline = deadline
+		}
+	}
+	d.Interruption = &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance}
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: reason,
+		Message: fmt.Sprintf(format, d.State.Deadline.UTC().Format(time.RFC3339))})
+}
+
+// manual handles the perform-maintenance label and the performMaintenance
+// call of a manual maintenance.
+func (d *Decision) manual(cfg Config, obs Observation) {
+	sig := obs.Signals
+	st := d.State
+	switch {
+	case st.Phase == PhaseIdle:
+		if !obs.TriggerSet || d.RemoveTrigger {
+			return
+		}
+		if obs.Trigger != TriggerValue {
+			d.reject(ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q.", LabelPerformMaintenance, obs.Trigger, TriggerValue))
+			return
+		}
+		if !sig.NoticeKnown {
+			return // wait until the metadata server has answered
+		}
+		n := sig.Notice
+		switch {
+		case !sig.NoticePresent:
+			d.reject(ManualNoNotice, fmt.Sprintf("%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", LabelPerformMaintenance))
+		case n.Status == metadata.StatusOngoing:
+			d.reject(ManualAlreadyOngoing, fmt.Sprintf("The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", LabelPerformMaintenance))
+		case n.Status != metadata.StatusPending:
+			d.reject(ManualNotReschedulable, fmt.Sprintf("The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, LabelPerformMaintenance))
+		case !n.CanReschedule:
+			d.reject(ManualNotReschedulable, fmt.Sprintf("The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), LabelPerformMaintenance))
+		default:
+			deadline := obs.Now.Add(cfg.ManualDrainTimeout)
+			d.start(obs, ReasonManual, deadline)
+			d.State.RequestID = obs.RequestID
+			d.Manual = ManualStarted
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualStarted,
+				Message: fmt.Sprintf("%s=true: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
+					LabelPerformMaintenance, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
+		}
+	case st.RequestID == "":
+		// A maintenance the label did not start.
+		if obs.TriggerSet {
+			d.reject(ManualAlreadyOngoing, fmt.Sprintf("A %s is already under way on this node (%s since %s); %s is not needed.",
+				st.Reason, st.Phase, st.Started.UTC().Format(time.RFC3339), LabelPerformMaintenance))
+		}
+	default: // a maintenance the label started
+		if obs.TriggerSet && obs.Trigger != TriggerValue {
+			d.reject(ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
+				LabelPerformMaintenance, obs.Trigger, TriggerValue))
+		}
+		if st.Reason != ReasonManual || st.Phase != PhaseDraining {
+			return
+		}
+		switch r := obs.Perform; {
+		case r != nil && r.RequestID == st.RequestID && r.Err == nil:
+			d.accept(cfg, obs.Now, "operation "+r.Operation)
+		case r != nil && r.RequestID == st.RequestID:
+			d.Manual = r.Outcome
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
+				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, LabelPerformMaintenance)})
+			d.Uncordon = !st.CordonedBefore
+			d.RemoveTrigger = obs.TriggerSet
+			d.State = State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent}
+		case !st.Requested.IsZero() && startedByCompute(sig):
+			// Asked before (by this agent or one before it): the signals
+			// show the request went through; never ask twice.
+			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
+		case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
+			d.Perform = true
+			if st.Requested.IsZero() {
+				d.State.Requested = obs.Now
+			}
+		}
+	}
+}
+
+// startedByCompute: the signals show that Compute Engine has taken the
+// maintenance in hand.
+func startedByCompute(sig Signals) bool {
+	return sig.EventKnown && sig.Event == metadata.EventTerminate ||
+		sig.NoticeKnown && sig.NoticePresent && (sig.Notice.Status == metadata.StatusOngoing || !sig.Notice.CanReschedule)
+}
+
+// accept: Compute Engine accepted the manual maintenance; the node is
+// drained and waits for the VM to stop.
+func (d *Decision) accept(cfg Config, now time.Time, how string) {
+	d.State.Phase = PhaseTerminating
+	d.State.Deadline = now.Add(cfg.HostMaintenanceDeadline)
+	d.Drained = true
+	d.Manual = ManualAccepted
+	d.Interruption = &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance}
+	d.Events = append(d.Events, EventRecord{Reason: EventManualAccepted,
+		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now (%s); the node is drained, awaiting node termination", how)})
+}
+
+// reject answers a perform-maintenance label the agent does not act on.
+func (d *Decision) reject(outcome, msg string) {
+	d.RemoveTrigger = true
+	d.Manual = outcome
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualRejected,
+		Message: msg + " The label was removed; nothing else changed."})
 }
 
 func (d *Decision) start(obs Observation, reason Reason, deadline time.Time) {

@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
 var (
@@ -236,7 +239,11 @@ func TestStep(t *testing.T) {
 			}
 			// Idempotent: stepping again from the new state with the same
 			// observation (as a restarted agent would) does nothing more.
-			again := Step(cfg, got.State, tc.obs)
+			o := tc.obs
+			if got.RemoveTrigger {
+				o.Trigger, o.TriggerSet = "", false
+			}
+			again := Step(cfg, got.State, o)
 			want := Decision{State: got.State}
 			if got.State.Phase == PhaseDraining && tc.obs.DrainDone {
 				return
@@ -286,5 +293,279 @@ func TestStepNeverDrainsTwice(t *testing.T) {
 	}
 	if interruptions != 1 || cordons != 1 || uncordons != 1 {
 		t.Errorf("interruptions %d, cordons %d, uncordons %d; want 1 each", interruptions, cordons, uncordons)
+	}
+}
+
+func labelled(o Observation, value string) Observation {
+	o.Trigger, o.TriggerSet, o.RequestID = value, true, "req-1"
+	return o
+}
+
+func manualDraining() State {
+	s := draining(ReasonManual, time.Hour)
+	s.RequestID, s.ScheduledTime, s.Notice = "req-1", "1796151600", pending.Raw
+	return s
+}
+
+func TestStepManualTrigger(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	scheduled := State{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	fixed := pending
+	fixed.CanReschedule = false
+	ongoing := pending
+	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
+	accepted := with(func(s *Signals) { s.Notice, s.NoticePresent = fixed, true })
+	requested := manualDraining()
+	requested.Requested = t0.Add(5 * time.Minute)
+	rejected := func(outcome, msg string) Decision {
+		return Decision{State: scheduled, RemoveTrigger: true, Manual: outcome,
+			Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: msg + " The label was removed; nothing else changed."}}}
+	}
+	backInService := State{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+
+	tests := []struct {
+		name  string
+		state State
+		obs   Observation
+		want  Decision
+	}{
+		{
+			name:  "a value other than true is rejected and removed",
+			state: scheduled,
+			obs:   labelled(obs(noticed), "yes"),
+			want:  rejected(ManualInvalidValue, `The label cloud.google.com/perform-maintenance="yes" is not accepted: the only accepted value is "true".`),
+		},
+		{
+			name:  "an empty value is rejected too",
+			state: scheduled,
+			obs:   labelled(obs(noticed), ""),
+			want:  rejected(ManualInvalidValue, `The label cloud.google.com/perform-maintenance="" is not accepted: the only accepted value is "true".`),
+		},
+		{
+			name:  "true while the notice is unknown waits",
+			state: scheduled,
+			obs:   labelled(obs(with(func(s *Signals) { s.NoticeKnown = false })), "true"),
+			want:  Decision{State: scheduled},
+		},
+		{
+			name: "true with no notice is rejected",
+			obs:  labelled(obs(quiet()), "true"),
+			want: Decision{State: State{Phase: PhaseIdle, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: ManualNoNotice,
+				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "cloud.google.com/perform-maintenance=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM. The label was removed; nothing else changed."}}},
+		},
+		{
+			name:  "true with a notice that cannot be rescheduled is rejected",
+			state: scheduled,
+			obs:   labelled(obs(accepted), "true"),
+			want:  rejected(ManualNotReschedulable, "The maintenance scheduled for 2026-12-01T19:00:00Z cannot be rescheduled (can_reschedule false); cloud.google.com/perform-maintenance=true is accepted only when it can."),
+		},
+		{
+			name:  "true with a notice already ONGOING: the host maintenance starts, the label is rejected",
+			state: scheduled,
+			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })), "true"),
+			want: Decision{
+				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Cordon:       true, RemoveTrigger: true, Manual: ManualAlreadyOngoing,
+				Events: []EventRecord{
+					{Warning: true, Reason: EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"},
+					{Warning: true, Reason: EventManualRejected, Message: "A host-maintenance is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."},
+				},
+			},
+		},
+		{
+			name:  "true during a preemption is rejected; the drain goes on",
+			state: draining(ReasonPreemption, 30*time.Second),
+			obs:   labelled(obs(with(func(s *Signals) { s.Preempted = true })), "true"),
+			want: Decision{State: draining(ReasonPreemption, 30*time.Second), RemoveTrigger: true, Manual: ManualAlreadyOngoing,
+				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "A preemption is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."}}},
+		},
+		{
+			name:  "true with a reschedulable pending notice: a manual drain with the manual deadline",
+			state: scheduled,
+			obs:   labelled(obs(noticed), "true"),
+			want: Decision{
+				State:  manualDraining(),
+				Cordon: true, Manual: ManualStarted,
+				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "cloud.google.com/perform-maintenance=true: draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
+			},
+		},
+		{
+			name:  "a manual drain is not withdrawn by a quiet VM with its pending notice",
+			state: manualDraining(),
+			obs:   labelled(obs(noticed), "true"),
+			want:  Decision{State: manualDraining()},
+		},
+		{
+			name:  "the label removed during a manual drain cancels nothing",
+			state: manualDraining(),
+			obs:   obs(noticed),
+			want:  Decision{State: manualDraining()},
+		},
+		{
+			name:  "another value during a manual drain is rejected; the drain goes on",
+			state: manualDraining(),
+			obs:   labelled(obs(noticed), "TRUE"),
+			want: Decision{State: manualDraining(), RemoveTrigger: true, Manual: ManualInvalidValue,
+				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: `The label cloud.google.com/perform-maintenance="TRUE" is not accepted: the only accepted value is "true". The manual maintenance already under way goes on. The label was removed; nothing else changed.`}}},
+		},
+		{
+			name:  "drained: the call is made, recorded first",
+			state: manualDraining(),
+			obs:   func() Observation { o := labelled(obs(noticed), "true"); o.DrainDone = true; return o }(),
+			want:  Decision{State: func() State { s := manualDraining(); s.Requested = t0; return s }(), Perform: true},
+		},
+		{
+			name:  "drained while a signal is unknown: no call yet",
+			state: manualDraining(),
+			obs: func() Observation {
+				o := labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true; s.EventKnown = false })), "true")
+				o.DrainDone = true
+				return o
+			}(),
+			want: Decision{State: manualDraining()},
+		},
+		{
+			name:  "the call succeeded: terminating, counted as host maintenance",
+			state: requested,
+			obs: func() Observation {
+				o := labelled(obs(noticed), "true")
+				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Operation: "operation-1"}
+				return o
+			}(),
+			want: Decision{
+				State:        func() State { s := requested; s.Phase, s.Deadline = PhaseTerminating, t0.Add(time.Hour); return s }(),
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Drained:      true, Manual: ManualAccepted,
+				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (operation operation-1); the node is drained, awaiting node termination"}},
+			},
+		},
+		{
+			name:  "the call failed: back in service, label removed",
+			state: requested,
+			obs: func() Observation {
+				o := labelled(obs(noticed), "true")
+				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Err: errors.New("permission denied"), Outcome: ManualPermissionDenied}
+				return o
+			}(),
+			want: Decision{
+				State:    backInService,
+				Uncordon: true, RemoveTrigger: true, Manual: ManualPermissionDenied,
+				Events: []EventRecord{{Warning: true, Reason: EventManualFailed, Message: "Compute Engine did not start the maintenance: permission denied. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
+			},
+		},
+		{
+			name:  "a result for another request is not this one's",
+			state: manualDraining(),
+			obs: func() Observation {
+				o := labelled(obs(noticed), "true")
+				o.Perform = &PerformResult{RequestID: "req-0", Err: errors.New("old")}
+				return o
+			}(),
+			want: Decision{State: manualDraining()},
+		},
+		{
+			name:  "restarted after the call: the notice shows it went through, no second call",
+			state: requested,
+			obs:   func() Observation { o := labelled(obs(accepted), "true"); o.DrainDone = true; return o }(),
+			want: Decision{
+				State:        func() State { s := requested; s.Phase, s.Deadline = PhaseTerminating, t0.Add(time.Hour); return s }(),
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Drained:      true, Manual: ManualAccepted,
+				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
+			},
+		},
+		{
+			name:  "TERMINATE during a manual drain not yet asked for: host maintenance, no call",
+			state: manualDraining(),
+			obs:   labelled(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = pending, true })), "true"),
+			want: Decision{
+				State: func() State {
+					s := manualDraining()
+					s.Reason, s.LastEvent = ReasonHostMaintenance, metadata.EventTerminate
+					return s
+				}(),
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Events:       []EventRecord{{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
+			},
+		},
+		{
+			name:  "preempted during a manual drain: a preemption, counted",
+			state: manualDraining(),
+			obs:   labelled(obs(with(func(s *Signals) { s.Preempted = true; s.Notice, s.NoticePresent = pending, true })), "true"),
+			want: Decision{
+				State: func() State {
+					s := manualDraining()
+					s.Reason, s.Deadline = ReasonPreemption, t0.Add(30*time.Second)
+					return s
+				}(),
+				Interruption: &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction},
+				Events:       []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:00:30Z"}},
+			},
+		},
+		{
+			name: "back from a manual maintenance: the label goes too",
+			state: func() State {
+				s := requested
+				s.Phase = PhaseTerminating
+				return s
+			}(),
+			obs: labelled(Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB}, "true"),
+			want: Decision{
+				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				Uncordon: true, RemoveTrigger: true,
+				Events: []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from manual (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Step(cfg, tc.state, tc.obs)
+			if d := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); d != "" {
+				t.Fatalf("Step (-want +got):\n%s", d)
+			}
+			if got.Manual != "" && !slices.Contains(metrics.ManualOutcomes, got.Manual) {
+				t.Errorf("outcome %q is not in metrics.ManualOutcomes", got.Manual)
+			}
+		})
+	}
+}
+
+// TestStepManualCallsOnce walks a manual maintenance with an agent restart
+// (a fresh Step from the stored state, no call result in memory) at every
+// step, and counts calls asked for after the first was recorded.
+func TestStepManualCallsOnce(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	fixed := pending
+	fixed.CanReschedule = false
+	after := with(func(s *Signals) { s.Notice, s.NoticePresent = fixed, true })
+	step := func(o Observation) Observation { return labelled(o, "true") }
+	seq := []Observation{
+		step(obs(noticed)),
+		step(Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, DrainDone: true}),
+		// killed here, after the call went through: the notice now says so
+		step(Observation{Now: t0.Add(2 * time.Minute), Signals: after, BootID: bootA}),
+		step(Observation{Now: t0.Add(3 * time.Minute), Signals: after, BootID: bootA, DrainDone: true}),
+		step(Observation{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB}),
+	}
+	var st State
+	calls, interruptions := 0, 0
+	var phases []Phase
+	for _, o := range seq {
+		d := Step(cfg, st, o)
+		if d.Perform {
+			calls++
+		}
+		if d.Interruption != nil {
+			interruptions++
+		}
+		st = d.State
+		phases = append(phases, st.Phase)
+	}
+	if d := cmp.Diff([]Phase{PhaseDraining, PhaseDraining, PhaseTerminating, PhaseTerminating, PhaseIdle}, phases); d != "" {
+		t.Errorf("phases (-want +got):\n%s", d)
+	}
+	if calls != 1 || interruptions != 1 {
+		t.Errorf("calls %d, interruptions %d; want 1 each", calls, interruptions)
 	}
 }

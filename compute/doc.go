@@ -10,6 +10,10 @@
 // ErrPermissionDenied, with a message that names the missing permission and
 // the service account.
 //
+// VM is the agent's view: its own VM, identified when first needed from the
+// metadata server (project, zone, name, service account email), else from
+// the Node's spec.providerID.
+//
 // What it does not do: decide whether to call (the agent checks that the
 // notice is pending and reschedulable) or remember that it called (the
 // agent records that on the Node).

@@ -122,6 +122,15 @@ func NewMaintainer(ctx context.Context, opts Options) (*Maintainer, error) {
 // now and returns the operation's name. It retries transient failures until
 // ctx ends, with requestID on every attempt.
 func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requestID string) (string, error) {
+	return m.perform(ctx, inst, requestID, "")
+}
+
+// perform is PerformMaintenance; account, when set, names the caller in a
+// permission error instead of Options.ServiceAccount.
+func (m *Maintainer) perform(ctx context.Context, inst Instance, requestID, account string) (string, error) {
+	if account == "" {
+		account = m.opts.ServiceAccount
+	}
 	for attempt := 1; ; attempt++ {
 		op, err := m.svc.Instances.PerformMaintenance(inst.Project, inst.Zone, inst.Name).RequestId(requestID).Context(ctx).Do()
 		if err == nil {
@@ -135,7 +144,7 @@ func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requ
 			switch {
 			case gerr.Code == http.StatusForbidden:
 				return "", fmt.Errorf("perform maintenance on %s: %w: %s lacks the IAM permission %s (or the VM lacks the cloud-platform or compute access scope): %s",
-					inst, ErrPermissionDenied, m.opts.ServiceAccount, Permission, gerr.Message)
+					inst, ErrPermissionDenied, account, Permission, gerr.Message)
 			case gerr.Code == http.StatusTooManyRequests || gerr.Code >= 500 || gerr.Code == http.StatusUnauthorized:
 				// transient (401: a token that expired in flight)
 			default:

@@ -21,11 +21,17 @@ type Agent struct {
 	UnrecognizedValues   *prometheus.CounterVec
 	TaintLatencySeconds  prometheus.Histogram
 	Phase                *prometheus.GaugeVec
+	ManualTriggers       *prometheus.CounterVec
 }
 
 // Phases are the values of the phase label, so that every series exists
 // from the start.
 var Phases = []string{"Idle", "Draining", "Terminating"}
+
+// ManualOutcomes are the values of manual_triggers_total's outcome label
+// (agent.Manual*).
+var ManualOutcomes = []string{"started", "accepted", "failed", "permission_denied", "refused",
+	"invalid_value", "no_notice", "not_reschedulable", "already_ongoing"}
 
 // NewAgent creates the agent's metrics and registers them with reg.
 func NewAgent(reg prometheus.Registerer) *Agent {
@@ -69,10 +75,17 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Namespace: namespace, Subsystem: sub, Name: "phase",
 			Help: "1 for the node's current maintenance phase (Idle, Draining, Terminating), 0 for the others.",
 		}, []string{"phase"}),
+		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
+			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing (the label was rejected and removed).",
+		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
-		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase)
+		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers)
 	m.SetPhase("Idle")
+	for _, o := range ManualOutcomes {
+		m.ManualTriggers.WithLabelValues(o)
+	}
 	return m
 }
 
@@ -116,3 +129,6 @@ func (m *Agent) TaintLatency(d time.Duration) { m.TaintLatencySeconds.Observe(d.
 
 // DrainDuration observes how long a drain took.
 func (m *Agent) DrainDuration(d time.Duration) { m.DrainDurationSeconds.Observe(d.Seconds()) }
+
+// ManualTrigger counts one outcome of the perform-maintenance label.
+func (m *Agent) ManualTrigger(outcome string) { m.ManualTriggers.WithLabelValues(outcome).Inc() }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
@@ -83,6 +84,18 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	events := agent.NewNodeEvents(client, opts.NodeName, node.UID)
 	defer events.Shutdown()
 	clk := clock.RealClock{}
+	if opts.MetadataHost != "" {
+		// The OAuth token source reads the metadata server from here.
+		if err := os.Setenv("GCE_METADATA_HOST", opts.MetadataHost); err != nil {
+			return fmt.Errorf("set GCE_METADATA_HOST: %w", err)
+		}
+	}
+	maintainer, err := compute.NewMaintainer(ctx, compute.Options{
+		Endpoint: opts.ComputeEndpoint, Clock: clk, Logger: logger.With("component", "compute"),
+	})
+	if err != nil {
+		return err
+	}
 	watcher := metadata.NewWatcher(metadata.WatcherOptions{
 		Client:   metadata.NewClient(opts.MetadataTimeout, opts.MetadataHost),
 		Timeout:  opts.MetadataTimeout,
@@ -91,12 +104,18 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Recorder: m,
 	})
 	a := agent.New(agent.Options{
-		Client:        client,
-		NodeName:      opts.NodeName,
-		Self:          types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
-		Watcher:       watcher,
-		Pods:          drain.NewNodePods(client, opts.NodeName),
-		Config:        agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline},
+		Client:   client,
+		NodeName: opts.NodeName,
+		Self:     types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
+		Watcher:  watcher,
+		Pods:     drain.NewNodePods(client, opts.NodeName),
+		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
+			ManualDrainTimeout: opts.ManualDrainTimeout},
+		Maintainer: &compute.VM{
+			Maintainer: maintainer,
+			Metadata:   metadata.NewClient(30*time.Second, opts.MetadataHost),
+			ProviderID: node.Spec.ProviderID,
+		},
 		RetryInterval: opts.EvictionRetryInterval,
 		Metrics:       m,
 		Events:        events,

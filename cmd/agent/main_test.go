@@ -324,3 +324,39 @@ func grep(text, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestManualTriggerThroughTheBinary: the binary finds its VM, takes the
+// token from --metadata-host and calls --compute-endpoint once.
+func TestManualTriggerThroughTheBinary(t *testing.T) {
+	const node = "bin-manual-0"
+	emu := setup(t, node)
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
+	p := runAgent(t, node, emu, "--compute-endpoint", emu.ComputeEndpoint())
+	getNode := func() *corev1.Node {
+		n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	poll(t, "labelled", 30*time.Second, func() bool { return getNode().Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n := getNode()
+		n.Labels[agent.LabelPerformMaintenance] = agent.TriggerValue
+		_, err := world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "terminating", time.Minute, func() bool { return getNode().Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	calls := emu.Calls()
+	cfg := emu.Config()
+	if len(calls) != 1 || calls[0].Project != cfg.Project || calls[0].Zone != cfg.Zone || calls[0].Instance != cfg.Name || calls[0].Token != emu.AccessToken() {
+		t.Errorf("calls %+v; want one for %s/%s/%s with token %q", calls, cfg.Project, cfg.Zone, cfg.Name, emu.AccessToken())
+	}
+	_, m := p.get("/metrics")
+	if !strings.Contains(m, `maintenance_handler_agent_manual_triggers_total{outcome="accepted"} 1`) {
+		t.Errorf("/metrics:\n%s", grep(m, "manual_triggers_total"))
+	}
+}

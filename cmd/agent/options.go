@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"time"
 
@@ -29,8 +30,13 @@ type Options struct {
 	UnhealthyAfter          time.Duration
 	HostMaintenanceDeadline time.Duration
 	PreemptionDeadline      time.Duration
-	EvictionRetryInterval   time.Duration
-	LogLevel                string
+	// ManualDrainTimeout is the drain deadline of a manual maintenance.
+	ManualDrainTimeout time.Duration
+	// ComputeEndpoint replaces the Compute API's base URL; empty means
+	// Google's.
+	ComputeEndpoint       string
+	EvictionRetryInterval time.Duration
+	LogLevel              string
 }
 
 // NewOptions returns the defaults.
@@ -44,6 +50,7 @@ func NewOptions() *Options {
 		UnhealthyAfter:          3 * time.Minute,
 		HostMaintenanceDeadline: 60 * time.Minute,
 		PreemptionDeadline:      30 * time.Second,
+		ManualDrainTimeout:      60 * time.Minute,
 		EvictionRetryInterval:   5 * time.Second,
 		LogLevel:                "info",
 	}
@@ -61,6 +68,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
+	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with cloud.google.com/perform-maintenance=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
+	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
@@ -86,10 +95,16 @@ func (o *Options) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"--host-maintenance-deadline": o.HostMaintenanceDeadline,
 		"--preemption-deadline":       o.PreemptionDeadline,
+		"--manual-drain-timeout":      o.ManualDrainTimeout,
 		"--eviction-retry-interval":   o.EvictionRetryInterval,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
+		}
+	}
+	if o.ComputeEndpoint != "" {
+		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
 		}
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {

@@ -66,6 +66,8 @@ func (d *demo) setUp(ctx context.Context) error {
 		if err := v.emu.Start(); err != nil {
 			return err
 		}
+		// Compute Engine takes a moment to start a maintenance it accepted.
+		v.emu.SetPerformMaintenanceDelay(3 * time.Second)
 		d.vms = append(d.vms, v)
 		if err := d.startAgent(v); err != nil {
 			return err
@@ -139,6 +141,7 @@ func (d *demo) startAgent(v *vm) error {
 	l.Close()
 	p, err := d.world.StartProcess("agent-"+v.name, d.agentBin,
 		"--kubeconfig", d.world.Kubeconfig, "--node-name", v.name, "--metadata-host", v.emu.Host(),
+		"--compute-endpoint", v.emu.ComputeEndpoint(),
 		"--listen-address", v.metricsAddr, "--eviction-retry-interval", "2s")
 	if err != nil {
 		return err
@@ -178,6 +181,19 @@ func (d *demo) waitNode(ctx context.Context, v *vm, timeout time.Duration, cond 
 	})
 }
 
+// label sets the perform-maintenance label, as kubectl label would.
+func (d *demo) label(ctx context.Context, v *vm, value string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[agent.LabelPerformMaintenance] = value
+		_, err = d.world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
 func active(value string) func(*corev1.Node) bool {
 	return func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == value }
 }
@@ -199,8 +215,44 @@ func (d *demo) scenario(ctx context.Context) error {
 	}
 	time.Sleep(2 * time.Second)
 
+	picked := d.vms[0]
+	d.say("== 2. A person takes the maintenance of %s now, between training runs", picked.name)
+	d.say("   $ kubectl label nodes %s %s=yes   (not an accepted value: rejected, nothing changes)", picked.name, agent.LabelPerformMaintenance)
+	if err := d.label(ctx, picked, "yes"); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, picked, time.Minute, func(n *corev1.Node) bool { _, set := n.Labels[agent.LabelPerformMaintenance]; return !set }); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	d.say("   $ kubectl label nodes %s %s=true", picked.name, agent.LabelPerformMaintenance)
+	d.say("   the node is drained first (the trainer gets its %d s), then the agent calls instances.performMaintenance", grace)
+	if err := d.label(ctx, picked, agent.TriggerValue); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, picked, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
+		return err
+	}
+	calls := picked.emu.Calls()
+	for _, c := range calls {
+		d.say("   Compute Engine received: POST projects/%s/zones/%s/instances/%s/performMaintenance?requestId=%s -> %d",
+			c.Project, c.Zone, c.Instance, c.RequestID, c.Status)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return picked.emu.MaintenanceEvent() == gceemu.EventTerminate, nil
+	}); err != nil {
+		return err
+	}
+	if err := d.reboot(ctx, picked); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, picked, time.Minute, backInService); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+
 	busy := d.vms[1]
-	d.say("== 2. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.name)
+	d.say("== 3. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.name)
 	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", grace)
 	busy.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
@@ -215,7 +267,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
 
 	spot := d.vms[3]
-	d.say("== 3. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.name)
+	d.say("== 4. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.name)
 	d.say("   the trainer's %d s grace is cut to what is left of the 30 s", grace)
 	spot.emu.SetPreempted(true)
 	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
@@ -228,7 +280,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	d.say("== not shown yet: manual trigger (perform-maintenance=true) and opportunistic maintenance of idle nodes; they are being built")
+	d.say("== not shown yet: opportunistic maintenance of idle nodes (the aggregator); it is being built")
 	return nil
 }
 
@@ -293,6 +345,9 @@ func nodeSummary(n *corev1.Node) string {
 	var parts []string
 	if v := n.Labels[agent.LabelScheduledMaintenanceTime]; v != "" {
 		parts = append(parts, "scheduled-maintenance-time="+v)
+	}
+	if v, ok := n.Labels[agent.LabelPerformMaintenance]; ok {
+		parts = append(parts, "perform-maintenance="+v)
 	}
 	if v := n.Labels[agent.LabelActiveMaintenance]; v != "" {
 		parts = append(parts, "active-node-maintenance="+v)

@@ -1,0 +1,438 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+// withCompute gives v's agents the real Compute client, pointed at v's
+// emulator, with the token of v's service account from v's metadata server
+// (GCE_METADATA_HOST, as in production, so the test is not parallel).
+func withCompute(t *testing.T, v *vm) *compute.VM {
+	t.Helper()
+	t.Setenv("GCE_METADATA_HOST", v.emu.Host())
+	m, err := compute.NewMaintainer(ctxFor(t, 10*time.Second), compute.Options{
+		Endpoint: v.emu.ComputeEndpoint(),
+		Backoff:  backoff.Policy{Base: 100 * time.Millisecond, Max: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &compute.VM{Maintainer: m, Metadata: metadata.NewClient(5*time.Second, v.emu.Host()), ProviderID: getNode(t, v.name).Spec.ProviderID}
+	v.compute = c
+	return c
+}
+
+// manualVM is a VM with a reschedulable maintenance pending, and its agent.
+func manualVM(t *testing.T, name string) (*vm, *running) {
+	t.Helper()
+	v := newVM(t, name)
+	withCompute(t, v)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
+	r := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	return v, r
+}
+
+func setTrigger(t *testing.T, node, value string, set bool) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, node)
+		if set {
+			n.Labels[agent.LabelPerformMaintenance] = value
+		} else {
+			delete(n.Labels, agent.LabelPerformMaintenance)
+		}
+		_, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func triggerGone(n *corev1.Node) bool {
+	_, set := n.Labels[agent.LabelPerformMaintenance]
+	return !set
+}
+
+// eventMessages returns the messages of the Events on node with reason.
+func eventMessages(t *testing.T, node, reason string) []string {
+	t.Helper()
+	uid := getNode(t, node).UID
+	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid) + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+func waitEventMessage(t *testing.T, node, reason string, parts ...string) string {
+	t.Helper()
+	var found string
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, m := range eventMessages(t, node, reason) {
+			ok := true
+			for _, p := range parts {
+				ok = ok && strings.Contains(m, p)
+			}
+			if ok {
+				found = m
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s Event on %s saying %q; have %q", reason, node, parts, eventMessages(t, node, reason))
+	}
+	return found
+}
+
+func inService(n *corev1.Node) bool {
+	_, active := n.Labels[agent.LabelActiveMaintenance]
+	return !active && !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[agent.AnnotationPhase] == ""
+}
+
+// TestManualTriggerEndToEnd: the label drains the node (a PDB holds the
+// eviction until a replacement runs elsewhere; the pod gets its grace),
+// then exactly one performMaintenance for this VM with its token, then the
+// host-maintenance lifecycle to the end, and the label goes.
+func TestManualTriggerEndToEnd(t *testing.T) {
+	v, r := manualVM(t, "agent-manual-0")
+	spare := world.NodeT(t, testworld.NodeSpec{Name: "agent-manual-spare"})
+	ns := world.Namespace(t)
+	labels := map[string]string{"app": "trainer"}
+	trainer := makePod(ns, "trainer-0", v.name, 3, 3*time.Second)
+	trainer.Labels = labels
+	createPod(t, trainer)
+	peer := makePod(ns, "trainer-1", spare.Name, 3, 3*time.Second)
+	peer.Labels = labels
+	createPod(t, peer)
+	two := intstr.FromInt32(2)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctxFor(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ns, "trainer", 2)
+
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	n := waitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
+		return agent.HasTaint(n) && n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
+	})
+	if n.Annotations[agent.AnnotationReason] != string(agent.ReasonManual) || !n.Spec.Unschedulable {
+		t.Errorf("manual drain: reason %q, cordoned %t", n.Annotations[agent.AnnotationReason], n.Spec.Unschedulable)
+	}
+	requestID := n.Annotations[agent.AnnotationRequestID]
+	// The PDB refuses: the pod stays, and nothing is asked of Compute Engine.
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeBlocked)) >= 2, nil
+	})
+	if err != nil {
+		t.Fatal("the PDB never refused the eviction")
+	}
+	if podGone(t, ns, "trainer-0") || len(v.emu.Calls()) != 0 {
+		t.Fatalf("pod gone %t, calls %d while the PDB refuses", podGone(t, ns, "trainer-0"), len(v.emu.Calls()))
+	}
+	// A replacement runs elsewhere: the eviction goes through, with grace.
+	replacement := makePod(ns, "trainer-2", spare.Name, 3, 3*time.Second)
+	replacement.Labels = labels
+	createPod(t, replacement)
+	var grace int64
+	var goneAt time.Time
+	err = wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "trainer-0", metav1.GetOptions{})
+		if err != nil {
+			goneAt = time.Now()
+			return podGone(t, ns, "trainer-0"), nil
+		}
+		if p.DeletionGracePeriodSeconds != nil {
+			grace = *p.DeletionGracePeriodSeconds
+		}
+		return false, nil
+	})
+	if err != nil || grace != 3 {
+		t.Fatalf("trainer-0: gone %v, deletion grace %d; want evicted with its 3 s", err, grace)
+	}
+
+	n = waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	calls := v.emu.Calls()
+	cfg := v.emu.Config()
+	if len(calls) != 1 {
+		t.Fatalf("performMaintenance calls %+v, want exactly one", calls)
+	}
+	c := calls[0]
+	if c.Project != cfg.Project || c.Zone != cfg.Zone || c.Instance != cfg.Name || c.Token != v.emu.AccessToken() || c.Status != http.StatusOK || c.RequestID != requestID || requestID == "" {
+		t.Errorf("call %+v; want %s/%s/%s with token %q and request ID %q", c, cfg.Project, cfg.Zone, cfg.Name, v.emu.AccessToken(), requestID)
+	}
+	if c.At.Before(goneAt.Add(-time.Second)) {
+		t.Errorf("called at %s, before the pod was gone at %s", c.At, goneAt)
+	}
+	if n.Annotations[agent.AnnotationRequested] == "" || n.Labels[agent.LabelPerformMaintenance] != agent.TriggerValue {
+		t.Errorf("terminating: requested %q, label %q; want the record of the call, the label kept until the node is back",
+			n.Annotations[agent.AnnotationRequested], n.Labels[agent.LabelPerformMaintenance])
+	}
+	// Accepted: by the call's answer, or by the notice changing first.
+	waitEvent(t, v.name, agent.EventManualAccepted)
+	// Compute Engine starts it: the metadata server says so, nothing new happens.
+	if got := v.emu.MaintenanceEvent(); got != gceemu.EventTerminate {
+		t.Errorf("maintenance-event after the call %q", got)
+	}
+	reboot(t, v, r)
+	n = waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	if n.Annotations[agent.AnnotationRequestID] != "" || n.Annotations[agent.AnnotationRequested] != "" {
+		t.Errorf("the manual maintenance's annotations outlived it: %v", n.Annotations)
+	}
+	waitEvent(t, v.name, agent.EventMaintenanceCleared)
+	ev := nodeEvents(t, v.name)
+	if ev[agent.EventManualStarted] != 1 || ev[agent.EventManualAccepted] != 1 || ev[agent.EventTerminateOnHost] != 0 {
+		t.Errorf("Events %v; want one %s, one %s, and no second drain", ev, agent.EventManualStarted, agent.EventManualAccepted)
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 1 {
+		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
+	}
+	for outcome, want := range map[string]float64{agent.ManualStarted: 1, agent.ManualAccepted: 1} {
+		if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(outcome)); got != want {
+			t.Errorf("manual_triggers{%s} = %v, want %v", outcome, got, want)
+		}
+	}
+	if len(v.emu.Calls()) != 1 {
+		t.Errorf("calls after the reboot: %d, want still 1", len(v.emu.Calls()))
+	}
+}
+
+func waitPDB(t *testing.T, ns, name string, healthy int32) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == healthy, nil
+	})
+	if err != nil {
+		t.Fatalf("PDB %s never saw %d healthy pods: %v", name, healthy, err)
+	}
+}
+
+// TestManualTriggerBadInput: every value or state the agent does not act on
+// is answered with a Warning Event saying what is wrong and what is
+// accepted; the label goes; the node stays in service; Compute Engine is
+// not called.
+func TestManualTriggerBadInput(t *testing.T) {
+	notReschedulable := gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour)
+	notReschedulable.CanReschedule = false
+	cases := []struct {
+		name    string
+		value   string
+		notice  func(*gceemu.Server)
+		outcome string
+		says    []string
+	}{
+		{name: "yes", value: "yes", outcome: agent.ManualInvalidValue, says: []string{`"yes" is not accepted`, `the only accepted value is "true"`}},
+		{name: "TRUE", value: "TRUE", outcome: agent.ManualInvalidValue, says: []string{`"TRUE" is not accepted`}},
+		{name: "1", value: "1", outcome: agent.ManualInvalidValue, says: []string{`"1" is not accepted`}},
+		{name: "empty", value: "", outcome: agent.ManualInvalidValue, says: []string{`"" is not accepted`}},
+		{name: "no notice", value: "true", notice: (*gceemu.Server).ClearNotice, outcome: agent.ManualNoNotice,
+			says: []string{"needs a pending maintenance notice", "reports none"}},
+		{name: "cannot reschedule", value: "true", notice: func(s *gceemu.Server) { s.ScheduleNotice(notReschedulable) }, outcome: agent.ManualNotReschedulable,
+			says: []string{"cannot be rescheduled", "accepted only when it can"}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, r := manualVM(t, "agent-manual-bad-"+string(rune('a'+i)))
+			if tc.notice != nil {
+				before := getNode(t, v.name).Annotations[agent.AnnotationUpcomingMaintenance]
+				tc.notice(v.emu)
+				waitNode(t, v.name, "notice mirrored", func(n *corev1.Node) bool {
+					return n.Annotations[agent.AnnotationUpcomingMaintenance] != before
+				})
+			}
+			setTrigger(t, v.name, tc.value, true)
+			waitEventMessage(t, v.name, agent.EventManualRejected, append(tc.says, "The label was removed; nothing else changed.")...)
+			n := waitNode(t, v.name, "label removed", triggerGone)
+			if !inService(n) {
+				t.Errorf("node left out of service: labels %v taints %v", n.Labels, n.Spec.Taints)
+			}
+			if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(tc.outcome)); got != 1 {
+				t.Errorf("manual_triggers{%s} = %v, want 1", tc.outcome, got)
+			}
+			if calls := v.emu.Calls(); len(calls) != 0 {
+				t.Errorf("Compute Engine called: %+v", calls)
+			}
+		})
+	}
+}
+
+// TestManualTriggerWhileMaintenanceRuns: the label on a node whose
+// maintenance Compute Engine already started is rejected (the drain goes
+// on); set again during a manual maintenance it changes nothing: one drain,
+// one call.
+func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
+	t.Run("notice already ONGOING", func(t *testing.T) {
+		v, r := manualVM(t, "agent-manual-ongoing")
+		v.emu.SetNoticeStatus(gceemu.StatusOngoing)
+		waitNode(t, v.name, "host maintenance", func(n *corev1.Node) bool {
+			return n.Annotations[agent.AnnotationReason] == string(agent.ReasonHostMaintenance)
+		})
+		setTrigger(t, v.name, agent.TriggerValue, true)
+		waitEventMessage(t, v.name, agent.EventManualRejected, "A host-maintenance is already under way", "is not needed")
+		n := waitNode(t, v.name, "label removed", triggerGone)
+		if n.Annotations[agent.AnnotationReason] != string(agent.ReasonHostMaintenance) || !agent.HasTaint(n) {
+			t.Errorf("the rejected label changed the running maintenance: %v", n.Annotations)
+		}
+		if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualAlreadyOngoing)); got != 1 {
+			t.Errorf("manual_triggers{already_ongoing} = %v, want 1", got)
+		}
+		if calls := v.emu.Calls(); len(calls) != 0 {
+			t.Errorf("Compute Engine called: %+v", calls)
+		}
+	})
+	t.Run("set again during a manual maintenance", func(t *testing.T) {
+		v, r := manualVM(t, "agent-manual-again")
+		ns := world.Namespace(t)
+		createPod(t, makePod(ns, "slow", v.name, 4, 4*time.Second))
+		setTrigger(t, v.name, agent.TriggerValue, true)
+		waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing })
+		// Removed and set again, then a value that is not accepted.
+		setTrigger(t, v.name, "", false)
+		setTrigger(t, v.name, agent.TriggerValue, true)
+		setTrigger(t, v.name, "yes", true)
+		waitEventMessage(t, v.name, agent.EventManualRejected, `"yes" is not accepted`, "already under way goes on")
+		waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+		if calls := v.emu.Calls(); len(calls) != 1 {
+			t.Errorf("calls %+v, want one", calls)
+		}
+		if ev := nodeEvents(t, v.name); ev[agent.EventManualStarted] != 1 {
+			t.Errorf("Events %v, want one drain", ev)
+		}
+		if got := testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted)); got != 1 {
+			t.Errorf("evictions{evicted} = %v, want 1", got)
+		}
+	})
+}
+
+// TestManualTriggerRetriesTransientErrors: two 503s, then success: one
+// accepted call, one drain.
+func TestManualTriggerRetriesTransientErrors(t *testing.T) {
+	v, r := manualVM(t, "agent-manual-503")
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "trainer", v.name, 2, 2*time.Second))
+	v.emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix, Kind: gceemu.FaultStatus, Status: http.StatusServiceUnavailable, Times: 2,
+		Body: `{"error":{"code":503,"message":"backendError"}}`})
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusOK {
+		t.Errorf("calls that reached Compute Engine %+v, want one, accepted", calls)
+	}
+	if got := testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted)); got != 1 {
+		t.Errorf("evictions{evicted} = %v, want 1 (the drain is not repeated)", got)
+	}
+	if ev := nodeEvents(t, v.name); ev[agent.EventManualStarted] != 1 || ev[agent.EventManualAccepted] != 1 || ev[agent.EventManualFailed] != 0 {
+		t.Errorf("Events %v", ev)
+	}
+}
+
+// TestManualTriggerPermissionDenied: the node goes back in service, and the
+// Event names the permission and the service account.
+func TestManualTriggerPermissionDenied(t *testing.T) {
+	v, r := manualVM(t, "agent-manual-403")
+	v.emu.SetPermissionDenied(true)
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	msg := waitEventMessage(t, v.name, agent.EventManualFailed, compute.Permission, v.emu.Config().ServiceAccount, "back in service")
+	n := waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	if n.Labels[agent.LabelScheduledMaintenanceTime] == "" {
+		t.Error("the pending notice's label went with the failed trigger")
+	}
+	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualPermissionDenied)); got != 1 {
+		t.Errorf("manual_triggers{permission_denied} = %v, want 1 (%s)", got, msg)
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 0 {
+		t.Errorf("a maintenance that never happened was counted (%v)", got)
+	}
+	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusForbidden {
+		t.Errorf("calls %+v, want one 403 (no retry)", calls)
+	}
+}
+
+// killedAfterCall makes the call, then never returns: the agent is killed
+// with the call made and its answer lost.
+type killedAfterCall struct {
+	next agent.Maintainer
+	made chan struct{}
+}
+
+func (k *killedAfterCall) PerformMaintenance(ctx context.Context, requestID string) (string, error) {
+	op, err := k.next.PerformMaintenance(ctx, requestID)
+	close(k.made)
+	<-ctx.Done()
+	return op, err
+}
+
+// TestManualTriggerAgentKilledAfterCall: restarted after the call and before
+// terminating, the agent does not call again.
+func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
+	v := newVM(t, "agent-manual-kill")
+	real := withCompute(t, v)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
+	// Compute Engine takes a while to start the maintenance it accepted.
+	v.emu.SetPerformMaintenanceDelay(3 * time.Second)
+	k := &killedAfterCall{next: real, made: make(chan struct{})}
+	v.compute = k
+	first := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	// From now on the first agent hears nothing new from the metadata
+	// server: it dies before it can learn that its call went through.
+	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
+		v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + key, Kind: gceemu.FaultHang})
+	}
+	v.emu.ResetETags()
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	select {
+	case <-k.made:
+	case <-ctxFor(t, 60*time.Second).Done():
+		t.Fatal("the call was never made")
+	}
+	first.stop()
+	if n := getNode(t, v.name); n.Labels[agent.LabelActiveMaintenance] != agent.ValueOngoing || n.Annotations[agent.AnnotationRequested] == "" {
+		t.Fatalf("killed with %q and requested %q; want ONGOING with the call recorded", n.Labels[agent.LabelActiveMaintenance], n.Annotations[agent.AnnotationRequested])
+	}
+	v.emu.ClearFaults()
+	v.compute = real
+	second := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	waitEventMessage(t, v.name, agent.EventManualAccepted, "the metadata server shows the maintenance starting")
+	if calls := v.emu.Calls(); len(calls) != 1 {
+		t.Errorf("calls %+v, want exactly one", calls)
+	}
+	reboot(t, v, second)
+	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	if calls := v.emu.Calls(); len(calls) != 1 {
+		t.Errorf("calls after the reboot %+v, want exactly one", calls)
+	}
+}
