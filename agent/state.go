@@ -418,6 +418,10 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		switch r := obs.Perform; {
 		case r != nil && r.RequestID == st.RequestID && r.Err == nil:
 			d.accept(cfg, obs.Now, "operation "+r.Operation)
+		case r != nil && r.RequestID == st.RequestID && r.Outcome == ManualFailed && underWay(sig):
+			// No answer in time, but the maintenance is starting: the
+			// call went through.
+			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
 		case r != nil && r.RequestID == st.RequestID:
 			d.Manual = r.Outcome
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
@@ -440,9 +444,17 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 
 // startedByCompute: the signals show that Compute Engine has taken the
 // maintenance in hand.
+// A notice that is still PENDING but no longer reschedulable is taken as
+// the answer to the agent's own request (which is how Compute Engine
+// answers it first).
 func startedByCompute(sig Signals) bool {
+	return underWay(sig) || sig.NoticeKnown && sig.NoticePresent && !sig.Notice.CanReschedule
+}
+
+// underWay: the maintenance itself has begun.
+func underWay(sig Signals) bool {
 	return sig.EventKnown && sig.Event == metadata.EventTerminate ||
-		sig.NoticeKnown && sig.NoticePresent && (sig.Notice.Status == metadata.StatusOngoing || !sig.Notice.CanReschedule)
+		sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing
 }
 
 // accept: Compute Engine accepted the manual maintenance; the node is

@@ -455,6 +455,39 @@ func TestStepManualTrigger(t *testing.T) {
 			},
 		},
 		{
+			name:  "a refusal is believed even when the notice is no longer reschedulable",
+			state: requested,
+			obs: func() Observation {
+				o := labelled(obs(accepted), "true")
+				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("cannot be rescheduled"), Outcome: ManualRefused}
+				return o
+			}(),
+			want: Decision{
+				State:    backInService,
+				Uncordon: true, RemoveTrigger: true, Manual: ManualRefused,
+				Events: []EventRecord{{Warning: true, Reason: EventManualFailed, Message: "Compute Engine did not start the maintenance: cannot be rescheduled. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
+			},
+		},
+		{
+			name:  "no answer in time, but the maintenance is starting: accepted",
+			state: requested,
+			obs: func() Observation {
+				o := labelled(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = fixed, true })), "true")
+				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("context deadline exceeded"), Outcome: ManualFailed}
+				return o
+			}(),
+			want: Decision{
+				State: func() State {
+					s := requested
+					s.Phase, s.Deadline, s.LastEvent = PhaseTerminating, t0.Add(time.Hour), metadata.EventTerminate
+					return s
+				}(),
+				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Drained:      true, Manual: ManualAccepted,
+				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
+			},
+		},
+		{
 			name:  "a result for another request is not this one's",
 			state: manualDraining(),
 			obs: func() Observation {
