@@ -69,6 +69,9 @@ type Options struct {
 	// NewRequestID returns a fresh performMaintenance requestId (a UUID);
 	// nil means a random UUID.
 	NewRequestID func() string
+	// AcceleratorResources make a pod accelerator work (see Idleness); nil
+	// means DefaultAcceleratorResources.
+	AcceleratorResources []corev1.ResourceName
 	// RetryInterval is the delay between refused evictions.
 	RetryInterval time.Duration
 	Metrics       Metrics
@@ -149,6 +152,9 @@ func New(opts Options) *Agent {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.AcceleratorResources == nil {
+		opts.AcceleratorResources = DefaultAcceleratorResources
+	}
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
@@ -167,6 +173,7 @@ func (a *Agent) poke() {
 func (a *Agent) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.opts.Pods.OnChange(a.poke) // idleness follows the pods
 	if err := a.opts.Pods.Start(ctx); err != nil {
 		return fmt.Errorf("watch pods of node %q: %w", a.opts.NodeName, err)
 	}
@@ -333,6 +340,8 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			RequestID:     a.opts.NewRequestID(),
 		}
 		obs.Trigger, obs.TriggerSet = TriggerFromNode(node)
+		obs.Idle, obs.Busy = Idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
+		obs.PodsKnown = true
 		changedAt := a.changedAt
 		st := StateFromNode(node)
 		obs.DrainDone = st.Phase == PhaseDraining && a.drainDone.Equal(st.Started)

@@ -24,6 +24,7 @@ func StateFromNode(n *corev1.Node) State {
 		Notice:         a[AnnotationUpcomingMaintenance],
 		LastEvent:      metadata.Event(a[annotationLastEvent]),
 		RequestID:      a[AnnotationRequestID],
+		Busy:           a[AnnotationBusy],
 	}
 	switch st.Phase {
 	case PhaseDraining, PhaseTerminating:
@@ -33,6 +34,7 @@ func StateFromNode(n *corev1.Node) State {
 	st.Started, _ = time.Parse(time.RFC3339Nano, a[AnnotationStarted])
 	st.Deadline, _ = time.Parse(time.RFC3339Nano, a[AnnotationDeadline])
 	st.Requested, _ = time.Parse(time.RFC3339Nano, a[AnnotationRequested])
+	st.IdleSince, _ = time.Parse(time.RFC3339Nano, a[AnnotationIdleSince])
 	return st
 }
 
@@ -98,8 +100,15 @@ func ApplyState(n *corev1.Node, d Decision) bool {
 	default:
 		delete(n.Labels, LabelActiveMaintenance)
 	}
+	idleSince := ""
+	if !st.IdleSince.IsZero() {
+		idleSince = st.IdleSince.UTC().Format(time.RFC3339Nano)
+	}
+	set(n.Annotations, AnnotationIdleSince, idleSince)
+	set(n.Annotations, AnnotationBusy, st.Busy)
 	if d.RemoveTrigger {
 		delete(n.Labels, LabelPerformMaintenance)
+		delete(n.Annotations, AnnotationMaintenanceState)
 	}
 	setTaint(n, active)
 	if d.Cordon {

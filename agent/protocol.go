@@ -55,4 +55,11 @@ const (
 	// start the maintenance (RFC 3339), written before the call: the
 	// record that the call was made for this maintenance.
 	AnnotationRequested = Prefix + "maintenance-requested"
+	// AnnotationIdleSince is when the node last became idle (RFC 3339):
+	// no pod but DaemonSet and mirror pods requests an accelerator and no
+	// pod is safe-to-evict "false". Absent while the node is busy.
+	AnnotationIdleSince = Prefix + "idle-since"
+	// AnnotationBusy says why the node is not idle (BusyAccelerators,
+	// BusySafeToEvict); absent while it is idle.
+	AnnotationBusy = Prefix + "busy"
 )

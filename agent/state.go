@@ -145,6 +145,10 @@ type State struct {
 	// Requested is when the agent first asked Compute Engine to start the
 	// maintenance (written before the call).
 	Requested time.Time
+	// IdleSince is when the node last became idle (see Idleness); zero
+	// while it is busy, and Busy says why.
+	IdleSince time.Time
+	Busy      string
 }
 
 // Signals is what the metadata server last said, key by key.
@@ -180,6 +184,10 @@ type Observation struct {
 	// Perform is the result of the performMaintenance call for the state's
 	// RequestID, once it has returned.
 	Perform *PerformResult
+	// PodsKnown: Idle and Busy come from a filled pod cache.
+	PodsKnown bool
+	Idle      bool
+	Busy      string
 }
 
 // PerformResult is how a performMaintenance call ended.
@@ -233,7 +241,8 @@ type Decision struct {
 	Cordon, Uncordon bool
 	// Drained is set when the drain finished (Draining to Terminating).
 	Drained bool
-	// RemoveTrigger removes the perform-maintenance label.
+	// RemoveTrigger removes the perform-maintenance label and the
+	// maintenance-state annotation that came with it.
 	RemoveTrigger bool
 	// Perform asks for the performMaintenance call of State.RequestID to be
 	// running (at most one per request ID).
@@ -277,8 +286,8 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			}
 			d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
 			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = st.RequestID != "" && obs.TriggerSet
-			d.State = State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent}
+			d.RemoveTrigger = st.RequestID != ""
+			d.State = st.idle()
 			if booted {
 				// The maintenance that took the VM down is over, and so is
 				// its notice; a value still served after the reboot is a new
@@ -345,6 +354,18 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	// 5. Mirror the notice.
 	if sig.NoticeKnown {
 		d.mirrorNotice(sig)
+	}
+
+	// 6. Idleness, for the aggregator.
+	if obs.PodsKnown {
+		if obs.Idle {
+			if d.State.IdleSince.IsZero() {
+				d.State.IdleSince = obs.Now
+			}
+			d.State.Busy = ""
+		} else {
+			d.State.IdleSince, d.State.Busy = time.Time{}, obs.Busy
+		}
 	}
 	return d
 }
@@ -427,8 +448,8 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
 				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = obs.TriggerSet
-			d.State = State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent}
+			d.RemoveTrigger = true
+			d.State = st.idle()
 		case !st.Requested.IsZero() && startedByCompute(sig):
 			// Asked before (by this agent or one before it): the signals
 			// show the request went through; never ask twice.
@@ -475,6 +496,12 @@ func (d *Decision) reject(outcome, msg string) {
 	d.Manual = outcome
 	d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualRejected,
 		Message: msg + " The label was removed; nothing else changed."})
+}
+
+// idle is st back in service: what outlives a maintenance, nothing else.
+func (st State) idle() State {
+	return State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
+		IdleSince: st.IdleSince, Busy: st.Busy}
 }
 
 func (d *Decision) start(obs Observation, reason Reason, deadline time.Time) {

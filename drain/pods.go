@@ -64,5 +64,15 @@ func (n *NodePods) List() []*corev1.Pod {
 	return out
 }
 
+// OnChange calls f after every change to the node's pods. Call it before
+// Start; f must not block.
+func (n *NodePods) OnChange(f func()) {
+	_, _ = n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f() },
+		UpdateFunc: func(any, any) { f() },
+		DeleteFunc: func(any) { f() },
+	})
+}
+
 // Changed receives a value after any change to the node's pods (coalesced).
 func (n *NodePods) Changed() <-chan struct{} { return n.changed }

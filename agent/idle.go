@@ -1,0 +1,68 @@
+package agent
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// AnnotationSafeToEvict = "false" on a pod keeps its node from being picked
+// for opportunistic maintenance (forced maintenance still drains it).
+const AnnotationSafeToEvict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+
+// DefaultAcceleratorResources are the resources that make a pod accelerator
+// work.
+var DefaultAcceleratorResources = []corev1.ResourceName{"nvidia.com/gpu", "google.com/tpu"}
+
+// Why a node is not idle (the value of AnnotationBusy).
+const (
+	BusyAccelerators = "accelerators"
+	BusySafeToEvict  = "safe-to-evict"
+)
+
+// Idleness tells whether a node with pods is idle: no pod on it, other than
+// DaemonSet and mirror pods and pods that have finished, requests one of
+// resources, and no pod on it is annotated safe-to-evict "false". When it
+// is not, busy says why (BusySafeToEvict before BusyAccelerators).
+func Idleness(pods []*corev1.Pod, resources []corev1.ResourceName) (idle bool, busy string) {
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.Annotations[AnnotationSafeToEvict] == "false" {
+			return false, BusySafeToEvict
+		}
+		if isDaemonSetOrMirror(p) {
+			continue
+		}
+		if busy == "" && requestsAny(p, resources) {
+			busy = BusyAccelerators
+		}
+	}
+	return busy == "", busy
+}
+
+func isDaemonSetOrMirror(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return true
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Controller != nil && *o.Controller && o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+func requestsAny(p *corev1.Pod, resources []corev1.ResourceName) bool {
+	containers := append(append([]corev1.Container(nil), p.Spec.InitContainers...), p.Spec.Containers...)
+	for _, c := range containers {
+		for _, r := range resources {
+			if q, ok := c.Resources.Requests[r]; ok && !q.IsZero() {
+				return true
+			}
+			if q, ok := c.Resources.Limits[r]; ok && !q.IsZero() {
+				return true
+			}
+		}
+	}
+	return false
+}

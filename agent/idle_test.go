@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestIdleness(t *testing.T) {
+	yes := true
+	gpu := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}}}
+	}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{}}}}
+	ds := gpu("dcgm")
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "dcgm", Controller: &yes}}
+	mirror := gpu("static")
+	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+	done := gpu("finished")
+	done.Status.Phase = corev1.PodSucceeded
+	tpuInit := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "warmup"}, Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"google.com/tpu": resource.MustParse("4")}}}}, Containers: []corev1.Container{{}}}}
+	pinned := plain.DeepCopy()
+	pinned.Annotations = map[string]string{AnnotationSafeToEvict: "false"}
+
+	tests := []struct {
+		name string
+		pods []*corev1.Pod
+		idle bool
+		busy string
+	}{
+		{"no pods", nil, true, ""},
+		{"a pod without accelerators", []*corev1.Pod{plain}, true, ""},
+		{"DaemonSet, mirror and finished pods with GPUs", []*corev1.Pod{ds, mirror, done}, true, ""},
+		{"a GPU pod", []*corev1.Pod{plain, gpu("trainer")}, false, BusyAccelerators},
+		{"a TPU init container", []*corev1.Pod{tpuInit}, false, BusyAccelerators},
+		{"safe-to-evict false wins", []*corev1.Pod{gpu("trainer"), pinned}, false, BusySafeToEvict},
+	}
+	for _, tc := range tests {
+		idle, busy := Idleness(tc.pods, DefaultAcceleratorResources)
+		if idle != tc.idle || busy != tc.busy {
+			t.Errorf("%s: Idleness = %t %q, want %t %q", tc.name, idle, busy, tc.idle, tc.busy)
+		}
+	}
+	if idle, _ := Idleness([]*corev1.Pod{tpuInit}, []corev1.ResourceName{"nvidia.com/gpu"}); !idle {
+		t.Error("a TPU pod made the node busy when only GPUs count")
+	}
+}
+
+func TestStepIdleSince(t *testing.T) {
+	o := obs(quiet())
+	o.PodsKnown, o.Idle = true, true
+	d := Step(cfg, State{}, o)
+	if !d.State.IdleSince.Equal(t0) || d.State.Busy != "" {
+		t.Fatalf("idle: %+v", d.State)
+	}
+	later := o
+	later.Now = t0.Add(time.Hour)
+	if again := Step(cfg, d.State, later); !again.State.IdleSince.Equal(t0) {
+		t.Errorf("idle since moved to %s while still idle", again.State.IdleSince)
+	}
+	busy := later
+	busy.Idle, busy.Busy = false, BusyAccelerators
+	b := Step(cfg, d.State, busy)
+	if d := cmp.Diff(State{Phase: PhaseIdle, LastEvent: "NONE", Busy: BusyAccelerators}, b.State); d != "" {
+		t.Errorf("busy (-want +got):\n%s", d)
+	}
+	unknown := busy
+	unknown.PodsKnown = false
+	if u := Step(cfg, d.State, unknown); !u.State.IdleSince.Equal(t0) {
+		t.Error("unknown pods changed idleness")
+	}
+}
