@@ -1,0 +1,270 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/maintenance-handler/maintenance-handler/window"
+)
+
+// Opportunistic is a pool's opportunistic maintenance setting, written in
+// gcloud's syntax: node-idle-time=600s,min-nodes=3,window=2419200s.
+type Opportunistic struct {
+	// NodeIdleTime is how long a node must have been idle.
+	NodeIdleTime time.Duration
+	// MinNodes is how many nodes of the pool must stay Ready and out of
+	// maintenance.
+	MinNodes int
+	// Window is how long before the notice's window start a node may be
+	// picked.
+	Window time.Duration
+}
+
+func (o Opportunistic) String() string {
+	return fmt.Sprintf("node-idle-time=%s,min-nodes=%d,window=%s", seconds(o.NodeIdleTime), o.MinNodes, seconds(o.Window))
+}
+
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+// ErrConfig wraps every configuration error.
+var ErrConfig = errors.New("invalid configuration")
+
+var secondsRE = regexp.MustCompile(`^([0-9]+)(\.([0-9]{1,9}))?s$`)
+
+// parseSeconds parses a duration in seconds with up to nine fractional
+// digits and a trailing "s" (protobuf Duration's JSON form): "600s", "1.5s".
+func parseSeconds(key, v string) (time.Duration, error) {
+	m := secondsRE.FindStringSubmatch(v)
+	if m == nil {
+		return 0, fmt.Errorf("%s=%s: want seconds with up to nine fractional digits and a trailing s, such as 600s", key, v)
+	}
+	whole, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || whole > int64(1<<62/time.Second) {
+		return 0, fmt.Errorf("%s=%s: too large", key, v)
+	}
+	d := time.Duration(whole) * time.Second
+	if m[3] != "" {
+		frac, _ := strconv.ParseInt(m[3]+strings.Repeat("0", 9-len(m[3])), 10, 64)
+		d += time.Duration(frac)
+	}
+	return d, nil
+}
+
+// ParseOpportunistic parses the gcloud syntax. All three keys are required
+// (an omitted min-nodes must never mean zero); unknown or repeated keys are
+// errors.
+func ParseOpportunistic(s string) (Opportunistic, error) {
+	var o Opportunistic
+	var errs []error
+	seen := map[string]bool{}
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		key, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			errs = append(errs, fmt.Errorf("%q is not key=value", part))
+			continue
+		}
+		if seen[key] {
+			errs = append(errs, fmt.Errorf("%s given twice", key))
+			continue
+		}
+		seen[key] = true
+		var err error
+		switch key {
+		case "node-idle-time":
+			o.NodeIdleTime, err = parseSeconds(key, val)
+		case "window":
+			o.Window, err = parseSeconds(key, val)
+		case "min-nodes":
+			o.MinNodes, err = strconv.Atoi(val)
+			if err != nil || o.MinNodes < 0 {
+				err = fmt.Errorf("min-nodes=%s: want a whole number, 0 or more", val)
+			}
+		default:
+			err = fmt.Errorf("unknown key %q (node-idle-time, min-nodes and window are known)", key)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, key := range []string{"node-idle-time", "min-nodes", "window"} {
+		if !seen[key] {
+			errs = append(errs, fmt.Errorf("%s is required", key))
+		}
+	}
+	if len(errs) > 0 {
+		return Opportunistic{}, fmt.Errorf("%w: opportunistic maintenance %q: %w (want node-idle-time=600s,min-nodes=3,window=2419200s)", ErrConfig, s, errors.Join(errs...))
+	}
+	return o, nil
+}
+
+// Config is the aggregator's configuration (the ConfigMap's policy.yaml).
+type Config struct {
+	// Cluster applies to every pool without its own window; its exclusions
+	// apply to every pool.
+	Cluster window.Policy
+	Pools   map[string]PoolConfig
+}
+
+// PoolConfig is one pool's part of Config.
+type PoolConfig struct {
+	// Opportunistic, when set, wins over the nodes' annotation.
+	Opportunistic *Opportunistic
+	// Window replaces the cluster's window; Exclusions add to the
+	// cluster's.
+	Window     *window.Recurring
+	Exclusions []window.Exclusion
+}
+
+// Policy is the window and exclusions that apply to pool.
+func (c Config) Policy(pool string) window.Policy {
+	p := c.Cluster
+	pc, ok := c.Pools[pool]
+	if !ok {
+		return p
+	}
+	if pc.Window != nil {
+		p.Window = pc.Window
+	}
+	p.Exclusions = append(append([]window.Exclusion(nil), c.Cluster.Exclusions...), pc.Exclusions...)
+	return p
+}
+
+type windowFile struct {
+	StartTime  string `json:"startTime"`
+	EndTime    string `json:"endTime,omitempty"`
+	Duration   string `json:"duration,omitempty"`
+	Recurrence string `json:"recurrence,omitempty"`
+}
+
+type exclusionFile struct {
+	Name      string `json:"name"`
+	StartTime string `json:"startTime"`
+	EndTime   string `json:"endTime"`
+}
+
+type scopeFile struct {
+	MaintenanceWindow *windowFile     `json:"maintenanceWindow,omitempty"`
+	Exclusions        []exclusionFile `json:"exclusions,omitempty"`
+}
+
+type poolFile struct {
+	scopeFile
+	Opportunistic string `json:"opportunistic,omitempty"`
+}
+
+type configFile struct {
+	Cluster scopeFile           `json:"cluster"`
+	Pools   map[string]poolFile `json:"pools"`
+}
+
+// ParseConfig parses policy.yaml and reports every problem at once.
+func ParseConfig(data string) (Config, error) {
+	var f configFile
+	if err := yaml.UnmarshalStrict([]byte(data), &f); err != nil {
+		return Config{}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, err)
+	}
+	var errs []error
+	cfg := Config{Pools: map[string]PoolConfig{}}
+	var err error
+	if cfg.Cluster, err = parseScope("cluster", f.Cluster); err != nil {
+		errs = append(errs, err)
+	}
+	names := make([]string, 0, len(f.Pools))
+	for name := range f.Pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		pf := f.Pools[name]
+		scope, err := parseScope("pools."+name, pf.scopeFile)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions}
+		if pf.Opportunistic != "" {
+			o, err := ParseOpportunistic(pf.Opportunistic)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("pools.%s.opportunistic: %w", name, err))
+			} else {
+				pc.Opportunistic = &o
+			}
+		}
+		cfg.Pools[name] = pc
+	}
+	if len(errs) > 0 {
+		return Config{}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, errors.Join(errs...))
+	}
+	return cfg, nil
+}
+
+func parseTime(field, v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %q: want RFC 3339, such as 2026-12-05T02:00:00Z", field, v)
+	}
+	return t.UTC(), nil
+}
+
+func parseScope(where string, s scopeFile) (window.Policy, error) {
+	var p window.Policy
+	var errs []error
+	if w := s.MaintenanceWindow; w != nil {
+		rw := &window.Recurring{Recurrence: w.Recurrence}
+		var err error
+		if rw.Start, err = parseTime(where+".maintenanceWindow.startTime", w.StartTime); err != nil {
+			errs = append(errs, err)
+		}
+		switch {
+		case (w.EndTime == "") == (w.Duration == ""):
+			errs = append(errs, fmt.Errorf("%s.maintenanceWindow: give endTime or duration (one of them)", where))
+		case w.EndTime != "":
+			end, err := parseTime(where+".maintenanceWindow.endTime", w.EndTime)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			rw.Duration = end.Sub(rw.Start)
+		default:
+			if rw.Duration, err = time.ParseDuration(w.Duration); err != nil {
+				errs = append(errs, fmt.Errorf("%s.maintenanceWindow.duration %q: want a duration such as 4h", where, w.Duration))
+			}
+		}
+		if len(errs) == 0 && rw.Duration <= 0 {
+			errs = append(errs, fmt.Errorf("%s.maintenanceWindow: the window must end after it starts", where))
+		}
+		if w.Recurrence != "" {
+			if rw.Rule, err = window.ParseRule(w.Recurrence); err != nil {
+				errs = append(errs, fmt.Errorf("%s.maintenanceWindow.recurrence: %w", where, err))
+			}
+		}
+		p.Window = rw
+	}
+	if len(s.Exclusions) > window.MaxExclusions {
+		errs = append(errs, fmt.Errorf("%s.exclusions: %d, at most %d", where, len(s.Exclusions), window.MaxExclusions))
+	}
+	for i, e := range s.Exclusions {
+		field := fmt.Sprintf("%s.exclusions[%d]", where, i)
+		start, err1 := parseTime(field+".startTime", e.StartTime)
+		end, err2 := parseTime(field+".endTime", e.EndTime)
+		switch {
+		case err1 != nil || err2 != nil:
+			errs = append(errs, errors.Join(err1, err2))
+		case !end.After(start):
+			errs = append(errs, fmt.Errorf("%s: endTime must be after startTime", field))
+		}
+		name := e.Name
+		if name == "" {
+			name = fmt.Sprintf("%s[%d]", where, i)
+		}
+		p.Exclusions = append(p.Exclusions, window.Exclusion{Name: name, Start: start, End: end})
+	}
+	return p, errors.Join(errs...)
+}

@@ -1,0 +1,408 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/window"
+)
+
+// Reasons for a decision about a node (the reason label of
+// decisions_total, and the Events' wording).
+const (
+	ReasonTriggered        = "triggered"
+	ReasonNotIdle          = "not_idle"
+	ReasonNotEvictable     = "safe_to_evict"
+	ReasonIdleTooShort     = "idle_too_short"
+	ReasonMinNodes         = "min_nodes"
+	ReasonOutsideWindow    = window.ReasonOutsideWindow
+	ReasonExcluded         = window.ReasonExcluded
+	ReasonOptedOut         = "opted_out"
+	ReasonNotReschedulable = "not_reschedulable"
+	ReasonTooEarly         = "too_early"
+	ReasonNotReady         = "not_ready"
+	ReasonSliceIncomplete  = "slice_incomplete"
+	ReasonInvalidConfig    = "invalid_config"
+)
+
+// Labels and annotations the aggregator reads besides the agent's.
+const (
+	// LabelTPUTopology is a TPU node's slice topology, such as 2x2x4.
+	LabelTPUTopology = "cloud.google.com/gke-tpu-topology"
+	// ResourceTPU is a TPU node's chips.
+	ResourceTPU = corev1.ResourceName("google.com/tpu")
+)
+
+// MaintenanceState is the JSON of node.gke.io/maintenance-state written
+// with an opportunistic trigger.
+type MaintenanceState struct {
+	OpportunisticTriggered bool   `json:"opportunistic-triggered"`
+	TriggeredAt            string `json:"triggered-at,omitempty"`
+	TriggeredBy            string `json:"triggered-by,omitempty"`
+}
+
+// Node is what a decision looks at, read from a Node object.
+type Node struct {
+	Name string
+	UID  types.UID
+	Pool string
+	// Ready: the NodeReady condition is True.
+	Ready bool
+	// InMaintenance: a maintenance is under way or asked for (the
+	// active-node-maintenance label, the perform-maintenance label, or the
+	// impending-termination taint).
+	InMaintenance bool
+	// Triggered: the aggregator started its maintenance.
+	Triggered bool
+	// Notice is the pending notice the agent mirrored, if any.
+	Notice        metadata.Notice
+	NoticePresent bool
+	IdleSince     time.Time
+	Busy          string
+	OptOut        bool
+	// Config is the node's opportunistic-config annotation.
+	Config string
+	// Slice names the multi-host TPU slice the node belongs to ("" for
+	// none): its pool, when the topology spans more chips than one node has.
+	Slice string
+}
+
+// NodeOf reads n; poolLabel names its pool.
+func NodeOf(n *corev1.Node, poolLabel string) Node {
+	v := Node{
+		Name:   n.Name,
+		UID:    n.UID,
+		Pool:   n.Labels[poolLabel],
+		Config: strings.TrimSpace(n.Annotations[agent.AnnotationOpportunisticConfig]),
+		OptOut: n.Labels[agent.LabelOpportunisticDisable] == "true",
+		Busy:   n.Annotations[agent.AnnotationBusy],
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			v.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	_, active := n.Labels[agent.LabelActiveMaintenance]
+	_, asked := n.Labels[agent.LabelPerformMaintenance]
+	v.InMaintenance = active || asked || agent.HasTaint(n)
+	if raw := n.Annotations[agent.AnnotationMaintenanceState]; raw != "" {
+		var ms MaintenanceState
+		v.Triggered = json.Unmarshal([]byte(raw), &ms) == nil && ms.OpportunisticTriggered
+	}
+	if raw := n.Annotations[agent.AnnotationUpcomingMaintenance]; raw != "" {
+		if notice, present, err := metadata.ParseNotice(raw); err == nil && present {
+			v.Notice, v.NoticePresent = notice, true
+		}
+	}
+	if s := n.Annotations[agent.AnnotationIdleSince]; s != "" {
+		v.IdleSince, _ = time.Parse(time.RFC3339Nano, s)
+	}
+	if chips := topologyChips(n.Labels[LabelTPUTopology]); chips > 0 {
+		if perNode := n.Status.Allocatable[ResourceTPU]; perNode.Value() > 0 && int64(chips) > perNode.Value() {
+			v.Slice = v.Pool
+		}
+	}
+	return v
+}
+
+func topologyChips(topology string) int {
+	if topology == "" {
+		return 0
+	}
+	chips := 1
+	for _, d := range strings.Split(topology, "x") {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 {
+			return 0
+		}
+		chips *= n
+	}
+	return chips
+}
+
+// Decision is what the aggregator decided about one node with a pending
+// notice.
+type Decision struct {
+	Node   string
+	UID    types.UID
+	Reason string
+	// Message says why, for the Node's Event.
+	Message string
+}
+
+// PoolPlan is one pool's pass.
+type PoolPlan struct {
+	Pool string
+	// Configured: the pool has opportunistic maintenance configured (valid
+	// or not). Unconfigured pools get no decisions.
+	Configured bool
+	Setting    Opportunistic
+	// ConfigErr is why the pool's configuration is invalid; ConfigNodes
+	// are the nodes whose annotation it came from.
+	ConfigErr   error
+	ConfigNodes []string
+	Decisions   []Decision
+	// Trigger lists the nodes to trigger now.
+	Trigger []string
+	// For the pool's gauges.
+	Nodes, Pending, Idle, InMaintenance int
+	// NextMaintenance is the earliest pending window start (zero if none).
+	NextMaintenance time.Time
+}
+
+// Decide is one pass over every node: for each pool, which nodes to trigger
+// now and why every other node with a pending notice is not triggered. It
+// is a pure function of what is on the Nodes, the configuration and now.
+func Decide(now time.Time, cfg Config, nodes []Node) []PoolPlan {
+	byPool := map[string][]Node{}
+	for _, n := range nodes {
+		byPool[n.Pool] = append(byPool[n.Pool], n)
+	}
+	pools := make([]string, 0, len(byPool))
+	for p := range byPool {
+		pools = append(pools, p)
+	}
+	sort.Strings(pools)
+	plans := make([]PoolPlan, 0, len(pools))
+	for _, pool := range pools {
+		plans = append(plans, decidePool(now, cfg, pool, byPool[pool]))
+	}
+	return plans
+}
+
+func pending(n Node) bool {
+	return n.NoticePresent && n.Notice.Status == metadata.StatusPending
+}
+
+func decidePool(now time.Time, cfg Config, pool string, nodes []Node) PoolPlan {
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	plan := PoolPlan{Pool: pool, Nodes: len(nodes)}
+	available := 0
+	for _, n := range nodes {
+		if n.Ready && !n.InMaintenance {
+			available++
+		}
+		if n.InMaintenance {
+			plan.InMaintenance++
+		}
+		if !n.IdleSince.IsZero() && n.Busy == "" {
+			plan.Idle++
+		}
+		if pending(n) && !n.InMaintenance {
+			plan.Pending++
+			if plan.NextMaintenance.IsZero() || n.Notice.WindowStart.Before(plan.NextMaintenance) {
+				plan.NextMaintenance = n.Notice.WindowStart
+			}
+		}
+	}
+	setting, configured, err := poolSetting(cfg, pool, nodes, &plan)
+	plan.Configured, plan.Setting = configured, setting
+	if !configured {
+		return plan
+	}
+	decide := func(n Node, reason, msg string) {
+		plan.Decisions = append(plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, Message: msg})
+	}
+	if err != nil {
+		plan.ConfigErr = err
+		for _, n := range nodes {
+			if pending(n) && !n.InMaintenance {
+				decide(n, ReasonInvalidConfig, fmt.Sprintf("Not picked for opportunistic maintenance: the pool's configuration is invalid: %v", err))
+			}
+		}
+		return plan
+	}
+	block, blockDetail := cfg.Policy(pool).Blocks(now)
+	// eligible checks one node; "" means it may be triggered now.
+	eligible := func(n Node) (string, string) {
+		switch {
+		case !n.Ready:
+			return ReasonNotReady, "the node is not Ready"
+		case !n.Notice.CanReschedule:
+			return ReasonNotReschedulable, "its maintenance cannot be rescheduled (can_reschedule false)"
+		case n.OptOut:
+			return ReasonOptedOut, "it is labelled " + agent.LabelOpportunisticDisable + "=true"
+		case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
+			return ReasonTooEarly, fmt.Sprintf("its maintenance at %s is more than window=%s away", n.Notice.WindowStart.UTC().Format(time.RFC3339), seconds(setting.Window))
+		case n.Busy == agent.BusySafeToEvict:
+			return ReasonNotEvictable, "a pod on it is annotated " + agent.AnnotationSafeToEvict + "=false"
+		case n.IdleSince.IsZero() || n.Busy != "":
+			return ReasonNotIdle, "pods on it use accelerators"
+		case now.Sub(n.IdleSince) < setting.NodeIdleTime:
+			return ReasonIdleTooShort, fmt.Sprintf("idle for %s, less than node-idle-time=%s", now.Sub(n.IdleSince).Round(time.Second), seconds(setting.NodeIdleTime))
+		case block != "":
+			return block, blockDetail
+		}
+		return "", ""
+	}
+	skip := func(n Node, reason, detail string) {
+		decide(n, reason, "Not picked for opportunistic maintenance: "+detail)
+	}
+	trigger := func(n Node, msg string) {
+		plan.Trigger = append(plan.Trigger, n.Name)
+		decide(n, ReasonTriggered, msg)
+	}
+	spare := available - setting.MinNodes
+
+	if slices := sliceMembers(nodes); len(slices) > 0 {
+		for _, members := range slices {
+			decideSlice(members, eligible, skip, trigger, &spare)
+		}
+		return plan
+	}
+	var candidates []Node
+	for _, n := range nodes {
+		if !pending(n) || n.InMaintenance {
+			continue
+		}
+		if reason, detail := eligible(n); reason != "" {
+			skip(n, reason, detail)
+			continue
+		}
+		candidates = append(candidates, n)
+	}
+	// The longest idle first.
+	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].IdleSince.Before(candidates[j].IdleSince) })
+	for _, n := range candidates {
+		if spare <= 0 {
+			skip(n, ReasonMinNodes, fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", pool, setting.MinNodes, available))
+			continue
+		}
+		spare--
+		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
+			n.IdleSince.UTC().Format(time.RFC3339), seconds(setting.NodeIdleTime), n.Notice.WindowStart.UTC().Format(time.RFC3339), setting.MinNodes))
+	}
+	return plan
+}
+
+// sliceMembers groups the nodes of multi-host TPU slices, by slice.
+func sliceMembers(nodes []Node) [][]Node {
+	bySlice := map[string][]Node{}
+	var names []string
+	for _, n := range nodes {
+		if n.Slice == "" {
+			continue
+		}
+		if _, ok := bySlice[n.Slice]; !ok {
+			names = append(names, n.Slice)
+		}
+		bySlice[n.Slice] = append(bySlice[n.Slice], n)
+	}
+	sort.Strings(names)
+	out := make([][]Node, 0, len(names))
+	for _, s := range names {
+		out = append(out, bySlice[s])
+	}
+	return out
+}
+
+// decideSlice triggers every node of a slice or none. A slice some of whose
+// nodes were already triggered (a pass cut short) is completed.
+func decideSlice(members []Node, eligible func(Node) (string, string), skip func(Node, string, string), trigger func(Node, string), spare *int) {
+	started := false
+	for _, n := range members {
+		started = started || n.Triggered
+	}
+	var waiting []Node
+	for _, n := range members {
+		if !n.InMaintenance {
+			waiting = append(waiting, n)
+		}
+	}
+	if started {
+		for _, n := range waiting {
+			if pending(n) && n.Notice.CanReschedule {
+				trigger(n, "Picked for opportunistic maintenance with the rest of its multi-host TPU slice "+n.Slice)
+			}
+		}
+		return
+	}
+	var blocked []string
+	for _, n := range members {
+		if n.InMaintenance {
+			blocked = append(blocked, n.Name+" is in maintenance")
+			continue
+		}
+		if !pending(n) {
+			blocked = append(blocked, n.Name+" has no pending maintenance")
+			continue
+		}
+		if reason, detail := eligible(n); reason != "" {
+			skip(n, reason, detail)
+			blocked = append(blocked, n.Name+": "+reason)
+		}
+	}
+	if len(blocked) > 0 {
+		for _, n := range waiting {
+			if pending(n) {
+				if r, _ := eligible(n); r == "" {
+					skip(n, ReasonSliceIncomplete, fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", n.Slice, strings.Join(blocked, "; ")))
+				}
+			}
+		}
+		return
+	}
+	if len(members) > *spare {
+		for _, n := range members {
+			skip(n, ReasonMinNodes, fmt.Sprintf("the slice %s has %d nodes and the pool can spare %d", n.Slice, len(members), *spare))
+		}
+		return
+	}
+	*spare -= len(members)
+	for _, n := range members {
+		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle)", n.Slice, len(members)))
+	}
+}
+
+// poolSetting finds the pool's opportunistic setting: the ConfigMap's, else
+// the nodes' annotation (which must agree). configured is false when
+// neither says anything.
+func poolSetting(cfg Config, pool string, nodes []Node, plan *PoolPlan) (Opportunistic, bool, error) {
+	var o Opportunistic
+	if pc, ok := cfg.Pools[pool]; ok && pc.Opportunistic != nil {
+		o = *pc.Opportunistic
+	} else {
+		values := map[string][]string{}
+		for _, n := range nodes {
+			if n.Config != "" {
+				values[n.Config] = append(values[n.Config], n.Name)
+			}
+		}
+		if len(values) == 0 {
+			return o, false, nil
+		}
+		for _, names := range values {
+			plan.ConfigNodes = append(plan.ConfigNodes, names...)
+		}
+		sort.Strings(plan.ConfigNodes)
+		if len(values) > 1 {
+			var vs []string
+			for v := range values {
+				vs = append(vs, strconv.Quote(v))
+			}
+			sort.Strings(vs)
+			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", ErrConfig, pool, agent.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
+		}
+		var err error
+		for v := range values {
+			if o, err = ParseOpportunistic(v); err != nil {
+				return o, true, err
+			}
+		}
+	}
+	for _, n := range nodes {
+		if n.Slice != "" && o.MinNodes != 0 {
+			return o, true, fmt.Errorf("%w: pool %s is a multi-host TPU slice, maintained whole: min-nodes must be 0, not %d", ErrConfig, pool, o.MinNodes)
+		}
+	}
+	return o, true, nil
+}
