@@ -10,7 +10,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 test: testworld vet ## run every test (builds the test world once; later runs reuse the cache)
@@ -26,7 +26,7 @@ vet: ## go vet
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 build: ## build the static binaries into bin/, as the Dockerfile does
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent ./cmd/aggregator
 
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...

@@ -107,6 +107,18 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
+// kill sends SIGKILL at once (a crash, not a shutdown) and waits for the
+// exit.
+func (p *proc) kill() error {
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.Pid())
+	}
+}
+
 // waitUntil polls ready every interval until it reports true, the process
 // exits, or ctx ends.
 func (p *proc) waitUntil(ctx context.Context, ready func(context.Context) bool) error {

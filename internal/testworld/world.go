@@ -416,5 +416,11 @@ func (w *World) StartProcess(name, bin string, args ...string) (*Process, error)
 // Stop sends SIGTERM, waits up to grace, then SIGKILL.
 func (p *Process) Stop(grace time.Duration) error { return p.p.stop(grace) }
 
+// Kill sends SIGKILL at once, as a crash would, and waits for the exit.
+func (p *Process) Kill() error { return p.p.kill() }
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.p.exited }
+
 // LogPath is where the process's output goes.
 func (p *Process) LogPath() string { return p.p.logPath }

@@ -1,0 +1,423 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+)
+
+// EventSource is the component name on the aggregator's Events.
+const EventSource = "maintenance-handler-aggregator"
+
+// Event reasons.
+const (
+	EventTriggered     = "OpportunisticMaintenanceTriggered"
+	EventSkipped       = "OpportunisticMaintenanceSkipped"
+	EventInvalidConfig = "InvalidOpportunisticConfig"
+)
+
+// ConfigKey is the ConfigMap key holding the policy.
+const ConfigKey = "policy.yaml"
+
+// Options configure an Aggregator. Client, Namespace, Identity and Metrics
+// are required.
+type Options struct {
+	Client kubernetes.Interface
+	// Namespace holds the Lease and the ConfigMap.
+	Namespace string
+	// ConfigMap names the ConfigMap whose policy.yaml is the Config; empty
+	// means none (the nodes' annotations only).
+	ConfigMap string
+	// LeaseName names the Lease; Identity is this replica's holder name.
+	LeaseName, Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go leader
+	// election's; zero means 15 s, 10 s and 2 s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// PoolLabel names a node's pool; empty means cloud.google.com/gke-nodepool.
+	PoolLabel string
+	// Interval is the longest time between passes (idle times and windows
+	// change with time alone); zero means 30 s. MinInterval is the shortest;
+	// zero means 1 s.
+	Interval, MinInterval time.Duration
+	Metrics               *metrics.Aggregator
+	Clock                 clock.Clock
+	Logger                *slog.Logger
+}
+
+// DefaultPoolLabel is GKE's node pool label.
+const DefaultPoolLabel = "cloud.google.com/gke-nodepool"
+
+// Aggregator is the leader-elected opportunistic maintenance controller.
+type Aggregator struct {
+	opts     Options
+	log      *slog.Logger
+	wake     chan struct{}
+	leading  atomic.Bool
+	nodes    cache.SharedIndexInformer
+	configs  cache.SharedIndexInformer
+	recorder record.EventRecorder
+
+	// Guarded by mu; reset when leadership begins.
+	mu          sync.Mutex
+	lastReason  map[string]string // node -> last decision reason announced
+	lastPoolErr map[string]string // pool -> last config error announced
+	lastCfgErr  string
+}
+
+// New returns an Aggregator.
+func New(opts Options) *Aggregator {
+	if opts.PoolLabel == "" {
+		opts.PoolLabel = DefaultPoolLabel
+	}
+	if opts.Interval == 0 {
+		opts.Interval = 30 * time.Second
+	}
+	if opts.MinInterval == 0 {
+		opts.MinInterval = time.Second
+	}
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
+}
+
+func (a *Aggregator) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Leading reports whether this replica holds the lease.
+func (a *Aggregator) Leading() bool { return a.leading.Load() }
+
+// Start watches the Nodes and the ConfigMap, and runs for leadership until
+// ctx ends; while leading it decides and triggers. It returns ctx's error.
+func (a *Aggregator) Start(ctx context.Context) error {
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource})
+
+	factory := informers.NewSharedInformerFactory(a.opts.Client, 0)
+	a.nodes = factory.Core().V1().Nodes().Informer()
+	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.poke() },
+		UpdateFunc: func(old, cur any) { a.observeNode(old, cur); a.poke() },
+		DeleteFunc: func(any) { a.poke() },
+	})
+	go a.nodes.Run(ctx.Done())
+	synced := []cache.InformerSynced{a.nodes.HasSynced}
+	if a.opts.ConfigMap != "" {
+		cms := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0, informers.WithNamespace(a.opts.Namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.ConfigMap).String()
+			}))
+		a.configs = cms.Core().V1().ConfigMaps().Informer()
+		_, _ = a.configs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() },
+		})
+		go a.configs.Run(ctx.Done())
+		synced = append(synced, a.configs.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("sync node cache: %w", ctx.Err())
+	}
+
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: a.opts.LeaseName},
+		Client:     a.opts.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: a.opts.Identity},
+	}
+	var leading sync.WaitGroup
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   a.opts.LeaseDuration,
+		RenewDeadline:   a.opts.RenewDeadline,
+		RetryPeriod:     a.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            a.opts.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				leading.Add(1)
+				defer leading.Done()
+				a.lead(lctx)
+			},
+			OnStoppedLeading: func() {
+				a.leading.Store(false)
+				a.opts.Metrics.Leader.Set(0)
+				a.log.Info("stopped leading", "identity", a.opts.Identity)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	for ctx.Err() == nil {
+		elector.Run(ctx) // returns when leadership is lost or ctx ends
+		leading.Wait()
+	}
+	return ctx.Err()
+}
+
+// lead acts until lctx ends (leadership lost): a pass on every change,
+// at most every MinInterval, and at least every Interval.
+func (a *Aggregator) lead(lctx context.Context) {
+	a.mu.Lock()
+	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]string{}, map[string]string{}, ""
+	a.mu.Unlock()
+	a.leading.Store(true)
+	a.opts.Metrics.Leader.Set(1)
+	a.log.Info("started leading", "identity", a.opts.Identity)
+	for {
+		a.pass(lctx)
+		if lctx.Err() != nil {
+			return
+		}
+		t := a.opts.Clock.NewTimer(a.opts.MinInterval)
+		select {
+		case <-lctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		t = a.opts.Clock.NewTimer(a.opts.Interval)
+		select {
+		case <-lctx.Done():
+			t.Stop()
+			return
+		case <-a.wake:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// config is the ConfigMap's configuration, or why it is invalid.
+func (a *Aggregator) config() (Config, error) {
+	if a.configs == nil {
+		return Config{}, nil
+	}
+	obj, ok, err := a.configs.GetStore().GetByKey(a.opts.Namespace + "/" + a.opts.ConfigMap)
+	if err != nil || !ok {
+		return Config{}, nil
+	}
+	cm, _ := obj.(*corev1.ConfigMap)
+	if cm == nil {
+		return Config{}, nil
+	}
+	return ParseConfig(cm.Data[ConfigKey])
+}
+
+// Pass runs one decision pass now and returns its plans; while not leading
+// it decides nothing and writes nothing.
+func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
+	start := a.opts.Clock.Now()
+	objs := a.nodes.GetStore().List()
+	views := make([]Node, 0, len(objs))
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			views = append(views, NodeOf(n, a.opts.PoolLabel))
+		}
+	}
+	cfg, cfgErr := a.config()
+	plans := Decide(start, cfg, views)
+	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
+	a.announceConfig(cfgErr)
+	written := map[string]string{} // node -> resourceVersion before our write
+	for _, p := range plans {
+		a.record(p)
+		if cfgErr != nil || p.ConfigErr != nil {
+			continue
+		}
+		for _, name := range p.Trigger {
+			if ctx.Err() != nil {
+				return plans // leadership lost: stop acting at once
+			}
+			if rv, ok := a.trigger(ctx, name); ok {
+				written[name] = rv
+			}
+		}
+	}
+	a.awaitCache(ctx, written)
+	return plans
+}
+
+// trigger writes the opportunistic trigger onto the Node, conditional on
+// the Node being as this pass saw it. It returns the resourceVersion the
+// pass saw.
+func (a *Aggregator) trigger(ctx context.Context, name string) (string, bool) {
+	obj, ok, _ := a.nodes.GetStore().GetByKey(name)
+	if !ok {
+		return "", false
+	}
+	n := obj.(*corev1.Node).DeepCopy()
+	seen := n.ResourceVersion
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	state, _ := json.Marshal(MaintenanceState{OpportunisticTriggered: true,
+		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity})
+	n.Labels[agent.LabelPerformMaintenance] = agent.TriggerValue
+	n.Annotations[agent.AnnotationMaintenanceState] = string(state)
+	_, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "maintenance-handler-aggregator"})
+	switch {
+	case err == nil:
+		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
+		a.log.Info("triggered opportunistic maintenance", "node", name)
+		return seen, true
+	case apierrors.IsConflict(err):
+		a.opts.Metrics.Triggers.WithLabelValues("conflict").Inc()
+	default:
+		a.opts.Metrics.Triggers.WithLabelValues("error").Inc()
+		a.log.Warn("trigger failed", "node", name, "err", err)
+	}
+	return "", false
+}
+
+// awaitCache waits until the node cache shows every write of this pass, so
+// that the next pass counts the nodes it triggered.
+func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) {
+	if len(written) == 0 {
+		return
+	}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for name, before := range written {
+			obj, ok, _ := a.nodes.GetStore().GetByKey(name)
+			if ok && obj.(*corev1.Node).ResourceVersion == before {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("node cache did not show this pass's writes", "err", err)
+	}
+}
+
+// record updates a pool's gauges and announces changed decisions.
+func (a *Aggregator) record(p PoolPlan) {
+	m := a.opts.Metrics
+	m.PoolPending.WithLabelValues(p.Pool).Set(float64(p.Pending))
+	m.PoolIdle.WithLabelValues(p.Pool).Set(float64(p.Idle))
+	m.PoolInMaintenance.WithLabelValues(p.Pool).Set(float64(p.InMaintenance))
+	if p.NextMaintenance.IsZero() {
+		m.PoolNextMaintenance.DeleteLabelValues(p.Pool)
+	} else {
+		m.PoolNextMaintenance.WithLabelValues(p.Pool).Set(float64(p.NextMaintenance.Unix()))
+	}
+	if p.Configured {
+		valid := 1.0
+		if p.ConfigErr != nil {
+			valid = 0
+		}
+		m.PoolConfigValid.WithLabelValues(p.Pool).Set(valid)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	errText := ""
+	if p.ConfigErr != nil {
+		errText = p.ConfigErr.Error()
+	}
+	if errText != a.lastPoolErr[p.Pool] {
+		a.lastPoolErr[p.Pool] = errText
+		if errText != "" {
+			a.log.Warn("invalid opportunistic configuration", "pool", p.Pool, "err", errText)
+			for _, name := range p.ConfigNodes {
+				a.nodeEvent(name, "", true, EventInvalidConfig, fmt.Sprintf("No opportunistic maintenance for pool %s: %s", p.Pool, errText))
+			}
+		}
+	}
+	for _, d := range p.Decisions {
+		if a.lastReason[d.Node] == d.Reason {
+			continue
+		}
+		a.lastReason[d.Node] = d.Reason
+		outcome, reason := "skipped", EventSkipped
+		if d.Reason == ReasonTriggered {
+			outcome, reason = "triggered", EventTriggered
+		}
+		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
+		a.nodeEvent(d.Node, d.UID, false, reason, d.Message)
+	}
+}
+
+func (a *Aggregator) nodeEvent(name string, uid types.UID, warning bool, reason, msg string) {
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	a.recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: name, UID: uid, APIVersion: "v1"}, typ, reason, msg)
+}
+
+// announceConfig reports a ConfigMap that cannot be read, once per change.
+func (a *Aggregator) announceConfig(err error) {
+	text := ""
+	if err != nil {
+		text = err.Error()
+	}
+	a.mu.Lock()
+	changed := text != a.lastCfgErr
+	a.lastCfgErr = text
+	a.mu.Unlock()
+	if !changed || err == nil {
+		return
+	}
+	a.log.Warn("invalid configuration; no opportunistic maintenance at all until it is fixed", "configmap", a.opts.ConfigMap, "err", err)
+	ref := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.ConfigMap, APIVersion: "v1"}
+	a.recorder.Event(ref, corev1.EventTypeWarning, EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
+}
+
+// observeNode counts a maintenance or preemption beginning on a node, per
+// pool (the leader only, so that replicas do not count twice).
+func (a *Aggregator) observeNode(old, cur any) {
+	if !a.leading.Load() {
+		return
+	}
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 || o.Annotations[agent.AnnotationStarted] == n.Annotations[agent.AnnotationStarted] || n.Annotations[agent.AnnotationStarted] == "" {
+		return
+	}
+	typ, reason := agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance
+	switch agent.Reason(n.Annotations[agent.AnnotationReason]) {
+	case agent.ReasonPreemption:
+		typ, reason = agent.InterruptionPreemption, agent.ReasonEviction
+	case agent.ReasonManual:
+		return // counted when Compute Engine accepts it, as the agent does
+	}
+	a.opts.Metrics.PoolInterruptions.WithLabelValues(n.Labels[a.opts.PoolLabel], typ, reason).Inc()
+}
+

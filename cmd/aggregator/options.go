@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+)
+
+// Options are the aggregator's flags. POD_NAMESPACE and POD_NAME come from
+// the Downward API.
+type Options struct {
+	Namespace     string
+	Identity      string
+	Kubeconfig    string
+	ListenAddress string
+	ConfigMap     string
+	LeaseName     string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	PoolLabel     string
+	Interval      time.Duration
+	LogLevel      string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	host, _ := os.Hostname()
+	id := os.Getenv("POD_NAME")
+	if id == "" {
+		id = host
+	}
+	return &Options{
+		Namespace:     os.Getenv("POD_NAMESPACE"),
+		Identity:      id,
+		ListenAddress: ":9103",
+		ConfigMap:     "maintenance-handler",
+		LeaseName:     "maintenance-handler-aggregator",
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
+		PoolLabel:     aggregator.DefaultPoolLabel,
+		Interval:      30 * time.Second,
+		LogLevel:      "info",
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the Lease and the ConfigMap (default $POD_NAMESPACE).")
+	fs.StringVar(&o.Identity, "identity", o.Identity, "This replica's name in the Lease (default $POD_NAME, else the host name).")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
+	fs.StringVar(&o.ConfigMap, "config-map", o.ConfigMap, "ConfigMap whose policy.yaml holds per-pool settings, maintenance windows and exclusions; empty means none.")
+	fs.StringVar(&o.LeaseName, "lease-name", o.LeaseName, "Name of the leader-election Lease.")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "How long a lease lasts without renewal.")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "How long the leader retries renewing before it stops acting; less than --lease-duration.")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Time between leader-election attempts; less than --renew-deadline.")
+	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
+	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
+}
+
+// Validate reports every problem at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required"))
+	}
+	if o.Identity == "" {
+		errs = append(errs, errors.New("--identity (or $POD_NAME) is required"))
+	}
+	if o.LeaseName == "" || o.PoolLabel == "" {
+		errs = append(errs, errors.New("--lease-name and --pool-label must not be empty"))
+	}
+	if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
+		errs = append(errs, fmt.Errorf("want 0 < --retry-period (%s) < --renew-deadline (%s) < --lease-duration (%s)", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.Interval < time.Second {
+		errs = append(errs, fmt.Errorf("--interval %s: want 1s or more", o.Interval))
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel))
+	}
+	return errors.Join(errs...)
+}
