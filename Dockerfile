@@ -1,4 +1,4 @@
-# maintenance-handler: static binaries on a distroless, non-root base.
+# maintenance-handler: both static binaries (agent, aggregator) on a distroless, non-root base.
 # CI has no container engine; `make build` builds the same binaries with the
 # same flags.
 FROM golang:1.26 AS build
@@ -7,7 +7,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/agent
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/agent ./cmd/aggregator
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

@@ -1,0 +1,339 @@
+package aggregator_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// published is what an agent publishes on its Node, written directly: the
+// aggregator's half of the protocol, on its own.
+type published struct {
+	windowStart   time.Time
+	canReschedule bool
+	idleFor       time.Duration // < 0: busy
+	busy          string
+	labels        map[string]string
+	config        string
+}
+
+func notice(start time.Time, canReschedule bool) string {
+	b, _ := json.Marshal(map[string]any{"can_reschedule": canReschedule, "maintenance_status": "PENDING", "type": "SCHEDULED",
+		"window_start_time": start.UTC().Format(time.RFC3339), "window_end_time": start.Add(4 * time.Hour).UTC().Format(time.RFC3339),
+		"latest_window_start_time": start.UTC().Format(time.RFC3339)})
+	return string(b)
+}
+
+func publish(t *testing.T, name string, p published) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Annotations[agent.AnnotationUpcomingMaintenance] = notice(p.windowStart, p.canReschedule)
+		if p.idleFor >= 0 {
+			n.Annotations[agent.AnnotationIdleSince] = time.Now().Add(-p.idleFor).UTC().Format(time.RFC3339Nano)
+			delete(n.Annotations, agent.AnnotationBusy)
+		} else {
+			delete(n.Annotations, agent.AnnotationIdleSince)
+			n.Annotations[agent.AnnotationBusy] = p.busy
+		}
+		if p.config != "" {
+			n.Annotations[agent.AnnotationOpportunisticConfig] = p.config
+		}
+		for k, v := range p.labels {
+			n.Labels[k] = v
+		}
+		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type running struct {
+	agg     *aggregator.Aggregator
+	metrics *metrics.Aggregator
+}
+
+func startAggregator(t *testing.T, ns, configMap string) *running {
+	t.Helper()
+	m := metrics.NewAggregator(prometheus.NewRegistry())
+	a := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, ConfigMap: configMap,
+		LeaseName: "aggregator", Identity: "test-" + t.Name(), Metrics: m,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		Interval: time.Second, MinInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &running{agg: a, metrics: m}
+}
+
+func triggered(n *corev1.Node) bool {
+	if n.Labels[agent.LabelPerformMaintenance] != agent.TriggerValue {
+		return false
+	}
+	var ms aggregator.MaintenanceState
+	return json.Unmarshal([]byte(n.Annotations[agent.AnnotationMaintenanceState]), &ms) == nil && ms.OpportunisticTriggered
+}
+
+// eventsFor returns the aggregator's Event messages on node, by reason.
+func eventsFor(t *testing.T, node string) map[string][]string {
+	t.Helper()
+	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",source=" + aggregator.EventSource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == n.UID {
+			out[e.Reason] = append(out[e.Reason], e.Message)
+		}
+	}
+	return out
+}
+
+func waitEventSaying(t *testing.T, node, reason, text string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, m := range eventsFor(t, node)[reason] {
+			if strings.Contains(m, text) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s Event on %s saying %q: %v", reason, node, text, eventsFor(t, node))
+	}
+}
+
+func nodes(t *testing.T, pool string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: pool})
+	}
+}
+
+// TestGKEExample: four nodes, node-idle-time=600s, window=2419200s,
+// min-nodes=3; node1 busy, node2 idle 60 s, node3 and node4 idle 600 s:
+// exactly one of node3 and node4 is triggered, and every node says why.
+func TestGKEExample(t *testing.T) {
+	names := []string{"gke-ex-node1", "gke-ex-node2", "gke-ex-node3", "gke-ex-node4"}
+	nodes(t, "gke-ex", names...)
+	cfg := "node-idle-time=600s,min-nodes=3,window=2419200s"
+	start := time.Now().Add(7 * 24 * time.Hour)
+	publish(t, names[0], published{windowStart: start, canReschedule: true, idleFor: -1, busy: agent.BusyAccelerators, config: cfg})
+	publish(t, names[1], published{windowStart: start, canReschedule: true, idleFor: 60 * time.Second, config: cfg})
+	publish(t, names[2], published{windowStart: start, canReschedule: true, idleFor: 600 * time.Second, config: cfg})
+	publish(t, names[3], published{windowStart: start, canReschedule: true, idleFor: 600 * time.Second, config: cfg})
+	r := startAggregator(t, world.Namespace(t), "")
+
+	waitEventSaying(t, names[0], aggregator.EventSkipped, "pods on it use accelerators")
+	waitEventSaying(t, names[1], aggregator.EventSkipped, "less than node-idle-time=600s")
+	var picked, other string
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for i, name := range names[2:] {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err == nil && triggered(n) {
+				picked, other = name, names[2+(1-i)]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("neither node3 nor node4 was triggered")
+	}
+	waitEventSaying(t, picked, aggregator.EventTriggered, "Picked for opportunistic maintenance")
+	waitEventSaying(t, other, aggregator.EventSkipped, "min-nodes=3")
+	// Several more passes: still exactly one.
+	time.Sleep(3 * time.Second)
+	count := 0
+	for _, name := range names {
+		n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		if triggered(n) {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Errorf("%d nodes triggered, want exactly 1", count)
+	}
+	if got := testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("triggered", aggregator.ReasonTriggered)); got != 1 {
+		t.Errorf("decisions{triggered} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.PoolInMaintenance.WithLabelValues("gke-ex")); got != 1 {
+		t.Errorf("pool_nodes_in_maintenance{gke-ex} = %v, want 1", got)
+	}
+	if !r.agg.Leading() || testutil.ToFloat64(r.metrics.Leader) != 1 {
+		t.Error("the only aggregator is not leading")
+	}
+}
+
+func configMap(t *testing.T, ns, policy string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{aggregator.ConfigKey: policy}}
+	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(ctxFor(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNotTriggeredWithTheReason: every condition that keeps an idle node
+// out of opportunistic maintenance is said on the node, and none is
+// triggered.
+func TestNotTriggeredWithTheReason(t *testing.T) {
+	ns := world.Namespace(t)
+	now := time.Now().UTC()
+	soon := now.Add(24 * time.Hour)
+	// Pool "reasons": min-nodes=0, so only the reasons below hold nodes back.
+	names := []string{"why-optout", "why-fixed", "why-far", "why-pinned"}
+	nodes(t, "reasons", names...)
+	publish(t, "why-optout", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, labels: map[string]string{agent.LabelOpportunisticDisable: "true"}})
+	publish(t, "why-fixed", published{windowStart: soon, canReschedule: false, idleFor: time.Hour})
+	publish(t, "why-far", published{windowStart: now.Add(60 * 24 * time.Hour), canReschedule: true, idleFor: time.Hour})
+	publish(t, "why-pinned", published{windowStart: soon, canReschedule: true, idleFor: -1, busy: agent.BusySafeToEvict})
+	// Pool "windowed": a maintenance window that opens tomorrow; pool
+	// "frozen": inside an exclusion (which wins over its open window).
+	nodes(t, "windowed", "why-window")
+	nodes(t, "frozen", "why-excluded")
+	publish(t, "why-window", published{windowStart: soon, canReschedule: true, idleFor: time.Hour})
+	publish(t, "why-excluded", published{windowStart: soon, canReschedule: true, idleFor: time.Hour})
+	configMap(t, ns, `
+pools:
+  reasons:
+    opportunistic: node-idle-time=600s,min-nodes=0,window=604800s
+  windowed:
+    opportunistic: node-idle-time=600s,min-nodes=0,window=604800s
+    maintenanceWindow: {startTime: "`+now.Add(24*time.Hour).Format(time.RFC3339)+`", duration: 4h, recurrence: "FREQ=WEEKLY;BYDAY=SA,SU"}
+  frozen:
+    opportunistic: node-idle-time=600s,min-nodes=0,window=604800s
+    maintenanceWindow: {startTime: "`+now.Add(-time.Hour).Format(time.RFC3339)+`", duration: 4h, recurrence: FREQ=DAILY}
+    exclusions:
+    - {name: launch-week, startTime: "`+now.Add(-time.Hour).Format(time.RFC3339)+`", endTime: "`+now.Add(7*24*time.Hour).Format(time.RFC3339)+`"}
+`)
+	startAggregator(t, ns, "maintenance-handler")
+	for node, text := range map[string]string{
+		"why-optout":   agent.LabelOpportunisticDisable + "=true",
+		"why-fixed":    "cannot be rescheduled",
+		"why-far":      "more than window=604800s away",
+		"why-pinned":   agent.AnnotationSafeToEvict + "=false",
+		"why-window":   "outside the maintenance window",
+		"why-excluded": `inside the maintenance exclusion "launch-week"`,
+	} {
+		waitEventSaying(t, node, aggregator.EventSkipped, text)
+	}
+	for _, name := range append(names, "why-window", "why-excluded") {
+		n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		if triggered(n) {
+			t.Errorf("%s was triggered", name)
+		}
+	}
+}
+
+// TestInvalidConfigurationIsAnsweredAndChangesNothing: a bad gcloud string
+// on the nodes, disagreeing nodes, a slice pool with min-nodes, and a bad
+// RRULE in the ConfigMap: Warning Events, no trigger.
+func TestInvalidConfigurationIsAnsweredAndChangesNothing(t *testing.T) {
+	ns := world.Namespace(t)
+	soon := time.Now().Add(24 * time.Hour)
+	nodes(t, "bad-string", "bad-string-0")
+	publish(t, "bad-string-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=10m,min-nodes=0,window=604800s"})
+	nodes(t, "bad-mixed", "bad-mixed-0", "bad-mixed-1")
+	publish(t, "bad-mixed-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=600s,min-nodes=0,window=604800s"})
+	publish(t, "bad-mixed-1", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=60s,min-nodes=0,window=604800s"})
+	r := startAggregator(t, ns, "maintenance-handler")
+	waitEventSaying(t, "bad-string-0", aggregator.EventInvalidConfig, "node-idle-time=10m: want seconds")
+	waitEventSaying(t, "bad-mixed-1", aggregator.EventInvalidConfig, "disagree")
+	if got := testutil.ToFloat64(r.metrics.PoolConfigValid.WithLabelValues("bad-mixed")); got != 0 {
+		t.Errorf("pool_config_valid{bad-mixed} = %v, want 0", got)
+	}
+
+	// A ConfigMap with a bad RRULE: nothing at all is triggered, even in a
+	// pool whose own annotation is fine.
+	nodes(t, "good", "good-0")
+	configMap(t, ns, `
+cluster:
+  maintenanceWindow: {startTime: "2026-11-21T00:00:00Z", duration: 48h, recurrence: "FREQ=WEEKLY;BYDAY=SATURDAY"}
+`)
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := world.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,reason=" + aggregator.EventInvalidConfig})
+		return err == nil && len(list.Items) > 0 && strings.Contains(list.Items[0].Message, "BYDAY"), nil
+	})
+	if err != nil {
+		t.Fatal("no Warning Event on the ConfigMap naming the bad RRULE")
+	}
+	publish(t, "good-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=600s,min-nodes=0,window=604800s"})
+	time.Sleep(3 * time.Second)
+	for _, name := range []string{"bad-string-0", "bad-mixed-0", "bad-mixed-1", "good-0"} {
+		n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		if triggered(n) {
+			t.Errorf("%s triggered under an invalid configuration", name)
+		}
+	}
+}
+
+// TestTPUSliceWholeOrNothing: a 2-host TPU slice pool is triggered whole,
+// only once both hosts are idle.
+func TestTPUSliceWholeOrNothing(t *testing.T) {
+	ns := world.Namespace(t)
+	slice := []string{"tpu-slice-0", "tpu-slice-1"}
+	for _, name := range slice {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "v5p-16", TPU: true, Labels: map[string]string{testworld.LabelTPUTopology: "2x2x2"}})
+	}
+	soon := time.Now().Add(24 * time.Hour)
+	cfg := "node-idle-time=60s,min-nodes=0,window=604800s"
+	publish(t, slice[0], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
+	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: -1, busy: agent.BusyAccelerators, config: cfg})
+	startAggregator(t, ns, "")
+	waitEventSaying(t, slice[0], aggregator.EventSkipped, "maintained whole")
+	for _, name := range slice {
+		if n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{}); triggered(n) {
+			t.Fatalf("%s triggered while the other host is busy", name)
+		}
+	}
+	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, name := range slice {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !triggered(n) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal("the idle slice was not triggered whole")
+	}
+}
