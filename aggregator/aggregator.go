@@ -420,4 +420,3 @@ func (a *Aggregator) observeNode(old, cur any) {
 	}
 	a.opts.Metrics.PoolInterruptions.WithLabelValues(n.Labels[a.opts.PoolLabel], typ, reason).Inc()
 }
-

@@ -17,13 +17,18 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+func TestMain(m *testing.M) {
+	code := testworld.RunMain(m, &world)
+	fleet.RemoveBinaries()
+	os.Exit(code)
+}
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -7,9 +7,13 @@
 //
 //  1. Compute Engine schedules maintenance on every node: the
 //     scheduled-maintenance-time label appears.
-//  2. Compute Engine starts host maintenance on a busy node: taint, ordered
+//  2. A person labels a node cloud.google.com/perform-maintenance: first
+//     with a value that is rejected, then with true: drain, then
+//     performMaintenance on the emulated Compute API, terminating; the VM
+//     stops and comes back.
+//  3. Compute Engine starts host maintenance on a busy node: taint, ordered
 //     and graceful drain, terminating; the VM stops and comes back.
-//  3. A Spot node is preempted: drained within 30 s; it comes back.
+//  4. A Spot node is preempted: drained within 30 s; it comes back.
 //
 // Ctrl-C stops everything, leaving no process behind. --keep keeps the
 // cluster running after the scenario for exploration with kubectl.
@@ -25,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 )
 
@@ -64,13 +69,13 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{world: world, agentBin: opts.agentBin, start: time.Now()}
+	d := &demo{world: world, fleet: &fleet.Fleet{World: world, AgentBin: opts.agentBin, AgentArgs: []string{"--eviction-retry-interval", "2s"}}, start: time.Now()}
 	defer func() {
 		fmt.Println("demo: stopping the agents, the control plane and the metadata emulators")
 		if err := world.Stop(); err != nil { // agents first: they run as part of the world
 			fmt.Fprintln(os.Stderr, "demo: stop:", err)
 		}
-		d.closeVMs()
+		d.fleet.Close()
 	}()
 	if err := d.setUp(ctx); err != nil {
 		return err
@@ -78,7 +83,7 @@ func run(ctx context.Context, opts options) error {
 	fmt.Printf("\ndemo: cluster ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get nodes -L %s -L %s\n", world.Kubeconfig,
 		"cloud.google.com/scheduled-maintenance-time", "cloud.google.com/active-node-maintenance")
 	for _, v := range d.vms {
-		fmt.Printf("  agent metrics of %s: http://%s/metrics\n", v.name, v.metricsAddr)
+		fmt.Printf("  agent metrics of %s: http://%s/metrics\n", v.Name, v.MetricsAddr)
 	}
 	fmt.Println()
 	go d.timeline(ctx)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 )
@@ -28,29 +28,15 @@ const (
 	grace     = 60 // the trainer's checkpoint-on-SIGTERM budget, seconds
 )
 
-type vm struct {
-	name        string
-	spot        bool
-	emu         *gceemu.Server
-	agent       *testworld.Process
-	metricsAddr string
-}
-
 type demo struct {
-	world    *testworld.World
-	agentBin string
-	start    time.Time
-	vms      []*vm
+	world *testworld.World
+	fleet *fleet.Fleet
+	start time.Time
+	vms   []*fleet.VM
 }
 
 func (d *demo) say(format string, args ...any) {
 	fmt.Printf("%7.1fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
-}
-
-func (d *demo) closeVMs() {
-	for _, v := range d.vms {
-		_ = v.emu.Close()
-	}
 }
 
 // setUp makes four GPU nodes (the last one Spot), their metadata servers
@@ -58,20 +44,14 @@ func (d *demo) closeVMs() {
 func (d *demo) setUp(ctx context.Context) error {
 	c := d.world.Client
 	for i := range 4 {
-		v := &vm{name: fmt.Sprintf("gke-%s-%d", pool, i), spot: i == 3}
-		if _, err := d.world.AddNode(ctx, testworld.NodeSpec{Name: v.name, Pool: pool, Spot: v.spot, Project: "demo-project", Zone: "us-central1-a"}); err != nil {
-			return err
-		}
-		v.emu = gceemu.New(gceemu.Config{Project: "demo-project", Zone: "us-central1-a", Name: v.name, Preemptible: v.spot})
-		if err := v.emu.Start(); err != nil {
+		spec := testworld.NodeSpec{Name: fmt.Sprintf("gke-%s-%d", pool, i), Pool: pool, Spot: i == 3, Project: "demo-project", Zone: "us-central1-a"}
+		v, err := d.fleet.Add(ctx, spec, gceemu.Config{Preemptible: spec.Spot})
+		if err != nil {
 			return err
 		}
 		// Compute Engine takes a moment to start a maintenance it accepted.
-		v.emu.SetPerformMaintenanceDelay(3 * time.Second)
+		v.Emu.SetPerformMaintenanceDelay(3 * time.Second)
 		d.vms = append(d.vms, v)
-		if err := d.startAgent(v); err != nil {
-			return err
-		}
 	}
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloads}}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -118,8 +98,8 @@ func (d *demo) setUp(ctx context.Context) error {
 	one := int64(1)
 	for _, v := range d.vms {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "gpu-metrics-" + v.name, Namespace: metav1.NamespaceSystem},
-			Spec: corev1.PodSpec{NodeName: v.name, TerminationGracePeriodSeconds: &one,
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-metrics-" + v.Name, Namespace: metav1.NamespaceSystem},
+			Spec: corev1.PodSpec{NodeName: v.Name, TerminationGracePeriodSeconds: &one,
 				Containers: []corev1.Container{{Name: "exporter", Image: "registry.invalid/dcgm-exporter:1"}}},
 		}
 		if _, err := c.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -132,59 +112,23 @@ func (d *demo) setUp(ctx context.Context) error {
 	})
 }
 
-func (d *demo) startAgent(v *vm) error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	v.metricsAddr = l.Addr().String()
-	l.Close()
-	p, err := d.world.StartProcess("agent-"+v.name, d.agentBin,
-		"--kubeconfig", d.world.Kubeconfig, "--node-name", v.name, "--metadata-host", v.emu.Host(),
-		"--compute-endpoint", v.emu.ComputeEndpoint(),
-		"--listen-address", v.metricsAddr, "--eviction-retry-interval", "2s")
-	if err != nil {
-		return err
-	}
-	v.agent = p
-	return nil
+// reboot plays the VM stopping and coming back.
+func (d *demo) reboot(ctx context.Context, v *fleet.VM) error {
+	d.say("%s: the VM stops and boots again", v.Name)
+	return d.fleet.Reboot(ctx, v)
 }
 
-// reboot plays the VM stopping and coming back: its agent dies with it, the
-// node gets a new boot ID, the metadata server is quiet again, a new agent
-// starts.
-func (d *demo) reboot(ctx context.Context, v *vm) error {
-	d.say("%s: the VM stops and boots again", v.name)
-	if err := v.agent.Stop(0); err != nil {
-		return err
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Status.NodeInfo.BootID = testworld.NewBootID()
-		_, err = d.world.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	v.emu.Clear()
-	return d.startAgent(v)
-}
-
-func (d *demo) waitNode(ctx context.Context, v *vm, timeout time.Duration, cond func(*corev1.Node) bool) error {
+func (d *demo) waitNode(ctx context.Context, v *fleet.VM, timeout time.Duration, cond func(*corev1.Node) bool) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.name, metav1.GetOptions{})
+		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
 		return err == nil && cond(n), nil
 	})
 }
 
 // label sets the perform-maintenance label, as kubectl label would.
-func (d *demo) label(ctx context.Context, v *vm, value string) error {
+func (d *demo) label(ctx context.Context, v *fleet.VM, value string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.name, metav1.GetOptions{})
+		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -206,7 +150,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	window := time.Now().Add(7 * 24 * time.Hour).Truncate(time.Hour)
 	d.say("== 1. Compute Engine schedules host maintenance on every node for %s", window.UTC().Format(time.RFC3339))
 	for _, v := range d.vms {
-		v.emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
+		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
 	}
 	for _, v := range d.vms {
 		if err := d.waitNode(ctx, v, time.Minute, func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" }); err != nil {
@@ -216,8 +160,8 @@ func (d *demo) scenario(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
 
 	picked := d.vms[0]
-	d.say("== 2. A person takes the maintenance of %s now, between training runs", picked.name)
-	d.say("   $ kubectl label nodes %s %s=yes   (not an accepted value: rejected, nothing changes)", picked.name, agent.LabelPerformMaintenance)
+	d.say("== 2. A person takes the maintenance of %s now, between training runs", picked.Name)
+	d.say("   $ kubectl label nodes %s %s=yes   (not an accepted value: rejected, nothing changes)", picked.Name, agent.LabelPerformMaintenance)
 	if err := d.label(ctx, picked, "yes"); err != nil {
 		return err
 	}
@@ -225,7 +169,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(time.Second)
-	d.say("   $ kubectl label nodes %s %s=true", picked.name, agent.LabelPerformMaintenance)
+	d.say("   $ kubectl label nodes %s %s=true", picked.Name, agent.LabelPerformMaintenance)
 	d.say("   the node is drained first (the trainer gets its %d s), then the agent calls instances.performMaintenance", grace)
 	if err := d.label(ctx, picked, agent.TriggerValue); err != nil {
 		return err
@@ -233,13 +177,13 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.waitNode(ctx, picked, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
 	}
-	calls := picked.emu.Calls()
+	calls := picked.Emu.Calls()
 	for _, c := range calls {
 		d.say("   Compute Engine received: POST projects/%s/zones/%s/instances/%s/performMaintenance?requestId=%s -> %d",
 			c.Project, c.Zone, c.Instance, c.RequestID, c.Status)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return picked.emu.MaintenanceEvent() == gceemu.EventTerminate, nil
+		return picked.Emu.MaintenanceEvent() == gceemu.EventTerminate, nil
 	}); err != nil {
 		return err
 	}
@@ -252,9 +196,9 @@ func (d *demo) scenario(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
 
 	busy := d.vms[1]
-	d.say("== 3. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.name)
+	d.say("== 3. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
 	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", grace)
-	busy.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	busy.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
 	}
@@ -267,9 +211,9 @@ func (d *demo) scenario(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
 
 	spot := d.vms[3]
-	d.say("== 4. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.name)
+	d.say("== 4. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.Name)
 	d.say("   the trainer's %d s grace is cut to what is left of the 30 s", grace)
-	spot.emu.SetPreempted(true)
+	spot.Emu.SetPreempted(true)
 	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
 	}

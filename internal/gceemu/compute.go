@@ -31,6 +31,9 @@ type computeState struct {
 	// byRequestID remembers accepted calls by requestId, so that a retried
 	// request with the same id gets the same operation.
 	byRequestID map[string]string
+	// boot counts Clear calls: a maintenance accepted before the VM came
+	// back must not start on the VM after it.
+	boot int
 }
 
 type operation struct {
@@ -188,11 +191,14 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 	} else {
 		// A fake clock runs the callback under its own lock: hand off to a
 		// goroutine so that startLocked may read the clock.
+		boot := s.compute.boot
 		s.clock.AfterFunc(s.compute.delay, func() {
 			go func() {
 				s.mu.Lock()
 				defer s.mu.Unlock()
-				startLocked()
+				if s.compute.boot == boot {
+					startLocked()
+				}
 			}()
 		})
 	}

@@ -315,6 +315,7 @@ func (s *Server) SetAttribute(key, value string) {
 func (s *Server) Clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.compute.boot++ // a maintenance accepted before does not start after
 	s.event = EventNone
 	s.preempt = false
 	s.notice = nil

@@ -1,0 +1,220 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+// safetyRecorder watches every Node change and checks, at each one, that no
+// pool has more nodes in maintenance this project started than it can
+// spare (its size minus min-nodes).
+type safetyRecorder struct {
+	mu         sync.Mutex
+	spare      map[string]int
+	poolLabel  string
+	moments    int
+	worst      map[string]int
+	violations []string
+	triggers   int
+}
+
+func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *corev1.Node) {
+	inMaintenance := map[string]int{}
+	for _, o := range store.List() {
+		n := o.(*corev1.Node)
+		if _, ok := r.spare[n.Labels[r.poolLabel]]; !ok {
+			continue
+		}
+		// Started by this project: asked for (the label), or under way
+		// as a manual maintenance (the agent's reason).
+		_, asked := n.Labels[agent.LabelPerformMaintenance]
+		_, active := n.Labels[agent.LabelActiveMaintenance]
+		if asked || active && n.Annotations[agent.AnnotationReason] == string(agent.ReasonManual) {
+			inMaintenance[n.Labels[r.poolLabel]]++
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.moments++
+	if changed != nil && changed.Labels[agent.LabelPerformMaintenance] != "" && (old == nil || old.Labels[agent.LabelPerformMaintenance] == "") {
+		r.triggers++
+	}
+	for pool, spare := range r.spare {
+		r.worst[pool] = max(r.worst[pool], inMaintenance[pool])
+		if inMaintenance[pool] > spare {
+			r.violations = append(r.violations, fmt.Sprintf("pool %s: %d nodes in maintenance, can spare %d (moment %d)", pool, inMaintenance[pool], spare, r.moments))
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestSafetyUnderLeaderChaos: two aggregator processes; the leader is
+// SIGKILLed 20 times at random moments while agents (real processes) drain
+// the nodes it triggers and the VMs reboot and get new notices. At every
+// recorded Node change, no pool has more nodes in maintenance than it can
+// spare.
+func TestSafetyUnderLeaderChaos(t *testing.T) {
+	bins, err := fleet.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := world.Namespace(t)
+	const size, minNodes = 6, 4
+	pools := map[string]string{"chaos-a": "a", "chaos-b": "b"}
+	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--eviction-retry-interval", "1s", "--log-level", "warn"}}
+	t.Cleanup(func() {
+		for _, v := range f.VMs {
+			_ = v.Agent.Kill()
+		}
+		f.Close()
+	})
+	ctx := ctxFor(t, 10*time.Minute)
+	window := time.Now().Add(3 * 24 * time.Hour)
+	for pool, short := range pools {
+		for i := range size {
+			name := fmt.Sprintf("chaos-%s-%d", short, i)
+			v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool}, gceemu.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+			v.Emu.SetPerformMaintenanceDelay(500 * time.Millisecond)
+			v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				n.Annotations[agent.AnnotationOpportunisticConfig] = fmt.Sprintf("node-idle-time=1s,min-nodes=%d,window=2419200s", minNodes)
+				_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	rec := &safetyRecorder{spare: map[string]int{"chaos-a": size - minNodes, "chaos-b": size - minNodes}, poolLabel: testworld.LabelNodePool, worst: map[string]int{}}
+	factory := informers.NewSharedInformerFactory(world.Client, 0)
+	inf := factory.Core().V1().Nodes().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { rec.check(inf.GetStore(), o.(*corev1.Node), nil) },
+		UpdateFunc: func(o, n any) { rec.check(inf.GetStore(), n.(*corev1.Node), o.(*corev1.Node)) },
+	})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go inf.Run(watchCtx.Done())
+
+	aggregators := map[string]*testworld.Process{}
+	startAgg := func(id string) { // a new replica: a new name, as a new pod would have
+		p, err := world.StartProcess("aggregator-"+id, filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
+			"--identity", id, "--config-map", "", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
+			"--interval", "1s", "--listen-address", freeAddr(t), "--log-level", "warn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		aggregators[id] = p
+	}
+	startAgg("agg-0")
+	startAgg("agg-1")
+	var killed []*testworld.Process
+	t.Cleanup(func() {
+		for _, p := range aggregators {
+			_ = p.Kill()
+		}
+		for _, p := range killed {
+			_ = p.Kill()
+		}
+	})
+
+	// The VMs: a node the agent marked terminating stops and comes back,
+	// and Compute Engine schedules its next maintenance.
+	rebooted := 0
+	var rebootMu sync.Mutex
+	rebootedFor := map[string]string{} // node -> the maintenance (its start) it was last rebooted for
+	rebootCtx, stopReboots := context.WithCancel(ctx)
+	rebootsDone := make(chan struct{})
+	go func() {
+		defer close(rebootsDone)
+		for rebootCtx.Err() == nil {
+			for _, v := range f.VMs {
+				n, err := world.Client.CoreV1().Nodes().Get(rebootCtx, v.Name, metav1.GetOptions{})
+				started := n.Annotations[agent.AnnotationStarted]
+				if err != nil || n.Labels[agent.LabelActiveMaintenance] != agent.ValueTerminating || rebootedFor[v.Name] == started {
+					continue // not terminating, or rebooted and the agent has not caught up yet
+				}
+				if err := f.Reboot(rebootCtx, v); err != nil {
+					continue
+				}
+				rebootedFor[v.Name] = started
+				v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
+				rebootMu.Lock()
+				rebooted++
+				rebootMu.Unlock()
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+
+	holders := map[string]bool{}
+	for i := range 20 {
+		time.Sleep(time.Duration(300+rand.IntN(2200)) * time.Millisecond)
+		lease, err := world.Client.CoordinationV1().Leases(ns).Get(ctx, "maintenance-handler-aggregator", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || aggregators[*lease.Spec.HolderIdentity] == nil {
+			continue
+		}
+		leader := *lease.Spec.HolderIdentity
+		holders[leader] = true
+		killed = append(killed, aggregators[leader])
+		if err := aggregators[leader].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kill %d: %s", i+1, leader)
+		delete(aggregators, leader)
+		startAgg(fmt.Sprintf("agg-%d", i+2))
+	}
+	time.Sleep(10 * time.Second) // the last leader at work
+	stopReboots()
+	<-rebootsDone
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rebootMu.Lock()
+	defer rebootMu.Unlock()
+	t.Logf("%d Node changes recorded, %d triggers, %d reboots, worst in maintenance per pool %v, leaders seen %v", rec.moments, rec.triggers, rebooted, rec.worst, holders)
+	if len(rec.violations) > 0 {
+		t.Errorf("%d moments with more nodes in maintenance than a pool can spare; first: %s", len(rec.violations), rec.violations[0])
+	}
+	if rec.triggers < size || rebooted < size/2 {
+		t.Errorf("too little happened to prove anything: %d triggers, %d reboots", rec.triggers, rebooted)
+	}
+	if len(holders) < 2 {
+		t.Errorf("leadership never changed hands: %v", holders)
+	}
+}

@@ -1,0 +1,162 @@
+// Package fleet runs simulated accelerator VMs in the test world: for each,
+// a kwok Node, its own metadata server and Compute API emulator, and its
+// own agent process (the real binary). The demo and the tests that need
+// whole agents use it.
+//
+// Concurrency: a Fleet is used from one goroutine; its VMs' emulators are
+// safe for concurrent use.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+// VM is one simulated VM.
+type VM struct {
+	Name        string
+	Spot        bool
+	Emu         *gceemu.Server
+	Agent       *testworld.Process
+	MetricsAddr string
+}
+
+// Fleet is a set of VMs in one world.
+type Fleet struct {
+	World    *testworld.World
+	AgentBin string
+	// AgentArgs are added to every agent's command line.
+	AgentArgs []string
+	VMs       []*VM
+}
+
+// Add creates the Node for spec, its emulator (cfg, with spec's name) and
+// its agent.
+func (f *Fleet) Add(ctx context.Context, spec testworld.NodeSpec, cfg gceemu.Config) (*VM, error) {
+	if _, err := f.World.AddNode(ctx, spec); err != nil {
+		return nil, err
+	}
+	cfg.Name = spec.Name
+	if cfg.Project == "" {
+		cfg.Project = spec.Project
+	}
+	if cfg.Zone == "" {
+		cfg.Zone = spec.Zone
+	}
+	v := &VM{Name: spec.Name, Spot: spec.Spot, Emu: gceemu.New(cfg)}
+	if err := v.Emu.Start(); err != nil {
+		return nil, err
+	}
+	f.VMs = append(f.VMs, v)
+	return v, f.StartAgent(v)
+}
+
+// StartAgent starts v's agent process.
+func (f *Fleet) StartAgent(v *VM) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	v.MetricsAddr = l.Addr().String()
+	l.Close()
+	args := append([]string{"--kubeconfig", f.World.Kubeconfig, "--node-name", v.Name, "--metadata-host", v.Emu.Host(),
+		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--listen-address", v.MetricsAddr}, f.AgentArgs...)
+	p, err := f.World.StartProcess("agent-"+v.Name, f.AgentBin, args...)
+	if err != nil {
+		return err
+	}
+	v.Agent = p
+	return nil
+}
+
+// Reboot plays the VM stopping and coming back: its agent dies with it,
+// the Node gets a new boot ID, the metadata server is quiet again, and a
+// new agent starts.
+func (f *Fleet) Reboot(ctx context.Context, v *VM) error {
+	if err := v.Agent.Kill(); err != nil {
+		return err
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := f.World.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.NodeInfo.BootID = testworld.NewBootID()
+		_, err = f.World.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("reboot %s: %w", v.Name, err)
+	}
+	v.Emu.Clear()
+	return f.StartAgent(v)
+}
+
+// Close stops the emulators (the agents stop with the world).
+func (f *Fleet) Close() {
+	for _, v := range f.VMs {
+		_ = v.Emu.Close()
+	}
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binaries builds cmd/agent and cmd/aggregator once per process into a
+// temporary directory (named so that `testworld leaks` finds any left
+// running) and returns it. RemoveBinaries deletes it.
+func Binaries() (string, error) {
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", testworld.ProjectBinaryPrefix)
+		if buildErr != nil {
+			return
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	return buildDir, buildErr
+}
+
+// RemoveBinaries deletes what Binaries built.
+func RemoveBinaries() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := string(out)
+	for len(mod) > 0 && (mod[len(mod)-1] == '\n' || mod[len(mod)-1] == '\r') {
+		mod = mod[:len(mod)-1]
+	}
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
