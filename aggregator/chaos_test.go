@@ -64,7 +64,7 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -111,6 +112,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Pods:     drain.NewNodePods(client, opts.NodeName),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			ManualDrainTimeout: opts.ManualDrainTimeout},
+		AcceleratorResources: resourceNames(opts.AcceleratorResources),
 		Maintainer: &compute.VM{
 			Maintainer: maintainer,
 			Metadata:   metadata.NewClient(30*time.Second, opts.MetadataHost),
@@ -156,4 +158,12 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return srv.Shutdown(shutdownCtx)
 	})
 	return g.Wait()
+}
+
+func resourceNames(names []string) []corev1.ResourceName {
+	out := make([]corev1.ResourceName, 0, len(names))
+	for _, n := range names {
+		out = append(out, corev1.ResourceName(n))
+	}
+	return out
 }

@@ -36,7 +36,9 @@ type Options struct {
 	// Google's.
 	ComputeEndpoint       string
 	EvictionRetryInterval time.Duration
-	LogLevel              string
+	// AcceleratorResources make a pod accelerator work, for idleness.
+	AcceleratorResources []string
+	LogLevel             string
 }
 
 // NewOptions returns the defaults.
@@ -51,6 +53,7 @@ func NewOptions() *Options {
 		HostMaintenanceDeadline: 60 * time.Minute,
 		PreemptionDeadline:      30 * time.Second,
 		ManualDrainTimeout:      60 * time.Minute,
+		AcceleratorResources:    []string{"nvidia.com/gpu", "google.com/tpu"},
 		EvictionRetryInterval:   5 * time.Second,
 		LogLevel:                "info",
 	}
@@ -69,6 +72,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with cloud.google.com/perform-maintenance=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
+	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
@@ -106,6 +110,9 @@ func (o *Options) Validate() error {
 		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
 		}
+	}
+	if len(o.AcceleratorResources) == 0 {
+		errs = append(errs, errors.New("--accelerator-resources: want at least one resource name"))
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		errs = append(errs, err)

@@ -416,6 +416,9 @@ func (w *World) StartProcess(name, bin string, args ...string) (*Process, error)
 // Stop sends SIGTERM, waits up to grace, then SIGKILL.
 func (p *Process) Stop(grace time.Duration) error { return p.p.stop(grace) }
 
+// Pid is the process id.
+func (p *Process) Pid() int { return p.p.Pid() }
+
 // Kill sends SIGKILL at once, as a crash would, and waits for the exit.
 func (p *Process) Kill() error { return p.p.kill() }
 
