@@ -42,6 +42,11 @@ const (
 // ConfigKey is the ConfigMap key holding the policy.
 const ConfigKey = "policy.yaml"
 
+type cachedView struct {
+	rv   string
+	node Node
+}
+
 // Options configure an Aggregator. Client, Namespace, Identity and Metrics
 // are required.
 type Options struct {
@@ -79,6 +84,10 @@ type Aggregator struct {
 	nodes    cache.SharedIndexInformer
 	configs  cache.SharedIndexInformer
 	recorder record.EventRecorder
+
+	// views caches NodeOf by resourceVersion: a pass re-reads only the
+	// Nodes that changed. Used by the pass goroutine only.
+	views map[string]cachedView
 
 	// Guarded by mu; reset when leadership begins.
 	mu          sync.Mutex
@@ -244,11 +253,20 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	start := a.opts.Clock.Now()
 	objs := a.nodes.GetStore().List()
 	views := make([]Node, 0, len(objs))
+	seen := make(map[string]cachedView, len(objs))
 	for _, o := range objs {
-		if n, ok := o.(*corev1.Node); ok {
-			views = append(views, NodeOf(n, a.opts.PoolLabel))
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
 		}
+		v, ok := a.views[n.Name]
+		if !ok || v.rv != n.ResourceVersion {
+			v = cachedView{rv: n.ResourceVersion, node: NodeOf(n, a.opts.PoolLabel)}
+		}
+		seen[n.Name] = v
+		views = append(views, v.node)
 	}
+	a.views = seen
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
