@@ -272,6 +272,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
 	a.announceConfig(cfgErr)
 	written := map[string]string{} // node -> resourceVersion before our write
+	a.forgetUndecided(plans)
 	for _, p := range plans {
 		a.record(p)
 		if cfgErr != nil || p.ConfigErr != nil {
@@ -389,6 +390,25 @@ func (a *Aggregator) record(p PoolPlan) {
 		}
 		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
 		a.nodeEvent(d.Node, d.UID, false, reason, d.Message)
+	}
+}
+
+// forgetUndecided drops the announced decision of nodes no longer decided
+// about (no pending notice), so that a decision that comes back is
+// announced again.
+func (a *Aggregator) forgetUndecided(plans []PoolPlan) {
+	decided := map[string]bool{}
+	for _, p := range plans {
+		for _, d := range p.Decisions {
+			decided[d.Node] = true
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name := range a.lastReason {
+		if !decided[name] {
+			delete(a.lastReason, name)
+		}
 	}
 }
 

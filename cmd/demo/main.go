@@ -1,19 +1,22 @@
 // Command demo shows maintenance-handler at work on a simulated GPU node
 // pool, without a cloud account: it starts the test world (a real control
-// plane with kwok playing the kubelets), four GPU nodes each with its own
-// emulated metadata server and its own agent process, a training Deployment
-// with a PodDisruptionBudget and a 60 s grace period, and a few system pods.
+// plane with kwok playing the kubelets), five GPU nodes each with its own
+// emulated metadata server and its own agent process, two aggregators, a
+// training Deployment with a PodDisruptionBudget and a 60 s grace period,
+// and a few system pods.
 // Then it plays a scenario and prints a timeline per node and pod:
 //
 //  1. Compute Engine schedules maintenance on every node: the
 //     scheduled-maintenance-time label appears.
-//  2. A person labels a node cloud.google.com/perform-maintenance: first
+//  2. The aggregator picks the idle spare node and starts its maintenance
+//     early; the busy nodes say why they were not picked.
+//  3. A person labels a node cloud.google.com/perform-maintenance: first
 //     with a value that is rejected, then with true: drain, then
 //     performMaintenance on the emulated Compute API, terminating; the VM
 //     stops and comes back.
-//  3. Compute Engine starts host maintenance on a busy node: taint, ordered
+//  4. Compute Engine starts host maintenance on a busy node: taint, ordered
 //     and graceful drain, terminating; the VM stops and comes back.
-//  4. A Spot node is preempted: drained within 30 s; it comes back.
+//  5. A Spot node is preempted: drained within 30 s; it comes back.
 //
 // Ctrl-C stops everything, leaving no process behind. --keep keeps the
 // cluster running after the scenario for exploration with kubectl.
@@ -36,6 +39,7 @@ import (
 func main() {
 	var opts options
 	flag.StringVar(&opts.agentBin, "agent-bin", "bin/agent", "path of the agent binary (make demo builds it)")
+	flag.StringVar(&opts.aggregatorBin, "aggregator-bin", "bin/aggregator", "path of the aggregator binary (make demo builds it)")
 	flag.BoolVar(&opts.keep, "keep", false, "keep the cluster running after the scenario, until Ctrl-C")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -47,13 +51,15 @@ func main() {
 }
 
 type options struct {
-	agentBin string
-	keep     bool
+	agentBin, aggregatorBin string
+	keep                    bool
 }
 
 func run(ctx context.Context, opts options) error {
-	if _, err := os.Stat(opts.agentBin); err != nil {
-		return fmt.Errorf("agent binary: %w (run `make demo`, which builds it)", err)
+	for _, bin := range []string{opts.agentBin, opts.aggregatorBin} {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("binary: %w (run `make demo`, which builds it)", err)
+		}
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -69,7 +75,8 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{world: world, fleet: &fleet.Fleet{World: world, AgentBin: opts.agentBin, AgentArgs: []string{"--eviction-retry-interval", "2s"}}, start: time.Now()}
+	d := &demo{world: world, fleet: &fleet.Fleet{World: world, AgentBin: opts.agentBin, AgentArgs: []string{"--eviction-retry-interval", "2s"}},
+		aggregatorBin: opts.aggregatorBin, start: time.Now()}
 	defer func() {
 		fmt.Println("demo: stopping the agents, the control plane and the metadata emulators")
 		if err := world.Stop(); err != nil { // agents first: they run as part of the world
@@ -84,6 +91,9 @@ func run(ctx context.Context, opts options) error {
 		"cloud.google.com/scheduled-maintenance-time", "cloud.google.com/active-node-maintenance")
 	for _, v := range d.vms {
 		fmt.Printf("  agent metrics of %s: http://%s/metrics\n", v.Name, v.MetricsAddr)
+	}
+	for _, addr := range d.aggregatorAddrs {
+		fmt.Printf("  aggregator metrics: http://%s/metrics\n", addr)
 	}
 	fmt.Println()
 	go d.timeline(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -17,34 +18,45 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 )
 
 const (
-	pool      = "a3-highgpu-8g"
-	workloads = "ml"
-	grace     = 60 // the trainer's checkpoint-on-SIGTERM budget, seconds
+	roleLabel     = "demo.maintenance-handler.io/role"
+	opportunistic = "node-idle-time=10s,min-nodes=3,window=2419200s"
+	pool          = "a3-highgpu-8g"
+	workloads     = "ml"
+	grace         = 60 // the trainer's checkpoint-on-SIGTERM budget, seconds
 )
 
 type demo struct {
-	world *testworld.World
-	fleet *fleet.Fleet
-	start time.Time
-	vms   []*fleet.VM
+	world           *testworld.World
+	fleet           *fleet.Fleet
+	aggregatorBin   string
+	aggregatorAddrs []string
+	start           time.Time
+	vms             []*fleet.VM
 }
 
 func (d *demo) say(format string, args ...any) {
 	fmt.Printf("%7.1fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// setUp makes four GPU nodes (the last one Spot), their metadata servers
-// and agents, the training job and some system pods.
+// setUp makes five GPU nodes (the fourth one Spot, the fifth a spare the
+// trainer does not use), their metadata servers and agents, two
+// aggregators, the training job and some system pods.
 func (d *demo) setUp(ctx context.Context) error {
 	c := d.world.Client
-	for i := range 4 {
-		spec := testworld.NodeSpec{Name: fmt.Sprintf("gke-%s-%d", pool, i), Pool: pool, Spot: i == 3, Project: "demo-project", Zone: "us-central1-a"}
+	for i := range 5 {
+		role := "training"
+		if i == 4 {
+			role = "spare"
+		}
+		spec := testworld.NodeSpec{Name: fmt.Sprintf("gke-%s-%d", pool, i), Pool: pool, Spot: i == 3, Project: "demo-project", Zone: "us-central1-a",
+			Labels: map[string]string{roleLabel: role}}
 		v, err := d.fleet.Add(ctx, spec, gceemu.Config{Preemptible: spec.Spot})
 		if err != nil {
 			return err
@@ -52,6 +64,15 @@ func (d *demo) setUp(ctx context.Context) error {
 		// Compute Engine takes a moment to start a maintenance it accepted.
 		v.Emu.SetPerformMaintenanceDelay(3 * time.Second)
 		d.vms = append(d.vms, v)
+		// The pool's opportunistic maintenance setting, as GKE users write it.
+		if err := d.annotate(ctx, v, agent.AnnotationOpportunisticConfig, opportunistic); err != nil {
+			return err
+		}
+	}
+	for i := range 2 {
+		if err := d.startAggregator(fmt.Sprintf("aggregator-%d", i)); err != nil {
+			return err
+		}
 	}
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloads}}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -74,6 +95,7 @@ func (d *demo) setUp(ctx context.Context) error {
 				// kwok stops each pod after its grace: a checkpoint that takes it all.
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", grace)}},
 				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{roleLabel: "training"},
 					TerminationGracePeriodSeconds: &g,
 					Containers: []corev1.Container{{Name: "train", Image: "registry.invalid/trainer:1", Resources: corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("8")},
@@ -125,6 +147,35 @@ func (d *demo) waitNode(ctx context.Context, v *fleet.VM, timeout time.Duration,
 	})
 }
 
+// annotate sets an annotation on v's Node.
+func (d *demo) annotate(ctx context.Context, v *fleet.VM, key, value string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Annotations[key] = value
+		_, err = d.world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// startAggregator starts one aggregator replica.
+func (d *demo) startAggregator(id string) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, err = d.world.StartProcess(id, d.aggregatorBin, "--kubeconfig", d.world.Kubeconfig, "--namespace", metav1.NamespaceSystem,
+		"--identity", id, "--config-map", "", "--interval", "2s", "--listen-address", addr)
+	if err == nil {
+		d.aggregatorAddrs = append(d.aggregatorAddrs, addr)
+	}
+	return err
+}
+
 // label sets the perform-maintenance label, as kubectl label would.
 func (d *demo) label(ctx context.Context, v *fleet.VM, value string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -135,6 +186,14 @@ func (d *demo) label(ctx context.Context, v *fleet.VM, value string) error {
 		n.Labels[agent.LabelPerformMaintenance] = value
 		_, err = d.world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
+	})
+}
+
+// waitEmulatorStarted waits until Compute Engine starts the maintenance it
+// accepted (maintenance-event TERMINATE_ON_HOST_MAINTENANCE).
+func (d *demo) waitEmulatorStarted(ctx context.Context, v *fleet.VM) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return v.Emu.MaintenanceEvent() == gceemu.EventTerminate, nil
 	})
 }
 
@@ -159,8 +218,25 @@ func (d *demo) scenario(ctx context.Context) error {
 	}
 	time.Sleep(2 * time.Second)
 
+	spare := d.vms[4]
+	d.say("== 2. The aggregator picks the idle spare %s for its maintenance now (%s);", spare.Name, opportunistic)
+	d.say("   the busy nodes are not picked, and each says why (kubectl describe node)")
+	if err := d.waitNode(ctx, spare, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
+		return err
+	}
+	if err := d.waitEmulatorStarted(ctx, spare); err != nil {
+		return err
+	}
+	if err := d.reboot(ctx, spare); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, spare, time.Minute, backInService); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+
 	picked := d.vms[0]
-	d.say("== 2. A person takes the maintenance of %s now, between training runs", picked.Name)
+	d.say("== 3. A person takes the maintenance of %s now, between training runs", picked.Name)
 	d.say("   $ kubectl label nodes %s %s=yes   (not an accepted value: rejected, nothing changes)", picked.Name, agent.LabelPerformMaintenance)
 	if err := d.label(ctx, picked, "yes"); err != nil {
 		return err
@@ -182,9 +258,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		d.say("   Compute Engine received: POST projects/%s/zones/%s/instances/%s/performMaintenance?requestId=%s -> %d",
 			c.Project, c.Zone, c.Instance, c.RequestID, c.Status)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return picked.Emu.MaintenanceEvent() == gceemu.EventTerminate, nil
-	}); err != nil {
+	if err := d.waitEmulatorStarted(ctx, picked); err != nil {
 		return err
 	}
 	if err := d.reboot(ctx, picked); err != nil {
@@ -196,7 +270,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
 
 	busy := d.vms[1]
-	d.say("== 3. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
+	d.say("== 4. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
 	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", grace)
 	busy.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
@@ -211,7 +285,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
 
 	spot := d.vms[3]
-	d.say("== 4. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.Name)
+	d.say("== 5. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.Name)
 	d.say("   the trainer's %d s grace is cut to what is left of the 30 s", grace)
 	spot.Emu.SetPreempted(true)
 	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
@@ -224,7 +298,6 @@ func (d *demo) scenario(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	d.say("== not shown yet: opportunistic maintenance of idle nodes (the aggregator); it is being built")
 	return nil
 }
 
@@ -241,6 +314,10 @@ func (d *demo) timeline(ctx context.Context) {
 		return
 	}
 	events, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + agent.EventSource})
+	if err != nil {
+		return
+	}
+	decisions, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + aggregator.EventSource})
 	if err != nil {
 		return
 	}
@@ -273,6 +350,13 @@ func (d *demo) timeline(ctx context.Context) {
 			if s != "" && s != seenPod[key] {
 				seenPod[key] = s
 				d.say("pod %s: %s", key, s)
+			}
+		case ev, ok := <-decisions.ResultChan():
+			if !ok {
+				return
+			}
+			if e, ok := ev.Object.(*corev1.Event); ok && ev.Type == watch.Added {
+				d.say("event %s %s (aggregator): %s", e.InvolvedObject.Name, e.Reason, e.Message)
 			}
 		case ev, ok := <-events.ResultChan():
 			if !ok {
