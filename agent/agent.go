@@ -69,6 +69,10 @@ type Options struct {
 	// NewRequestID returns a fresh performMaintenance requestId (a UUID);
 	// nil means a random UUID.
 	NewRequestID func() string
+	// ManualGate, when set, says why the maintenance policy refuses a
+	// manual trigger on the node now (a Manual* outcome and a detail; ""
+	// when it does not).
+	ManualGate func(node *corev1.Node, now time.Time) (reason, detail string)
 	// AcceleratorResources make a pod accelerator work (see Idleness); nil
 	// means DefaultAcceleratorResources.
 	AcceleratorResources []corev1.ResourceName
@@ -340,6 +344,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			RequestID:     a.opts.NewRequestID(),
 		}
 		obs.Trigger, obs.TriggerSet = TriggerFromNode(node)
+		if obs.TriggerSet && a.opts.ManualGate != nil {
+			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
+		}
 		obs.Idle, obs.Busy = Idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
 		obs.PodsKnown = true
 		changedAt := a.changedAt

@@ -47,6 +47,8 @@ type vm struct {
 	emu  *gceemu.Server
 	// compute, when set, is the next agent's performMaintenance.
 	compute agent.Maintainer
+	// gate, when set, is the next agent's ManualGate.
+	gate func(*corev1.Node, time.Time) (string, string)
 }
 
 func newVM(t testing.TB, name string) *vm {
@@ -85,7 +87,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Int
 	})
 	a := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
-		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg, Maintainer: v.compute,
+		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,6 +22,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
 // withCompute gives v's agents the real Compute client, pointed at v's
@@ -434,5 +435,59 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls after the reboot %+v, want exactly one", calls)
+	}
+}
+
+// TestManualTriggerGatedByPolicy: with gateManualTriggers in the policy
+// ConfigMap, a label inside an exclusion is refused with the reason; once
+// the exclusion is gone, the same label starts the maintenance.
+func TestManualTriggerGatedByPolicy(t *testing.T) {
+	ns := world.Namespace(t)
+	now := time.Now().UTC()
+	text := `
+pools:
+  default-pool:
+    gateManualTriggers: true
+    exclusions: [{name: launch, startTime: "` + now.Add(-time.Hour).Format(time.RFC3339) + `", endTime: "` + now.Add(time.Hour).Format(time.RFC3339) + `"}]
+`
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{policy.ConfigKey: text}}
+	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(ctxFor(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src := policy.NewSource(world.Client, ns, "maintenance-handler")
+	if err := src.Start(ctxFor(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	v := newVM(t, "agent-manual-gated")
+	withCompute(t, v)
+	v.gate = src.ManualGate(testworld.LabelNodePool)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
+	r := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	waitEventMessage(t, v.name, agent.EventManualRejected, "gates manual maintenance", `inside the maintenance exclusion "launch"`)
+	if n := waitNode(t, v.name, "label removed", triggerGone); !inService(n) {
+		t.Errorf("a refused trigger changed the node: %v", n.Labels)
+	}
+	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualExcluded)); got != 1 {
+		t.Errorf("manual_triggers{excluded} = %v, want 1", got)
+	}
+
+	cm.Data[policy.ConfigKey] = "pools:\n  default-pool: {gateManualTriggers: true}\n"
+	if _, err := world.Client.CoreV1().ConfigMaps(ns).Update(ctxFor(t, 10*time.Second), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		reason, _ := v.gate(getNode(t, v.name), time.Now())
+		return reason == "", nil
+	})
+	if err != nil {
+		t.Fatal("the policy change never reached the source")
+	}
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	if calls := v.emu.Calls(); len(calls) != 1 {
+		t.Errorf("calls %+v, want one", calls)
 	}
 }

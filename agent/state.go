@@ -95,6 +95,12 @@ const (
 	ManualNoNotice         = "no_notice"
 	ManualNotReschedulable = "not_reschedulable"
 	ManualAlreadyOngoing   = "already_ongoing"
+	// The maintenance policy gates manual triggers and refuses this one
+	// (window.ReasonOutsideWindow, window.ReasonExcluded,
+	// policy.ReasonPolicyUnknown).
+	ManualOutsideWindow = "outside_window"
+	ManualExcluded      = "excluded"
+	ManualPolicyUnknown = "policy_unknown"
 )
 
 // Interruption types and reasons (the design's taxonomy, GKE's spelling).
@@ -184,6 +190,10 @@ type Observation struct {
 	// Perform is the result of the performMaintenance call for the state's
 	// RequestID, once it has returned.
 	Perform *PerformResult
+	// ManualBlocked is why the maintenance policy refuses a manual trigger
+	// now (a Manual* outcome; "" when it does not), and ManualBlockedDetail
+	// says it in words.
+	ManualBlocked, ManualBlockedDetail string
 	// PodsKnown: Idle and Busy come from a filled pod cache.
 	PodsKnown bool
 	Idle      bool
@@ -413,6 +423,8 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.reject(ManualNotReschedulable, fmt.Sprintf("The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, LabelPerformMaintenance))
 		case !n.CanReschedule:
 			d.reject(ManualNotReschedulable, fmt.Sprintf("The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), LabelPerformMaintenance))
+		case obs.ManualBlocked != "":
+			d.reject(obs.ManualBlocked, fmt.Sprintf("The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", obs.ManualBlockedDetail, LabelPerformMaintenance))
 		default:
 			deadline := obs.Now.Add(cfg.ManualDrainTimeout)
 			d.start(obs, ReasonManual, deadline)

@@ -381,6 +381,16 @@ func TestStepManualTrigger(t *testing.T) {
 				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "A preemption is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."}}},
 		},
 		{
+			name:  "true while the maintenance policy refuses it: rejected with the policy's reason",
+			state: scheduled,
+			obs: func() Observation {
+				o := labelled(obs(noticed), "true")
+				o.ManualBlocked, o.ManualBlockedDetail = ManualExcluded, `inside the maintenance exclusion "launch"`
+				return o
+			}(),
+			want: rejected(ManualExcluded, `The maintenance policy gates manual maintenance, and now is inside the maintenance exclusion "launch"; set cloud.google.com/perform-maintenance=true again when it allows.`),
+		},
+		{
 			name:  "true with a reschedulable pending notice: a manual drain with the manual deadline",
 			state: scheduled,
 			obs:   labelled(obs(noticed), "true"),

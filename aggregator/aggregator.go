@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
 // EventSource is the component name on the aggregator's Events.
@@ -38,9 +38,6 @@ const (
 	EventSkipped       = "OpportunisticMaintenanceSkipped"
 	EventInvalidConfig = "InvalidOpportunisticConfig"
 )
-
-// ConfigKey is the ConfigMap key holding the policy.
-const ConfigKey = "policy.yaml"
 
 type cachedView struct {
 	rv   string
@@ -82,7 +79,7 @@ type Aggregator struct {
 	wake     chan struct{}
 	leading  atomic.Bool
 	nodes    cache.SharedIndexInformer
-	configs  cache.SharedIndexInformer
+	policy   *policy.Source
 	recorder record.EventRecorder
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
@@ -147,16 +144,11 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	go a.nodes.Run(ctx.Done())
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
 	if a.opts.ConfigMap != "" {
-		cms := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0, informers.WithNamespace(a.opts.Namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.ConfigMap).String()
-			}))
-		a.configs = cms.Core().V1().ConfigMaps().Informer()
-		_, _ = a.configs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() },
-		})
-		go a.configs.Run(ctx.Done())
-		synced = append(synced, a.configs.HasSynced)
+		a.policy = policy.NewSource(a.opts.Client, a.opts.Namespace, a.opts.ConfigMap)
+		a.policy.OnChange(a.poke)
+		if err := a.policy.Start(ctx); err != nil {
+			return err
+		}
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("sync node cache: %w", ctx.Err())
@@ -232,19 +224,11 @@ func (a *Aggregator) lead(lctx context.Context) {
 }
 
 // config is the ConfigMap's configuration, or why it is invalid.
-func (a *Aggregator) config() (Config, error) {
-	if a.configs == nil {
-		return Config{}, nil
+func (a *Aggregator) config() (policy.Config, error) {
+	if a.policy == nil {
+		return policy.Config{}, nil
 	}
-	obj, ok, err := a.configs.GetStore().GetByKey(a.opts.Namespace + "/" + a.opts.ConfigMap)
-	if err != nil || !ok {
-		return Config{}, nil
-	}
-	cm, _ := obj.(*corev1.ConfigMap)
-	if cm == nil {
-		return Config{}, nil
-	}
-	return ParseConfig(cm.Data[ConfigKey])
+	return a.policy.Config()
 }
 
 // Pass runs one decision pass now and returns its plans; while not leading

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
 // fleetNodes makes n Node objects in pools of 100, as the agents publish
@@ -47,7 +48,7 @@ func BenchmarkDecide5000Nodes(b *testing.B) {
 		for _, n := range objs {
 			views = append(views, NodeOf(n, DefaultPoolLabel))
 		}
-		plans = Decide(now, Config{}, views)
+		plans = Decide(now, policy.Config{}, views)
 	}
 	triggers := 0
 	for _, p := range plans {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
@@ -145,7 +146,7 @@ type PoolPlan struct {
 	// Configured: the pool has opportunistic maintenance configured (valid
 	// or not). Unconfigured pools get no decisions.
 	Configured bool
-	Setting    Opportunistic
+	Setting    policy.Opportunistic
 	// ConfigErr is why the pool's configuration is invalid; ConfigNodes
 	// are the nodes whose annotation it came from.
 	ConfigErr   error
@@ -162,7 +163,7 @@ type PoolPlan struct {
 // Decide is one pass over every node: for each pool, which nodes to trigger
 // now and why every other node with a pending notice is not triggered. It
 // is a pure function of what is on the Nodes, the configuration and now.
-func Decide(now time.Time, cfg Config, nodes []Node) []PoolPlan {
+func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
 	byPool := map[string][]Node{}
 	for _, n := range nodes {
 		byPool[n.Pool] = append(byPool[n.Pool], n)
@@ -183,7 +184,7 @@ func pending(n Node) bool {
 	return n.NoticePresent && n.Notice.Status == metadata.StatusPending
 }
 
-func decidePool(now time.Time, cfg Config, pool string, nodes []Node) PoolPlan {
+func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) PoolPlan {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	plan := PoolPlan{Pool: pool, Nodes: len(nodes)}
 	available := 0
@@ -232,13 +233,13 @@ func decidePool(now time.Time, cfg Config, pool string, nodes []Node) PoolPlan {
 		case n.OptOut:
 			return ReasonOptedOut, "it is labelled " + agent.LabelOpportunisticDisable + "=true"
 		case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
-			return ReasonTooEarly, fmt.Sprintf("its maintenance at %s is more than window=%s away", n.Notice.WindowStart.UTC().Format(time.RFC3339), seconds(setting.Window))
+			return ReasonTooEarly, fmt.Sprintf("its maintenance at %s is more than window=%s away", n.Notice.WindowStart.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
 		case n.Busy == agent.BusySafeToEvict:
 			return ReasonNotEvictable, "a pod on it is annotated " + agent.AnnotationSafeToEvict + "=false"
 		case n.IdleSince.IsZero() || n.Busy != "":
 			return ReasonNotIdle, "pods on it use accelerators"
 		case now.Sub(n.IdleSince) < setting.NodeIdleTime:
-			return ReasonIdleTooShort, fmt.Sprintf("idle for %s, less than node-idle-time=%s", now.Sub(n.IdleSince).Round(time.Second), seconds(setting.NodeIdleTime))
+			return ReasonIdleTooShort, fmt.Sprintf("idle for %s, less than node-idle-time=%s", now.Sub(n.IdleSince).Round(time.Second), policy.Seconds(setting.NodeIdleTime))
 		case block != "":
 			return block, blockDetail
 		}
@@ -279,7 +280,7 @@ func decidePool(now time.Time, cfg Config, pool string, nodes []Node) PoolPlan {
 		}
 		spare--
 		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
-			n.IdleSince.UTC().Format(time.RFC3339), seconds(setting.NodeIdleTime), n.Notice.WindowStart.UTC().Format(time.RFC3339), setting.MinNodes))
+			n.IdleSince.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), n.Notice.WindowStart.UTC().Format(time.RFC3339), setting.MinNodes))
 	}
 	return plan
 }
@@ -366,8 +367,8 @@ func decideSlice(members []Node, eligible func(Node) (string, string), skip func
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else
 // the nodes' annotation (which must agree). configured is false when
 // neither says anything.
-func poolSetting(cfg Config, pool string, nodes []Node, plan *PoolPlan) (Opportunistic, bool, error) {
-	var o Opportunistic
+func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (policy.Opportunistic, bool, error) {
+	var o policy.Opportunistic
 	if pc, ok := cfg.Pools[pool]; ok && pc.Opportunistic != nil {
 		o = *pc.Opportunistic
 	} else {
@@ -390,18 +391,18 @@ func poolSetting(cfg Config, pool string, nodes []Node, plan *PoolPlan) (Opportu
 				vs = append(vs, strconv.Quote(v))
 			}
 			sort.Strings(vs)
-			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", ErrConfig, pool, agent.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
+			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", policy.ErrConfig, pool, agent.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
 		}
 		var err error
 		for v := range values {
-			if o, err = ParseOpportunistic(v); err != nil {
+			if o, err = policy.ParseOpportunistic(v); err != nil {
 				return o, true, err
 			}
 		}
 	}
 	for _, n := range nodes {
 		if n.Slice != "" && o.MinNodes != 0 {
-			return o, true, fmt.Errorf("%w: pool %s is a multi-host TPU slice, maintained whole: min-nodes must be 0, not %d", ErrConfig, pool, o.MinNodes)
+			return o, true, fmt.Errorf("%w: pool %s is a multi-host TPU slice, maintained whole: min-nodes must be 0, not %d", policy.ErrConfig, pool, o.MinNodes)
 		}
 	}
 	return o, true, nil

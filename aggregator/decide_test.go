@@ -9,13 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
 var (
 	now     = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	soon    = now.Add(7 * 24 * time.Hour)
-	gkeLike = Opportunistic{NodeIdleTime: 600 * time.Second, MinNodes: 3, Window: 2419200 * time.Second}
+	gkeLike = policy.Opportunistic{NodeIdleTime: 600 * time.Second, MinNodes: 3, Window: 2419200 * time.Second}
 )
 
 func node(name string, idleFor time.Duration) Node {
@@ -29,8 +30,8 @@ func node(name string, idleFor time.Duration) Node {
 	return n
 }
 
-func configured(o Opportunistic) Config {
-	return Config{Pools: map[string]PoolConfig{"pool-a": {Opportunistic: &o}}}
+func configured(o policy.Opportunistic) policy.Config {
+	return policy.Config{Pools: map[string]policy.PoolConfig{"pool-a": {Opportunistic: &o}}}
 }
 
 func reasons(p PoolPlan) map[string]string {
@@ -111,20 +112,20 @@ func TestDecideReasons(t *testing.T) {
 func TestDecideConfigFromAnnotations(t *testing.T) {
 	a, b := node("a", time.Hour), node("b", time.Hour)
 	// Unconfigured: nothing decided.
-	if p := Decide(now, Config{}, []Node{a, b})[0]; p.Configured || len(p.Decisions) != 0 {
+	if p := Decide(now, policy.Config{}, []Node{a, b})[0]; p.Configured || len(p.Decisions) != 0 {
 		t.Errorf("unconfigured pool: %+v", p)
 	}
 	a.Config, b.Config = "node-idle-time=600s,min-nodes=1,window=2419200s", "node-idle-time=600s,min-nodes=1,window=2419200s"
-	if p := Decide(now, Config{}, []Node{a, b})[0]; len(p.Trigger) != 1 || p.Setting.MinNodes != 1 {
+	if p := Decide(now, policy.Config{}, []Node{a, b})[0]; len(p.Trigger) != 1 || p.Setting.MinNodes != 1 {
 		t.Errorf("annotated pool: %+v", p)
 	}
 	b.Config = "node-idle-time=60s,min-nodes=0,window=2419200s"
-	p := Decide(now, Config{}, []Node{a, b})[0]
-	if !errors.Is(p.ConfigErr, ErrConfig) || len(p.Trigger) != 0 || reasons(p)["a"] != ReasonInvalidConfig {
+	p := Decide(now, policy.Config{}, []Node{a, b})[0]
+	if !errors.Is(p.ConfigErr, policy.ErrConfig) || len(p.Trigger) != 0 || reasons(p)["a"] != ReasonInvalidConfig {
 		t.Errorf("disagreeing nodes: %+v", p)
 	}
 	a.Config, b.Config = "node-idle-time=10m", "node-idle-time=10m"
-	if p := Decide(now, Config{}, []Node{a, b})[0]; p.ConfigErr == nil || len(p.Trigger) != 0 {
+	if p := Decide(now, policy.Config{}, []Node{a, b})[0]; p.ConfigErr == nil || len(p.Trigger) != 0 {
 		t.Errorf("invalid annotation: %+v", p)
 	}
 }
@@ -136,8 +137,8 @@ func tpuNode(name string, idleFor time.Duration) Node {
 }
 
 func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
-	slice := Opportunistic{NodeIdleTime: 600 * time.Second, Window: 2419200 * time.Second}
-	cfg := Config{Pools: map[string]PoolConfig{"tpu-slice": {Opportunistic: &slice}}}
+	slice := policy.Opportunistic{NodeIdleTime: 600 * time.Second, Window: 2419200 * time.Second}
+	cfg := policy.Config{Pools: map[string]policy.PoolConfig{"tpu-slice": {Opportunistic: &slice}}}
 	all := []Node{tpuNode("t0", time.Hour), tpuNode("t1", time.Hour), tpuNode("t2", time.Hour), tpuNode("t3", time.Hour)}
 	if p := Decide(now, cfg, all)[0]; len(p.Trigger) != 4 {
 		t.Errorf("an idle slice: trigger %v, reasons %v", p.Trigger, reasons(p))
@@ -158,79 +159,7 @@ func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 	// min-nodes must be 0 for a slice.
 	bad := slice
 	bad.MinNodes = 1
-	if p := Decide(now, Config{Pools: map[string]PoolConfig{"tpu-slice": {Opportunistic: &bad}}}, all)[0]; p.ConfigErr == nil || len(p.Trigger) != 0 {
+	if p := Decide(now, policy.Config{Pools: map[string]policy.PoolConfig{"tpu-slice": {Opportunistic: &bad}}}, all)[0]; p.ConfigErr == nil || len(p.Trigger) != 0 {
 		t.Errorf("min-nodes=1 on a slice: %+v", p)
-	}
-}
-
-func TestParseOpportunistic(t *testing.T) {
-	o, err := ParseOpportunistic("node-idle-time=600s,min-nodes=3,window=2419200s")
-	if err != nil || o != gkeLike {
-		t.Fatalf("GKE's example: %+v, %v", o, err)
-	}
-	if o, err := ParseOpportunistic(" window=1.000000001s, node-idle-time=0.5s,min-nodes=0"); err != nil || o.Window != time.Second+1 || o.NodeIdleTime != 500*time.Millisecond {
-		t.Errorf("fractions: %+v %v", o, err)
-	}
-	if got := gkeLike.String(); got != "node-idle-time=600s,min-nodes=3,window=2419200s" {
-		t.Errorf("String() = %q", got)
-	}
-	for _, bad := range []string{
-		"", "node-idle-time=600,min-nodes=3,window=2419200s", "node-idle-time=10m,min-nodes=3,window=2419200s",
-		"node-idle-time=1.0000000001s,min-nodes=3,window=1s", "node-idle-time=600s,min-nodes=-1,window=1s",
-		"node-idle-time=600s,window=2419200s", "node-idle-time=600s,min-nodes=3,window=2419200s,speed=fast",
-		"node-idle-time=600s,node-idle-time=60s,min-nodes=3,window=1s", "node-idle-time=-5s,min-nodes=3,window=1s",
-	} {
-		if _, err := ParseOpportunistic(bad); !errors.Is(err, ErrConfig) {
-			t.Errorf("ParseOpportunistic(%q) = %v, want ErrConfig", bad, err)
-		}
-	}
-}
-
-func TestParseConfig(t *testing.T) {
-	cfg, err := ParseConfig(`
-cluster:
-  maintenanceWindow: {startTime: "2026-11-21T00:00:00Z", duration: 48h, recurrence: "FREQ=WEEKLY;BYDAY=SA"}
-  exclusions:
-  - {name: year-end, startTime: "2026-12-20T00:00:00Z", endTime: "2027-01-04T00:00:00Z"}
-pools:
-  a3:
-    opportunistic: node-idle-time=600s,min-nodes=3,window=2419200s
-    exclusions:
-    - {name: launch, startTime: "2026-11-25T00:00:00Z", endTime: "2026-11-26T00:00:00Z"}
-  tpu:
-    maintenanceWindow: {startTime: "2026-11-22T22:00:00Z", endTime: "2026-11-23T02:00:00Z", recurrence: FREQ=DAILY}
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := cfg.Policy("a3"); len(p.Exclusions) != 2 || p.Window == nil || p.Window.Duration != 48*time.Hour {
-		t.Errorf("a3 policy %+v", p)
-	}
-	if p := cfg.Policy("tpu"); p.Window.Duration != 4*time.Hour || len(p.Exclusions) != 1 {
-		t.Errorf("tpu policy %+v", p)
-	}
-	if r, _ := cfg.Policy("a3").Blocks(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)); r != ReasonExcluded {
-		t.Errorf("a3 on launch day: %q", r)
-	}
-	_, err = ParseConfig(`
-cluster:
-  maintenanceWindow: {startTime: "tomorrow", duration: 4h, recurrence: "FREQ=WEEKLY;BYDAY=XX"}
-pools:
-  a3: {opportunistic: "min-nodes=3", colour: blue}
-`)
-	if !errors.Is(err, ErrConfig) {
-		t.Fatalf("bad config: %v", err)
-	}
-	_, err = ParseConfig(`
-cluster:
-  maintenanceWindow: {startTime: "tomorrow", duration: 4h, recurrence: "FREQ=WEEKLY;BYDAY=XX"}
-  exclusions: [{name: x, startTime: "2026-12-02T00:00:00Z", endTime: "2026-12-01T00:00:00Z"}]
-pools:
-  a3: {opportunistic: "min-nodes=3"}
-`)
-	for _, want := range []string{"startTime \"tomorrow\"", "BYDAY", "endTime must be after startTime", "node-idle-time is required"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error does not say %q: %v", want, err)
-		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
 var world *testworld.World
@@ -207,9 +208,9 @@ func TestGKEExample(t *testing.T) {
 	}
 }
 
-func configMap(t *testing.T, ns, policy string) {
+func configMap(t *testing.T, ns, text string) {
 	t.Helper()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{aggregator.ConfigKey: policy}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{policy.ConfigKey: text}}
 	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(ctxFor(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ var Phases = []string{"Idle", "Draining", "Terminating"}
 // ManualOutcomes are the values of manual_triggers_total's outcome label
 // (agent.Manual*).
 var ManualOutcomes = []string{"started", "accepted", "failed", "permission_denied", "refused",
-	"invalid_value", "no_notice", "not_reschedulable", "already_ongoing"}
+	"invalid_value", "no_notice", "not_reschedulable", "already_ongoing", "outside_window", "excluded", "policy_unknown"}
 
 // NewAgent creates the agent's metrics and registers them with reg.
 func NewAgent(reg prometheus.Registerer) *Agent {
@@ -77,7 +77,7 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 		}, []string{"phase"}),
 		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
-			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing (the label was rejected and removed).",
+			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown (the label was rejected and removed).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,

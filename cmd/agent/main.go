@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=...".
@@ -97,6 +99,13 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var manualGate func(*corev1.Node, time.Time) (string, string)
+	if opts.PolicyConfigMap != "" {
+		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
+		src := policy.NewSource(client, ns, name)
+		src.Run(ctx) // until it is read, manual triggers are refused (policy_unknown)
+		manualGate = src.ManualGate(opts.PoolLabel)
+	}
 	watcher := metadata.NewWatcher(metadata.WatcherOptions{
 		Client:   metadata.NewClient(opts.MetadataTimeout, opts.MetadataHost),
 		Timeout:  opts.MetadataTimeout,
@@ -113,6 +122,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			ManualDrainTimeout: opts.ManualDrainTimeout},
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),
+		ManualGate:           manualGate,
 		Maintainer: &compute.VM{
 			Maintainer: maintainer,
 			Metadata:   metadata.NewClient(30*time.Second, opts.MetadataHost),

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -38,7 +39,11 @@ type Options struct {
 	EvictionRetryInterval time.Duration
 	// AcceleratorResources make a pod accelerator work, for idleness.
 	AcceleratorResources []string
-	LogLevel             string
+	// PolicyConfigMap (namespace/name) holds the maintenance policy that
+	// may gate manual triggers; empty means none.
+	PolicyConfigMap string
+	PoolLabel       string
+	LogLevel        string
 }
 
 // NewOptions returns the defaults.
@@ -54,6 +59,7 @@ func NewOptions() *Options {
 		PreemptionDeadline:      30 * time.Second,
 		ManualDrainTimeout:      60 * time.Minute,
 		AcceleratorResources:    []string{"nvidia.com/gpu", "google.com/tpu"},
+		PoolLabel:               "cloud.google.com/gke-nodepool",
 		EvictionRetryInterval:   5 * time.Second,
 		LogLevel:                "info",
 	}
@@ -73,6 +79,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with cloud.google.com/perform-maintenance=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
+	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
+	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy).")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
@@ -109,6 +117,11 @@ func (o *Options) Validate() error {
 	if o.ComputeEndpoint != "" {
 		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
+		}
+	}
+	if o.PolicyConfigMap != "" {
+		if ns, name, ok := strings.Cut(o.PolicyConfigMap, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			errs = append(errs, fmt.Errorf("--policy-configmap %q: want namespace/name", o.PolicyConfigMap))
 		}
 	}
 	if len(o.AcceleratorResources) == 0 {

@@ -1,4 +1,4 @@
-package aggregator
+package policy
 
 import (
 	"errors"
@@ -28,10 +28,11 @@ type Opportunistic struct {
 }
 
 func (o Opportunistic) String() string {
-	return fmt.Sprintf("node-idle-time=%s,min-nodes=%d,window=%s", seconds(o.NodeIdleTime), o.MinNodes, seconds(o.Window))
+	return fmt.Sprintf("node-idle-time=%s,min-nodes=%d,window=%s", Seconds(o.NodeIdleTime), o.MinNodes, Seconds(o.Window))
 }
 
-func seconds(d time.Duration) string {
+// Seconds writes d as the gcloud syntax does: "600s", "1.5s".
+func Seconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }
 
@@ -111,7 +112,10 @@ type Config struct {
 	// Cluster applies to every pool without its own window; its exclusions
 	// apply to every pool.
 	Cluster window.Policy
-	Pools   map[string]PoolConfig
+	// GateManual: windows and exclusions also gate manual triggers (the
+	// perform-maintenance label set by a person). Off by default.
+	GateManual bool
+	Pools      map[string]PoolConfig
 }
 
 // PoolConfig is one pool's part of Config.
@@ -122,6 +126,22 @@ type PoolConfig struct {
 	// cluster's.
 	Window     *window.Recurring
 	Exclusions []window.Exclusion
+	// GateManual, when set, replaces the cluster's GateManual.
+	GateManual *bool
+}
+
+// ManualBlocked reports why a manual trigger on a node of pool is refused
+// at t ("" if it is not): only when the policy gates manual triggers for
+// the pool, and then as the window and exclusions say.
+func (c Config) ManualBlocked(pool string, t time.Time) (reason, detail string) {
+	gate := c.GateManual
+	if pc, ok := c.Pools[pool]; ok && pc.GateManual != nil {
+		gate = *pc.GateManual
+	}
+	if !gate {
+		return "", ""
+	}
+	return c.Policy(pool).Blocks(t)
 }
 
 // Policy is the window and exclusions that apply to pool.
@@ -152,8 +172,9 @@ type exclusionFile struct {
 }
 
 type scopeFile struct {
-	MaintenanceWindow *windowFile     `json:"maintenanceWindow,omitempty"`
-	Exclusions        []exclusionFile `json:"exclusions,omitempty"`
+	MaintenanceWindow  *windowFile     `json:"maintenanceWindow,omitempty"`
+	Exclusions         []exclusionFile `json:"exclusions,omitempty"`
+	GateManualTriggers *bool           `json:"gateManualTriggers,omitempty"`
 }
 
 type poolFile struct {
@@ -178,6 +199,7 @@ func ParseConfig(data string) (Config, error) {
 	if cfg.Cluster, err = parseScope("cluster", f.Cluster); err != nil {
 		errs = append(errs, err)
 	}
+	cfg.GateManual = f.Cluster.GateManualTriggers != nil && *f.Cluster.GateManualTriggers
 	names := make([]string, 0, len(f.Pools))
 	for name := range f.Pools {
 		names = append(names, name)
@@ -189,7 +211,7 @@ func ParseConfig(data string) (Config, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions}
+		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers}
 		if pf.Opportunistic != "" {
 			o, err := ParseOpportunistic(pf.Opportunistic)
 			if err != nil {

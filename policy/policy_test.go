@@ -1,0 +1,121 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+var gkeLike = Opportunistic{NodeIdleTime: 600 * time.Second, MinNodes: 3, Window: 2419200 * time.Second}
+
+func TestParseOpportunistic(t *testing.T) {
+	o, err := ParseOpportunistic("node-idle-time=600s,min-nodes=3,window=2419200s")
+	if err != nil || o != gkeLike {
+		t.Fatalf("GKE's example: %+v, %v", o, err)
+	}
+	if o, err := ParseOpportunistic(" window=1.000000001s, node-idle-time=0.5s,min-nodes=0"); err != nil || o.Window != time.Second+1 || o.NodeIdleTime != 500*time.Millisecond {
+		t.Errorf("fractions: %+v %v", o, err)
+	}
+	if got := gkeLike.String(); got != "node-idle-time=600s,min-nodes=3,window=2419200s" {
+		t.Errorf("String() = %q", got)
+	}
+	for _, bad := range []string{
+		"", "node-idle-time=600,min-nodes=3,window=2419200s", "node-idle-time=10m,min-nodes=3,window=2419200s",
+		"node-idle-time=1.0000000001s,min-nodes=3,window=1s", "node-idle-time=600s,min-nodes=-1,window=1s",
+		"node-idle-time=600s,window=2419200s", "node-idle-time=600s,min-nodes=3,window=2419200s,speed=fast",
+		"node-idle-time=600s,node-idle-time=60s,min-nodes=3,window=1s", "node-idle-time=-5s,min-nodes=3,window=1s",
+	} {
+		if _, err := ParseOpportunistic(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseOpportunistic(%q) = %v, want ErrConfig", bad, err)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig(`
+cluster:
+  maintenanceWindow: {startTime: "2026-11-21T00:00:00Z", duration: 48h, recurrence: "FREQ=WEEKLY;BYDAY=SA"}
+  exclusions:
+  - {name: year-end, startTime: "2026-12-20T00:00:00Z", endTime: "2027-01-04T00:00:00Z"}
+pools:
+  a3:
+    opportunistic: node-idle-time=600s,min-nodes=3,window=2419200s
+    exclusions:
+    - {name: launch, startTime: "2026-11-25T00:00:00Z", endTime: "2026-11-26T00:00:00Z"}
+  tpu:
+    maintenanceWindow: {startTime: "2026-11-22T22:00:00Z", endTime: "2026-11-23T02:00:00Z", recurrence: FREQ=DAILY}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Policy("a3"); len(p.Exclusions) != 2 || p.Window == nil || p.Window.Duration != 48*time.Hour {
+		t.Errorf("a3 policy %+v", p)
+	}
+	if p := cfg.Policy("tpu"); p.Window.Duration != 4*time.Hour || len(p.Exclusions) != 1 {
+		t.Errorf("tpu policy %+v", p)
+	}
+	if r, _ := cfg.Policy("a3").Blocks(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)); r != "excluded" {
+		t.Errorf("a3 on launch day: %q", r)
+	}
+	_, err = ParseConfig(`
+cluster:
+  maintenanceWindow: {startTime: "tomorrow", duration: 4h, recurrence: "FREQ=WEEKLY;BYDAY=XX"}
+pools:
+  a3: {opportunistic: "min-nodes=3", colour: blue}
+`)
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad config: %v", err)
+	}
+	_, err = ParseConfig(`
+cluster:
+  maintenanceWindow: {startTime: "tomorrow", duration: 4h, recurrence: "FREQ=WEEKLY;BYDAY=XX"}
+  exclusions: [{name: x, startTime: "2026-12-02T00:00:00Z", endTime: "2026-12-01T00:00:00Z"}]
+pools:
+  a3: {opportunistic: "min-nodes=3"}
+`)
+	for _, want := range []string{"startTime \"tomorrow\"", "BYDAY", "endTime must be after startTime", "node-idle-time is required"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+}
+
+func TestManualBlocked(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	text := `
+cluster:
+  exclusions: [{name: launch, startTime: "2026-11-25T00:00:00Z", endTime: "2026-11-26T00:00:00Z"}]
+pools:
+  gated: {gateManualTriggers: true}
+  windowed:
+    gateManualTriggers: true
+    maintenanceWindow: {startTime: "2026-11-21T00:00:00Z", duration: 24h, recurrence: "FREQ=WEEKLY;BYDAY=SA"}
+`
+	cfg, err := ParseConfig(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pool string
+		at   time.Time
+		want string
+	}{
+		{"ungated", at, ""}, // off by default
+		{"gated", at, "excluded"},
+		{"gated", at.Add(48 * time.Hour), ""},
+		{"windowed", at.Add(48 * time.Hour), "outside_window"},
+		{"windowed", time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC), ""},
+	} {
+		if got, detail := cfg.ManualBlocked(tc.pool, tc.at); got != tc.want {
+			t.Errorf("ManualBlocked(%s, %s) = %q (%s), want %q", tc.pool, tc.at, got, detail, tc.want)
+		}
+	}
+	all, err := ParseConfig("cluster: {gateManualTriggers: true}\npools:\n  free: {gateManualTriggers: false}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !all.GateManual || all.Pools["free"].GateManual == nil || *all.Pools["free"].GateManual {
+		t.Errorf("cluster gate and pool override: %+v", all)
+	}
+}

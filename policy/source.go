@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ConfigKey is the ConfigMap key holding the policy.
+const ConfigKey = "policy.yaml"
+
+// Source is the policy in one ConfigMap, kept by one watch of that
+// ConfigMap alone.
+type Source struct {
+	namespace, name string
+	informer        cache.SharedIndexInformer
+}
+
+// NewSource returns a Source for the ConfigMap namespace/name. Call
+// OnChange before Start.
+func NewSource(client kubernetes.Interface, namespace, name string) *Source {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	return &Source{namespace: namespace, name: name, informer: factory.Core().V1().ConfigMaps().Informer()}
+}
+
+// OnChange calls f after every change of the ConfigMap; f must not block.
+func (s *Source) OnChange(f func()) {
+	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { f() }, UpdateFunc: func(any, any) { f() }, DeleteFunc: func(any) { f() },
+	})
+}
+
+// Run runs the watch until ctx ends, without waiting for it (see Synced).
+func (s *Source) Run(ctx context.Context) { go s.informer.Run(ctx.Done()) }
+
+// Start runs the watch until ctx ends and returns once it has synced.
+func (s *Source) Start(ctx context.Context) error {
+	s.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+		return fmt.Errorf("watch ConfigMap %s/%s: %w", s.namespace, s.name, ctx.Err())
+	}
+	return nil
+}
+
+// Synced reports whether the ConfigMap has been read at least once.
+func (s *Source) Synced() bool { return s.informer.HasSynced() }
+
+// Name is namespace/name.
+func (s *Source) Name() string { return s.namespace + "/" + s.name }
+
+// Config is the policy now: empty when the ConfigMap does not exist, an
+// error when it cannot be parsed.
+func (s *Source) Config() (Config, error) {
+	obj, ok, err := s.informer.GetStore().GetByKey(s.namespace + "/" + s.name)
+	if err != nil || !ok {
+		return Config{}, nil
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return Config{}, nil
+	}
+	return ParseConfig(cm.Data[ConfigKey])
+}
+
+// ManualGate is the agent's question: why a manual trigger on node is
+// refused now ("" when it is not). While the ConfigMap has not been read,
+// or cannot be parsed, every manual trigger is refused (reason
+// "policy_unknown"): a policy that may gate them is not guessed at.
+func (s *Source) ManualGate(poolLabel string) func(*corev1.Node, time.Time) (string, string) {
+	return func(n *corev1.Node, now time.Time) (string, string) {
+		if !s.Synced() {
+			return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy (ConfigMap %s) has not been read yet", s.Name())
+		}
+		cfg, err := s.Config()
+		if err != nil {
+			return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy (ConfigMap %s) is invalid: %v", s.Name(), err)
+		}
+		return cfg.ManualBlocked(n.Labels[poolLabel], now)
+	}
+}
+
+// ReasonPolicyUnknown: the policy could not be read.
+const ReasonPolicyUnknown = "policy_unknown"
