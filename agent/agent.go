@@ -344,6 +344,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			RequestID:     a.opts.NewRequestID(),
 		}
 		obs.Trigger, obs.TriggerSet = TriggerFromNode(node)
+		obs.Opportunistic = OpportunisticFromNode(node)
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}

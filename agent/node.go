@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -36,6 +37,16 @@ func StateFromNode(n *corev1.Node) State {
 	st.Requested, _ = time.Parse(time.RFC3339Nano, a[AnnotationRequested])
 	st.IdleSince, _ = time.Parse(time.RFC3339Nano, a[AnnotationIdleSince])
 	return st
+}
+
+// OpportunisticFromNode reports whether the aggregator set the trigger: the
+// maintenance-state annotation says "opportunistic-triggered": true.
+func OpportunisticFromNode(n *corev1.Node) bool {
+	var ms struct {
+		Opportunistic bool `json:"opportunistic-triggered"`
+	}
+	raw := n.Annotations[AnnotationMaintenanceState]
+	return raw != "" && json.Unmarshal([]byte(raw), &ms) == nil && ms.Opportunistic
 }
 
 // TriggerFromNode reads the perform-maintenance label.

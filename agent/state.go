@@ -190,6 +190,9 @@ type Observation struct {
 	// Perform is the result of the performMaintenance call for the state's
 	// RequestID, once it has returned.
 	Perform *PerformResult
+	// Opportunistic: the aggregator set the trigger (maintenance-state
+	// says opportunistic-triggered).
+	Opportunistic bool
 	// ManualBlocked is why the maintenance policy refuses a manual trigger
 	// now (a Manual* outcome; "" when it does not), and ManualBlockedDetail
 	// says it in words.
@@ -430,9 +433,13 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.start(obs, ReasonManual, deadline)
 			d.State.RequestID = obs.RequestID
 			d.Manual = ManualStarted
+			who := LabelPerformMaintenance + "=true"
+			if obs.Opportunistic {
+				who = "Picked for opportunistic maintenance (" + who + ")"
+			}
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualStarted,
-				Message: fmt.Sprintf("%s=true: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
-					LabelPerformMaintenance, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
+				Message: fmt.Sprintf("%s: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
+					who, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
 		}
 	case st.RequestID == "":
 		// A maintenance the label did not start.

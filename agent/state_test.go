@@ -401,6 +401,16 @@ func TestStepManualTrigger(t *testing.T) {
 			},
 		},
 		{
+			name:  "picked by the aggregator: the same drain, said so",
+			state: scheduled,
+			obs:   func() Observation { o := labelled(obs(noticed), "true"); o.Opportunistic = true; return o }(),
+			want: Decision{
+				State:  manualDraining(),
+				Cordon: true, Manual: ManualStarted,
+				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "Picked for opportunistic maintenance (cloud.google.com/perform-maintenance=true): draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
+			},
+		},
+		{
 			name:  "a manual drain is not withdrawn by a quiet VM with its pending notice",
 			state: manualDraining(),
 			obs:   labelled(obs(noticed), "true"),

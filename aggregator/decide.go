@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -95,10 +94,7 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 	_, active := n.Labels[agent.LabelActiveMaintenance]
 	_, asked := n.Labels[agent.LabelPerformMaintenance]
 	v.InMaintenance = active || asked || agent.HasTaint(n)
-	if raw := n.Annotations[agent.AnnotationMaintenanceState]; raw != "" {
-		var ms MaintenanceState
-		v.Triggered = json.Unmarshal([]byte(raw), &ms) == nil && ms.OpportunisticTriggered
-	}
+	v.Triggered = agent.OpportunisticFromNode(n)
 	if raw := n.Annotations[agent.AnnotationUpcomingMaintenance]; raw != "" {
 		if notice, present, err := metadata.ParseNotice(raw); err == nil && present {
 			v.Notice, v.NoticePresent = notice, true
