@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,9 @@ import (
 type Metrics interface {
 	drain.Recorder
 	Interruption(interruptionType, reason string)
+	// RestoreInterruptions adds the n interruptions a previous agent
+	// counted (once, at start).
+	RestoreInterruptions(interruptionType, reason string, n int)
 	Migration()
 	Unrecognized(key string)
 	TaintLatency(d time.Duration)
@@ -104,6 +108,8 @@ type Agent struct {
 	performGroup  sync.WaitGroup
 
 	nodes cache.SharedIndexInformer
+
+	restored bool // the counters have the node's totals; guarded by mu
 
 	// Reconcile failures, for Healthy; guarded by mu.
 	failures     int
@@ -337,11 +343,12 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		obs := Observation{
-			Now:           a.opts.Clock.Now(),
-			Signals:       a.signals,
-			BootID:        node.Status.NodeInfo.BootID,
-			Unschedulable: node.Spec.Unschedulable,
-			RequestID:     a.opts.NewRequestID(),
+			Now:            a.opts.Clock.Now(),
+			Signals:        a.signals,
+			BootID:         node.Status.NodeInfo.BootID,
+			KubeletVersion: node.Status.NodeInfo.KubeletVersion,
+			Unschedulable:  node.Spec.Unschedulable,
+			RequestID:      a.opts.NewRequestID(),
 		}
 		obs.Trigger, obs.TriggerSet = TriggerFromNode(node)
 		obs.Opportunistic = OpportunisticFromNode(node)
@@ -352,6 +359,15 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		st := StateFromNode(node)
+		if !a.restored {
+			// The counters continue the node's totals across restarts.
+			a.restored = true
+			for key, n := range st.Interruptions {
+				if typ, reason, ok := strings.Cut(key, "/"); ok && n > 0 {
+					a.opts.Metrics.RestoreInterruptions(typ, reason, n)
+				}
+			}
+		}
 		obs.DrainDone = st.Phase == PhaseDraining && a.drainDone.Equal(st.Started)
 		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 			obs.Perform = r
@@ -392,8 +408,10 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
 	}
-	if dec.Interruption != nil {
-		a.opts.Metrics.Interruption(dec.Interruption.Type, dec.Interruption.Reason)
+	for _, i := range []*Interruption{dec.Unannounced, dec.Interruption} {
+		if i != nil {
+			a.opts.Metrics.Interruption(i.Type, i.Reason)
+		}
 	}
 	if latency > 0 {
 		a.opts.Metrics.TaintLatency(latency)

@@ -386,8 +386,12 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
 	})
-	if got := testutil.ToFloat64(second.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 0 {
-		t.Errorf("the restarted agent counted the interruption again (%v)", got)
+	// The restarted agent continues the node's total: one, not two.
+	if got := testutil.ToFloat64(second.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 1 {
+		t.Errorf("the restarted agent's count is %v, want the node's total, 1", got)
+	}
+	if got := agent.InterruptionsFromNode(getNode(t, v.name)); got[agent.InterruptionMaintenance+"/"+agent.ReasonHWSWMaintenance] != 1 {
+		t.Errorf("interruptions on the Node %v, want one host maintenance", got)
 	}
 	if got := nodeEvents(t, v.name)[agent.EventTerminateOnHost]; got != 1 {
 		t.Errorf("%d TerminateOnHostMaintenance Events, want 1 (one drain)", got)
@@ -562,5 +566,60 @@ func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
 	})
 	if err := r.agent.Healthy(0); err != nil {
 		t.Errorf("still unhealthy after recovery: %v", err)
+	}
+}
+
+// setNodeInfo changes what the node reports it runs, as a reboot (and an
+// upgrade) would.
+func setNodeInfo(t *testing.T, name, bootID, kubelet string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, name)
+		n.Status.NodeInfo.BootID = bootID
+		if kubelet != "" {
+			n.Status.NodeInfo.KubeletVersion = kubelet
+		}
+		_, err := world.Client.CoreV1().Nodes().UpdateStatus(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnannouncedRebootsAreCounted: a reboot with nothing announced is a
+// host error; one into another kubelet version is a node upgrade; each is
+// an Event, a count on the Node and in the metrics, and changes nothing else.
+func TestUnannouncedRebootsAreCounted(t *testing.T) {
+	v := newVM(t, "agent-reboot-0")
+	r := startAgent(t, v, agent.DefaultConfig)
+	waitNode(t, v.name, "boot ID recorded", func(n *corev1.Node) bool { return n.Annotations[agent.AnnotationLastBootID] != "" })
+	r.stop()
+	setNodeInfo(t, v.name, testworld.NewBootID(), "") // crashed and came back
+	r = startAgent(t, v, agent.DefaultConfig)
+	waitEvent(t, v.name, agent.EventUnexpectedReboot)
+	n := waitNode(t, v.name, "host error counted", func(n *corev1.Node) bool {
+		return agent.InterruptionsFromNode(n)[agent.InterruptionTermination+"/"+agent.ReasonHostError] == 1
+	})
+	if agent.HasTaint(n) || n.Spec.Unschedulable {
+		t.Error("an unannounced reboot tainted or cordoned the node")
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
+		t.Errorf("interruptions{TerminationEvent,HostError} = %v, want 1", got)
+	}
+	r.stop()
+	setNodeInfo(t, v.name, testworld.NewBootID(), "v1.37.0")
+	r = startAgent(t, v, agent.DefaultConfig)
+	waitEvent(t, v.name, agent.EventNodeUpgraded)
+	waitNode(t, v.name, "upgrade counted", func(n *corev1.Node) bool {
+		c := agent.InterruptionsFromNode(n)
+		return c[agent.InterruptionMaintenance+"/"+agent.ReasonNodeUpgrade] == 1 && c[agent.InterruptionTermination+"/"+agent.ReasonHostError] == 1
+	})
+	// The restarted agent's counters carry the node's totals.
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
+		t.Errorf("interruptions{TerminationEvent,HostError} after a restart = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonNodeUpgrade)); got != 1 {
+		t.Errorf("interruptions{MaintenanceEvent,NodeUpgrade} = %v, want 1", got)
 	}
 }

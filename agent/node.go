@@ -36,7 +36,23 @@ func StateFromNode(n *corev1.Node) State {
 	st.Deadline, _ = time.Parse(time.RFC3339Nano, a[AnnotationDeadline])
 	st.Requested, _ = time.Parse(time.RFC3339Nano, a[AnnotationRequested])
 	st.IdleSince, _ = time.Parse(time.RFC3339Nano, a[AnnotationIdleSince])
+	st.LastBootID, st.LastKubelet = a[AnnotationLastBootID], a[AnnotationKubeletVersion]
+	st.Interruptions = InterruptionsFromNode(n)
 	return st
+}
+
+// InterruptionsFromNode reads the node's interruption counts (nil when
+// there are none, or they cannot be read).
+func InterruptionsFromNode(n *corev1.Node) map[string]int {
+	raw := n.Annotations[AnnotationInterruptions]
+	if raw == "" {
+		return nil
+	}
+	var counts map[string]int
+	if json.Unmarshal([]byte(raw), &counts) != nil {
+		return nil
+	}
+	return counts
 }
 
 // OpportunisticFromNode reports whether the aggregator set the trigger: the
@@ -116,6 +132,14 @@ func ApplyState(n *corev1.Node, d Decision) bool {
 		idleSince = st.IdleSince.UTC().Format(time.RFC3339Nano)
 	}
 	set(n.Annotations, AnnotationIdleSince, idleSince)
+	set(n.Annotations, AnnotationLastBootID, st.LastBootID)
+	set(n.Annotations, AnnotationKubeletVersion, st.LastKubelet)
+	counts := ""
+	if len(st.Interruptions) > 0 {
+		b, _ := json.Marshal(st.Interruptions) // keys sorted: stable
+		counts = string(b)
+	}
+	set(n.Annotations, AnnotationInterruptions, counts)
 	set(n.Annotations, AnnotationBusy, st.Busy)
 	if d.RemoveTrigger {
 		delete(n.Labels, LabelPerformMaintenance)

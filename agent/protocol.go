@@ -62,4 +62,13 @@ const (
 	// AnnotationBusy says why the node is not idle (BusyAccelerators,
 	// BusySafeToEvict); absent while it is idle.
 	AnnotationBusy = Prefix + "busy"
+	// AnnotationInterruptions counts the node's interruptions, as JSON
+	// {"MaintenanceEvent/HW/SW Maintenance": 2, ...}: the total survives
+	// agent restarts and reboots, and the aggregator reads it.
+	AnnotationInterruptions = Prefix + "interruptions"
+	// AnnotationLastBootID and AnnotationKubeletVersion are what the agent
+	// last saw the node run: a different boot ID while nothing was
+	// announced is an unannounced reboot.
+	AnnotationLastBootID     = Prefix + "last-boot-id"
+	AnnotationKubeletVersion = Prefix + "kubelet-version"
 )

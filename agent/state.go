@@ -107,8 +107,15 @@ const (
 const (
 	InterruptionMaintenance = "MaintenanceEvent"
 	InterruptionPreemption  = "PreemptionEvent"
+	InterruptionTermination = "TerminationEvent"
 	ReasonHWSWMaintenance   = "HW/SW Maintenance"
 	ReasonEviction          = "Eviction"
+	// ReasonNodeUpgrade: the node rebooted, unannounced, into another
+	// kubelet version.
+	ReasonNodeUpgrade = "NodeUpgrade"
+	// ReasonHostError: the node rebooted with no notice and no preemption
+	// before it.
+	ReasonHostError = "HostError"
 )
 
 // Event reasons, GKE's own where one fits (gce-facts.md §4.4).
@@ -127,6 +134,8 @@ const (
 	EventManualAccepted         = "PerformMaintenanceSuccess"
 	EventManualRejected         = "PerformMaintenanceRejected"
 	EventManualFailed           = "PerformMaintenanceFailed"
+	EventUnexpectedReboot       = "UnexpectedReboot"
+	EventNodeUpgraded           = "NodeUpgraded"
 )
 
 // State is what the agent keeps on its Node.
@@ -155,7 +164,16 @@ type State struct {
 	// while it is busy, and Busy says why.
 	IdleSince time.Time
 	Busy      string
+	// Interruptions counts the node's interruptions by InterruptionKey, for
+	// as long as the Node object lives.
+	Interruptions map[string]int
+	// LastBootID and LastKubelet are the boot ID and kubelet version the
+	// agent last saw the node run.
+	LastBootID, LastKubelet string
 }
+
+// InterruptionKey is an Interruption's key in State.Interruptions.
+func InterruptionKey(i Interruption) string { return i.Type + "/" + i.Reason }
 
 // Signals is what the metadata server last said, key by key.
 type Signals struct {
@@ -176,6 +194,8 @@ type Observation struct {
 	Signals Signals
 	// BootID is the node's status.nodeInfo.bootID now.
 	BootID string
+	// KubeletVersion is the node's status.nodeInfo.kubeletVersion now.
+	KubeletVersion string
 	// Unschedulable is the node's spec.unschedulable now.
 	Unschedulable bool
 	// DrainDone: the drain of the current maintenance has finished.
@@ -246,8 +266,12 @@ type Interruption struct {
 type Decision struct {
 	State  State
 	Events []EventRecord
-	// Interruption is set when a new maintenance or preemption began.
+	// Interruption is set when a new maintenance or preemption began (or
+	// Compute Engine accepted a manual one).
 	Interruption *Interruption
+	// Unannounced is set when the node rebooted with nothing announced
+	// (HostError, or NodeUpgrade when the kubelet version changed).
+	Unannounced *Interruption
 	// Migration is set when live migration was announced.
 	Migration bool
 	// Cordon sets spec.unschedulable; Uncordon clears it.
@@ -273,6 +297,20 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	}
 	d := Decision{State: st}
 	sig := obs.Signals
+
+	// 0. A reboot nothing announced: the agent was idle and the node came
+	// back with another boot ID.
+	if st.Phase == PhaseIdle && st.LastBootID != "" && obs.BootID != "" && obs.BootID != st.LastBootID {
+		if obs.KubeletVersion != "" && st.LastKubelet != "" && obs.KubeletVersion != st.LastKubelet {
+			d.Unannounced = &Interruption{Type: InterruptionMaintenance, Reason: ReasonNodeUpgrade}
+			d.Events = append(d.Events, EventRecord{Reason: EventNodeUpgraded,
+				Message: fmt.Sprintf("The node rebooted into kubelet %s (was %s): counted as a node upgrade", obs.KubeletVersion, st.LastKubelet)})
+		} else {
+			d.Unannounced = &Interruption{Type: InterruptionTermination, Reason: ReasonHostError}
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventUnexpectedReboot,
+				Message: fmt.Sprintf("The VM rebooted with no maintenance notice or preemption before it (boot ID %s, was %s): counted as a host error", obs.BootID, st.LastBootID)})
+		}
+	}
 
 	// 1. Back from maintenance, or maintenance withdrawn.
 	if st.Phase != PhaseIdle {
@@ -369,7 +407,25 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		d.mirrorNotice(sig)
 	}
 
-	// 6. Idleness, for the aggregator.
+	// 6. What the node runs, and what interrupted it.
+	if obs.BootID != "" {
+		d.State.LastBootID = obs.BootID
+	}
+	if obs.KubeletVersion != "" {
+		d.State.LastKubelet = obs.KubeletVersion
+	}
+	for _, i := range []*Interruption{d.Unannounced, d.Interruption} {
+		if i != nil {
+			counts := make(map[string]int, len(d.State.Interruptions)+1)
+			for k, v := range d.State.Interruptions {
+				counts[k] = v
+			}
+			counts[InterruptionKey(*i)]++
+			d.State.Interruptions = counts
+		}
+	}
+
+	// 7. Idleness, for the aggregator.
 	if obs.PodsKnown {
 		if obs.Idle {
 			if d.State.IdleSince.IsZero() {
@@ -520,7 +576,7 @@ func (d *Decision) reject(outcome, msg string) {
 // idle is st back in service: what outlives a maintenance, nothing else.
 func (st State) idle() State {
 	return State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
-		IdleSince: st.IdleSince, Busy: st.Busy}
+		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet}
 }
 
 func (d *Decision) start(obs Observation, reason Reason, deadline time.Time) {

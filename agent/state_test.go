@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
@@ -37,6 +38,10 @@ func obs(s Signals) Observation { return Observation{Now: t0, Signals: s, BootID
 func draining(reason Reason, deadline time.Duration) State {
 	return State{Phase: PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: metadata.EventNone}
 }
+
+// ignoreAccounting leaves what the node ran and the interruption counts to
+// TestStepAccounting.
+var ignoreAccounting = cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet")
 
 func TestStep(t *testing.T) {
 	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
@@ -234,7 +239,7 @@ func TestStep(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Step(cfg, tc.state, tc.obs)
-			if d := cmp.Diff(tc.want, got); d != "" {
+			if d := cmp.Diff(tc.want, got, ignoreAccounting); d != "" {
 				t.Fatalf("Step (-want +got):\n%s", d)
 			}
 			// Idempotent: stepping again from the new state with the same
@@ -574,7 +579,7 @@ func TestStepManualTrigger(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Step(cfg, tc.state, tc.obs)
-			if d := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); d != "" {
+			if d := cmp.Diff(tc.want, got, ignoreAccounting, cmp.Comparer(func(a, b error) bool { return a == b })); d != "" {
 				t.Fatalf("Step (-want +got):\n%s", d)
 			}
 			if got.Manual != "" && !slices.Contains(metrics.ManualOutcomes, got.Manual) {
@@ -620,5 +625,54 @@ func TestStepManualCallsOnce(t *testing.T) {
 	}
 	if calls != 1 || interruptions != 1 {
 		t.Errorf("calls %d, interruptions %d; want 1 each", calls, interruptions)
+	}
+}
+
+// TestStepAccounting: every interruption is counted once on the Node, and a
+// reboot nothing announced is one too: a host error, or a node upgrade when
+// the kubelet version changed.
+func TestStepAccounting(t *testing.T) {
+	at := func(boot, kubelet string, s Signals) Observation {
+		return Observation{Now: t0, Signals: s, BootID: boot, KubeletVersion: kubelet}
+	}
+	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
+	bootC := "cccccccc-0000-0000-0000-000000000003"
+	seq := []struct {
+		obs  Observation
+		want map[string]int
+		ev   string
+	}{
+		{at(bootA, "v1.36.3", quiet()), nil, ""}, // first sight: recorded, nothing counted
+		{at(bootA, "v1.36.3", terminate), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1}, EventTerminateOnHost},
+		{at(bootB, "v1.36.3", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1}, EventMaintenanceCleared}, // announced: not a host error
+		{at(bootC, "v1.36.3", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, EventUnexpectedReboot},
+		{at(bootC, "v1.36.3", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, ""},
+		{at(bootA, "v1.37.0", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1, "MaintenanceEvent/NodeUpgrade": 1}, EventNodeUpgraded},
+	}
+	var st State
+	for i, step := range seq {
+		d := Step(cfg, st, step.obs)
+		events := d.Events
+		if d.State.Phase == PhaseDraining {
+			d = Step(cfg, d.State, Observation{Now: t0, Signals: terminate, BootID: step.obs.BootID, KubeletVersion: step.obs.KubeletVersion, DrainDone: true})
+			events = append(events, d.Events...)
+		}
+		if diff := cmp.Diff(step.want, d.State.Interruptions, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("step %d counts (-want +got):\n%s", i, diff)
+		}
+		var reasons []string
+		for _, e := range events {
+			reasons = append(reasons, e.Reason)
+		}
+		if step.ev != "" && !slices.Contains(reasons, step.ev) {
+			t.Errorf("step %d events %v, want %s", i, reasons, step.ev)
+		}
+		if step.ev == "" && slices.ContainsFunc(reasons, func(r string) bool { return r == EventUnexpectedReboot || r == EventNodeUpgraded }) {
+			t.Errorf("step %d events %v, want none", i, reasons)
+		}
+		st = d.State
+	}
+	if st.LastBootID != bootA || st.LastKubelet != "v1.37.0" {
+		t.Errorf("last seen %s %s", st.LastBootID, st.LastKubelet)
 	}
 }

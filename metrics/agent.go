@@ -118,6 +118,11 @@ func (m *Agent) Interruption(interruptionType, reason string) {
 	m.Interruptions.WithLabelValues(interruptionType, reason).Inc()
 }
 
+// RestoreInterruptions adds n interruptions counted by an earlier agent.
+func (m *Agent) RestoreInterruptions(interruptionType, reason string, n int) {
+	m.Interruptions.WithLabelValues(interruptionType, reason).Add(float64(n))
+}
+
 // Migration counts a live-migration announcement.
 func (m *Agent) Migration() { m.Migrations.Inc() }
 
