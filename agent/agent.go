@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ type Metrics interface {
 	DrainDuration(d time.Duration)
 	SetPhase(phase string)
 	ManualTrigger(outcome string)
+	SetNode(drainDeadline, scheduled time.Time, busy bool)
 }
 
 // Maintainer asks Compute Engine to start the pending maintenance of the
@@ -429,6 +431,14 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 		a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
 	}
 	a.opts.Metrics.SetPhase(string(st.Phase))
+	var deadline, scheduled time.Time
+	if st.Phase == PhaseDraining {
+		deadline = st.Deadline
+	}
+	if sec, err := strconv.ParseInt(st.ScheduledTime, 10, 64); err == nil {
+		scheduled = time.Unix(sec, 0)
+	}
+	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
 	a.mu.Lock()
 	drainFor := a.drainFor
 	a.mu.Unlock()

@@ -22,6 +22,19 @@ type Agent struct {
 	TaintLatencySeconds  prometheus.Histogram
 	Phase                *prometheus.GaugeVec
 	ManualTriggers       *prometheus.CounterVec
+	// DrainDeadline is the Unix time the current drain must end by (0 when
+	// not draining); ScheduledMaintenance the pending notice's window
+	// start (0 when none); Busy 1 while pods on the node use accelerators.
+	DrainDeadline        prometheus.Gauge
+	ScheduledMaintenance prometheus.Gauge
+	Busy                 prometheus.Gauge
+}
+
+// Interruptions are the taxonomy's pairs the agent detects; their series
+// exist from the start at 0, so that the first one is seen as an increase.
+var Interruptions = [][2]string{
+	{"MaintenanceEvent", "HW/SW Maintenance"}, {"MaintenanceEvent", "NodeUpgrade"},
+	{"PreemptionEvent", "Eviction"}, {"TerminationEvent", "HostError"},
 }
 
 // Phases are the values of the phase label, so that every series exists
@@ -75,13 +88,23 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Namespace: namespace, Subsystem: sub, Name: "phase",
 			Help: "1 for the node's current maintenance phase (Idle, Draining, Terminating), 0 for the others.",
 		}, []string{"phase"}),
+		DrainDeadline: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "drain_deadline_timestamp_seconds",
+			Help: "Unix time by which the current drain must be done (the VM stops); 0 when not draining."}),
+		ScheduledMaintenance: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "scheduled_maintenance_timestamp_seconds",
+			Help: "Unix time of the pending maintenance notice's window start; 0 when none is pending."}),
+		Busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "accelerators_busy",
+			Help: "1 while pods on the node (other than DaemonSet and mirror pods) use accelerators or are safe-to-evict false, 0 while it is idle."}),
 		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
 			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown (the label was rejected and removed).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
-		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers)
+		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers,
+		m.DrainDeadline, m.ScheduledMaintenance, m.Busy)
+	for _, i := range Interruptions {
+		m.Interruptions.WithLabelValues(i[0], i[1])
+	}
 	m.SetPhase("Idle")
 	for _, o := range ManualOutcomes {
 		m.ManualTriggers.WithLabelValues(o)
@@ -116,6 +139,24 @@ func (m *Agent) SetPhase(phase string) {
 // Interruption counts one interruption.
 func (m *Agent) Interruption(interruptionType, reason string) {
 	m.Interruptions.WithLabelValues(interruptionType, reason).Inc()
+}
+
+// SetNode publishes what the node's state says: the drain deadline, the
+// scheduled maintenance, and whether accelerators are busy.
+func (m *Agent) SetNode(drainDeadline, scheduled time.Time, busy bool) {
+	unix := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.Unix())
+	}
+	m.DrainDeadline.Set(unix(drainDeadline))
+	m.ScheduledMaintenance.Set(unix(scheduled))
+	b := 0.0
+	if busy {
+		b = 1
+	}
+	m.Busy.Set(b)
 }
 
 // RestoreInterruptions adds n interruptions counted by an earlier agent.

@@ -83,7 +83,10 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.NewAgent(reg)
+	// Every series of the agent's own carries its node and pool, whatever
+	// scrapes it (the recording rules aggregate on them).
+	m := metrics.NewAgent(prometheus.WrapRegistererWith(prometheus.Labels{
+		"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg))
 	events := agent.NewNodeEvents(client, opts.NodeName, node.UID)
 	defer events.Shutdown()
 	clk := clock.RealClock{}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -184,7 +186,7 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	default:
 	}
 	_, m := p.get("/metrics")
-	if !strings.Contains(m, `maintenance_handler_agent_metadata_requests_total{key="instance/maintenance-event",result="server_error"}`) {
+	if metricValue(t, m, "maintenance_handler_agent_metadata_requests_total", map[string]string{"key": "instance/maintenance-event", "result": "server_error", "node_name": node}) < 1 {
 		t.Error("/metrics has no server_error count for maintenance-event")
 	}
 	n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
@@ -296,7 +298,7 @@ func TestKilledMidDrainDrainsOnce(t *testing.T) {
 	}
 	_, m := second.get("/metrics")
 	// The restarted agent continues the node's total: one, not two.
-	if !strings.Contains(m, `maintenance_handler_agent_interruptions_total{interruption_reason="HW/SW Maintenance",interruption_type="MaintenanceEvent"} 1`) {
+	if metricValue(t, m, "maintenance_handler_agent_interruptions_total", map[string]string{"interruption_reason": "HW/SW Maintenance", "interruption_type": "MaintenanceEvent", "node_name": node, "node_pool_name": "default-pool"}) != 1 {
 		t.Errorf("the restarted agent does not report the node's one interruption:\n%s", grep(m, "interruptions_total"))
 	}
 	n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
@@ -357,7 +359,42 @@ func TestManualTriggerThroughTheBinary(t *testing.T) {
 		t.Errorf("calls %+v; want one for %s/%s/%s with token %q", calls, cfg.Project, cfg.Zone, cfg.Name, emu.AccessToken())
 	}
 	_, m := p.get("/metrics")
-	if !strings.Contains(m, `maintenance_handler_agent_manual_triggers_total{outcome="accepted"} 1`) {
+	if metricValue(t, m, "maintenance_handler_agent_manual_triggers_total", map[string]string{"outcome": "accepted"}) != 1 {
 		t.Errorf("/metrics:\n%s", grep(m, "manual_triggers_total"))
 	}
+}
+
+// metricValue is the value of the series of family name whose labels
+// include want in the text exposition; -1 when there is none.
+func metricValue(t testing.TB, text, name string, want map[string]string) float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	f, ok := families[name]
+	if !ok {
+		return -1
+	}
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			match = match && labels[k] == v
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		}
+	}
+	return -1
 }
