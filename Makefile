@@ -4,7 +4,7 @@ GO ?= go
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test testworld vet build bench
+.PHONY: help demo test testworld prometheus vet build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -13,12 +13,15 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
-test: testworld vet ## run every test (builds the test world once; later runs reuse the cache)
-	$(GO) test $(TEST_FLAGS) ./...
+test: testworld prometheus vet ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
+	MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./...
 	$(GO) run ./cmd/testworld leaks
 
 testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache
 	$(GO) run ./cmd/testworld build
+
+prometheus: ## fetch prometheus and promtool from Debian's package into the cache (no system install)
+	scripts/install-prometheus.sh >/dev/null
 
 vet: ## go vet
 	$(GO) vet ./...

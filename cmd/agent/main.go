@@ -85,8 +85,8 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
-	m := metrics.NewAgent(prometheus.WrapRegistererWith(prometheus.Labels{
-		"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg))
+	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
+	m := metrics.NewAgent(nodeLabels)
 	events := agent.NewNodeEvents(client, opts.NodeName, node.UID)
 	defer events.Shutdown()
 	clk := clock.RealClock{}
@@ -140,10 +140,22 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 
 	started := clk.Now()
 	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
+	healthy := func() error {
+		return errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter))
+	}
+	nodeLabels.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "maintenance_handler_agent_healthy",
+		Help: "1 when /healthz answers ok (every watched metadata key answered and the Node updated within --unhealthy-after), 0 otherwise.",
+	}, func() float64 {
+		if healthy() != nil {
+			return 0
+		}
+		return 1
+	}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter)); err != nil {
+		if err := healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -1,0 +1,129 @@
+package monitoring_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"sigs.k8s.io/yaml"
+
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/monitoring"
+)
+
+// promtool is Debian's promtool, from MH_PROMETHEUS_DIR (make test sets it)
+// or installed by the project's script.
+func promtool(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("MH_PROMETHEUS_DIR")
+	if dir == "" {
+		out, err := exec.Command("bash", "../scripts/install-prometheus.sh").Output()
+		if err != nil {
+			t.Fatalf("install Prometheus from Debian's package (scripts/install-prometheus.sh): %v", err)
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	return filepath.Join(dir, "usr", "bin", "promtool")
+}
+
+func run(t *testing.T, stdin []byte, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func TestRulesPassPromtool(t *testing.T) {
+	tool := promtool(t)
+	out := run(t, nil, tool, "check", "rules", "rules.yaml")
+	if !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool check rules:\n%s", out)
+	}
+	// The PrometheusRule's groups, as a rules file.
+	var pr struct {
+		Spec map[string]any `json:"spec"`
+	}
+	if err := yaml.Unmarshal(monitoring.PrometheusRule, &pr); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := yaml.Marshal(pr.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "prometheusrule-spec.yaml")
+	if err := os.WriteFile(path, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, nil, tool, "check", "rules", path); !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool check rules on the PrometheusRule:\n%s", out)
+	}
+}
+
+func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
+	var file, pr struct {
+		Groups any `json:"groups"`
+		Kind   string
+		Spec   struct {
+			Groups any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(monitoring.RulesFile, &file); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(monitoring.PrometheusRule, &pr); err != nil {
+		t.Fatal(err)
+	}
+	if pr.Kind != "PrometheusRule" {
+		t.Errorf("kind %q", pr.Kind)
+	}
+	if d := cmp.Diff(file.Groups, pr.Spec.Groups); d != "" {
+		t.Errorf("prometheusrule.yaml differs from rules.yaml (-rules.yaml +prometheusrule.yaml):\n%s", d)
+	}
+}
+
+// TestMetricsPassPromtool: what the agent and the aggregator export follows
+// Prometheus's conventions (promtool check metrics), with values in it.
+func TestMetricsPassPromtool(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := metrics.NewAgent(prometheus.WrapRegistererWith(prometheus.Labels{"node_name": "gpu-0", "node_pool_name": "a3"}, reg))
+	a.Interruption("MaintenanceEvent", "HW/SW Maintenance")
+	a.Eviction("evicted")
+	a.DrainDuration(90 * time.Second)
+	a.TaintLatency(5 * time.Millisecond)
+	a.MetadataRequest("instance/maintenance-event", "ok")
+	a.ManualTrigger("accepted")
+	a.SetNode(time.Now().Add(time.Hour), time.Now().Add(24*time.Hour), true)
+	g := metrics.NewAggregator(reg)
+	g.Leader.Set(1)
+	g.Decisions.WithLabelValues("triggered", "triggered").Inc()
+	g.PoolPending.WithLabelValues("a3").Set(3)
+	g.PassDuration(20 * time.Millisecond)
+	g.Triggers.WithLabelValues("ok").Inc()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(promtool(t), "check", "metrics")
+	cmd.Stdin = &buf
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
