@@ -62,14 +62,17 @@ func (f *Fleet) Add(ctx context.Context, spec testworld.NodeSpec, cfg gceemu.Con
 	return v, f.StartAgent(v)
 }
 
-// StartAgent starts v's agent process.
+// StartAgent starts v's agent process. A restarted agent keeps its metrics
+// address, as a DaemonSet pod on the host network does.
 func (f *Fleet) StartAgent(v *VM) error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	if v.MetricsAddr == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		v.MetricsAddr = l.Addr().String()
+		l.Close()
 	}
-	v.MetricsAddr = l.Addr().String()
-	l.Close()
 	args := append([]string{"--kubeconfig", f.World.Kubeconfig, "--node-name", v.Name, "--metadata-host", v.Emu.Host(),
 		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--listen-address", v.MetricsAddr}, f.AgentArgs...)
 	p, err := f.World.StartProcess("agent-"+v.Name, f.AgentBin, args...)
@@ -83,7 +86,11 @@ func (f *Fleet) StartAgent(v *VM) error {
 // Reboot plays the VM stopping and coming back: its agent dies with it,
 // the Node gets a new boot ID, the metadata server is quiet again, and a
 // new agent starts.
-func (f *Fleet) Reboot(ctx context.Context, v *VM) error {
+func (f *Fleet) Reboot(ctx context.Context, v *VM) error { return f.RebootInto(ctx, v, "") }
+
+// RebootInto is Reboot into another kubelet version (an upgrade); ""
+// keeps the version.
+func (f *Fleet) RebootInto(ctx context.Context, v *VM, kubeletVersion string) error {
 	if err := v.Agent.Kill(); err != nil {
 		return err
 	}
@@ -93,6 +100,9 @@ func (f *Fleet) Reboot(ctx context.Context, v *VM) error {
 			return err
 		}
 		n.Status.NodeInfo.BootID = testworld.NewBootID()
+		if kubeletVersion != "" {
+			n.Status.NodeInfo.KubeletVersion = kubeletVersion
+		}
 		_, err = f.World.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})

@@ -1,0 +1,251 @@
+package monitoring_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/monitoring"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) {
+	code := testworld.RunMain(m, &world)
+	fleet.RemoveBinaries()
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// prom is a real Prometheus (Debian's) scraping the agents on loopback with
+// the shipped rules.
+type prom struct{ addr string }
+
+// query evaluates q through the HTTP API and returns value by the given
+// labels joined with "|".
+func (p prom) query(t *testing.T, q string, by ...string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Status != "success" {
+		t.Fatalf("query %s: %v %s", q, err, body.Error)
+	}
+	out := map[string]float64{}
+	for _, r := range body.Data.Result {
+		var key []string
+		for _, l := range by {
+			key = append(key, r.Metric[l])
+		}
+		v, _ := strconv.ParseFloat(r.Value[1].(string), 64)
+		out[strings.Join(key, "|")] = v
+	}
+	return out
+}
+
+// startPrometheus runs Prometheus with the shipped rules, their evaluation
+// interval scaled from 1m to 5s (the offset that matches it too), scraping
+// targets every second.
+func startPrometheus(t *testing.T, targets []string) prom {
+	t.Helper()
+	dir := t.TempDir()
+	rules := strings.NewReplacer("interval: 1m", "interval: 5s", "offset 1m", "offset 5s").Replace(string(monitoring.RulesFile))
+	if rules == string(monitoring.RulesFile) {
+		t.Fatal("rules.yaml no longer has the 1m interval this test scales")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	quoted := make([]string, len(targets))
+	for i, tg := range targets {
+		quoted[i] = strconv.Quote(tg)
+	}
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 5s
+rule_files: [%q]
+scrape_configs:
+  - job_name: maintenance-handler
+    static_configs:
+      - targets: [%s]
+`, filepath.Join(dir, "rules.yaml"), strings.Join(quoted, ", "))
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	bin := filepath.Join(filepath.Dir(promtool(t)), "prometheus")
+	p, err := world.StartProcess("prometheus", bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	pr := prom{addr: addr}
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("Prometheus never ready; log %s", p.LogPath())
+	}
+	return pr
+}
+
+// TestGKEQueriesOnARealPrometheus: agents in the test world, scraped by
+// Prometheus with the shipped rules; one host maintenance, one preemption,
+// one unannounced reboot and one upgrade; GKE's three queries, unchanged
+// but for Grafana's ${__interval}, count them by type, reason and pool.
+func TestGKEQueriesOnARealPrometheus(t *testing.T) {
+	bins, err := fleet.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--log-level", "warn"}}
+	t.Cleanup(func() {
+		for _, v := range f.VMs {
+			_ = v.Agent.Kill()
+		}
+		f.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var targets []string
+	names := []string{"prom-maint", "prom-spot", "prom-crash", "prom-upgrade"}
+	for _, name := range names {
+		v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "a3-pool", Spot: name == "prom-spot"}, gceemu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		targets = append(targets, v.MetricsAddr)
+	}
+	p := startPrometheus(t, targets)
+	// Every agent scraped, with its zero-initialised series, before anything
+	// happens.
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		up := p.query(t, `count(maintenance_handler_agent_interruptions_total{interruption_reason="HostError"} == 0)`)
+		return up[""] == float64(len(names)), nil
+	})
+	if err != nil {
+		t.Fatal("Prometheus never saw every agent")
+	}
+	time.Sleep(6 * time.Second) // a rule evaluation over the baseline
+
+	waitActive := func(v *fleet.VM) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
+			return err == nil && n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating, nil
+		})
+		if err != nil {
+			t.Fatalf("%s never terminating", v.Name)
+		}
+	}
+	maint, spot, crash, upgrade := f.VMs[0], f.VMs[1], f.VMs[2], f.VMs[3]
+	maint.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	spot.Emu.SetPreempted(true)
+	waitActive(maint)
+	waitActive(spot)
+	for _, v := range []*fleet.VM{maint, spot, crash} {
+		if err := f.Reboot(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.RebootInto(ctx, upgrade, "v1.37.0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range f.VMs {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
+			return err == nil && n.Annotations[agent.AnnotationInterruptions] != "" && inService(n), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: interruption never recorded", v.Name)
+		}
+	}
+
+	// GKE's queries; ${__interval} is what Grafana puts there: here, the
+	// whole test.
+	const interval = "10m"
+	q1 := `sum by (interruption_type,interruption_reason)(sum_over_time(kubernetes_io:node_interruption_count{monitored_resource="k8s_node"}[` + interval + `]))`
+	q2 := `sum by (interruption_type,interruption_reason)(sum_over_time(kubernetes_io:node_interruption_count{monitored_resource="k8s_node", interruption_reason="HW/SW Maintenance"}[` + interval + `]))`
+	q3 := `sum by (interruption_type,interruption_reason)(sum_over_time(kubernetes_io:node_pool_interruption_count{monitored_resource="k8s_node_pool", interruption_reason="HW/SW Maintenance", node_pool_name="a3-pool"}[` + interval + `]))`
+	want1 := map[string]float64{
+		"MaintenanceEvent|HW/SW Maintenance": 1, "PreemptionEvent|Eviction": 1,
+		"TerminationEvent|HostError": 1, "MaintenanceEvent|NodeUpgrade": 1,
+	}
+	want2 := map[string]float64{"MaintenanceEvent|HW/SW Maintenance": 1}
+	var got1, got2, got3 map[string]float64
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		got1 = p.query(t, q1, "interruption_type", "interruption_reason")
+		got2 = p.query(t, q2, "interruption_type", "interruption_reason")
+		got3 = p.query(t, q3, "interruption_type", "interruption_reason")
+		return equal(got1, want1) && equal(got2, want2) && equal(got3, want2), nil
+	})
+	if err != nil {
+		t.Errorf("GKE's queries:\n %s\n  = %v, want %v\n %s\n  = %v, want %v\n %s\n  = %v, want %v", q1, got1, want1, q2, got2, want2, q3, got3, want2)
+	}
+	// Nothing is counted twice as time goes on.
+	time.Sleep(12 * time.Second)
+	if got := p.query(t, q1, "interruption_type", "interruption_reason"); !equal(got, want1) {
+		t.Errorf("later, %s = %v, want still %v", q1, got, want1)
+	}
+}
+
+func equal(a, b map[string]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range b {
+		if a[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func inService(n *corev1.Node) bool {
+	_, active := n.Labels[agent.LabelActiveMaintenance]
+	return !active && !agent.HasTaint(n)
+}
