@@ -24,7 +24,7 @@ type Aggregator struct {
 // NewAggregator creates the aggregator's metrics and registers them with reg.
 func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	const sub = "aggregator"
-	pool := []string{"node_pool"}
+	pool := []string{"node_pool_name"}
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: name, Help: help}, pool)
 	}
@@ -36,7 +36,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 			[]string{"outcome", "reason"}),
 		PoolInterruptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "pool_interruptions_total",
 			Help: "Maintenances and preemptions that began on a node of the pool, seen by the leader, by interruption_type and interruption_reason."},
-			[]string{"node_pool", "interruption_type", "interruption_reason"}),
+			[]string{"node_pool_name", "interruption_type", "interruption_reason"}),
 		PoolPending:         gauge("pool_nodes_pending_maintenance", "Nodes of the pool with a pending maintenance notice, not yet in maintenance."),
 		PoolIdle:            gauge("pool_nodes_idle", "Nodes of the pool whose accelerators are idle."),
 		PoolInMaintenance:   gauge("pool_nodes_in_maintenance", "Nodes of the pool in maintenance or asked to start it."),

@@ -101,11 +101,14 @@ func startPrometheus(t *testing.T, targets []string) prom {
   scrape_interval: 1s
   evaluation_interval: 5s
 rule_files: [%q]
-scrape_configs:
+`, filepath.Join(dir, "rules.yaml"))
+	if len(targets) > 0 {
+		cfg += fmt.Sprintf(`scrape_configs:
   - job_name: maintenance-handler
     static_configs:
       - targets: [%s]
-`, filepath.Join(dir, "rules.yaml"), strings.Join(quoted, ", "))
+`, strings.Join(quoted, ", "))
+	}
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +251,76 @@ func equal(a, b map[string]float64) bool {
 func inService(n *corev1.Node) bool {
 	_, active := n.Labels[agent.LabelActiveMaintenance]
 	return !active && !agent.HasTaint(n)
+}
+
+// TestDashboardQueriesParse: every query of the shipped dashboard, with
+// Grafana's variables as Grafana fills them, is accepted by Prometheus's
+// query API; and the dashboard has the panels it promises.
+func TestDashboardQueriesParse(t *testing.T) {
+	var dash struct {
+		Title  string `json:"title"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(monitoring.Dashboard, &dash); err != nil {
+		t.Fatal(err)
+	}
+	p := startPrometheus(t, nil)
+	fill := strings.NewReplacer("${__interval}", "1m", "$__interval", "1m", "$__rate_interval", "5m", "$__range", "7d", "$node_pool", ".*")
+	var titles []string
+	for _, panel := range dash.Panels {
+		titles = append(titles, panel.Title)
+		if len(panel.Targets) == 0 {
+			t.Errorf("panel %q has no query", panel.Title)
+		}
+		for _, target := range panel.Targets {
+			q := fill.Replace(target.Expr)
+			if strings.Contains(q, "$") {
+				t.Errorf("panel %q: a variable the test does not know in %s", panel.Title, target.Expr)
+				continue
+			}
+			if err := p.check(q); err != nil {
+				t.Errorf("panel %q: %s: %v", panel.Title, target.Expr, err)
+			}
+		}
+	}
+	for _, want := range []string{"Upcoming maintenance per pool", "Nodes by phase", "Interruptions by type and reason", "Drain duration", "escalated"} {
+		found := false
+		for _, title := range titles {
+			found = found || strings.Contains(title, want)
+		}
+		if !found {
+			t.Errorf("no panel about %q in %v", want, titles)
+		}
+	}
+}
+
+// check asks Prometheus to evaluate q and returns its error, if any.
+func (p prom) check(q string) error {
+	resp, err := http.Get("http://" + p.addr + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return err
+	}
+	if body.Status != "success" {
+		return fmt.Errorf("%s", body.Error)
+	}
+	return nil
 }
