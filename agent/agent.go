@@ -310,7 +310,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 	if err != nil {
 		a.log.Warn("unrecognized metadata value; not acting on it", "key", key, "err", err)
 		a.opts.Metrics.Unrecognized(key)
-		a.opts.Events.NodeEvent(true, "UnrecognizedMetadataValue", fmt.Sprintf(
+		a.opts.Events.NodeEvent(true, EventUnrecognizedValue, fmt.Sprintf(
 			"The metadata server answered %s with a value the agent does not recognise; it is ignored: %v", key, err))
 		return false
 	}

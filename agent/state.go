@@ -136,6 +136,7 @@ const (
 	EventManualFailed           = "PerformMaintenanceFailed"
 	EventUnexpectedReboot       = "UnexpectedReboot"
 	EventNodeUpgraded           = "NodeUpgraded"
+	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
 )
 
 // State is what the agent keeps on its Node.
