@@ -31,10 +31,8 @@ import (
 // Metrics is what the loop records; metrics.Agent implements it.
 type Metrics interface {
 	drain.Recorder
-	Interruption(interruptionType, reason string)
-	// RestoreInterruptions adds the n interruptions a previous agent
-	// counted (once, at start).
-	RestoreInterruptions(interruptionType, reason string, n int)
+	// AddInterruptions counts n more interruptions of a kind.
+	AddInterruptions(interruptionType, reason string, n int)
 	Migration()
 	Unrecognized(key string)
 	TaintLatency(d time.Duration)
@@ -111,7 +109,10 @@ type Agent struct {
 
 	nodes cache.SharedIndexInformer
 
-	restored bool // the counters have the node's totals; guarded by mu
+	// counted is what the interruption counters hold, by InterruptionKey:
+	// they follow the Node's counts (the agent's own, a previous agent's,
+	// and the aggregator's). Used by the loop goroutine only.
+	counted map[string]int
 
 	// Reconcile failures, for Healthy; guarded by mu.
 	failures     int
@@ -361,15 +362,6 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		st := StateFromNode(node)
-		if !a.restored {
-			// The counters continue the node's totals across restarts.
-			a.restored = true
-			for key, n := range st.Interruptions {
-				if typ, reason, ok := strings.Cut(key, "/"); ok && n > 0 {
-					a.opts.Metrics.RestoreInterruptions(typ, reason, n)
-				}
-			}
-		}
 		obs.DrainDone = st.Phase == PhaseDraining && a.drainDone.Equal(st.Started)
 		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 			obs.Perform = r
@@ -410,11 +402,7 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
 	}
-	for _, i := range []*Interruption{dec.Unannounced, dec.Interruption} {
-		if i != nil {
-			a.opts.Metrics.Interruption(i.Type, i.Reason)
-		}
-	}
+	a.syncCounts(st.Interruptions)
 	if latency > 0 {
 		a.opts.Metrics.TaintLatency(latency)
 	}
@@ -478,6 +466,23 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 		a.mu.Unlock()
 		a.poke()
 	}()
+}
+
+// syncCounts makes the interruption counters follow the Node's counts,
+// which only grow: so they continue a node's totals across agent restarts
+// and reboots, and take in what the aggregator counts on the Node.
+func (a *Agent) syncCounts(counts map[string]int) {
+	if a.counted == nil {
+		a.counted = map[string]int{}
+	}
+	for key, n := range counts {
+		typ, reason, ok := strings.Cut(key, "/")
+		if !ok || n <= a.counted[key] {
+			continue
+		}
+		a.opts.Metrics.AddInterruptions(typ, reason, n-a.counted[key])
+		a.counted[key] = n
+	}
 }
 
 // performMinimum is the least time a performMaintenance call gets to go

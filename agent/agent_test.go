@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -621,5 +622,27 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonNodeUpgrade)); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,NodeUpgrade} = %v, want 1", got)
+	}
+	// What the aggregator counts on the Node (a repair) reaches the counters.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, v.name)
+		c := agent.InterruptionsFromNode(n)
+		c["TerminationEvent/AutoRepair"] = 1
+		b, _ := json.Marshal(c)
+		n.Annotations[agent.AnnotationInterruptions] = string(b)
+		_, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, "AutoRepair")) == 1, nil
+	})
+	if err != nil {
+		t.Error("a repair counted on the Node never reached the agent's counters")
+	}
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
+		t.Errorf("interruptions{TerminationEvent,HostError} = %v after the repair, want still 1", got)
 	}
 }

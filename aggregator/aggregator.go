@@ -37,7 +37,22 @@ const (
 	EventTriggered     = "OpportunisticMaintenanceTriggered"
 	EventSkipped       = "OpportunisticMaintenanceSkipped"
 	EventInvalidConfig = "InvalidOpportunisticConfig"
+	EventRecreated     = "NodeRecreated"
 )
+
+// AnnotationRecreatedFrom is the UID of the Node object a recreated Node
+// replaced, once the aggregator has counted the repair.
+const AnnotationRecreatedFrom = agent.Prefix + "recreated-from"
+
+// recreateWindow: a Node deleted and created again under its name within
+// this time was repaired or recreated (GKE's auto-repair recreates the VM).
+const recreateWindow = time.Hour
+
+type deletedNode struct {
+	uid    types.UID
+	counts map[string]int
+	at     time.Time
+}
 
 type cachedView struct {
 	rv   string
@@ -91,6 +106,10 @@ type Aggregator struct {
 	lastReason  map[string]string // node -> last decision reason announced
 	lastPoolErr map[string]string // pool -> last config error announced
 	lastCfgErr  string
+	// gone remembers deleted Nodes by name; recreated lists Nodes created
+	// again under a name in gone, to count.
+	gone      map[string]deletedNode
+	recreated []string
 }
 
 // New returns an Aggregator.
@@ -137,9 +156,9 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactory(a.opts.Client, 0)
 	a.nodes = factory.Core().V1().Nodes().Informer()
 	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
+		AddFunc:    func(o any) { a.nodeAdded(o); a.poke() },
 		UpdateFunc: func(old, cur any) { a.observeNode(old, cur); a.poke() },
-		DeleteFunc: func(any) { a.poke() },
+		DeleteFunc: func(o any) { a.nodeDeleted(o); a.poke() },
 	})
 	go a.nodes.Run(ctx.Done())
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
@@ -251,6 +270,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		views = append(views, v.node)
 	}
 	a.views = seen
+	a.countRecreated(ctx)
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
@@ -421,6 +441,99 @@ func (a *Aggregator) announceConfig(err error) {
 	ref := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.ConfigMap, APIVersion: "v1"}
 	a.recorder.Event(ref, corev1.EventTypeWarning, EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
 }
+
+func (a *Aggregator) nodeDeleted(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gone == nil {
+		a.gone = map[string]deletedNode{}
+	}
+	now := a.opts.Clock.Now()
+	for name, d := range a.gone {
+		if now.Sub(d.at) > recreateWindow {
+			delete(a.gone, name)
+		}
+	}
+	a.gone[n.Name] = deletedNode{uid: n.UID, counts: agent.InterruptionsFromNode(n), at: now}
+}
+
+func (a *Aggregator) nodeAdded(o any) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d, ok := a.gone[n.Name]; ok && d.uid != n.UID && a.opts.Clock.Since(d.at) <= recreateWindow {
+		a.recreated = append(a.recreated, n.Name)
+	}
+}
+
+// countRecreated counts, on each recreated Node (the leader only), the
+// repair as TerminationEvent/AutoRepair on top of the counts its previous
+// object carried: the node's agent takes them into its counters.
+func (a *Aggregator) countRecreated(ctx context.Context) {
+	a.mu.Lock()
+	pending := a.recreated
+	a.recreated = nil
+	a.mu.Unlock()
+	var retry []string
+	for _, name := range pending {
+		if ctx.Err() != nil {
+			retry = append(retry, name)
+			continue
+		}
+		a.mu.Lock()
+		d := a.gone[name]
+		a.mu.Unlock()
+		obj, ok, _ := a.nodes.GetStore().GetByKey(name)
+		if !ok {
+			continue
+		}
+		n := obj.(*corev1.Node).DeepCopy()
+		if n.Annotations[AnnotationRecreatedFrom] == string(d.uid) {
+			continue // counted already
+		}
+		counts := agent.InterruptionsFromNode(n)
+		if counts == nil {
+			counts = map[string]int{}
+		}
+		for k, v := range d.counts {
+			counts[k] = max(counts[k], v)
+		}
+		key := agent.InterruptionKey(agent.Interruption{Type: agent.InterruptionTermination, Reason: ReasonAutoRepair})
+		counts[key]++
+		raw, _ := json.Marshal(counts)
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[agent.AnnotationInterruptions] = string(raw)
+		n.Annotations[AnnotationRecreatedFrom] = string(d.uid)
+		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "maintenance-handler-aggregator"}); err != nil {
+			a.log.Warn("count a recreated node", "node", name, "err", err)
+			retry = append(retry, name)
+			continue
+		}
+		a.opts.Metrics.PoolInterruptions.WithLabelValues(n.Labels[a.opts.PoolLabel], agent.InterruptionTermination, ReasonAutoRepair).Inc()
+		a.nodeEvent(name, n.UID, true, EventRecreated, fmt.Sprintf(
+			"The Node object was deleted and created again (UID %s, was %s), as node auto-repair does: counted as TerminationEvent/%s", n.UID, d.uid, ReasonAutoRepair))
+	}
+	if len(retry) > 0 {
+		a.mu.Lock()
+		a.recreated = append(a.recreated, retry...)
+		a.mu.Unlock()
+	}
+}
+
+// ReasonAutoRepair: a Node recreated after failing health checks.
+const ReasonAutoRepair = "AutoRepair"
 
 // observeNode counts a maintenance or preemption beginning on a node, per
 // pool (the leader only, so that replicas do not count twice).

@@ -343,3 +343,65 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 		t.Fatal("the idle slice was not triggered whole")
 	}
 }
+
+// TestRecreatedNodeCountedAsAutoRepair: a Node deleted and created again
+// under its name is counted once as TerminationEvent/AutoRepair, on the new
+// Node (carrying the old object's counts) and per pool.
+func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
+	const name = "repair-0"
+	nodes(t, "repair", name)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Annotations[agent.AnnotationInterruptions] = `{"MaintenanceEvent/HW/SW Maintenance":1}`
+		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startAggregator(t, world.Namespace(t), "")
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return r.agg.Leading(), nil
+	})
+	if err != nil {
+		t.Fatal("never leading")
+	}
+	old, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	if err := world.Client.CoreV1().Nodes().Delete(ctxFor(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err != nil, nil
+	})
+	if err != nil {
+		t.Fatal("the node was never deleted")
+	}
+	if _, err := world.AddNode(ctxFor(t, time.Minute), testworld.NodeSpec{Name: name, Pool: "repair"}); err != nil {
+		t.Fatal(err)
+	}
+	var n *corev1.Node
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err = world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && n.UID != old.UID && agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"] == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the repair was never counted on the new Node: %v", n.Annotations)
+	}
+	if got := agent.InterruptionsFromNode(n)["MaintenanceEvent/HW/SW Maintenance"]; got != 1 {
+		t.Errorf("the old object's counts were not carried over: %v", agent.InterruptionsFromNode(n))
+	}
+	waitEventSaying(t, name, aggregator.EventRecreated, "counted as TerminationEvent/AutoRepair")
+	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues("repair", agent.InterruptionTermination, aggregator.ReasonAutoRepair)); got != 1 {
+		t.Errorf("pool_interruptions{repair,TerminationEvent,AutoRepair} = %v, want 1", got)
+	}
+	// Later passes do not count it again.
+	time.Sleep(3 * time.Second)
+	n, _ = world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	if got := agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"]; got != 1 {
+		t.Errorf("AutoRepair counted %d times", got)
+	}
+}

@@ -30,11 +30,12 @@ type Agent struct {
 	Busy                 prometheus.Gauge
 }
 
-// Interruptions are the taxonomy's pairs the agent detects; their series
+// Interruptions are the taxonomy's pairs the agent reports; their series
 // exist from the start at 0, so that the first one is seen as an increase.
 var Interruptions = [][2]string{
 	{"MaintenanceEvent", "HW/SW Maintenance"}, {"MaintenanceEvent", "NodeUpgrade"},
 	{"PreemptionEvent", "Eviction"}, {"TerminationEvent", "HostError"},
+	{"TerminationEvent", "AutoRepair"}, // counted by the aggregator on the Node
 }
 
 // Phases are the values of the phase label, so that every series exists
@@ -159,8 +160,8 @@ func (m *Agent) SetNode(drainDeadline, scheduled time.Time, busy bool) {
 	m.Busy.Set(b)
 }
 
-// RestoreInterruptions adds n interruptions counted by an earlier agent.
-func (m *Agent) RestoreInterruptions(interruptionType, reason string, n int) {
+// AddInterruptions counts n more interruptions of a kind.
+func (m *Agent) AddInterruptions(interruptionType, reason string, n int) {
 	m.Interruptions.WithLabelValues(interruptionType, reason).Add(float64(n))
 }
 

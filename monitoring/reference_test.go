@@ -41,7 +41,7 @@ func TestReferenceIsComplete(t *testing.T) {
 		agent.EventEvictionComplete, agent.EventMaintenanceCleared, agent.EventMaintenanceAborted, agent.EventManualStarted,
 		agent.EventManualAccepted, agent.EventManualRejected, agent.EventManualFailed, agent.EventUnexpectedReboot,
 		agent.EventNodeUpgraded, agent.EventUnrecognizedValue, drain.EventBlocked, drain.EventEscalated,
-		aggregator.EventTriggered, aggregator.EventSkipped, aggregator.EventInvalidConfig,
+		aggregator.EventTriggered, aggregator.EventSkipped, aggregator.EventInvalidConfig, aggregator.EventRecreated,
 	} {
 		names = append(names, reason)
 	}
