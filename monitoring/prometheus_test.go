@@ -163,6 +163,14 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 		targets = append(targets, v.MetricsAddr)
 	}
+	aggAddr := freeAddr(t)
+	agg, err := world.StartProcess("aggregator-prometheus", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig,
+		"--namespace", "default", "--identity", "aggregator-0", "--config-map", "", "--listen-address", aggAddr, "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agg.Kill() })
+	targets = append(targets, aggAddr)
 	p := startPrometheus(t, targets)
 	// Every agent scraped, with its zero-initialised series, before anything
 	// happens.
@@ -228,6 +236,13 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("GKE's queries:\n %s\n  = %v, want %v\n %s\n  = %v, want %v\n %s\n  = %v, want %v", q1, got1, want1, q2, got2, want2, q3, got3, want2)
+	}
+	// The aggregator is scraped too, and leads.
+	if got := p.query(t, `sum(maintenance_handler_aggregator_leader)`); got[""] != 1 {
+		t.Errorf("sum(maintenance_handler_aggregator_leader) = %v, want 1", got)
+	}
+	if got := p.query(t, `maintenance_handler_aggregator_pool_nodes_in_maintenance{node_pool_name="a3-pool"}`); len(got) != 1 {
+		t.Errorf("no pool gauge for a3-pool from the aggregator: %v", got)
 	}
 	// Nothing is counted twice as time goes on.
 	time.Sleep(12 * time.Second)
