@@ -44,14 +44,14 @@ const (
 // replaced, once the aggregator has counted the repair.
 const AnnotationRecreatedFrom = agent.Prefix + "recreated-from"
 
-// recreateWindow: a Node deleted and created again under its name within
-// this time was repaired or recreated (GKE's auto-repair recreates the VM).
-const recreateWindow = time.Hour
-
 type deletedNode struct {
 	uid    types.UID
+	pool   string
 	counts map[string]int
 	at     time.Time
+	// vanishing: deleted while NotReady and outside maintenance; counted
+	// as vanished unless created again within the window.
+	vanishing bool
 }
 
 type cachedView struct {
@@ -79,9 +79,13 @@ type Options struct {
 	// change with time alone); zero means 30 s. MinInterval is the shortest;
 	// zero means 1 s.
 	Interval, MinInterval time.Duration
-	Metrics               *metrics.Aggregator
-	Clock                 clock.Clock
-	Logger                *slog.Logger
+	// RecreateWindow: a Node deleted and created again under its name
+	// within it was repaired (AutoRepair); one deleted while NotReady and
+	// not created again within it vanished. Zero means 1 h.
+	RecreateWindow time.Duration
+	Metrics        *metrics.Aggregator
+	Clock          clock.Clock
+	Logger         *slog.Logger
 }
 
 // DefaultPoolLabel is GKE's node pool label.
@@ -122,6 +126,9 @@ func New(opts Options) *Aggregator {
 	}
 	if opts.MinInterval == 0 {
 		opts.MinInterval = time.Second
+	}
+	if opts.RecreateWindow == 0 {
+		opts.RecreateWindow = time.Hour
 	}
 	if opts.LeaseDuration == 0 {
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
@@ -271,6 +278,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	}
 	a.views = seen
 	a.countRecreated(ctx)
+	a.countVanished()
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
@@ -457,11 +465,47 @@ func (a *Aggregator) nodeDeleted(o any) {
 	}
 	now := a.opts.Clock.Now()
 	for name, d := range a.gone {
-		if now.Sub(d.at) > recreateWindow {
+		if now.Sub(d.at) > a.opts.RecreateWindow && !d.vanishing {
 			delete(a.gone, name)
 		}
 	}
-	a.gone[n.Name] = deletedNode{uid: n.UID, counts: agent.InterruptionsFromNode(n), at: now}
+	v := NodeOf(n, a.opts.PoolLabel)
+	a.gone[n.Name] = deletedNode{uid: n.UID, pool: v.Pool, counts: agent.InterruptionsFromNode(n), at: now,
+		vanishing: !v.Ready && !v.InMaintenance && !removedOnPurpose(n)}
+}
+
+// TaintToBeDeleted is the cluster autoscaler's taint on a node it removes.
+const TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+
+// removedOnPurpose: a node cordoned, or tainted by the cluster autoscaler,
+// before it went was removed (scale-down, decommission), not lost.
+func removedOnPurpose(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
+		return true
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintToBeDeleted {
+			return true
+		}
+	}
+	return false
+}
+
+// countVanished counts (the leader only) the Nodes that were deleted while
+// NotReady and outside maintenance and have not come back within the
+// window: a VM lost with nothing announced, which no agent can report.
+func (a *Aggregator) countVanished() {
+	now := a.opts.Clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name, d := range a.gone {
+		if !d.vanishing || now.Sub(d.at) <= a.opts.RecreateWindow {
+			continue
+		}
+		a.opts.Metrics.VanishedNodes.WithLabelValues(name, d.pool, agent.InterruptionTermination, agent.ReasonHostError).Inc()
+		a.log.Warn("node vanished: deleted while NotReady and not created again", "node", name, "pool", d.pool)
+		delete(a.gone, name)
+	}
 }
 
 func (a *Aggregator) nodeAdded(o any) {
@@ -471,8 +515,10 @@ func (a *Aggregator) nodeAdded(o any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if d, ok := a.gone[n.Name]; ok && d.uid != n.UID && a.opts.Clock.Since(d.at) <= recreateWindow {
+	if d, ok := a.gone[n.Name]; ok && d.uid != n.UID && a.opts.Clock.Since(d.at) <= a.opts.RecreateWindow {
 		a.recreated = append(a.recreated, n.Name)
+		d.vanishing = false // it came back: a repair, not a loss
+		a.gone[n.Name] = d
 	}
 }
 

@@ -91,11 +91,16 @@ type running struct {
 
 func startAggregator(t *testing.T, ns, configMap string) *running {
 	t.Helper()
+	return startAggregatorWith(t, ns, configMap, 0)
+}
+
+func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time.Duration) *running {
+	t.Helper()
 	m := metrics.NewAggregator(prometheus.NewRegistry())
 	a := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, ConfigMap: configMap,
 		LeaseName: "aggregator", Identity: "test-" + t.Name(), Metrics: m,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		Interval: time.Second, MinInterval: 100 * time.Millisecond})
+		Interval: time.Second, MinInterval: 100 * time.Millisecond, RecreateWindow: recreateWindow})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Start(ctx) }()
@@ -403,5 +408,52 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 	n, _ = world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
 	if got := agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"]; got != 1 {
 		t.Errorf("AutoRepair counted %d times", got)
+	}
+}
+
+// TestVanishedNodeCounted: a Node deleted while NotReady and not created
+// again within the window is counted as a host error no agent could
+// report; one deleted while Ready (a scale-down) is not.
+func TestVanishedNodeCounted(t *testing.T) {
+	// Not managed by kwok: never Ready, as a node whose VM is gone.
+	lost := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vanish-lost", Labels: map[string]string{testworld.LabelNodePool: "vanish"}}}
+	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), lost, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-lost", metav1.DeleteOptions{}) })
+	nodes(t, "vanish", "vanish-ready")
+	// Scaled down: NotReady (its VM went first), but tainted by the
+	// cluster autoscaler.
+	scaled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vanish-scaled", Labels: map[string]string{testworld.LabelNodePool: "vanish"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: aggregator.TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}}}
+	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), scaled, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-scaled", metav1.DeleteOptions{}) })
+	r := startAggregatorWith(t, world.Namespace(t), "", 2*time.Second)
+	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return r.agg.Leading(), nil
+	})
+	if err != nil {
+		t.Fatal("never leading")
+	}
+	for _, name := range []string{"vanish-lost", "vanish-ready", "vanish-scaled"} {
+		if err := world.Client.CoreV1().Nodes().Delete(ctxFor(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := r.metrics.VanishedNodes.WithLabelValues("vanish-lost", "vanish", agent.InterruptionTermination, agent.ReasonHostError)
+	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(counter) == 1, nil
+	})
+	if err != nil {
+		t.Fatal("the vanished node was never counted")
+	}
+	time.Sleep(3 * time.Second) // more passes
+	if got := testutil.ToFloat64(counter); got != 1 {
+		t.Errorf("vanished node counted %v times", got)
+	}
+	if got := testutil.CollectAndCount(r.metrics.VanishedNodes); got != 1 {
+		t.Errorf("%d vanished series, want 1 (a Ready node deleted, or one the autoscaler tainted, is a scale-down, not an interruption)", got)
 	}
 }

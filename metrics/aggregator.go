@@ -19,6 +19,7 @@ type Aggregator struct {
 	PoolConfigValid     *prometheus.GaugeVec
 	PassDurationSeconds prometheus.Histogram
 	Triggers            *prometheus.CounterVec
+	VanishedNodes       *prometheus.CounterVec
 }
 
 // NewAggregator creates the aggregator's metrics and registers them with reg.
@@ -47,7 +48,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "triggers_total",
 			Help: "Writes of an opportunistic trigger to a Node, by result (ok, conflict, error)."}, []string{"result"}),
 	}
-	reg.MustRegister(m.Leader, m.Decisions, m.PoolInterruptions, m.PoolPending, m.PoolIdle, m.PoolInMaintenance,
+	m.VanishedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "vanished_nodes_total",
+		Help: "Nodes deleted while NotReady and outside maintenance, and not created again within the recreate window: interruptions no agent could report (TerminationEvent/HostError), counted by the leader that saw them."},
+		[]string{"node_name", "node_pool_name", "interruption_type", "interruption_reason"})
+	reg.MustRegister(m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.PoolPending, m.PoolIdle, m.PoolInMaintenance,
 		m.PoolNextMaintenance, m.PoolConfigValid, m.PassDurationSeconds, m.Triggers)
 	return m
 }

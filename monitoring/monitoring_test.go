@@ -70,6 +70,16 @@ func TestRulesPassPromtool(t *testing.T) {
 	}
 }
 
+// TestRecordingRulesCountOnce runs promtool's rule unit tests
+// (rules_test.yaml): restarts, reboot gaps, and vanished nodes seen by two
+// replicas are each counted once.
+func TestRecordingRulesCountOnce(t *testing.T) {
+	out := run(t, nil, promtool(t), "test", "rules", "rules_test.yaml")
+	if !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool test rules:\n%s", out)
+	}
+}
+
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 	var file, pr struct {
 		Groups any `json:"groups"`

@@ -81,7 +81,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Client: client, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
-		PoolLabel: opts.PoolLabel, Interval: opts.Interval,
+		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow,
 		Metrics: metrics.NewAggregator(reg), Logger: logger,
 	})
 	mux := http.NewServeMux()

@@ -15,18 +15,19 @@ import (
 // Options are the aggregator's flags. POD_NAMESPACE and POD_NAME come from
 // the Downward API.
 type Options struct {
-	Namespace     string
-	Identity      string
-	Kubeconfig    string
-	ListenAddress string
-	ConfigMap     string
-	LeaseName     string
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
-	PoolLabel     string
-	Interval      time.Duration
-	LogLevel      string
+	Namespace      string
+	Identity       string
+	Kubeconfig     string
+	ListenAddress  string
+	ConfigMap      string
+	LeaseName      string
+	LeaseDuration  time.Duration
+	RenewDeadline  time.Duration
+	RetryPeriod    time.Duration
+	PoolLabel      string
+	Interval       time.Duration
+	RecreateWindow time.Duration
+	LogLevel       string
 }
 
 // NewOptions returns the defaults.
@@ -37,17 +38,18 @@ func NewOptions() *Options {
 		id = host
 	}
 	return &Options{
-		Namespace:     os.Getenv("POD_NAMESPACE"),
-		Identity:      id,
-		ListenAddress: ":9103",
-		ConfigMap:     "maintenance-handler",
-		LeaseName:     "maintenance-handler-aggregator",
-		LeaseDuration: 15 * time.Second,
-		RenewDeadline: 10 * time.Second,
-		RetryPeriod:   2 * time.Second,
-		PoolLabel:     aggregator.DefaultPoolLabel,
-		Interval:      30 * time.Second,
-		LogLevel:      "info",
+		Namespace:      os.Getenv("POD_NAMESPACE"),
+		Identity:       id,
+		ListenAddress:  ":9103",
+		ConfigMap:      "maintenance-handler",
+		LeaseName:      "maintenance-handler-aggregator",
+		LeaseDuration:  15 * time.Second,
+		RenewDeadline:  10 * time.Second,
+		RetryPeriod:    2 * time.Second,
+		PoolLabel:      aggregator.DefaultPoolLabel,
+		Interval:       30 * time.Second,
+		RecreateWindow: time.Hour,
+		LogLevel:       "info",
 	}
 }
 
@@ -64,6 +66,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Time between leader-election attempts; less than --renew-deadline.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
+	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired (TerminationEvent/AutoRepair); one deleted while NotReady and not back within it vanished (TerminationEvent/HostError).")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
 
@@ -81,6 +84,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
 		errs = append(errs, fmt.Errorf("want 0 < --retry-period (%s) < --renew-deadline (%s) < --lease-duration (%s)", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.RecreateWindow <= 0 {
+		errs = append(errs, fmt.Errorf("--recreate-window %s: want a positive duration", o.RecreateWindow))
 	}
 	if o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval %s: want 1s or more", o.Interval))
