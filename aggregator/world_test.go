@@ -420,7 +420,9 @@ func TestVanishedNodeCounted(t *testing.T) {
 	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), lost, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-lost", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-lost", metav1.DeleteOptions{})
+	})
 	nodes(t, "vanish", "vanish-ready")
 	// Scaled down: NotReady (its VM went first), but tainted by the
 	// cluster autoscaler.
@@ -429,7 +431,9 @@ func TestVanishedNodeCounted(t *testing.T) {
 	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), scaled, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-scaled", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-scaled", metav1.DeleteOptions{})
+	})
 	r := startAggregatorWith(t, world.Namespace(t), "", 2*time.Second)
 	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.agg.Leading(), nil
