@@ -216,7 +216,9 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	if _, err := world.Client.CoreV1().Pods("default").Create(ctxFor(t, 10*time.Second), victim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Pods("default").Delete(context.Background(), "victim", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), "victim", metav1.DeleteOptions{})
+	})
 	if err := as.PolicyV1().Evictions("default").Evict(ctxFor(t, 10*time.Second), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"}}); err != nil {
 		t.Errorf("evict: %v", err)
 	}
