@@ -224,10 +224,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 
 	// Nothing else.
-	for _, c := range []struct {
-		verb, group, resource, ns, sub string
-		want                           bool
-	}{
+	checkAccess(t, as, []access{
 		{"get", "", "nodes", "", "", true},
 		{"update", "", "nodes", "", "", true},
 		{"list", "", "pods", "", "", true},
@@ -242,16 +239,58 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"update", "apps", "daemonsets", ns, "", false},
 		{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 		{"update", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", "", false},
-	} {
-		r, err := as.AuthorizationV1().SelfSubjectAccessReviews().Create(ctxFor(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+	})
+
+	// The aggregator: what it needs, and no more.
+	tr, err = world.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, err := kubernetes.NewForConfig(world.ConfigForToken(tr.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccess(t, agg, []access{
+		{"list", "", "nodes", "", "", true},
+		{"watch", "", "nodes", "", "", true},
+		{"update", "", "nodes", "", "", true},
+		{"create", "", "events", "default", "", true},
+		{"create", "coordination.k8s.io", "leases", ns, "", true},
+		{"get", "coordination.k8s.io", "leases", ns, "", false}, // only its own Lease, by name (below)
+		{"delete", "", "nodes", "", "", false},
+		{"list", "", "pods", "", "", false},
+		{"create", "", "pods", "default", "eviction", false},
+		{"get", "", "secrets", ns, "", false},
+		{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
+		{"update", "apps", "deployments", ns, "", false},
+	})
+	r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(ctxFor(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+		Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+			Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: "maintenance-handler-aggregator"}},
+	}, metav1.CreateOptions{})
+	if err != nil || !r.Status.Allowed {
+		t.Errorf("the aggregator cannot update its Lease: %v %+v", err, r.Status)
+	}
+}
+
+type access struct {
+	verb, group, resource, ns, sub string
+	want                           bool
+}
+
+// checkAccess asks the API server, as c, whether each access is allowed.
+func checkAccess(t *testing.T, c kubernetes.Interface, accesses []access) {
+	t.Helper()
+	for _, a := range accesses {
+		r, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctxFor(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
 			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
-				Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: c.ns, Subresource: c.sub}},
+				Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.ns, Subresource: a.sub}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Status.Allowed != c.want {
-			t.Errorf("%s %s/%s %s in %q: allowed %t, want %t", c.verb, c.group, c.resource, c.sub, c.ns, r.Status.Allowed, c.want)
+		if r.Status.Allowed != a.want {
+			t.Errorf("%s %s/%s %s in %q: allowed %t, want %t", a.verb, a.group, a.resource, a.sub, a.ns, r.Status.Allowed, a.want)
 		}
 	}
 }
