@@ -42,12 +42,17 @@ func main() {
 	opts := NewOptions()
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	opts.AddFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return
 		}
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println("maintenance-handler agent", version)
+		return
 	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "invalid flags:\n"+err.Error())

@@ -1,0 +1,56 @@
+// Package image_test checks the container image's binaries: CI has no
+// container engine, so it builds the same static binaries the Dockerfile
+// builds, with the same flags, and runs them.
+package image_test
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestStaticBinariesWithTheDockerfilesFlags(t *testing.T) {
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/agent ./cmd/aggregator
+	m := regexp.MustCompile(`(?m)^RUN CGO_ENABLED=0 go build -trimpath -ldflags "([^"]*)" -o /out/ (.*)$`).FindSubmatch(dockerfile)
+	if m == nil {
+		t.Fatal("the Dockerfile's build line is not the one this test mirrors")
+	}
+	ldflags := strings.ReplaceAll(string(m[1]), "${VERSION}", "v9.9.9-test")
+	pkgs := strings.Fields(string(m[2]))
+	if strings.Join(pkgs, " ") != "./cmd/agent ./cmd/aggregator" {
+		t.Errorf("the image builds %v, want both binaries", pkgs)
+	}
+	out := t.TempDir()
+	args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", out + string(filepath.Separator)}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	for _, name := range []string{"agent", "aggregator"} {
+		bin := filepath.Join(out, name)
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s is dynamically linked", name)
+			}
+		}
+		f.Close()
+		v, err := exec.Command(bin, "--version").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(v)) != "maintenance-handler "+name+" v9.9.9-test" {
+			t.Errorf("%s --version: %q %v", name, v, err)
+		}
+	}
+}
