@@ -9,7 +9,7 @@ TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after
+demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after, --short for 10 s graces
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 

@@ -18,8 +18,13 @@
 //     and graceful drain, terminating; the VM stops and comes back.
 //  5. A Spot node is preempted: drained within 30 s; it comes back.
 //
+// At the end it prints what each agent's /metrics counted.
+//
 // Ctrl-C stops everything, leaving no process behind. --keep keeps the
 // cluster running after the scenario for exploration with kubectl.
+// --short gives the trainer a 10 s grace instead of 60 s, so the whole run
+// takes about 90 s; CI runs it that way (demo_test.go) and checks the
+// timeline for the scenario's key moments.
 package main
 
 import (
@@ -41,6 +46,7 @@ func main() {
 	flag.StringVar(&opts.agentBin, "agent-bin", "bin/agent", "path of the agent binary (make demo builds it)")
 	flag.StringVar(&opts.aggregatorBin, "aggregator-bin", "bin/aggregator", "path of the aggregator binary (make demo builds it)")
 	flag.BoolVar(&opts.keep, "keep", false, "keep the cluster running after the scenario, until Ctrl-C")
+	flag.BoolVar(&opts.short, "short", false, "a shorter run for CI: the trainer's grace is 10 s instead of 60 s")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -52,7 +58,7 @@ func main() {
 
 type options struct {
 	agentBin, aggregatorBin string
-	keep                    bool
+	keep, short             bool
 }
 
 func run(ctx context.Context, opts options) error {
@@ -76,7 +82,10 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	d := &demo{world: world, fleet: &fleet.Fleet{World: world, AgentBin: opts.agentBin, AgentArgs: []string{"--eviction-retry-interval", "2s"}},
-		aggregatorBin: opts.aggregatorBin, start: time.Now()}
+		aggregatorBin: opts.aggregatorBin, start: time.Now(), grace: 60}
+	if opts.short {
+		d.grace = 10
+	}
 	defer func() {
 		fmt.Println("demo: stopping the agents, the control plane and the metadata emulators")
 		if err := world.Stop(); err != nil { // agents first: they run as part of the world
@@ -98,6 +107,9 @@ func run(ctx context.Context, opts options) error {
 	fmt.Println()
 	go d.timeline(ctx)
 	if err := d.scenario(ctx); err != nil {
+		return err
+	}
+	if err := d.summary(ctx); err != nil {
 		return err
 	}
 	if opts.keep {

@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -29,7 +33,6 @@ const (
 	opportunistic = "node-idle-time=10s,min-nodes=3,window=2419200s"
 	pool          = "a3-highgpu-8g"
 	workloads     = "ml"
-	grace         = 60 // the trainer's checkpoint-on-SIGTERM budget, seconds
 )
 
 type demo struct {
@@ -39,6 +42,7 @@ type demo struct {
 	aggregatorAddrs []string
 	start           time.Time
 	vms             []*fleet.VM
+	grace           int // the trainer's checkpoint-on-SIGTERM budget, seconds
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -85,7 +89,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	}
 	labels := map[string]string{"app": "trainer"}
 	replicas := int32(4)
-	g := int64(grace)
+	g := int64(d.grace)
 	trainer := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
 		Spec: appsv1.DeploymentSpec{
@@ -93,7 +97,7 @@ func (d *demo) setUp(ctx context.Context) error {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				// kwok stops each pod after its grace: a checkpoint that takes it all.
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", grace)}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", d.grace)}},
 				Spec: corev1.PodSpec{
 					NodeSelector:                  map[string]string{roleLabel: "training"},
 					TerminationGracePeriodSeconds: &g,
@@ -246,7 +250,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	}
 	time.Sleep(time.Second)
 	d.say("   $ kubectl label nodes %s %s=true", picked.Name, agent.LabelPerformMaintenance)
-	d.say("   the node is drained first (the trainer gets its %d s), then the agent calls instances.performMaintenance", grace)
+	d.say("   the node is drained first (the trainer gets its %d s), then the agent calls instances.performMaintenance", d.grace)
 	if err := d.label(ctx, picked, agent.TriggerValue); err != nil {
 		return err
 	}
@@ -271,7 +275,7 @@ func (d *demo) scenario(ctx context.Context) error {
 
 	busy := d.vms[1]
 	d.say("== 4. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
-	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", grace)
+	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", d.grace)
 	busy.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
@@ -286,7 +290,11 @@ func (d *demo) scenario(ctx context.Context) error {
 
 	spot := d.vms[3]
 	d.say("== 5. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.Name)
-	d.say("   the trainer's %d s grace is cut to what is left of the 30 s", grace)
+	if d.grace > 30 {
+		d.say("   the trainer's %d s grace is cut to what is left of the 30 s", d.grace)
+	} else {
+		d.say("   the trainer's %d s grace fits in the 30 s", d.grace)
+	}
 	spot.Emu.SetPreempted(true)
 	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
@@ -408,4 +416,52 @@ func podSummary(p *corev1.Pod, t watch.EventType) string {
 		return "pending (no node)"
 	}
 	return ""
+}
+
+// summary prints what each agent's /metrics counted, as Prometheus would
+// scrape it: the interruptions by type and reason.
+func (d *demo) summary(ctx context.Context) error {
+	d.say("== What the agents counted (maintenance_handler_agent_interruptions_total, from each /metrics)")
+	for _, v := range d.vms {
+		counts, err := interruptions(ctx, "http://"+v.MetricsAddr+"/metrics")
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.Name, err)
+		}
+		if len(counts) == 0 {
+			counts = []string{"none"}
+		}
+		d.say("   %s: %s", v.Name, strings.Join(counts, ", "))
+	}
+	return nil
+}
+
+// interruptions reads the non-zero interruption counters at url, sorted.
+func interruptions(ctx context.Context, url string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range families["maintenance_handler_agent_interruptions_total"].GetMetric() {
+		if m.GetCounter().GetValue() == 0 {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		out = append(out, fmt.Sprintf("%s/%s %g", labels["interruption_type"], labels["interruption_reason"], m.GetCounter().GetValue()))
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+)
+
+// The demo is checked as a user runs it: the binary, built as `make demo`
+// builds it, its timeline read from its standard output.
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds the demo, the agent and the aggregator once per test
+// binary, into a directory testworld.CheckLeaks knows.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", testworld.ProjectBinaryPrefix)
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator", "./cmd/demo")
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// demoRun is one demo process whose output lines are collected as they come.
+type demoRun struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string      // the messages, without the elapsed-time column
+	grew  chan struct{} // closed and replaced on every line
+	done  chan struct{} // closed when stdout ends
+}
+
+var elapsed = regexp.MustCompile(`^\s*\d+\.\ds  `)
+
+func startDemo(t *testing.T, args ...string) *demoRun {
+	t.Helper()
+	dir := binaries(t)
+	args = append([]string{"--agent-bin", filepath.Join(dir, "agent"), "--aggregator-bin", filepath.Join(dir, "aggregator")}, args...)
+	r := &demoRun{cmd: exec.Command(filepath.Join(dir, "demo"), args...), grew: make(chan struct{}), done: make(chan struct{})}
+	r.cmd.Stderr = os.Stderr
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // on a failed test: the demo's own Ctrl-C path, then the hard way
+		_ = r.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-r.done:
+		case <-time.After(time.Minute):
+			_ = r.cmd.Process.Kill()
+		}
+		_ = r.cmd.Wait()
+	})
+	go func() {
+		defer close(r.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			t.Log(line)
+			r.mu.Lock()
+			r.lines = append(r.lines, elapsed.ReplaceAllString(line, ""))
+			close(r.grew)
+			r.grew = make(chan struct{})
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+// waitFor waits until a line matches re and returns its submatches.
+func (r *demoRun) waitFor(t *testing.T, re string, timeout time.Duration) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.After(timeout)
+	for i := 0; ; {
+		r.mu.Lock()
+		for ; i < len(r.lines); i++ {
+			if m := rx.FindStringSubmatch(r.lines[i]); m != nil {
+				r.mu.Unlock()
+				return m
+			}
+		}
+		grew := r.grew
+		r.mu.Unlock()
+		select {
+		case <-grew:
+		case <-r.done:
+			r.mu.Lock()
+			n := len(r.lines)
+			r.mu.Unlock()
+			if i == n {
+				t.Fatalf("the demo ended without a line matching %q", re)
+			}
+		case <-deadline:
+			t.Fatalf("no line matching %q within %v", re, timeout)
+		}
+	}
+}
+
+// all returns every line, once the demo has ended.
+func (r *demoRun) all() []string {
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lines
+}
+
+// children lists the processes whose parent is pid.
+func children(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _ := parentOf(p); ppid == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parentOf returns pid's parent and state, or 0 when pid is gone.
+func parentOf(pid int) (int, string) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, ""
+	}
+	// pid (comm) state ppid ...; comm may hold spaces, so cut at the last ')'.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 2 {
+		return 0, ""
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid, fields[0]
+}
+
+// worldOf reads the world's directory from the demo's KUBECONFIG line.
+func worldOf(t *testing.T, r *demoRun) (kubeconfig string, tempDir string) {
+	t.Helper()
+	m := r.waitFor(t, `^  export KUBECONFIG=(\S+)$`, 10*time.Minute)
+	return m[1], filepath.Dir(m[1])
+}
+
+// checkCleanedUp checks that the demo exited 0 after stopping the world:
+// every process it started is gone and the world's directory is removed.
+func checkCleanedUp(t *testing.T, r *demoRun, started []int, tempDir string) {
+	t.Helper()
+	lines := r.all()
+	if err := r.cmd.Wait(); err != nil {
+		t.Fatalf("demo exit: %v", err)
+	}
+	if !contains(lines, "demo: stopping the agents, the control plane and the metadata emulators") {
+		t.Error("the demo did not say it stopped the world")
+	}
+	for _, pid := range started {
+		if _, state := parentOf(pid); state != "" && state != "Z" {
+			t.Errorf("process %d the demo started is still running (%s)", pid, state)
+		}
+	}
+	if _, err := os.Stat(tempDir); !os.IsNotExist(err) {
+		t.Errorf("the world's directory %s is still there (%v)", tempDir, err)
+	}
+}
+
+func contains(lines []string, s string) bool {
+	for _, l := range lines {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
+
+// inOrder checks that, for each pattern in turn, a line after the previous
+// match matches it, and reports the first that does not.
+func inOrder(t *testing.T, lines []string, patterns ...string) {
+	t.Helper()
+	i := 0
+	for _, p := range patterns {
+		rx := regexp.MustCompile(p)
+		for ; i < len(lines) && !rx.MatchString(lines[i]); i++ {
+		}
+		if i == len(lines) {
+			t.Errorf("no line matching %q after the previous key moment", p)
+			return
+		}
+		i++
+	}
+}
+
+func count(lines []string, pattern string) int {
+	rx := regexp.MustCompile(pattern)
+	n := 0
+	for _, l := range lines {
+		if rx.MatchString(l) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDemoShort runs `demo --short` as CI's stand-in for `make demo` and
+// checks its timeline for the scenario's key moments, in order, the
+// metrics it reads back, and that it leaves nothing behind.
+func TestDemoShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes about 90 s")
+	}
+	r := startDemo(t, "--short")
+	kubeconfig, tempDir := worldOf(t, r)
+	if _, err := os.Stat(kubeconfig); err != nil {
+		t.Errorf("the KUBECONFIG the demo prints: %v", err)
+	}
+	r.waitFor(t, `^== 1\. `, time.Minute)
+	started := children(t, r.cmd.Process.Pid)
+	if len(started) < 5+2 { // at least the agents and the aggregators, besides the control plane
+		t.Errorf("the demo runs %d child processes, want at least 7", len(started))
+	}
+	r.waitFor(t, `^demo: scenario done`, 5*time.Minute)
+	checkCleanedUp(t, r, started, tempDir)
+	lines := r.all()
+
+	const (
+		n0, n1, n2, n3, spare = "gke-a3-highgpu-8g-0", "gke-a3-highgpu-8g-1", "gke-a3-highgpu-8g-2", "gke-a3-highgpu-8g-3", "gke-a3-highgpu-8g-4"
+	)
+	inOrder(t, lines, `^  kubectl get nodes -L cloud.google.com/scheduled-maintenance-time`, `^  agent metrics of `+n0+`: http://127\.0\.0\.1:\d+/metrics$`)
+	for _, n := range []string{n0, n1, n2, n3, spare} {
+		// The label and the Event are written together; either may be seen first.
+		inOrder(t, lines, `^== 1\. Compute Engine schedules`, `^node `+n+`: scheduled-maintenance-time=\d{10}$`)
+		inOrder(t, lines, `^== 1\. Compute Engine schedules`, `^event `+n+` MaintenanceWindowScheduled: `)
+	}
+	// The timeline merges several watches (nodes, pods, Events) and the
+	// scenario's own lines, so order is checked within one stream, or
+	// across streams only where seconds separate the two moments.
+	taint := `, tainted cloud.google.com/impending-node-termination:NoSchedule, cordoned$`
+
+	// 2. Opportunistic: the idle spare is picked and taken through its
+	// maintenance before step 3; busy nodes say why they are not.
+	inOrder(t, lines, `^event `+n2+` OpportunisticMaintenanceSkipped \(aggregator\): .*pods on it use accelerators`)
+	inOrder(t, lines, `^event `+spare+` OpportunisticMaintenanceTriggered \(aggregator\): Picked for opportunistic maintenance`, `^== 3\. `)
+	inOrder(t, lines,
+		`^node `+spare+`: .*perform-maintenance=true, active-node-maintenance=ONGOING`+taint,
+		`^node `+spare+`: .*active-node-maintenance=terminating`+taint,
+		`^`+spare+`: the VM stops and boots again$`,
+		`^node `+spare+`: in service$`,
+		`^== 3\. `)
+	for _, n := range []string{n0, n1, n2, n3} {
+		if c := count(lines, `^event `+n+` OpportunisticMaintenanceTriggered`); c != 0 {
+			t.Errorf("busy node %s picked for opportunistic maintenance %d times", n, c)
+		}
+	}
+	// 3. Manual: a rejected value changes nothing; true drains the trainer
+	// with its whole grace, then the system pod, then one call, then the
+	// node is terminating.
+	inOrder(t, lines,
+		`^== 3\. `,
+		`^event `+n0+` PerformMaintenanceRejected: The label cloud.google.com/perform-maintenance="yes" is not accepted`,
+		`^event `+n0+` CustomerTriggeredMaintenance: cloud.google.com/perform-maintenance=true: draining`,
+		`^== 4\. `)
+	inOrder(t, lines,
+		`^== 3\. `,
+		`^node `+n0+`: scheduled-maintenance-time=\d+, perform-maintenance=yes$`,
+		`^node `+n0+`: scheduled-maintenance-time=\d+$`,
+		`^node `+n0+`: .*perform-maintenance=true, active-node-maintenance=ONGOING`+taint,
+		`^node `+n0+`: .*active-node-maintenance=terminating`+taint,
+		`^node `+n0+`: in service$`,
+		`^== 4\. `)
+	inOrder(t, lines,
+		`^== 3\. `,
+		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n0+`\)$`,
+		`^pod kube-system/gpu-metrics-`+n0+`: SIGTERM`,
+		`^node `+n0+`: .*active-node-maintenance=terminating`)
+	inOrder(t, lines,
+		`^== 3\. `,
+		`^   Compute Engine received: POST projects/demo-project/zones/us-central1-a/instances/`+n0+`/performMaintenance\?requestId=[0-9a-f-]{36} -> 200$`,
+		`^== 4\. `)
+	if c := count(lines, `Compute Engine received: POST`); c != 1 {
+		t.Errorf("%d performMaintenance calls shown, want 1", c)
+	}
+	// 4. Host maintenance on a busy node: the PDB is honoured, the trainer
+	// gets its whole grace, and the system pod goes only after it.
+	inOrder(t, lines, `^== 4\. `, `^event `+n1+` TerminateOnHostMaintenance: `, `^event `+n1+` PodEvictionComplete: `, `^== 5\. `)
+	inOrder(t, lines, `^== 4\. `,
+		`^node `+n1+`: .*active-node-maintenance=ONGOING`+taint,
+		`^node `+n1+`: .*active-node-maintenance=terminating`+taint,
+		`^node `+n1+`: in service$`,
+		`^== 5\. `)
+	inOrder(t, lines, `^== 4\. `,
+		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n1+`\)$`,
+		`^pod ml/trainer-\S+: gone$`,
+		`^pod kube-system/gpu-metrics-`+n1+`: SIGTERM`,
+		`^pod kube-system/gpu-metrics-`+n1+`: gone$`)
+	inOrder(t, lines, `^== 4\. `,
+		`^pod kube-system/gpu-metrics-`+n1+`: SIGTERM`,
+		`^`+n1+`: the VM stops and boots again$`,
+		`^node `+n1+`: in service$`)
+	// 5. Preemption of the Spot node.
+	inOrder(t, lines, `^== 5\. `, `^event `+n3+` NodePreempted: `)
+	inOrder(t, lines, `^== 5\. `,
+		`^node `+n3+`: .*active-node-maintenance=ONGOING`+taint,
+		`^node `+n3+`: .*active-node-maintenance=terminating`+taint,
+		`^node `+n3+`: in service$`)
+	inOrder(t, lines, `^== 5\. `,
+		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n3+`\)$`,
+		`^pod kube-system/gpu-metrics-`+n3+`: SIGTERM`,
+		`^`+n3+`: the VM stops and boots again$`,
+		`^node `+n3+`: in service$`)
+	// What the agents' /metrics counted.
+	inOrder(t, lines,
+		`^== What the agents counted`,
+		`^   `+n0+`: MaintenanceEvent/HW/SW Maintenance 1$`,
+		`^   `+n1+`: MaintenanceEvent/HW/SW Maintenance 1$`,
+		`^   `+n2+`: none$`,
+		`^   `+n3+`: PreemptionEvent/Eviction 1$`,
+		`^   `+spare+`: MaintenanceEvent/HW/SW Maintenance 1$`,
+		`^demo: scenario done`)
+}
+
+// TestDemoCtrlC interrupts the demo in the middle of its scenario, as a
+// user's Ctrl-C does: it stops everything it started and exits 0.
+func TestDemoCtrlC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a test world")
+	}
+	r := startDemo(t, "--short")
+	_, tempDir := worldOf(t, r)
+	r.waitFor(t, `^== 2\. `, 2*time.Minute)
+	started := children(t, r.cmd.Process.Pid)
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		t.Fatal("the demo did not end within 2 minutes of Ctrl-C")
+	}
+	checkCleanedUp(t, r, started, tempDir)
+	if contains(r.all(), "demo: scenario done (run with `make demo DEMO_FLAGS=--keep` to explore afterwards)") {
+		t.Error("the interrupted demo says its scenario is done")
+	}
+}
