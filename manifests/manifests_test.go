@@ -1,10 +1,7 @@
 package manifests_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,16 +12,19 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
@@ -41,37 +41,25 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// objects reads every object the kustomization lists.
-func objects(t *testing.T, dir string) []*unstructured.Unstructured {
+// render builds the kustomization in dir as `kubectl apply -k` does (the
+// same kustomize library) and returns its objects.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(raw, &k); err != nil {
-		t.Fatal(err)
+		t.Fatalf("kustomize %s: %v", dir, err)
 	}
 	var out []*unstructured.Unstructured
-	for _, file := range k.Resources {
-		data, err := os.ReadFile(filepath.Join(dir, file))
+	for _, r := range resources.Resources() {
+		data, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			if obj != nil {
-				out = append(out, &unstructured.Unstructured{Object: obj})
-			}
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(data); err != nil {
+			t.Fatal(err)
 		}
+		out = append(out, o)
 	}
 	return out
 }
@@ -130,7 +118,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply(t, objects(t, "base"))
+	apply(t, render(t, "base"))
 
 	// The DaemonSet: on the two accelerator nodes, not on the plain one.
 	var pods []corev1.Pod
@@ -292,5 +280,249 @@ func checkAccess(t *testing.T, c kubernetes.Interface, accesses []access) {
 		if r.Status.Allowed != a.want {
 			t.Errorf("%s %s/%s %s in %q: allowed %t, want %t", a.verb, a.group, a.resource, a.sub, a.ns, r.Status.Allowed, a.want)
 		}
+	}
+}
+
+// kinds lists "Kind namespace/name" of objs.
+func kinds(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		out[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = o
+	}
+	return out
+}
+
+// TestOverlaysRender: every overlay builds as `kubectl apply -k` builds it;
+// the monitoring components add exactly their objects, in the project's
+// namespace; the example overlay's image and affinity patch take effect.
+func TestOverlaysRender(t *testing.T) {
+	const ns = "maintenance-handler"
+	base := kinds(render(t, "base"))
+	for name, o := range base {
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetNamespace() != ns {
+			t.Errorf("%s is not in namespace %s", name, ns)
+		}
+	}
+	for _, tc := range []struct {
+		dir  string
+		adds []string
+	}{
+		{"overlays/prometheus-operator", []string{"ServiceMonitor " + ns + "/maintenance-handler", "PrometheusRule " + ns + "/maintenance-handler"}},
+		{"overlays/gke-managed-prometheus", []string{"PodMonitoring " + ns + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
+		{"overlays/example", []string{"PodMonitoring " + ns + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
+	} {
+		got := kinds(render(t, tc.dir))
+		for name := range base {
+			if got[name] == nil {
+				t.Errorf("%s lacks %s of the base", tc.dir, name)
+			}
+		}
+		for _, name := range tc.adds {
+			if got[name] == nil {
+				t.Errorf("%s lacks %s", tc.dir, name)
+			}
+		}
+		if len(got) != len(base)+len(tc.adds) {
+			t.Errorf("%s has %d objects, want the base's %d and %d more", tc.dir, len(got), len(base), len(tc.adds))
+		}
+	}
+
+	example := kinds(render(t, "overlays/example"))
+	const image = "us-docker.pkg.dev/my-project/my-repo/maintenance-handler:v0.1.0"
+	for _, name := range []string{"DaemonSet " + ns + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
+		containers, _, _ := unstructured.NestedSlice(example[name].Object, "spec", "template", "spec", "containers")
+		if len(containers) != 1 || containers[0].(map[string]any)["image"] != image {
+			t.Errorf("%s: containers %v, want one with image %s", name, containers, image)
+		}
+	}
+	terms, _, _ := unstructured.NestedSlice(example["DaemonSet "+ns+"/maintenance-handler-agent"].Object,
+		"spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+	var keys []string
+	for _, term := range terms {
+		for _, e := range term.(map[string]any)["matchExpressions"].([]any) {
+			keys = append(keys, e.(map[string]any)["key"].(string))
+		}
+	}
+	if want := []string{"cloud.google.com/gke-accelerator", "cloud.google.com/gke-tpu-accelerator", "example.com/accelerator"}; strings.Join(keys, " ") != strings.Join(want, " ") {
+		t.Errorf("the example's agent affinity terms select %v, want %v", keys, want)
+	}
+}
+
+// matches reports whether labels has every key and value of selector.
+func matches(selector map[string]any, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(selector) > 0
+}
+
+// TestMonitorsFindTheMetricsPorts: the PodMonitoring selects the agent's and
+// the aggregator's pods and names a port both expose; the ServiceMonitor
+// selects both metrics Services by a port they have, and each Service
+// selects its pods and targets their metrics port.
+func TestMonitorsFindTheMetricsPorts(t *testing.T) {
+	const ns = "maintenance-handler"
+	objs := kinds(append(render(t, "overlays/prometheus-operator"), render(t, "overlays/gke-managed-prometheus")...))
+	type workload struct {
+		labels map[string]string
+		ports  map[string]bool
+	}
+	var workloads []workload
+	for _, name := range []string{"DaemonSet " + ns + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
+		labels, _, _ := unstructured.NestedStringMap(objs[name].Object, "spec", "template", "metadata", "labels")
+		containers, _, _ := unstructured.NestedSlice(objs[name].Object, "spec", "template", "spec", "containers")
+		w := workload{labels: labels, ports: map[string]bool{}}
+		for _, c := range containers {
+			ports, _, _ := unstructured.NestedSlice(c.(map[string]any), "ports")
+			for _, p := range ports {
+				w.ports[p.(map[string]any)["name"].(string)] = true
+			}
+		}
+		workloads = append(workloads, w)
+	}
+	endpointPorts := func(o *unstructured.Unstructured) []string {
+		eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
+		var out []string
+		for _, e := range eps {
+			out = append(out, e.(map[string]any)["port"].(string))
+		}
+		return out
+	}
+
+	pm := objs["PodMonitoring "+ns+"/maintenance-handler"]
+	sel, _, _ := unstructured.NestedMap(pm.Object, "spec", "selector", "matchLabels")
+	for i, w := range workloads {
+		if !matches(sel, w.labels) {
+			t.Errorf("the PodMonitoring does not select workload %d (labels %v)", i, w.labels)
+		}
+		for _, port := range endpointPorts(pm) {
+			if !w.ports[port] {
+				t.Errorf("the PodMonitoring scrapes port %q, which workload %d lacks", port, i)
+			}
+		}
+	}
+
+	sm := objs["ServiceMonitor "+ns+"/maintenance-handler"]
+	sel, _, _ = unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
+	selected := 0
+	for _, o := range objs {
+		if o.GetKind() != "Service" || !matches(sel, o.GetLabels()) {
+			continue
+		}
+		selected++
+		ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+		names := map[string]string{}
+		for _, p := range ports {
+			names[p.(map[string]any)["name"].(string)] = p.(map[string]any)["targetPort"].(string)
+		}
+		for _, port := range endpointPorts(sm) {
+			if names[port] == "" {
+				t.Errorf("the ServiceMonitor scrapes port %q, which Service %s lacks", port, o.GetName())
+			}
+		}
+		svcSel, _, _ := unstructured.NestedMap(o.Object, "spec", "selector")
+		found := false
+		for _, w := range workloads {
+			if matches(svcSel, w.labels) && w.ports[names["metrics"]] {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("Service %s selects no workload exposing its target port %q", o.GetName(), names["metrics"])
+		}
+	}
+	if selected != 2 {
+		t.Errorf("the ServiceMonitor selects %d Services, want the agent's and the aggregator's", selected)
+	}
+}
+
+// prometheusOperator is the prometheus-operator release whose CRDs check
+// our ServiceMonitor and PrometheusRule (fetched through the Go module
+// proxy, which serves the repository's files).
+const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+// TestPrometheusOperatorObjectsApply installs prometheus-operator's own
+// CRDs, with their schemas, and applies the component's objects with
+// server-side apply: the API server validates them against the schemas.
+// A rule without an expression is refused, so the check is real.
+func TestPrometheusOperatorObjectsApply(t *testing.T) {
+	dir, err := testworld.ModuleDir(ctxFor(t, 5*time.Minute), prometheusOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crds []*unstructured.Unstructured
+	for _, file := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(dir, "example", "prometheus-operator-crd", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		crds = append(crds, &unstructured.Unstructured{Object: m})
+	}
+	apply(t, crds)
+	err = wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := world.Client.Discovery().ServerResourcesForGroupVersion("monitoring.coreos.com/v1")
+		if err != nil {
+			return false, nil
+		}
+		served := map[string]bool{}
+		for _, r := range list.APIResources {
+			served[r.Kind] = true
+		}
+		return served["ServiceMonitor"] && served["PrometheusRule"], nil
+	})
+	if err != nil {
+		t.Fatalf("the CRDs were never served: %v", err)
+	}
+
+	var ours []*unstructured.Unstructured
+	var rule *unstructured.Unstructured
+	for _, o := range render(t, "overlays/prometheus-operator") {
+		switch o.GetKind() {
+		case "Namespace", "ServiceMonitor":
+			ours = append(ours, o)
+		case "PrometheusRule":
+			ours = append(ours, o)
+			rule = o.DeepCopy()
+		}
+	}
+	if len(ours) != 3 {
+		t.Fatalf("the overlay has %d of Namespace, ServiceMonitor and PrometheusRule", len(ours))
+	}
+	// Another test's cleanup may still be deleting the namespace.
+	err = wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := world.Client.CoreV1().Namespaces().Get(ctx, "maintenance-handler", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("namespace maintenance-handler still terminating: %v", err)
+	}
+	apply(t, ours)
+
+	// The same PrometheusRule with one rule's expression removed.
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	first := groups[0].(map[string]any)["rules"].([]any)[0].(map[string]any)
+	delete(first, "expr")
+	if err := unstructured.SetNestedSlice(rule.Object, groups, "spec", "groups"); err != nil {
+		t.Fatal(err)
+	}
+	rule.SetName("maintenance-handler-broken")
+	dyn, err := dynamic.NewForConfig(world.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := rule.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dyn.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}).
+		Namespace(rule.GetNamespace()).Patch(ctxFor(t, 30*time.Second), rule.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "maintenance-handler-test"})
+	if err == nil || !strings.Contains(err.Error(), "expr") {
+		t.Errorf("a rule without expr was not refused by the CRD's schema: %v", err)
 	}
 }

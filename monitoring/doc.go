@@ -1,8 +1,9 @@
 // Package monitoring ships what Prometheus and Grafana need to watch
-// maintenance-handler: the recording rules and alerts (rules.yaml, and the
-// same as a PrometheusRule in prometheusrule.yaml) and the Grafana
-// dashboard (grafana/). The files are embedded
-// so that tests and tools use exactly what is shipped.
+// maintenance-handler: the recording rules and alerts (rules.yaml) and the
+// Grafana dashboard (grafana/). The files are embedded so that tests and
+// tools use exactly what is shipped. The same rules ship as Kubernetes
+// objects in manifests/components (a PrometheusRule, and a Rules object
+// for Google Cloud Managed Service for Prometheus); tests keep them equal.
 package monitoring
 
 import _ "embed"
@@ -16,9 +17,3 @@ var RulesFile []byte
 //
 //go:embed grafana/maintenance-handler.json
 var Dashboard []byte
-
-// PrometheusRule is prometheusrule.yaml: the same groups as a
-// prometheus-operator PrometheusRule.
-//
-//go:embed prometheusrule.yaml
-var PrometheusRule []byte

@@ -50,24 +50,32 @@ func TestRulesPassPromtool(t *testing.T) {
 	if !strings.Contains(out, "SUCCESS") {
 		t.Errorf("promtool check rules:\n%s", out)
 	}
-	// The PrometheusRule's groups, as a rules file.
-	var pr struct {
-		Spec map[string]any `json:"spec"`
+	// The Kubernetes objects' groups, as rules files.
+	for _, obj := range ruleObjects {
+		var o struct {
+			Spec map[string]any `json:"spec"`
+		}
+		if err := yaml.Unmarshal(mustRead(t, obj.path), &o); err != nil {
+			t.Fatal(err)
+		}
+		spec, err := yaml.Marshal(o.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), obj.kind+"-spec.yaml")
+		if err := os.WriteFile(path, spec, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out := run(t, nil, tool, "check", "rules", path); !strings.Contains(out, "SUCCESS") {
+			t.Errorf("promtool check rules on the %s:\n%s", obj.kind, out)
+		}
 	}
-	if err := yaml.Unmarshal(monitoring.PrometheusRule, &pr); err != nil {
-		t.Fatal(err)
-	}
-	spec, err := yaml.Marshal(pr.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "prometheusrule-spec.yaml")
-	if err := os.WriteFile(path, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out := run(t, nil, tool, "check", "rules", path); !strings.Contains(out, "SUCCESS") {
-		t.Errorf("promtool check rules on the PrometheusRule:\n%s", out)
-	}
+}
+
+// ruleObjects are rules.yaml's groups as Kubernetes objects.
+var ruleObjects = []struct{ path, kind string }{
+	{"../manifests/components/prometheus-operator/prometheusrule.yaml", "PrometheusRule"},
+	{"../manifests/components/gke-managed-prometheus/rules.yaml", "Rules"},
 }
 
 // TestRecordingRulesCountOnce runs promtool's rule unit tests
@@ -80,25 +88,30 @@ func TestRecordingRulesCountOnce(t *testing.T) {
 	}
 }
 
-func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
-	var file, pr struct {
+func TestRuleObjectsMatchRulesFile(t *testing.T) {
+	var file struct {
 		Groups any `json:"groups"`
-		Kind   string
-		Spec   struct {
-			Groups any `json:"groups"`
-		} `json:"spec"`
 	}
 	if err := yaml.Unmarshal(monitoring.RulesFile, &file); err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(monitoring.PrometheusRule, &pr); err != nil {
-		t.Fatal(err)
-	}
-	if pr.Kind != "PrometheusRule" {
-		t.Errorf("kind %q", pr.Kind)
-	}
-	if d := cmp.Diff(file.Groups, pr.Spec.Groups); d != "" {
-		t.Errorf("prometheusrule.yaml differs from rules.yaml (-rules.yaml +prometheusrule.yaml):\n%s", d)
+	for _, obj := range ruleObjects {
+		var o struct {
+			Kind     string
+			Metadata struct{ Namespace string }
+			Spec     struct {
+				Groups any `json:"groups"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(mustRead(t, obj.path), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Kind != obj.kind || o.Metadata.Namespace != "maintenance-handler" {
+			t.Errorf("%s: kind %q in namespace %q, want %s in maintenance-handler", obj.path, o.Kind, o.Metadata.Namespace, obj.kind)
+		}
+		if d := cmp.Diff(file.Groups, o.Spec.Groups); d != "" {
+			t.Errorf("%s differs from rules.yaml (-rules.yaml +%s):\n%s", obj.path, obj.kind, d)
+		}
 	}
 }
 
