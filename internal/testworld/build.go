@@ -331,7 +331,9 @@ func download(ctx context.Context, modAtVersion string) (modInfo, error) {
 
 // ModuleDir downloads a module version through the Go module proxy (once;
 // the module cache keeps it) and returns the directory holding its files.
-func ModuleDir(ctx context.Context, modAtVersion string) (string, error) { return moduleDir(ctx, modAtVersion) }
+func ModuleDir(ctx context.Context, modAtVersion string) (string, error) {
+	return moduleDir(ctx, modAtVersion)
+}
 
 func moduleDir(ctx context.Context, modAtVersion string) (string, error) {
 	info, err := download(ctx, modAtVersion)
