@@ -52,5 +52,26 @@ func TestStaticBinariesWithTheDockerfilesFlags(t *testing.T) {
 		if err != nil || strings.TrimSpace(string(v)) != "maintenance-handler "+name+" v9.9.9-test" {
 			t.Errorf("%s --version: %q %v", name, v, err)
 		}
+		checkFlagsDocumented(t, bin, name)
+	}
+}
+
+// checkFlagsDocumented checks that every flag the binary's --help lists is
+// in the README's configuration reference.
+func checkFlagsDocumented(t *testing.T, bin, name string) {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, _ := exec.Command(bin, "--help").CombinedOutput() // pflag's --help exits 0 or 2 depending on the caller
+	flags := regexp.MustCompile(`(?m)^\s+(--[a-z][a-z-]*)\b`).FindAllStringSubmatch(string(help), -1)
+	if len(flags) < 5 {
+		t.Fatalf("%s --help lists %d flags:\n%s", name, len(flags), help)
+	}
+	for _, f := range flags {
+		if !strings.Contains(string(readme), "`"+f[1]+"`") {
+			t.Errorf("%s's flag %s is not in the README", name, f[1])
+		}
 	}
 }
