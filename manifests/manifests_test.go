@@ -106,7 +106,25 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-a"})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-tpu-b", TPU: true})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-plain"})
+	// A GPU node in maintenance, with the GPU operator's taint: the agent
+	// tolerates both (the node must be watched through its maintenance).
+	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-tainted"})
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "rbac-gpu-tainted", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints,
+			corev1.Taint{Key: agent.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule},
+			corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Unschedulable = true
+		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "rbac-plain", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -132,10 +150,10 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		for _, p := range pods {
 			on[p.Spec.NodeName] = p.Status.Phase == corev1.PodRunning
 		}
-		return on["rbac-gpu-a"] && on["rbac-tpu-b"], nil
+		return on["rbac-gpu-a"] && on["rbac-tpu-b"] && on["rbac-gpu-tainted"], nil
 	})
 	if err != nil {
-		t.Fatalf("agent pods never ran on both accelerator nodes: %d pods", len(pods))
+		t.Fatalf("agent pods never ran on the three accelerator nodes, the tainted and cordoned one included: %d pods", len(pods))
 	}
 	var podA *corev1.Pod
 	for i, p := range pods {
