@@ -240,9 +240,13 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.
 				log.Info("pod evicted", "pod", klogRef(p), "grace", a.grace)
 			case OutcomeBlocked:
 				if !st.refused {
-					d.opts.Events.NodeEvent(true, EventBlocked, fmt.Sprintf(
-						"Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
-						klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace))
+					msg := fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
+						klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace)
+					if !now.Before(a.escalateAt) {
+						msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
+							klogRef(p), podGrace(p), a.grace)
+					}
+					d.opts.Events.NodeEvent(true, EventBlocked, msg)
 				}
 				st.refused = true
 				st.nextTry = now.Add(d.opts.RetryInterval)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ type recorder struct {
 	mu       sync.Mutex
 	outcomes map[string]int
 	events   []string // "reason" in order
+	messages []string // their messages
 }
 
 func (r *recorder) Eviction(outcome string) {
@@ -41,10 +43,11 @@ func (r *recorder) Eviction(outcome string) {
 	r.outcomes[outcome]++
 }
 
-func (r *recorder) NodeEvent(_ bool, reason, _ string) {
+func (r *recorder) NodeEvent(_ bool, reason, message string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, reason)
+	r.messages = append(r.messages, message)
 }
 
 func (r *recorder) count(outcome string) int {
@@ -287,13 +290,16 @@ func TestDrainGivesEachPodItsGrace(t *testing.T) {
 	}
 }
 
-func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
-	t.Parallel()
-	const node = "drain-pdb-0"
+// drainPDBBlocked drains node, whose one pod (with the given grace) a
+// PodDisruptionBudget protects, with the deadline `within` from now; it
+// returns when the drain began, how the pod was terminated, and what was
+// recorded.
+func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (time.Time, step, *recorder) {
+	t.Helper()
 	addNode(t, node)
 	ns := world.Namespace(t)
 	labels := map[string]string{"app": "singleton"}
-	create(t, podSpec(ns, "singleton", node, 4, 4*time.Second, labels))
+	create(t, podSpec(ns, "singleton", node, int64(grace.Seconds()), grace, labels))
 	one := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "singleton"},
@@ -314,8 +320,7 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
 	start := time.Now()
-	deadline := start.Add(10 * time.Second)
-	res, err := d.Drain(ctxFor(t, time.Minute), deadline)
+	res, err := d.Drain(ctxFor(t, time.Minute), start.Add(within))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +333,15 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 			term = s
 		}
 	}
+	if want := []string{drain.EventBlocked, drain.EventEscalated}; fmt.Sprint(rec.events) != fmt.Sprint(want) {
+		t.Errorf("events %v, want %v", rec.events, want)
+	}
+	return start, term, rec
+}
+
+func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
+	t.Parallel()
+	start, term, rec := drainPDBBlocked(t, "drain-pdb-0", 4*time.Second, 10*time.Second)
 	// Deleted at deadline - grace (6 s in), not before; with its 4 s grace.
 	// deletionTimestamp - grace is when the delete happened (to the second).
 	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
@@ -337,7 +351,22 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 	if rec.count(drain.OutcomeBlocked) < 2 || rec.count(drain.OutcomeEscalated) != 1 {
 		t.Errorf("outcomes %v, want repeated 429s then one delete", rec.outcomes)
 	}
-	if want := []string{drain.EventBlocked, drain.EventEscalated}; fmt.Sprint(rec.events) != fmt.Sprint(want) {
-		t.Errorf("events %v, want %v", rec.events, want)
+	if len(rec.messages) > 0 && !strings.Contains(rec.messages[0], "deleting it at ") {
+		t.Errorf("the blocked Event says %q, want when the pod will be deleted", rec.messages[0])
+	}
+}
+
+// TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits: a 20 s grace
+// and 5 s left (a preemption): the refused pod is deleted at once with
+// what is left, and the Event says so.
+func TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits(t *testing.T) {
+	t.Parallel()
+	start, term, rec := drainPDBBlocked(t, "drain-pdb-1", 20*time.Second, 5*time.Second)
+	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
+	if term.grace < 4 || term.grace > 5 || deletedAt.After(start.Add(3*time.Second)) {
+		t.Errorf("deleted %s after the drain began with grace %d; want at once with the 5 s left", deletedAt.Sub(start), term.grace)
+	}
+	if len(rec.messages) == 0 || !strings.Contains(rec.messages[0], "grace period no longer fits before the VM stops; deleting it now") {
+		t.Errorf("the blocked Event says %q, want that the pod is deleted now", rec.messages)
 	}
 }
