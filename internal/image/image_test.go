@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -18,41 +19,56 @@ func TestStaticBinariesWithTheDockerfilesFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/agent ./cmd/aggregator
-	m := regexp.MustCompile(`(?m)^RUN CGO_ENABLED=0 go build -trimpath -ldflags "([^"]*)" -o /out/ (.*)$`).FindSubmatch(dockerfile)
+	// RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/agent ./cmd/aggregator
+	m := regexp.MustCompile(`(?m)^RUN CGO_ENABLED=0 GOOS=\$\{TARGETOS\} GOARCH=\$\{TARGETARCH\} go build -trimpath -ldflags "([^"]*)" -o /out/ (.*)$`).FindSubmatch(dockerfile)
 	if m == nil {
 		t.Fatal("the Dockerfile's build line is not the one this test mirrors")
+	}
+	if !regexp.MustCompile(`(?m)^FROM --platform=\$BUILDPLATFORM golang:\S+ AS build$`).Match(dockerfile) {
+		t.Error("the Dockerfile's build stage does not run on the builder's platform (cross-compiling for each target)")
 	}
 	ldflags := strings.ReplaceAll(string(m[1]), "${VERSION}", "v9.9.9-test")
 	pkgs := strings.Fields(string(m[2]))
 	if strings.Join(pkgs, " ") != "./cmd/agent ./cmd/aggregator" {
 		t.Errorf("the image builds %v, want both binaries", pkgs)
 	}
-	out := t.TempDir()
-	args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", out + string(filepath.Separator)}, pkgs...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	for _, name := range []string{"agent", "aggregator"} {
-		bin := filepath.Join(out, name)
-		f, err := elf.Open(bin)
-		if err != nil {
-			t.Fatal(err)
+	// The platforms the README's buildx line builds.
+	for _, arch := range []struct {
+		goarch  string
+		machine elf.Machine
+	}{{"amd64", elf.EM_X86_64}, {"arm64", elf.EM_AARCH64}} {
+		out := t.TempDir()
+		args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", out + string(filepath.Separator)}, pkgs...)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch.goarch)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build for %s: %v\n%s", arch.goarch, err, b)
 		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Errorf("%s is dynamically linked", name)
+		for _, name := range []string{"agent", "aggregator"} {
+			bin := filepath.Join(out, name)
+			f, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if f.Machine != arch.machine {
+				t.Errorf("%s for %s is built for %v", name, arch.goarch, f.Machine)
+			}
+			for _, p := range f.Progs {
+				if p.Type == elf.PT_INTERP {
+					t.Errorf("%s for %s is dynamically linked", name, arch.goarch)
+				}
+			}
+			f.Close()
+			if arch.goarch != runtime.GOARCH {
+				continue // cannot run here
+			}
+			v, err := exec.Command(bin, "--version").CombinedOutput()
+			if err != nil || strings.TrimSpace(string(v)) != "maintenance-handler "+name+" v9.9.9-test" {
+				t.Errorf("%s --version: %q %v", name, v, err)
+			}
+			checkFlagsDocumented(t, bin, name)
 		}
-		f.Close()
-		v, err := exec.Command(bin, "--version").CombinedOutput()
-		if err != nil || strings.TrimSpace(string(v)) != "maintenance-handler "+name+" v9.9.9-test" {
-			t.Errorf("%s --version: %q %v", name, v, err)
-		}
-		checkFlagsDocumented(t, bin, name)
 	}
 }
 
