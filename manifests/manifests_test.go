@@ -2,6 +2,8 @@ package manifests_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,12 +30,18 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+func TestMain(m *testing.M) {
+	code := testworld.RunMain(m, &world)
+	fleet.RemoveBinaries()
+	os.Exit(code)
+}
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -106,6 +114,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-a"})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-tpu-b", TPU: true})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-plain"})
+	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-c"}) // where a real agent runs, below
 	// A GPU node in maintenance, with the GPU operator's taint: the agent
 	// tolerates both (the node must be watched through its maintenance).
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-tainted"})
@@ -150,13 +159,16 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		for _, p := range pods {
 			on[p.Spec.NodeName] = p.Status.Phase == corev1.PodRunning
 		}
-		return on["rbac-gpu-a"] && on["rbac-tpu-b"] && on["rbac-gpu-tainted"], nil
+		return on["rbac-gpu-a"] && on["rbac-tpu-b"] && on["rbac-gpu-tainted"] && on["rbac-gpu-c"], nil
 	})
 	if err != nil {
 		t.Fatalf("agent pods never ran on the three accelerator nodes, the tainted and cordoned one included: %d pods", len(pods))
 	}
-	var podA *corev1.Pod
+	var podA, podC *corev1.Pod
 	for i, p := range pods {
+		if p.Spec.NodeName == "rbac-gpu-c" {
+			podC = &pods[i]
+		}
 		if p.Spec.NodeName == "rbac-plain" {
 			t.Errorf("an agent pod landed on a node without accelerators: %s", p.Name)
 		}
@@ -276,6 +288,158 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}, metav1.CreateOptions{})
 	if err != nil || !r.Status.Allowed {
 		t.Errorf("the aggregator cannot update its Lease: %v %+v", err, r.Status)
+	}
+
+	// The real agent under these permissions.
+	t.Run("AgentWithItsPodBoundTokenDoesItsJob", func(t *testing.T) { agentWithBoundToken(t, podC) })
+	t.Run("AgentWhoseTokenNamesNoNodeChangesNothingAndSaysWhy", agentWithoutNodeName)
+}
+
+// agentVM starts the agent binary for node with a kubeconfig holding token
+// and an emulated metadata server, and returns its VM.
+func agentVM(t *testing.T, node, token string, args ...string) *fleet.VM {
+	t.Helper()
+	bins, err := fleet.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testworld.WriteKubeconfig(kubeconfig, world.ConfigForToken(token)); err != nil {
+		t.Fatal(err)
+	}
+	v := &fleet.VM{Name: node, Emu: gceemu.New(gceemu.Config{Name: node, Project: "p", Zone: "z"})}
+	if err := v.Emu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), VMs: []*fleet.VM{v},
+		AgentArgs: append([]string{"--kubeconfig", kubeconfig, "--eviction-retry-interval", "1s"}, args...)}
+	if err := f.StartAgent(v); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = v.Agent.Stop(10 * time.Second)
+		f.Close()
+	})
+	return v
+}
+
+// workload runs a pod on node and returns its namespace and name.
+func workload(t *testing.T, node string) (string, string) {
+	t.Helper()
+	ns := world.Namespace(t)
+	one := int64(1)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &one, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+	if _, err := world.Client.CoreV1().Pods(ns).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := world.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("pod on %s never ran: %v", node, err)
+	}
+	return ns, p.Name
+}
+
+func healthz(v *fleet.VM) (int, string) {
+	resp, err := http.Get("http://" + v.MetricsAddr + "/healthz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// agentWithBoundToken runs the agent binary as the DaemonSet runs it: with
+// a token bound to its pod on the node, through RBAC and the admission
+// policy. A scheduled notice labels the node; host maintenance taints it,
+// evicts the workload and marks it terminating; /healthz is ok: every write
+// the agent makes is one the policy allows.
+func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
+	const ns = "maintenance-handler"
+	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := pod.Spec.NodeName
+	wns, name := workload(t, node)
+	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", pod.Name,
+		"--policy-configmap", ns+"/maintenance-handler")
+	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+	waitNode(t, node, "the scheduled-maintenance-time label", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelScheduledMaintenanceTime] != "" && n.Annotations[agent.AnnotationIdleSince] != "" && n.Annotations[agent.AnnotationLastBootID] != ""
+	})
+	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	waitNode(t, node, "terminating, tainted and cordoned", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating && agent.HasTaint(n) && n.Spec.Unschedulable
+	})
+	if _, err := world.Client.CoreV1().Pods(wns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the workload pod is still there (%v)", err)
+	}
+	if _, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), pod.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent's own pod: %v", err)
+	}
+	if code, body := healthz(v); code != http.StatusOK {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+}
+
+// agentWithoutNodeName runs the agent with a token of its service account
+// that is bound to no pod, so it names no node (as on a cluster whose
+// tokens lack the node name): the policy refuses its every Node update, so
+// host maintenance changes nothing, no pod is evicted, and /healthz says
+// why.
+func agentWithoutNodeName(t *testing.T) {
+	const node = "rbac-gpu-d"
+	world.NodeT(t, testworld.NodeSpec{Name: node})
+	tr, err := world.Client.CoreV1().ServiceAccounts("maintenance-handler").CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wns, name := workload(t, node)
+	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--unhealthy-after", "15s", "--metadata-timeout", "4s")
+	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	var code int
+	var body string
+	err = wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		code, body = healthz(v)
+		return code == http.StatusServiceUnavailable, nil
+	})
+	if err != nil || !strings.Contains(body, "its token names no node") {
+		t.Errorf("/healthz: %d %q, want 503 naming the policy's refusal", code, body)
+	}
+	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent.HasTaint(n) || n.Spec.Unschedulable || n.Labels[agent.LabelActiveMaintenance] != "" || n.Labels[agent.LabelScheduledMaintenanceTime] != "" {
+		t.Errorf("the node changed: labels %v, taints %v, unschedulable %v", n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
+	}
+	p, err := world.Client.CoreV1().Pods(wns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the workload pod was touched: %v", err)
+	}
+}
+
+// waitNode waits until cond holds for node.
+func waitNode(t *testing.T, node, what string, cond func(*corev1.Node) bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && cond(n), nil
+	})
+	if err != nil {
+		n, _ := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if n != nil {
+			t.Fatalf("%s never showed %s: labels %v annotations %v", node, what, n.Labels, n.Annotations)
+		}
+		t.Fatalf("%s never showed %s", node, what)
 	}
 }
 

@@ -191,7 +191,7 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		return w, err
 	}
 	w.Kubeconfig = filepath.Join(tmp, "kubeconfig")
-	if err := writeKubeconfig(w.Kubeconfig, w.Config); err != nil {
+	if err := WriteKubeconfig(w.Kubeconfig, w.Config); err != nil {
 		return w, err
 	}
 
@@ -375,7 +375,9 @@ func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
 	}
 }
 
-func writeKubeconfig(path string, cfg *rest.Config) error {
+// WriteKubeconfig writes a kubeconfig for cfg's server, CA and bearer
+// token to path.
+func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testworld"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
