@@ -7,29 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -40,46 +34,13 @@ var version = "dev"
 
 func main() {
 	opts := NewOptions()
-	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	if *showVersion {
-		fmt.Println("maintenance-handler agent", version)
-		return
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "invalid flags:\n"+err.Error())
-		os.Exit(2)
-	}
-	level, _ := parseLevel(opts.LogLevel)
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	klog.SetSlogLogger(logger)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, opts, logger); err != nil && !errors.Is(err, context.Canceled) {
-		logger.Error("agent stopped", "err", err)
-		os.Exit(1)
-	}
+	cli.Main("agent", version, opts, &opts.LogLevel, func(ctx context.Context, logger *slog.Logger) error { return run(ctx, opts, logger) })
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = opts.Kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-agent")
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
-	}
-	cfg.UserAgent = "maintenance-handler-agent"
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("create client: %w", err)
+		return err
 	}
 	node, err := agent.WaitForNode(ctx, client, opts.NodeName)
 	if err != nil {
@@ -166,27 +127,13 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	ln, err := net.Listen("tcp", opts.ListenAddress)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", opts.ListenAddress, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	logger.Info("agent started", "version", version, "node", opts.NodeName, "listen", ln.Addr().String())
-
 	g, ctx := errgroup.WithContext(ctx)
+	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
+	if err != nil {
+		return err
+	}
+	logger.Info("agent started", "version", version, "node", opts.NodeName, "listen", addr.String())
 	g.Go(func() error { return a.Start(ctx) })
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(shutdownCtx)
-	})
 	return g.Wait()
 }
 

@@ -3,13 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 )
 
 // Options are the agent's flags. NODE_NAME, POD_NAMESPACE and POD_NAME come
@@ -127,16 +128,8 @@ func (o *Options) Validate() error {
 	if len(o.AcceleratorResources) == 0 {
 		errs = append(errs, errors.New("--accelerator-resources: want at least one resource name"))
 	}
-	if _, err := parseLevel(o.LogLevel); err != nil {
+	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
-	}
-	return l, nil
 }

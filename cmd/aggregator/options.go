@@ -3,13 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 )
 
 // Options are the aggregator's flags. POD_NAMESPACE and POD_NAME come from
@@ -91,9 +91,8 @@ func (o *Options) Validate() error {
 	if o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval %s: want 1s or more", o.Interval))
 	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel))
+	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
