@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -62,15 +61,6 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 			r.violations = append(r.violations, fmt.Sprintf("pool %s: %d nodes in maintenance, can spare %d (moment %d)", pool, inMaintenance[pool], spare, r.moments))
 		}
 	}
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // TestSafetyUnderLeaderChaos: two aggregator processes; the leader is
@@ -135,7 +125,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 	startAgg := func(id string) { // a new replica: a new name, as a new pod would have
 		p, err := world.StartProcess("aggregator-"+id, filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
 			"--identity", id, "--config-map", "", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
-			"--interval", "1s", "--listen-address", freeAddr(t), "--log-level", "warn")
+			"--interval", "1s", "--listen-address", testworld.FreeAddrT(t), "--log-level", "warn")
 		if err != nil {
 			t.Fatal(err)
 		}

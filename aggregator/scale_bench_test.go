@@ -75,7 +75,7 @@ func BenchmarkAggregator5000Nodes(b *testing.B) {
 	}
 	fmt.Printf("created %d kwok nodes in %d pools in %s\n", nodes, pools, time.Since(began).Round(time.Second))
 
-	addr := freeAddr(b)
+	addr := testworld.FreeAddrT(b)
 	p, err := world.StartProcess("aggregator-scale", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", "default",
 		"--identity", "scale", "--config-map", "", "--interval", "2s", "--listen-address", addr, "--log-level", "warn")
 	if err != nil {

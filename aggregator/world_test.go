@@ -25,11 +25,7 @@ import (
 
 var world *testworld.World
 
-func TestMain(m *testing.M) {
-	code := testworld.RunMain(m, &world)
-	fleet.RemoveBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

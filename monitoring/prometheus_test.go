@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,20 +26,7 @@ import (
 
 var world *testworld.World
 
-func TestMain(m *testing.M) {
-	code := testworld.RunMain(m, &world)
-	fleet.RemoveBinaries()
-	os.Exit(code)
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
 
 // prom is a real Prometheus (Debian's) scraping the agents on loopback with
 // the shipped rules.
@@ -112,7 +98,7 @@ rule_files: [%q]
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testworld.FreeAddrT(t)
 	bin := filepath.Join(filepath.Dir(promtool(t)), "prometheus")
 	p, err := world.StartProcess("prometheus", bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
@@ -163,7 +149,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 		targets = append(targets, v.MetricsAddr)
 	}
-	aggAddr := freeAddr(t)
+	aggAddr := testworld.FreeAddrT(t)
 	agg, err := world.StartProcess("aggregator-prometheus", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig,
 		"--namespace", "default", "--identity", "aggregator-0", "--config-map", "", "--listen-address", aggAddr, "--log-level", "warn")
 	if err != nil {

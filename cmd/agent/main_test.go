@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -30,13 +30,7 @@ import (
 
 var world *testworld.World
 
-func TestMain(m *testing.M) {
-	code := testworld.RunMain(m, &world)
-	if agentBin != "" {
-		_ = os.RemoveAll(filepath.Dir(agentBin))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	o := NewOptions()
@@ -70,38 +64,18 @@ type agentProc struct {
 	err    error         // its exit error, once exited
 }
 
-var agentBin string
-
 func buildAgent(t testing.TB) string {
 	t.Helper()
-	if agentBin != "" {
-		return agentBin
-	}
-	dir, err := os.MkdirTemp("", testworld.ProjectBinaryPrefix)
+	dir, err := fleet.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "agent")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	agentBin = bin
-	return bin
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return filepath.Join(dir, "agent")
 }
 
 func runAgent(t testing.TB, node string, emu *gceemu.Server, args ...string) *agentProc {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testworld.FreeAddrT(t)
 	args = append([]string{"--kubeconfig", world.Kubeconfig, "--node-name", node, "--metadata-host", emu.Host(),
 		"--listen-address", addr, "--log-level", "warn"}, args...)
 	cmd := exec.Command(buildAgent(t), args...)

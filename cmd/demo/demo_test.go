@@ -15,45 +15,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 )
 
 // The demo is checked as a user runs it: the binary, built as `make demo`
 // builds it, its timeline read from its standard output.
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
 // binaries builds the demo, the agent and the aggregator once per test
-// binary, into a directory testworld.CheckLeaks knows.
+// binary.
 func binaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", testworld.ProjectBinaryPrefix)
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator", "./cmd/demo")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	dir, err := fleet.Binaries()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binDir
+	return dir
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	fleet.RemoveBinaries()
 	os.Exit(code)
 }
 

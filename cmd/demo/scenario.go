@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -138,10 +137,24 @@ func (d *demo) setUp(ctx context.Context) error {
 	})
 }
 
-// reboot plays the VM stopping and coming back.
-func (d *demo) reboot(ctx context.Context, v *fleet.VM) error {
+// reboot plays the VM stopping and coming back once v is terminating
+// (after Compute Engine starts the maintenance, where the agent asked for
+// it), and waits until the node is back in service.
+func (d *demo) reboot(ctx context.Context, v *fleet.VM, asked bool) error {
+	if asked {
+		if err := d.waitEmulatorStarted(ctx, v); err != nil {
+			return err
+		}
+	}
 	d.say("%s: the VM stops and boots again", v.Name)
-	return d.fleet.Reboot(ctx, v)
+	if err := d.fleet.Reboot(ctx, v); err != nil {
+		return err
+	}
+	if err := d.waitNode(ctx, v, time.Minute, backInService); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	return nil
 }
 
 func (d *demo) waitNode(ctx context.Context, v *fleet.VM, timeout time.Duration, cond func(*corev1.Node) bool) error {
@@ -166,12 +179,10 @@ func (d *demo) annotate(ctx context.Context, v *fleet.VM, key, value string) err
 
 // startAggregator starts one aggregator replica.
 func (d *demo) startAggregator(id string) error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testworld.FreeAddr()
 	if err != nil {
 		return err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	_, err = d.world.StartProcess(id, d.aggregatorBin, "--kubeconfig", d.world.Kubeconfig, "--namespace", metav1.NamespaceSystem,
 		"--identity", id, "--config-map", "", "--interval", "2s", "--listen-address", addr)
 	if err == nil {
@@ -228,16 +239,9 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.waitNode(ctx, spare, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
 	}
-	if err := d.waitEmulatorStarted(ctx, spare); err != nil {
+	if err := d.reboot(ctx, spare, true); err != nil {
 		return err
 	}
-	if err := d.reboot(ctx, spare); err != nil {
-		return err
-	}
-	if err := d.waitNode(ctx, spare, time.Minute, backInService); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
 
 	picked := d.vms[0]
 	d.say("== 3. A person takes the maintenance of %s now, between training runs", picked.Name)
@@ -262,16 +266,9 @@ func (d *demo) scenario(ctx context.Context) error {
 		d.say("   Compute Engine received: POST projects/%s/zones/%s/instances/%s/performMaintenance?requestId=%s -> %d",
 			c.Project, c.Zone, c.Instance, c.RequestID, c.Status)
 	}
-	if err := d.waitEmulatorStarted(ctx, picked); err != nil {
+	if err := d.reboot(ctx, picked, true); err != nil {
 		return err
 	}
-	if err := d.reboot(ctx, picked); err != nil {
-		return err
-	}
-	if err := d.waitNode(ctx, picked, time.Minute, backInService); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
 
 	busy := d.vms[1]
 	d.say("== 4. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
@@ -280,13 +277,9 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
 	}
-	if err := d.reboot(ctx, busy); err != nil {
+	if err := d.reboot(ctx, busy, false); err != nil {
 		return err
 	}
-	if err := d.waitNode(ctx, busy, time.Minute, backInService); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
 
 	spot := d.vms[3]
 	d.say("== 5. Compute Engine preempts the Spot node %s (preempted=TRUE, 30 s before the stop)", spot.Name)
@@ -299,14 +292,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
 		return err
 	}
-	if err := d.reboot(ctx, spot); err != nil {
-		return err
-	}
-	if err := d.waitNode(ctx, spot, time.Minute, backInService); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
-	return nil
+	return d.reboot(ctx, spot, false)
 }
 
 // timeline prints what a user would see change: node labels, taint and

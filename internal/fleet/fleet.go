@@ -10,11 +10,11 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -66,12 +66,11 @@ func (f *Fleet) Add(ctx context.Context, spec testworld.NodeSpec, cfg gceemu.Con
 // address, as a DaemonSet pod on the host network does.
 func (f *Fleet) StartAgent(v *VM) error {
 	if v.MetricsAddr == "" {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := testworld.FreeAddr()
 		if err != nil {
 			return err
 		}
-		v.MetricsAddr = l.Addr().String()
-		l.Close()
+		v.MetricsAddr = addr
 	}
 	args := append([]string{"--kubeconfig", f.World.Kubeconfig, "--node-name", v.Name, "--metadata-host", v.Emu.Host(),
 		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--listen-address", v.MetricsAddr}, f.AgentArgs...)
@@ -126,9 +125,10 @@ var (
 	buildErr  error
 )
 
-// Binaries builds cmd/agent and cmd/aggregator once per process into a
-// temporary directory (named so that `testworld leaks` finds any left
-// running) and returns it. RemoveBinaries deletes it.
+// Binaries builds the project's binaries (agent, aggregator, demo) once per
+// process into a temporary directory (named so that `testworld leaks` finds
+// any left running) and returns it. RemoveBinaries deletes it; RunMain does
+// both for a test package.
 func Binaries() (string, error) {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", testworld.ProjectBinaryPrefix)
@@ -140,13 +140,22 @@ func Binaries() (string, error) {
 			buildErr = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator")
+		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator", "./cmd/demo")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	return buildDir, buildErr
+}
+
+// RunMain is testworld.RunMain for a package whose tests run the project's
+// binaries: it also deletes them at the end.
+//
+//	func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+func RunMain(m *testing.M, w **testworld.World) int {
+	defer RemoveBinaries()
+	return testworld.RunMain(m, w)
 }
 
 // RemoveBinaries deletes what Binaries built.

@@ -165,7 +165,7 @@ func (b builder) kwok(ctx context.Context) error {
 // initialisation and heartbeat, and the general pod lifecycle (create,
 // ready, complete, delete with the per-pod delay annotation).
 func (b builder) stages(ctx context.Context, dst string) error {
-	modDir, err := moduleDir(ctx, "sigs.k8s.io/kwok@"+KwokVersion)
+	modDir, err := ModuleDir(ctx, "sigs.k8s.io/kwok@"+KwokVersion)
 	if err != nil {
 		return err
 	}
@@ -332,10 +332,6 @@ func download(ctx context.Context, modAtVersion string) (modInfo, error) {
 // ModuleDir downloads a module version through the Go module proxy (once;
 // the module cache keeps it) and returns the directory holding its files.
 func ModuleDir(ctx context.Context, modAtVersion string) (string, error) {
-	return moduleDir(ctx, modAtVersion)
-}
-
-func moduleDir(ctx context.Context, modAtVersion string) (string, error) {
 	info, err := download(ctx, modAtVersion)
 	return info.Dir, err
 }

@@ -98,13 +98,7 @@ func (p *proc) stop(grace time.Duration) error {
 		return nil
 	case <-timer.C:
 	}
-	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.Pid())
-	}
+	return p.kill()
 }
 
 // kill sends SIGKILL at once (a crash, not a shutdown) and waits for the

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"crypto/tls"
@@ -323,6 +324,26 @@ func (w *World) ConfigForToken(token string) *rest.Config {
 	cfg := rest.CopyConfig(w.Config)
 	cfg.BearerToken = token
 	return cfg
+}
+
+// FreeAddr returns a loopback host:port that was free a moment ago, for a
+// process about to listen on it.
+func FreeAddr() (string, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0]), nil
+}
+
+// FreeAddrT is FreeAddr for a test: it fails the test on error.
+func FreeAddrT(t testing.TB) string {
+	t.Helper()
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // freePorts reserves n distinct free loopback ports and releases them.
