@@ -145,6 +145,10 @@ func (d *demo) reboot(ctx context.Context, v *fleet.VM, asked bool) error {
 		if err := d.waitEmulatorStarted(ctx, v); err != nil {
 			return err
 		}
+	} else {
+		// The VM stops at its deadline, not the moment the node is ready:
+		// a pause, so that the agent's last Events are out before it dies.
+		time.Sleep(2 * time.Second)
 	}
 	d.say("%s: the VM stops and boots again", v.Name)
 	if err := d.fleet.Reboot(ctx, v); err != nil {
