@@ -36,12 +36,6 @@ var world *testworld.World
 
 func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // vm is one simulated VM: a kwok Node and its metadata emulator.
 type vm struct {
 	name string
@@ -76,7 +70,7 @@ func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
 // startAgentWith runs an agent whose API client is client.
 func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Interface) *running {
 	t.Helper()
-	node, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), v.name, metav1.GetOptions{})
+	node, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), v.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +105,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Int
 
 func getNode(t testing.TB, name string) *corev1.Node {
 	t.Helper()
-	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +115,7 @@ func getNode(t testing.TB, name string) *corev1.Node {
 func waitNode(t *testing.T, name, what string, cond func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
 	var n *corev1.Node
-	err := wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		n, err = world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && cond(n), nil
@@ -138,7 +132,7 @@ func waitNode(t *testing.T, name, what string, cond func(*corev1.Node) bool) *co
 func nodeEvents(t *testing.T, name string) map[string]int {
 	t.Helper()
 	uid := getNode(t, name).UID
-	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
+	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +145,7 @@ func nodeEvents(t *testing.T, name string) map[string]int {
 
 func waitEvent(t *testing.T, node, reason string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return nodeEvents(t, node)[reason] > 0, nil
 	})
 	if err != nil {
@@ -173,7 +167,7 @@ func makePod(ns, name, node string, grace int64, delay time.Duration) *corev1.Po
 
 func createPod(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -183,7 +177,7 @@ func createPod(t *testing.T, p *corev1.Pod) {
 }
 
 func podGone(t *testing.T, ns, name string) bool {
-	_, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	_, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
 }
 
@@ -198,7 +192,7 @@ func reboot(t testing.TB, v *vm, r *running) *running {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := getNode(t, v.name)
 		n.Status.NodeInfo.BootID = boot
-		_, err := world.Client.CoreV1().Nodes().UpdateStatus(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err := world.Client.CoreV1().Nodes().UpdateStatus(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -267,7 +261,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	if !podGone(t, ns, "trainer") || !podGone(t, metav1.NamespaceSystem, "dns-"+v.name) {
 		t.Error("terminating while pods remain")
 	}
-	p, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), "newcomer", metav1.GetOptions{})
+	p, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "newcomer", metav1.GetOptions{})
 	if err != nil || p.Spec.NodeName != "" {
 		t.Errorf("newcomer scheduled onto the node in maintenance: %v %q", err, p.Spec.NodeName)
 	}
@@ -293,7 +287,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 		_, active := n.Labels[agent.LabelActiveMaintenance]
 		return !active && !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[agent.AnnotationPhase] == ""
 	})
-	err = wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "newcomer", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName == v.name, nil
 	})
@@ -312,7 +306,7 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := getNode(t, v.name)
 		n.Spec.Unschedulable = true
-		_, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -375,7 +369,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	waitNode(t, v.name, "draining", func(n *corev1.Node) bool {
 		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
 	})
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
 		return err == nil && p.DeletionTimestamp != nil, nil
 	})
@@ -410,7 +404,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	began := time.Now()
 	r := startAgent(t, v, agent.DefaultConfig)
 	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError)) >= 2, nil
 	})
 	if err != nil {
@@ -431,7 +425,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 		t.Errorf("unrecognized values counted: %v", got)
 	}
 	v.emu.SetMaintenanceEvent(gceemu.EventNone)
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.watcher.Healthy(keys, began, time.Hour) == nil && !r.watcher.LastGood(metadata.KeyMaintenanceEvent).IsZero(), nil
 	})
 	if err != nil {
@@ -550,7 +544,7 @@ func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
 	fail.set(true)
 	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.agent.Healthy(0) != nil, nil
 	})
 	if err != nil {
@@ -580,7 +574,7 @@ func setNodeInfo(t *testing.T, name, bootID, kubelet string) {
 		if kubelet != "" {
 			n.Status.NodeInfo.KubeletVersion = kubelet
 		}
-		_, err := world.Client.CoreV1().Nodes().UpdateStatus(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err := world.Client.CoreV1().Nodes().UpdateStatus(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -630,13 +624,13 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 		c["TerminationEvent/AutoRepair"] = 1
 		b, _ := json.Marshal(c)
 		n.Annotations[agent.AnnotationInterruptions] = string(b)
-		_, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, "AutoRepair")) == 1, nil
 	})
 	if err != nil {

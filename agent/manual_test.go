@@ -31,7 +31,7 @@ import (
 func withCompute(t *testing.T, v *vm) *compute.VM {
 	t.Helper()
 	t.Setenv("GCE_METADATA_HOST", v.emu.Host())
-	m, err := compute.NewMaintainer(ctxFor(t, 10*time.Second), compute.Options{
+	m, err := compute.NewMaintainer(testworld.Ctx(t, 10*time.Second), compute.Options{
 		Endpoint: v.emu.ComputeEndpoint(),
 		Backoff:  backoff.Policy{Base: 100 * time.Millisecond, Max: time.Second},
 	})
@@ -63,7 +63,7 @@ func setTrigger(t *testing.T, node, value string, set bool) {
 		} else {
 			delete(n.Labels, agent.LabelPerformMaintenance)
 		}
-		_, err := world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func triggerGone(n *corev1.Node) bool {
 func eventMessages(t *testing.T, node, reason string) []string {
 	t.Helper()
 	uid := getNode(t, node).UID
-	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid) + ",reason=" + reason})
+	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(uid) + ",reason=" + reason})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func eventMessages(t *testing.T, node, reason string) []string {
 func waitEventMessage(t *testing.T, node, reason string, parts ...string) string {
 	t.Helper()
 	var found string
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, m := range eventMessages(t, node, reason) {
 			ok := true
 			for _, p := range parts {
@@ -138,7 +138,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}},
 	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctxFor(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitPDB(t, ns, "trainer", 2)
@@ -152,7 +152,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	}
 	requestID := n.Annotations[agent.AnnotationRequestID]
 	// The PDB refuses: the pod stays, and nothing is asked of Compute Engine.
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeBlocked)) >= 2, nil
 	})
 	if err != nil {
@@ -167,7 +167,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	createPod(t, replacement)
 	var grace int64
 	var goneAt time.Time
-	err = wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "trainer-0", metav1.GetOptions{})
 		if err != nil {
 			goneAt = time.Now()
@@ -232,7 +232,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 
 func waitPDB(t *testing.T, ns, name string, healthy int32) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == healthy, nil
 	})
@@ -416,7 +416,7 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	setTrigger(t, v.name, agent.TriggerValue, true)
 	select {
 	case <-k.made:
-	case <-ctxFor(t, 60*time.Second).Done():
+	case <-testworld.Ctx(t, 60*time.Second).Done():
 		t.Fatal("the call was never made")
 	}
 	first.stop()
@@ -451,11 +451,11 @@ pools:
     exclusions: [{name: launch, startTime: "` + now.Add(-time.Hour).Format(time.RFC3339) + `", endTime: "` + now.Add(time.Hour).Format(time.RFC3339) + `"}]
 `
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{policy.ConfigKey: text}}
-	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(ctxFor(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(testworld.Ctx(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	src := policy.NewSource(world.Client, ns, "maintenance-handler")
-	if err := src.Start(ctxFor(t, time.Minute)); err != nil {
+	if err := src.Start(testworld.Ctx(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	v := newVM(t, "agent-manual-gated")
@@ -475,10 +475,10 @@ pools:
 	}
 
 	cm.Data[policy.ConfigKey] = "pools:\n  default-pool: {gateManualTriggers: true}\n"
-	if _, err := world.Client.CoreV1().ConfigMaps(ns).Update(ctxFor(t, 10*time.Second), cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().ConfigMaps(ns).Update(testworld.Ctx(t, 10*time.Second), cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		reason, _ := v.gate(getNode(t, v.name), time.Now())
 		return reason == "", nil
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 )
 
 // TestIdlenessPublished: the agent writes since when its node is idle,
@@ -28,7 +29,7 @@ func TestIdlenessPublished(t *testing.T) {
 		return n.Annotations[agent.AnnotationIdleSince] == "" && n.Annotations[agent.AnnotationBusy] == agent.BusyAccelerators
 	})
 	zero := int64(0)
-	if err := world.Client.CoreV1().Pods(ns).Delete(ctxFor(t, 10*time.Second), "trainer", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := world.Client.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), "trainer", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	n = waitNode(t, v.name, "idle again", func(n *corev1.Node) bool { return n.Annotations[agent.AnnotationIdleSince] != "" })

@@ -83,7 +83,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 		}
 		f.Close()
 	})
-	ctx := ctxFor(t, 10*time.Minute)
+	ctx := testworld.Ctx(t, 10*time.Minute)
 	window := time.Now().Add(3 * 24 * time.Hour)
 	for pool, short := range pools {
 		for i := range size {

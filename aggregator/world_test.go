@@ -27,12 +27,6 @@ var world *testworld.World
 
 func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // published is what an agent publishes on its Node, written directly: the
 // aggregator's half of the protocol, on its own.
 type published struct {
@@ -54,7 +48,7 @@ func notice(start time.Time, canReschedule bool) string {
 func publish(t *testing.T, name string, p published) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -72,7 +66,7 @@ func publish(t *testing.T, name string, p published) {
 		for k, v := range p.labels {
 			n.Labels[k] = v
 		}
-		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -115,11 +109,11 @@ func triggered(n *corev1.Node) bool {
 // eventsFor returns the aggregator's Event messages on node, by reason.
 func eventsFor(t *testing.T, node string) map[string][]string {
 	t.Helper()
-	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), node, metav1.GetOptions{})
+	n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := world.Client.CoreV1().Events("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",source=" + aggregator.EventSource})
+	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",source=" + aggregator.EventSource})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +128,7 @@ func eventsFor(t *testing.T, node string) map[string][]string {
 
 func waitEventSaying(t *testing.T, node, reason, text string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, m := range eventsFor(t, node)[reason] {
 			if strings.Contains(m, text) {
 				return true, nil
@@ -171,7 +165,7 @@ func TestGKEExample(t *testing.T) {
 	waitEventSaying(t, names[0], aggregator.EventSkipped, "pods on it use accelerators")
 	waitEventSaying(t, names[1], aggregator.EventSkipped, "less than node-idle-time=600s")
 	var picked, other string
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for i, name := range names[2:] {
 			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err == nil && triggered(n) {
@@ -190,7 +184,7 @@ func TestGKEExample(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	count := 0
 	for _, name := range names {
-		n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if triggered(n) {
 			count++
 		}
@@ -212,7 +206,7 @@ func TestGKEExample(t *testing.T) {
 func configMap(t *testing.T, ns, text string) {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{policy.ConfigKey: text}}
-	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(ctxFor(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(testworld.Ctx(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -262,7 +256,7 @@ pools:
 		waitEventSaying(t, node, aggregator.EventSkipped, text)
 	}
 	for _, name := range append(names, "why-window", "why-excluded") {
-		n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if triggered(n) {
 			t.Errorf("%s was triggered", name)
 		}
@@ -294,7 +288,7 @@ func TestInvalidConfigurationIsAnsweredAndChangesNothing(t *testing.T) {
 cluster:
   maintenanceWindow: {startTime: "2026-11-21T00:00:00Z", duration: 48h, recurrence: "FREQ=WEEKLY;BYDAY=SATURDAY"}
 `)
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := world.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,reason=" + aggregator.EventInvalidConfig})
 		return err == nil && len(list.Items) > 0 && strings.Contains(list.Items[0].Message, "BYDAY"), nil
 	})
@@ -304,7 +298,7 @@ cluster:
 	publish(t, "good-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=600s,min-nodes=0,window=604800s"})
 	time.Sleep(3 * time.Second)
 	for _, name := range []string{"bad-string-0", "bad-mixed-0", "bad-mixed-1", "good-0"} {
-		n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if triggered(n) {
 			t.Errorf("%s triggered under an invalid configuration", name)
 		}
@@ -326,12 +320,12 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 	startAggregator(t, ns, "")
 	waitEventSaying(t, slice[0], aggregator.EventSkipped, "maintained whole")
 	for _, name := range slice {
-		if n, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{}); triggered(n) {
+		if n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); triggered(n) {
 			t.Fatalf("%s triggered while the other host is busy", name)
 		}
 	}
 	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, name := range slice {
 			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil || !triggered(n) {
@@ -352,40 +346,40 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 	const name = "repair-0"
 	nodes(t, "repair", name)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		n.Annotations[agent.AnnotationInterruptions] = `{"MaintenanceEvent/HW/SW Maintenance":1}`
-		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := startAggregator(t, world.Namespace(t), "")
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.agg.Leading(), nil
 	})
 	if err != nil {
 		t.Fatal("never leading")
 	}
-	old, _ := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
-	if err := world.Client.CoreV1().Nodes().Delete(ctxFor(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
+	old, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+	if err := world.Client.CoreV1().Nodes().Delete(testworld.Ctx(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		return err != nil, nil
 	})
 	if err != nil {
 		t.Fatal("the node was never deleted")
 	}
-	if _, err := world.AddNode(ctxFor(t, time.Minute), testworld.NodeSpec{Name: name, Pool: "repair"}); err != nil {
+	if _, err := world.AddNode(testworld.Ctx(t, time.Minute), testworld.NodeSpec{Name: name, Pool: "repair"}); err != nil {
 		t.Fatal(err)
 	}
 	var n *corev1.Node
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err = world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && n.UID != old.UID && agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"] == 1, nil
 	})
@@ -401,7 +395,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 	}
 	// Later passes do not count it again.
 	time.Sleep(3 * time.Second)
-	n, _ = world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	n, _ = world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	if got := agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"]; got != 1 {
 		t.Errorf("AutoRepair counted %d times", got)
 	}
@@ -413,7 +407,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 func TestVanishedNodeCounted(t *testing.T) {
 	// Not managed by kwok: never Ready, as a node whose VM is gone.
 	lost := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vanish-lost", Labels: map[string]string{testworld.LabelNodePool: "vanish"}}}
-	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), lost, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Nodes().Create(testworld.Ctx(t, 10*time.Second), lost, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -424,26 +418,26 @@ func TestVanishedNodeCounted(t *testing.T) {
 	// cluster autoscaler.
 	scaled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vanish-scaled", Labels: map[string]string{testworld.LabelNodePool: "vanish"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: aggregator.TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}}}
-	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), scaled, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Nodes().Create(testworld.Ctx(t, 10*time.Second), scaled, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = world.Client.CoreV1().Nodes().Delete(context.Background(), "vanish-scaled", metav1.DeleteOptions{})
 	})
 	r := startAggregatorWith(t, world.Namespace(t), "", 2*time.Second)
-	err := wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.agg.Leading(), nil
 	})
 	if err != nil {
 		t.Fatal("never leading")
 	}
 	for _, name := range []string{"vanish-lost", "vanish-ready", "vanish-scaled"} {
-		if err := world.Client.CoreV1().Nodes().Delete(ctxFor(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
+		if err := world.Client.CoreV1().Nodes().Delete(testworld.Ctx(t, 10*time.Second), name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	counter := r.metrics.VanishedNodes.WithLabelValues("vanish-lost", "vanish", agent.InterruptionTermination, agent.ReasonHostError)
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(counter) == 1, nil
 	})
 	if err != nil {

@@ -56,12 +56,6 @@ func (r *recorder) count(outcome string) int {
 	return r.outcomes[outcome]
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func addNode(t *testing.T, name string) {
 	t.Helper()
 	world.NodeT(t, testworld.NodeSpec{Name: name})
@@ -83,7 +77,7 @@ func podSpec(ns, name, node string, grace int64, delay time.Duration, labels map
 
 func create(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
 	}
 	t.Cleanup(func() {
@@ -94,7 +88,7 @@ func create(t *testing.T, p *corev1.Pod) {
 
 func waitRunning(t *testing.T, node string, n int) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
 			return false, nil
@@ -125,7 +119,7 @@ type step struct {
 // and when it is deleted, in the API server's order.
 func observe(t *testing.T, node string) func() []step {
 	t.Helper()
-	w, err := world.Client.CoreV1().Pods("").Watch(ctxFor(t, 5*time.Minute), metav1.ListOptions{
+	w, err := world.Client.CoreV1().Pods("").Watch(testworld.Ctx(t, 5*time.Minute), metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})
 	if err != nil {
@@ -201,7 +195,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
 		},
 	}
-	if _, err := world.Client.AppsV1().DaemonSets(ns).Create(ctxFor(t, 10*time.Second), ds, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.AppsV1().DaemonSets(ns).Create(testworld.Ctx(t, 10*time.Second), ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, node, 6)
@@ -210,7 +204,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), Skip: types.NamespacedName{Namespace: ns, Name: "agent"},
 		RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
-	res, err := d.Drain(ctxFor(t, 2*time.Minute), time.Now().Add(time.Minute))
+	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), time.Now().Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +241,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 		t.Errorf("drain order broken:\n%v", order)
 	}
 	for _, name := range []string{"agent", "static-" + node} {
-		if _, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{}); err != nil {
+		if _, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: %v, want it left running", name, err)
 		}
 	}
@@ -266,7 +260,7 @@ func TestDrainGivesEachPodItsGrace(t *testing.T) {
 	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), Recorder: rec, Events: rec})
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
-	if _, err := d.Drain(ctxFor(t, 2*time.Minute), deadline); err != nil {
+	if _, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]step{}
@@ -305,11 +299,11 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 		ObjectMeta: metav1.ObjectMeta{Name: "singleton"},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
 	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctxFor(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, node, 1)
-	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "singleton", metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, nil
 	})
@@ -320,7 +314,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
 	start := time.Now()
-	res, err := d.Drain(ctxFor(t, time.Minute), start.Add(within))
+	res, err := d.Drain(testworld.Ctx(t, time.Minute), start.Add(within))
 	if err != nil {
 		t.Fatal(err)
 	}

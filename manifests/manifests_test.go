@@ -39,12 +39,6 @@ var world *testworld.World
 
 func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // render builds the kustomization in dir as `kubectl apply -k` does (the
 // same kustomize library) and returns its objects.
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -92,7 +86,7 @@ func apply(t *testing.T, objs []*unstructured.Unstructured) {
 			t.Fatal(err)
 		}
 		force := true
-		if _, err := ri.Patch(ctxFor(t, 30*time.Second), obj.GetName(), types.ApplyPatchType, data,
+		if _, err := ri.Patch(testworld.Ctx(t, 30*time.Second), obj.GetName(), types.ApplyPatchType, data,
 			metav1.PatchOptions{FieldManager: "maintenance-handler-test", Force: &force}); err != nil {
 			t.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
 		}
@@ -115,7 +109,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	// tolerates both (the node must be watched through its maintenance).
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-tainted"})
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "rbac-gpu-tainted", metav1.GetOptions{})
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-gpu-tainted", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -123,19 +117,19 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			corev1.Taint{Key: agent.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule},
 			corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule})
 		n.Spec.Unschedulable = true
-		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "rbac-plain", metav1.GetOptions{})
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-plain", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		delete(n.Labels, testworld.LabelGPUAccelerator)
-		_, err = world.Client.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -145,7 +139,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 
 	// The DaemonSet: on the two accelerator nodes, not on the plain one.
 	var pods []corev1.Pod
-	err = wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := world.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
 		if err != nil {
 			return false, nil
@@ -174,7 +168,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 
 	// A token bound to the agent pod on node A, as the kubelet mounts it.
-	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
+	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: podA.Name, UID: podA.UID}},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -186,12 +180,12 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 	update := func(node string, change func(*corev1.Node)) error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n, err := as.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), node, metav1.GetOptions{})
+			n, err := as.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			change(n)
-			_, err = as.CoreV1().Nodes().Update(ctxFor(t, 10*time.Second), n, metav1.UpdateOptions{})
+			_, err = as.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 			return err
 		})
 	}
@@ -219,21 +213,21 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	denied("a taint it does not own", update("rbac-gpu-a", func(n *corev1.Node) {
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/mine", Effect: corev1.TaintEffectNoExecute})
 	}), "only its own taint")
-	denied("deleting its node", as.CoreV1().Nodes().Delete(ctxFor(t, 10*time.Second), "rbac-gpu-a", metav1.DeleteOptions{}), "forbidden")
+	denied("deleting its node", as.CoreV1().Nodes().Delete(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.DeleteOptions{}), "forbidden")
 
 	// What the drain needs: list pods, evict one.
-	if _, err := as.CoreV1().Pods("").List(ctxFor(t, 10*time.Second), metav1.ListOptions{FieldSelector: "spec.nodeName=rbac-gpu-a"}); err != nil {
+	if _, err := as.CoreV1().Pods("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "spec.nodeName=rbac-gpu-a"}); err != nil {
 		t.Errorf("list pods: %v", err)
 	}
 	victim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"},
 		Spec: corev1.PodSpec{NodeName: "rbac-gpu-a", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
-	if _, err := world.Client.CoreV1().Pods("default").Create(ctxFor(t, 10*time.Second), victim, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods("default").Create(testworld.Ctx(t, 10*time.Second), victim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), "victim", metav1.DeleteOptions{})
 	})
-	if err := as.PolicyV1().Evictions("default").Evict(ctxFor(t, 10*time.Second), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"}}); err != nil {
+	if err := as.PolicyV1().Evictions("default").Evict(testworld.Ctx(t, 10*time.Second), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"}}); err != nil {
 		t.Errorf("evict: %v", err)
 	}
 
@@ -256,7 +250,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	})
 
 	// The aggregator: what it needs, and no more.
-	tr, err = world.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err = world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +272,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
 		{"update", "apps", "deployments", ns, "", false},
 	})
-	r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(ctxFor(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+	r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
 		Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
 			Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: "maintenance-handler-aggregator"}},
 	}, metav1.CreateOptions{})
@@ -326,10 +320,10 @@ func workload(t *testing.T, node string) (string, string) {
 	one := int64(1)
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &one, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
-	if _, err := world.Client.CoreV1().Pods(ns).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(ns).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := world.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodRunning, nil
 	})
@@ -356,7 +350,7 @@ func healthz(v *fleet.VM) (int, string) {
 // the agent makes is one the policy allows.
 func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	const ns = "maintenance-handler"
-	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
+	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -374,10 +368,10 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	waitNode(t, node, "terminating, tainted and cordoned", func(n *corev1.Node) bool {
 		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating && agent.HasTaint(n) && n.Spec.Unschedulable
 	})
-	if _, err := world.Client.CoreV1().Pods(wns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the workload pod is still there (%v)", err)
 	}
-	if _, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), pod.Name, metav1.GetOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), pod.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the agent's own pod: %v", err)
 	}
 	if code, body := healthz(v); code != http.StatusOK {
@@ -393,7 +387,7 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 func agentWithoutNodeName(t *testing.T) {
 	const node = "rbac-gpu-d"
 	world.NodeT(t, testworld.NodeSpec{Name: node})
-	tr, err := world.Client.CoreV1().ServiceAccounts("maintenance-handler").CreateToken(ctxFor(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := world.Client.CoreV1().ServiceAccounts("maintenance-handler").CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,21 +397,21 @@ func agentWithoutNodeName(t *testing.T) {
 	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	var code int
 	var body string
-	err = wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 2*time.Minute), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		code, body = healthz(v)
 		return code == http.StatusServiceUnavailable, nil
 	})
 	if err != nil || !strings.Contains(body, "its token names no node") {
 		t.Errorf("/healthz: %d %q, want 503 naming the policy's refusal", code, body)
 	}
-	n, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), node, metav1.GetOptions{})
+	n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if agent.HasTaint(n) || n.Spec.Unschedulable || n.Labels[agent.LabelActiveMaintenance] != "" || n.Labels[agent.LabelScheduledMaintenanceTime] != "" {
 		t.Errorf("the node changed: labels %v, taints %v, unschedulable %v", n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
 	}
-	p, err := world.Client.CoreV1().Pods(wns).Get(ctxFor(t, 10*time.Second), name, metav1.GetOptions{})
+	p, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	if err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the workload pod was touched: %v", err)
 	}
@@ -426,7 +420,7 @@ func agentWithoutNodeName(t *testing.T) {
 // waitNode waits until cond holds for node.
 func waitNode(t *testing.T, node, what string, cond func(*corev1.Node) bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		return err == nil && cond(n), nil
 	})
@@ -448,7 +442,7 @@ type access struct {
 func checkAccess(t *testing.T, c kubernetes.Interface, accesses []access) {
 	t.Helper()
 	for _, a := range accesses {
-		r, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctxFor(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+		r, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
 			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
 				Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.ns, Subresource: a.sub}},
 		}, metav1.CreateOptions{})
@@ -626,7 +620,7 @@ const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v
 // server-side apply: the API server validates them against the schemas.
 // A rule without an expression is refused, so the check is real.
 func TestPrometheusOperatorObjectsApply(t *testing.T) {
-	dir, err := testworld.ModuleDir(ctxFor(t, 5*time.Minute), prometheusOperator)
+	dir, err := testworld.ModuleDir(testworld.Ctx(t, 5*time.Minute), prometheusOperator)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +637,7 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 		crds = append(crds, &unstructured.Unstructured{Object: m})
 	}
 	apply(t, crds)
-	err = wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := world.Client.Discovery().ServerResourcesForGroupVersion("monitoring.coreos.com/v1")
 		if err != nil {
 			return false, nil
@@ -673,7 +667,7 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 		t.Fatalf("the overlay has %d of Namespace, ServiceMonitor and PrometheusRule", len(ours))
 	}
 	// Another test's cleanup may still be deleting the namespace.
-	err = wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 2*time.Minute), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := world.Client.CoreV1().Namespaces().Get(ctx, "maintenance-handler", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -699,7 +693,7 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = dyn.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}).
-		Namespace(rule.GetNamespace()).Patch(ctxFor(t, 30*time.Second), rule.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "maintenance-handler-test"})
+		Namespace(rule.GetNamespace()).Patch(testworld.Ctx(t, 30*time.Second), rule.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "maintenance-handler-test"})
 	if err == nil || !strings.Contains(err.Error(), "expr") {
 		t.Errorf("a rule without expr was not refused by the CRD's schema: %v", err)
 	}

@@ -192,6 +192,13 @@ func (w *World) Namespace(t testing.TB) string {
 	return name
 }
 
+// Ctx returns a context that ends after d or when the test ends.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // NodeT is AddNode for a test: it fails t on error and deletes the Node
 // when t ends.
 func (w *World) NodeT(t testing.TB, spec NodeSpec) *corev1.Node {

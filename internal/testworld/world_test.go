@@ -29,12 +29,6 @@ var world *testworld.World
 
 func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // node adds a fake GPU node named after the test.
 func node(t *testing.T, spec testworld.NodeSpec) *corev1.Node {
 	t.Helper()
@@ -59,7 +53,7 @@ func pod(name string, nodeName string, labels map[string]string) *corev1.Pod {
 func waitPodRunning(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		p, err = world.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p), nil
@@ -110,7 +104,7 @@ func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
 	}
 	// An unannotated node is not kwok's: it never becomes Ready.
 	plain := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "not-kwok-0"}}
-	if _, err := world.Client.CoreV1().Nodes().Create(ctxFor(t, 10*time.Second), plain, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Nodes().Create(testworld.Ctx(t, 10*time.Second), plain, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -118,7 +112,7 @@ func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
 	})
 	// By the time a second kwok node is Ready, kwok has had its chance.
 	node(t, testworld.NodeSpec{Name: "gpu-ready-1"})
-	got, err := world.Client.CoreV1().Nodes().Get(ctxFor(t, 10*time.Second), "not-kwok-0", metav1.GetOptions{})
+	got, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "not-kwok-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,17 +139,17 @@ func TestDeploymentPodsScheduledAndRunning(t *testing.T) {
 			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
 		},
 	}
-	if _, err := world.Client.AppsV1().Deployments(ns).Create(ctxFor(t, 10*time.Second), d, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.AppsV1().Deployments(ns).Create(testworld.Ctx(t, 10*time.Second), d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctxFor(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := world.Client.AppsV1().Deployments(ns).Get(ctx, "trainer", metav1.GetOptions{})
 		return err == nil && got.Status.ReadyReplicas == replicas, nil
 	})
 	if err != nil {
 		t.Fatalf("deployment never had %d ready replicas: %v", replicas, err)
 	}
-	pods, err := world.Client.CoreV1().Pods(ns).List(ctxFor(t, 10*time.Second), metav1.ListOptions{LabelSelector: "app=trainer"})
+	pods, err := world.Client.CoreV1().Pods(ns).List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{LabelSelector: "app=trainer"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +172,7 @@ func TestPDBStatusAndEviction(t *testing.T) {
 	n := node(t, testworld.NodeSpec{Name: "gpu-pdb-0"})
 	labels := map[string]string{"app": "serving"}
 	for _, name := range []string{"serving-a", "serving-b"} {
-		if _, err := world.Client.CoreV1().Pods(ns).Create(ctxFor(t, 10*time.Second), pod(name, n.Name, labels), metav1.CreateOptions{}); err != nil {
+		if _, err := world.Client.CoreV1().Pods(ns).Create(testworld.Ctx(t, 10*time.Second), pod(name, n.Name, labels), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitPodRunning(t, ns, name)
@@ -191,11 +185,11 @@ func TestPDBStatusAndEviction(t *testing.T) {
 			Selector:     &metav1.LabelSelector{MatchLabels: labels},
 		},
 	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctxFor(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var got *policyv1.PodDisruptionBudget
-	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		got, err = world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "serving", metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.ExpectedPods == 2, nil
@@ -208,10 +202,10 @@ func TestPDBStatusAndEviction(t *testing.T) {
 	}
 
 	// The first eviction is allowed; the second would break the budget.
-	if err := evict(ctxFor(t, 10*time.Second), world.Client, ns, "serving-a"); err != nil {
+	if err := evict(testworld.Ctx(t, 10*time.Second), world.Client, ns, "serving-a"); err != nil {
 		t.Fatalf("first eviction: %v, want it allowed", err)
 	}
-	err = evict(ctxFor(t, 10*time.Second), world.Client, ns, "serving-b")
+	err = evict(testworld.Ctx(t, 10*time.Second), world.Client, ns, "serving-b")
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || status.Status().Code != 429 {
 		t.Fatalf("second eviction: %v, want 429 Too Many Requests", err)
@@ -219,7 +213,7 @@ func TestPDBStatusAndEviction(t *testing.T) {
 	if !strings.Contains(err.Error(), "disruption budget") {
 		t.Errorf("second eviction error %q does not name the disruption budget", err)
 	}
-	if _, err := world.Client.CoreV1().Pods(ns).Get(ctxFor(t, 10*time.Second), "serving-b", metav1.GetOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "serving-b", metav1.GetOptions{}); err != nil {
 		t.Errorf("serving-b after a refused eviction: %v, want it still there", err)
 	}
 }
@@ -232,18 +226,18 @@ func TestDeletedPodTakesItsDelay(t *testing.T) {
 	grace := int64(delay / time.Second)
 	p.Spec.TerminationGracePeriodSeconds = &grace
 	p.Annotations = map[string]string{testworld.PodDeleteDelayAnnotation: delay.String()}
-	if _, err := world.Client.CoreV1().Pods(ns).Create(ctxFor(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(ns).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitPodRunning(t, ns, p.Name)
 
 	deleted := time.Now()
-	if err := world.Client.CoreV1().Pods(ns).Delete(ctxFor(t, 10*time.Second), p.Name, metav1.DeleteOptions{}); err != nil {
+	if err := world.Client.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	sawTerminating := false
 	var gone time.Duration
-	err := wait.PollUntilContextTimeout(ctxFor(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := world.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			gone = time.Since(deleted)
@@ -273,7 +267,7 @@ func TestPodBoundTokenCarriesNodeName(t *testing.T) {
 	ns := world.Namespace(t)
 	a := node(t, testworld.NodeSpec{Name: "gpu-token-a"})
 	node(t, testworld.NodeSpec{Name: "gpu-token-b"})
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := testworld.Ctx(t, 60*time.Second)
 	if _, err := world.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +324,7 @@ func TestPanickingTestLeavesNoProcess(t *testing.T) {
 		t.Skip("starts a second world")
 	}
 	pidFile := t.TempDir() + "/pids"
-	cmd := exec.CommandContext(ctxFor(t, 3*time.Minute), os.Args[0], "-test.run=^TestPanickingTestLeavesNoProcess$")
+	cmd := exec.CommandContext(testworld.Ctx(t, 3*time.Minute), os.Args[0], "-test.run=^TestPanickingTestLeavesNoProcess$")
 	cmd.Env = append(os.Environ(), panicChildEnv+"="+pidFile)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "a test that panics") {
@@ -344,7 +338,7 @@ func TestPanickingTestLeavesNoProcess(t *testing.T) {
 	if len(pids) != 5 {
 		t.Fatalf("child reported pids %v, want 5 components", pids)
 	}
-	err = wait.PollUntilContextTimeout(ctxFor(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, pid := range pids {
 			if alive(pid) {
 				return false, nil
