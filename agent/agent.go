@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -46,6 +45,9 @@ type Metrics interface {
 // agent's own VM now; compute.VM implements it.
 type Maintainer interface {
 	PerformMaintenance(ctx context.Context, requestID string) (operation string, err error)
+	// WaitOperation returns when the operation has ended: nil when it
+	// succeeded.
+	WaitOperation(ctx context.Context, operation string) error
 }
 
 // Events records Kubernetes Events on the agent's Node.
@@ -82,10 +84,13 @@ type Options struct {
 	AcceleratorResources []corev1.ResourceName
 	// RetryInterval is the delay between refused evictions.
 	RetryInterval time.Duration
-	Metrics       Metrics
-	Events        Events
-	Clock         clock.Clock
-	Logger        *slog.Logger
+	// DrainReserve bounds the time kept for system and DaemonSet pods at
+	// the end of a drain (drain.Options.Reserve).
+	DrainReserve time.Duration
+	Metrics      Metrics
+	Events       Events
+	Clock        clock.Clock
+	Logger       *slog.Logger
 }
 
 // Agent runs the maintenance lifecycle of one node.
@@ -95,19 +100,25 @@ type Agent struct {
 
 	wake chan struct{}
 
-	mu         sync.Mutex
-	signals    Signals
-	changedAt  time.Time // when a signal last changed
-	drainFor   time.Time // Started of the maintenance the running drain is for
-	drainDone  time.Time // Started of the maintenance whose drain finished
-	drainStop  context.CancelFunc
-	drainGroup sync.WaitGroup
+	mu      sync.Mutex
+	signals Signals
+	// unrecognized holds the keys whose last answer was not understood.
+	unrecognized map[string]bool
+	changedAt    time.Time // when a signal last changed
+	drainFor     time.Time // Started of the maintenance the running drain is for
+	drainDone    time.Time // Started of the maintenance whose drain finished
+	drainStop    context.CancelFunc
+	drainGroup   sync.WaitGroup
 
 	performFor    string         // request ID of the call started by this process
 	performResult *PerformResult // how it ended
 	performGroup  sync.WaitGroup
 
 	nodes cache.SharedIndexInformer
+
+	// wakeAt is when the last decision asked to step again (zero: only on
+	// change). Used by the loop goroutine only.
+	wakeAt time.Time
 
 	// counted is what the interruption counters hold, by InterruptionKey:
 	// they follow the Node's counts (the agent's own, a previous agent's,
@@ -168,10 +179,11 @@ func New(opts Options) *Agent {
 	if opts.AcceleratorResources == nil {
 		opts.AcceleratorResources = DefaultAcceleratorResources
 	}
+	opts.Config = opts.Config.withDefaults()
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
-	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1)}
+	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), unrecognized: map[string]bool{}}
 }
 
 func (a *Agent) poke() {
@@ -209,13 +221,31 @@ func (a *Agent) Start(ctx context.Context) error {
 	// Reconcile on every signal change, every drain end and every change
 	// of the Node (one watch, scoped to this Node: no periodic request).
 	a.poke()
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
+		var timerC <-chan time.Time
+		if timer != nil {
+			timerC = timer.C()
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-a.wake:
+		case <-timerC:
 		}
 		err := a.reconcile(ctx)
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if !a.wakeAt.IsZero() {
+			timer = a.opts.Clock.NewTimer(max(a.wakeAt.Sub(a.opts.Clock.Now()), 0))
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -299,9 +329,10 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 		}
 	case metadata.KeyUpcomingMaintenance:
 		if ans.Absent {
-			sig.Notice, sig.NoticePresent, sig.NoticeKnown = metadata.Notice{}, false, true
+			sig.Notice, sig.NoticePresent, sig.NoticeKnown, sig.NoticeNotYet = metadata.Notice{}, false, true, ans.NotYet
 			break
 		}
+		sig.NoticeNotYet = false
 		var n metadata.Notice
 		var present bool
 		if n, present, err = metadata.ParseNotice(ans.Value); err == nil {
@@ -311,10 +342,16 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 	if err != nil {
 		a.log.Warn("unrecognized metadata value; not acting on it", "key", key, "err", err)
 		a.opts.Metrics.Unrecognized(key)
-		a.opts.Events.NodeEvent(true, EventUnrecognizedValue, fmt.Sprintf(
-			"The metadata server answered %s with a value the agent does not recognise; it is ignored: %v", key, err))
+		// One Warning per key each time it turns unrecognised, however
+		// many odd values follow: the log and the metric count each one.
+		if !a.unrecognized[key] {
+			a.unrecognized[key] = true
+			a.opts.Events.NodeEvent(true, EventUnrecognizedValue, fmt.Sprintf(
+				"The metadata server answered %s with a value the agent does not recognise; it is ignored, and so are further unrecognised values of this key until a recognised one: %v", key, err))
+		}
 		return false
 	}
+	delete(a.unrecognized, key)
 	a.log.Info("metadata changed", "key", key, "value", metadata.Excerpt(ans.Value), "absent", ans.Absent)
 	a.signals = sig
 	a.changedAt = a.opts.Clock.Now()
@@ -398,6 +435,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 // while the phase is Draining.
 func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration) {
 	st := dec.State
+	a.wakeAt = dec.WakeAt
 	for _, e := range dec.Events {
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
@@ -446,7 +484,7 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 	a.drainStop = cancel
 	a.mu.Unlock()
 	d := drain.New(drain.Options{
-		Client: a.opts.Client, Pods: a.opts.Pods, Skip: a.opts.Self, RetryInterval: a.opts.RetryInterval,
+		Client: a.opts.Client, Pods: a.opts.Pods, Skip: a.opts.Self, RetryInterval: a.opts.RetryInterval, Reserve: a.opts.DrainReserve,
 		Clock: a.opts.Clock, Logger: a.log, Recorder: a.opts.Metrics, Events: a.opts.Events,
 	})
 	a.drainGroup.Add(1)
@@ -460,7 +498,7 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 			}
 			return
 		}
-		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted)
+		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted, "left", res.Left)
 		a.mu.Lock()
 		a.drainDone = st.Started
 		a.mu.Unlock()
@@ -530,11 +568,35 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 		} else {
 			a.log.Info("performMaintenance accepted", "request_id", st.RequestID, "operation", res.Operation)
 		}
-		a.mu.Lock()
-		a.performResult = res
-		a.mu.Unlock()
-		a.poke()
+		a.setPerformResult(res)
+		if res.Err != nil || a.opts.Maintainer == nil {
+			return
+		}
+		// Follow the operation to its end: one that fails puts the node
+		// back in service (Step). Bounded by the manual start timeout.
+		octx, cancel := context.WithTimeout(ctx, a.opts.Config.ManualStartTimeout)
+		err := a.opts.Maintainer.WaitOperation(octx, res.Operation)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, compute.ErrOperationFailed):
+			a.log.Warn("performMaintenance operation failed", "request_id", st.RequestID, "operation", res.Operation, "err", err)
+			failed := *res
+			failed.OperationErr = err
+			a.setPerformResult(&failed)
+		case err != nil:
+			a.log.Warn("performMaintenance operation not followed to its end", "operation", res.Operation, "err", err)
+		default:
+			a.log.Info("performMaintenance operation done", "operation", res.Operation)
+		}
 	}()
+}
+
+func (a *Agent) setPerformResult(res *PerformResult) {
+	a.mu.Lock()
+	a.performResult = res
+	a.mu.Unlock()
+	a.poke()
 }
 
 func (a *Agent) stopDrain() {
@@ -548,17 +610,47 @@ func (a *Agent) stopDrain() {
 	a.drainGroup.Wait()
 }
 
-// WaitForNode blocks until the Node exists (the agent may start before its
-// Node is registered).
-func WaitForNode(ctx context.Context, c kubernetes.Interface, name string) (*corev1.Node, error) {
-	var node *corev1.Node
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+// ErrNoNode is why WaitForNode still waits: the Node is not registered, or
+// the agent may not read it, or the API server does not answer.
+var ErrNoNode = errors.New("waiting for the node")
+
+// WaitForNode blocks until the agent can read its Node (the agent may start
+// before its Node is registered). Each time the reason it waits changes, it
+// logs it and tells waiting (for /healthz); it retries with backoff.Default.
+func WaitForNode(ctx context.Context, c kubernetes.Interface, name string, clk clock.Clock, log *slog.Logger, waiting func(error)) (*corev1.Node, error) {
+	var last string
+	for attempt := 1; ; attempt++ {
 		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+		if err == nil {
+			if last != "" {
+				log.Info("node found", "node", name)
+			}
+			return n, nil
 		}
-		node = n
-		return true, nil
-	})
-	return node, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var why error
+		switch {
+		case apierrors.IsNotFound(err):
+			why = fmt.Errorf("%w %q: it is not registered yet (the kubelet registers it)", ErrNoNode, name)
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+			why = fmt.Errorf("%w %q: the agent may not read it; check its ServiceAccount's ClusterRole (get, watch nodes): %w", ErrNoNode, name, err)
+		default:
+			why = fmt.Errorf("%w %q: the API server did not answer: %w", ErrNoNode, name, err)
+		}
+		waiting(why)
+		delay := backoff.Default.Delay(attempt)
+		if why.Error() != last {
+			log.Warn("waiting for the node", "node", name, "err", why, "retry_in", delay)
+			last = why.Error()
+		}
+		t := clk.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C():
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -179,6 +180,68 @@ func createPod(t *testing.T, p *corev1.Pod) {
 func podGone(t *testing.T, ns, name string) bool {
 	_, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
+}
+
+// podEnd is how a watched pod ended.
+type podEnd struct {
+	at time.Time
+	// grace is the deletion grace period the pod got when it began to
+	// terminate (0 when it was deleted at once: a force delete).
+	grace int64
+	// terminated: the pod was seen terminating (deletionTimestamp set)
+	// before it was deleted.
+	terminated bool
+}
+
+// podWatch follows one pod through a watch.
+type podWatch struct{ end chan podEnd }
+
+// watchPod watches ns/name from now on. A watch delivers every change in
+// order, so a short terminating state is not missed, and the deletion
+// carries the pod's last state.
+func watchPod(t *testing.T, ns, name string) *podWatch {
+	t.Helper()
+	w, err := world.Client.CoreV1().Pods(ns).Watch(testworld.Ctx(t, 5*time.Minute), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := &podWatch{end: make(chan podEnd, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var end podEnd
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				end.at = time.Now()
+				pw.end <- end
+				return
+			}
+			if p.DeletionTimestamp != nil && !end.terminated {
+				end.terminated = true
+				if p.DeletionGracePeriodSeconds != nil {
+					end.grace = *p.DeletionGracePeriodSeconds
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return pw
+}
+
+// gone waits for the pod's deletion.
+func (pw *podWatch) gone(t *testing.T) podEnd {
+	t.Helper()
+	select {
+	case e := <-pw.end:
+		return e
+	case <-time.After(90 * time.Second):
+		t.Fatal("the pod was never deleted")
+		return podEnd{}
+	}
 }
 
 // reboot simulates the VM stopping and coming back: the agent dies with the

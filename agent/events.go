@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -12,9 +14,15 @@ import (
 // EventSource is the component name on the agent's Events.
 const EventSource = "maintenance-handler"
 
-// NodeEvents records Kubernetes Events on one Node. The broadcaster
-// aggregates repeats and rate-limits, so a flapping signal cannot flood the
-// API server.
+// NodeEvents records Kubernetes Events on one Node.
+//
+// client-go's recorder drops Events by default once a source has sent 25
+// about one object (then one per five minutes), whatever they say: a burst
+// of warnings would silence the lifecycle Events after it. Here only
+// repeats of the very same Event (reason and message) are limited that way;
+// the agent keeps its noisy warnings rare at the source (one per key and
+// change of condition), so every lifecycle Event is recorded. Repeats are
+// still aggregated into a count by the recorder.
 type NodeEvents struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -26,13 +34,20 @@ var _ Events = (*NodeEvents)(nil)
 // NewNodeEvents returns a recorder for the Node named nodeName (whose UID
 // is uid). Call Shutdown when done.
 func NewNodeEvents(client kubernetes.Interface, nodeName string, uid types.UID) *NodeEvents {
-	b := record.NewBroadcaster()
+	b := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey}))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	return &NodeEvents{
 		broadcaster: b,
 		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource, Host: nodeName}),
 		ref:         &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: uid, APIVersion: "v1"},
 	}
+}
+
+// spamKey groups the Events that share one rate limit: the same Event
+// about the same object from the same source.
+func spamKey(e *corev1.Event) string {
+	return strings.Join([]string{e.Source.Component, e.Source.Host, e.InvolvedObject.Kind, e.InvolvedObject.Name,
+		string(e.InvolvedObject.UID), e.Type, e.Reason, e.Message}, "\x00")
 }
 
 // NodeEvent records one Event.

@@ -162,24 +162,16 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 		t.Fatalf("pod gone %t, calls %d while the PDB refuses", podGone(t, ns, "trainer-0"), len(v.emu.Calls()))
 	}
 	// A replacement runs elsewhere: the eviction goes through, with grace.
+	// Watched from before the replacement: every change of trainer-0 is
+	// seen, its deletion last with the grace it was given.
+	trainer0 := watchPod(t, ns, "trainer-0")
 	replacement := makePod(ns, "trainer-2", spare.Name, 3, 3*time.Second)
 	replacement.Labels = labels
 	createPod(t, replacement)
-	var grace int64
-	var goneAt time.Time
-	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "trainer-0", metav1.GetOptions{})
-		if err != nil {
-			goneAt = time.Now()
-			return podGone(t, ns, "trainer-0"), nil
-		}
-		if p.DeletionGracePeriodSeconds != nil {
-			grace = *p.DeletionGracePeriodSeconds
-		}
-		return false, nil
-	})
-	if err != nil || grace != 3 {
-		t.Fatalf("trainer-0: gone %v, deletion grace %d; want evicted with its 3 s", err, grace)
+	gone := trainer0.gone(t)
+	goneAt := gone.at
+	if gone.grace != 3 || !gone.terminated {
+		t.Fatalf("trainer-0 deleted with deletion grace %d (seen terminating first: %t); want evicted with its 3 s", gone.grace, gone.terminated)
 	}
 
 	n = waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
@@ -388,6 +380,10 @@ type killedAfterCall struct {
 	made chan struct{}
 }
 
+func (k *killedAfterCall) WaitOperation(ctx context.Context, op string) error {
+	return k.next.WaitOperation(ctx, op)
+}
+
 func (k *killedAfterCall) PerformMaintenance(ctx context.Context, requestID string) (string, error) {
 	op, err := k.next.PerformMaintenance(ctx, requestID)
 	close(k.made)
@@ -489,5 +485,26 @@ pools:
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want one", calls)
+	}
+}
+
+// TestManualTriggerOperationFails: Compute Engine accepts the call, then
+// its operation fails and the maintenance never begins. The drained node
+// goes back in service, with a Warning Event and the metric.
+func TestManualTriggerOperationFails(t *testing.T) {
+	v, r := manualVM(t, "agent-manual-opfail")
+	v.emu.SetPerformMaintenanceDelay(time.Second)
+	v.emu.SetOperationFailure("the host is not available for maintenance now")
+	setTrigger(t, v.name, agent.TriggerValue, true)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+	})
+	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	waitEventMessage(t, v.name, agent.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
+	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualNotStarted)); got != 1 {
+		t.Errorf("manual_triggers{not_started} = %v, want 1", got)
+	}
+	if calls := v.emu.Calls(); len(calls) != 1 {
+		t.Errorf("calls %+v, want exactly one", calls)
 	}
 }

@@ -101,6 +101,10 @@ const (
 	ManualOutsideWindow = "outside_window"
 	ManualExcluded      = "excluded"
 	ManualPolicyUnknown = "policy_unknown"
+	// ManualNotStarted: Compute Engine accepted the call, but its
+	// operation failed or the maintenance did not begin in time; the node
+	// went back in service.
+	ManualNotStarted = "not_started"
 )
 
 // Interruption types and reasons (the design's taxonomy, GKE's spelling).
@@ -134,6 +138,7 @@ const (
 	EventManualAccepted         = "PerformMaintenanceSuccess"
 	EventManualRejected         = "PerformMaintenanceRejected"
 	EventManualFailed           = "PerformMaintenanceFailed"
+	EventManualNotStarted       = "PerformMaintenanceNotStarted"
 	EventUnexpectedReboot       = "UnexpectedReboot"
 	EventNodeUpgraded           = "NodeUpgraded"
 	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
@@ -187,6 +192,11 @@ type Signals struct {
 	Notice        metadata.Notice
 	NoticePresent bool
 	NoticeKnown   bool
+	// NoticeNotYet: the server answered upcoming-maintenance with 503 "no
+	// notifications have been received yet, try again later". It says no
+	// notice is pending for mirroring, but it is no proof that a notice
+	// that turned ONGOING is over: it never ends a drain.
+	NoticeNotYet bool
 }
 
 // Observation is everything Step looks at besides the state.
@@ -233,6 +243,9 @@ type PerformResult struct {
 	// ManualPermissionDenied, ManualRefused).
 	Err     error
 	Outcome string
+	// OperationErr is set when the accepted call's operation ended with an
+	// error.
+	OperationErr error
 }
 
 // Config holds the deadlines.
@@ -246,10 +259,31 @@ type Config struct {
 	// ManualDrainTimeout is the drain deadline of a manual maintenance,
 	// counted from the label being accepted (1 h, as for node upgrades).
 	ManualDrainTimeout time.Duration
+	// ManualStartTimeout bounds the time from the performMaintenance call
+	// to the maintenance beginning (TERMINATE_ON_HOST_MAINTENANCE or the
+	// notice ONGOING): past it, the drained node goes back in service.
+	ManualStartTimeout time.Duration
 }
 
 // DefaultConfig is what Compute Engine documents.
-var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: 60 * time.Minute}
+var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: 60 * time.Minute,
+	ManualStartTimeout: 15 * time.Minute}
+
+// withDefaults fills every zero field from DefaultConfig: a zero deadline
+// would evict every pod at once.
+func (c Config) withDefaults() Config {
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&c.HostMaintenanceDeadline, &DefaultConfig.HostMaintenanceDeadline},
+		{&c.PreemptionDeadline, &DefaultConfig.PreemptionDeadline},
+		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
+		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	return c
+}
 
 // EventRecord is a Kubernetes Event to emit on the Node.
 type EventRecord struct {
@@ -287,6 +321,8 @@ type Decision struct {
 	Perform bool
 	// Manual is the outcome of a manual trigger to count, if any.
 	Manual string
+	// WakeAt, when set, is when to step again though nothing changes.
+	WakeAt time.Time
 }
 
 // Step is the state machine. It is pure: the same inputs give the same
@@ -320,11 +356,11 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
 		switch {
 		case st.Reason != ReasonManual:
-			cleared = cleared && (!sig.NoticePresent || sig.Notice.Status == metadata.StatusPending)
+			cleared = cleared && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == metadata.StatusPending)
 		case st.Phase == PhaseTerminating:
 			// Compute Engine accepted the call: only a notice gone
 			// without the VM stopping means it was withdrawn.
-			cleared = cleared && !sig.NoticePresent
+			cleared = cleared && !sig.NoticePresent && !sig.NoticeNotYet
 		default:
 			// Before Compute Engine has accepted, a quiet VM with a
 			// pending notice is what a manual maintenance looks like.
@@ -377,7 +413,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 		}
-	case (idle || manualUnasked) && sig.EventKnown && sig.Event == metadata.EventTerminate && d.State.LastEvent != metadata.EventTerminate:
+	case (idle || manualUnasked) && sig.EventKnown && sig.Event == metadata.EventTerminate:
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
 	case (idle || manualUnasked) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventMaintenanceStarted, "The maintenance window has started; draining before %s")
@@ -509,15 +545,20 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.reject(ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
 				LabelPerformMaintenance, obs.Trigger, TriggerValue))
 		}
+		if st.Reason == ReasonManual && st.Phase == PhaseTerminating && !underWay(sig) {
+			d.awaitStart(cfg, obs)
+			return
+		}
 		if st.Reason != ReasonManual || st.Phase != PhaseDraining {
 			return
 		}
 		switch r := obs.Perform; {
 		case r != nil && r.RequestID == st.RequestID && r.Err == nil:
 			d.accept(cfg, obs.Now, "operation "+r.Operation)
-		case r != nil && r.RequestID == st.RequestID && r.Outcome == ManualFailed && underWay(sig):
-			// No answer in time, but the maintenance is starting: the
-			// call went through.
+		case r != nil && r.RequestID == st.RequestID && underWay(sig):
+			// No answer in time, or a refusal because Compute Engine had
+			// already begun: the maintenance is starting either way, and
+			// the node must not go back in service.
 			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
 		case r != nil && r.RequestID == st.RequestID:
 			d.Manual = r.Outcome
@@ -537,6 +578,33 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			}
 		}
 	}
+}
+
+// awaitStart: Compute Engine accepted the call and the maintenance has not
+// begun. If the call's operation failed, or the maintenance has not begun
+// ManualStartTimeout after the call, the node goes back in service;
+// otherwise the loop wakes at that bound.
+func (d *Decision) awaitStart(cfg Config, obs Observation) {
+	st := d.State
+	r := obs.Perform
+	var why string
+	switch {
+	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
+		why = fmt.Sprintf("its operation failed: %v", r.OperationErr)
+	case st.Requested.IsZero():
+		return
+	case !obs.Now.Before(st.Requested.Add(cfg.ManualStartTimeout)):
+		why = fmt.Sprintf("the maintenance has not begun %s after the request", cfg.ManualStartTimeout)
+	default:
+		d.WakeAt = st.Requested.Add(cfg.ManualStartTimeout)
+		return
+	}
+	d.Manual = ManualNotStarted
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualNotStarted,
+		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now, but %s. The node is back in service (taint, maintenance label and %s removed); the maintenance stays pending.", why, LabelPerformMaintenance)})
+	d.Uncordon = !st.CordonedBefore
+	d.RemoveTrigger = true
+	d.State = st.idle()
 }
 
 // startedByCompute: the signals show that Compute Engine has taken the
@@ -586,7 +654,9 @@ func (d *Decision) start(obs Observation, reason Reason, deadline time.Time) {
 	d.State.Started = obs.Now
 	d.State.Deadline = deadline
 	d.State.BootID = obs.BootID
-	d.State.CordonedBefore = obs.Unschedulable
+	// A cordon this same step was about to undo is the agent's own, from
+	// the maintenance that just ended: not a person's.
+	d.State.CordonedBefore = obs.Unschedulable && !d.Uncordon
 	d.Cordon = true
 	d.Uncordon = false
 }

@@ -676,3 +676,102 @@ func TestStepAccounting(t *testing.T) {
 		t.Errorf("last seen %s %s", st.LastBootID, st.LastKubelet)
 	}
 }
+
+// TestStepLifecycleEdges: paths a real fleet meets where the state machine
+// once went wrong.
+func TestStepLifecycleEdges(t *testing.T) {
+	ongoing := pending
+	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
+	refused := &PerformResult{RequestID: "req-1", Err: errors.New("refused (400): already ONGOING"), Outcome: ManualRefused}
+	manualDrained := draining(ReasonManual, time.Hour)
+	manualDrained.RequestID, manualDrained.Requested = "req-1", t0
+	terminating := draining(ReasonHostMaintenance, time.Hour)
+	terminating.Phase = PhaseTerminating
+
+	tests := []struct {
+		name  string
+		state State
+		obs   Observation
+		check func(t *testing.T, d Decision)
+	}{
+		{
+			name:  "the 503 body does not end a drain that began on ONGOING",
+			state: draining(ReasonHostMaintenance, time.Hour),
+			obs:   obs(with(func(s *Signals) { s.NoticeNotYet = true })),
+			check: func(t *testing.T, d Decision) {
+				if d.State.Phase != PhaseDraining || d.Uncordon {
+					t.Errorf("phase %s, uncordon %t; want still draining", d.State.Phase, d.Uncordon)
+				}
+			},
+		},
+		{
+			name:  "{} after ONGOING with the event NONE: withdrawn",
+			state: draining(ReasonHostMaintenance, time.Hour),
+			obs:   obs(quiet()),
+			check: func(t *testing.T, d Decision) {
+				if d.State.Phase != PhaseIdle {
+					t.Errorf("phase %s; want idle", d.State.Phase)
+				}
+			},
+		},
+		{
+			name:  "a refused call after Compute Engine began: not back in service",
+			state: manualDrained,
+			obs: func() Observation {
+				o := obs(with(func(s *Signals) { s.Event, s.Notice, s.NoticePresent = metadata.EventTerminate, ongoing, true }))
+				o.Perform, o.DrainDone, o.Trigger, o.TriggerSet = refused, true, TriggerValue, true
+				return o
+			}(),
+			check: func(t *testing.T, d Decision) {
+				if d.State.Phase != PhaseTerminating || d.Uncordon || d.RemoveTrigger {
+					t.Errorf("phase %s, uncordon %t, remove trigger %t; want terminating, cordoned", d.State.Phase, d.Uncordon, d.RemoveTrigger)
+				}
+			},
+		},
+		{
+			name:  "idle while TERMINATE is served after an earlier manual attempt: drains",
+			state: State{Phase: PhaseIdle, LastEvent: metadata.EventTerminate},
+			obs:   obs(with(func(s *Signals) { s.Event = metadata.EventTerminate })),
+			check: func(t *testing.T, d Decision) {
+				if d.State.Phase != PhaseDraining || !d.Cordon {
+					t.Errorf("phase %s, cordon %t; want draining", d.State.Phase, d.Cordon)
+				}
+			},
+		},
+		{
+			name:  "a reboot and a new maintenance in one step: the agent's cordon is its own",
+			state: terminating,
+			obs: func() Observation {
+				o := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
+				o.BootID, o.Unschedulable = bootB, true
+				return o
+			}(),
+			check: func(t *testing.T, d Decision) {
+				if d.State.Phase != PhaseDraining || d.State.CordonedBefore {
+					t.Errorf("phase %s, cordoned before %t; want draining, and the cordon undone after", d.State.Phase, d.State.CordonedBefore)
+				}
+			},
+		},
+		{
+			name: "a reboot and a new maintenance in one step: a person's cordon stays the person's",
+			state: func() State {
+				s := terminating
+				s.CordonedBefore = true
+				return s
+			}(),
+			obs: func() Observation {
+				o := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
+				o.BootID, o.Unschedulable = bootB, true
+				return o
+			}(),
+			check: func(t *testing.T, d Decision) {
+				if d.State.Phase != PhaseDraining || !d.State.CordonedBefore {
+					t.Errorf("phase %s, cordoned before %t; want draining, the person's cordon kept", d.State.Phase, d.State.CordonedBefore)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, Step(cfg, tc.state, tc.obs)) })
+	}
+}

@@ -162,3 +162,46 @@ func (m *Maintainer) perform(ctx context.Context, inst Instance, requestID, acco
 		}
 	}
 }
+
+// ErrOperationFailed: the operation Compute Engine returned for an
+// accepted call ended with an error.
+var ErrOperationFailed = errors.New("operation failed")
+
+// operationPoll is the time between two reads of a running operation.
+const operationPoll = 10 * time.Second
+
+// WaitOperation reads inst's zonal operation name until it is DONE and
+// returns nil, or ErrOperationFailed with Compute Engine's errors. Failed
+// reads are retried until ctx ends.
+func (m *Maintainer) WaitOperation(ctx context.Context, inst Instance, name string) error {
+	failures := 0
+	for {
+		op, err := m.svc.ZoneOperations.Get(inst.Project, inst.Zone, name).Context(ctx).Do()
+		delay := operationPoll
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("wait for operation %s on %s: %w", name, inst, err)
+		case err != nil:
+			failures++
+			delay = m.opts.Backoff.Delay(failures)
+			m.opts.Logger.Warn("reading the operation failed; retrying", "operation", name, "err", err, "retry_in", delay)
+		case op.Status == "DONE" && op.Error != nil && len(op.Error.Errors) > 0:
+			msgs := make([]string, 0, len(op.Error.Errors))
+			for _, e := range op.Error.Errors {
+				msgs = append(msgs, e.Code+": "+e.Message)
+			}
+			return fmt.Errorf("operation %s on %s: %w: %s", name, inst, ErrOperationFailed, strings.Join(msgs, "; "))
+		case op.Status == "DONE":
+			return nil
+		default:
+			failures = 0
+		}
+		t := m.opts.Clock.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("wait for operation %s on %s: %w", name, inst, ctx.Err())
+		case <-t.C():
+		}
+	}
+}

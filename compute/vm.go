@@ -37,6 +37,16 @@ func (v *VM) PerformMaintenance(ctx context.Context, requestID string) (string, 
 	return v.Maintainer.perform(ctx, inst, requestID, account)
 }
 
+// WaitOperation waits for the VM's operation name to end (see
+// Maintainer.WaitOperation).
+func (v *VM) WaitOperation(ctx context.Context, name string) error {
+	inst, _, err := v.identity(ctx)
+	if err != nil {
+		return err
+	}
+	return v.Maintainer.WaitOperation(ctx, inst, name)
+}
+
 func (v *VM) identity(ctx context.Context) (Instance, string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()

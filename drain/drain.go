@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,7 +60,23 @@ type PodSource interface {
 const (
 	EventEscalated = "EvictionEscalatedToDelete"
 	EventBlocked   = "EvictionBlockedByPDB"
+	// EventGroupDeadline: a group's share of the deadline ran out with
+	// pods still on the node; the drain goes on without them.
+	EventGroupDeadline = "DrainGroupDeadline"
 )
+
+// DefaultReserve is the least share of the deadline kept for the system
+// and DaemonSet groups after the workload group (see Options.Reserve).
+const DefaultReserve = 15 * time.Second
+
+// EndSlack is how long past its deadline a group still waits for its pods
+// to go: a grace rounded up to whole seconds may end a moment past the
+// deadline, and the kubelet reports a pod gone a moment after it stopped.
+const EndSlack = 2 * time.Second
+
+// GraceFloor is the least grace period the drain ever asks for: a grace of
+// 0 is a force delete (the object goes while the containers still run).
+const GraceFloor = time.Second
 
 // Options configure a Drainer.
 type Options struct {
@@ -69,12 +85,23 @@ type Options struct {
 	// Skip is a pod never evicted (the agent itself); zero skips none.
 	Skip types.NamespacedName
 	// RetryInterval is the delay before a refused (429) or failed eviction
-	// is tried again; zero means 5 s.
+	// of one pod is tried again, counted for each pod on its own; zero
+	// means 5 s.
 	RetryInterval time.Duration
-	Clock         clock.Clock
-	Logger        *slog.Logger
-	Recorder      Recorder
-	Events        EventSink
+	// Reserve bounds the time kept, at the end of the deadline, for the
+	// system and DaemonSet groups: the workload group must end by
+	// deadline - reserve, the system group by deadline minus the DaemonSet
+	// group's share. The reserve is what the later groups need (the
+	// longest grace in each), at most Reserve and at most half the time to
+	// the deadline, split between them in proportion to their needs, as
+	// the kubelet's graceful node shutdown keeps
+	// shutdownGracePeriodCriticalPods for critical pods. Zero means
+	// DefaultReserve; a negative value keeps no reserve.
+	Reserve  time.Duration
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	Recorder Recorder
+	Events   EventSink
 }
 
 // Drainer empties one node.
@@ -86,6 +113,9 @@ type Drainer struct {
 func New(opts Options) *Drainer {
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = 5 * time.Second
+	}
+	if opts.Reserve == 0 {
+		opts.Reserve = DefaultReserve
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -110,6 +140,10 @@ func (nopRecorder) NodeEvent(bool, string, string) {}
 // Result summarises a drain.
 type Result struct {
 	Evicted, Deleted int
+	// Left names the pods still on the node when their group's share of
+	// the deadline ran out (stuck terminating, or placed on the node
+	// despite the taint); empty when the node was emptied.
+	Left []string
 }
 
 // GroupOf tells which drain group a pod belongs to, and false for pods the
@@ -134,187 +168,308 @@ func GroupOf(p *corev1.Pod) (Group, bool) {
 type podState struct {
 	nextTry time.Time
 	// refused: the eviction was refused or failed at least once, so the
-	// pod is deleted at deadline - grace if it is still there.
+	// pod is deleted at its group deadline - grace if it is still there.
 	refused bool
 	// evicted: the eviction was accepted; the cache may not show the
 	// deletion yet, so the pod is not evicted again.
 	evicted bool
+	// inFlight: a call for the pod has not returned yet.
+	inFlight bool
 }
 
 // Drain evicts the node's pods group by group (workloads, then kube-system,
 // then DaemonSet pods), each group only after every pod of the previous one
-// is gone. Every pod gets its own terminationGracePeriodSeconds, capped so
-// that it ends by deadline. A pod whose eviction a PodDisruptionBudget keeps
-// refusing is deleted once now >= deadline - its grace, so it still gets
-// SIGTERM with its whole (capped) grace before the VM stops. Pods are taken
-// from the watch-fed PodSource each round: a pod that is gone, or was
-// recreated elsewhere, is not waited for. A DaemonSet pod created after the
-// drain began (the controller replacing one) is left alone.
+// is gone or the previous group's share of the deadline ran out.
 //
-// Drain returns when every group is empty, or with ctx's error.
+// Deadlines: the workload group ends by deadline minus a reserve for the
+// later groups, the system group by deadline minus the DaemonSet group's
+// share, the DaemonSet group by deadline (see Options.Reserve). Every pod
+// gets its own terminationGracePeriodSeconds, capped so that it ends by its
+// group's deadline, and never less than GraceFloor.
+//
+// Refusals: each pod is retried on its own schedule, RetryInterval after
+// its last refusal, whatever the other pods' calls are doing. A pod whose
+// eviction a PodDisruptionBudget keeps refusing is deleted once
+// now >= its group's deadline - its grace, so it still gets SIGTERM with
+// its whole (capped) grace before the VM stops.
+//
+// The end: a group is done when none of its pods is left. Its pods are the
+// ones on the node when the drain began, plus pods that arrive later and do
+// not tolerate the impending-node-termination taint (bound to the node
+// regardless); a pod that arrives later and tolerates it (a DaemonSet's
+// replacement, an operator's pod that tolerates everything) would come back
+// after every eviction and is left alone. Pods are taken from the
+// watch-fed PodSource: a pod that is gone, or was recreated elsewhere, is
+// not waited for. When a group's deadline passes with pods still there
+// (stuck terminating, for example), the drain stops waiting for them with
+// a Warning Event naming them and goes on with the next group; Drain then
+// returns with Result.Left set.
+//
+// Drain returns when every group is done, or with ctx's error.
 func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error) {
 	var res Result
-	began := d.opts.Clock.Now()
-	for _, g := range Groups {
-		if err := d.drainGroup(ctx, g, began, deadline, &res); err != nil {
+	began := make(map[types.UID]bool)
+	for _, p := range d.opts.Pods.List() {
+		began[p.UID] = true
+	}
+	deadlines := d.groupDeadlines(began, d.opts.Clock.Now(), deadline)
+	for i, g := range Groups {
+		left, err := d.drainGroup(ctx, g, began, deadlines[i], &res)
+		if err != nil {
 			return res, err
 		}
+		res.Left = append(res.Left, left...)
 	}
 	return res, nil
 }
 
-// action is one API call a drain round makes for a pod.
+// groupDeadlines splits the time to deadline between the groups, in
+// Groups' order (see Options.Reserve).
+func (d *Drainer) groupDeadlines(began map[types.UID]bool, now, deadline time.Time) []time.Time {
+	var needSystem, needDaemonSet time.Duration
+	for _, p := range d.opts.Pods.List() {
+		g, ok := d.member(p, began)
+		switch {
+		case !ok:
+		case g == GroupSystem:
+			needSystem = max(needSystem, podGrace(p))
+		case g == GroupDaemonSet:
+			needDaemonSet = max(needDaemonSet, podGrace(p))
+		}
+	}
+	need := needSystem + needDaemonSet
+	reserve := min(d.opts.Reserve, need, deadline.Sub(now)/2)
+	if reserve <= 0 {
+		return []time.Time{deadline, deadline, deadline}
+	}
+	daemonSetShare := time.Duration(float64(reserve) * float64(needDaemonSet) / float64(need)).Round(time.Second)
+	return []time.Time{deadline.Add(-reserve), deadline.Add(-min(daemonSetShare, reserve)), deadline}
+}
+
+// action is one API call for a pod.
 type action struct {
 	pod        *corev1.Pod
 	st         *podState
-	grace      time.Duration // capped to the deadline
+	grace      time.Duration // capped to the group deadline, at least GraceFloor
 	escalateAt time.Time
 	escalate   bool
 	outcome    string
+	at         time.Time // when it was planned
 }
 
-func (d *Drainer) drainGroup(ctx context.Context, g Group, began, deadline time.Time, res *Result) error {
-	log := d.opts.Logger.With("group", g)
+// drainGroup drains group g by its deadline and returns the pods it left.
+func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, deadline time.Time, res *Result) ([]string, error) {
+	log := d.opts.Logger.With("group", g, "group_deadline", deadline)
 	states := map[types.UID]*podState{}
+	results := make(chan *action, parallelism)
+	inFlight := 0
+	// Calls still running when the group ends return into results, which
+	// is drained before returning.
+	defer func() {
+		for ; inFlight > 0; inFlight-- {
+			<-results
+		}
+	}()
 	for {
 		now := d.opts.Clock.Now()
 		pods := d.pending(g, began)
-		if len(pods) == 0 {
+		if len(pods) == 0 && inFlight == 0 {
 			log.Info("drain group done")
-			return nil
+			return nil, nil
 		}
-		wake := now.Add(time.Hour)
-		var actions []*action
-		for _, p := range pods {
-			if p.DeletionTimestamp != nil {
-				continue // stopping: wait for it to go
+		if !now.Before(deadline.Add(EndSlack)) && inFlight == 0 {
+			left := make([]string, 0, len(pods))
+			for _, p := range pods {
+				left = append(left, klogRef(p))
 			}
-			st := states[p.UID]
-			if st == nil {
-				st = &podState{}
-				states[p.UID] = st
-			}
-			if st.evicted {
-				continue
-			}
-			grace := podGrace(p)
-			// Whole seconds, rounded up: a pod deleted at deadline - grace
-			// gets all of its grace, ending at most a moment past deadline.
-			left := deadline.Sub(now).Truncate(time.Second)
-			if left < deadline.Sub(now) {
-				left += time.Second
-			}
-			a := &action{pod: p, st: st, grace: min(grace, max(left, 0)), escalateAt: deadline.Add(-grace)}
-			switch {
-			case st.refused && !now.Before(a.escalateAt):
-				a.escalate = true
-			case now.Before(st.nextTry):
-				wake = earliest(wake, st.nextTry)
-				if st.refused {
-					wake = earliest(wake, a.escalateAt)
-				}
-				continue
-			}
-			actions = append(actions, a)
+			d.opts.Events.NodeEvent(true, EventGroupDeadline, fmt.Sprintf(
+				"The %s pods' share of the drain deadline ended at %s with %d pod(s) still on the node (stuck terminating, or placed despite the taint); no longer waiting for: %s",
+				g, deadline.UTC().Format(time.RFC3339), len(left), excerptList(left, 10)))
+			log.Warn("drain group deadline passed with pods left", "left", left)
+			return left, nil
 		}
-		d.run(ctx, actions)
-		for _, a := range actions {
-			p, st := a.pod, a.st
-			if a.escalate {
-				if a.outcome == OutcomeEscalated {
-					res.Deleted++
-					d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
-						"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
-						klogRef(p), a.grace))
-					log.Warn("pod deleted after refused evictions", "pod", klogRef(p), "grace", a.grace)
-				}
-				d.opts.Recorder.Eviction(a.outcome)
-				st.evicted = a.outcome != OutcomeError
-				continue
-			}
-			d.opts.Recorder.Eviction(a.outcome)
-			switch a.outcome {
-			case OutcomeEvicted:
-				st.evicted = true
-				res.Evicted++
-				log.Info("pod evicted", "pod", klogRef(p), "grace", a.grace)
-			case OutcomeBlocked:
-				if !st.refused {
-					msg := fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
-						klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace)
-					if !now.Before(a.escalateAt) {
-						msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
-							klogRef(p), podGrace(p), a.grace)
-					}
-					d.opts.Events.NodeEvent(true, EventBlocked, msg)
-				}
-				st.refused = true
-				st.nextTry = now.Add(d.opts.RetryInterval)
-				wake = earliest(wake, earliest(st.nextTry, a.escalateAt))
-			case OutcomeError:
-				st.refused = true
-				st.nextTry = now.Add(d.opts.RetryInterval)
-				wake = earliest(wake, earliest(st.nextTry, a.escalateAt))
-			}
+		wake := deadline.Add(EndSlack)
+		if !now.Before(wake) {
+			wake = now.Add(time.Hour) // past it: only returning calls matter
 		}
-		if err := d.wait(ctx, wake); err != nil {
-			return err
+		due := d.plan(pods, states, now, deadline, &wake)
+		for _, a := range due {
+			if inFlight >= parallelism {
+				break
+			}
+			inFlight++
+			a.st.inFlight = true
+			go func() {
+				if a.escalate {
+					a.outcome = d.delete(ctx, a.pod, a.grace)
+				} else {
+					a.outcome = d.evict(ctx, a.pod, a.grace)
+				}
+				results <- a
+			}()
+		}
+		if err := d.wait(ctx, wake, results, func(a *action) {
+			inFlight--
+			a.st.inFlight = false
+			d.record(log, a, res)
+		}); err != nil {
+			return nil, err
 		}
 	}
 }
 
-// parallelism bounds the API calls of one drain round in flight at once.
+// plan returns the calls due now for the group's pods, the longest grace
+// first (those decide when the node is empty), and moves wake to the
+// earliest moment a pod not due now will be.
+func (d *Drainer) plan(pods []*corev1.Pod, states map[types.UID]*podState, now, deadline time.Time, wake *time.Time) []*action {
+	var due []*action
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue // stopping: wait for it to go
+		}
+		st := states[p.UID]
+		if st == nil {
+			st = &podState{}
+			states[p.UID] = st
+		}
+		if st.evicted || st.inFlight {
+			continue
+		}
+		grace := podGrace(p)
+		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: deadline.Add(-grace), at: now}
+		switch {
+		case st.refused && !now.Before(a.escalateAt):
+			a.escalate = true
+		case now.Before(st.nextTry):
+			*wake = earliest(*wake, st.nextTry)
+			if st.refused {
+				*wake = earliest(*wake, a.escalateAt)
+			}
+			continue
+		}
+		due = append(due, a)
+	}
+	sort.SliceStable(due, func(i, j int) bool { return due[i].grace > due[j].grace })
+	return due
+}
+
+// CappedGrace is the grace period a pod whose own is grace gets when it is
+// asked to stop at now: what is left to deadline, rounded up to whole
+// seconds (a pod deleted at deadline - grace gets all of its grace, ending
+// at most a moment past deadline), never more than grace, never less than
+// GraceFloor.
+func CappedGrace(grace time.Duration, now, deadline time.Time) time.Duration {
+	left := deadline.Sub(now)
+	if whole := left.Truncate(time.Second); whole < left {
+		left = whole + time.Second
+	}
+	return max(min(grace, left), GraceFloor)
+}
+
+// record takes in the outcome of one call.
+func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
+	p, st := a.pod, a.st
+	d.opts.Recorder.Eviction(a.outcome)
+	if a.escalate {
+		if a.outcome == OutcomeEscalated {
+			res.Deleted++
+			d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
+				"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
+				klogRef(p), a.grace))
+			log.Warn("pod deleted after refused evictions", "pod", klogRef(p), "grace", a.grace)
+		}
+		st.evicted = a.outcome != OutcomeError
+		if !st.evicted {
+			st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
+		}
+		return
+	}
+	switch a.outcome {
+	case OutcomeEvicted:
+		st.evicted = true
+		res.Evicted++
+		log.Info("pod evicted", "pod", klogRef(p), "grace", a.grace)
+	case OutcomeBlocked:
+		if !st.refused {
+			msg := fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
+				klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace)
+			if !a.at.Before(a.escalateAt) {
+				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
+					klogRef(p), podGrace(p), a.grace)
+			}
+			d.opts.Events.NodeEvent(true, EventBlocked, msg)
+		}
+		st.refused = true
+		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
+	case OutcomeError:
+		st.refused = true
+		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
+	}
+}
+
+// parallelism bounds the API calls of one drain in flight at once.
 const parallelism = 16
 
-// run makes the round's calls concurrently, the pods with the longest
-// grace first: they are the ones that decide when the node is empty.
-func (d *Drainer) run(ctx context.Context, actions []*action) {
-	sort.SliceStable(actions, func(i, j int) bool { return actions[i].grace > actions[j].grace })
-	sem := make(chan struct{}, parallelism)
-	var wg sync.WaitGroup
-	for _, a := range actions {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if a.escalate {
-				a.outcome = d.delete(ctx, a.pod, a.grace)
-			} else {
-				a.outcome = d.evict(ctx, a.pod, a.grace)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// pending lists the pods of group g still on the node.
-func (d *Drainer) pending(g Group, began time.Time) []*corev1.Pod {
+// pending lists the pods of group g the drain waits for (see Drain).
+func (d *Drainer) pending(g Group, began map[types.UID]bool) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range d.opts.Pods.List() {
-		if p.Namespace == d.opts.Skip.Namespace && p.Name == d.opts.Skip.Name {
-			continue
+		if pg, ok := d.member(p, began); ok && pg == g {
+			out = append(out, p)
 		}
-		pg, ok := GroupOf(p)
-		if !ok || pg != g {
-			continue
-		}
-		if g == GroupDaemonSet && p.CreationTimestamp.Time.After(began) {
-			continue // a replacement made by the DaemonSet controller
-		}
-		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return klogRef(out[i]) < klogRef(out[j]) })
 	return out
 }
 
-// wait blocks until the pod cache changes, until t, or until ctx ends.
-func (d *Drainer) wait(ctx context.Context, t time.Time) error {
+// member tells the group of a pod the drain waits for, and false for a pod
+// it leaves alone: the agent itself, mirror and finished pods, and pods
+// that were not on the node when the drain began (began holds their UIDs)
+// and tolerate the taint or belong to a DaemonSet.
+func (d *Drainer) member(p *corev1.Pod, began map[types.UID]bool) (Group, bool) {
+	if p.Namespace == d.opts.Skip.Namespace && p.Name == d.opts.Skip.Name {
+		return "", false
+	}
+	g, ok := GroupOf(p)
+	if !ok {
+		return "", false
+	}
+	if !began[p.UID] && (g == GroupDaemonSet || toleratesTaint(p)) {
+		// Would come back after every eviction: a DaemonSet's
+		// replacement, or a pod that tolerates the taint.
+		return "", false
+	}
+	return g, true
+}
+
+// TaintKey is the taint the agent puts on a node under maintenance; the
+// drain leaves alone pods that arrive later and tolerate it.
+const TaintKey = "cloud.google.com/impending-node-termination"
+
+// toleratesTaint: the pod tolerates TaintKey:NoSchedule.
+func toleratesTaint(p *corev1.Pod) bool {
+	for _, t := range p.Spec.Tolerations {
+		keyMatches := t.Key == TaintKey || t.Key == "" && t.Operator == corev1.TolerationOpExists
+		effectMatches := t.Effect == "" || t.Effect == corev1.TaintEffectNoSchedule
+		valueMatches := t.Operator == corev1.TolerationOpExists || t.Value == "" // the taint has no value
+		if keyMatches && effectMatches && valueMatches {
+			return true
+		}
+	}
+	return false
+}
+
+// wait blocks until the pod cache changes, a call returns (handled by
+// done), t comes, or ctx ends.
+func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action, done func(*action)) error {
 	timer := d.opts.Clock.NewTimer(max(t.Sub(d.opts.Clock.Now()), 0))
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-d.opts.Pods.Changed():
+	case a := <-results:
+		done(a)
 	case <-timer.C():
 	}
 	return nil
@@ -360,6 +515,14 @@ func podGrace(p *corev1.Pod) time.Duration {
 		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
 	}
 	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+// excerptList joins at most n names, saying how many more there are.
+func excerptList(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -362,5 +363,103 @@ func TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits(t *testing.T) {
 	}
 	if len(rec.messages) == 0 || !strings.Contains(rec.messages[0], "grace period no longer fits before the VM stops; deleting it now") {
 		t.Errorf("the blocked Event says %q, want that the pod is deleted now", rec.messages)
+	}
+}
+
+// TestDrainKeepsTimeForSystemPods: a preemption's 30 s, a workload pod
+// whose grace (60 s) would take all of it, and a kube-system pod. The
+// workload gets the deadline minus the reserve, and the system pod still
+// gets its SIGTERM with time to stop before the VM does.
+func TestDrainKeepsTimeForSystemPods(t *testing.T) {
+	t.Parallel()
+	const node = "drain-reserve-0"
+	addNode(t, node)
+	ns := world.Namespace(t)
+	create(t, podSpec(ns, "trainer", node, 60, 60*time.Second, nil))
+	create(t, podSpec(metav1.NamespaceSystem, "dns-"+node, node, 30, 30*time.Second, nil))
+	waitRunning(t, node, 2)
+	steps := observe(t, node)
+	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node)})
+	deadline := time.Now().Add(30 * time.Second)
+	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminating := map[string]step{}
+	for _, s := range steps() {
+		if s.kind == "terminating" {
+			terminating[s.pod] = s
+		}
+	}
+	trainer, dns := terminating[ns+"/trainer"], terminating[metav1.NamespaceSystem+"/dns-"+node]
+	// The workload ends by deadline - 15 s (to the second).
+	if trainer.grace == 0 || trainer.delTS.After(deadline.Add(-drain.DefaultReserve+time.Second)) {
+		t.Errorf("trainer: grace %d ending %s; want it to end by %s (deadline - reserve)", trainer.grace, trainer.delTS, deadline.Add(-drain.DefaultReserve))
+	}
+	// The system pod gets at least most of the reserve and ends by the deadline.
+	if dns.grace < 10 || dns.delTS.After(deadline.Add(time.Second)) {
+		t.Errorf("system pod: grace %d ending %s; want 10 s or more, ending by the deadline %s", dns.grace, dns.delTS, deadline)
+	}
+	if res.Evicted != 2 {
+		t.Errorf("result %+v, want both evicted", res)
+	}
+}
+
+// TestDrainEndsAtItsDeadline: a pod stuck terminating (a finalizer) and a
+// pod that tolerates the taint and arrives after the drain began. The
+// drain does not wait for the newcomer, stops waiting for the stuck pod
+// at the deadline, and says so.
+func TestDrainEndsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	const node = "drain-end-0"
+	addNode(t, node)
+	ns := world.Namespace(t)
+	stuck := podSpec(ns, "stuck", node, 1, time.Second, nil)
+	stuck.Finalizers = []string{"example.com/never"}
+	create(t, stuck)
+	t.Cleanup(func() {
+		p, err := world.Client.CoreV1().Pods(ns).Get(context.Background(), "stuck", metav1.GetOptions{})
+		if err == nil {
+			p.Finalizers = nil
+			_, _ = world.Client.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
+		}
+	})
+	waitRunning(t, node, 1)
+	rec := &recorder{}
+	pods := startPods(t, node)
+	d := drain.New(drain.Options{Client: world.Client, Pods: pods, Recorder: rec, Events: rec})
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	deadline := time.Now().Add(8 * time.Second)
+	type result struct {
+		res drain.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := d.Drain(ctx, deadline)
+		done <- result{res, err}
+	}()
+	// Once the stuck pod is terminating, a pod that tolerates everything
+	// lands on the node.
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "stuck", metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil, nil
+	})
+	if err != nil {
+		t.Fatal("the stuck pod was never evicted")
+	}
+	create(t, podSpec(ns, "tolerates-all", node, 1, time.Second, nil))
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if fmt.Sprint(r.res.Left) != fmt.Sprint([]string{ns + "/stuck"}) {
+		t.Errorf("left %v, want only the stuck pod", r.res.Left)
+	}
+	if !slices.Contains(rec.events, drain.EventGroupDeadline) {
+		t.Errorf("events %v, want %s", rec.events, drain.EventGroupDeadline)
+	}
+	if p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "tolerates-all", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the newcomer that tolerates the taint: %v, deleting %v; want it left alone", err, p.DeletionTimestamp)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -48,41 +49,64 @@ type Recorder interface {
 type WatcherOptions struct {
 	// Client reaches the metadata server; nil builds one (see NewClient).
 	Client *gcemetadata.Client
-	// Timeout is the long poll's timeout_sec; zero means 60 s.
+	// Timeout is the long poll's timeout_sec, and the least time between
+	// two requests for a key whose answer does not change; zero means 60 s.
 	Timeout time.Duration
 	// Backoff spaces the retries of failed requests; zero is backoff.Default.
-	Backoff  backoff.Policy
+	// It is the only retry policy: each request is made once (see Watch).
+	Backoff backoff.Policy
+	// UnhealthyAfter is how long a key may go without a good answer before
+	// Health hears that it is unhealthy; zero means 3 × Timeout.
+	UnhealthyAfter time.Duration
+	// Health hears when a key turns unhealthy and when it recovers; nil
+	// tells no one.
+	Health   HealthListener
 	Clock    clock.Clock
 	Logger   *slog.Logger
 	Recorder Recorder
 }
 
+// HealthListener hears a key's health change: KeyUnhealthy once when the
+// key has had no good answer for UnhealthyAfter, KeyRecovered once at its
+// next good answer. Between the two it hears nothing, so it is told at most
+// twice per UnhealthyAfter per key however the server flaps.
+type HealthListener interface {
+	KeyUnhealthy(key string, cause error, since time.Duration)
+	KeyRecovered(key string, after time.Duration)
+}
+
 // Watcher long-polls metadata keys. It remembers when the server last gave
 // a good answer, for the health endpoint.
 type Watcher struct {
-	client   *gcemetadata.Client
-	timeout  time.Duration
-	backoff  backoff.Policy
-	clock    clock.Clock
-	log      *slog.Logger
-	recorder Recorder
+	client         *gcemetadata.Client
+	timeout        time.Duration
+	backoff        backoff.Policy
+	unhealthyAfter time.Duration
+	health         HealthListener
+	clock          clock.Clock
+	log            *slog.Logger
+	recorder       Recorder
 
 	mu       sync.Mutex
 	lastGood map[string]time.Time
 }
 
-// NewClient returns a metadata client for long polls: its HTTP client
-// timeout is the poll timeout plus 10 s (as Google's guest agent does), so a
-// server that never answers cannot hold a poll forever. host, when set
-// (host:port), sends every request there instead of the metadata server
-// (or GCE_METADATA_HOST): one process can then watch several emulated VMs.
+// NewClient returns a metadata client for long polls. Its HTTP client
+// gives up on one request after the poll timeout plus 10 s (as Google's
+// guest agent does), so a server that never answers cannot hold a poll
+// forever, and each call makes exactly one request: the client's own
+// retries (up to five, on 5xx, 429 and some network errors) would
+// multiply a hang by six, and the Watcher retries with its own backoff.
+// host, when set (host:port), sends every request there instead of the
+// metadata server (or GCE_METADATA_HOST): one process can then watch
+// several emulated VMs.
 func NewClient(timeout time.Duration, host string) *gcemetadata.Client {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
 	return gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
 		Timeout:   timeout + 10*time.Second,
-		Transport: &etagTransport{next: http.DefaultTransport, host: host},
+		Transport: &onceTransport{next: http.DefaultTransport, host: host},
 	}})
 }
 
@@ -90,6 +114,9 @@ func NewClient(timeout time.Duration, host string) *gcemetadata.Client {
 func NewWatcher(opts WatcherOptions) *Watcher {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 60 * time.Second
+	}
+	if opts.UnhealthyAfter <= 0 {
+		opts.UnhealthyAfter = 3 * opts.Timeout
 	}
 	if opts.Client == nil {
 		opts.Client = NewClient(opts.Timeout, "")
@@ -105,6 +132,7 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 	}
 	return &Watcher{
 		client: opts.Client, timeout: opts.Timeout, backoff: opts.Backoff,
+		unhealthyAfter: opts.UnhealthyAfter, health: opts.Health,
 		clock: opts.Clock, log: opts.Logger, recorder: opts.Recorder,
 		lastGood: map[string]time.Time{},
 	}
@@ -114,29 +142,63 @@ type nopRecorder struct{}
 
 func (nopRecorder) MetadataRequest(string, string) {}
 
-// etagTransport copies the ETag of each answer into the etagBox carried by
-// the request's context: the official client's GetWithContext returns only
-// the body, and a long poll needs the ETag for last_etag.
-type etagTransport struct {
+// onceTransport lets each call of the official client make one request,
+// and keeps what the server answered in the attempt carried by the
+// request's context: the client returns only the body, and a long poll
+// needs the ETag for last_etag. A second request within one call is the
+// client retrying; it is refused with errRetryRefused, and the Watcher
+// reads the first answer from the attempt.
+type onceTransport struct {
 	next http.RoundTripper
 	host string // if set, replaces the request's host
 }
 
-type etagBoxKey struct{}
+type attemptKey struct{}
 
-type etagBox struct{ etag string }
+// attempt is the one request of one call.
+type attempt struct {
+	made   bool
+	status int    // 0 when no answer came
+	body   string // of a non-200 answer
+	etag   string
+	err    error // the transport's, when no answer came
+}
 
-func (t *etagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+// errRetryRefused ends the official client's own retries.
+var errRetryRefused = errors.New("retry refused: the watcher retries with its own backoff")
+
+// maxErrorBody bounds what is kept of a non-200 answer.
+const maxErrorBody = 4 << 10
+
+func (t *onceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	at, _ := req.Context().Value(attemptKey{}).(*attempt)
+	if at != nil {
+		if at.made {
+			return nil, errRetryRefused
+		}
+		at.made = true
+	}
 	if t.host != "" {
 		req = req.Clone(req.Context())
 		req.URL.Host = t.host
 		req.Host = t.host
 	}
 	resp, err := t.next.RoundTrip(req)
-	if box, ok := req.Context().Value(etagBoxKey{}).(*etagBox); ok && resp != nil {
-		box.etag = resp.Header.Get("ETag")
+	if at == nil {
+		return resp, err
 	}
-	return resp, err
+	if err != nil {
+		at.err = err
+		return nil, err
+	}
+	at.status, at.etag = resp.StatusCode, resp.Header.Get("ETag")
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		_ = resp.Body.Close()
+		at.body = string(body)
+		resp.Body = io.NopCloser(strings.NewReader(at.body))
+	}
+	return resp, nil
 }
 
 // Answer is one good answer for a key.
@@ -146,11 +208,16 @@ type Answer struct {
 	// Absent is true when the server says the key has no value: 404, or
 	// 503 "no notifications have been received yet" on upcoming-maintenance.
 	Absent bool
+	// NotYet is set with Absent for the 503 "no notifications have been
+	// received yet, try again later": the server has nothing to say yet,
+	// which is weaker than "nothing is scheduled" (see Signals in package
+	// agent for where that matters).
+	NotYet bool
 }
 
 // get fetches key once. With etag set it long-polls: the server answers
 // when the value's ETag differs from etag, or after the timeout with the
-// unchanged value.
+// unchanged value. One request, bounded by the poll timeout plus 10 s.
 func (w *Watcher) get(ctx context.Context, key, etag string) (Answer, string, error) {
 	suffix := key
 	params := url.Values{}
@@ -165,27 +232,30 @@ func (w *Watcher) get(ctx context.Context, key, etag string) (Answer, string, er
 	if len(params) > 0 {
 		suffix += "?" + params.Encode()
 	}
-	box := &etagBox{}
-	value, err := w.client.GetWithContext(context.WithValue(ctx, etagBoxKey{}, box), suffix)
-	var notDefined gcemetadata.NotDefinedError
-	var serverErr *gcemetadata.Error
+	at := &attempt{}
+	rctx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, at), w.timeout+10*time.Second)
+	defer cancel()
+	value, err := w.client.GetWithContext(rctx, suffix)
 	switch {
 	case err == nil:
 		w.recorder.MetadataRequest(key, ResultOK)
-		return Answer{Value: value}, box.etag, nil
-	case errors.As(err, &notDefined):
+		return Answer{Value: value}, at.etag, nil
+	case at.status == http.StatusNotFound:
 		w.recorder.MetadataRequest(key, ResultNotDefined)
-		return Answer{Absent: true}, box.etag, nil
-	case errors.As(err, &serverErr) && serverErr.Code == http.StatusServiceUnavailable &&
-		key == KeyUpcomingMaintenance && strings.Contains(serverErr.Message, noNotificationsMarker):
+		return Answer{Absent: true}, at.etag, nil
+	case at.status == http.StatusServiceUnavailable && key == KeyUpcomingMaintenance && strings.Contains(at.body, noNotificationsMarker):
 		w.recorder.MetadataRequest(key, ResultNoNotice)
-		return Answer{Absent: true}, box.etag, nil
-	case errors.As(err, &serverErr):
+		return Answer{Absent: true, NotYet: true}, at.etag, nil
+	case at.status != 0:
 		w.recorder.MetadataRequest(key, ResultServerError)
-		return Answer{}, "", fmt.Errorf("get %s: status %d: %w", key, serverErr.Code, err)
+		return Answer{}, "", fmt.Errorf("get %s: status %d: %s", key, at.status, Excerpt(at.body))
 	default:
-		if ctx.Err() == nil {
-			w.recorder.MetadataRequest(key, ResultTransport)
+		if ctx.Err() != nil {
+			return Answer{}, "", ctx.Err()
+		}
+		w.recorder.MetadataRequest(key, ResultTransport)
+		if at.err != nil {
+			err = at.err
 		}
 		return Answer{}, "", fmt.Errorf("get %s: %w", key, err)
 	}
@@ -198,17 +268,32 @@ func (w *Watcher) get(ctx context.Context, key, etag string) (Answer, string, er
 type Handler func(ctx context.Context, a Answer) bool
 
 // Watch long-polls key until ctx ends and calls h with the first answer and
-// then with every answer that differs from the previous one (a timed-out
-// poll re-delivers the unchanged value; it is not passed on). Failed
-// requests are retried after an exponential backoff with jitter; Watch
-// never gives up. It returns ctx's error.
+// then with every answer that differs from the previous one. It returns
+// ctx's error.
+//
+// Pacing: an answer that did not change (a timed-out poll re-delivers the
+// unchanged value) is not passed on, and the next request waits until one
+// Timeout after the previous one began. A server that long-polls answers
+// an unchanged value only after the Timeout, so this adds no wait there
+// and a change is seen as soon as the server answers; a server that
+// answers at once (404, the 503 body, an answer without an ETag, a server
+// that ignores wait_for_change) is asked once per Timeout, not in a loop.
+// A changed answer is followed by the next request at once.
+//
+// Failures: each request is made once (see NewClient); a failed one is
+// retried after an exponential backoff with jitter, and Watch never gives
+// up. Health hears when the key turns unhealthy and recovers.
 func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 	var (
-		etag     string
-		last     *Answer
-		failures int
+		etag      string
+		seen      *Answer // the last answer, understood or not
+		last      *Answer // the last answer passed on and understood
+		failures  int
+		unhealthy bool
 	)
+	started := w.clock.Now()
 	for {
+		began := w.clock.Now()
 		a, newETag, err := w.get(ctx, key, etag)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -217,8 +302,9 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			failures++
 			delay := w.backoff.Delay(failures)
 			w.log.Warn("metadata request failed", "key", key, "err", err, "failures", failures, "retry_in", delay)
-			etag = "" // start over with a plain GET: the server may have restarted
-			if err := w.sleep(ctx, delay); err != nil {
+			unhealthy = w.checkHealth(key, started, unhealthy, err)
+			etag, seen = "", nil // start over with a plain GET: the server may have restarted
+			if err := w.sleepUntil(ctx, w.clock.Now().Add(delay)); err != nil {
 				return err
 			}
 			continue
@@ -226,27 +312,65 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 		failures = 0
 		etag = newETag
 		if etag == "" {
-			// A server that sends no ETag cannot be long-polled; a plain
-			// GET loop would spin, so wait before the next one.
+			// No ETag to wait on: any last_etag makes a long-polling
+			// server answer at once, and pacing spaces the requests.
 			etag = "0"
 		}
-		if last != nil && *last == a {
-			w.markGood(key)
-			continue
+		changed := seen == nil || *seen != a
+		seen = &a
+		good := last != nil && *last == a
+		if changed && !good {
+			if good = h(ctx, a); good {
+				last = &a
+			} else {
+				w.recorder.MetadataRequest(key, ResultUnparseable)
+			}
 		}
-		if !h(ctx, a) {
-			w.recorder.MetadataRequest(key, ResultUnparseable)
-			// Not understood: retry after a pause rather than long-poll
-			// on a value we cannot use.
-			if err := w.sleep(ctx, w.backoff.Delay(1)); err != nil {
+		if good {
+			w.markGood(key)
+			if unhealthy {
+				unhealthy = false
+				if w.health != nil {
+					w.health.KeyRecovered(key, w.clock.Since(began))
+				}
+			}
+		} else {
+			unhealthy = w.checkHealth(key, started, unhealthy, fmt.Errorf("%w: %s answers %q", ErrUnrecognized, key, Excerpt(a.Value)))
+		}
+		if !changed {
+			if err := w.sleepUntil(ctx, began.Add(w.timeout)); err != nil {
 				return err
 			}
-			etag = ""
-			continue // last stays: the next good answer is compared with it
 		}
-		w.markGood(key)
-		last = &a
 	}
+}
+
+// checkHealth tells Health once when key has had no good answer for
+// UnhealthyAfter, and returns whether it is unhealthy now.
+func (w *Watcher) checkHealth(key string, started time.Time, unhealthy bool, cause error) bool {
+	if unhealthy {
+		return true
+	}
+	since := w.LastGood(key)
+	if since.IsZero() {
+		since = started
+	}
+	age := w.clock.Since(since)
+	if age <= w.unhealthyAfter {
+		return false
+	}
+	if w.health != nil {
+		w.health.KeyUnhealthy(key, cause, age)
+	}
+	return true
+}
+
+func (w *Watcher) sleepUntil(ctx context.Context, t time.Time) error {
+	d := t.Sub(w.clock.Now())
+	if d <= 0 {
+		return nil
+	}
+	return w.sleep(ctx, d)
 }
 
 func (w *Watcher) sleep(ctx context.Context, d time.Duration) error {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	gcemetadata "cloud.google.com/go/compute/metadata"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
@@ -50,7 +52,7 @@ func setup(t *testing.T, cfg gceemu.Config, timeout, httpTimeout time.Duration) 
 	rec := &countingRecorder{}
 	client := gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
 		Timeout:   httpTimeout,
-		Transport: &etagTransport{next: http.DefaultTransport},
+		Transport: &onceTransport{next: http.DefaultTransport},
 	}})
 	w := NewWatcher(WatcherOptions{Client: client, Timeout: timeout, Backoff: backoff.Policy{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, Recorder: rec})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -210,5 +212,141 @@ func TestWatchUnknownValueIsNotPassedOn(t *testing.T) {
 	f.emu.SetMaintenanceEvent(gceemu.EventNone)
 	if a := next(t, f, ch); a.Value != "NONE" {
 		t.Fatalf("got %+v, want NONE", a)
+	}
+}
+
+// pacedFixture is a watcher and an emulator on one fake clock, so that a
+// test counts the requests made in each poll timeout exactly.
+type pacedFixture struct {
+	emu   *gceemu.Server
+	clock *testingclock.FakeClock
+	w     *Watcher
+	ctx   context.Context
+}
+
+const pacedTimeout = 60 * time.Second
+
+func setupPaced(t *testing.T, cfg gceemu.Config) *pacedFixture {
+	t.Helper()
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Clock = clk
+	emu := gceemu.StartT(t, cfg)
+	w := NewWatcher(WatcherOptions{Client: NewClient(pacedTimeout, emu.Host()), Timeout: pacedTimeout, Clock: clk})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return &pacedFixture{emu: emu, clock: clk, w: w, ctx: ctx}
+}
+
+// settled waits until the key's loop is parked on the fake clock (in the
+// watcher's pause or in the server's hang) after exactly n requests.
+func (f *pacedFixture) settled(t *testing.T, n int) {
+	t.Helper()
+	for f.emu.Requests() < n || !f.clock.HasWaiters() {
+		select {
+		case <-f.ctx.Done():
+			t.Fatalf("never parked after %d requests (made %d)", n, f.emu.Requests())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if got := f.emu.Requests(); got != n {
+		t.Fatalf("%d requests, want %d", got, n)
+	}
+}
+
+// TestWatchPacesEveryFormOfNoNotice: whatever form "no notice" takes, an
+// unchanged answer costs one request per poll timeout; a change is seen at
+// once where the server long-polls, and within one timeout where it does
+// not.
+func TestWatchPacesEveryFormOfNoNotice(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      gceemu.Config
+		longPoll bool
+	}{
+		{"empty object", gceemu.Config{Absence: gceemu.AbsentEmptyObject}, true},
+		{"NONE", gceemu.Config{Absence: gceemu.AbsentNone}, true},
+		{"404", gceemu.Config{Absence: gceemu.AbsentNotFound}, false},
+		{"503 no notifications", gceemu.Config{Absence: gceemu.AbsentUnavailable}, false},
+		{"no ETag", gceemu.Config{NoETag: true}, false},
+		{"wait_for_change ignored", gceemu.Config{NoLongPoll: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setupPaced(t, tc.cfg)
+			answers := make(chan Answer, 8)
+			ctx, cancel := context.WithCancel(f.ctx)
+			done := make(chan error, 1)
+			go func() {
+				done <- f.w.Watch(ctx, KeyUpcomingMaintenance, func(_ context.Context, a Answer) bool { answers <- a; return true })
+			}()
+			defer func() { cancel(); <-done }()
+			// The first answer, then a second request (a long poll, or an
+			// immediate answer followed by a pause).
+			f.settled(t, 2)
+			if a := <-answers; !a.Absent && !strings.Contains(a.Value, "{") && a.Value != `"NONE"` {
+				t.Fatalf("first answer %+v", a)
+			}
+			for i := range 5 {
+				f.clock.Step(pacedTimeout)
+				f.settled(t, 3+i)
+			}
+			select {
+			case a := <-answers:
+				t.Fatalf("unchanged answer passed on: %+v", a)
+			default:
+			}
+			f.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC), time.Hour))
+			if !tc.longPoll {
+				f.clock.Step(pacedTimeout)
+			}
+			select {
+			case a := <-answers:
+				if _, present, err := ParseNotice(a.Value); err != nil || !present {
+					t.Fatalf("after scheduling: %+v %v", a, err)
+				}
+			case <-f.ctx.Done():
+				t.Fatal("the notice was never passed on")
+			}
+		})
+	}
+}
+
+// TestWatchMakesOneRequestPerAttempt: the official client would retry a 503
+// five times and a hung request after its timeout; the watcher makes one
+// request per attempt, so a hang costs one timeout and the watcher's own
+// backoff decides the rest.
+func TestWatchMakesOneRequestPerAttempt(t *testing.T) {
+	emu := gceemu.StartT(t, gceemu.Config{})
+	rec := &countingRecorder{}
+	// One second of poll timeout: a hung request gives up after 11 s.
+	w := NewWatcher(WatcherOptions{Client: NewClient(time.Second, emu.Host()), Timeout: time.Second,
+		Backoff: backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}, Recorder: rec})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := gceemu.MetadataPrefix + KeyMaintenanceEvent
+	emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultStatus, Status: 503, Times: 3})
+	emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultHang, Times: 1})
+	got := make(chan Answer, 1)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Watch(wctx, KeyMaintenanceEvent, func(_ context.Context, a Answer) bool {
+			select {
+			case got <- a:
+			default:
+			}
+			return true
+		})
+	}()
+	defer func() { stop(); <-done }()
+	select {
+	case a := <-got:
+		if a.Value != "NONE" {
+			t.Fatalf("answer %+v", a)
+		}
+	case <-ctx.Done():
+		t.Fatal("no answer after the faults")
+	}
+	if served, failed := emu.FaultsServed(), rec.get(KeyMaintenanceEvent, ResultServerError)+rec.get(KeyMaintenanceEvent, ResultTransport); served != 4 || failed != 4 {
+		t.Errorf("%d requests answered by a fault, %d failures counted; want 4 and 4 (one request per attempt)", served, failed)
 	}
 }

@@ -28,6 +28,9 @@ type Agent struct {
 	DrainDeadline        prometheus.Gauge
 	ScheduledMaintenance prometheus.Gauge
 	Busy                 prometheus.Gauge
+	// MetadataKeyHealthy is 0 for a watched metadata key that has had no
+	// good answer for --unhealthy-after, 1 otherwise.
+	MetadataKeyHealthy *prometheus.GaugeVec
 }
 
 // Interruptions are the taxonomy's pairs the agent reports; their series
@@ -45,7 +48,7 @@ var Phases = []string{"Idle", "Draining", "Terminating"}
 // ManualOutcomes are the values of manual_triggers_total's outcome label
 // (agent.Manual*).
 var ManualOutcomes = []string{"started", "accepted", "failed", "permission_denied", "refused",
-	"invalid_value", "no_notice", "not_reschedulable", "already_ongoing", "outside_window", "excluded", "policy_unknown"}
+	"invalid_value", "no_notice", "not_reschedulable", "already_ongoing", "outside_window", "excluded", "policy_unknown", "not_started"}
 
 // NewAgent creates the agent's metrics and registers them with reg.
 func NewAgent(reg prometheus.Registerer) *Agent {
@@ -95,14 +98,16 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Help: "Unix time of the pending maintenance notice's window start; 0 when none is pending."}),
 		Busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "accelerators_busy",
 			Help: "1 while pods on the node (other than DaemonSet and mirror pods) use accelerators or are safe-to-evict false, 0 while it is idle."}),
+		MetadataKeyHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "metadata_key_healthy",
+			Help: "1 while the metadata key answers, 0 once it has had no good answer for --unhealthy-after (until its next good answer)."}, []string{"key"}),
 		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
-			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown (the label was rejected and removed).",
+			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown (the label was rejected and removed).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
 		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers,
-		m.DrainDeadline, m.ScheduledMaintenance, m.Busy)
+		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy)
 	for _, i := range Interruptions {
 		m.Interruptions.WithLabelValues(i[0], i[1])
 	}
@@ -167,6 +172,15 @@ func (m *Agent) AddInterruptions(interruptionType, reason string, n int) {
 
 // Migration counts a live-migration announcement.
 func (m *Agent) Migration() { m.Migrations.Inc() }
+
+// SetMetadataKeyHealthy sets a watched key's health.
+func (m *Agent) SetMetadataKeyHealthy(key string, healthy bool) {
+	v := 0.0
+	if healthy {
+		v = 1
+	}
+	m.MetadataKeyHealthy.WithLabelValues(key).Set(v)
+}
 
 // Unrecognized counts a metadata value the agent did not act on.
 func (m *Agent) Unrecognized(key string) { m.UnrecognizedValues.WithLabelValues(key).Inc() }

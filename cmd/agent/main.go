@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
@@ -38,24 +40,53 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-agent")
+	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-agent", opts.KubeAPIQPS, opts.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
-	node, err := agent.WaitForNode(ctx, client, opts.NodeName)
-	if err != nil {
-		return fmt.Errorf("wait for node %q: %w", opts.NodeName, err)
-	}
+	clk := clock.RealClock{}
 
+	// /healthz and /metrics answer from the start: while the agent waits
+	// for its Node, /healthz says why (and the log says it once per change).
+	var health atomic.Pointer[func() error]
+	setHealth := func(f func() error) { health.Store(&f) }
+	setHealth(func() error { return fmt.Errorf("%w %q: starting", agent.ErrNoNode, opts.NodeName) })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := (*health.Load())(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	g, ctx := errgroup.WithContext(ctx)
+	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
+	if err != nil {
+		return err
+	}
+	logger.Info("agent started", "version", version, "node", opts.NodeName, "listen", addr.String())
+	g.Go(func() error {
+		node, err := agent.WaitForNode(ctx, client, opts.NodeName, clk, logger, func(why error) { setHealth(func() error { return why }) })
+		if err != nil {
+			return fmt.Errorf("wait for node %q: %w", opts.NodeName, err)
+		}
+		return runOnNode(ctx, opts, logger, client, node, reg, clk, setHealth)
+	})
+	return g.Wait()
+}
+
+// runOnNode runs the agent once its Node is known.
+func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client kubernetes.Interface, node *corev1.Node,
+	reg *prometheus.Registry, clk clock.Clock, setHealth func(func() error)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
 	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
 	m := metrics.NewAgent(nodeLabels)
 	events := agent.NewNodeEvents(client, opts.NodeName, node.UID)
 	defer events.Shutdown()
-	clk := clock.RealClock{}
 	if opts.MetadataHost != "" {
 		// The OAuth token source reads the metadata server from here.
 		if err := os.Setenv("GCE_METADATA_HOST", opts.MetadataHost); err != nil {
@@ -75,12 +106,17 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		src.Run(ctx) // until it is read, manual triggers are refused (policy_unknown)
 		manualGate = src.ManualGate(opts.PoolLabel)
 	}
+	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
+	metaHealth := &agent.MetadataHealth{Events: events, Metrics: m, Logger: logger.With("component", "metadata")}
+	metaHealth.Init(keys)
 	watcher := metadata.NewWatcher(metadata.WatcherOptions{
-		Client:   metadata.NewClient(opts.MetadataTimeout, opts.MetadataHost),
-		Timeout:  opts.MetadataTimeout,
-		Clock:    clk,
-		Logger:   logger.With("component", "metadata"),
-		Recorder: m,
+		Client:         metadata.NewClient(opts.MetadataTimeout, opts.MetadataHost),
+		Timeout:        opts.MetadataTimeout,
+		UnhealthyAfter: opts.UnhealthyAfter,
+		Health:         metaHealth,
+		Clock:          clk,
+		Logger:         logger.With("component", "metadata"),
+		Recorder:       m,
 	})
 	a := agent.New(agent.Options{
 		Client:   client,
@@ -89,7 +125,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Watcher:  watcher,
 		Pods:     drain.NewNodePods(client, opts.NodeName),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
-			ManualDrainTimeout: opts.ManualDrainTimeout},
+			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout},
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),
 		ManualGate:           manualGate,
 		Maintainer: &compute.VM{
@@ -98,6 +134,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 			ProviderID: node.Spec.ProviderID,
 		},
 		RetryInterval: opts.EvictionRetryInterval,
+		DrainReserve:  drainReserve(opts.DrainReserve),
 		Metrics:       m,
 		Events:        events,
 		Clock:         clk,
@@ -105,10 +142,10 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	})
 
 	started := clk.Now()
-	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
 	healthy := func() error {
 		return errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter))
 	}
+	setHealth(healthy)
 	nodeLabels.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "maintenance_handler_agent_healthy",
 		Help: "1 when /healthz answers ok (every watched metadata key answered and the Node updated within --unhealthy-after), 0 otherwise.",
@@ -118,23 +155,16 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		}
 		return 1
 	}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	g, ctx := errgroup.WithContext(ctx)
-	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
-	if err != nil {
-		return err
+	return a.Start(ctx)
+}
+
+// drainReserve maps --drain-reserve to drain.Options.Reserve, where 0
+// means the default and a negative value none.
+func drainReserve(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
 	}
-	logger.Info("agent started", "version", version, "node", opts.NodeName, "listen", addr.String())
-	g.Go(func() error { return a.Start(ctx) })
-	return g.Wait()
+	return d
 }
 
 func resourceNames(names []string) []corev1.ResourceName {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 )
 
@@ -34,10 +35,15 @@ type Options struct {
 	PreemptionDeadline      time.Duration
 	// ManualDrainTimeout is the drain deadline of a manual maintenance.
 	ManualDrainTimeout time.Duration
+	// ManualStartTimeout bounds the wait for an accepted manual
+	// maintenance to begin.
+	ManualStartTimeout time.Duration
 	// ComputeEndpoint replaces the Compute API's base URL; empty means
 	// Google's.
 	ComputeEndpoint       string
 	EvictionRetryInterval time.Duration
+	// DrainReserve is kept for system and DaemonSet pods at a drain's end.
+	DrainReserve time.Duration
 	// AcceleratorResources make a pod accelerator work, for idleness.
 	AcceleratorResources []string
 	// PolicyConfigMap (namespace/name) holds the maintenance policy that
@@ -45,6 +51,10 @@ type Options struct {
 	PolicyConfigMap string
 	PoolLabel       string
 	LogLevel        string
+	// KubeAPIQPS and KubeAPIBurst size the agent's API client for a
+	// drain: one eviction per pod, at once, on a node of 110 pods.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 }
 
 // NewOptions returns the defaults.
@@ -59,10 +69,14 @@ func NewOptions() *Options {
 		HostMaintenanceDeadline: 60 * time.Minute,
 		PreemptionDeadline:      30 * time.Second,
 		ManualDrainTimeout:      60 * time.Minute,
+		ManualStartTimeout:      15 * time.Minute,
 		AcceleratorResources:    []string{"nvidia.com/gpu", "google.com/tpu"},
 		PoolLabel:               "cloud.google.com/gke-nodepool",
 		EvictionRetryInterval:   5 * time.Second,
+		DrainReserve:            drain.DefaultReserve,
 		LogLevel:                "info",
+		KubeAPIQPS:              50,
+		KubeAPIBurst:            100,
 	}
 }
 
@@ -79,12 +93,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with cloud.google.com/perform-maintenance=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
+	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy).")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
-	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused.")
+	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own).")
+	fs.DurationVar(&o.DrainReserve, "drain-reserve", o.DrainReserve, "Most time kept at the end of a drain for kube-system and DaemonSet pods: workload pods must stop by the deadline minus what those pods need (their longest grace), at most this and at most half the time left. 0 keeps none.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second the agent may send to the API server; a drain of a full node makes one eviction per pod at once. An idle agent sends none (it only watches).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests above --kube-api-qps.")
 }
 
 // Validate reports every problem at once.
@@ -109,6 +127,7 @@ func (o *Options) Validate() error {
 		"--host-maintenance-deadline": o.HostMaintenanceDeadline,
 		"--preemption-deadline":       o.PreemptionDeadline,
 		"--manual-drain-timeout":      o.ManualDrainTimeout,
+		"--manual-start-timeout":      o.ManualStartTimeout,
 		"--eviction-retry-interval":   o.EvictionRetryInterval,
 	} {
 		if d <= 0 {
@@ -124,6 +143,12 @@ func (o *Options) Validate() error {
 		if ns, name, ok := strings.Cut(o.PolicyConfigMap, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 			errs = append(errs, fmt.Errorf("--policy-configmap %q: want namespace/name", o.PolicyConfigMap))
 		}
+	}
+	if o.DrainReserve < 0 {
+		errs = append(errs, fmt.Errorf("--drain-reserve %s: want 0 or more", o.DrainReserve))
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
 	}
 	if len(o.AcceleratorResources) == 0 {
 		errs = append(errs, errors.New("--accelerator-resources: want at least one resource name"))

@@ -28,7 +28,7 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-aggregator")
+	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-aggregator", 0, 0)
 	if err != nil {
 		return err
 	}

@@ -73,8 +73,9 @@ func ParseLevel(s string) (slog.Level, error) {
 }
 
 // Client returns a client for the cluster of kubeconfig (empty: in-cluster
-// configuration) that identifies itself as userAgent.
-func Client(kubeconfig, userAgent string) (*kubernetes.Clientset, error) {
+// configuration) that identifies itself as userAgent and sends at most qps
+// requests per second, with bursts of burst (zero: client-go's 5 and 10).
+func Client(kubeconfig, userAgent string, qps float32, burst int) (*kubernetes.Clientset, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -82,6 +83,7 @@ func Client(kubeconfig, userAgent string) (*kubernetes.Clientset, error) {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg.UserAgent = userAgent
+	cfg.QPS, cfg.Burst = qps, burst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create client: %w", err)

@@ -34,12 +34,27 @@ type computeState struct {
 	// boot counts Clear calls: a maintenance accepted before the VM came
 	// back must not start on the VM after it.
 	boot int
+	// failWith, when set, makes accepted operations end with this error
+	// and the maintenance not start.
+	failWith string
 }
 
 type operation struct {
 	name    string
 	started time.Time
 	done    time.Time
+	// err is the error the operation ends with ("" for success).
+	err string
+}
+
+// SetOperationFailure makes every call accepted from now on answer with an
+// operation that ends, after the perform-maintenance delay, with msg as its
+// error; the maintenance then does not start and the notice can be
+// rescheduled again. An empty msg ends this.
+func (s *Server) SetOperationFailure(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compute.failWith = msg
 }
 
 // SetPerformMaintenanceDelay sets how long after an accepted call the notice
@@ -160,6 +175,7 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 		name:    fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq),
 		started: now,
 		done:    now.Add(s.compute.delay),
+		err:     s.compute.failWith,
 	}
 	if s.compute.ops == nil {
 		s.compute.ops = map[string]operation{}
@@ -186,7 +202,22 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 		s.event = EventTerminate
 		s.broadcastLocked()
 	}
-	if s.compute.delay <= 0 {
+	if op.err != "" {
+		// The operation fails: the notice can be rescheduled again once
+		// it has ended, and nothing starts.
+		s.clock.AfterFunc(s.compute.delay, func() {
+			go func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if s.notice != nil {
+					n := *s.notice
+					n.CanReschedule = true
+					s.notice = &n
+					s.broadcastLocked()
+				}
+			}()
+		})
+	} else if s.compute.delay <= 0 {
 		startLocked()
 	} else {
 		// A fake clock runs the callback under its own lock: hand off to a
@@ -239,6 +270,10 @@ func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op 
 	}
 	if status == "DONE" {
 		body["endTime"] = op.done.UTC().Format(time.RFC3339Nano)
+		if op.err != "" {
+			body["error"] = map[string]any{"errors": []map[string]string{{"code": "MAINTENANCE_FAILED", "message": op.err}}}
+			body["httpErrorStatusCode"] = 500
+		}
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	_ = json.NewEncoder(w).Encode(body)

@@ -47,6 +47,13 @@ func (s *Server) InjectFault(f Fault) {
 	s.faults = append(s.faults, &f)
 }
 
+// FaultsServed counts the requests answered by an injected fault.
+func (s *Server) FaultsServed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faultsServed
+}
+
 // ClearFaults removes every injected fault.
 func (s *Server) ClearFaults() {
 	s.mu.Lock()
@@ -69,6 +76,7 @@ func (s *Server) takeFault(path string) *Fault {
 				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
 			}
 		}
+		s.faultsServed++
 		return f
 	}
 	return nil

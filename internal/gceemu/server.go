@@ -99,6 +99,11 @@ type Config struct {
 	// DefaultHang is how long a long poll without timeout_sec hangs at most;
 	// zero means 300 s.
 	DefaultHang time.Duration
+	// NoLongPoll answers wait_for_change requests at once, as a server
+	// that does not long-poll a key would.
+	NoLongPoll bool
+	// NoETag sends answers without an ETag header.
+	NoETag bool
 	// Clock drives hangs, token expiry and delayed transitions; nil is the
 	// real clock.
 	Clock clock.WithDelayedExecution
@@ -122,7 +127,9 @@ type Server struct {
 	token      string
 	tokenSeq   int
 	faults     []*Fault
-	compute    computeState
+	// faultsServed counts the requests a fault answered.
+	faultsServed int
+	compute      computeState
 
 	srv       *http.Server
 	listener  net.Listener
@@ -540,7 +547,7 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 	s.requests++
 	a := s.resolveLocked(path, altJSON, recursive)
 	etag := s.etagLocked(a.status, a.body)
-	if wait && a.status == http.StatusOK && (!hasLastETag || lastETag == etag) {
+	if wait && !s.cfg.NoLongPoll && a.status == http.StatusOK && (!hasLastETag || lastETag == etag) {
 		// Hang until the ETag moves away from the one the client holds, or
 		// until timeout_sec, which re-delivers the unchanged value.
 		waitFor := etag
@@ -576,7 +583,9 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
-	w.Header().Set("ETag", etag)
+	if !s.cfg.NoETag {
+		w.Header().Set("ETag", etag)
+	}
 	w.Header().Set("Content-Type", a.contentType)
 	w.WriteHeader(a.status)
 	if r.Method != http.MethodHead {

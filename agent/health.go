@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+// Event reasons of the metadata watch's health.
+const (
+	EventMetadataUnhealthy = "MetadataUnhealthy"
+	EventMetadataRecovered = "MetadataRecovered"
+)
+
+// MetadataHealth tells of a watched metadata key's health changes: a
+// Warning Event, a log line and the metric when a key turns unhealthy, a
+// Normal Event when it recovers. The watcher calls it at most twice per
+// --unhealthy-after per key, so the Events stay rare when the server flaps.
+type MetadataHealth struct {
+	Events  Events
+	Metrics interface {
+		SetMetadataKeyHealthy(key string, healthy bool)
+	}
+	Logger *slog.Logger
+}
+
+var _ metadata.HealthListener = (*MetadataHealth)(nil)
+
+// Init marks every key healthy, so that the metric's series exist.
+func (h *MetadataHealth) Init(keys []string) {
+	for _, k := range keys {
+		h.Metrics.SetMetadataKeyHealthy(k, true)
+	}
+}
+
+// KeyUnhealthy implements metadata.HealthListener.
+func (h *MetadataHealth) KeyUnhealthy(key string, cause error, since time.Duration) {
+	h.Metrics.SetMetadataKeyHealthy(key, false)
+	h.Logger.Warn("metadata key unhealthy", "key", key, "no_good_answer_for", since.Round(time.Second), "err", cause)
+	h.Events.NodeEvent(true, EventMetadataUnhealthy, fmt.Sprintf(
+		"The metadata server has given no usable answer for %s in %s (last error: %v). Until it does, the agent cannot see that signal change: it starts no drain on it and clears nothing; /healthz reports it.",
+		key, since.Round(time.Second), cause))
+}
+
+// KeyRecovered implements metadata.HealthListener.
+func (h *MetadataHealth) KeyRecovered(key string, _ time.Duration) {
+	h.Metrics.SetMetadataKeyHealthy(key, true)
+	h.Logger.Info("metadata key recovered", "key", key)
+	h.Events.NodeEvent(false, EventMetadataRecovered, fmt.Sprintf("The metadata server answers %s again.", key))
+}

@@ -1,0 +1,196 @@
+package drain
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
+	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+func TestCappedGrace(t *testing.T) {
+	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		grace, left, want time.Duration
+	}{
+		{60 * time.Second, 30 * time.Second, 30 * time.Second},
+		{20 * time.Second, 30 * time.Second, 20 * time.Second},
+		{20 * time.Second, 4200 * time.Millisecond, 5 * time.Second}, // rounded up
+		{0, 30 * time.Second, GraceFloor},                            // never a force delete
+		{30 * time.Second, -5 * time.Second, GraceFloor},             // past the deadline
+		{30 * time.Second, 0, GraceFloor},
+	} {
+		if got := CappedGrace(tc.grace, now, now.Add(tc.left)); got != tc.want {
+			t.Errorf("CappedGrace(%s, %s left) = %s, want %s", tc.grace, tc.left, got, tc.want)
+		}
+	}
+}
+
+// staticPods is a PodSource that never changes.
+type staticPods []*corev1.Pod
+
+func (s staticPods) List() []*corev1.Pod      { return s }
+func (s staticPods) Changed() <-chan struct{} { return nil }
+
+func pod(ns, name string, grace int64, owner string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace}}
+	if owner != "" {
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: owner, Name: "x", Controller: &yes}}
+	}
+	return p
+}
+
+func TestGroupDeadlines(t *testing.T) {
+	began := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	workload := pod("ml", "trainer", 60, "")
+	system := pod("kube-system", "dns", 30, "")
+	daemon := pod("kube-system", "agent-x", 30, "DaemonSet")
+	quick := pod("kube-system", "proxy", 5, "")
+	for _, tc := range []struct {
+		name    string
+		pods    []*corev1.Pod
+		reserve time.Duration
+		budget  time.Duration
+		want    []time.Duration // from began
+	}{
+		{"preemption: 15 s kept, split by need", []*corev1.Pod{workload, system, daemon}, 0, 30 * time.Second,
+			[]time.Duration{15 * time.Second, 22 * time.Second, 30 * time.Second}},
+		{"host maintenance: the reserve is what the later groups need", []*corev1.Pod{workload, quick}, 0, time.Hour,
+			[]time.Duration{time.Hour - 5*time.Second, time.Hour, time.Hour}},
+		{"no system or DaemonSet pods: no reserve", []*corev1.Pod{workload}, 0, 30 * time.Second,
+			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
+		{"never more than half the time left", []*corev1.Pod{workload, system}, time.Minute, 20 * time.Second,
+			[]time.Duration{10 * time.Second, 20 * time.Second, 20 * time.Second}},
+		{"a negative reserve keeps none", []*corev1.Pod{workload, system}, -1, 30 * time.Second,
+			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := New(Options{Pods: staticPods(tc.pods), Reserve: tc.reserve})
+			present := map[types.UID]bool{}
+			for _, p := range tc.pods {
+				present[p.UID] = true
+			}
+			got := d.groupDeadlines(present, began, began.Add(tc.budget))
+			for i, g := range got {
+				if g.Sub(began) != tc.want[i] {
+					t.Errorf("%s group ends %s after the start, want %s", Groups[i], g.Sub(began), tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestRefusedPodRetriedOnItsOwnSchedule: while another pod's eviction call
+// has not returned, a refused pod is retried RetryInterval after its
+// refusal, not after the other call.
+func TestRefusedPodRetriedOnItsOwnSchedule(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	slow, protected := pod("ml", "slow", 5, ""), pod("ml", "protected", 5, "")
+	client := fake.NewClientset()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := map[string]int{}
+	called := make(chan string, 16)
+	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		name := action.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
+		if name == "slow" {
+			return true, nil, nil
+		}
+		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	})
+	recorded := make(outcomes, 16)
+	record := func(name string) {
+		mu.Lock()
+		calls[name]++
+		mu.Unlock()
+		called <- name
+	}
+	d := New(Options{Client: slowClient{client, release, record}, Pods: staticPods{slow, protected}, RetryInterval: 5 * time.Second, Clock: clk, Recorder: recorded})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = d.Drain(ctx, clk.Now().Add(time.Hour))
+	}()
+	defer func() { close(release); cancel(); <-done }()
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		seen[<-called] = true
+	}
+	// Both called once; once the refusal is taken in, the retry interval
+	// passes while the slow call still runs.
+	if got := <-recorded; got != OutcomeBlocked {
+		t.Fatalf("first outcome %q, want %q", got, OutcomeBlocked)
+	}
+	clk.Step(5 * time.Second)
+	select {
+	case got := <-called:
+		if got != "protected" {
+			t.Fatalf("after the retry interval %q was called, want protected retried", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refused pod was not retried while the other call ran")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls["slow"] != 1 || calls["protected"] != 2 {
+		t.Errorf("calls %v, want slow once (still running) and protected twice", calls)
+	}
+}
+
+// slowClient holds the eviction of the pod named "slow" until release is
+// closed, as a throttled client would (the fake clientset itself runs one
+// call at a time).
+type slowClient struct {
+	*fake.Clientset
+	release chan struct{}
+	called  func(name string)
+}
+
+func (c slowClient) PolicyV1() policyv1client.PolicyV1Interface {
+	return slowPolicy{c.Clientset.PolicyV1(), c.release, c.called}
+}
+
+type slowPolicy struct {
+	policyv1client.PolicyV1Interface
+	release chan struct{}
+	called  func(name string)
+}
+
+func (p slowPolicy) Evictions(ns string) policyv1client.EvictionInterface {
+	return slowEvictions{p.PolicyV1Interface.Evictions(ns), p.release, p.called}
+}
+
+type slowEvictions struct {
+	policyv1client.EvictionInterface
+	release chan struct{}
+	called  func(name string)
+}
+
+func (e slowEvictions) Evict(ctx context.Context, ev *policyv1.Eviction) error {
+	e.called(ev.Name)
+	if ev.Name == "slow" {
+		<-e.release
+	}
+	return e.EvictionInterface.Evict(ctx, ev)
+}
+
+// outcomes is a Recorder that hands each outcome on.
+type outcomes chan string
+
+func (o outcomes) Eviction(outcome string) { o <- outcome }
