@@ -432,7 +432,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 
 	// 4. Draining finished. A manual maintenance is finished when Compute
 	// Engine accepts it (above).
-	if d.State.Phase == PhaseDraining && d.State.Reason != ReasonManual && obs.DrainDone && d.Interruption == nil {
+	if d.State.Phase == PhaseDraining && d.State.Reason != ReasonManual && obs.DrainDone {
 		d.State.Phase = PhaseTerminating
 		d.Drained = true
 		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete,
@@ -571,6 +571,15 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			// Asked before (by this agent or one before it): the signals
 			// show the request went through; never ask twice.
 			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
+		case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == metadata.StatusPending && sig.Notice.CanReschedule):
+			// Before asking: the notice is gone or can no longer be
+			// started early, so there is nothing to ask for.
+			d.Manual = ManualNotReschedulable
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
+				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", LabelPerformMaintenance)})
+			d.Uncordon = !st.CordonedBefore
+			d.RemoveTrigger = true
+			d.State = st.idle()
 		case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
 			d.Perform = true
 			if st.Requested.IsZero() {
@@ -582,21 +591,23 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 
 // awaitStart: Compute Engine accepted the call and the maintenance has not
 // begun. If the call's operation failed, or the maintenance has not begun
-// ManualStartTimeout after the call, the node goes back in service;
-// otherwise the loop wakes at that bound.
+// ManualStartTimeout after the acceptance, the node goes back in service;
+// otherwise the loop wakes at that bound. The acceptance time is the
+// deadline accept set, less HostMaintenanceDeadline.
 func (d *Decision) awaitStart(cfg Config, obs Observation) {
 	st := d.State
 	r := obs.Perform
+	startBy := st.Deadline.Add(cfg.ManualStartTimeout - cfg.HostMaintenanceDeadline)
 	var why string
 	switch {
 	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
 		why = fmt.Sprintf("its operation failed: %v", r.OperationErr)
-	case st.Requested.IsZero():
+	case st.Deadline.IsZero():
 		return
-	case !obs.Now.Before(st.Requested.Add(cfg.ManualStartTimeout)):
-		why = fmt.Sprintf("the maintenance has not begun %s after the request", cfg.ManualStartTimeout)
+	case !obs.Now.Before(startBy):
+		why = fmt.Sprintf("the maintenance has not begun %s after Compute Engine accepted the request", cfg.ManualStartTimeout)
 	default:
-		d.WakeAt = st.Requested.Add(cfg.ManualStartTimeout)
+		d.WakeAt = startBy
 		return
 	}
 	d.Manual = ManualNotStarted

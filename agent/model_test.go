@@ -1,0 +1,399 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+var (
+	modelSeed      = flag.Uint64("model.seed", 0, "replay the state machine model test from this seed (0: a new one)")
+	modelHistories = flag.Int("model.histories", 3000, "histories the state machine model test generates")
+)
+
+// model is one node as the state machine sees it: what the metadata server
+// serves, what the agent process knows (lost when it restarts), the Node,
+// and what a person did to it.
+type model struct {
+	rng  *rand.Rand
+	now  time.Time
+	node *corev1.Node
+	boot int
+
+	// served is what the metadata server serves; known is what the agent
+	// has been told of it since it started (its Signals).
+	served Signals
+	known  Signals
+
+	// The agent process's memory.
+	drainDone     time.Time
+	performFor    string
+	performResult *PerformResult
+	requestSeq    int
+
+	// pendingCall is a performMaintenance call made and not answered yet.
+	pendingCall string
+
+	// What a person did: cordoned the node while it was idle.
+	personCordoned bool
+
+	// Bookkeeping for the invariants.
+	maint         int                     // numbers the maintenances, from Idle to Idle
+	calledFor     map[int]map[string]bool // maintenance -> request IDs called
+	interruptions map[int]int             // maintenance -> interruptions counted
+	log           []string
+}
+
+var (
+	pendingNotice   = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
+	ongoingNotice   = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusOngoing, RawStatus: "ONGOING", WindowStart: window, Raw: `{"maintenance_status":"ONGOING"}`}
+	fixedNotice     = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", WindowStart: window, Raw: `{"maintenance_status":"PENDING","can_reschedule":false}`}
+	errModelRefused = errors.New("refused")
+)
+
+func newModel(seed uint64) *model {
+	m := &model{
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		now: t0,
+		node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{}, Annotations: map[string]string{}},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-0", KubeletVersion: "v1.36.3"}}},
+		served:        quiet(),
+		calledFor:     map[int]map[string]bool{},
+		interruptions: map[int]int{},
+	}
+	if m.rng.IntN(2) == 0 {
+		// Most accelerator VMs have a notice pending for weeks.
+		m.served.Notice, m.served.NoticePresent = pendingNotice, true
+	}
+	return m
+}
+
+func (m *model) logf(format string, args ...any) {
+	m.log = append(m.log, fmt.Sprintf(format, args...))
+}
+
+// restartAgent: the process dies; a new one knows nothing of the server
+// until it answers, and nothing of its predecessor but the Node.
+func (m *model) restartAgent() {
+	m.known = Signals{}
+	m.drainDone, m.performFor, m.performResult, m.pendingCall = time.Time{}, "", nil, ""
+}
+
+// event applies one random happening.
+func (m *model) event() {
+	// A moment passes between two happenings: the agent keys a drain by
+	// its start time, which a real clock never repeats.
+	m.now = m.now.Add(time.Second)
+	switch r := m.rng.IntN(100); {
+	case r < 30: // the metadata server's answers change
+		m.changeServed()
+	case r < 45: // the agent hears one key's answer (or an unknown value: nothing)
+		m.hear()
+	case r < 55: // a person sets or removes the trigger
+		switch r := m.rng.IntN(8); {
+		case r < 5:
+			m.node.Labels[LabelPerformMaintenance] = TriggerValue
+			m.logf("person: trigger true")
+		case r < 6:
+			m.node.Labels[LabelPerformMaintenance] = "yes"
+			m.logf("person: trigger yes")
+		default:
+			delete(m.node.Labels, LabelPerformMaintenance)
+			m.logf("person: trigger removed")
+		}
+	case r < 60: // a person cordons or uncordons an idle node
+		if StateFromNode(m.node).Phase == PhaseIdle {
+			m.personCordoned = !m.personCordoned
+			m.node.Spec.Unschedulable = m.personCordoned
+			m.logf("person: cordoned=%t", m.personCordoned)
+		}
+	case r < 68: // the drain finishes
+		if st := StateFromNode(m.node); st.Phase == PhaseDraining {
+			m.drainDone = st.Started
+			m.logf("drain done")
+		}
+	case r < 78: // Compute Engine answers a call
+		m.answerCall()
+	case r < 84: // the VM stops and comes back, and the agent with it
+		m.boot++
+		m.node.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", m.boot)
+		m.served = quiet()
+		if m.rng.IntN(3) == 0 {
+			m.served.Event = metadata.EventTerminate // a new maintenance at once
+		}
+		m.restartAgent()
+		if m.rng.IntN(2) == 0 {
+			// The new agent hears the server before its first pass.
+			m.known = m.served
+			m.logf("reboot; the new agent hears event %s first", m.served.Event)
+		} else {
+			m.logf("reboot")
+		}
+	case r < 88:
+		m.restartAgent()
+		m.logf("agent restart")
+	default:
+		m.now = m.now.Add(time.Duration(m.rng.IntN(20*60)) * time.Second)
+		m.logf("time passes")
+	}
+}
+
+func (m *model) changeServed() {
+	s := m.served
+	switch m.rng.IntN(4) {
+	case 0:
+		s.Event = []metadata.Event{metadata.EventNone, metadata.EventTerminate, metadata.EventMigrate}[m.rng.IntN(3)]
+	case 1:
+		s.Preempted = m.rng.IntN(4) == 0
+	default:
+		s.NoticeNotYet = false
+		switch m.rng.IntN(6) {
+		case 0:
+			s.Notice, s.NoticePresent = metadata.Notice{}, false
+		case 1:
+			s.Notice, s.NoticePresent, s.NoticeNotYet = metadata.Notice{}, false, true
+		case 2, 3:
+			s.Notice, s.NoticePresent = pendingNotice, true
+		case 4:
+			s.Notice, s.NoticePresent = fixedNotice, true
+		default:
+			s.Notice, s.NoticePresent = ongoingNotice, true
+		}
+	}
+	m.served = s
+	m.logf("served: event %s preempted %t notice %v/%s notyet %t", s.Event, s.Preempted, s.NoticePresent, s.Notice.Status, s.NoticeNotYet)
+}
+
+// hear delivers one key's served value to the agent, or an unknown value,
+// or an error: those change nothing it knows.
+func (m *model) hear() {
+	switch m.rng.IntN(8) {
+	case 0:
+		m.logf("hear: unknown value or error")
+		return
+	case 1, 2:
+		m.known = m.served
+		m.known.EventKnown, m.known.PreemptedKnown, m.known.NoticeKnown = true, true, true
+		m.logf("hear: every key")
+		return
+	}
+	switch m.rng.IntN(3) {
+	case 0:
+		m.known.Event, m.known.EventKnown = m.served.Event, true
+	case 1:
+		m.known.Preempted, m.known.PreemptedKnown = m.served.Preempted, true
+	default:
+		m.known.Notice, m.known.NoticePresent, m.known.NoticeNotYet, m.known.NoticeKnown = m.served.Notice, m.served.NoticePresent, m.served.NoticeNotYet, true
+	}
+	k := m.known
+	m.logf("hear: known event %s/%t preempted %t/%t notice %t/%s/%t notyet %t", k.Event, k.EventKnown, k.Preempted, k.PreemptedKnown, k.NoticePresent, k.Notice.Status, k.NoticeKnown, k.NoticeNotYet)
+}
+
+// answerCall ends the call in flight in one of the ways Compute Engine
+// may: accepted, refused, permission denied, no answer in time, refused
+// after it began the maintenance itself; an accepted one's operation may
+// later fail.
+func (m *model) answerCall() {
+	if m.pendingCall == "" {
+		if r := m.performResult; r != nil && r.Err == nil && r.OperationErr == nil && m.rng.IntN(3) == 0 {
+			failed := *r
+			failed.OperationErr = errors.New("operation failed")
+			m.performResult = &failed
+			m.logf("compute: operation of %s failed", r.RequestID)
+		}
+		return
+	}
+	id := m.pendingCall
+	m.pendingCall = ""
+	res := &PerformResult{RequestID: id}
+	switch m.rng.IntN(5) {
+	case 0:
+		res.Operation = "operation-" + id
+		m.served.Notice, m.served.NoticePresent = fixedNotice, true
+		if m.rng.IntN(2) == 0 {
+			m.served.Event = metadata.EventTerminate
+			m.served.Notice = ongoingNotice
+		}
+	case 1:
+		res.Err, res.Outcome = errModelRefused, ManualRefused
+	case 2:
+		res.Err, res.Outcome = errModelRefused, ManualPermissionDenied
+	case 3:
+		res.Err, res.Outcome = errModelRefused, ManualFailed
+	default: // refused because Compute Engine had begun on its own
+		m.served.Event, m.served.Notice, m.served.NoticePresent = metadata.EventTerminate, ongoingNotice, true
+		res.Err, res.Outcome = errModelRefused, ManualRefused
+	}
+	if m.rng.IntN(2) == 0 {
+		// The metadata watch tells the agent before the call returns.
+		m.known = m.served
+		m.known.EventKnown, m.known.PreemptedKnown, m.known.NoticeKnown = true, true, true
+	}
+	m.performResult = res
+	m.logf("compute: call %s answered %v", id, res.Err)
+}
+
+// observation is what the agent's loop would pass to Step now.
+func (m *model) observation(st State) Observation {
+	m.requestSeq++
+	obs := Observation{
+		Now: m.now, Signals: m.known, BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion,
+		Unschedulable: m.node.Spec.Unschedulable, RequestID: fmt.Sprintf("req-%d", m.requestSeq),
+		PodsKnown: true, Idle: true,
+	}
+	obs.Trigger, obs.TriggerSet = TriggerFromNode(m.node)
+	obs.DrainDone = st.Phase == PhaseDraining && m.drainDone.Equal(st.Started)
+	if r := m.performResult; r != nil && r.RequestID == st.RequestID {
+		obs.Perform = r
+	}
+	return obs
+}
+
+// reconcile is what the agent's loop does after a change: a pass (Step
+// from the Node, write the Node, carry out the decision), and again while
+// its own write changes the Node (its Node watch wakes it), checking the
+// invariants after each pass. The passes must come to rest.
+func (m *model) reconcile(t *testing.T) {
+	t.Helper()
+	for range 4 {
+		before := StateFromNode(m.node)
+		dec := Step(cfg, before, m.observation(before))
+		changed := ApplyState(m.node, dec)
+		after := StateFromNode(m.node)
+		if after.Phase != PhaseIdle && !after.Started.Equal(before.Started) {
+			m.maint++ // a new maintenance began in this pass
+		}
+		if dec.Perform && m.performFor != after.RequestID {
+			m.performFor = after.RequestID
+			m.pendingCall = after.RequestID
+			called := m.calledFor[m.maint]
+			if called == nil {
+				called = map[string]bool{}
+				m.calledFor[m.maint] = called
+			}
+			called[after.RequestID] = true
+			m.logf("call performMaintenance %s", after.RequestID)
+		}
+		if dec.Interruption != nil {
+			m.interruptions[m.maint]++
+		}
+		m.check(t, before, dec)
+		if !changed {
+			return
+		}
+	}
+	m.fail(t, "the Node kept changing: the state machine does not come to rest")
+}
+
+func (m *model) fail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Fatalf("%s\nhistory:\n  %s", fmt.Sprintf(format, args...), joinLines(m.log))
+}
+
+func joinLines(lines []string) string {
+	if len(lines) > 60 {
+		lines = append([]string{fmt.Sprintf("... %d earlier steps", len(lines)-60)}, lines[len(lines)-60:]...)
+	}
+	out := ""
+	for i, l := range lines {
+		if i > 0 {
+			out += "\n  "
+		}
+		out += l
+	}
+	return out
+}
+
+// check asserts the invariants after a reconcile.
+func (m *model) check(t *testing.T, before State, dec Decision) {
+	t.Helper()
+	st := StateFromNode(m.node)
+	k := m.known
+	if st.Phase == PhaseIdle && (k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted) {
+		m.fail(t, "idle while TERMINATE_ON_HOST_MAINTENANCE or preemption is served: %+v", k)
+	}
+	if before.Phase == PhaseIdle && st.Phase != PhaseIdle {
+		started := k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted ||
+			k.NoticeKnown && k.NoticePresent && k.Notice.Status == metadata.StatusOngoing || dec.Manual == ManualStarted
+		if !started {
+			m.fail(t, "drained on nothing the agent understood: %+v", k)
+		}
+	}
+	if len(m.calledFor[m.maint]) > 1 {
+		m.fail(t, "more than one performMaintenance request for one maintenance: %v", m.calledFor[m.maint])
+	}
+	if m.interruptions[m.maint] > 1 {
+		m.fail(t, "one maintenance counted %d times", m.interruptions[m.maint])
+	}
+	if m.personCordoned && !m.node.Spec.Unschedulable {
+		m.fail(t, "a person's cordon was removed")
+	}
+	if st.Phase == PhaseIdle && !m.personCordoned && m.node.Spec.Unschedulable {
+		m.fail(t, "idle, and the agent's own cordon is left behind")
+	}
+	if (st.Phase == PhaseIdle) == HasTaint(m.node) {
+		m.fail(t, "phase %s with taint %t", st.Phase, HasTaint(m.node))
+	}
+}
+
+// settle brings the node back: the VM reboots, the server is quiet and
+// answers every key, the drain ends, time passes. From any state this
+// must end Idle, in service unless a person cordoned it.
+func (m *model) settle(t *testing.T) {
+	t.Helper()
+	m.boot++
+	m.node.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", m.boot)
+	m.served = quiet()
+	m.restartAgent()
+	m.known = quiet()
+	delete(m.node.Labels, LabelPerformMaintenance)
+	m.logf("settle: reboot, quiet, trigger removed")
+	for range 4 {
+		m.reconcile(t)
+		if st := StateFromNode(m.node); st.Phase == PhaseDraining {
+			m.drainDone = st.Started
+		}
+		m.now = m.now.Add(time.Hour)
+	}
+	if st := StateFromNode(m.node); st.Phase != PhaseIdle || m.node.Spec.Unschedulable != m.personCordoned {
+		m.fail(t, "stuck: after a reboot and quiet signals the node is %s, cordoned %t (a person's cordon: %t)", st.Phase, m.node.Spec.Unschedulable, m.personCordoned)
+	}
+}
+
+// TestStateMachineModel runs thousands of random histories of metadata
+// answers, a person's labels and cordons, drains ending, Compute Engine's
+// answers, reboots, agent restarts and time, reconciling after each
+// happening through a Node round trip, and checks the invariants after
+// every step. It prints its seed; -model.seed replays a failure.
+func TestStateMachineModel(t *testing.T) {
+	seed := *modelSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (replay: go test ./agent -run TestStateMachineModel -args -model.seed %d)", seed, seed)
+	root := rand.New(rand.NewPCG(seed, seed))
+	histories := *modelHistories
+	if testing.Short() {
+		histories /= 10
+	}
+	for h := range histories {
+		m := newModel(root.Uint64())
+		steps := 20 + m.rng.IntN(60)
+		for range steps {
+			m.event()
+			m.reconcile(t)
+		}
+		m.settle(t)
+		if t.Failed() {
+			t.Fatalf("history %d failed", h)
+		}
+	}
+}
