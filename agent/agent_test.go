@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -701,5 +702,56 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} = %v after the repair, want still 1", got)
+	}
+}
+
+// TestLifecycleEventsSurviveAWarningBurst: after a burst of warnings on the
+// Node (client-go's recorder would drop everything past 25 from one source
+// about one object), a lifecycle Event is still recorded.
+func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
+	v := newVM(t, "agent-events-0")
+	node := getNode(t, v.name)
+	events := agent.NewNodeEvents(world.Client, v.name, node.UID)
+	defer events.Shutdown()
+	for i := range 40 {
+		events.NodeEvent(true, agent.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))
+	}
+	events.NodeEvent(true, agent.EventTerminateOnHost, "Host maintenance will stop the VM; draining")
+	waitEvent(t, v.name, agent.EventTerminateOnHost)
+}
+
+// TestUnrecognizedValuesWarnOncePerChange: a run of values the agent does
+// not recognise is one Warning Event (each is logged and counted); a
+// recognised value in between makes the next odd one warn again.
+func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
+	v := newVM(t, "agent-events-1")
+	r := startAgent(t, v, agent.DefaultConfig)
+	counted := func() float64 {
+		return testutil.ToFloat64(r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent))
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+		if err != nil {
+			t.Fatalf("%s never happened", what)
+		}
+	}
+	for i := range 10 {
+		v.emu.SetMaintenanceEvent(fmt.Sprintf("REBOOT_MAYBE_%d", i))
+		waitFor(fmt.Sprintf("odd value %d counted", i), func() bool { return counted() >= float64(i+1) })
+	}
+	// A lifecycle Event after the run: the Events before it are written.
+	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
+	waitEvent(t, v.name, agent.EventMigrateOnHost)
+	if got := nodeEvents(t, v.name)[agent.EventUnrecognizedValue]; got != 1 {
+		t.Errorf("%d %s Events for a run of 10 odd values, want 1", got, agent.EventUnrecognizedValue)
+	}
+	v.emu.SetMaintenanceEvent("REBOOT_MAYBE_AGAIN")
+	waitFor("the next odd value counted", func() bool { return counted() >= 11 })
+	v.emu.SetMaintenanceEvent(gceemu.EventNone)
+	v.emu.SetPreempted(true)
+	waitEvent(t, v.name, agent.EventPreempted)
+	if got := nodeEvents(t, v.name)[agent.EventUnrecognizedValue]; got != 2 {
+		t.Errorf("%d %s Events after a recognised value and another odd one, want 2", got, agent.EventUnrecognizedValue)
 	}
 }

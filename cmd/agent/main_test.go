@@ -16,10 +16,14 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
@@ -58,10 +62,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 
 // agentProc is the agent binary running against the test world.
 type agentProc struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan struct{} // closed when the process has exited
-	err    error         // its exit error, once exited
+	cmd     *exec.Cmd
+	addr    string
+	logPath string
+	exited  chan struct{} // closed when the process has exited
+	err     error         // its exit error, once exited
 }
 
 func buildAgent(t testing.TB) string {
@@ -89,7 +94,7 @@ func runAgent(t testing.TB, node string, emu *gceemu.Server, args ...string) *ag
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{cmd: cmd, addr: addr, exited: make(chan struct{})}
+	p := &agentProc{cmd: cmd, addr: addr, logPath: logPath, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -109,6 +114,16 @@ func runAgent(t testing.TB, node string, emu *gceemu.Server, args ...string) *ag
 		}
 	})
 	return p
+}
+
+// log returns what the agent has logged so far.
+func (p *agentProc) log(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func (p *agentProc) get(path string) (int, string) {
@@ -152,14 +167,31 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	if !strings.Contains(body, metadata.KeyMaintenanceEvent) {
 		t.Errorf("/healthz body %q does not name the failing key", body)
 	}
+	// A Warning Event says so, once per key, and the metric.
+	poll(t, "a MetadataUnhealthy Event for maintenance-event", time.Minute, func() bool {
+		return len(nodeEventMessages(t, node, agent.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent)) > 0
+	})
+	_, m := p.get("/metrics")
+	if v := metricValue(t, m, "maintenance_handler_agent_metadata_key_healthy", map[string]string{"key": metadata.KeyPreempted, "node_name": node}); v != 0 {
+		t.Errorf("metadata_key_healthy{preempted} = %v while it fails, want 0", v)
+	}
 	emu.ClearFaults()
 	poll(t, "healthy again", time.Minute, func() bool { code, _ := p.get("/healthz"); return code == 200 })
+	poll(t, "a MetadataRecovered Event for maintenance-event", time.Minute, func() bool {
+		return len(nodeEventMessages(t, node, agent.EventMetadataRecovered, metadata.KeyMaintenanceEvent)) > 0
+	})
+	if got := nodeEventMessages(t, node, agent.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent); len(got) != 1 {
+		t.Errorf("MetadataUnhealthy Events for maintenance-event: %q, want one", got)
+	}
 	select {
 	case <-p.exited:
 		t.Fatalf("agent exited: %v", p.err)
 	default:
 	}
-	_, m := p.get("/metrics")
+	_, m = p.get("/metrics")
+	if metricValue(t, m, "maintenance_handler_agent_metadata_key_healthy", map[string]string{"key": metadata.KeyPreempted, "node_name": node}) != 1 {
+		t.Error("metadata_key_healthy{preempted} is not back to 1")
+	}
 	if metricValue(t, m, "maintenance_handler_agent_metadata_requests_total", map[string]string{"key": "instance/maintenance-event", "result": "server_error", "node_name": node}) < 1 {
 		t.Error("/metrics has no server_error count for maintenance-event")
 	}
@@ -180,6 +212,42 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("agent did not exit on SIGTERM")
 	}
+}
+
+// nodeEventMessages returns the messages of node's Events with reason whose
+// message contains part (each Event once, whatever its count).
+func nodeEventMessages(t testing.TB, node, reason, part string) []string {
+	t.Helper()
+	list, err := world.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if strings.Contains(e.Message, part) {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// TestWaitsForItsNodeAndSaysWhy: started before its Node exists, the agent
+// serves /healthz (unhealthy, saying why) and logs what it waits for; once
+// the Node is registered it runs and is healthy.
+func TestWaitsForItsNodeAndSaysWhy(t *testing.T) {
+	const node = "bin-late-0"
+	emu := gceemu.StartT(t, gceemu.Config{Name: node})
+	p := runAgent(t, node, emu, "--metadata-timeout", "1s", "--unhealthy-after", "12s")
+	poll(t, "/healthz answers", 30*time.Second, func() bool { code, _ := p.get("/healthz"); return code != 0 })
+	code, body := p.get("/healthz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "not registered yet") || !strings.Contains(body, node) {
+		t.Errorf("/healthz while the node does not exist: %d %q, want 503 saying the node is not registered yet", code, body)
+	}
+	poll(t, "the log says what it waits for", 30*time.Second, func() bool {
+		return strings.Contains(p.log(t), `"msg":"waiting for the node"`)
+	})
+	world.NodeT(t, testworld.NodeSpec{Name: node})
+	poll(t, "healthy once the node exists", time.Minute, func() bool { code, _ := p.get("/healthz"); return code == 200 })
 }
 
 // BenchmarkAgentIdle runs the agent binary with a notice pending and
@@ -371,4 +439,162 @@ func metricValue(t testing.TB, text, name string, want map[string]string) float6
 		}
 	}
 	return -1
+}
+
+// BenchmarkAgentBinaryDrain110Pods runs the agent binary as it ships (its
+// own API client settings) on a node with 110 pods: 100 workload pods with
+// graces of 0-10 s, 3 of them under a PodDisruptionBudget, 5 kube-system
+// pods and 2 DaemonSet pods. It reports the idle agent's RSS with them on
+// its node, then preempts the VM (30 s) and reports when the workload pods
+// were gone and when the node was labelled terminating.
+func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
+	const node = "bin-drain-110"
+	emu := setup(b, node)
+	ctx := context.Background()
+	ns := world.Namespace(b)
+	podOn := func(ns, name string, grace int64, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels,
+				Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", grace)}},
+			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{Name: "main", Image: "registry.invalid/app:1"}}},
+		}
+	}
+	create := func(p *corev1.Pod) {
+		if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		var labels map[string]string
+		if i < 3 {
+			labels = map[string]string{"app": "guarded"}
+		}
+		create(podOn(ns, fmt.Sprintf("work-%d", i), int64(i%11), labels))
+	}
+	one := intstr.FromInt32(1)
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 5 {
+		p := podOn(metav1.NamespaceSystem, fmt.Sprintf("sys-%d-%s", i, node), 5, nil)
+		create(p)
+		b.Cleanup(func() {
+			zero := int64(0)
+			_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		})
+	}
+	for i := range 2 {
+		labels := map[string]string{"ds": fmt.Sprintf("ds-%d", i)}
+		tmpl := podOn(ns, "", 2, labels)
+		tmpl.Spec.NodeName = ""
+		tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		if _, err := world.Client.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ds-%d", i)},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
+		}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	poll(b, "110 pods running", 3*time.Minute, func() bool {
+		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		running := 0
+		for _, p := range pods.Items {
+			if err == nil && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running >= 107
+	})
+	p := runAgent(b, node, emu)
+	poll(b, "agent healthy", 30*time.Second, func() bool { code, _ := p.get("/healthz"); return code == 200 })
+	const window = 10 * time.Second
+	var rssKiB, cpu float64
+	var workGone, terminating time.Duration
+	for b.Loop() {
+		t0 := cpuTicks(b, p.cmd.Process.Pid)
+		time.Sleep(window)
+		cpu = float64(cpuTicks(b, p.cmd.Process.Pid)-t0) / 100 / window.Seconds() * 100
+		rssKiB = rss(b, p.cmd.Process.Pid)
+
+		w, err := world.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			b.Fatal(err)
+		}
+		nw, err := world.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		emu.SetPreempted(true)
+		gone := 0
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted && strings.HasPrefix(pod.Name, "work-") {
+				if gone++; gone == 100 {
+					workGone = time.Since(start)
+					break
+				}
+			}
+		}
+		w.Stop()
+		for ev := range nw.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok && n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating {
+				terminating = time.Since(start)
+				break
+			}
+		}
+		nw.Stop()
+	}
+	b.ReportMetric(rssKiB/1024, "idle-RSS-MiB")
+	b.ReportMetric(workGone.Seconds(), "workload-gone-s")
+	b.ReportMetric(terminating.Seconds(), "terminating-s")
+	fmt.Printf("agent binary, node with 110 pods: idle RSS %.1f MiB, CPU %.2f%% of one core; preempted (30 s): 100 workload pods gone after %s, terminating after %s\n",
+		rssKiB/1024, cpu, workGone.Round(10*time.Millisecond), terminating.Round(10*time.Millisecond))
+}
+
+// BenchmarkAgentIdleNoNotice runs the agent binary with nothing scheduled,
+// for each form the metadata server's "no notice" takes, and reports the
+// metadata requests it makes and its CPU while nothing changes. It runs
+// with --metadata-timeout 2s so that a minute's worth of polls at the
+// default 60 s fits in seconds: requests scale with 1/timeout.
+func BenchmarkAgentIdleNoNotice(b *testing.B) {
+	for _, form := range []struct {
+		name string
+		cfg  gceemu.Config
+	}{
+		{"empty-object", gceemu.Config{Absence: gceemu.AbsentEmptyObject}},
+		{"NONE", gceemu.Config{Absence: gceemu.AbsentNone}},
+		{"404", gceemu.Config{Absence: gceemu.AbsentNotFound}},
+		{"503-no-notifications", gceemu.Config{Absence: gceemu.AbsentUnavailable}},
+		{"no-ETag", gceemu.Config{NoETag: true}},
+		{"no-long-poll", gceemu.Config{NoLongPoll: true}},
+	} {
+		b.Run(form.name, func(b *testing.B) {
+			node := "bin-nonotice-" + strings.ToLower(form.name)
+			world.NodeT(b, testworld.NodeSpec{Name: node})
+			cfg := form.cfg
+			cfg.Name = node
+			emu := gceemu.StartT(b, cfg)
+			p := runAgent(b, node, emu, "--metadata-timeout", "2s", "--unhealthy-after", "30s")
+			poll(b, "agent healthy", 30*time.Second, func() bool { code, _ := p.get("/healthz"); return code == 200 })
+			const window = 20 * time.Second
+			var perTimeout, cpu float64
+			for b.Loop() {
+				r0, t0 := emu.Requests(), cpuTicks(b, p.cmd.Process.Pid)
+				time.Sleep(window)
+				perTimeout = float64(emu.Requests()-r0) / (window.Seconds() / 2)
+				cpu = float64(cpuTicks(b, p.cmd.Process.Pid)-t0) / 100 / window.Seconds() * 100
+			}
+			b.ReportMetric(perTimeout, "requests/timeout")
+			b.ReportMetric(perTimeout, "requests/min@60s")
+			b.ReportMetric(cpu, "CPU-%")
+			fmt.Printf("idle agent, no notice as %s: %.1f metadata requests per poll timeout for 3 keys (= per minute at the default 60 s), CPU %.2f%% of one core\n",
+				form.name, perTimeout, cpu)
+		})
+	}
 }
