@@ -775,3 +775,35 @@ func TestStepLifecycleEdges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, Step(cfg, tc.state, tc.obs)) })
 	}
 }
+
+// TestStepManualStartBound: after Compute Engine accepted, the node waits
+// for the maintenance to begin until ManualStartTimeout after the
+// acceptance (the loop is woken then), and goes back in service past it,
+// or at once when the operation failed.
+func TestStepManualStartBound(t *testing.T) {
+	accepted := draining(ReasonManual, time.Hour)
+	accepted.Phase, accepted.RequestID, accepted.Requested = PhaseTerminating, "req-1", t0
+	accepted.Deadline = t0.Add(cfg.HostMaintenanceDeadline) // accepted at t0
+	fixed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true; s.Notice.CanReschedule = false })
+
+	o := obs(fixed)
+	o.Now = t0.Add(10 * time.Minute)
+	if d := Step(cfg, accepted, o); d.State.Phase != PhaseTerminating || !d.WakeAt.Equal(t0.Add(cfg.ManualStartTimeout)) {
+		t.Errorf("10 min after the acceptance: phase %s, wake at %s; want terminating, woken at %s", d.State.Phase, d.WakeAt, t0.Add(cfg.ManualStartTimeout))
+	}
+	o.Now = t0.Add(cfg.ManualStartTimeout)
+	if d := Step(cfg, accepted, o); d.State.Phase != PhaseIdle || d.Manual != ManualNotStarted || !d.Uncordon || !d.RemoveTrigger {
+		t.Errorf("at the bound: phase %s, outcome %q, uncordon %t, remove trigger %t; want back in service, not_started", d.State.Phase, d.Manual, d.Uncordon, d.RemoveTrigger)
+	}
+	o.Now = t0.Add(time.Minute)
+	o.Perform = &PerformResult{RequestID: "req-1", Operation: "op-1", OperationErr: errors.New("operation failed")}
+	if d := Step(cfg, accepted, o); d.State.Phase != PhaseIdle || d.Manual != ManualNotStarted {
+		t.Errorf("operation failed: phase %s, outcome %q; want back in service, not_started", d.State.Phase, d.Manual)
+	}
+	// Begun: the bound no longer applies.
+	begun := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
+	begun.Now = t0.Add(cfg.ManualStartTimeout + time.Minute)
+	if d := Step(cfg, accepted, begun); d.State.Phase != PhaseTerminating {
+		t.Errorf("begun: phase %s, want terminating", d.State.Phase)
+	}
+}
