@@ -111,3 +111,31 @@ func TestPerformMaintenanceRefusals(t *testing.T) {
 		t.Errorf("permanent 503: %v, want a give-up once the context ends", err)
 	}
 }
+
+// TestWaitOperation: the accepted call's operation is followed to DONE; one
+// that ends with an error is ErrOperationFailed with Compute Engine's words.
+func TestWaitOperation(t *testing.T) {
+	emu, m, inst := setup(t)
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Hour))
+	op, err := m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WaitOperation(ctxT(t, 30*time.Second), inst, op); err != nil {
+		t.Errorf("a successful operation: %v", err)
+	}
+	emu.Clear()
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), time.Hour))
+	emu.SetOperationFailure("the host is not available")
+	op, err = m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-fail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.WaitOperation(ctxT(t, 30*time.Second), inst, op)
+	if !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), "the host is not available") {
+		t.Errorf("a failed operation: %v, want ErrOperationFailed with the reason", err)
+	}
+	if err := m.WaitOperation(ctxT(t, 300*time.Millisecond), inst, "no-such-operation"); err == nil {
+		t.Error("an unknown operation: no error once the context ended")
+	}
+}

@@ -60,6 +60,11 @@ func TestStaticBinariesWithTheDockerfilesFlags(t *testing.T) {
 				}
 			}
 			f.Close()
+			if fi, err := os.Stat(bin); err == nil {
+				// Every accelerator node pulls the agent at boot: its size
+				// is a figure worth watching.
+				t.Logf("%s for %s: %.1f MB stripped", name, arch.goarch, float64(fi.Size())/1e6)
+			}
 			if arch.goarch != runtime.GOARCH {
 				continue // cannot run here
 			}
