@@ -4,7 +4,7 @@ GO ?= go
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test testworld prometheus vet build bench
+.PHONY: help demo test testworld prometheus vet verify build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -13,7 +13,7 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
-test: testworld prometheus vet ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
+test: testworld prometheus verify ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
 	MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./...
 	$(GO) run ./cmd/testworld leaks
 
@@ -25,6 +25,9 @@ prometheus: ## fetch prometheus and promtool from Debian's package into the cach
 
 vet: ## go vet
 	$(GO) vet ./...
+
+verify: ## gofmt, go mod tidy unchanged, go vet, and no time.Now/time.Sleep outside cmd/, internal/ and tests
+	scripts/verify.sh
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 

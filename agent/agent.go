@@ -138,6 +138,7 @@ func (a *Agent) watchNode(ctx context.Context) error {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
 		}))
 	a.nodes = factory.Core().V1().Nodes().Informer()
+	_ = a.nodes.SetTransform(slimNode)
 	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.poke() },
 		UpdateFunc: func(any, any) { a.poke() },
@@ -148,6 +149,21 @@ func (a *Agent) watchNode(ctx context.Context) error {
 		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, ctx.Err())
 	}
 	return nil
+}
+
+// slimNode drops what the agent never reads from its cached Node: the
+// managed fields and the status but for nodeInfo (the image list alone is
+// often tens of kilobytes). The agent updates the Node from this copy; an
+// update leaves the status as it is (it is a subresource) and omitted
+// managed fields as they are.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo}
+	return n, nil
 }
 
 // errNodeNotFound: the Node is not (or no longer) in the API server.

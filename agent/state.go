@@ -122,7 +122,7 @@ const (
 	ReasonHostError = "HostError"
 )
 
-// Event reasons, GKE's own where one fits (gce-facts.md §4.4).
+// Event reasons, GKE's own where one fits (docs/gce.md).
 const (
 	EventMaintenanceScheduled   = "MaintenanceWindowScheduled"
 	EventMaintenanceRescheduled = "MaintenanceWindowRescheduled"

@@ -202,6 +202,9 @@ func (a *Aggregator) Start(ctx context.Context) error {
 			OnStoppedLeading: func() {
 				a.leading.Store(false)
 				a.opts.Metrics.Leader.Set(0)
+				// A follower exports no pool series: the leader's are the
+				// only ones, so sums by pool are not stale or doubled.
+				a.opts.Metrics.KeepPools(nil)
 				a.log.Info("stopped leading", "identity", a.opts.Identity)
 			},
 		},
@@ -285,6 +288,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	a.announceConfig(cfgErr)
 	written := map[string]string{} // node -> resourceVersion before our write
 	a.forgetUndecided(plans)
+	a.opts.Metrics.KeepPools(poolNames(plans))
 	for _, p := range plans {
 		a.record(p)
 		if cfgErr != nil || p.ConfigErr != nil {
@@ -356,6 +360,14 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 	if err != nil && ctx.Err() == nil {
 		a.log.Warn("node cache did not show this pass's writes", "err", err)
 	}
+}
+
+func poolNames(plans []PoolPlan) []string {
+	names := make([]string, 0, len(plans))
+	for _, p := range plans {
+		names = append(names, p.Pool)
+	}
+	return names
 }
 
 // record updates a pool's gauges and announces changed decisions.

@@ -3,8 +3,11 @@ package aggregator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -450,4 +453,74 @@ func TestVanishedNodeCounted(t *testing.T) {
 	if got := testutil.CollectAndCount(r.metrics.VanishedNodes); got != 1 {
 		t.Errorf("%d vanished series, want 1 (a Ready node deleted, or one the autoscaler tainted, is a scale-down, not an interruption)", got)
 	}
+}
+
+// poolSeries lists the pools m exports pool_nodes_pending_maintenance for.
+func poolSeries(t *testing.T, m *metrics.Aggregator) []string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.PoolPending)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pools []string
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "node_pool_name" {
+					pools = append(pools, l.GetValue())
+				}
+			}
+		}
+	}
+	sort.Strings(pools)
+	return pools
+}
+
+// TestOnlyTheLeaderExportsPoolSeries: a replica that stops leading drops
+// its pool series (sums by pool are never stale or doubled after a
+// failover), and a pool that is gone leaves none.
+func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
+	ns := world.Namespace(t)
+	for _, name := range []string{"agg-pools-a", "agg-pools-b"} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "pool-" + strings.TrimPrefix(name, "agg-pools-")})
+		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: -1, busy: "accelerators"})
+	}
+	start := func(identity string) (*metrics.Aggregator, func()) {
+		m := metrics.NewAggregator(prometheus.NewRegistry())
+		a := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+			Interval: time.Second, MinInterval: 100 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Start(ctx) }()
+		stop := sync.OnceFunc(func() { cancel(); <-done })
+		t.Cleanup(stop)
+		return m, stop
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return cond(), nil })
+		if err != nil {
+			t.Fatalf("%s never happened", what)
+		}
+	}
+	first, stopFirst := start("first")
+	waitFor("the first replica leads and exports both pools", func() bool {
+		return testutil.ToFloat64(first.Leader) == 1 && fmt.Sprint(poolSeries(t, first)) == "[pool-a pool-b]"
+	})
+	second, _ := start("second")
+	stopFirst()
+	waitFor("the second replica leads and exports both pools", func() bool {
+		return testutil.ToFloat64(second.Leader) == 1 && fmt.Sprint(poolSeries(t, second)) == "[pool-a pool-b]"
+	})
+	if got := poolSeries(t, first); len(got) != 0 {
+		t.Errorf("the replica that stopped leading still exports pools %v", got)
+	}
+	// pool-b's only node goes: its series goes with it.
+	if err := world.Client.CoreV1().Nodes().Delete(testworld.Ctx(t, 10*time.Second), "agg-pools-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("pool-b's series to go", func() bool { return fmt.Sprint(poolSeries(t, second)) == "[pool-a]" })
 }

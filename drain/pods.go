@@ -28,6 +28,7 @@ func NewNodePods(client kubernetes.Interface, nodeName string) *NodePods {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
 		}))
 	n := &NodePods{informer: factory.Core().V1().Pods().Informer(), changed: make(chan struct{}, 1)}
+	_ = n.informer.SetTransform(SlimPod)
 	notify := func() {
 		select {
 		case n.changed <- struct{}{}:
@@ -40,6 +41,58 @@ func NewNodePods(client kubernetes.Interface, nodeName string) *NodePods {
 		DeleteFunc: func(any) { notify() },
 	})
 	return n
+}
+
+// PodAnnotations are the pod annotations the cache keeps (see SlimPod).
+var PodAnnotations = []string{
+	corev1.MirrorPodAnnotationKey,
+	"cluster-autoscaler.kubernetes.io/safe-to-evict",
+}
+
+// SlimPod keeps of a pod only what the agent reads: its identity, owners,
+// creation and deletion times, the annotations in PodAnnotations, its
+// grace period, tolerations, each container's resources, and its phase. A
+// node's 110 pods then cost a few kilobytes each in the cache instead of
+// their whole spec, status and managed fields. It is a cache.TransformFunc.
+func SlimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone: kept as it is
+	}
+	slim := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, OwnerReferences: p.OwnerReferences,
+		},
+		Spec: corev1.PodSpec{
+			NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
+			Tolerations: p.Spec.Tolerations,
+		},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	for _, k := range PodAnnotations {
+		if v, ok := p.Annotations[k]; ok {
+			if slim.Annotations == nil {
+				slim.Annotations = map[string]string{}
+			}
+			slim.Annotations[k] = v
+		}
+	}
+	slimContainers := func(cs []corev1.Container) []corev1.Container {
+		if len(cs) == 0 {
+			return nil
+		}
+		out := make([]corev1.Container, len(cs))
+		for i, c := range cs {
+			out[i] = corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
+		}
+		return out
+	}
+	slim.Spec.InitContainers = slimContainers(p.Spec.InitContainers)
+	slim.Spec.Containers = slimContainers(p.Spec.Containers)
+	return slim, nil
 }
 
 // Start runs the watch until ctx ends; it returns once the cache is filled

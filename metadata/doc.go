@@ -15,7 +15,7 @@
 // form the answer takes, so a server that does not long-poll a key is not
 // asked in a loop.
 //
-// Parsing follows shared/gce-facts.md: maintenance-event values NONE,
+// Parsing follows docs/gce.md: maintenance-event values NONE,
 // MIGRATE_ON_HOST_MAINTENANCE, TERMINATE_ON_HOST_MAINTENANCE (and the older
 // SHUTDOWN_ON_HOST_MAINTENANCE); preempted TRUE/FALSE; the upcoming
 // maintenance notice in snake_case or camelCase, can_reschedule as bool or

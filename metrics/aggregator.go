@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,9 @@ type Aggregator struct {
 	PassDurationSeconds prometheus.Histogram
 	Triggers            *prometheus.CounterVec
 	VanishedNodes       *prometheus.CounterVec
+
+	mu    sync.Mutex
+	pools map[string]bool // the pools whose series are exported
 }
 
 // NewAggregator creates the aggregator's metrics and registers them with reg.
@@ -54,6 +58,29 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	reg.MustRegister(m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.PoolPending, m.PoolIdle, m.PoolInMaintenance,
 		m.PoolNextMaintenance, m.PoolConfigValid, m.PassDurationSeconds, m.Triggers)
 	return m
+}
+
+// KeepPools removes the pool series of every pool not in pools (nil: all
+// of them) and remembers pools as the ones exported. The leader calls it
+// with the pools of each pass before setting their gauges, so a pool that
+// is gone leaves no series; a replica that stops leading calls it with nil,
+// so only the leader exports pool series.
+func (m *Aggregator) KeepPools(pools []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keep := make(map[string]bool, len(pools))
+	for _, p := range pools {
+		keep[p] = true
+	}
+	for p := range m.pools {
+		if keep[p] {
+			continue
+		}
+		for _, g := range []*prometheus.GaugeVec{m.PoolPending, m.PoolIdle, m.PoolInMaintenance, m.PoolNextMaintenance, m.PoolConfigValid} {
+			g.DeleteLabelValues(p)
+		}
+	}
+	m.pools = keep
 }
 
 // PassDuration observes one pass.

@@ -4,7 +4,7 @@
 // loopback port and point the agent at it (GCE_METADATA_HOST and the Compute
 // endpoint).
 //
-// What it serves, faithful to shared/gce-facts.md:
+// What it serves, faithful to what docs/gce.md says Compute Engine does:
 //
 //   - /computeMetadata/v1/ with the Metadata-Flavor header contract: a request
 //     without "Metadata-Flavor: Google" (or with X-Forwarded-For) gets 403;

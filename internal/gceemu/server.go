@@ -33,7 +33,7 @@ const (
 )
 
 // NoUpcomingBody is the body the real server sends with its 503 when no
-// maintenance notice has been received (gce-facts.md §1.4.4).
+// maintenance notice has been received (docs/gce.md).
 const NoUpcomingBody = `{ "error": "no notifications have been received yet, try again later" }`
 
 // Absence selects how instance/upcoming-maintenance says "nothing scheduled".

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# make verify: formatting, module tidiness, vet, and the rule that product
+# packages take their time from an injected clock (time.Now and time.Sleep
+# only in cmd/, internal/ and tests). Prints every problem, exits 1 on any.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; fail=1
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp go.mod go.sum "$tmp"/
+if ! go mod tidy >/dev/null 2>&1 || ! cmp -s go.mod "$tmp/go.mod" || ! cmp -s go.sum "$tmp/go.sum"; then
+	echo "go mod tidy changes go.mod or go.sum: run it and commit the result"
+	cp "$tmp/go.mod" "$tmp/go.sum" .
+	fail=1
+fi
+if ! go vet ./...; then
+	fail=1
+fi
+clock=$(git grep -n -E 'time\.(Now|Sleep)\(' -- '*.go' ':!cmd/' ':!internal/' ':!*_test.go')
+if [ -n "$clock" ]; then
+	echo "product packages must use the injected clock (k8s.io/utils/clock), not:"; echo "$clock"; fail=1
+fi
+[ "$fail" = 0 ] && echo "verify: ok"
+exit "$fail"
