@@ -496,11 +496,10 @@ func TestManualTriggerOperationFails(t *testing.T) {
 	v.emu.SetPerformMaintenanceDelay(time.Second)
 	v.emu.SetOperationFailure("the host is not available for maintenance now")
 	setTrigger(t, v.name, agent.TriggerValue, true)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
-	})
-	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	// Accepted first (the Event says so), then back in service.
+	waitEvent(t, v.name, agent.EventManualAccepted)
 	waitEventMessage(t, v.name, agent.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
+	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualNotStarted)); got != 1 {
 		t.Errorf("manual_triggers{not_started} = %v, want 1", got)
 	}

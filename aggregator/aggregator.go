@@ -227,6 +227,9 @@ func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
+	// Once the last pass has ended, no pool series outlive the lead (a pass
+	// under way when the lease was lost may still have set some).
+	defer a.opts.Metrics.KeepPools(nil)
 	a.log.Info("started leading", "identity", a.opts.Identity)
 	for {
 		a.pass(lctx)

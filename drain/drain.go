@@ -366,10 +366,11 @@ func CappedGrace(grace time.Duration, now, deadline time.Time) time.Duration {
 	return max(min(grace, left), GraceFloor)
 }
 
-// record takes in the outcome of one call.
+// record takes in the outcome of one call. The metric is counted last, once
+// the pod's state (its next try) is set.
 func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 	p, st := a.pod, a.st
-	d.opts.Recorder.Eviction(a.outcome)
+	defer d.opts.Recorder.Eviction(a.outcome)
 	if a.escalate {
 		if a.outcome == OutcomeEscalated {
 			res.Deleted++

@@ -240,10 +240,14 @@ func TestWaitsForItsNodeAndSaysWhy(t *testing.T) {
 	const node = "bin-late-0"
 	emu := gceemu.StartT(t, gceemu.Config{Name: node})
 	p := runAgent(t, node, emu, "--metadata-timeout", "1s", "--unhealthy-after", "12s")
-	poll(t, "/healthz answers", 30*time.Second, func() bool { code, _ := p.get("/healthz"); return code != 0 })
-	code, body := p.get("/healthz")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "not registered yet") || !strings.Contains(body, node) {
-		t.Errorf("/healthz while the node does not exist: %d %q, want 503 saying the node is not registered yet", code, body)
+	var code int
+	var body string
+	poll(t, "/healthz says the node is not registered yet", 30*time.Second, func() bool {
+		code, body = p.get("/healthz")
+		return strings.Contains(body, "not registered yet")
+	})
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, node) {
+		t.Errorf("/healthz while the node does not exist: %d %q, want 503 naming the node", code, body)
 	}
 	poll(t, "the log says what it waits for", 30*time.Second, func() bool {
 		return strings.Contains(p.log(t), `"msg":"waiting for the node"`)
