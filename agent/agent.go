@@ -309,12 +309,7 @@ func (a *Agent) Healthy(limit time.Duration) error {
 }
 
 func (a *Agent) sleep(ctx context.Context, d time.Duration) {
-	t := a.opts.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C():
-	}
+	_ = backoff.Wait(ctx, a.opts.Clock, d)
 }
 
 // observe parses one answer into the signals. It reports false for a value
@@ -661,12 +656,8 @@ func WaitForNode(ctx context.Context, c kubernetes.Interface, name string, clk c
 			log.Warn("waiting for the node", "node", name, "err", why, "retry_in", delay)
 			last = why.Error()
 		}
-		t := clk.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C():
+		if err := backoff.Wait(ctx, clk, delay); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -4,8 +4,11 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Default is the policy of every retry loop in the project: 1 s doubling
@@ -34,4 +37,20 @@ func (p Policy) Delay(n int) time.Duration {
 		return 0
 	}
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// Wait waits d on clk, or until ctx ends (then it returns ctx's error): the
+// pause between two attempts of every retry loop, on an injected clock.
+func Wait(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
 }

@@ -240,14 +240,7 @@ func (m *Maintainer) perform(ctx context.Context, inst Instance, requestID, acco
 }
 
 func (m *Maintainer) sleep(ctx context.Context, d time.Duration) error {
-	t := m.opts.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
+	return backoff.Wait(ctx, m.opts.Clock, d)
 }
 
 // ErrOperationFailed: the operation Compute Engine returned for an

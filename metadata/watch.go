@@ -374,14 +374,7 @@ func (w *Watcher) sleepUntil(ctx context.Context, t time.Time) error {
 }
 
 func (w *Watcher) sleep(ctx context.Context, d time.Duration) error {
-	t := w.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
+	return backoff.Wait(ctx, w.clock, d)
 }
 
 func (w *Watcher) markGood(key string) {

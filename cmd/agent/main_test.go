@@ -173,9 +173,10 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	poll(t, "a MetadataUnhealthy Event for maintenance-event", time.Minute, func() bool {
 		return len(nodeEventMessages(t, node, agent.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent)) > 0
 	})
+	// The gauge is set before the Event is recorded.
 	_, m := p.get("/metrics")
-	if v := metricValue(t, m, "maintenance_handler_agent_metadata_key_healthy", map[string]string{"key": metadata.KeyPreempted, "node_name": node}); v != 0 {
-		t.Errorf("metadata_key_healthy{preempted} = %v while it fails, want 0", v)
+	if v := metricValue(t, m, "maintenance_handler_agent_metadata_key_healthy", map[string]string{"key": metadata.KeyMaintenanceEvent, "node_name": node}); v != 0 {
+		t.Errorf("metadata_key_healthy{maintenance-event} = %v while it fails, want 0", v)
 	}
 	emu.ClearFaults()
 	poll(t, "healthy again", time.Minute, func() bool { code, _ := p.get("/healthz"); return code == 200 })
@@ -191,8 +192,8 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	default:
 	}
 	_, m = p.get("/metrics")
-	if metricValue(t, m, "maintenance_handler_agent_metadata_key_healthy", map[string]string{"key": metadata.KeyPreempted, "node_name": node}) != 1 {
-		t.Error("metadata_key_healthy{preempted} is not back to 1")
+	if metricValue(t, m, "maintenance_handler_agent_metadata_key_healthy", map[string]string{"key": metadata.KeyMaintenanceEvent, "node_name": node}) != 1 {
+		t.Error("metadata_key_healthy{maintenance-event} is not back to 1 after its MetadataRecovered Event")
 	}
 	if metricValue(t, m, "maintenance_handler_agent_metadata_requests_total", map[string]string{"key": "instance/maintenance-event", "result": "server_error", "node_name": node}) < 1 {
 		t.Error("/metrics has no server_error count for maintenance-event")
