@@ -496,7 +496,8 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 	a.mu.Unlock()
 	d := drain.New(drain.Options{
 		Client: a.opts.Client, Pods: a.opts.Pods, Skip: a.opts.Self, RetryInterval: a.opts.RetryInterval, Reserve: a.opts.DrainReserve,
-		Clock: a.opts.Clock, Logger: a.log, Recorder: a.opts.Metrics, Events: a.opts.Events,
+		TaintKey: TaintImpendingTermination,
+		Clock:    a.opts.Clock, Logger: a.log, Recorder: a.opts.Metrics, Events: a.opts.Events,
 	})
 	a.drainGroup.Add(1)
 	go func() {

@@ -45,7 +45,7 @@ func (h *MetadataHealth) KeyUnhealthy(key string, cause error, since time.Durati
 }
 
 // KeyRecovered implements metadata.HealthListener.
-func (h *MetadataHealth) KeyRecovered(key string, _ time.Duration) {
+func (h *MetadataHealth) KeyRecovered(key string) {
 	h.Metrics.SetMetadataKeyHealthy(key, true)
 	h.Logger.Info("metadata key recovered", "key", key)
 	h.Events.NodeEvent(false, EventMetadataRecovered, fmt.Sprintf("The metadata server answers %s again.", key))

@@ -97,7 +97,11 @@ type Options struct {
 	// the kubelet's graceful node shutdown keeps
 	// shutdownGracePeriodCriticalPods for critical pods. Zero means
 	// DefaultReserve; a negative value keeps no reserve.
-	Reserve  time.Duration
+	Reserve time.Duration
+	// TaintKey is the NoSchedule taint the node carries while it drains: a
+	// pod that arrives after the drain began and tolerates it is left
+	// alone. Empty: only a DaemonSet's late pods are.
+	TaintKey string
 	Clock    clock.Clock
 	Logger   *slog.Logger
 	Recorder Recorder
@@ -435,7 +439,7 @@ func (d *Drainer) member(p *corev1.Pod, began map[types.UID]bool) (Group, bool) 
 	if !ok {
 		return "", false
 	}
-	if !began[p.UID] && (g == GroupDaemonSet || toleratesTaint(p)) {
+	if !began[p.UID] && (g == GroupDaemonSet || toleratesTaint(p, d.opts.TaintKey)) {
 		// Would come back after every eviction: a DaemonSet's
 		// replacement, or a pod that tolerates the taint.
 		return "", false
@@ -443,14 +447,13 @@ func (d *Drainer) member(p *corev1.Pod, began map[types.UID]bool) (Group, bool) 
 	return g, true
 }
 
-// TaintKey is the taint the agent puts on a node under maintenance; the
-// drain leaves alone pods that arrive later and tolerate it.
-const TaintKey = "cloud.google.com/impending-node-termination"
-
-// toleratesTaint: the pod tolerates TaintKey:NoSchedule.
-func toleratesTaint(p *corev1.Pod) bool {
+// toleratesTaint: the pod tolerates key:NoSchedule (a taint with no value).
+func toleratesTaint(p *corev1.Pod, key string) bool {
+	if key == "" {
+		return false
+	}
 	for _, t := range p.Spec.Tolerations {
-		keyMatches := t.Key == TaintKey || t.Key == "" && t.Operator == corev1.TolerationOpExists
+		keyMatches := t.Key == key || t.Key == "" && t.Operator == corev1.TolerationOpExists
 		effectMatches := t.Effect == "" || t.Effect == corev1.TaintEffectNoSchedule
 		valueMatches := t.Operator == corev1.TolerationOpExists || t.Value == "" // the taint has no value
 		if keyMatches && effectMatches && valueMatches {

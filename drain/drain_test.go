@@ -428,7 +428,7 @@ func TestDrainEndsAtItsDeadline(t *testing.T) {
 	waitRunning(t, node, 1)
 	rec := &recorder{}
 	pods := startPods(t, node)
-	d := drain.New(drain.Options{Client: world.Client, Pods: pods, Recorder: rec, Events: rec})
+	d := drain.New(drain.Options{Client: world.Client, Pods: pods, Recorder: rec, Events: rec, TaintKey: "cloud.google.com/impending-node-termination"})
 	ctx := testworld.Ctx(t, 2*time.Minute)
 	deadline := time.Now().Add(8 * time.Second)
 	type result struct {

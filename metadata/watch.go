@@ -72,7 +72,7 @@ type WatcherOptions struct {
 // twice per UnhealthyAfter per key however the server flaps.
 type HealthListener interface {
 	KeyUnhealthy(key string, cause error, since time.Duration)
-	KeyRecovered(key string, after time.Duration)
+	KeyRecovered(key string)
 }
 
 // Watcher long-polls metadata keys. It remembers when the server last gave
@@ -331,7 +331,7 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			if unhealthy {
 				unhealthy = false
 				if w.health != nil {
-					w.health.KeyRecovered(key, w.clock.Since(began))
+					w.health.KeyRecovered(key)
 				}
 			}
 		} else {
