@@ -25,18 +25,19 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Metrics is what the loop records; metrics.Agent implements it.
 type Metrics interface {
 	drain.Recorder
 	// AddInterruptions counts n more interruptions of a kind.
-	AddInterruptions(interruptionType, reason string, n int)
+	AddInterruptions(i protocol.Interruption, n int)
 	Migration()
 	Unrecognized(key string)
 	TaintLatency(d time.Duration)
 	DrainDuration(d time.Duration)
-	SetPhase(phase string)
+	SetPhase(phase protocol.Phase)
 	ManualTrigger(outcome string)
 	SetNode(drainDeadline, scheduled time.Time, busy bool)
 }
@@ -60,7 +61,7 @@ type Watcher interface {
 	Watch(ctx context.Context, key string, h metadata.Handler) error
 }
 
-// Options configure an Agent. Every field but Clock and Logger is required.
+// Options configure an Agent (see New for what is required).
 type Options struct {
 	Client   kubernetes.Interface
 	NodeName string
@@ -184,13 +185,39 @@ func (a *Agent) cachedNode() (*corev1.Node, error) {
 	return n, nil
 }
 
-// New returns an Agent.
-func New(opts Options) *Agent {
+// ErrInvalidOptions is returned by New for Options missing a required
+// field.
+var ErrInvalidOptions = errors.New("invalid agent options")
+
+// New returns an Agent, or ErrInvalidOptions. Client, NodeName, Watcher
+// and Pods are required; every other zero field has a default: Config's
+// from DefaultConfig (a zero deadline would evict every pod at once), no
+// metrics, no Events, DefaultAcceleratorResources, the drain's retry
+// interval and reserve.
+func New(opts Options) (*Agent, error) {
+	var missing []string
+	for _, f := range []struct {
+		name string
+		nil  bool
+	}{{"Client", opts.Client == nil}, {"NodeName", opts.NodeName == ""}, {"Watcher", opts.Watcher == nil}, {"Pods", opts.Pods == nil}} {
+		if f.nil {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = nopMetrics{}
+	}
+	if opts.Events == nil {
+		opts.Events = nopMetrics{}
 	}
 	if opts.AcceleratorResources == nil {
 		opts.AcceleratorResources = DefaultAcceleratorResources
@@ -199,8 +226,28 @@ func New(opts Options) *Agent {
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
-	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), unrecognized: map[string]bool{}}
+	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), unrecognized: map[string]bool{}}, nil
 }
+
+// nopMetrics records nothing: the metrics and Events of an Agent given none.
+type nopMetrics struct{}
+
+func (nopMetrics) Escalation()                                 {}
+func (nopMetrics) Eviction(string)                             {}
+func (nopMetrics) AddInterruptions(protocol.Interruption, int) {}
+func (nopMetrics) Migration()                                  {}
+func (nopMetrics) Unrecognized(string)                         {}
+func (nopMetrics) TaintLatency(time.Duration)                  {}
+func (nopMetrics) DrainDuration(time.Duration)                 {}
+func (nopMetrics) SetPhase(protocol.Phase)                     {}
+func (nopMetrics) ManualTrigger(string)                        {}
+func (nopMetrics) SetNode(time.Time, time.Time, bool)          {}
+func (nopMetrics) NodeEvent(bool, string, string)              {}
+
+var (
+	_ Metrics = nopMetrics{}
+	_ Events  = nopMetrics{}
+)
 
 func (a *Agent) poke() {
 	select {
@@ -375,6 +422,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 func (a *Agent) reconcile(ctx context.Context) error {
 	var dec Decision
 	var latency time.Duration
+	var carried protocol.Counts // the repairs the aggregator counted on the Node
 	attempt := 0
 	// The watch cache first; after a conflict it is behind, so read the
 	// Node from the API server and try again at once.
@@ -401,22 +449,24 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			Unschedulable:  node.Spec.Unschedulable,
 			RequestID:      a.opts.NewRequestID(),
 		}
-		obs.Trigger, obs.TriggerSet = TriggerFromNode(node)
-		obs.Opportunistic = OpportunisticFromNode(node)
+		var ms protocol.MaintenanceState
+		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
+		obs.Opportunistic = ms.OpportunisticTriggered
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}
 		obs.Idle, obs.Busy = Idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
 		obs.PodsKnown = true
 		changedAt := a.changedAt
-		st := StateFromNode(node)
-		obs.DrainDone = st.Phase == PhaseDraining && a.drainDone.Equal(st.Started)
+		st := protocol.ReadAgentState(node)
+		obs.DrainDone = st.Phase == protocol.PhaseDraining && a.drainDone.Equal(st.Started)
 		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 			obs.Perform = r
 		}
 		a.mu.Unlock()
+		carried = protocol.ReadRepairs(node).Interruptions
 		dec = Step(a.opts.Config, st, obs)
-		if !ApplyState(node, dec) {
+		if !applyDecision(node, dec) {
 			return nil
 		}
 		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: "maintenance-handler-agent"}); err != nil {
@@ -424,7 +474,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		// Taint latency: from the metadata change to the taint on the Node
 		// (a label is not a metadata change).
-		if dec.Cordon && dec.State.Reason != ReasonManual && !changedAt.IsZero() {
+		if dec.Cordon && dec.State.Reason != protocol.ReasonManual && !changedAt.IsZero() {
 			latency = a.opts.Clock.Since(changedAt)
 		}
 		return nil
@@ -438,20 +488,20 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("update node %q: %w", a.opts.NodeName, err)
 	}
-	a.execute(ctx, dec, latency)
+	a.execute(ctx, dec, carried, latency)
 	return nil
 }
 
 // execute records a decision that is now on the Node, and runs the drain
 // while the phase is Draining.
-func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration) {
+func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Counts, latency time.Duration) {
 	st := dec.State
 	a.wakeAt = dec.WakeAt
 	for _, e := range dec.Events {
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
 	}
-	a.syncCounts(st.Interruptions)
+	a.syncCounts(st.Interruptions.Plus(carried))
 	if latency > 0 {
 		a.opts.Metrics.TaintLatency(latency)
 	}
@@ -467,9 +517,9 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 	if dec.Drained {
 		a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
 	}
-	a.opts.Metrics.SetPhase(string(st.Phase))
+	a.opts.Metrics.SetPhase(st.Phase)
 	var deadline, scheduled time.Time
-	if st.Phase == PhaseDraining {
+	if st.Phase == protocol.PhaseDraining {
 		deadline = st.Deadline
 	}
 	if sec, err := strconv.ParseInt(st.ScheduledTime, 10, 64); err == nil {
@@ -480,10 +530,10 @@ func (a *Agent) execute(ctx context.Context, dec Decision, latency time.Duration
 	drainFor := a.drainFor
 	a.mu.Unlock()
 	switch {
-	case st.Phase == PhaseDraining && !drainFor.Equal(st.Started):
+	case st.Phase == protocol.PhaseDraining && !drainFor.Equal(st.Started):
 		a.stopDrain()
 		a.startDrain(ctx, st)
-	case st.Phase != PhaseDraining && !drainFor.IsZero():
+	case st.Phase != protocol.PhaseDraining && !drainFor.IsZero():
 		a.stopDrain()
 	}
 }
@@ -496,7 +546,7 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 	a.mu.Unlock()
 	d := drain.New(drain.Options{
 		Client: a.opts.Client, Pods: a.opts.Pods, Skip: a.opts.Self, RetryInterval: a.opts.RetryInterval, Reserve: a.opts.DrainReserve,
-		TaintKey: TaintImpendingTermination,
+		TaintKey: protocol.TaintImpendingTermination,
 		Clock:    a.opts.Clock, Logger: a.log, Recorder: a.opts.Metrics, Events: a.opts.Events,
 	})
 	a.drainGroup.Add(1)
@@ -518,19 +568,19 @@ func (a *Agent) startDrain(ctx context.Context, st State) {
 	}()
 }
 
-// syncCounts makes the interruption counters follow the Node's counts,
-// which only grow: so they continue a node's totals across agent restarts
-// and reboots, and take in what the aggregator counts on the Node.
-func (a *Agent) syncCounts(counts map[string]int) {
+// syncCounts makes the interruption counters follow the Node's counts (the
+// agent's and the repairs the aggregator counted), which only grow: so they
+// continue a node's totals across agent restarts and reboots.
+func (a *Agent) syncCounts(counts protocol.Counts) {
 	if a.counted == nil {
 		a.counted = map[string]int{}
 	}
 	for key, n := range counts {
-		typ, reason, ok := strings.Cut(key, "/")
+		i, ok := protocol.ParseInterruptionKey(key)
 		if !ok || n <= a.counted[key] {
 			continue
 		}
-		a.opts.Metrics.AddInterruptions(typ, reason, n-a.counted[key])
+		a.opts.Metrics.AddInterruptions(i, n-a.counted[key])
 		a.counted[key] = n
 	}
 }
@@ -557,7 +607,7 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 		a.log.Info("asking Compute Engine to start the maintenance", "request_id", st.RequestID, "timeout", timeout)
 		res := &PerformResult{RequestID: st.RequestID}
 		if a.opts.Maintainer == nil {
-			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), ManualFailed
+			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
@@ -568,11 +618,11 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 			switch {
 			case res.Err == nil:
 			case errors.Is(res.Err, compute.ErrPermissionDenied):
-				res.Outcome = ManualPermissionDenied
+				res.Outcome = protocol.ManualPermissionDenied
 			case errors.Is(res.Err, compute.ErrRefused):
-				res.Outcome = ManualRefused
+				res.Outcome = protocol.ManualRefused
 			default:
-				res.Outcome = ManualFailed
+				res.Outcome = protocol.ManualFailed
 			}
 		}
 		if res.Err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var world *testworld.World
@@ -82,11 +83,14 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Int
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
 	})
-	a := agent.New(agent.Options{
+	a, err := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
 		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Start(ctx) }()
@@ -266,28 +270,29 @@ func reboot(t testing.TB, v *vm, r *running) *running {
 }
 
 func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-notice-0")
 	startAgent(t, v, agent.DefaultConfig)
 	start := time.Date(2026, 12, 1, 19, 0, 1, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
 	n := waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
+		return n.Labels[protocol.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
 	})
-	if ann := n.Annotations[agent.AnnotationUpcomingMaintenance]; ann == "" || !contains(ann, `"maintenance_status":"PENDING"`) {
+	if ann := n.Annotations[protocol.AnnotationUpcomingMaintenance]; ann == "" || !contains(ann, `"maintenance_status":"PENDING"`) {
 		t.Errorf("notice annotation %q, want the snake_case notice", ann)
 	}
-	if agent.HasTaint(n) || n.Spec.Unschedulable {
+	if protocol.HasTaint(n) || n.Spec.Unschedulable {
 		t.Errorf("a pending notice tainted or cordoned the node")
 	}
 	later := start.Add(72 * time.Hour)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(later, 2*time.Hour))
 	waitNode(t, v.name, "rescheduled label", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelScheduledMaintenanceTime] == strconv.FormatInt(later.Unix(), 10)
+		return n.Labels[protocol.LabelScheduledMaintenanceTime] == strconv.FormatInt(later.Unix(), 10)
 	})
 	v.emu.ClearNotice()
 	waitNode(t, v.name, "label and annotation removed", func(n *corev1.Node) bool {
-		_, l := n.Labels[agent.LabelScheduledMaintenanceTime]
-		_, a := n.Annotations[agent.AnnotationUpcomingMaintenance]
+		_, l := n.Labels[protocol.LabelScheduledMaintenanceTime]
+		_, a := n.Annotations[protocol.AnnotationUpcomingMaintenance]
 		return !l && !a
 	})
 	for _, r := range []string{agent.EventMaintenanceScheduled, agent.EventMaintenanceRescheduled, agent.EventMaintenanceCancelled} {
@@ -298,6 +303,7 @@ func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func TestHostMaintenanceEndToEnd(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-host-0")
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 3, 3*time.Second))
@@ -309,7 +315,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	n := waitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
-		return agent.HasTaint(n) && n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
+		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
 	})
 	if !n.Spec.Unschedulable {
 		t.Error("node not cordoned during maintenance")
@@ -320,7 +326,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	createPod(t, newcomer)
 
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	if !podGone(t, ns, "trainer") || !podGone(t, metav1.NamespaceSystem, "dns-"+v.name) {
 		t.Error("terminating while pods remain")
@@ -329,7 +335,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	if err != nil || p.Spec.NodeName != "" {
 		t.Errorf("newcomer scheduled onto the node in maintenance: %v %q", err, p.Spec.NodeName)
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...)); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted)); got != 2 {
@@ -348,8 +354,8 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	// The VM comes back: back in service, and the waiting pod lands there.
 	reboot(t, v, r)
 	waitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
-		_, active := n.Labels[agent.LabelActiveMaintenance]
-		return !active && !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[agent.AnnotationPhase] == ""
+		_, active := n.Labels[protocol.LabelActiveMaintenance]
+		return !active && !protocol.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[protocol.AnnotationPhase] == ""
 	})
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "newcomer", metav1.GetOptions{})
@@ -364,6 +370,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 }
 
 func TestCordonedNodeStaysCordoned(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-cordon-0")
 	// A person cordons the node (kwok and the node controller update it
 	// too, so retry on conflict as kubectl does).
@@ -379,16 +386,17 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 	r := startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	reboot(t, v, r)
-	n := waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+	n := waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !protocol.HasTaint(n) })
 	if !n.Spec.Unschedulable {
 		t.Error("a node a person had cordoned was uncordoned")
 	}
 }
 
 func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-preempt-0")
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "long-grace", v.name, 600, 600*time.Second))
@@ -396,7 +404,7 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 
 	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
 	waitEvent(t, v.name, agent.EventMigrateOnHost)
-	if n := getNode(t, v.name); agent.HasTaint(n) || n.Labels[agent.LabelActiveMaintenance] != "" {
+	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Errorf("live migration tainted or labelled the node")
 	}
 	if got := testutil.ToFloat64(r.metrics.Migrations); got != 1 {
@@ -406,9 +414,9 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	start := time.Now()
 	v.emu.SetPreempted(true)
 	n := waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
-	deadline, err := time.Parse(time.RFC3339Nano, n.Annotations[agent.AnnotationDeadline])
+	deadline, err := time.Parse(time.RFC3339Nano, n.Annotations[protocol.AnnotationDeadline])
 	if err != nil || deadline.After(start.Add(31*time.Second)) {
 		t.Errorf("deadline %v (%v), want within 30 s of the preemption", deadline, err)
 	}
@@ -418,12 +426,13 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	if took := time.Since(start); took > 35*time.Second {
 		t.Errorf("preemption drain took %s, past its 30 s deadline", took)
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionPreemption, agent.ReasonEviction)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.Preemption.Labels()...)); got != 1 {
 		t.Errorf("interruptions{PreemptionEvent,Eviction} = %v, want 1", got)
 	}
 }
 
 func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-restart-0")
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "slow", v.name, 6, 6*time.Second))
@@ -431,7 +440,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	first := startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	waitNode(t, v.name, "draining", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
 	})
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "slow", metav1.GetOptions{})
@@ -443,13 +452,13 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	first.stop() // killed mid-drain
 	second := startAgent(t, v, agent.DefaultConfig)
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	// The restarted agent continues the node's total: one, not two.
-	if got := testutil.ToFloat64(second.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 1 {
+	if got := testutil.ToFloat64(second.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...)); got != 1 {
 		t.Errorf("the restarted agent's count is %v, want the node's total, 1", got)
 	}
-	if got := agent.InterruptionsFromNode(getNode(t, v.name)); got[agent.InterruptionMaintenance+"/"+agent.ReasonHWSWMaintenance] != 1 {
+	if got := protocol.NodeInterruptions(getNode(t, v.name)); got[protocol.HostMaintenance.Key()] != 1 {
 		t.Errorf("interruptions on the Node %v, want one host maintenance", got)
 	}
 	if got := nodeEvents(t, v.name)[agent.EventTerminateOnHost]; got != 1 {
@@ -461,6 +470,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 }
 
 func TestMetadataFaultsCauseNoDrain(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-faults-0")
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
 		v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + key, Kind: gceemu.FaultStatus, Status: 503})
@@ -482,7 +492,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + metadata.KeyMaintenanceEvent, Kind: gceemu.FaultGarbage, Times: 2})
 	v.emu.SetMaintenanceEvent("TERMINATE_SOMETIME")
 	waitEvent(t, v.name, "UnrecognizedMetadataValue")
-	if n := getNode(t, v.name); agent.HasTaint(n) || n.Spec.Unschedulable || n.Labels[agent.LabelActiveMaintenance] != "" {
+	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Fatal("an unknown value or a fault drained the node")
 	}
 	if got := testutil.ToFloat64(r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent)); got < 1 {
@@ -495,7 +505,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	if err != nil {
 		t.Errorf("never healthy again after the faults: %v", r.watcher.Healthy(keys, began, time.Hour))
 	}
-	if n := getNode(t, v.name); agent.HasTaint(n) {
+	if n := getNode(t, v.name); protocol.HasTaint(n) {
 		t.Error("tainted after recovery with nothing scheduled")
 	}
 }
@@ -534,6 +544,7 @@ func (l *requestLog) len() int {
 // agent makes no API requests at all; what it knows comes from two watches
 // (its Node, its Node's pods).
 func TestIdleAgentOnlyWatches(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-idle-0")
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
 	log := &requestLog{}
@@ -544,7 +555,7 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	startAgentWith(t, v, agent.DefaultConfig, client)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	waitEvent(t, v.name, agent.EventMaintenanceScheduled)
 	var watches []string
 	for _, r := range log.since(0) {
@@ -596,6 +607,7 @@ func (f *failingNodeUpdates) set(on bool) int {
 // its Node fails, the agent keeps running, backs off, and reports itself
 // unhealthy; once updates work again it catches up and is healthy.
 func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-apifail-0")
 	fail := &failingNodeUpdates{path: "/api/v1/nodes/" + v.name}
 	cfg := rest.CopyConfig(world.Config)
@@ -621,7 +633,7 @@ func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
 		t.Fatalf("no update was attempted (%d)", hits)
 	}
 	waitNode(t, v.name, "label after recovery", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
+		return n.Labels[protocol.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
 	})
 	if err := r.agent.Healthy(0); err != nil {
 		t.Errorf("still unhealthy after recovery: %v", err)
@@ -650,20 +662,21 @@ func setNodeInfo(t *testing.T, name, bootID, kubelet string) {
 // host error; one into another kubelet version is a node upgrade; each is
 // an Event, a count on the Node and in the metrics, and changes nothing else.
 func TestUnannouncedRebootsAreCounted(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-reboot-0")
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "boot ID recorded", func(n *corev1.Node) bool { return n.Annotations[agent.AnnotationLastBootID] != "" })
+	waitNode(t, v.name, "boot ID recorded", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "") // crashed and came back
 	r = startAgent(t, v, agent.DefaultConfig)
 	waitEvent(t, v.name, agent.EventUnexpectedReboot)
 	n := waitNode(t, v.name, "host error counted", func(n *corev1.Node) bool {
-		return agent.InterruptionsFromNode(n)[agent.InterruptionTermination+"/"+agent.ReasonHostError] == 1
+		return protocol.NodeInterruptions(n)[protocol.UnannouncedReboot.Key()] == 1
 	})
-	if agent.HasTaint(n) || n.Spec.Unschedulable {
+	if protocol.HasTaint(n) || n.Spec.Unschedulable {
 		t.Error("an unannounced reboot tainted or cordoned the node")
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...)); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} = %v, want 1", got)
 	}
 	r.stop()
@@ -671,23 +684,23 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	r = startAgent(t, v, agent.DefaultConfig)
 	waitEvent(t, v.name, agent.EventNodeUpgraded)
 	waitNode(t, v.name, "upgrade counted", func(n *corev1.Node) bool {
-		c := agent.InterruptionsFromNode(n)
-		return c[agent.InterruptionMaintenance+"/"+agent.ReasonNodeUpgrade] == 1 && c[agent.InterruptionTermination+"/"+agent.ReasonHostError] == 1
+		c := protocol.NodeInterruptions(n)
+		return c[protocol.Upgrade.Key()] == 1 && c[protocol.UnannouncedReboot.Key()] == 1
 	})
 	// The restarted agent's counters carry the node's totals.
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...)); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} after a restart = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonNodeUpgrade)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.Upgrade.Labels()...)); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,NodeUpgrade} = %v, want 1", got)
 	}
 	// What the aggregator counts on the Node (a repair) reaches the counters.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := getNode(t, v.name)
-		c := agent.InterruptionsFromNode(n)
+		c := protocol.NodeInterruptions(n)
 		c["TerminationEvent/AutoRepair"] = 1
 		b, _ := json.Marshal(c)
-		n.Annotations[agent.AnnotationInterruptions] = string(b)
+		n.Annotations[protocol.AnnotationInterruptions] = string(b)
 		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
@@ -695,12 +708,12 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, "AutoRepair")) == 1, nil
+		return testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.Repair.Labels()...)) == 1, nil
 	})
 	if err != nil {
 		t.Error("a repair counted on the Node never reached the agent's counters")
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionTermination, agent.ReasonHostError)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...)); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} = %v after the repair, want still 1", got)
 	}
 }
@@ -709,6 +722,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 // Node (client-go's recorder would drop everything past 25 from one source
 // about one object), a lifecycle Event is still recorded.
 func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-events-0")
 	node := getNode(t, v.name)
 	events := agent.NewNodeEvents(world.Client, v.name, node.UID)
@@ -724,6 +738,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 // not recognise is one Warning Event (each is logged and counted); a
 // recognised value in between makes the next odd one warn again.
 func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-events-1")
 	r := startAgent(t, v, agent.DefaultConfig)
 	counted := func() float64 {

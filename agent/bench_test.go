@@ -15,6 +15,8 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // watchNode streams the node's updates.
@@ -65,6 +67,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // (maintenance-event turning TERMINATE_ON_HOST_MAINTENANCE) to the taint
 // being visible in the API server, over 100 maintenances of one node.
 func BenchmarkTaintLatency(b *testing.B) {
+	testworld.Need(b)
 	const events = 100
 	name := "bench-taint-0"
 	v := newVM(b, name)
@@ -76,10 +79,12 @@ func BenchmarkTaintLatency(b *testing.B) {
 	maintain := func() time.Duration {
 		start := time.Now()
 		emu.SetMaintenanceEvent(gceemu.EventTerminate)
-		at := until(b, nodes, agent.HasTaint)
-		until(b, nodes, func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+		at := until(b, nodes, protocol.HasTaint)
+		until(b, nodes, func(n *corev1.Node) bool {
+			return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+		})
 		r = reboot(b, v, r)
-		until(b, nodes, func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+		until(b, nodes, func(n *corev1.Node) bool { return !protocol.HasTaint(n) })
 		return at.Sub(start)
 	}
 	for b.Loop() {
@@ -103,6 +108,7 @@ func BenchmarkTaintLatency(b *testing.B) {
 // grace to stop, no PDBs; it reports the time past the longest grace until
 // the node is labelled terminating.
 func BenchmarkDrain110Pods(b *testing.B) {
+	testworld.Need(b)
 	const pods = 110
 	name := "bench-drain-0"
 	v := newVM(b, name)
@@ -129,10 +135,12 @@ func BenchmarkDrain110Pods(b *testing.B) {
 		waitRunningB(b, name, pods)
 		start := time.Now()
 		emu.SetMaintenanceEvent(gceemu.EventTerminate)
-		done := until(b, nodes, func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+		done := until(b, nodes, func(n *corev1.Node) bool {
+			return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+		})
 		past = append(past, done.Sub(start)-10*time.Second)
 		r = reboot(b, v, r)
-		until(b, nodes, func(n *corev1.Node) bool { return !agent.HasTaint(n) })
+		until(b, nodes, func(n *corev1.Node) bool { return !protocol.HasTaint(n) })
 	}
 	b.ReportMetric(float64(percentile(past, 1).Milliseconds()), "ms-past-longest-grace")
 	fmt.Printf("drain of %d pods (grace 0-10 s): terminating %s after the longest grace (worst of %d)\n", pods, percentile(past, 1).Round(time.Millisecond), len(past))

@@ -5,7 +5,8 @@
 // the node and then asks Compute Engine to start the pending maintenance
 // now (through Maintainer, once per maintenance).
 //
-// The Node protocol (every key the agent reads or writes) is in protocol.go;
+// The Node protocol (every key the agent reads or writes, and how its state
+// is encoded there) is package protocol;
 // the state machine is the pure function Step in state.go, whose file header
 // documents the lifecycle. Everything the agent needs to continue after a
 // restart lives on the Node.

@@ -2,39 +2,31 @@ package agent
 
 import (
 	corev1 "k8s.io/api/core/v1"
-)
 
-// AnnotationSafeToEvict = "false" on a pod keeps its node from being picked
-// for opportunistic maintenance (forced maintenance still drains it).
-const AnnotationSafeToEvict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
 
 // DefaultAcceleratorResources are the resources that make a pod accelerator
 // work.
-var DefaultAcceleratorResources = []corev1.ResourceName{"nvidia.com/gpu", "google.com/tpu"}
-
-// Why a node is not idle (the value of AnnotationBusy).
-const (
-	BusyAccelerators = "accelerators"
-	BusySafeToEvict  = "safe-to-evict"
-)
+var DefaultAcceleratorResources = []corev1.ResourceName{protocol.ResourceGPU, protocol.ResourceTPU}
 
 // Idleness tells whether a node with pods is idle: no pod on it, other than
 // DaemonSet and mirror pods and pods that have finished, requests one of
 // resources, and no pod on it is annotated safe-to-evict "false". When it
-// is not, busy says why (BusySafeToEvict before BusyAccelerators).
+// is not, busy says why (protocol.BusySafeToEvict before protocol.BusyAccelerators).
 func Idleness(pods []*corev1.Pod, resources []corev1.ResourceName) (idle bool, busy string) {
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if p.Annotations[AnnotationSafeToEvict] == "false" {
-			return false, BusySafeToEvict
+		if p.Annotations[protocol.PodAnnotationSafeToEvict] == "false" {
+			return false, protocol.BusySafeToEvict
 		}
 		if isDaemonSetOrMirror(p) {
 			continue
 		}
 		if busy == "" && requestsAny(p, resources) {
-			busy = BusyAccelerators
+			busy = protocol.BusyAccelerators
 		}
 	}
 	return busy == "", busy

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 func TestIdleness(t *testing.T) {
@@ -26,7 +28,7 @@ func TestIdleness(t *testing.T) {
 	tpuInit := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "warmup"}, Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"google.com/tpu": resource.MustParse("4")}}}}, Containers: []corev1.Container{{}}}}
 	pinned := plain.DeepCopy()
-	pinned.Annotations = map[string]string{AnnotationSafeToEvict: "false"}
+	pinned.Annotations = map[string]string{protocol.PodAnnotationSafeToEvict: "false"}
 
 	tests := []struct {
 		name string
@@ -37,9 +39,9 @@ func TestIdleness(t *testing.T) {
 		{"no pods", nil, true, ""},
 		{"a pod without accelerators", []*corev1.Pod{plain}, true, ""},
 		{"DaemonSet, mirror and finished pods with GPUs", []*corev1.Pod{ds, mirror, done}, true, ""},
-		{"a GPU pod", []*corev1.Pod{plain, gpu("trainer")}, false, BusyAccelerators},
-		{"a TPU init container", []*corev1.Pod{tpuInit}, false, BusyAccelerators},
-		{"safe-to-evict false wins", []*corev1.Pod{gpu("trainer"), pinned}, false, BusySafeToEvict},
+		{"a GPU pod", []*corev1.Pod{plain, gpu("trainer")}, false, protocol.BusyAccelerators},
+		{"a TPU init container", []*corev1.Pod{tpuInit}, false, protocol.BusyAccelerators},
+		{"safe-to-evict false wins", []*corev1.Pod{gpu("trainer"), pinned}, false, protocol.BusySafeToEvict},
 	}
 	for _, tc := range tests {
 		idle, busy := Idleness(tc.pods, DefaultAcceleratorResources)
@@ -65,9 +67,9 @@ func TestStepIdleSince(t *testing.T) {
 		t.Errorf("idle since moved to %s while still idle", again.State.IdleSince)
 	}
 	busy := later
-	busy.Idle, busy.Busy = false, BusyAccelerators
+	busy.Idle, busy.Busy = false, protocol.BusyAccelerators
 	b := Step(cfg, d.State, busy)
-	if d := cmp.Diff(State{Phase: PhaseIdle, LastEvent: "NONE", Busy: BusyAccelerators}, b.State, ignoreAccounting); d != "" {
+	if d := cmp.Diff(State{Phase: protocol.PhaseIdle, LastEvent: "NONE", Busy: protocol.BusyAccelerators}, b.State, ignoreAccounting); d != "" {
 		t.Errorf("busy (-want +got):\n%s", d)
 	}
 	unknown := busy

@@ -23,6 +23,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // withCompute gives v's agents the real Compute client, pointed at v's
@@ -50,7 +51,7 @@ func manualVM(t *testing.T, name string) (*vm, *running) {
 	withCompute(t, v)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	return v, r
 }
 
@@ -59,9 +60,9 @@ func setTrigger(t *testing.T, node, value string, set bool) {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := getNode(t, node)
 		if set {
-			n.Labels[agent.LabelPerformMaintenance] = value
+			n.Labels[protocol.LabelPerformMaintenance] = value
 		} else {
-			delete(n.Labels, agent.LabelPerformMaintenance)
+			delete(n.Labels, protocol.LabelPerformMaintenance)
 		}
 		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
@@ -72,7 +73,7 @@ func setTrigger(t *testing.T, node, value string, set bool) {
 }
 
 func triggerGone(n *corev1.Node) bool {
-	_, set := n.Labels[agent.LabelPerformMaintenance]
+	_, set := n.Labels[protocol.LabelPerformMaintenance]
 	return !set
 }
 
@@ -114,8 +115,8 @@ func waitEventMessage(t *testing.T, node, reason string, parts ...string) string
 }
 
 func inService(n *corev1.Node) bool {
-	_, active := n.Labels[agent.LabelActiveMaintenance]
-	return !active && !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[agent.AnnotationPhase] == ""
+	_, active := n.Labels[protocol.LabelActiveMaintenance]
+	return !active && !protocol.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[protocol.AnnotationPhase] == ""
 }
 
 // TestManualTriggerEndToEnd: the label drains the node (a PDB holds the
@@ -123,6 +124,7 @@ func inService(n *corev1.Node) bool {
 // then exactly one performMaintenance for this VM with its token, then the
 // host-maintenance lifecycle to the end, and the label goes.
 func TestManualTriggerEndToEnd(t *testing.T) {
+	testworld.Need(t)
 	v, r := manualVM(t, "agent-manual-0")
 	spare := world.NodeT(t, testworld.NodeSpec{Name: "agent-manual-spare"})
 	ns := world.Namespace(t)
@@ -143,14 +145,14 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	}
 	waitPDB(t, ns, "trainer", 2)
 
-	setTrigger(t, v.name, agent.TriggerValue, true)
+	setTrigger(t, v.name, protocol.TriggerValue, true)
 	n := waitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
-		return agent.HasTaint(n) && n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing
+		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
 	})
-	if n.Annotations[agent.AnnotationReason] != string(agent.ReasonManual) || !n.Spec.Unschedulable {
-		t.Errorf("manual drain: reason %q, cordoned %t", n.Annotations[agent.AnnotationReason], n.Spec.Unschedulable)
+	if n.Annotations[protocol.AnnotationReason] != string(protocol.ReasonManual) || !n.Spec.Unschedulable {
+		t.Errorf("manual drain: reason %q, cordoned %t", n.Annotations[protocol.AnnotationReason], n.Spec.Unschedulable)
 	}
-	requestID := n.Annotations[agent.AnnotationRequestID]
+	requestID := n.Annotations[protocol.AnnotationRequestID]
 	// The PDB refuses: the pod stays, and nothing is asked of Compute Engine.
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeBlocked)) >= 2, nil
@@ -175,7 +177,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	}
 
 	n = waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	calls := v.emu.Calls()
 	cfg := v.emu.Config()
@@ -189,9 +191,9 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	if c.At.Before(goneAt.Add(-time.Second)) {
 		t.Errorf("called at %s, before the pod was gone at %s", c.At, goneAt)
 	}
-	if n.Annotations[agent.AnnotationRequested] == "" || n.Labels[agent.LabelPerformMaintenance] != agent.TriggerValue {
+	if n.Annotations[protocol.AnnotationRequested] == "" || n.Labels[protocol.LabelPerformMaintenance] != protocol.TriggerValue {
 		t.Errorf("terminating: requested %q, label %q; want the record of the call, the label kept until the node is back",
-			n.Annotations[agent.AnnotationRequested], n.Labels[agent.LabelPerformMaintenance])
+			n.Annotations[protocol.AnnotationRequested], n.Labels[protocol.LabelPerformMaintenance])
 	}
 	// Accepted: by the call's answer, or by the notice changing first.
 	waitEvent(t, v.name, agent.EventManualAccepted)
@@ -201,7 +203,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	}
 	reboot(t, v, r)
 	n = waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
-	if n.Annotations[agent.AnnotationRequestID] != "" || n.Annotations[agent.AnnotationRequested] != "" {
+	if n.Annotations[protocol.AnnotationRequestID] != "" || n.Annotations[protocol.AnnotationRequested] != "" {
 		t.Errorf("the manual maintenance's annotations outlived it: %v", n.Annotations)
 	}
 	waitEvent(t, v.name, agent.EventMaintenanceCleared)
@@ -209,10 +211,10 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	if ev[agent.EventManualStarted] != 1 || ev[agent.EventManualAccepted] != 1 || ev[agent.EventTerminateOnHost] != 0 {
 		t.Errorf("Events %v; want one %s, one %s, and no second drain", ev, agent.EventManualStarted, agent.EventManualAccepted)
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...)); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
 	}
-	for outcome, want := range map[string]float64{agent.ManualStarted: 1, agent.ManualAccepted: 1} {
+	for outcome, want := range map[string]float64{protocol.ManualStarted: 1, protocol.ManualAccepted: 1} {
 		if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(outcome)); got != want {
 			t.Errorf("manual_triggers{%s} = %v, want %v", outcome, got, want)
 		}
@@ -238,6 +240,7 @@ func waitPDB(t *testing.T, ns, name string, healthy int32) {
 // accepted; the label goes; the node stays in service; Compute Engine is
 // not called.
 func TestManualTriggerBadInput(t *testing.T) {
+	testworld.Need(t)
 	notReschedulable := gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour)
 	notReschedulable.CanReschedule = false
 	cases := []struct {
@@ -247,23 +250,23 @@ func TestManualTriggerBadInput(t *testing.T) {
 		outcome string
 		says    []string
 	}{
-		{name: "yes", value: "yes", outcome: agent.ManualInvalidValue, says: []string{`"yes" is not accepted`, `the only accepted value is "true"`}},
-		{name: "TRUE", value: "TRUE", outcome: agent.ManualInvalidValue, says: []string{`"TRUE" is not accepted`}},
-		{name: "1", value: "1", outcome: agent.ManualInvalidValue, says: []string{`"1" is not accepted`}},
-		{name: "empty", value: "", outcome: agent.ManualInvalidValue, says: []string{`"" is not accepted`}},
-		{name: "no notice", value: "true", notice: (*gceemu.Server).ClearNotice, outcome: agent.ManualNoNotice,
+		{name: "yes", value: "yes", outcome: protocol.ManualInvalidValue, says: []string{`"yes" is not accepted`, `the only accepted value is "true"`}},
+		{name: "TRUE", value: "TRUE", outcome: protocol.ManualInvalidValue, says: []string{`"TRUE" is not accepted`}},
+		{name: "1", value: "1", outcome: protocol.ManualInvalidValue, says: []string{`"1" is not accepted`}},
+		{name: "empty", value: "", outcome: protocol.ManualInvalidValue, says: []string{`"" is not accepted`}},
+		{name: "no notice", value: "true", notice: (*gceemu.Server).ClearNotice, outcome: protocol.ManualNoNotice,
 			says: []string{"needs a pending maintenance notice", "reports none"}},
-		{name: "cannot reschedule", value: "true", notice: func(s *gceemu.Server) { s.ScheduleNotice(notReschedulable) }, outcome: agent.ManualNotReschedulable,
+		{name: "cannot reschedule", value: "true", notice: func(s *gceemu.Server) { s.ScheduleNotice(notReschedulable) }, outcome: protocol.ManualNotReschedulable,
 			says: []string{"cannot be rescheduled", "accepted only when it can"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			v, r := manualVM(t, "agent-manual-bad-"+string(rune('a'+i)))
 			if tc.notice != nil {
-				before := getNode(t, v.name).Annotations[agent.AnnotationUpcomingMaintenance]
+				before := getNode(t, v.name).Annotations[protocol.AnnotationUpcomingMaintenance]
 				tc.notice(v.emu)
 				waitNode(t, v.name, "notice mirrored", func(n *corev1.Node) bool {
-					return n.Annotations[agent.AnnotationUpcomingMaintenance] != before
+					return n.Annotations[protocol.AnnotationUpcomingMaintenance] != before
 				})
 			}
 			setTrigger(t, v.name, tc.value, true)
@@ -287,19 +290,20 @@ func TestManualTriggerBadInput(t *testing.T) {
 // on); set again during a manual maintenance it changes nothing: one drain,
 // one call.
 func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
+	testworld.Need(t)
 	t.Run("notice already ONGOING", func(t *testing.T) {
 		v, r := manualVM(t, "agent-manual-ongoing")
 		v.emu.SetNoticeStatus(gceemu.StatusOngoing)
 		waitNode(t, v.name, "host maintenance", func(n *corev1.Node) bool {
-			return n.Annotations[agent.AnnotationReason] == string(agent.ReasonHostMaintenance)
+			return n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonHostMaintenance)
 		})
-		setTrigger(t, v.name, agent.TriggerValue, true)
+		setTrigger(t, v.name, protocol.TriggerValue, true)
 		waitEventMessage(t, v.name, agent.EventManualRejected, "A host-maintenance is already under way", "is not needed")
 		n := waitNode(t, v.name, "label removed", triggerGone)
-		if n.Annotations[agent.AnnotationReason] != string(agent.ReasonHostMaintenance) || !agent.HasTaint(n) {
+		if n.Annotations[protocol.AnnotationReason] != string(protocol.ReasonHostMaintenance) || !protocol.HasTaint(n) {
 			t.Errorf("the rejected label changed the running maintenance: %v", n.Annotations)
 		}
-		if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualAlreadyOngoing)); got != 1 {
+		if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAlreadyOngoing)); got != 1 {
 			t.Errorf("manual_triggers{already_ongoing} = %v, want 1", got)
 		}
 		if calls := v.emu.Calls(); len(calls) != 0 {
@@ -310,14 +314,16 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 		v, r := manualVM(t, "agent-manual-again")
 		ns := world.Namespace(t)
 		createPod(t, makePod(ns, "slow", v.name, 4, 4*time.Second))
-		setTrigger(t, v.name, agent.TriggerValue, true)
-		waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueOngoing })
+		setTrigger(t, v.name, protocol.TriggerValue, true)
+		waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
 		// Removed and set again, then a value that is not accepted.
 		setTrigger(t, v.name, "", false)
-		setTrigger(t, v.name, agent.TriggerValue, true)
+		setTrigger(t, v.name, protocol.TriggerValue, true)
 		setTrigger(t, v.name, "yes", true)
 		waitEventMessage(t, v.name, agent.EventManualRejected, `"yes" is not accepted`, "already under way goes on")
-		waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+		waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+			return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+		})
 		if calls := v.emu.Calls(); len(calls) != 1 {
 			t.Errorf("calls %+v, want one", calls)
 		}
@@ -333,13 +339,16 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 // TestManualTriggerRetriesTransientErrors: two 503s, then success: one
 // accepted call, one drain.
 func TestManualTriggerRetriesTransientErrors(t *testing.T) {
+	testworld.Need(t)
 	v, r := manualVM(t, "agent-manual-503")
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 2, 2*time.Second))
 	v.emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix, Kind: gceemu.FaultStatus, Status: http.StatusServiceUnavailable, Times: 2,
 		Body: `{"error":{"code":503,"message":"backendError"}}`})
-	setTrigger(t, v.name, agent.TriggerValue, true)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	setTrigger(t, v.name, protocol.TriggerValue, true)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
 	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusOK {
 		t.Errorf("calls that reached Compute Engine %+v, want one, accepted", calls)
 	}
@@ -354,18 +363,19 @@ func TestManualTriggerRetriesTransientErrors(t *testing.T) {
 // TestManualTriggerPermissionDenied: the node goes back in service, and the
 // Event names the permission and the service account.
 func TestManualTriggerPermissionDenied(t *testing.T) {
+	testworld.Need(t)
 	v, r := manualVM(t, "agent-manual-403")
 	v.emu.SetPermissionDenied(true)
-	setTrigger(t, v.name, agent.TriggerValue, true)
+	setTrigger(t, v.name, protocol.TriggerValue, true)
 	msg := waitEventMessage(t, v.name, agent.EventManualFailed, compute.Permission, v.emu.Config().ServiceAccount, "back in service")
 	n := waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
-	if n.Labels[agent.LabelScheduledMaintenanceTime] == "" {
+	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
 		t.Error("the pending notice's label went with the failed trigger")
 	}
-	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualPermissionDenied)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualPermissionDenied)); got != 1 {
 		t.Errorf("manual_triggers{permission_denied} = %v, want 1 (%s)", got, msg)
 	}
-	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance)); got != 0 {
+	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...)); got != 0 {
 		t.Errorf("a maintenance that never happened was counted (%v)", got)
 	}
 	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusForbidden {
@@ -394,6 +404,7 @@ func (k *killedAfterCall) PerformMaintenance(ctx context.Context, requestID stri
 // TestManualTriggerAgentKilledAfterCall: restarted after the call and before
 // terminating, the agent does not call again.
 func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
+	testworld.Need(t)
 	v := newVM(t, "agent-manual-kill")
 	real := withCompute(t, v)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
@@ -402,27 +413,29 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	k := &killedAfterCall{next: real, made: make(chan struct{})}
 	v.compute = k
 	first := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	// From now on the first agent hears nothing new from the metadata
 	// server: it dies before it can learn that its call went through.
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
 		v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + key, Kind: gceemu.FaultHang})
 	}
 	v.emu.ResetETags()
-	setTrigger(t, v.name, agent.TriggerValue, true)
+	setTrigger(t, v.name, protocol.TriggerValue, true)
 	select {
 	case <-k.made:
 	case <-testworld.Ctx(t, 60*time.Second).Done():
 		t.Fatal("the call was never made")
 	}
 	first.stop()
-	if n := getNode(t, v.name); n.Labels[agent.LabelActiveMaintenance] != agent.ValueOngoing || n.Annotations[agent.AnnotationRequested] == "" {
-		t.Fatalf("killed with %q and requested %q; want ONGOING with the call recorded", n.Labels[agent.LabelActiveMaintenance], n.Annotations[agent.AnnotationRequested])
+	if n := getNode(t, v.name); n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueOngoing || n.Annotations[protocol.AnnotationRequested] == "" {
+		t.Fatalf("killed with %q and requested %q; want ONGOING with the call recorded", n.Labels[protocol.LabelActiveMaintenance], n.Annotations[protocol.AnnotationRequested])
 	}
 	v.emu.ClearFaults()
 	v.compute = real
 	second := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
 	waitEventMessage(t, v.name, agent.EventManualAccepted, "the metadata server shows the maintenance starting")
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want exactly one", calls)
@@ -438,6 +451,7 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 // ConfigMap, a label inside an exclusion is refused with the reason; once
 // the exclusion is gone, the same label starts the maintenance.
 func TestManualTriggerGatedByPolicy(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	now := time.Now().UTC()
 	text := `
@@ -459,14 +473,14 @@ pools:
 	v.gate = src.ManualGate(testworld.LabelNodePool)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 
-	setTrigger(t, v.name, agent.TriggerValue, true)
+	setTrigger(t, v.name, protocol.TriggerValue, true)
 	waitEventMessage(t, v.name, agent.EventManualRejected, "gates manual maintenance", `inside the maintenance exclusion "launch"`)
 	if n := waitNode(t, v.name, "label removed", triggerGone); !inService(n) {
 		t.Errorf("a refused trigger changed the node: %v", n.Labels)
 	}
-	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualExcluded)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualExcluded)); got != 1 {
 		t.Errorf("manual_triggers{excluded} = %v, want 1", got)
 	}
 
@@ -481,8 +495,10 @@ pools:
 	if err != nil {
 		t.Fatal("the policy change never reached the source")
 	}
-	setTrigger(t, v.name, agent.TriggerValue, true)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	setTrigger(t, v.name, protocol.TriggerValue, true)
+	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want one", calls)
 	}
@@ -492,15 +508,16 @@ pools:
 // its operation fails and the maintenance never begins. The drained node
 // goes back in service, with a Warning Event and the metric.
 func TestManualTriggerOperationFails(t *testing.T) {
+	testworld.Need(t)
 	v, r := manualVM(t, "agent-manual-opfail")
 	v.emu.SetPerformMaintenanceDelay(time.Second)
 	v.emu.SetOperationFailure("the host is not available for maintenance now")
-	setTrigger(t, v.name, agent.TriggerValue, true)
+	setTrigger(t, v.name, protocol.TriggerValue, true)
 	// Accepted first (the Event says so), then back in service.
 	waitEvent(t, v.name, agent.EventManualAccepted)
 	waitEventMessage(t, v.name, agent.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
 	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
-	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(agent.ManualNotStarted)); got != 1 {
+	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualNotStarted)); got != 1 {
 		t.Errorf("manual_triggers{not_started} = %v, want 1", got)
 	}
 	if calls := v.emu.Calls(); len(calls) != 1 {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var (
@@ -100,23 +101,23 @@ func (m *model) event() {
 	case r < 55: // a person sets or removes the trigger
 		switch r := m.rng.IntN(8); {
 		case r < 5:
-			m.node.Labels[LabelPerformMaintenance] = TriggerValue
+			m.node.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue
 			m.logf("person: trigger true")
 		case r < 6:
-			m.node.Labels[LabelPerformMaintenance] = "yes"
+			m.node.Labels[protocol.LabelPerformMaintenance] = "yes"
 			m.logf("person: trigger yes")
 		default:
-			delete(m.node.Labels, LabelPerformMaintenance)
+			delete(m.node.Labels, protocol.LabelPerformMaintenance)
 			m.logf("person: trigger removed")
 		}
 	case r < 60: // a person cordons or uncordons an idle node
-		if StateFromNode(m.node).Phase == PhaseIdle {
+		if protocol.ReadAgentState(m.node).Phase == protocol.PhaseIdle {
 			m.personCordoned = !m.personCordoned
 			m.node.Spec.Unschedulable = m.personCordoned
 			m.logf("person: cordoned=%t", m.personCordoned)
 		}
 	case r < 68: // the drain finishes
-		if st := StateFromNode(m.node); st.Phase == PhaseDraining {
+		if st := protocol.ReadAgentState(m.node); st.Phase == protocol.PhaseDraining {
 			m.drainDone = st.Started
 			m.logf("drain done")
 		}
@@ -223,14 +224,14 @@ func (m *model) answerCall() {
 			m.served.Notice = ongoingNotice
 		}
 	case 1:
-		res.Err, res.Outcome = errModelRefused, ManualRefused
+		res.Err, res.Outcome = errModelRefused, protocol.ManualRefused
 	case 2:
-		res.Err, res.Outcome = errModelRefused, ManualPermissionDenied
+		res.Err, res.Outcome = errModelRefused, protocol.ManualPermissionDenied
 	case 3:
-		res.Err, res.Outcome = errModelRefused, ManualFailed
+		res.Err, res.Outcome = errModelRefused, protocol.ManualFailed
 	default: // refused because Compute Engine had begun on its own
 		m.served.Event, m.served.Notice, m.served.NoticePresent = metadata.EventTerminate, ongoingNotice, true
-		res.Err, res.Outcome = errModelRefused, ManualRefused
+		res.Err, res.Outcome = errModelRefused, protocol.ManualRefused
 	}
 	if m.rng.IntN(2) == 0 {
 		// The metadata watch tells the agent before the call returns.
@@ -249,8 +250,8 @@ func (m *model) observation(st State) Observation {
 		Unschedulable: m.node.Spec.Unschedulable, RequestID: fmt.Sprintf("req-%d", m.requestSeq),
 		PodsKnown: true, Idle: true,
 	}
-	obs.Trigger, obs.TriggerSet = TriggerFromNode(m.node)
-	obs.DrainDone = st.Phase == PhaseDraining && m.drainDone.Equal(st.Started)
+	obs.Trigger, obs.TriggerSet, _ = protocol.ReadTrigger(m.node)
+	obs.DrainDone = st.Phase == protocol.PhaseDraining && m.drainDone.Equal(st.Started)
 	if r := m.performResult; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}
@@ -264,11 +265,11 @@ func (m *model) observation(st State) Observation {
 func (m *model) reconcile(t *testing.T) {
 	t.Helper()
 	for range 4 {
-		before := StateFromNode(m.node)
+		before := protocol.ReadAgentState(m.node)
 		dec := Step(cfg, before, m.observation(before))
-		changed := ApplyState(m.node, dec)
-		after := StateFromNode(m.node)
-		if after.Phase != PhaseIdle && !after.Started.Equal(before.Started) {
+		changed := applyDecision(m.node, dec)
+		after := protocol.ReadAgentState(m.node)
+		if after.Phase != protocol.PhaseIdle && !after.Started.Equal(before.Started) {
 			m.maint++ // a new maintenance began in this pass
 		}
 		if dec.Perform && m.performFor != after.RequestID {
@@ -315,14 +316,14 @@ func joinLines(lines []string) string {
 // check asserts the invariants after a reconcile.
 func (m *model) check(t *testing.T, before State, dec Decision) {
 	t.Helper()
-	st := StateFromNode(m.node)
+	st := protocol.ReadAgentState(m.node)
 	k := m.known
-	if st.Phase == PhaseIdle && (k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted) {
+	if st.Phase == protocol.PhaseIdle && (k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted) {
 		m.fail(t, "idle while TERMINATE_ON_HOST_MAINTENANCE or preemption is served: %+v", k)
 	}
-	if before.Phase == PhaseIdle && st.Phase != PhaseIdle {
+	if before.Phase == protocol.PhaseIdle && st.Phase != protocol.PhaseIdle {
 		started := k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted ||
-			k.NoticeKnown && k.NoticePresent && k.Notice.Status == metadata.StatusOngoing || dec.Manual == ManualStarted
+			k.NoticeKnown && k.NoticePresent && k.Notice.Status == metadata.StatusOngoing || dec.Manual == protocol.ManualStarted
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}
@@ -336,11 +337,11 @@ func (m *model) check(t *testing.T, before State, dec Decision) {
 	if m.personCordoned && !m.node.Spec.Unschedulable {
 		m.fail(t, "a person's cordon was removed")
 	}
-	if st.Phase == PhaseIdle && !m.personCordoned && m.node.Spec.Unschedulable {
+	if st.Phase == protocol.PhaseIdle && !m.personCordoned && m.node.Spec.Unschedulable {
 		m.fail(t, "idle, and the agent's own cordon is left behind")
 	}
-	if (st.Phase == PhaseIdle) == HasTaint(m.node) {
-		m.fail(t, "phase %s with taint %t", st.Phase, HasTaint(m.node))
+	if (st.Phase == protocol.PhaseIdle) == protocol.HasTaint(m.node) {
+		m.fail(t, "phase %s with taint %t", st.Phase, protocol.HasTaint(m.node))
 	}
 }
 
@@ -354,16 +355,16 @@ func (m *model) settle(t *testing.T) {
 	m.served = quiet()
 	m.restartAgent()
 	m.known = quiet()
-	delete(m.node.Labels, LabelPerformMaintenance)
+	delete(m.node.Labels, protocol.LabelPerformMaintenance)
 	m.logf("settle: reboot, quiet, trigger removed")
 	for range 4 {
 		m.reconcile(t)
-		if st := StateFromNode(m.node); st.Phase == PhaseDraining {
+		if st := protocol.ReadAgentState(m.node); st.Phase == protocol.PhaseDraining {
 			m.drainDone = st.Started
 		}
 		m.now = m.now.Add(time.Hour)
 	}
-	if st := StateFromNode(m.node); st.Phase != PhaseIdle || m.node.Spec.Unschedulable != m.personCordoned {
+	if st := protocol.ReadAgentState(m.node); st.Phase != protocol.PhaseIdle || m.node.Spec.Unschedulable != m.personCordoned {
 		m.fail(t, "stuck: after a reboot and quiet signals the node is %s, cordoned %t (a person's cordon: %t)", st.Phase, m.node.Spec.Unschedulable, m.personCordoned)
 	}
 }

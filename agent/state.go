@@ -31,9 +31,9 @@ package agent
 // never starts a drain and never clears anything.
 //
 // Returning to Idle uncordons the node unless it was already cordoned when
-// maintenance started (AnnotationCordonedBefore).
+// maintenance started (protocol.AnnotationCordonedBefore).
 //
-// The manual trigger (LabelPerformMaintenance, set by a person or the
+// The manual trigger (protocol.LabelPerformMaintenance, set by a person or the
 // aggregator) is read, never acted on blindly:
 //   - accepted only as "true", only with a notice that is PENDING and
 //     can_reschedule, and only while the node is Idle; anything else is a
@@ -58,68 +58,7 @@ import (
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
-)
-
-// Phase is where a node is in its maintenance lifecycle.
-type Phase string
-
-const (
-	PhaseIdle        Phase = "Idle"
-	PhaseDraining    Phase = "Draining"
-	PhaseTerminating Phase = "Terminating"
-)
-
-// Reason is why maintenance started.
-type Reason string
-
-const (
-	ReasonHostMaintenance Reason = "host-maintenance"
-	ReasonPreemption      Reason = "preemption"
-	// ReasonManual: the perform-maintenance label asked for the pending
-	// maintenance now.
-	ReasonManual Reason = "manual"
-)
-
-// TriggerValue is the only accepted value of LabelPerformMaintenance.
-const TriggerValue = "true"
-
-// Outcomes of a manual trigger (the outcome label of the
-// manual_triggers_total metric; metrics.ManualOutcomes lists them).
-const (
-	ManualStarted          = "started"
-	ManualAccepted         = "accepted"
-	ManualFailed           = "failed"
-	ManualPermissionDenied = "permission_denied"
-	ManualRefused          = "refused"
-	ManualInvalidValue     = "invalid_value"
-	ManualNoNotice         = "no_notice"
-	ManualNotReschedulable = "not_reschedulable"
-	ManualAlreadyOngoing   = "already_ongoing"
-	// The maintenance policy gates manual triggers and refuses this one
-	// (window.ReasonOutsideWindow, window.ReasonExcluded,
-	// policy.ReasonPolicyUnknown).
-	ManualOutsideWindow = "outside_window"
-	ManualExcluded      = "excluded"
-	ManualPolicyUnknown = "policy_unknown"
-	// ManualNotStarted: Compute Engine accepted the call, but its
-	// operation failed or the maintenance did not begin in time; the node
-	// went back in service.
-	ManualNotStarted = "not_started"
-)
-
-// Interruption types and reasons (the design's taxonomy, GKE's spelling).
-const (
-	InterruptionMaintenance = "MaintenanceEvent"
-	InterruptionPreemption  = "PreemptionEvent"
-	InterruptionTermination = "TerminationEvent"
-	ReasonHWSWMaintenance   = "HW/SW Maintenance"
-	ReasonEviction          = "Eviction"
-	// ReasonNodeUpgrade: the node rebooted, unannounced, into another
-	// kubelet version.
-	ReasonNodeUpgrade = "NodeUpgrade"
-	// ReasonHostError: the node rebooted with no notice and no preemption
-	// before it.
-	ReasonHostError = "HostError"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Event reasons, GKE's own where one fits (docs/gce.md).
@@ -144,42 +83,9 @@ const (
 	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
 )
 
-// State is what the agent keeps on its Node.
-type State struct {
-	Phase  Phase
-	Reason Reason
-	// Started and Deadline are set while Draining or Terminating.
-	Started, Deadline time.Time
-	// BootID is the node's boot ID when maintenance started.
-	BootID string
-	// CordonedBefore: spec.unschedulable was set before maintenance began.
-	CordonedBefore bool
-	// ScheduledTime is the scheduled-maintenance-time label ("" if absent).
-	ScheduledTime string
-	// Notice is the upcoming-maintenance annotation ("" if absent).
-	Notice string
-	// LastEvent is the last maintenance-event value acted on.
-	LastEvent metadata.Event
-	// RequestID is the performMaintenance requestId of a manual
-	// maintenance, chosen when it starts.
-	RequestID string
-	// Requested is when the agent first asked Compute Engine to start the
-	// maintenance (written before the call).
-	Requested time.Time
-	// IdleSince is when the node last became idle (see Idleness); zero
-	// while it is busy, and Busy says why.
-	IdleSince time.Time
-	Busy      string
-	// Interruptions counts the node's interruptions by InterruptionKey, for
-	// as long as the Node object lives.
-	Interruptions map[string]int
-	// LastBootID and LastKubelet are the boot ID and kubelet version the
-	// agent last saw the node run.
-	LastBootID, LastKubelet string
-}
-
-// InterruptionKey is an Interruption's key in State.Interruptions.
-func InterruptionKey(i Interruption) string { return i.Type + "/" + i.Reason }
+// State is what the agent keeps on its Node (package protocol encodes
+// it).
+type State = protocol.AgentState
 
 // Signals is what the metadata server last said, key by key.
 type Signals struct {
@@ -239,8 +145,8 @@ type PerformResult struct {
 	RequestID string
 	// Operation names Compute Engine's operation when the call succeeded.
 	Operation string
-	// Err is why it failed, and Outcome its class (ManualFailed,
-	// ManualPermissionDenied, ManualRefused).
+	// Err is why it failed, and Outcome its class (protocol.ManualFailed,
+	// protocol.ManualPermissionDenied, protocol.ManualRefused).
 	Err     error
 	Outcome string
 	// OperationErr is set when the accepted call's operation ended with an
@@ -292,9 +198,13 @@ type EventRecord struct {
 	Message string
 }
 
-// Interruption is one interruption to count.
-type Interruption struct {
-	Type, Reason string
+// counted is an interruption for Decision to count.
+func counted(i protocol.Interruption) *protocol.Interruption { return &i }
+
+// countedAs is the interruption a maintenance started for r counts as.
+func countedAs(r protocol.Reason) *protocol.Interruption {
+	i, _ := r.Interruption()
+	return &i
 }
 
 // Decision is the outcome of one Step.
@@ -303,10 +213,10 @@ type Decision struct {
 	Events []EventRecord
 	// Interruption is set when a new maintenance or preemption began (or
 	// Compute Engine accepted a manual one).
-	Interruption *Interruption
+	Interruption *protocol.Interruption
 	// Unannounced is set when the node rebooted with nothing announced
 	// (HostError, or NodeUpgrade when the kubelet version changed).
-	Unannounced *Interruption
+	Unannounced *protocol.Interruption
 	// Migration is set when live migration was announced.
 	Migration bool
 	// Cordon sets spec.unschedulable; Uncordon clears it.
@@ -330,34 +240,34 @@ type Decision struct {
 // same observation changes nothing more.
 func Step(cfg Config, st State, obs Observation) Decision {
 	if st.Phase == "" {
-		st.Phase = PhaseIdle
+		st.Phase = protocol.PhaseIdle
 	}
 	d := Decision{State: st}
 	sig := obs.Signals
 
 	// 0. A reboot nothing announced: the agent was idle and the node came
 	// back with another boot ID.
-	if st.Phase == PhaseIdle && st.LastBootID != "" && obs.BootID != "" && obs.BootID != st.LastBootID {
+	if st.Phase == protocol.PhaseIdle && st.LastBootID != "" && obs.BootID != "" && obs.BootID != st.LastBootID {
 		if obs.KubeletVersion != "" && st.LastKubelet != "" && obs.KubeletVersion != st.LastKubelet {
-			d.Unannounced = &Interruption{Type: InterruptionMaintenance, Reason: ReasonNodeUpgrade}
+			d.Unannounced = counted(protocol.Upgrade)
 			d.Events = append(d.Events, EventRecord{Reason: EventNodeUpgraded,
 				Message: fmt.Sprintf("The node rebooted into kubelet %s (was %s): counted as a node upgrade", obs.KubeletVersion, st.LastKubelet)})
 		} else {
-			d.Unannounced = &Interruption{Type: InterruptionTermination, Reason: ReasonHostError}
+			d.Unannounced = counted(protocol.UnannouncedReboot)
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventUnexpectedReboot,
 				Message: fmt.Sprintf("The VM rebooted with no maintenance notice or preemption before it (boot ID %s, was %s): counted as a host error", obs.BootID, st.LastBootID)})
 		}
 	}
 
 	// 1. Back from maintenance, or maintenance withdrawn.
-	if st.Phase != PhaseIdle {
+	if st.Phase != protocol.PhaseIdle {
 		booted := obs.BootID != "" && st.BootID != "" && obs.BootID != st.BootID
 		cleared := sig.EventKnown && sig.Event == metadata.EventNone &&
 			sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
 		switch {
-		case st.Reason != ReasonManual:
+		case st.Reason != protocol.ReasonManual:
 			cleared = cleared && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == metadata.StatusPending)
-		case st.Phase == PhaseTerminating:
+		case st.Phase == protocol.PhaseTerminating:
 			// Compute Engine accepted the call: only a notice gone
 			// without the VM stopping means it was withdrawn.
 			cleared = cleared && !sig.NoticePresent && !sig.NoticeNotYet
@@ -375,7 +285,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
 			d.Uncordon = !st.CordonedBefore
 			d.RemoveTrigger = st.RequestID != ""
-			d.State = st.idle()
+			d.State = idleState(st)
 			if booted {
 				// The maintenance that took the VM down is over, and so is
 				// its notice; a value still served after the reboot is a new
@@ -390,23 +300,23 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	// ongoing drain. A manual drain that Compute Engine has not been asked
 	// about yet becomes the maintenance that started on its own.
 	now := obs.Now
-	idle := d.State.Phase == PhaseIdle
-	manualUnasked := d.State.Phase == PhaseDraining && d.State.Reason == ReasonManual && d.State.Requested.IsZero()
+	idle := d.State.Phase == protocol.PhaseIdle
+	manualUnasked := d.State.Phase == protocol.PhaseDraining && d.State.Reason == protocol.ReasonManual && d.State.Requested.IsZero()
 	switch {
 	case sig.PreemptedKnown && sig.Preempted:
 		deadline := now.Add(cfg.PreemptionDeadline)
 		if idle {
-			d.start(obs, ReasonPreemption, deadline)
-			d.Interruption = &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction}
+			d.start(obs, protocol.ReasonPreemption, deadline)
+			d.Interruption = countedAs(protocol.ReasonPreemption)
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s", deadline.UTC().Format(time.RFC3339))})
-		} else if manual := d.State.Reason == ReasonManual; d.State.Reason != ReasonPreemption && (deadline.Before(d.State.Deadline) || manual) {
-			if manual && d.State.Phase == PhaseDraining {
+		} else if manual := d.State.Reason == protocol.ReasonManual; d.State.Reason != protocol.ReasonPreemption && (deadline.Before(d.State.Deadline) || manual) {
+			if manual && d.State.Phase == protocol.PhaseDraining {
 				// Not counted yet: a manual maintenance counts once
 				// Compute Engine accepts it.
-				d.Interruption = &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction}
+				d.Interruption = countedAs(protocol.ReasonPreemption)
 			}
-			d.State.Reason = ReasonPreemption
+			d.State.Reason = protocol.ReasonPreemption
 			if deadline.Before(d.State.Deadline) {
 				d.State.Deadline = deadline
 			}
@@ -432,8 +342,8 @@ func Step(cfg Config, st State, obs Observation) Decision {
 
 	// 4. Draining finished. A manual maintenance is finished when Compute
 	// Engine accepts it (above).
-	if d.State.Phase == PhaseDraining && d.State.Reason != ReasonManual && obs.DrainDone {
-		d.State.Phase = PhaseTerminating
+	if d.State.Phase == protocol.PhaseDraining && d.State.Reason != protocol.ReasonManual && obs.DrainDone {
+		d.State.Phase = protocol.PhaseTerminating
 		d.Drained = true
 		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete,
 			Message: fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))})
@@ -451,14 +361,9 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	if obs.KubeletVersion != "" {
 		d.State.LastKubelet = obs.KubeletVersion
 	}
-	for _, i := range []*Interruption{d.Unannounced, d.Interruption} {
+	for _, i := range []*protocol.Interruption{d.Unannounced, d.Interruption} {
 		if i != nil {
-			counts := make(map[string]int, len(d.State.Interruptions)+1)
-			for k, v := range d.State.Interruptions {
-				counts[k] = v
-			}
-			counts[InterruptionKey(*i)]++
-			d.State.Interruptions = counts
+			d.State.Interruptions = d.State.Interruptions.Add(*i, 1)
 		}
 	}
 
@@ -479,15 +384,15 @@ func Step(cfg Config, st State, obs Observation) Decision {
 // hostMaintenance starts a host maintenance on an idle node, or turns a
 // manual drain not yet asked for into one (keeping the earlier deadline).
 func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, format string) {
-	if d.State.Phase == PhaseIdle {
-		d.start(obs, ReasonHostMaintenance, deadline)
+	if d.State.Phase == protocol.PhaseIdle {
+		d.start(obs, protocol.ReasonHostMaintenance, deadline)
 	} else {
-		d.State.Reason = ReasonHostMaintenance
+		d.State.Reason = protocol.ReasonHostMaintenance
 		if deadline.Before(d.State.Deadline) {
 			d.State.Deadline = deadline
 		}
 	}
-	d.Interruption = &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance}
+	d.Interruption = countedAs(protocol.ReasonHostMaintenance)
 	d.Events = append(d.Events, EventRecord{Warning: true, Reason: reason,
 		Message: fmt.Sprintf(format, d.State.Deadline.UTC().Format(time.RFC3339))})
 }
@@ -498,12 +403,12 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 	sig := obs.Signals
 	st := d.State
 	switch {
-	case st.Phase == PhaseIdle:
+	case st.Phase == protocol.PhaseIdle:
 		if !obs.TriggerSet || d.RemoveTrigger {
 			return
 		}
-		if obs.Trigger != TriggerValue {
-			d.reject(ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q.", LabelPerformMaintenance, obs.Trigger, TriggerValue))
+		if obs.Trigger != protocol.TriggerValue {
+			d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q.", protocol.LabelPerformMaintenance, obs.Trigger, protocol.TriggerValue))
 			return
 		}
 		if !sig.NoticeKnown {
@@ -512,21 +417,21 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		n := sig.Notice
 		switch {
 		case !sig.NoticePresent:
-			d.reject(ManualNoNotice, fmt.Sprintf("%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", LabelPerformMaintenance))
+			d.reject(protocol.ManualNoNotice, fmt.Sprintf("%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", protocol.LabelPerformMaintenance))
 		case n.Status == metadata.StatusOngoing:
-			d.reject(ManualAlreadyOngoing, fmt.Sprintf("The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", LabelPerformMaintenance))
+			d.reject(protocol.ManualAlreadyOngoing, fmt.Sprintf("The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", protocol.LabelPerformMaintenance))
 		case n.Status != metadata.StatusPending:
-			d.reject(ManualNotReschedulable, fmt.Sprintf("The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, LabelPerformMaintenance))
+			d.reject(protocol.ManualNotReschedulable, fmt.Sprintf("The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, protocol.LabelPerformMaintenance))
 		case !n.CanReschedule:
-			d.reject(ManualNotReschedulable, fmt.Sprintf("The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), LabelPerformMaintenance))
+			d.reject(protocol.ManualNotReschedulable, fmt.Sprintf("The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
 		case obs.ManualBlocked != "":
-			d.reject(obs.ManualBlocked, fmt.Sprintf("The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", obs.ManualBlockedDetail, LabelPerformMaintenance))
+			d.reject(obs.ManualBlocked, fmt.Sprintf("The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", obs.ManualBlockedDetail, protocol.LabelPerformMaintenance))
 		default:
 			deadline := obs.Now.Add(cfg.ManualDrainTimeout)
-			d.start(obs, ReasonManual, deadline)
+			d.start(obs, protocol.ReasonManual, deadline)
 			d.State.RequestID = obs.RequestID
-			d.Manual = ManualStarted
-			who := LabelPerformMaintenance + "=true"
+			d.Manual = protocol.ManualStarted
+			who := protocol.LabelPerformMaintenance + "=true"
 			if obs.Opportunistic {
 				who = "Picked for opportunistic maintenance (" + who + ")"
 			}
@@ -537,19 +442,19 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 	case st.RequestID == "":
 		// A maintenance the label did not start.
 		if obs.TriggerSet {
-			d.reject(ManualAlreadyOngoing, fmt.Sprintf("A %s is already under way on this node (%s since %s); %s is not needed.",
-				st.Reason, st.Phase, st.Started.UTC().Format(time.RFC3339), LabelPerformMaintenance))
+			d.reject(protocol.ManualAlreadyOngoing, fmt.Sprintf("A %s is already under way on this node (%s since %s); %s is not needed.",
+				st.Reason, st.Phase, st.Started.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
 		}
 	default: // a maintenance the label started
-		if obs.TriggerSet && obs.Trigger != TriggerValue {
-			d.reject(ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
-				LabelPerformMaintenance, obs.Trigger, TriggerValue))
+		if obs.TriggerSet && obs.Trigger != protocol.TriggerValue {
+			d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
+				protocol.LabelPerformMaintenance, obs.Trigger, protocol.TriggerValue))
 		}
-		if st.Reason == ReasonManual && st.Phase == PhaseTerminating && !underWay(sig) {
+		if st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && !underWay(sig) {
 			d.awaitStart(cfg, obs)
 			return
 		}
-		if st.Reason != ReasonManual || st.Phase != PhaseDraining {
+		if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseDraining {
 			return
 		}
 		switch r := obs.Perform; {
@@ -563,10 +468,10 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		case r != nil && r.RequestID == st.RequestID:
 			d.Manual = r.Outcome
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
-				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, LabelPerformMaintenance)})
+				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
 			d.RemoveTrigger = true
-			d.State = st.idle()
+			d.State = idleState(st)
 		case !st.Requested.IsZero() && startedByCompute(sig):
 			// Asked before (by this agent or one before it): the signals
 			// show the request went through; never ask twice.
@@ -574,12 +479,12 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == metadata.StatusPending && sig.Notice.CanReschedule):
 			// Before asking: the notice is gone or can no longer be
 			// started early, so there is nothing to ask for.
-			d.Manual = ManualNotReschedulable
+			d.Manual = protocol.ManualNotReschedulable
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
-				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", LabelPerformMaintenance)})
+				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
 			d.RemoveTrigger = true
-			d.State = st.idle()
+			d.State = idleState(st)
 		case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
 			d.Perform = true
 			if st.Requested.IsZero() {
@@ -610,12 +515,12 @@ func (d *Decision) awaitStart(cfg Config, obs Observation) {
 		d.WakeAt = startBy
 		return
 	}
-	d.Manual = ManualNotStarted
+	d.Manual = protocol.ManualNotStarted
 	d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualNotStarted,
-		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now, but %s. The node is back in service (taint, maintenance label and %s removed); the maintenance stays pending.", why, LabelPerformMaintenance)})
+		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now, but %s. The node is back in service (taint, maintenance label and %s removed); the maintenance stays pending.", why, protocol.LabelPerformMaintenance)})
 	d.Uncordon = !st.CordonedBefore
 	d.RemoveTrigger = true
-	d.State = st.idle()
+	d.State = idleState(st)
 }
 
 // startedByCompute: the signals show that Compute Engine has taken the
@@ -636,11 +541,11 @@ func underWay(sig Signals) bool {
 // accept: Compute Engine accepted the manual maintenance; the node is
 // drained and waits for the VM to stop.
 func (d *Decision) accept(cfg Config, now time.Time, how string) {
-	d.State.Phase = PhaseTerminating
+	d.State.Phase = protocol.PhaseTerminating
 	d.State.Deadline = now.Add(cfg.HostMaintenanceDeadline)
 	d.Drained = true
-	d.Manual = ManualAccepted
-	d.Interruption = &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance}
+	d.Manual = protocol.ManualAccepted
+	d.Interruption = countedAs(protocol.ReasonManual)
 	d.Events = append(d.Events, EventRecord{Reason: EventManualAccepted,
 		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now (%s); the node is drained, awaiting node termination", how)})
 }
@@ -653,14 +558,14 @@ func (d *Decision) reject(outcome, msg string) {
 		Message: msg + " The label was removed; nothing else changed."})
 }
 
-// idle is st back in service: what outlives a maintenance, nothing else.
-func (st State) idle() State {
-	return State{Phase: PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
+// idleState is st back in service: what outlives a maintenance, nothing else.
+func idleState(st State) State {
+	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
 		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet}
 }
 
-func (d *Decision) start(obs Observation, reason Reason, deadline time.Time) {
-	d.State.Phase = PhaseDraining
+func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.Time) {
+	d.State.Phase = protocol.PhaseDraining
 	d.State.Reason = reason
 	d.State.Started = obs.Now
 	d.State.Deadline = deadline
@@ -677,7 +582,7 @@ func (d *Decision) mirrorNotice(sig Signals) {
 	if !sig.NoticePresent {
 		if d.State.Notice != "" || prevTime != "" {
 			d.State.Notice, d.State.ScheduledTime = "", ""
-			if prevTime != "" && d.State.Phase == PhaseIdle {
+			if prevTime != "" && d.State.Phase == protocol.PhaseIdle {
 				d.Events = append(d.Events, EventRecord{Reason: EventMaintenanceCancelled,
 					Message: "The scheduled maintenance is no longer pending"})
 			}

@@ -8,9 +8,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
-	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var (
@@ -21,6 +22,19 @@ var (
 	bootB   = "bbbbbbbb-0000-0000-0000-000000000002"
 	pending = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
 )
+
+// stepChecked is Step, with its state checked to survive the Node: the
+// state encoded on a Node and decoded again is the state.
+func stepChecked(t *testing.T, cfg Config, st State, obs Observation) Decision {
+	t.Helper()
+	d := Step(cfg, st, obs)
+	n := &corev1.Node{}
+	protocol.WriteAgentState(n, d.State)
+	if diff := cmp.Diff(d.State, protocol.ReadAgentState(n), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("the state does not survive the Node (-stepped +decoded):\n%s", diff)
+	}
+	return d
+}
 
 // quiet is what a healthy VM with nothing scheduled answers.
 func quiet() Signals {
@@ -35,8 +49,8 @@ func with(f func(*Signals)) Signals {
 
 func obs(s Signals) Observation { return Observation{Now: t0, Signals: s, BootID: bootA} }
 
-func draining(reason Reason, deadline time.Duration) State {
-	return State{Phase: PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: metadata.EventNone}
+func draining(reason protocol.Reason, deadline time.Duration) State {
+	return State{Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: metadata.EventNone}
 }
 
 // ignoreAccounting leaves what the node ran and the interruption counts to
@@ -51,9 +65,9 @@ func TestStep(t *testing.T) {
 	rescheduled.WindowStart = window.Add(48 * time.Hour)
 	ongoing := pending
 	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
-	scheduled := State{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
-	terminating := draining(ReasonHostMaintenance, time.Hour)
-	terminating.Phase, terminating.LastEvent = PhaseTerminating, metadata.EventTerminate
+	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	terminating := draining(protocol.ReasonHostMaintenance, time.Hour)
+	terminating.Phase, terminating.LastEvent = protocol.PhaseTerminating, metadata.EventTerminate
 
 	tests := []struct {
 		name  string
@@ -64,7 +78,7 @@ func TestStep(t *testing.T) {
 		{
 			name: "quiet node stays idle",
 			obs:  obs(quiet()),
-			want: Decision{State: State{Phase: PhaseIdle, LastEvent: metadata.EventNone}},
+			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone}},
 		},
 		{
 			name: "a notice appears: label and annotation",
@@ -79,7 +93,7 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = rescheduled, true })),
 			want: Decision{
-				State:  State{Phase: PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: metadata.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: metadata.EventNone},
 				Events: []EventRecord{{Reason: EventMaintenanceRescheduled, Message: "Maintenance was rescheduled to 2026-12-03T19:00:00Z"}},
 			},
 		},
@@ -88,7 +102,7 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(quiet()),
 			want: Decision{
-				State:  State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Events: []EventRecord{{Reason: EventMaintenanceCancelled, Message: "The scheduled maintenance is no longer pending"}},
 			},
 		},
@@ -102,8 +116,8 @@ func TestStep(t *testing.T) {
 			name: "TERMINATE_ON_HOST_MAINTENANCE starts a drain with a 60 min deadline",
 			obs:  Observation{Now: t0, Signals: terminate, BootID: bootA, Unschedulable: true},
 			want: Decision{
-				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: metadata.EventTerminate},
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: metadata.EventTerminate},
+				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
 			},
@@ -111,24 +125,24 @@ func TestStep(t *testing.T) {
 		{
 			name: "an unknown maintenance-event never starts a drain",
 			obs:  obs(with(func(s *Signals) { s.Event, s.EventKnown = "", false })),
-			want: Decision{State: State{Phase: PhaseIdle}},
+			want: Decision{State: State{Phase: protocol.PhaseIdle}},
 		},
 		{
 			name: "preemption drains with a 30 s deadline",
 			obs:  obs(preempted),
 			want: Decision{
-				State:        State{Phase: PhaseDraining, Reason: ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), BootID: bootA, LastEvent: metadata.EventNone},
-				Interruption: &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), BootID: bootA, LastEvent: metadata.EventNone},
+				Interruption: counted(protocol.Preemption),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted; draining before it stops at 2026-11-22T10:00:30Z"}},
 			},
 		},
 		{
 			name:  "a preemption during host maintenance shortens the deadline",
-			state: draining(ReasonHostMaintenance, time.Hour),
+			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = metadata.EventTerminate, true }), BootID: bootA},
 			want: Decision{
-				State:  State{Phase: PhaseDraining, Reason: ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: metadata.EventTerminate},
+				State:  State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: metadata.EventTerminate},
 				Events: []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:01:30Z"}},
 			},
 		},
@@ -137,8 +151,8 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })),
 			want: Decision{
-				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"}},
 			},
@@ -147,17 +161,17 @@ func TestStep(t *testing.T) {
 			name: "live migration is recorded and nothing else",
 			obs:  obs(with(func(s *Signals) { s.Event = metadata.EventMigrate })),
 			want: Decision{
-				State:     State{Phase: PhaseIdle, LastEvent: metadata.EventMigrate},
+				State:     State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventMigrate},
 				Migration: true,
 				Events:    []EventRecord{{Reason: EventMigrateOnHost, Message: "Compute Engine will live-migrate the VM; nothing to drain"}},
 			},
 		},
 		{
 			name:  "the drain finished: terminating",
-			state: draining(ReasonHostMaintenance, time.Hour),
+			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
 			want: Decision{
-				State:   State{Phase: PhaseTerminating, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
+				State:   State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
 				Drained: true,
 				Events:  []EventRecord{{Reason: EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
 			},
@@ -179,7 +193,7 @@ func TestStep(t *testing.T) {
 			state: terminating,
 			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
-				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true,
 				Events:   []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
@@ -193,7 +207,7 @@ func TestStep(t *testing.T) {
 			}(),
 			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
-				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true,
 				Events:   []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
@@ -207,16 +221,16 @@ func TestStep(t *testing.T) {
 			}(),
 			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
-				State:  State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Events: []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
 		{
 			name:  "signals withdrawn without a reboot: back in service, with a warning",
-			state: draining(ReasonHostMaintenance, time.Hour),
+			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   obs(quiet()),
 			want: Decision{
-				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true,
 				Events:   []EventRecord{{Warning: true, Reason: EventMaintenanceAborted, Message: "The host-maintenance was withdrawn before the VM stopped; putting the node back in service"}},
 			},
@@ -226,8 +240,8 @@ func TestStep(t *testing.T) {
 			state: terminating,
 			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: terminate, BootID: bootB},
 			want: Decision{
-				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: metadata.EventTerminate},
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: metadata.EventTerminate},
+				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events: []EventRecord{
 					{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"},
@@ -238,7 +252,7 @@ func TestStep(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Step(cfg, tc.state, tc.obs)
+			got := stepChecked(t, cfg, tc.state, tc.obs)
 			if d := cmp.Diff(tc.want, got, ignoreAccounting); d != "" {
 				t.Fatalf("Step (-want +got):\n%s", d)
 			}
@@ -250,7 +264,7 @@ func TestStep(t *testing.T) {
 			}
 			again := Step(cfg, got.State, o)
 			want := Decision{State: got.State}
-			if got.State.Phase == PhaseDraining && tc.obs.DrainDone {
+			if got.State.Phase == protocol.PhaseDraining && tc.obs.DrainDone {
 				return
 			}
 			if d := cmp.Diff(want, again); d != "" {
@@ -277,7 +291,7 @@ func TestStepNeverDrainsTwice(t *testing.T) {
 	}
 	var st State
 	interruptions, cordons, uncordons := 0, 0, 0
-	var phases []Phase
+	var phases []protocol.Phase
 	for _, o := range seq {
 		d := Step(cfg, st, o)
 		if d.Interruption != nil {
@@ -292,7 +306,7 @@ func TestStepNeverDrainsTwice(t *testing.T) {
 		st = d.State
 		phases = append(phases, st.Phase)
 	}
-	want := []Phase{PhaseIdle, PhaseDraining, PhaseDraining, PhaseTerminating, PhaseTerminating, PhaseIdle, PhaseIdle, PhaseIdle}
+	want := []protocol.Phase{protocol.PhaseIdle, protocol.PhaseDraining, protocol.PhaseDraining, protocol.PhaseTerminating, protocol.PhaseTerminating, protocol.PhaseIdle, protocol.PhaseIdle, protocol.PhaseIdle}
 	if d := cmp.Diff(want, phases); d != "" {
 		t.Errorf("phases (-want +got):\n%s", d)
 	}
@@ -307,14 +321,14 @@ func labelled(o Observation, value string) Observation {
 }
 
 func manualDraining() State {
-	s := draining(ReasonManual, time.Hour)
+	s := draining(protocol.ReasonManual, time.Hour)
 	s.RequestID, s.ScheduledTime, s.Notice = "req-1", "1796151600", pending.Raw
 	return s
 }
 
 func TestStepManualTrigger(t *testing.T) {
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
-	scheduled := State{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
 	fixed := pending
 	fixed.CanReschedule = false
 	ongoing := pending
@@ -326,7 +340,7 @@ func TestStepManualTrigger(t *testing.T) {
 		return Decision{State: scheduled, RemoveTrigger: true, Manual: outcome,
 			Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: msg + " The label was removed; nothing else changed."}}}
 	}
-	backInService := State{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	backInService := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
 
 	tests := []struct {
 		name  string
@@ -338,13 +352,13 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "a value other than true is rejected and removed",
 			state: scheduled,
 			obs:   labelled(obs(noticed), "yes"),
-			want:  rejected(ManualInvalidValue, `The label cloud.google.com/perform-maintenance="yes" is not accepted: the only accepted value is "true".`),
+			want:  rejected(protocol.ManualInvalidValue, `The label cloud.google.com/perform-maintenance="yes" is not accepted: the only accepted value is "true".`),
 		},
 		{
 			name:  "an empty value is rejected too",
 			state: scheduled,
 			obs:   labelled(obs(noticed), ""),
-			want:  rejected(ManualInvalidValue, `The label cloud.google.com/perform-maintenance="" is not accepted: the only accepted value is "true".`),
+			want:  rejected(protocol.ManualInvalidValue, `The label cloud.google.com/perform-maintenance="" is not accepted: the only accepted value is "true".`),
 		},
 		{
 			name:  "true while the notice is unknown waits",
@@ -355,23 +369,23 @@ func TestStepManualTrigger(t *testing.T) {
 		{
 			name: "true with no notice is rejected",
 			obs:  labelled(obs(quiet()), "true"),
-			want: Decision{State: State{Phase: PhaseIdle, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: ManualNoNotice,
+			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: protocol.ManualNoNotice,
 				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "cloud.google.com/perform-maintenance=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM. The label was removed; nothing else changed."}}},
 		},
 		{
 			name:  "true with a notice that cannot be rescheduled is rejected",
 			state: scheduled,
 			obs:   labelled(obs(accepted), "true"),
-			want:  rejected(ManualNotReschedulable, "The maintenance scheduled for 2026-12-01T19:00:00Z cannot be rescheduled (can_reschedule false); cloud.google.com/perform-maintenance=true is accepted only when it can."),
+			want:  rejected(protocol.ManualNotReschedulable, "The maintenance scheduled for 2026-12-01T19:00:00Z cannot be rescheduled (can_reschedule false); cloud.google.com/perform-maintenance=true is accepted only when it can."),
 		},
 		{
 			name:  "true with a notice already ONGOING: the host maintenance starts, the label is rejected",
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })), "true"),
 			want: Decision{
-				State:        State{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
-				Cordon:       true, RemoveTrigger: true, Manual: ManualAlreadyOngoing,
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				Interruption: counted(protocol.HostMaintenance),
+				Cordon:       true, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{
 					{Warning: true, Reason: EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"},
 					{Warning: true, Reason: EventManualRejected, Message: "A host-maintenance is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."},
@@ -380,9 +394,9 @@ func TestStepManualTrigger(t *testing.T) {
 		},
 		{
 			name:  "true during a preemption is rejected; the drain goes on",
-			state: draining(ReasonPreemption, 30*time.Second),
+			state: draining(protocol.ReasonPreemption, 30*time.Second),
 			obs:   labelled(obs(with(func(s *Signals) { s.Preempted = true })), "true"),
-			want: Decision{State: draining(ReasonPreemption, 30*time.Second), RemoveTrigger: true, Manual: ManualAlreadyOngoing,
+			want: Decision{State: draining(protocol.ReasonPreemption, 30*time.Second), RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "A preemption is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."}}},
 		},
 		{
@@ -390,10 +404,10 @@ func TestStepManualTrigger(t *testing.T) {
 			state: scheduled,
 			obs: func() Observation {
 				o := labelled(obs(noticed), "true")
-				o.ManualBlocked, o.ManualBlockedDetail = ManualExcluded, `inside the maintenance exclusion "launch"`
+				o.ManualBlocked, o.ManualBlockedDetail = protocol.ManualExcluded, `inside the maintenance exclusion "launch"`
 				return o
 			}(),
-			want: rejected(ManualExcluded, `The maintenance policy gates manual maintenance, and now is inside the maintenance exclusion "launch"; set cloud.google.com/perform-maintenance=true again when it allows.`),
+			want: rejected(protocol.ManualExcluded, `The maintenance policy gates manual maintenance, and now is inside the maintenance exclusion "launch"; set cloud.google.com/perform-maintenance=true again when it allows.`),
 		},
 		{
 			name:  "true with a reschedulable pending notice: a manual drain with the manual deadline",
@@ -401,7 +415,7 @@ func TestStepManualTrigger(t *testing.T) {
 			obs:   labelled(obs(noticed), "true"),
 			want: Decision{
 				State:  manualDraining(),
-				Cordon: true, Manual: ManualStarted,
+				Cordon: true, Manual: protocol.ManualStarted,
 				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "cloud.google.com/perform-maintenance=true: draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
 			},
 		},
@@ -411,7 +425,7 @@ func TestStepManualTrigger(t *testing.T) {
 			obs:   func() Observation { o := labelled(obs(noticed), "true"); o.Opportunistic = true; return o }(),
 			want: Decision{
 				State:  manualDraining(),
-				Cordon: true, Manual: ManualStarted,
+				Cordon: true, Manual: protocol.ManualStarted,
 				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "Picked for opportunistic maintenance (cloud.google.com/perform-maintenance=true): draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
 			},
 		},
@@ -431,7 +445,7 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "another value during a manual drain is rejected; the drain goes on",
 			state: manualDraining(),
 			obs:   labelled(obs(noticed), "TRUE"),
-			want: Decision{State: manualDraining(), RemoveTrigger: true, Manual: ManualInvalidValue,
+			want: Decision{State: manualDraining(), RemoveTrigger: true, Manual: protocol.ManualInvalidValue,
 				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: `The label cloud.google.com/perform-maintenance="TRUE" is not accepted: the only accepted value is "true". The manual maintenance already under way goes on. The label was removed; nothing else changed.`}}},
 		},
 		{
@@ -459,9 +473,13 @@ func TestStepManualTrigger(t *testing.T) {
 				return o
 			}(),
 			want: Decision{
-				State:        func() State { s := requested; s.Phase, s.Deadline = PhaseTerminating, t0.Add(time.Hour); return s }(),
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
-				Drained:      true, Manual: ManualAccepted,
+				State: func() State {
+					s := requested
+					s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
+					return s
+				}(),
+				Interruption: counted(protocol.HostMaintenance),
+				Drained:      true, Manual: protocol.ManualAccepted,
 				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (operation operation-1); the node is drained, awaiting node termination"}},
 			},
 		},
@@ -470,12 +488,12 @@ func TestStepManualTrigger(t *testing.T) {
 			state: requested,
 			obs: func() Observation {
 				o := labelled(obs(noticed), "true")
-				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Err: errors.New("permission denied"), Outcome: ManualPermissionDenied}
+				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Err: errors.New("permission denied"), Outcome: protocol.ManualPermissionDenied}
 				return o
 			}(),
 			want: Decision{
 				State:    backInService,
-				Uncordon: true, RemoveTrigger: true, Manual: ManualPermissionDenied,
+				Uncordon: true, RemoveTrigger: true, Manual: protocol.ManualPermissionDenied,
 				Events: []EventRecord{{Warning: true, Reason: EventManualFailed, Message: "Compute Engine did not start the maintenance: permission denied. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
 			},
 		},
@@ -484,12 +502,12 @@ func TestStepManualTrigger(t *testing.T) {
 			state: requested,
 			obs: func() Observation {
 				o := labelled(obs(accepted), "true")
-				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("cannot be rescheduled"), Outcome: ManualRefused}
+				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("cannot be rescheduled"), Outcome: protocol.ManualRefused}
 				return o
 			}(),
 			want: Decision{
 				State:    backInService,
-				Uncordon: true, RemoveTrigger: true, Manual: ManualRefused,
+				Uncordon: true, RemoveTrigger: true, Manual: protocol.ManualRefused,
 				Events: []EventRecord{{Warning: true, Reason: EventManualFailed, Message: "Compute Engine did not start the maintenance: cannot be rescheduled. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
 			},
 		},
@@ -498,17 +516,17 @@ func TestStepManualTrigger(t *testing.T) {
 			state: requested,
 			obs: func() Observation {
 				o := labelled(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = fixed, true })), "true")
-				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("context deadline exceeded"), Outcome: ManualFailed}
+				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("context deadline exceeded"), Outcome: protocol.ManualFailed}
 				return o
 			}(),
 			want: Decision{
 				State: func() State {
 					s := requested
-					s.Phase, s.Deadline, s.LastEvent = PhaseTerminating, t0.Add(time.Hour), metadata.EventTerminate
+					s.Phase, s.Deadline, s.LastEvent = protocol.PhaseTerminating, t0.Add(time.Hour), metadata.EventTerminate
 					return s
 				}(),
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
-				Drained:      true, Manual: ManualAccepted,
+				Interruption: counted(protocol.HostMaintenance),
+				Drained:      true, Manual: protocol.ManualAccepted,
 				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
 			},
 		},
@@ -527,9 +545,13 @@ func TestStepManualTrigger(t *testing.T) {
 			state: requested,
 			obs:   func() Observation { o := labelled(obs(accepted), "true"); o.DrainDone = true; return o }(),
 			want: Decision{
-				State:        func() State { s := requested; s.Phase, s.Deadline = PhaseTerminating, t0.Add(time.Hour); return s }(),
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
-				Drained:      true, Manual: ManualAccepted,
+				State: func() State {
+					s := requested
+					s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
+					return s
+				}(),
+				Interruption: counted(protocol.HostMaintenance),
+				Drained:      true, Manual: protocol.ManualAccepted,
 				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
 			},
 		},
@@ -540,10 +562,10 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State: func() State {
 					s := manualDraining()
-					s.Reason, s.LastEvent = ReasonHostMaintenance, metadata.EventTerminate
+					s.Reason, s.LastEvent = protocol.ReasonHostMaintenance, metadata.EventTerminate
 					return s
 				}(),
-				Interruption: &Interruption{Type: InterruptionMaintenance, Reason: ReasonHWSWMaintenance},
+				Interruption: counted(protocol.HostMaintenance),
 				Events:       []EventRecord{{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
 			},
 		},
@@ -554,10 +576,10 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State: func() State {
 					s := manualDraining()
-					s.Reason, s.Deadline = ReasonPreemption, t0.Add(30*time.Second)
+					s.Reason, s.Deadline = protocol.ReasonPreemption, t0.Add(30*time.Second)
 					return s
 				}(),
-				Interruption: &Interruption{Type: InterruptionPreemption, Reason: ReasonEviction},
+				Interruption: counted(protocol.Preemption),
 				Events:       []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:00:30Z"}},
 			},
 		},
@@ -565,12 +587,12 @@ func TestStepManualTrigger(t *testing.T) {
 			name: "back from a manual maintenance: the label goes too",
 			state: func() State {
 				s := requested
-				s.Phase = PhaseTerminating
+				s.Phase = protocol.PhaseTerminating
 				return s
 			}(),
 			obs: labelled(Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB}, "true"),
 			want: Decision{
-				State:    State{Phase: PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true, RemoveTrigger: true,
 				Events: []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from manual (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
@@ -578,12 +600,12 @@ func TestStepManualTrigger(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Step(cfg, tc.state, tc.obs)
+			got := stepChecked(t, cfg, tc.state, tc.obs)
 			if d := cmp.Diff(tc.want, got, ignoreAccounting, cmp.Comparer(func(a, b error) bool { return a == b })); d != "" {
 				t.Fatalf("Step (-want +got):\n%s", d)
 			}
-			if got.Manual != "" && !slices.Contains(metrics.ManualOutcomes, got.Manual) {
-				t.Errorf("outcome %q is not in metrics.ManualOutcomes", got.Manual)
+			if got.Manual != "" && !slices.Contains(protocol.ManualOutcomes, got.Manual) {
+				t.Errorf("outcome %q is not in protocol.ManualOutcomes", got.Manual)
 			}
 		})
 	}
@@ -608,7 +630,7 @@ func TestStepManualCallsOnce(t *testing.T) {
 	}
 	var st State
 	calls, interruptions := 0, 0
-	var phases []Phase
+	var phases []protocol.Phase
 	for _, o := range seq {
 		d := Step(cfg, st, o)
 		if d.Perform {
@@ -620,7 +642,7 @@ func TestStepManualCallsOnce(t *testing.T) {
 		st = d.State
 		phases = append(phases, st.Phase)
 	}
-	if d := cmp.Diff([]Phase{PhaseDraining, PhaseDraining, PhaseTerminating, PhaseTerminating, PhaseIdle}, phases); d != "" {
+	if d := cmp.Diff([]protocol.Phase{protocol.PhaseDraining, protocol.PhaseDraining, protocol.PhaseTerminating, protocol.PhaseTerminating, protocol.PhaseIdle}, phases); d != "" {
 		t.Errorf("phases (-want +got):\n%s", d)
 	}
 	if calls != 1 || interruptions != 1 {
@@ -639,21 +661,21 @@ func TestStepAccounting(t *testing.T) {
 	bootC := "cccccccc-0000-0000-0000-000000000003"
 	seq := []struct {
 		obs  Observation
-		want map[string]int
+		want protocol.Counts
 		ev   string
 	}{
 		{at(bootA, "v1.36.3", quiet()), nil, ""}, // first sight: recorded, nothing counted
-		{at(bootA, "v1.36.3", terminate), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1}, EventTerminateOnHost},
-		{at(bootB, "v1.36.3", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1}, EventMaintenanceCleared}, // announced: not a host error
-		{at(bootC, "v1.36.3", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, EventUnexpectedReboot},
-		{at(bootC, "v1.36.3", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, ""},
-		{at(bootA, "v1.37.0", quiet()), map[string]int{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1, "MaintenanceEvent/NodeUpgrade": 1}, EventNodeUpgraded},
+		{at(bootA, "v1.36.3", terminate), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1}, EventTerminateOnHost},
+		{at(bootB, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1}, EventMaintenanceCleared}, // announced: not a host error
+		{at(bootC, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, EventUnexpectedReboot},
+		{at(bootC, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, ""},
+		{at(bootA, "v1.37.0", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1, "MaintenanceEvent/NodeUpgrade": 1}, EventNodeUpgraded},
 	}
 	var st State
 	for i, step := range seq {
 		d := Step(cfg, st, step.obs)
 		events := d.Events
-		if d.State.Phase == PhaseDraining {
+		if d.State.Phase == protocol.PhaseDraining {
 			d = Step(cfg, d.State, Observation{Now: t0, Signals: terminate, BootID: step.obs.BootID, KubeletVersion: step.obs.KubeletVersion, DrainDone: true})
 			events = append(events, d.Events...)
 		}
@@ -682,11 +704,11 @@ func TestStepAccounting(t *testing.T) {
 func TestStepLifecycleEdges(t *testing.T) {
 	ongoing := pending
 	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
-	refused := &PerformResult{RequestID: "req-1", Err: errors.New("refused (400): already ONGOING"), Outcome: ManualRefused}
-	manualDrained := draining(ReasonManual, time.Hour)
+	refused := &PerformResult{RequestID: "req-1", Err: errors.New("refused (400): already ONGOING"), Outcome: protocol.ManualRefused}
+	manualDrained := draining(protocol.ReasonManual, time.Hour)
 	manualDrained.RequestID, manualDrained.Requested = "req-1", t0
-	terminating := draining(ReasonHostMaintenance, time.Hour)
-	terminating.Phase = PhaseTerminating
+	terminating := draining(protocol.ReasonHostMaintenance, time.Hour)
+	terminating.Phase = protocol.PhaseTerminating
 
 	tests := []struct {
 		name  string
@@ -696,20 +718,20 @@ func TestStepLifecycleEdges(t *testing.T) {
 	}{
 		{
 			name:  "the 503 body does not end a drain that began on ONGOING",
-			state: draining(ReasonHostMaintenance, time.Hour),
+			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   obs(with(func(s *Signals) { s.NoticeNotYet = true })),
 			check: func(t *testing.T, d Decision) {
-				if d.State.Phase != PhaseDraining || d.Uncordon {
+				if d.State.Phase != protocol.PhaseDraining || d.Uncordon {
 					t.Errorf("phase %s, uncordon %t; want still draining", d.State.Phase, d.Uncordon)
 				}
 			},
 		},
 		{
 			name:  "{} after ONGOING with the event NONE: withdrawn",
-			state: draining(ReasonHostMaintenance, time.Hour),
+			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   obs(quiet()),
 			check: func(t *testing.T, d Decision) {
-				if d.State.Phase != PhaseIdle {
+				if d.State.Phase != protocol.PhaseIdle {
 					t.Errorf("phase %s; want idle", d.State.Phase)
 				}
 			},
@@ -719,21 +741,21 @@ func TestStepLifecycleEdges(t *testing.T) {
 			state: manualDrained,
 			obs: func() Observation {
 				o := obs(with(func(s *Signals) { s.Event, s.Notice, s.NoticePresent = metadata.EventTerminate, ongoing, true }))
-				o.Perform, o.DrainDone, o.Trigger, o.TriggerSet = refused, true, TriggerValue, true
+				o.Perform, o.DrainDone, o.Trigger, o.TriggerSet = refused, true, protocol.TriggerValue, true
 				return o
 			}(),
 			check: func(t *testing.T, d Decision) {
-				if d.State.Phase != PhaseTerminating || d.Uncordon || d.RemoveTrigger {
+				if d.State.Phase != protocol.PhaseTerminating || d.Uncordon || d.RemoveTrigger {
 					t.Errorf("phase %s, uncordon %t, remove trigger %t; want terminating, cordoned", d.State.Phase, d.Uncordon, d.RemoveTrigger)
 				}
 			},
 		},
 		{
 			name:  "idle while TERMINATE is served after an earlier manual attempt: drains",
-			state: State{Phase: PhaseIdle, LastEvent: metadata.EventTerminate},
+			state: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventTerminate},
 			obs:   obs(with(func(s *Signals) { s.Event = metadata.EventTerminate })),
 			check: func(t *testing.T, d Decision) {
-				if d.State.Phase != PhaseDraining || !d.Cordon {
+				if d.State.Phase != protocol.PhaseDraining || !d.Cordon {
 					t.Errorf("phase %s, cordon %t; want draining", d.State.Phase, d.Cordon)
 				}
 			},
@@ -747,7 +769,7 @@ func TestStepLifecycleEdges(t *testing.T) {
 				return o
 			}(),
 			check: func(t *testing.T, d Decision) {
-				if d.State.Phase != PhaseDraining || d.State.CordonedBefore {
+				if d.State.Phase != protocol.PhaseDraining || d.State.CordonedBefore {
 					t.Errorf("phase %s, cordoned before %t; want draining, and the cordon undone after", d.State.Phase, d.State.CordonedBefore)
 				}
 			},
@@ -765,14 +787,14 @@ func TestStepLifecycleEdges(t *testing.T) {
 				return o
 			}(),
 			check: func(t *testing.T, d Decision) {
-				if d.State.Phase != PhaseDraining || !d.State.CordonedBefore {
+				if d.State.Phase != protocol.PhaseDraining || !d.State.CordonedBefore {
 					t.Errorf("phase %s, cordoned before %t; want draining, the person's cordon kept", d.State.Phase, d.State.CordonedBefore)
 				}
 			},
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.check(t, Step(cfg, tc.state, tc.obs)) })
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, stepChecked(t, cfg, tc.state, tc.obs)) })
 	}
 }
 
@@ -781,29 +803,29 @@ func TestStepLifecycleEdges(t *testing.T) {
 // acceptance (the loop is woken then), and goes back in service past it,
 // or at once when the operation failed.
 func TestStepManualStartBound(t *testing.T) {
-	accepted := draining(ReasonManual, time.Hour)
-	accepted.Phase, accepted.RequestID, accepted.Requested = PhaseTerminating, "req-1", t0
+	accepted := draining(protocol.ReasonManual, time.Hour)
+	accepted.Phase, accepted.RequestID, accepted.Requested = protocol.PhaseTerminating, "req-1", t0
 	accepted.Deadline = t0.Add(cfg.HostMaintenanceDeadline) // accepted at t0
 	fixed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true; s.Notice.CanReschedule = false })
 
 	o := obs(fixed)
 	o.Now = t0.Add(10 * time.Minute)
-	if d := Step(cfg, accepted, o); d.State.Phase != PhaseTerminating || !d.WakeAt.Equal(t0.Add(cfg.ManualStartTimeout)) {
+	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseTerminating || !d.WakeAt.Equal(t0.Add(cfg.ManualStartTimeout)) {
 		t.Errorf("10 min after the acceptance: phase %s, wake at %s; want terminating, woken at %s", d.State.Phase, d.WakeAt, t0.Add(cfg.ManualStartTimeout))
 	}
 	o.Now = t0.Add(cfg.ManualStartTimeout)
-	if d := Step(cfg, accepted, o); d.State.Phase != PhaseIdle || d.Manual != ManualNotStarted || !d.Uncordon || !d.RemoveTrigger {
+	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualNotStarted || !d.Uncordon || !d.RemoveTrigger {
 		t.Errorf("at the bound: phase %s, outcome %q, uncordon %t, remove trigger %t; want back in service, not_started", d.State.Phase, d.Manual, d.Uncordon, d.RemoveTrigger)
 	}
 	o.Now = t0.Add(time.Minute)
 	o.Perform = &PerformResult{RequestID: "req-1", Operation: "op-1", OperationErr: errors.New("operation failed")}
-	if d := Step(cfg, accepted, o); d.State.Phase != PhaseIdle || d.Manual != ManualNotStarted {
+	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualNotStarted {
 		t.Errorf("operation failed: phase %s, outcome %q; want back in service, not_started", d.State.Phase, d.Manual)
 	}
 	// Begun: the bound no longer applies.
 	begun := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
 	begun.Now = t0.Add(cfg.ManualStartTimeout + time.Minute)
-	if d := Step(cfg, accepted, begun); d.State.Phase != PhaseTerminating {
+	if d := Step(cfg, accepted, begun); d.State.Phase != protocol.PhaseTerminating {
 		t.Errorf("begun: phase %s, want terminating", d.State.Phase)
 	}
 }

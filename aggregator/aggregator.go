@@ -2,13 +2,15 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,9 +26,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // EventSource is the component name on the aggregator's Events.
@@ -37,30 +39,18 @@ const (
 	EventTriggered     = "OpportunisticMaintenanceTriggered"
 	EventSkipped       = "OpportunisticMaintenanceSkipped"
 	EventInvalidConfig = "InvalidOpportunisticConfig"
-	EventRecreated     = "NodeRecreated"
 )
 
-// AnnotationRecreatedFrom is the UID of the Node object a recreated Node
-// replaced, once the aggregator has counted the repair.
-const AnnotationRecreatedFrom = agent.Prefix + "recreated-from"
-
-type deletedNode struct {
-	uid    types.UID
-	pool   string
-	counts map[string]int
-	at     time.Time
-	// vanishing: deleted while NotReady and outside maintenance; counted
-	// as vanished unless created again within the window.
-	vanishing bool
-}
+// fieldManager names the aggregator's writes.
+const fieldManager = "maintenance-handler-aggregator"
 
 type cachedView struct {
 	rv   string
 	node Node
 }
 
-// Options configure an Aggregator. Client, Namespace, Identity and Metrics
-// are required.
+// Options configure an Aggregator. Client, Namespace and Identity are
+// required; every other zero field takes its value from Default.
 type Options struct {
 	Client kubernetes.Interface
 	// Namespace holds the Lease and the ConfigMap.
@@ -71,25 +61,62 @@ type Options struct {
 	// LeaseName names the Lease; Identity is this replica's holder name.
 	LeaseName, Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go leader
-	// election's; zero means 15 s, 10 s and 2 s.
+	// election's.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// PoolLabel names a node's pool; empty means cloud.google.com/gke-nodepool.
+	// PoolLabel names a node's pool.
 	PoolLabel string
 	// Interval is the longest time between passes (idle times and windows
-	// change with time alone); zero means 30 s. MinInterval is the shortest;
-	// zero means 1 s.
+	// change with time alone); MinInterval is the shortest.
 	Interval, MinInterval time.Duration
 	// RecreateWindow: a Node deleted and created again under its name
 	// within it was repaired (AutoRepair); one deleted while NotReady and
-	// not created again within it vanished. Zero means 1 h.
+	// not created again within it vanished.
 	RecreateWindow time.Duration
-	Metrics        *metrics.Aggregator
-	Clock          clock.Clock
-	Logger         *slog.Logger
+	// Metrics nil: metrics on a registry of their own, exported nowhere.
+	Metrics *metrics.Aggregator
+	Clock   clock.Clock
+	Logger  *slog.Logger
 }
 
-// DefaultPoolLabel is GKE's node pool label.
-const DefaultPoolLabel = "cloud.google.com/gke-nodepool"
+// Default holds the default of every optional field (the flags' defaults).
+var Default = Options{
+	LeaseName:     "maintenance-handler-aggregator",
+	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+	PoolLabel: protocol.LabelNodePool,
+	Interval:  30 * time.Second, MinInterval: time.Second,
+	RecreateWindow: time.Hour,
+}
+
+// withDefaults fills every zero optional field.
+func (o Options) withDefaults() Options {
+	fill := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	fill(&o.LeaseDuration, Default.LeaseDuration)
+	fill(&o.RenewDeadline, Default.RenewDeadline)
+	fill(&o.RetryPeriod, Default.RetryPeriod)
+	fill(&o.Interval, Default.Interval)
+	fill(&o.MinInterval, Default.MinInterval)
+	fill(&o.RecreateWindow, Default.RecreateWindow)
+	if o.LeaseName == "" {
+		o.LeaseName = Default.LeaseName
+	}
+	if o.PoolLabel == "" {
+		o.PoolLabel = Default.PoolLabel
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.NewAggregator(prometheus.NewRegistry())
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
 
 // Aggregator is the leader-elected opportunistic maintenance controller.
 type Aggregator struct {
@@ -110,36 +137,31 @@ type Aggregator struct {
 	lastReason  map[string]string // node -> last decision reason announced
 	lastPoolErr map[string]string // pool -> last config error announced
 	lastCfgErr  string
-	// gone remembers deleted Nodes by name; recreated lists Nodes created
-	// again under a name in gone, to count.
-	gone      map[string]deletedNode
-	recreated []string
+	// ledger remembers deleted Nodes (accounting.go).
+	ledger *ledger
 }
 
-// New returns an Aggregator.
-func New(opts Options) *Aggregator {
-	if opts.PoolLabel == "" {
-		opts.PoolLabel = DefaultPoolLabel
+// ErrInvalidOptions is returned by New for Options missing a required
+// field.
+var ErrInvalidOptions = errors.New("invalid aggregator options")
+
+// New returns an Aggregator, or ErrInvalidOptions.
+func New(opts Options) (*Aggregator, error) {
+	var missing []string
+	if opts.Client == nil {
+		missing = append(missing, "Client")
 	}
-	if opts.Interval == 0 {
-		opts.Interval = 30 * time.Second
+	if opts.Namespace == "" {
+		missing = append(missing, "Namespace")
 	}
-	if opts.MinInterval == 0 {
-		opts.MinInterval = time.Second
+	if opts.Identity == "" {
+		missing = append(missing, "Identity")
 	}
-	if opts.RecreateWindow == 0 {
-		opts.RecreateWindow = time.Hour
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
-	if opts.LeaseDuration == 0 {
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1)}
+	opts = opts.withDefaults()
+	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow)}, nil
 }
 
 func (a *Aggregator) poke() {
@@ -204,7 +226,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 				a.opts.Metrics.Leader.Set(0)
 				// A follower exports no pool series: the leader's are the
 				// only ones, so sums by pool are not stale or doubled.
-				a.opts.Metrics.KeepPools(nil)
+				a.opts.Metrics.Pools.Set(nil)
 				a.log.Info("stopped leading", "identity", a.opts.Identity)
 			},
 		},
@@ -229,7 +251,7 @@ func (a *Aggregator) lead(lctx context.Context) {
 	a.opts.Metrics.Leader.Set(1)
 	// Once the last pass has ended, no pool series outlive the lead (a pass
 	// under way when the lease was lost may still have set some).
-	defer a.opts.Metrics.KeepPools(nil)
+	defer a.opts.Metrics.Pools.Set(nil)
 	a.log.Info("started leading", "identity", a.opts.Identity)
 	for {
 		a.pass(lctx)
@@ -291,9 +313,9 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	a.announceConfig(cfgErr)
 	written := map[string]string{} // node -> resourceVersion before our write
 	a.forgetUndecided(plans)
-	a.opts.Metrics.KeepPools(poolNames(plans))
+	a.opts.Metrics.Pools.Set(poolStats(plans))
 	for _, p := range plans {
-		a.record(p)
+		a.announce(p)
 		if cfgErr != nil || p.ConfigErr != nil {
 			continue
 		}
@@ -320,17 +342,9 @@ func (a *Aggregator) trigger(ctx context.Context, name string) (string, bool) {
 	}
 	n := obj.(*corev1.Node).DeepCopy()
 	seen := n.ResourceVersion
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	state, _ := json.Marshal(MaintenanceState{OpportunisticTriggered: true,
+	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
 		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity})
-	n.Labels[agent.LabelPerformMaintenance] = agent.TriggerValue
-	n.Annotations[agent.AnnotationMaintenanceState] = string(state)
-	_, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "maintenance-handler-aggregator"})
+	_, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager})
 	switch {
 	case err == nil:
 		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
@@ -365,32 +379,19 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 	}
 }
 
-func poolNames(plans []PoolPlan) []string {
-	names := make([]string, 0, len(plans))
+// poolStats is what the pool gauges show of plans.
+func poolStats(plans []PoolPlan) []metrics.PoolStats {
+	out := make([]metrics.PoolStats, 0, len(plans))
 	for _, p := range plans {
-		names = append(names, p.Pool)
+		out = append(out, metrics.PoolStats{Pool: p.Pool, Pending: p.Pending, Idle: p.Idle, InMaintenance: p.InMaintenance,
+			NextMaintenance: p.NextMaintenance, Configured: p.Configured, ConfigValid: p.ConfigErr == nil})
 	}
-	return names
+	return out
 }
 
-// record updates a pool's gauges and announces changed decisions.
-func (a *Aggregator) record(p PoolPlan) {
+// announce announces a pool's changed decisions and configuration errors.
+func (a *Aggregator) announce(p PoolPlan) {
 	m := a.opts.Metrics
-	m.PoolPending.WithLabelValues(p.Pool).Set(float64(p.Pending))
-	m.PoolIdle.WithLabelValues(p.Pool).Set(float64(p.Idle))
-	m.PoolInMaintenance.WithLabelValues(p.Pool).Set(float64(p.InMaintenance))
-	if p.NextMaintenance.IsZero() {
-		m.PoolNextMaintenance.DeleteLabelValues(p.Pool)
-	} else {
-		m.PoolNextMaintenance.WithLabelValues(p.Pool).Set(float64(p.NextMaintenance.Unix()))
-	}
-	if p.Configured {
-		valid := 1.0
-		if p.ConfigErr != nil {
-			valid = 0
-		}
-		m.PoolConfigValid.WithLabelValues(p.Pool).Set(valid)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	errText := ""
@@ -463,156 +464,4 @@ func (a *Aggregator) announceConfig(err error) {
 	a.log.Warn("invalid configuration; no opportunistic maintenance at all until it is fixed", "configmap", a.opts.ConfigMap, "err", err)
 	ref := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.ConfigMap, APIVersion: "v1"}
 	a.recorder.Event(ref, corev1.EventTypeWarning, EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
-}
-
-func (a *Aggregator) nodeDeleted(o any) {
-	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = d.Obj
-	}
-	n, ok := o.(*corev1.Node)
-	if !ok {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.gone == nil {
-		a.gone = map[string]deletedNode{}
-	}
-	now := a.opts.Clock.Now()
-	for name, d := range a.gone {
-		if now.Sub(d.at) > a.opts.RecreateWindow && !d.vanishing {
-			delete(a.gone, name)
-		}
-	}
-	v := NodeOf(n, a.opts.PoolLabel)
-	a.gone[n.Name] = deletedNode{uid: n.UID, pool: v.Pool, counts: agent.InterruptionsFromNode(n), at: now,
-		vanishing: !v.Ready && !v.InMaintenance && !removedOnPurpose(n)}
-}
-
-// TaintToBeDeleted is the cluster autoscaler's taint on a node it removes.
-const TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
-
-// removedOnPurpose: a node cordoned, or tainted by the cluster autoscaler,
-// before it went was removed (scale-down, decommission), not lost.
-func removedOnPurpose(n *corev1.Node) bool {
-	if n.Spec.Unschedulable {
-		return true
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Key == TaintToBeDeleted {
-			return true
-		}
-	}
-	return false
-}
-
-// countVanished counts (the leader only) the Nodes that were deleted while
-// NotReady and outside maintenance and have not come back within the
-// window: a VM lost with nothing announced, which no agent can report.
-func (a *Aggregator) countVanished() {
-	now := a.opts.Clock.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for name, d := range a.gone {
-		if !d.vanishing || now.Sub(d.at) <= a.opts.RecreateWindow {
-			continue
-		}
-		a.opts.Metrics.VanishedNodes.WithLabelValues(name, d.pool, agent.InterruptionTermination, agent.ReasonHostError).Inc()
-		a.log.Warn("node vanished: deleted while NotReady and not created again", "node", name, "pool", d.pool)
-		delete(a.gone, name)
-	}
-}
-
-func (a *Aggregator) nodeAdded(o any) {
-	n, ok := o.(*corev1.Node)
-	if !ok {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if d, ok := a.gone[n.Name]; ok && d.uid != n.UID && a.opts.Clock.Since(d.at) <= a.opts.RecreateWindow {
-		a.recreated = append(a.recreated, n.Name)
-		d.vanishing = false // it came back: a repair, not a loss
-		a.gone[n.Name] = d
-	}
-}
-
-// countRecreated counts, on each recreated Node (the leader only), the
-// repair as TerminationEvent/AutoRepair on top of the counts its previous
-// object carried: the node's agent takes them into its counters.
-func (a *Aggregator) countRecreated(ctx context.Context) {
-	a.mu.Lock()
-	pending := a.recreated
-	a.recreated = nil
-	a.mu.Unlock()
-	var retry []string
-	for _, name := range pending {
-		if ctx.Err() != nil {
-			retry = append(retry, name)
-			continue
-		}
-		a.mu.Lock()
-		d := a.gone[name]
-		a.mu.Unlock()
-		obj, ok, _ := a.nodes.GetStore().GetByKey(name)
-		if !ok {
-			continue
-		}
-		n := obj.(*corev1.Node).DeepCopy()
-		if n.Annotations[AnnotationRecreatedFrom] == string(d.uid) {
-			continue // counted already
-		}
-		counts := agent.InterruptionsFromNode(n)
-		if counts == nil {
-			counts = map[string]int{}
-		}
-		for k, v := range d.counts {
-			counts[k] = max(counts[k], v)
-		}
-		key := agent.InterruptionKey(agent.Interruption{Type: agent.InterruptionTermination, Reason: ReasonAutoRepair})
-		counts[key]++
-		raw, _ := json.Marshal(counts)
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[agent.AnnotationInterruptions] = string(raw)
-		n.Annotations[AnnotationRecreatedFrom] = string(d.uid)
-		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "maintenance-handler-aggregator"}); err != nil {
-			a.log.Warn("count a recreated node", "node", name, "err", err)
-			retry = append(retry, name)
-			continue
-		}
-		a.opts.Metrics.PoolInterruptions.WithLabelValues(n.Labels[a.opts.PoolLabel], agent.InterruptionTermination, ReasonAutoRepair).Inc()
-		a.nodeEvent(name, n.UID, true, EventRecreated, fmt.Sprintf(
-			"The Node object was deleted and created again (UID %s, was %s), as node auto-repair does: counted as TerminationEvent/%s", n.UID, d.uid, ReasonAutoRepair))
-	}
-	if len(retry) > 0 {
-		a.mu.Lock()
-		a.recreated = append(a.recreated, retry...)
-		a.mu.Unlock()
-	}
-}
-
-// ReasonAutoRepair: a Node recreated after failing health checks.
-const ReasonAutoRepair = "AutoRepair"
-
-// observeNode counts a maintenance or preemption beginning on a node, per
-// pool (the leader only, so that replicas do not count twice).
-func (a *Aggregator) observeNode(old, cur any) {
-	if !a.leading.Load() {
-		return
-	}
-	o, ok1 := old.(*corev1.Node)
-	n, ok2 := cur.(*corev1.Node)
-	if !ok1 || !ok2 || o.Annotations[agent.AnnotationStarted] == n.Annotations[agent.AnnotationStarted] || n.Annotations[agent.AnnotationStarted] == "" {
-		return
-	}
-	typ, reason := agent.InterruptionMaintenance, agent.ReasonHWSWMaintenance
-	switch agent.Reason(n.Annotations[agent.AnnotationReason]) {
-	case agent.ReasonPreemption:
-		typ, reason = agent.InterruptionPreemption, agent.ReasonEviction
-	case agent.ReasonManual:
-		return // counted when Compute Engine accepts it, as the agent does
-	}
-	a.opts.Metrics.PoolInterruptions.WithLabelValues(n.Labels[a.opts.PoolLabel], typ, reason).Inc()
 }

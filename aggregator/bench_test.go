@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // fleetNodes makes n Node objects in pools of 100, as the agents publish
@@ -20,18 +20,18 @@ func fleetNodes(n int) []*corev1.Node {
 	out := make([]*corev1.Node, 0, n)
 	for i := range n {
 		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gpu-%05d", i), Labels: map[string]string{DefaultPoolLabel: fmt.Sprintf("pool-%02d", i/100)},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gpu-%05d", i), Labels: map[string]string{protocol.LabelNodePool: fmt.Sprintf("pool-%02d", i/100)},
 				Annotations: map[string]string{
-					agent.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=90,window=2419200s",
-					agent.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
+					protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=90,window=2419200s",
+					protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
 				}},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
 				Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
 		}
 		if i%3 == 0 {
-			node.Annotations[agent.AnnotationBusy] = agent.BusyAccelerators
+			node.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators
 		} else {
-			node.Annotations[agent.AnnotationIdleSince] = now.Add(-time.Duration(600+i) * time.Second).UTC().Format(time.RFC3339Nano)
+			node.Annotations[protocol.AnnotationIdleSince] = now.Add(-time.Duration(600+i) * time.Second).UTC().Format(time.RFC3339Nano)
 		}
 		out = append(out, node)
 	}
@@ -46,7 +46,7 @@ func BenchmarkDecide5000Nodes(b *testing.B) {
 	for b.Loop() {
 		views := make([]Node, 0, len(objs))
 		for _, n := range objs {
-			views = append(views, NodeOf(n, DefaultPoolLabel))
+			views = append(views, NodeOf(n, protocol.LabelNodePool))
 		}
 		plans = Decide(now, policy.Config{}, views)
 	}

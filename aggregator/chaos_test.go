@@ -15,10 +15,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // safetyRecorder watches every Node change and checks, at each one, that no
@@ -43,16 +43,16 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 		}
 		// Started by this project: asked for (the label), or under way
 		// as a manual maintenance (the agent's reason).
-		_, asked := n.Labels[agent.LabelPerformMaintenance]
-		_, active := n.Labels[agent.LabelActiveMaintenance]
-		if asked || active && n.Annotations[agent.AnnotationReason] == string(agent.ReasonManual) {
+		_, asked := n.Labels[protocol.LabelPerformMaintenance]
+		_, active := n.Labels[protocol.LabelActiveMaintenance]
+		if asked || active && n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonManual) {
 			inMaintenance[n.Labels[r.poolLabel]]++
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.moments++
-	if changed != nil && changed.Labels[agent.LabelPerformMaintenance] != "" && (old == nil || old.Labels[agent.LabelPerformMaintenance] == "") {
+	if changed != nil && changed.Labels[protocol.LabelPerformMaintenance] != "" && (old == nil || old.Labels[protocol.LabelPerformMaintenance] == "") {
 		r.triggers++
 	}
 	for pool, spare := range r.spare {
@@ -69,6 +69,7 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 // recorded Node change, no pool has more nodes in maintenance than it can
 // spare.
 func TestSafetyUnderLeaderChaos(t *testing.T) {
+	testworld.Need(t)
 	bins, err := fleet.Binaries()
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				n.Annotations[agent.AnnotationOpportunisticConfig] = fmt.Sprintf("node-idle-time=1s,min-nodes=%d,window=2419200s", minNodes)
+				n.Annotations[protocol.AnnotationOpportunisticConfig] = fmt.Sprintf("node-idle-time=1s,min-nodes=%d,window=2419200s", minNodes)
 				_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 				return err
 			})
@@ -155,8 +156,8 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 		for rebootCtx.Err() == nil {
 			for _, v := range f.VMs {
 				n, err := world.Client.CoreV1().Nodes().Get(rebootCtx, v.Name, metav1.GetOptions{})
-				started := n.Annotations[agent.AnnotationStarted]
-				if err != nil || n.Labels[agent.LabelActiveMaintenance] != agent.ValueTerminating || rebootedFor[v.Name] == started {
+				started := n.Annotations[protocol.AnnotationStarted]
+				if err != nil || n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueTerminating || rebootedFor[v.Name] == started {
 					continue // not terminating, or rebooted and the agent has not caught up yet
 				}
 				if err := f.Reboot(rebootCtx, v); err != nil {

@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
@@ -33,22 +33,6 @@ const (
 	ReasonSliceIncomplete  = "slice_incomplete"
 	ReasonInvalidConfig    = "invalid_config"
 )
-
-// Labels and annotations the aggregator reads besides the agent's.
-const (
-	// LabelTPUTopology is a TPU node's slice topology, such as 2x2x4.
-	LabelTPUTopology = "cloud.google.com/gke-tpu-topology"
-	// ResourceTPU is a TPU node's chips.
-	ResourceTPU = corev1.ResourceName("google.com/tpu")
-)
-
-// MaintenanceState is the JSON of node.gke.io/maintenance-state written
-// with an opportunistic trigger.
-type MaintenanceState struct {
-	OpportunisticTriggered bool   `json:"opportunistic-triggered"`
-	TriggeredAt            string `json:"triggered-at,omitempty"`
-	TriggeredBy            string `json:"triggered-by,omitempty"`
-}
 
 // Node is what a decision looks at, read from a Node object.
 type Node struct {
@@ -82,29 +66,26 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 		Name:   n.Name,
 		UID:    n.UID,
 		Pool:   n.Labels[poolLabel],
-		Config: strings.TrimSpace(n.Annotations[agent.AnnotationOpportunisticConfig]),
-		OptOut: n.Labels[agent.LabelOpportunisticDisable] == "true",
-		Busy:   n.Annotations[agent.AnnotationBusy],
+		Config: strings.TrimSpace(n.Annotations[protocol.AnnotationOpportunisticConfig]),
+		OptOut: n.Labels[protocol.LabelOpportunisticDisable] == "true",
 	}
+	st := protocol.ReadAgentState(n)
+	v.Busy, v.IdleSince = st.Busy, st.IdleSince
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			v.Ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	_, active := n.Labels[agent.LabelActiveMaintenance]
-	_, asked := n.Labels[agent.LabelPerformMaintenance]
-	v.InMaintenance = active || asked || agent.HasTaint(n)
-	v.Triggered = agent.OpportunisticFromNode(n)
-	if raw := n.Annotations[agent.AnnotationUpcomingMaintenance]; raw != "" {
-		if notice, present, err := metadata.ParseNotice(raw); err == nil && present {
+	v.InMaintenance = protocol.InMaintenance(n)
+	_, _, ms := protocol.ReadTrigger(n)
+	v.Triggered = ms.OpportunisticTriggered
+	if st.Notice != "" {
+		if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
 			v.Notice, v.NoticePresent = notice, true
 		}
 	}
-	if s := n.Annotations[agent.AnnotationIdleSince]; s != "" {
-		v.IdleSince, _ = time.Parse(time.RFC3339Nano, s)
-	}
-	if chips := topologyChips(n.Labels[LabelTPUTopology]); chips > 0 {
-		if perNode := n.Status.Allocatable[ResourceTPU]; perNode.Value() > 0 && int64(chips) > perNode.Value() {
+	if chips := topologyChips(n.Labels[protocol.LabelTPUTopology]); chips > 0 {
+		if perNode := n.Status.Allocatable[protocol.ResourceTPU]; perNode.Value() > 0 && int64(chips) > perNode.Value() {
 			v.Slice = v.Pool
 		}
 	}
@@ -227,11 +208,11 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) Poo
 		case !n.Notice.CanReschedule:
 			return ReasonNotReschedulable, "its maintenance cannot be rescheduled (can_reschedule false)"
 		case n.OptOut:
-			return ReasonOptedOut, "it is labelled " + agent.LabelOpportunisticDisable + "=true"
+			return ReasonOptedOut, "it is labelled " + protocol.LabelOpportunisticDisable + "=true"
 		case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
 			return ReasonTooEarly, fmt.Sprintf("its maintenance at %s is more than window=%s away", n.Notice.WindowStart.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
-		case n.Busy == agent.BusySafeToEvict:
-			return ReasonNotEvictable, "a pod on it is annotated " + agent.AnnotationSafeToEvict + "=false"
+		case n.Busy == protocol.BusySafeToEvict:
+			return ReasonNotEvictable, "a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false"
 		case n.IdleSince.IsZero() || n.Busy != "":
 			return ReasonNotIdle, "pods on it use accelerators"
 		case now.Sub(n.IdleSince) < setting.NodeIdleTime:
@@ -387,7 +368,7 @@ func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (
 				vs = append(vs, strconv.Quote(v))
 			}
 			sort.Strings(vs)
-			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", policy.ErrConfig, pool, agent.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
+			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", policy.ErrConfig, pool, protocol.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
 		}
 		var err error
 		for v := range values {

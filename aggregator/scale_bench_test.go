@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // BenchmarkAggregator5000Nodes runs the aggregator binary against 5,000
@@ -28,6 +28,7 @@ import (
 // publish it, and reports the time of one full decision pass (from its own
 // histogram) and its resident memory.
 func BenchmarkAggregator5000Nodes(b *testing.B) {
+	testworld.Need(b)
 	const nodes, pools = 5000, 50
 	bins, err := fleet.Binaries()
 	if err != nil {
@@ -50,10 +51,10 @@ func BenchmarkAggregator5000Nodes(b *testing.B) {
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%05d", i),
 						Labels: map[string]string{testworld.LabelNodePool: fmt.Sprintf("scale-pool-%02d", i%pools), "type": "kwok"},
 						Annotations: map[string]string{
-							testworld.KwokNodeAnnotation:        testworld.KwokNodeValue,
-							agent.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=95,window=2419200s",
-							agent.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
-							agent.AnnotationBusy:                agent.BusyAccelerators,
+							testworld.KwokNodeAnnotation:           testworld.KwokNodeValue,
+							protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=95,window=2419200s",
+							protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
+							protocol.AnnotationBusy:                protocol.BusyAccelerators,
 						}},
 					Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
 				}

@@ -13,17 +13,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var world *testworld.World
@@ -55,16 +56,16 @@ func publish(t *testing.T, name string, p published) {
 		if err != nil {
 			return err
 		}
-		n.Annotations[agent.AnnotationUpcomingMaintenance] = notice(p.windowStart, p.canReschedule)
+		n.Annotations[protocol.AnnotationUpcomingMaintenance] = notice(p.windowStart, p.canReschedule)
 		if p.idleFor >= 0 {
-			n.Annotations[agent.AnnotationIdleSince] = time.Now().Add(-p.idleFor).UTC().Format(time.RFC3339Nano)
-			delete(n.Annotations, agent.AnnotationBusy)
+			n.Annotations[protocol.AnnotationIdleSince] = time.Now().Add(-p.idleFor).UTC().Format(time.RFC3339Nano)
+			delete(n.Annotations, protocol.AnnotationBusy)
 		} else {
-			delete(n.Annotations, agent.AnnotationIdleSince)
-			n.Annotations[agent.AnnotationBusy] = p.busy
+			delete(n.Annotations, protocol.AnnotationIdleSince)
+			n.Annotations[protocol.AnnotationBusy] = p.busy
 		}
 		if p.config != "" {
-			n.Annotations[agent.AnnotationOpportunisticConfig] = p.config
+			n.Annotations[protocol.AnnotationOpportunisticConfig] = p.config
 		}
 		for k, v := range p.labels {
 			n.Labels[k] = v
@@ -90,10 +91,13 @@ func startAggregator(t *testing.T, ns, configMap string) *running {
 func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time.Duration) *running {
 	t.Helper()
 	m := metrics.NewAggregator(prometheus.NewRegistry())
-	a := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, ConfigMap: configMap,
+	a, err := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, ConfigMap: configMap,
 		LeaseName: "aggregator", Identity: "test-" + t.Name(), Metrics: m,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Interval: time.Second, MinInterval: 100 * time.Millisecond, RecreateWindow: recreateWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Start(ctx) }()
@@ -102,11 +106,11 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 }
 
 func triggered(n *corev1.Node) bool {
-	if n.Labels[agent.LabelPerformMaintenance] != agent.TriggerValue {
+	if n.Labels[protocol.LabelPerformMaintenance] != protocol.TriggerValue {
 		return false
 	}
-	var ms aggregator.MaintenanceState
-	return json.Unmarshal([]byte(n.Annotations[agent.AnnotationMaintenanceState]), &ms) == nil && ms.OpportunisticTriggered
+	_, _, ms := protocol.ReadTrigger(n)
+	return ms.OpportunisticTriggered
 }
 
 // eventsFor returns the aggregator's Event messages on node, by reason.
@@ -155,11 +159,12 @@ func nodes(t *testing.T, pool string, names ...string) {
 // min-nodes=3; node1 busy, node2 idle 60 s, node3 and node4 idle 600 s:
 // exactly one of node3 and node4 is triggered, and every node says why.
 func TestGKEExample(t *testing.T) {
+	testworld.Need(t)
 	names := []string{"gke-ex-node1", "gke-ex-node2", "gke-ex-node3", "gke-ex-node4"}
 	nodes(t, "gke-ex", names...)
 	cfg := "node-idle-time=600s,min-nodes=3,window=2419200s"
 	start := time.Now().Add(7 * 24 * time.Hour)
-	publish(t, names[0], published{windowStart: start, canReschedule: true, idleFor: -1, busy: agent.BusyAccelerators, config: cfg})
+	publish(t, names[0], published{windowStart: start, canReschedule: true, idleFor: -1, busy: protocol.BusyAccelerators, config: cfg})
 	publish(t, names[1], published{windowStart: start, canReschedule: true, idleFor: 60 * time.Second, config: cfg})
 	publish(t, names[2], published{windowStart: start, canReschedule: true, idleFor: 600 * time.Second, config: cfg})
 	publish(t, names[3], published{windowStart: start, canReschedule: true, idleFor: 600 * time.Second, config: cfg})
@@ -198,8 +203,8 @@ func TestGKEExample(t *testing.T) {
 	if got := testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("triggered", aggregator.ReasonTriggered)); got != 1 {
 		t.Errorf("decisions{triggered} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.PoolInMaintenance.WithLabelValues("gke-ex")); got != 1 {
-		t.Errorf("pool_nodes_in_maintenance{gke-ex} = %v, want 1", got)
+	if got, ok := poolGauge(t, r.metrics, "pool_nodes_in_maintenance", "gke-ex"); got != 1 {
+		t.Errorf("pool_nodes_in_maintenance{gke-ex} = %v (exported: %t), want 1", got, ok)
 	}
 	if !r.agg.Leading() || testutil.ToFloat64(r.metrics.Leader) != 1 {
 		t.Error("the only aggregator is not leading")
@@ -218,16 +223,17 @@ func configMap(t *testing.T, ns, text string) {
 // out of opportunistic maintenance is said on the node, and none is
 // triggered.
 func TestNotTriggeredWithTheReason(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	now := time.Now().UTC()
 	soon := now.Add(24 * time.Hour)
 	// Pool "reasons": min-nodes=0, so only the reasons below hold nodes back.
 	names := []string{"why-optout", "why-fixed", "why-far", "why-pinned"}
 	nodes(t, "reasons", names...)
-	publish(t, "why-optout", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, labels: map[string]string{agent.LabelOpportunisticDisable: "true"}})
+	publish(t, "why-optout", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, labels: map[string]string{protocol.LabelOpportunisticDisable: "true"}})
 	publish(t, "why-fixed", published{windowStart: soon, canReschedule: false, idleFor: time.Hour})
 	publish(t, "why-far", published{windowStart: now.Add(60 * 24 * time.Hour), canReschedule: true, idleFor: time.Hour})
-	publish(t, "why-pinned", published{windowStart: soon, canReschedule: true, idleFor: -1, busy: agent.BusySafeToEvict})
+	publish(t, "why-pinned", published{windowStart: soon, canReschedule: true, idleFor: -1, busy: protocol.BusySafeToEvict})
 	// Pool "windowed": a maintenance window that opens tomorrow; pool
 	// "frozen": inside an exclusion (which wins over its open window).
 	nodes(t, "windowed", "why-window")
@@ -249,10 +255,10 @@ pools:
 `)
 	startAggregator(t, ns, "maintenance-handler")
 	for node, text := range map[string]string{
-		"why-optout":   agent.LabelOpportunisticDisable + "=true",
+		"why-optout":   protocol.LabelOpportunisticDisable + "=true",
 		"why-fixed":    "cannot be rescheduled",
 		"why-far":      "more than window=604800s away",
-		"why-pinned":   agent.AnnotationSafeToEvict + "=false",
+		"why-pinned":   protocol.PodAnnotationSafeToEvict + "=false",
 		"why-window":   "outside the maintenance window",
 		"why-excluded": `inside the maintenance exclusion "launch-week"`,
 	} {
@@ -270,6 +276,7 @@ pools:
 // on the nodes, disagreeing nodes, a slice pool with min-nodes, and a bad
 // RRULE in the ConfigMap: Warning Events, no trigger.
 func TestInvalidConfigurationIsAnsweredAndChangesNothing(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	soon := time.Now().Add(24 * time.Hour)
 	nodes(t, "bad-string", "bad-string-0")
@@ -280,8 +287,8 @@ func TestInvalidConfigurationIsAnsweredAndChangesNothing(t *testing.T) {
 	r := startAggregator(t, ns, "maintenance-handler")
 	waitEventSaying(t, "bad-string-0", aggregator.EventInvalidConfig, "node-idle-time=10m: want seconds")
 	waitEventSaying(t, "bad-mixed-1", aggregator.EventInvalidConfig, "disagree")
-	if got := testutil.ToFloat64(r.metrics.PoolConfigValid.WithLabelValues("bad-mixed")); got != 0 {
-		t.Errorf("pool_config_valid{bad-mixed} = %v, want 0", got)
+	if got, ok := poolGauge(t, r.metrics, "pool_config_valid", "bad-mixed"); got != 0 || !ok {
+		t.Errorf("pool_config_valid{bad-mixed} = %v (exported: %t), want 0", got, ok)
 	}
 
 	// A ConfigMap with a bad RRULE: nothing at all is triggered, even in a
@@ -311,6 +318,7 @@ cluster:
 // TestTPUSliceWholeOrNothing: a 2-host TPU slice pool is triggered whole,
 // only once both hosts are idle.
 func TestTPUSliceWholeOrNothing(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	slice := []string{"tpu-slice-0", "tpu-slice-1"}
 	for _, name := range slice {
@@ -319,7 +327,7 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 	soon := time.Now().Add(24 * time.Hour)
 	cfg := "node-idle-time=60s,min-nodes=0,window=604800s"
 	publish(t, slice[0], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
-	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: -1, busy: agent.BusyAccelerators, config: cfg})
+	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: -1, busy: protocol.BusyAccelerators, config: cfg})
 	startAggregator(t, ns, "")
 	waitEventSaying(t, slice[0], aggregator.EventSkipped, "maintained whole")
 	for _, name := range slice {
@@ -346,6 +354,7 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 // under its name is counted once as TerminationEvent/AutoRepair, on the new
 // Node (carrying the old object's counts) and per pool.
 func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
+	testworld.Need(t)
 	const name = "repair-0"
 	nodes(t, "repair", name)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -353,7 +362,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		n.Annotations[agent.AnnotationInterruptions] = `{"MaintenanceEvent/HW/SW Maintenance":1}`
+		n.Annotations[protocol.AnnotationInterruptions] = `{"MaintenanceEvent/HW/SW Maintenance":1}`
 		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	})
@@ -384,22 +393,25 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 	var n *corev1.Node
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err = world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && n.UID != old.UID && agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"] == 1, nil
+		return err == nil && n.UID != old.UID && protocol.NodeInterruptions(n)[protocol.Repair.Key()] == 1, nil
 	})
 	if err != nil {
 		t.Fatalf("the repair was never counted on the new Node: %v", n.Annotations)
 	}
-	if got := agent.InterruptionsFromNode(n)["MaintenanceEvent/HW/SW Maintenance"]; got != 1 {
-		t.Errorf("the old object's counts were not carried over: %v", agent.InterruptionsFromNode(n))
+	if got := protocol.NodeInterruptions(n)[protocol.HostMaintenance.Key()]; got != 1 {
+		t.Errorf("the old object's counts were not carried over: %v", protocol.NodeInterruptions(n))
 	}
-	waitEventSaying(t, name, aggregator.EventRecreated, "counted as TerminationEvent/AutoRepair")
-	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues("repair", agent.InterruptionTermination, aggregator.ReasonAutoRepair)); got != 1 {
+	if v := n.Annotations[protocol.AnnotationInterruptions]; v != "" {
+		t.Errorf("the aggregator wrote the agent's key %s: %s", protocol.AnnotationInterruptions, v)
+	}
+	waitEventSaying(t, name, aggregator.EventRecreated, "counted as "+protocol.Repair.Key())
+	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues(append([]string{"repair"}, protocol.Repair.Labels()...)...)); got != 1 {
 		t.Errorf("pool_interruptions{repair,TerminationEvent,AutoRepair} = %v, want 1", got)
 	}
 	// Later passes do not count it again.
 	time.Sleep(3 * time.Second)
 	n, _ = world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
-	if got := agent.InterruptionsFromNode(n)["TerminationEvent/AutoRepair"]; got != 1 {
+	if got := protocol.NodeInterruptions(n)[protocol.Repair.Key()]; got != 1 {
 		t.Errorf("AutoRepair counted %d times", got)
 	}
 }
@@ -408,6 +420,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 // again within the window is counted as a host error no agent could
 // report; one deleted while Ready (a scale-down) is not.
 func TestVanishedNodeCounted(t *testing.T) {
+	testworld.Need(t)
 	// Not managed by kwok: never Ready, as a node whose VM is gone.
 	lost := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vanish-lost", Labels: map[string]string{testworld.LabelNodePool: "vanish"}}}
 	if _, err := world.Client.CoreV1().Nodes().Create(testworld.Ctx(t, 10*time.Second), lost, metav1.CreateOptions{}); err != nil {
@@ -420,7 +433,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 	// Scaled down: NotReady (its VM went first), but tainted by the
 	// cluster autoscaler.
 	scaled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vanish-scaled", Labels: map[string]string{testworld.LabelNodePool: "vanish"}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: aggregator.TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}}}
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: protocol.TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}}}
 	if _, err := world.Client.CoreV1().Nodes().Create(testworld.Ctx(t, 10*time.Second), scaled, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +452,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	counter := r.metrics.VanishedNodes.WithLabelValues("vanish-lost", "vanish", agent.InterruptionTermination, agent.ReasonHostError)
+	counter := r.metrics.VanishedNodes.WithLabelValues(append([]string{"vanish-lost", "vanish"}, protocol.UnannouncedReboot.Labels()...)...)
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(counter) == 1, nil
 	})
@@ -455,17 +468,26 @@ func TestVanishedNodeCounted(t *testing.T) {
 	}
 }
 
-// poolSeries lists the pools m exports pool_nodes_pending_maintenance for.
-func poolSeries(t *testing.T, m *metrics.Aggregator) []string {
+// poolFamilies gathers m's pool gauges.
+func poolFamilies(t *testing.T, m *metrics.Aggregator) []*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m.PoolPending)
+	reg.MustRegister(m.Pools)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return families
+}
+
+// poolSeries lists the pools m exports pool_nodes_pending_maintenance for.
+func poolSeries(t *testing.T, m *metrics.Aggregator) []string {
+	t.Helper()
 	var pools []string
-	for _, f := range families {
+	for _, f := range poolFamilies(t, m) {
+		if f.GetName() != "maintenance_handler_aggregator_pool_nodes_pending_maintenance" {
+			continue
+		}
 		for _, s := range f.GetMetric() {
 			for _, l := range s.GetLabel() {
 				if l.GetName() == "node_pool_name" {
@@ -478,10 +500,30 @@ func poolSeries(t *testing.T, m *metrics.Aggregator) []string {
 	return pools
 }
 
+// poolGauge reads maintenance_handler_aggregator_<name>{node_pool_name=pool}
+// and whether it is exported.
+func poolGauge(t *testing.T, m *metrics.Aggregator, name, pool string) (float64, bool) {
+	t.Helper()
+	for _, f := range poolFamilies(t, m) {
+		if f.GetName() != "maintenance_handler_aggregator_"+name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "node_pool_name" && l.GetValue() == pool {
+					return s.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
 // TestOnlyTheLeaderExportsPoolSeries: a replica that stops leading drops
 // its pool series (sums by pool are never stale or doubled after a
 // failover), and a pool that is gone leaves none.
 func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	for _, name := range []string{"agg-pools-a", "agg-pools-b"} {
 		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "pool-" + strings.TrimPrefix(name, "agg-pools-")})
@@ -489,9 +531,12 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 	}
 	start := func(identity string) (*metrics.Aggregator, func()) {
 		m := metrics.NewAggregator(prometheus.NewRegistry())
-		a := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
+		a, err := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 			Interval: time.Second, MinInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- a.Start(ctx) }()

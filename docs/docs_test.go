@@ -11,11 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // nodeKeys returns the Label*, Annotation* and Taint* string constants
 // declared in the packages' non-test files, by name, with their values
-// (constants built from other constants, as agent.Prefix + "phase",
+// (constants built from other constants, as Prefix + "phase",
 // included).
 func nodeKeys(t *testing.T, pkgs ...string) map[string]string {
 	t.Helper()
@@ -123,18 +125,20 @@ func TestNodeProtocolDocumented(t *testing.T) {
 	if end := strings.Index(section[3:], "\n## "); end >= 0 {
 		section = section[:end+3]
 	}
-	keys := nodeKeys(t, "agent", "policy", "aggregator")
-	for _, want := range []string{"agent.LabelPerformMaintenance", "agent.AnnotationPhase", "aggregator.AnnotationRecreatedFrom", "agent.TaintImpendingTermination"} {
-		if keys[want] == "" {
-			t.Fatalf("%s was not found among the declared keys: the scan is broken", want)
+	for _, k := range protocol.Keys {
+		if !strings.Contains(section, "`"+k.Name+"`") {
+			t.Errorf("%s (%s) is not in the README's Node protocol", k.Name, k.Kind)
 		}
 	}
+	// Every key is declared in package protocol: no other package declares
+	// one of its own.
+	keys := nodeKeys(t, "protocol", "agent", "aggregator", "policy", "drain", "metrics")
+	if keys["protocol.AnnotationPhase"] == "" || keys["protocol.TaintImpendingTermination"] == "" {
+		t.Fatal("protocol.AnnotationPhase was not found among the declared keys: the scan is broken")
+	}
 	for name, key := range keys {
-		if !strings.Contains(key, "/") {
-			continue // not a Kubernetes key
-		}
-		if !strings.Contains(section, "`"+key+"`") {
-			t.Errorf("%s (%s) is not in the README's Node protocol", key, name)
+		if strings.Contains(key, "/") && !strings.HasPrefix(name, "protocol.") {
+			t.Errorf("%s (%s) is declared outside package protocol", name, key)
 		}
 	}
 }

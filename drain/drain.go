@@ -41,7 +41,11 @@ var Groups = []Group{GroupWorkload, GroupSystem, GroupDaemonSet}
 // Recorder counts what the drain did. It is implemented by the metrics
 // package.
 type Recorder interface {
+	// Eviction counts the outcome of one call for a pod.
 	Eviction(outcome string)
+	// Escalation counts a pod deleted after refused evictions (before its
+	// OutcomeEscalated outcome).
+	Escalation()
 }
 
 // EventSink records Kubernetes Events about the drain on the Node.
@@ -64,6 +68,10 @@ const (
 	// pods still on the node; the drain goes on without them.
 	EventGroupDeadline = "DrainGroupDeadline"
 )
+
+// DefaultRetryInterval is the delay before a refused eviction of one pod
+// is tried again (see Options.RetryInterval).
+const DefaultRetryInterval = 5 * time.Second
 
 // DefaultReserve is the least share of the deadline kept for the system
 // and DaemonSet groups after the workload group (see Options.Reserve).
@@ -116,7 +124,7 @@ type Drainer struct {
 // New returns a Drainer.
 func New(opts Options) *Drainer {
 	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = 5 * time.Second
+		opts.RetryInterval = DefaultRetryInterval
 	}
 	if opts.Reserve == 0 {
 		opts.Reserve = DefaultReserve
@@ -139,6 +147,7 @@ func New(opts Options) *Drainer {
 type nopRecorder struct{}
 
 func (nopRecorder) Eviction(string)                {}
+func (nopRecorder) Escalation()                    {}
 func (nopRecorder) NodeEvent(bool, string, string) {}
 
 // Result summarises a drain.
@@ -377,6 +386,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 	defer d.opts.Recorder.Eviction(a.outcome)
 	if a.escalate {
 		if a.outcome == OutcomeEscalated {
+			d.opts.Recorder.Escalation()
 			res.Deleted++
 			d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
 				"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",

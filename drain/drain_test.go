@@ -35,6 +35,8 @@ type recorder struct {
 	messages []string // their messages
 }
 
+func (r *recorder) Escalation() {}
+
 func (r *recorder) Eviction(outcome string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -173,6 +175,7 @@ func startPods(t *testing.T, node string) *drain.NodePods {
 }
 
 func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
+	testworld.Need(t)
 	t.Parallel()
 	const node = "drain-order-0"
 	addNode(t, node)
@@ -249,6 +252,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 }
 
 func TestDrainGivesEachPodItsGrace(t *testing.T) {
+	testworld.Need(t)
 	t.Parallel()
 	const node = "drain-grace-0"
 	addNode(t, node)
@@ -335,6 +339,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 }
 
 func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
+	testworld.Need(t)
 	t.Parallel()
 	start, term, rec := drainPDBBlocked(t, "drain-pdb-0", 4*time.Second, 10*time.Second)
 	// Deleted at deadline - grace (6 s in), not before; with its 4 s grace.
@@ -355,6 +360,7 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 // and 5 s left (a preemption): the refused pod is deleted at once with
 // what is left, and the Event says so.
 func TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits(t *testing.T) {
+	testworld.Need(t)
 	t.Parallel()
 	start, term, rec := drainPDBBlocked(t, "drain-pdb-1", 20*time.Second, 5*time.Second)
 	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
@@ -371,6 +377,7 @@ func TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits(t *testing.T) {
 // workload gets the deadline minus the reserve, and the system pod still
 // gets its SIGTERM with time to stop before the VM does.
 func TestDrainKeepsTimeForSystemPods(t *testing.T) {
+	testworld.Need(t)
 	t.Parallel()
 	const node = "drain-reserve-0"
 	addNode(t, node)
@@ -411,6 +418,7 @@ func TestDrainKeepsTimeForSystemPods(t *testing.T) {
 // drain does not wait for the newcomer, stops waiting for the stuck pod
 // at the deadline, and says so.
 func TestDrainEndsAtItsDeadline(t *testing.T) {
+	testworld.Need(t)
 	t.Parallel()
 	const node = "drain-end-0"
 	addNode(t, node)

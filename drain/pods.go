@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // NodePods is a PodSource fed by one watch of the pods bound to a node
@@ -46,7 +48,7 @@ func NewNodePods(client kubernetes.Interface, nodeName string) *NodePods {
 // PodAnnotations are the pod annotations the cache keeps (see SlimPod).
 var PodAnnotations = []string{
 	corev1.MirrorPodAnnotationKey,
-	"cluster-autoscaler.kubernetes.io/safe-to-evict",
+	protocol.PodAnnotationSafeToEvict,
 }
 
 // SlimPod keeps of a pod only what the agent reads: its identity, owners,

@@ -194,3 +194,4 @@ func (e slowEvictions) Evict(ctx context.Context, ev *policyv1.Eviction) error {
 type outcomes chan string
 
 func (o outcomes) Eviction(outcome string) { o <- outcome }
+func (o outcomes) Escalation()             {}

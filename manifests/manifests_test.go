@@ -29,10 +29,10 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var world *testworld.World
@@ -100,6 +100,7 @@ func apply(t *testing.T, objs []*unstructured.Unstructured) {
 // (RBAC and the ValidatingAdmissionPolicy) lets it change node A's own keys
 // and nothing else.
 func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
+	testworld.Need(t)
 	const ns = "maintenance-handler"
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-a"})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-tpu-b", TPU: true})
@@ -114,7 +115,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			return err
 		}
 		n.Spec.Taints = append(n.Spec.Taints,
-			corev1.Taint{Key: agent.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule},
+			corev1.Taint{Key: protocol.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule},
 			corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule})
 		n.Spec.Unschedulable = true
 		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
@@ -191,10 +192,10 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 	// Its own node, its own keys: allowed.
 	err = update("rbac-gpu-a", func(n *corev1.Node) {
-		n.Labels[agent.LabelActiveMaintenance] = agent.ValueOngoing
-		n.Annotations[agent.AnnotationPhase] = "Draining"
-		n.Annotations[agent.AnnotationUpcomingMaintenance] = `{"maintenance_status":"PENDING"}`
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: agent.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
+		n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing
+		n.Annotations[protocol.AnnotationPhase] = "Draining"
+		n.Annotations[protocol.AnnotationUpcomingMaintenance] = `{"maintenance_status":"PENDING"}`
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
 		n.Spec.Unschedulable = true
 	})
 	if err != nil {
@@ -206,7 +207,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			t.Errorf("%s: %v, want denied saying %q", what, err, says)
 		}
 	}
-	denied("another node", update("rbac-tpu-b", func(n *corev1.Node) { n.Labels[agent.LabelActiveMaintenance] = agent.ValueOngoing }),
+	denied("another node", update("rbac-tpu-b", func(n *corev1.Node) { n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing }),
 		"only its own Node (rbac-gpu-a), not rbac-tpu-b")
 	denied("a label it does not own", update("rbac-gpu-a", func(n *corev1.Node) { n.Labels["team"] = "mine" }), "only its own labels")
 	denied("an annotation it does not own", update("rbac-gpu-a", func(n *corev1.Node) { n.Annotations["example.com/owner"] = "me" }), "only its own annotations")
@@ -362,11 +363,11 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 		"--policy-configmap", ns+"/maintenance-handler")
 	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
 	waitNode(t, node, "the scheduled-maintenance-time label", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelScheduledMaintenanceTime] != "" && n.Annotations[agent.AnnotationIdleSince] != "" && n.Annotations[agent.AnnotationLastBootID] != ""
+		return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" && n.Annotations[protocol.AnnotationIdleSince] != "" && n.Annotations[protocol.AnnotationLastBootID] != ""
 	})
 	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	waitNode(t, node, "terminating, tainted and cordoned", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating && agent.HasTaint(n) && n.Spec.Unschedulable
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && protocol.HasTaint(n) && n.Spec.Unschedulable
 	})
 	if _, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the workload pod is still there (%v)", err)
@@ -408,7 +409,7 @@ func agentWithoutNodeName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if agent.HasTaint(n) || n.Spec.Unschedulable || n.Labels[agent.LabelActiveMaintenance] != "" || n.Labels[agent.LabelScheduledMaintenanceTime] != "" {
+	if protocol.HasTaint(n) || n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Labels[protocol.LabelScheduledMaintenanceTime] != "" {
 		t.Errorf("the node changed: labels %v, taints %v, unschedulable %v", n.Labels, n.Spec.Taints, n.Spec.Unschedulable)
 	}
 	p, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
@@ -620,6 +621,7 @@ const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v
 // server-side apply: the API server validates them against the schemas.
 // A rule without an expression is refused, so the check is real.
 func TestPrometheusOperatorObjectsApply(t *testing.T) {
+	testworld.Need(t)
 	dir, err := testworld.ModuleDir(testworld.Ctx(t, 5*time.Minute), prometheusOperator)
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,12 @@
 package metrics
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 const namespace = "maintenance_handler"
@@ -33,30 +34,13 @@ type Agent struct {
 	MetadataKeyHealthy *prometheus.GaugeVec
 }
 
-// Interruptions are the taxonomy's pairs the agent reports; their series
-// exist from the start at 0, so that the first one is seen as an increase.
-var Interruptions = [][2]string{
-	{"MaintenanceEvent", "HW/SW Maintenance"}, {"MaintenanceEvent", "NodeUpgrade"},
-	{"PreemptionEvent", "Eviction"}, {"TerminationEvent", "HostError"},
-	{"TerminationEvent", "AutoRepair"}, // counted by the aggregator on the Node
-}
-
-// Phases are the values of the phase label, so that every series exists
-// from the start.
-var Phases = []string{"Idle", "Draining", "Terminating"}
-
-// ManualOutcomes are the values of manual_triggers_total's outcome label
-// (agent.Manual*).
-var ManualOutcomes = []string{"started", "accepted", "failed", "permission_denied", "refused",
-	"invalid_value", "no_notice", "not_reschedulable", "already_ongoing", "outside_window", "excluded", "policy_unknown", "not_started"}
-
 // NewAgent creates the agent's metrics and registers them with reg.
 func NewAgent(reg prometheus.Registerer) *Agent {
 	const sub = "agent"
 	m := &Agent{
 		Interruptions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "interruptions_total",
-			Help: "Interruptions of this node, by interruption_type (MaintenanceEvent, PreemptionEvent, TerminationEvent) and interruption_reason.",
+			Help: "Interruptions of this node, by interruption_type (" + joinTypes() + ") and interruption_reason.",
 		}, []string{"interruption_type", "interruption_reason"}),
 		Migrations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "live_migrations_total",
@@ -102,17 +86,19 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Help: "1 while the metadata key answers, 0 once it has had no good answer for --unhealthy-after (until its next good answer)."}, []string{"key"}),
 		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
-			Help: "The cloud.google.com/perform-maintenance label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown (the label was rejected and removed).",
+			Help: "The " + protocol.LabelPerformMaintenance + " label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown (the label was rejected and removed).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
 		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers,
 		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy)
-	for _, i := range Interruptions {
-		m.Interruptions.WithLabelValues(i[0], i[1])
+	// Every series exists from the start at 0, so that the first one is
+	// seen as an increase.
+	for _, i := range protocol.Interruptions {
+		m.Interruptions.WithLabelValues(i.Labels()...)
 	}
-	m.SetPhase("Idle")
-	for _, o := range ManualOutcomes {
+	m.SetPhase(protocol.PhaseIdle)
+	for _, o := range protocol.ManualOutcomes {
 		m.ManualTriggers.WithLabelValues(o)
 	}
 	return m
@@ -124,27 +110,25 @@ func (m *Agent) MetadataRequest(key, result string) {
 }
 
 // Eviction implements drain.Recorder.
-func (m *Agent) Eviction(outcome string) {
-	m.Evictions.WithLabelValues(outcome).Inc()
-	if outcome == drain.OutcomeEscalated {
-		m.Escalations.Inc()
-	}
-}
+func (m *Agent) Eviction(outcome string) { m.Evictions.WithLabelValues(outcome).Inc() }
+
+// Escalation implements drain.Recorder.
+func (m *Agent) Escalation() { m.Escalations.Inc() }
 
 // SetPhase sets the phase gauge.
-func (m *Agent) SetPhase(phase string) {
-	for _, p := range Phases {
+func (m *Agent) SetPhase(phase protocol.Phase) {
+	for _, p := range protocol.Phases {
 		v := 0.0
 		if p == phase {
 			v = 1
 		}
-		m.Phase.WithLabelValues(p).Set(v)
+		m.Phase.WithLabelValues(string(p)).Set(v)
 	}
 }
 
 // Interruption counts one interruption.
-func (m *Agent) Interruption(interruptionType, reason string) {
-	m.Interruptions.WithLabelValues(interruptionType, reason).Inc()
+func (m *Agent) Interruption(i protocol.Interruption) {
+	m.Interruptions.WithLabelValues(i.Labels()...).Inc()
 }
 
 // SetNode publishes what the node's state says: the drain deadline, the
@@ -166,8 +150,8 @@ func (m *Agent) SetNode(drainDeadline, scheduled time.Time, busy bool) {
 }
 
 // AddInterruptions counts n more interruptions of a kind.
-func (m *Agent) AddInterruptions(interruptionType, reason string, n int) {
-	m.Interruptions.WithLabelValues(interruptionType, reason).Add(float64(n))
+func (m *Agent) AddInterruptions(i protocol.Interruption, n int) {
+	m.Interruptions.WithLabelValues(i.Labels()...).Add(float64(n))
 }
 
 // Migration counts a live-migration announcement.
@@ -193,3 +177,11 @@ func (m *Agent) DrainDuration(d time.Duration) { m.DrainDurationSeconds.Observe(
 
 // ManualTrigger counts one outcome of the perform-maintenance label.
 func (m *Agent) ManualTrigger(outcome string) { m.ManualTriggers.WithLabelValues(outcome).Inc() }
+
+func joinTypes() string {
+	var names []string
+	for _, t := range protocol.InterruptionTypes() {
+		names = append(names, string(t))
+	}
+	return strings.Join(names, ", ")
+}

@@ -6,14 +6,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 func TestAgentMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewAgent(reg)
-	m.Interruption("MaintenanceEvent", "HW/SW Maintenance")
+	m.Interruption(protocol.HostMaintenance)
 	m.Eviction("evicted")
 	m.Eviction("deleted")
+	m.Escalation()
 	m.MetadataRequest("instance/preempted", "ok")
 	m.SetPhase("Draining")
 	if got := testutil.ToFloat64(m.Escalations); got != 1 {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Aggregator holds the aggregator's metrics. Pool series carry the node
@@ -13,25 +15,77 @@ type Aggregator struct {
 	Leader              prometheus.Gauge
 	Decisions           *prometheus.CounterVec
 	PoolInterruptions   *prometheus.CounterVec
-	PoolPending         *prometheus.GaugeVec
-	PoolIdle            *prometheus.GaugeVec
-	PoolInMaintenance   *prometheus.GaugeVec
-	PoolNextMaintenance *prometheus.GaugeVec
-	PoolConfigValid     *prometheus.GaugeVec
 	PassDurationSeconds prometheus.Histogram
 	Triggers            *prometheus.CounterVec
 	VanishedNodes       *prometheus.CounterVec
+	// Pools exports the pool gauges of the leader's last pass.
+	Pools *PoolCollector
+}
+
+// PoolStats is one pool's state in a pass, as the pool gauges show it.
+type PoolStats struct {
+	Pool                         string
+	Pending, Idle, InMaintenance int
+	NextMaintenance              time.Time // zero: none pending
+	Configured, ConfigValid      bool
+}
+
+// PoolCollector exports the pool gauges of the last pass it was given:
+// only the pools of that pass have series, and none at all once it is
+// given nil (a replica that does not lead exports no pool series, so sums
+// by pool are never stale or doubled after a failover).
+type PoolCollector struct {
+	pending, idle, inMaintenance, next, valid *prometheus.Desc
 
 	mu    sync.Mutex
-	pools map[string]bool // the pools whose series are exported
+	pools []PoolStats
+}
+
+// Set replaces the pools exported; nil exports none.
+func (c *PoolCollector) Set(pools []PoolStats) {
+	c.mu.Lock()
+	c.pools = pools
+	c.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.pending, c.idle, c.inMaintenance, c.next, c.valid} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	pools := c.pools
+	c.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v float64, pool string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, pool)
+	}
+	for _, p := range pools {
+		gauge(c.pending, float64(p.Pending), p.Pool)
+		gauge(c.idle, float64(p.Idle), p.Pool)
+		gauge(c.inMaintenance, float64(p.InMaintenance), p.Pool)
+		if !p.NextMaintenance.IsZero() {
+			gauge(c.next, float64(p.NextMaintenance.Unix()), p.Pool)
+		}
+		if p.Configured {
+			valid := 0.0
+			if p.ConfigValid {
+				valid = 1
+			}
+			gauge(c.valid, valid, p.Pool)
+		}
+	}
 }
 
 // NewAggregator creates the aggregator's metrics and registers them with reg.
 func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	const sub = "aggregator"
 	pool := []string{"node_pool_name"}
-	gauge := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: name, Help: help}, pool)
+	gauge := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, name), help, pool, nil)
 	}
 	m := &Aggregator{
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "leader",
@@ -42,46 +96,34 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		PoolInterruptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "pool_interruptions_total",
 			Help: "Maintenances and preemptions that began on a node of the pool, seen by the leader, by interruption_type and interruption_reason."},
 			[]string{"node_pool_name", "interruption_type", "interruption_reason"}),
-		PoolPending:         gauge("pool_nodes_pending_maintenance", "Nodes of the pool with a pending maintenance notice, not yet in maintenance."),
-		PoolIdle:            gauge("pool_nodes_idle", "Nodes of the pool whose accelerators are idle."),
-		PoolInMaintenance:   gauge("pool_nodes_in_maintenance", "Nodes of the pool in maintenance or asked to start it."),
-		PoolNextMaintenance: gauge("pool_next_maintenance_timestamp_seconds", "Unix time of the earliest pending maintenance window start in the pool."),
-		PoolConfigValid:     gauge("pool_config_valid", "1 when the pool's opportunistic configuration is valid, 0 when it is invalid (no opportunistic action)."),
+		Pools: &PoolCollector{
+			pending:       gauge("pool_nodes_pending_maintenance", "Nodes of the pool with a pending maintenance notice, not yet in maintenance."),
+			idle:          gauge("pool_nodes_idle", "Nodes of the pool whose accelerators are idle."),
+			inMaintenance: gauge("pool_nodes_in_maintenance", "Nodes of the pool in maintenance or asked to start it."),
+			next:          gauge("pool_next_maintenance_timestamp_seconds", "Unix time of the earliest pending maintenance window start in the pool."),
+			valid:         gauge("pool_config_valid", "1 when the pool's opportunistic configuration is valid, 0 when it is invalid (no opportunistic action)."),
+		},
 		PassDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "pass_duration_seconds",
 			Help: "Time of one decision pass over every node.", Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}),
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "triggers_total",
 			Help: "Writes of an opportunistic trigger to a Node, by result (ok, conflict, error)."}, []string{"result"}),
 	}
 	m.VanishedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "vanished_nodes_total",
-		Help: "Nodes deleted while NotReady and outside maintenance, and not created again within the recreate window: interruptions no agent could report (TerminationEvent/HostError), counted by the leader that saw them."},
+		Help: "Nodes deleted while NotReady and outside maintenance, and not created again within the recreate window: interruptions no agent could report (" + protocol.UnannouncedReboot.Key() + "), counted by the leader that saw them."},
 		[]string{"node_name", "node_pool_name", "interruption_type", "interruption_reason"})
-	reg.MustRegister(m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.PoolPending, m.PoolIdle, m.PoolInMaintenance,
-		m.PoolNextMaintenance, m.PoolConfigValid, m.PassDurationSeconds, m.Triggers)
+	reg.MustRegister(m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
-}
-
-// KeepPools removes the pool series of every pool not in pools (nil: all
-// of them) and remembers pools as the ones exported. The leader calls it
-// with the pools of each pass before setting their gauges, so a pool that
-// is gone leaves no series; a replica that stops leading calls it with nil,
-// so only the leader exports pool series.
-func (m *Aggregator) KeepPools(pools []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	keep := make(map[string]bool, len(pools))
-	for _, p := range pools {
-		keep[p] = true
-	}
-	for p := range m.pools {
-		if keep[p] {
-			continue
-		}
-		for _, g := range []*prometheus.GaugeVec{m.PoolPending, m.PoolIdle, m.PoolInMaintenance, m.PoolNextMaintenance, m.PoolConfigValid} {
-			g.DeleteLabelValues(p)
-		}
-	}
-	m.pools = keep
 }
 
 // PassDuration observes one pass.
 func (m *Aggregator) PassDuration(d time.Duration) { m.PassDurationSeconds.Observe(d.Seconds()) }
+
+// PoolInterruption counts an interruption that began on a node of pool.
+func (m *Aggregator) PoolInterruption(pool string, i protocol.Interruption) {
+	m.PoolInterruptions.WithLabelValues(append([]string{pool}, i.Labels()...)...).Inc()
+}
+
+// Vanished counts a node lost with nothing announced.
+func (m *Aggregator) Vanished(node, pool string, i protocol.Interruption) {
+	m.VanishedNodes.WithLabelValues(append([]string{node, pool}, i.Labels()...)...).Inc()
+}

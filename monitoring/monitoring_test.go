@@ -16,6 +16,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/monitoring"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // promtool is Debian's promtool, from MH_PROMETHEUS_DIR (make test sets it)
@@ -120,7 +121,7 @@ func TestRuleObjectsMatchRulesFile(t *testing.T) {
 func TestMetricsPassPromtool(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := metrics.NewAgent(prometheus.WrapRegistererWith(prometheus.Labels{"node_name": "gpu-0", "node_pool_name": "a3"}, reg))
-	a.Interruption("MaintenanceEvent", "HW/SW Maintenance")
+	a.Interruption(protocol.HostMaintenance)
 	a.Eviction("evicted")
 	a.DrainDuration(90 * time.Second)
 	a.TaintLatency(5 * time.Millisecond)
@@ -130,7 +131,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 	g := metrics.NewAggregator(reg)
 	g.Leader.Set(1)
 	g.Decisions.WithLabelValues("triggered", "triggered").Inc()
-	g.PoolPending.WithLabelValues("a3").Set(3)
+	g.Pools.Set([]metrics.PoolStats{{Pool: "a3", Pending: 3, Configured: true, ConfigValid: true, NextMaintenance: time.Now()}})
 	g.PassDuration(20 * time.Millisecond)
 	g.Triggers.WithLabelValues("ok").Inc()
 	families, err := reg.Gather()

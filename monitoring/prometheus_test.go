@@ -17,11 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/monitoring"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var world *testworld.World
@@ -126,6 +126,7 @@ rule_files: [%q]
 // one unannounced reboot and one upgrade; GKE's three queries, unchanged
 // but for Grafana's ${__interval}, count them by type, reason and pool.
 func TestGKEQueriesOnARealPrometheus(t *testing.T) {
+	testworld.Need(t)
 	bins, err := fleet.Binaries()
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
-			return err == nil && n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating, nil
+			return err == nil && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating, nil
 		})
 		if err != nil {
 			t.Fatalf("%s never terminating", v.Name)
@@ -195,7 +196,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	for _, v := range f.VMs {
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
-			return err == nil && n.Annotations[agent.AnnotationInterruptions] != "" && inService(n), nil
+			return err == nil && n.Annotations[protocol.AnnotationInterruptions] != "" && inService(n), nil
 		})
 		if err != nil {
 			t.Fatalf("%s: interruption never recorded", v.Name)
@@ -250,14 +251,15 @@ func equal(a, b map[string]float64) bool {
 }
 
 func inService(n *corev1.Node) bool {
-	_, active := n.Labels[agent.LabelActiveMaintenance]
-	return !active && !agent.HasTaint(n)
+	_, active := n.Labels[protocol.LabelActiveMaintenance]
+	return !active && !protocol.HasTaint(n)
 }
 
 // TestDashboardQueriesParse: every query of the shipped dashboard, with
 // Grafana's variables as Grafana fills them, is accepted by Prometheus's
 // query API; and the dashboard has the panels it promises.
 func TestDashboardQueriesParse(t *testing.T) {
+	testworld.Need(t)
 	var dash struct {
 		Title  string `json:"title"`
 		Panels []struct {

@@ -118,7 +118,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client k
 		Logger:         logger.With("component", "metadata"),
 		Recorder:       m,
 	})
-	a := agent.New(agent.Options{
+	a, err := agent.New(agent.Options{
 		Client:   client,
 		NodeName: opts.NodeName,
 		Self:     types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
@@ -140,6 +140,9 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client k
 		Clock:         clk,
 		Logger:        logger,
 	})
+	if err != nil {
+		return err
+	}
 
 	started := clk.Now()
 	healthy := func() error {

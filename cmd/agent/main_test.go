@@ -32,6 +32,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var world *testworld.World
@@ -157,6 +158,7 @@ func poll(t testing.TB, what string, d time.Duration, cond func() bool) {
 // request fail, and watches /healthz go bad and come back, with the agent
 // running throughout and the node untouched.
 func TestHealthzTellsTheTruth(t *testing.T) {
+	testworld.Need(t)
 	const node = "bin-health-0"
 	emu := setup(t, node)
 	p := runAgent(t, node, emu, "--metadata-timeout", "1s", "--unhealthy-after", "12s")
@@ -202,7 +204,7 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if agent.HasTaint(n) || n.Spec.Unschedulable {
+	if protocol.HasTaint(n) || n.Spec.Unschedulable {
 		t.Error("metadata failures drained the node")
 	}
 	// SIGTERM: a clean exit.
@@ -238,6 +240,7 @@ func nodeEventMessages(t testing.TB, node, reason, part string) []string {
 // serves /healthz (unhealthy, saying why) and logs what it waits for; once
 // the Node is registered it runs and is healthy.
 func TestWaitsForItsNodeAndSaysWhy(t *testing.T) {
+	testworld.Need(t)
 	const node = "bin-late-0"
 	emu := gceemu.StartT(t, gceemu.Config{Name: node})
 	p := runAgent(t, node, emu, "--metadata-timeout", "1s", "--unhealthy-after", "12s")
@@ -282,13 +285,14 @@ func TestWaitsForItsNodeAndSaysWhy(t *testing.T) {
 // BenchmarkAgentIdle runs the agent binary with a notice pending and
 // reports its resident memory and CPU use while nothing happens.
 func BenchmarkAgentIdle(b *testing.B) {
+	testworld.Need(b)
 	const node = "bin-idle-0"
 	emu := setup(b, node)
 	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
 	p := runAgent(b, node, emu)
 	poll(b, "labelled", 30*time.Second, func() bool {
 		n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		return err == nil && n.Labels[agent.LabelScheduledMaintenanceTime] != ""
+		return err == nil && n.Labels[protocol.LabelScheduledMaintenanceTime] != ""
 	})
 	const window = 10 * time.Second
 	var rssKiB, cpu float64
@@ -335,6 +339,7 @@ func rss(b *testing.B, pid int) float64 {
 // TestKilledMidDrainDrainsOnce SIGKILLs the agent binary while it drains and
 // starts a new one: the drain completes, counted and announced once.
 func TestKilledMidDrainDrainsOnce(t *testing.T) {
+	testworld.Need(t)
 	const node = "bin-kill-0"
 	emu := setup(t, node)
 	ns := "default"
@@ -362,7 +367,7 @@ func TestKilledMidDrainDrainsOnce(t *testing.T) {
 	second := runAgent(t, node, emu)
 	poll(t, "terminating", time.Minute, func() bool {
 		n, err := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		return err == nil && n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating
+		return err == nil && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	if _, err := world.Client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("terminating while the pod remains: %v", err)
@@ -402,6 +407,7 @@ func grep(text, sub string) string {
 // TestManualTriggerThroughTheBinary: the binary finds its VM, takes the
 // token from --metadata-host and calls --compute-endpoint once.
 func TestManualTriggerThroughTheBinary(t *testing.T) {
+	testworld.Need(t)
 	const node = "bin-manual-0"
 	emu := setup(t, node)
 	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
@@ -413,17 +419,17 @@ func TestManualTriggerThroughTheBinary(t *testing.T) {
 		}
 		return n
 	}
-	poll(t, "labelled", 30*time.Second, func() bool { return getNode().Labels[agent.LabelScheduledMaintenanceTime] != "" })
+	poll(t, "labelled", 30*time.Second, func() bool { return getNode().Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		n := getNode()
-		n.Labels[agent.LabelPerformMaintenance] = agent.TriggerValue
+		n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue
 		_, err := world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err == nil, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "terminating", time.Minute, func() bool { return getNode().Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating })
+	poll(t, "terminating", time.Minute, func() bool { return getNode().Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating })
 	calls := emu.Calls()
 	cfg := emu.Config()
 	if len(calls) != 1 || calls[0].Project != cfg.Project || calls[0].Zone != cfg.Zone || calls[0].Instance != cfg.Name || calls[0].Token != emu.AccessToken() {
@@ -477,6 +483,7 @@ func metricValue(t testing.TB, text, name string, want map[string]string) float6
 // its node, then preempts the VM (30 s) and reports when the workload pods
 // were gone and when the node was labelled terminating.
 func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
+	testworld.Need(b)
 	const node = "bin-drain-110"
 	emu := setup(b, node)
 	ctx := context.Background()
@@ -572,7 +579,7 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 		}
 		w.Stop()
 		for ev := range nw.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok && n.Labels[agent.LabelActiveMaintenance] == agent.ValueTerminating {
+			if n, ok := ev.Object.(*corev1.Node); ok && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating {
 				terminating = time.Since(start)
 				break
 			}
@@ -592,6 +599,7 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 // with --metadata-timeout 2s so that a minute's worth of polls at the
 // default 60 s fits in seconds: requests scale with 1/timeout.
 func BenchmarkAgentIdleNoNotice(b *testing.B) {
+	testworld.Need(b)
 	for _, form := range []struct {
 		name string
 		cfg  gceemu.Config

@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Options are the agent's flags. NODE_NAME, POD_NAMESPACE and POD_NAME come
@@ -66,13 +69,13 @@ func NewOptions() *Options {
 		ListenAddress:           ":9102",
 		MetadataTimeout:         60 * time.Second,
 		UnhealthyAfter:          3 * time.Minute,
-		HostMaintenanceDeadline: 60 * time.Minute,
-		PreemptionDeadline:      30 * time.Second,
-		ManualDrainTimeout:      60 * time.Minute,
-		ManualStartTimeout:      15 * time.Minute,
-		AcceleratorResources:    []string{"nvidia.com/gpu", "google.com/tpu"},
-		PoolLabel:               "cloud.google.com/gke-nodepool",
-		EvictionRetryInterval:   5 * time.Second,
+		HostMaintenanceDeadline: agent.DefaultConfig.HostMaintenanceDeadline,
+		PreemptionDeadline:      agent.DefaultConfig.PreemptionDeadline,
+		ManualDrainTimeout:      agent.DefaultConfig.ManualDrainTimeout,
+		ManualStartTimeout:      agent.DefaultConfig.ManualStartTimeout,
+		AcceleratorResources:    resourceStrings(agent.DefaultAcceleratorResources),
+		PoolLabel:               protocol.LabelNodePool,
+		EvictionRetryInterval:   drain.DefaultRetryInterval,
 		DrainReserve:            drain.DefaultReserve,
 		LogLevel:                "info",
 		KubeAPIQPS:              50,
@@ -92,7 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
-	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with cloud.google.com/perform-maintenance=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
+	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
@@ -157,4 +160,12 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func resourceStrings(names []corev1.ResourceName) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, string(n))
+	}
+	return out
 }

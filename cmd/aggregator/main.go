@@ -34,13 +34,16 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a := aggregator.New(aggregator.Options{
+	a, err := aggregator.New(aggregator.Options{
 		Client: client, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow,
 		Metrics: metrics.NewAggregator(reg), Logger: logger,
 	})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

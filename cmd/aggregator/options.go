@@ -10,6 +10,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Options are the aggregator's flags. POD_NAMESPACE and POD_NAME come from
@@ -42,13 +43,13 @@ func NewOptions() *Options {
 		Identity:       id,
 		ListenAddress:  ":9103",
 		ConfigMap:      "maintenance-handler",
-		LeaseName:      "maintenance-handler-aggregator",
-		LeaseDuration:  15 * time.Second,
-		RenewDeadline:  10 * time.Second,
-		RetryPeriod:    2 * time.Second,
-		PoolLabel:      aggregator.DefaultPoolLabel,
-		Interval:       30 * time.Second,
-		RecreateWindow: time.Hour,
+		LeaseName:      aggregator.Default.LeaseName,
+		LeaseDuration:  aggregator.Default.LeaseDuration,
+		RenewDeadline:  aggregator.Default.RenewDeadline,
+		RetryPeriod:    aggregator.Default.RetryPeriod,
+		PoolLabel:      aggregator.Default.PoolLabel,
+		Interval:       aggregator.Default.Interval,
+		RecreateWindow: aggregator.Default.RecreateWindow,
 		LogLevel:       "info",
 	}
 }
@@ -66,7 +67,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Time between leader-election attempts; less than --renew-deadline.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
-	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired (TerminationEvent/AutoRepair); one deleted while NotReady and not back within it vanished (TerminationEvent/HostError).")
+	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
 

@@ -39,6 +39,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 func main() {
@@ -97,7 +98,7 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	fmt.Printf("\ndemo: cluster ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get nodes -L %s -L %s\n", world.Kubeconfig,
-		"cloud.google.com/scheduled-maintenance-time", "cloud.google.com/active-node-maintenance")
+		protocol.LabelScheduledMaintenanceTime, protocol.LabelActiveMaintenance)
 	for _, v := range d.vms {
 		fmt.Printf("  agent metrics of %s: http://%s/metrics\n", v.Name, v.MetricsAddr)
 	}

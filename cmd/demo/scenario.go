@@ -25,6 +25,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 const (
@@ -68,7 +69,7 @@ func (d *demo) setUp(ctx context.Context) error {
 		v.Emu.SetPerformMaintenanceDelay(3 * time.Second)
 		d.vms = append(d.vms, v)
 		// The pool's opportunistic maintenance setting, as GKE users write it.
-		if err := d.annotate(ctx, v, agent.AnnotationOpportunisticConfig, opportunistic); err != nil {
+		if err := d.annotate(ctx, v, protocol.AnnotationOpportunisticConfig, opportunistic); err != nil {
 			return err
 		}
 	}
@@ -202,7 +203,7 @@ func (d *demo) label(ctx context.Context, v *fleet.VM, value string) error {
 		if err != nil {
 			return err
 		}
-		n.Labels[agent.LabelPerformMaintenance] = value
+		n.Labels[protocol.LabelPerformMaintenance] = value
 		_, err = d.world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -217,11 +218,11 @@ func (d *demo) waitEmulatorStarted(ctx context.Context, v *fleet.VM) error {
 }
 
 func active(value string) func(*corev1.Node) bool {
-	return func(n *corev1.Node) bool { return n.Labels[agent.LabelActiveMaintenance] == value }
+	return func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == value }
 }
 
 func backInService(n *corev1.Node) bool {
-	return !agent.HasTaint(n) && !n.Spec.Unschedulable && n.Labels[agent.LabelActiveMaintenance] == ""
+	return !protocol.HasTaint(n) && !n.Spec.Unschedulable && n.Labels[protocol.LabelActiveMaintenance] == ""
 }
 
 func (d *demo) scenario(ctx context.Context) error {
@@ -231,7 +232,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
 	}
 	for _, v := range d.vms {
-		if err := d.waitNode(ctx, v, time.Minute, func(n *corev1.Node) bool { return n.Labels[agent.LabelScheduledMaintenanceTime] != "" }); err != nil {
+		if err := d.waitNode(ctx, v, time.Minute, func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" }); err != nil {
 			return err
 		}
 	}
@@ -240,7 +241,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	spare := d.vms[4]
 	d.say("== 2. The aggregator picks the idle spare %s for its maintenance now (%s);", spare.Name, opportunistic)
 	d.say("   the busy nodes are not picked, and each says why (kubectl describe node)")
-	if err := d.waitNode(ctx, spare, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
+	if err := d.waitNode(ctx, spare, 2*time.Minute, active(protocol.ValueTerminating)); err != nil {
 		return err
 	}
 	if err := d.reboot(ctx, spare, true); err != nil {
@@ -249,20 +250,20 @@ func (d *demo) scenario(ctx context.Context) error {
 
 	picked := d.vms[0]
 	d.say("== 3. A person takes the maintenance of %s now, between training runs", picked.Name)
-	d.say("   $ kubectl label nodes %s %s=yes   (not an accepted value: rejected, nothing changes)", picked.Name, agent.LabelPerformMaintenance)
+	d.say("   $ kubectl label nodes %s %s=yes   (not an accepted value: rejected, nothing changes)", picked.Name, protocol.LabelPerformMaintenance)
 	if err := d.label(ctx, picked, "yes"); err != nil {
 		return err
 	}
-	if err := d.waitNode(ctx, picked, time.Minute, func(n *corev1.Node) bool { _, set := n.Labels[agent.LabelPerformMaintenance]; return !set }); err != nil {
+	if err := d.waitNode(ctx, picked, time.Minute, func(n *corev1.Node) bool { _, set := n.Labels[protocol.LabelPerformMaintenance]; return !set }); err != nil {
 		return err
 	}
 	time.Sleep(time.Second)
-	d.say("   $ kubectl label nodes %s %s=true", picked.Name, agent.LabelPerformMaintenance)
+	d.say("   $ kubectl label nodes %s %s=true", picked.Name, protocol.LabelPerformMaintenance)
 	d.say("   the node is drained first (the trainer gets its %d s), then the agent calls instances.performMaintenance", d.grace)
-	if err := d.label(ctx, picked, agent.TriggerValue); err != nil {
+	if err := d.label(ctx, picked, protocol.TriggerValue); err != nil {
 		return err
 	}
-	if err := d.waitNode(ctx, picked, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
+	if err := d.waitNode(ctx, picked, 5*time.Minute, active(protocol.ValueTerminating)); err != nil {
 		return err
 	}
 	calls := picked.Emu.Calls()
@@ -278,7 +279,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	d.say("== 4. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
 	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", d.grace)
 	busy.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	if err := d.waitNode(ctx, busy, 5*time.Minute, active(agent.ValueTerminating)); err != nil {
+	if err := d.waitNode(ctx, busy, 5*time.Minute, active(protocol.ValueTerminating)); err != nil {
 		return err
 	}
 	if err := d.reboot(ctx, busy, false); err != nil {
@@ -293,7 +294,7 @@ func (d *demo) scenario(ctx context.Context) error {
 		d.say("   the trainer's %d s grace fits in the 30 s", d.grace)
 	}
 	spot.Emu.SetPreempted(true)
-	if err := d.waitNode(ctx, spot, 2*time.Minute, active(agent.ValueTerminating)); err != nil {
+	if err := d.waitNode(ctx, spot, 2*time.Minute, active(protocol.ValueTerminating)); err != nil {
 		return err
 	}
 	return d.reboot(ctx, spot, false)
@@ -369,17 +370,17 @@ func (d *demo) timeline(ctx context.Context) {
 
 func nodeSummary(n *corev1.Node) string {
 	var parts []string
-	if v := n.Labels[agent.LabelScheduledMaintenanceTime]; v != "" {
+	if v := n.Labels[protocol.LabelScheduledMaintenanceTime]; v != "" {
 		parts = append(parts, "scheduled-maintenance-time="+v)
 	}
-	if v, ok := n.Labels[agent.LabelPerformMaintenance]; ok {
+	if v, ok := n.Labels[protocol.LabelPerformMaintenance]; ok {
 		parts = append(parts, "perform-maintenance="+v)
 	}
-	if v := n.Labels[agent.LabelActiveMaintenance]; v != "" {
+	if v := n.Labels[protocol.LabelActiveMaintenance]; v != "" {
 		parts = append(parts, "active-node-maintenance="+v)
 	}
-	if agent.HasTaint(n) {
-		parts = append(parts, "tainted "+agent.TaintImpendingTermination+":NoSchedule")
+	if protocol.HasTaint(n) {
+		parts = append(parts, "tainted "+protocol.TaintImpendingTermination+":NoSchedule")
 	}
 	if n.Spec.Unschedulable {
 		parts = append(parts, "cordoned")

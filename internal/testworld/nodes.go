@@ -12,17 +12,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Accelerator resource names and node labels used on GKE.
 const (
-	ResourceGPU = corev1.ResourceName("nvidia.com/gpu")
-	ResourceTPU = corev1.ResourceName("google.com/tpu")
+	ResourceGPU = corev1.ResourceName(protocol.ResourceGPU)
+	ResourceTPU = corev1.ResourceName(protocol.ResourceTPU)
 
-	LabelNodePool       = "cloud.google.com/gke-nodepool"
+	LabelNodePool       = protocol.LabelNodePool
 	LabelGPUAccelerator = "cloud.google.com/gke-accelerator"
 	LabelTPUAccelerator = "cloud.google.com/gke-tpu-accelerator"
-	LabelTPUTopology    = "cloud.google.com/gke-tpu-topology"
+	LabelTPUTopology    = protocol.LabelTPUTopology
 	LabelSpot           = "cloud.google.com/gke-spot"
 )
 

@@ -74,6 +74,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
+	testworld.Need(t)
 	gpu := node(t, testworld.NodeSpec{Name: "gpu-ready-0", Pool: "a3-pool", Project: "p1", Zone: "us-east5-a"})
 	tpu := node(t, testworld.NodeSpec{Name: "tpu-ready-0", Pool: "v5p-pool", TPU: true})
 	for _, tc := range []struct {
@@ -122,6 +123,7 @@ func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
 }
 
 func TestDeploymentPodsScheduledAndRunning(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	n := node(t, testworld.NodeSpec{Name: "gpu-deploy-0"})
 	replicas := int32(3)
@@ -168,6 +170,7 @@ func evict(ctx context.Context, c kubernetes.Interface, ns, name string) error {
 }
 
 func TestPDBStatusAndEviction(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	n := node(t, testworld.NodeSpec{Name: "gpu-pdb-0"})
 	labels := map[string]string{"app": "serving"}
@@ -219,6 +222,7 @@ func TestPDBStatusAndEviction(t *testing.T) {
 }
 
 func TestDeletedPodTakesItsDelay(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	n := node(t, testworld.NodeSpec{Name: "gpu-delay-0"})
 	const delay = 4 * time.Second
@@ -264,6 +268,7 @@ func TestDeletedPodTakesItsDelay(t *testing.T) {
 }
 
 func TestPodBoundTokenCarriesNodeName(t *testing.T) {
+	testworld.Need(t)
 	ns := world.Namespace(t)
 	a := node(t, testworld.NodeSpec{Name: "gpu-token-a"})
 	node(t, testworld.NodeSpec{Name: "gpu-token-b"})
@@ -310,6 +315,7 @@ func TestPodBoundTokenCarriesNodeName(t *testing.T) {
 const panicChildEnv = "TESTWORLD_PANIC_CHILD_PIDFILE"
 
 func TestPanickingTestLeavesNoProcess(t *testing.T) {
+	testworld.Need(t)
 	if pidFile := os.Getenv(panicChildEnv); pidFile != "" {
 		var lines []string
 		for _, pid := range world.Pids() {

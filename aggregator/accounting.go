@@ -1,0 +1,242 @@
+package aggregator
+
+// Interruption accounting: what only a cluster-wide view can count. A
+// maintenance or preemption beginning on a node is counted per pool; a Node
+// deleted and created again under its name within the recreate window was
+// repaired (AutoRepair), and the repair is counted on the new Node under
+// the aggregator's own key (protocol.AnnotationRepairs) with the counts the
+// old object carried; a Node deleted while NotReady and outside
+// maintenance, and not created again within the window, vanished
+// (TerminationEvent/HostError). The ledger below is the pure core, driven
+// by the times it is given; the Aggregator's methods feed it from the node
+// informer and act on what it returns, as the leader only.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// EventRecreated: a Node deleted and created again, counted as a repair.
+const EventRecreated = "NodeRecreated"
+
+// deletedNode is a Node the ledger remembers after its deletion.
+type deletedNode struct {
+	name string
+	uid  types.UID
+	pool string
+	// counts are every interruption the object carried (the agent's and
+	// earlier repairs).
+	counts protocol.Counts
+	at     time.Time
+	// vanishing: deleted while NotReady and outside maintenance; counted
+	// as vanished unless created again within the window.
+	vanishing bool
+}
+
+// ledger remembers deleted Nodes for the recreate window. It is not safe
+// for concurrent use.
+type ledger struct {
+	window time.Duration
+	gone   map[string]deletedNode
+	// recreated lists Nodes created again under a name in gone, whose
+	// repair is still to be written.
+	recreated []string
+}
+
+func newLedger(window time.Duration) *ledger {
+	return &ledger{window: window, gone: map[string]deletedNode{}}
+}
+
+// deleted records n's deletion at now; pool is its pool. Deletions older
+// than the window that cannot vanish are forgotten.
+func (l *ledger) deleted(n *corev1.Node, pool string, now time.Time) {
+	for name, d := range l.gone {
+		if now.Sub(d.at) > l.window && !d.vanishing {
+			delete(l.gone, name)
+		}
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	l.gone[n.Name] = deletedNode{name: n.Name, uid: n.UID, pool: pool, counts: protocol.NodeInterruptions(n), at: now,
+		vanishing: !ready && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+}
+
+// added takes in n's creation at now: a Node created again under the name
+// of one deleted within the window is a repair to write.
+func (l *ledger) added(n *corev1.Node, now time.Time) {
+	d, ok := l.gone[n.Name]
+	if !ok || d.uid == n.UID || now.Sub(d.at) > l.window {
+		return
+	}
+	l.recreated = append(l.recreated, n.Name)
+	d.vanishing = false // it came back: a repair, not a loss
+	l.gone[n.Name] = d
+}
+
+// takeRecreated returns the repairs to write (and forgets them: retry
+// returns those that could not be written) with the deletion each
+// replaced.
+func (l *ledger) takeRecreated() []deletedNode {
+	out := make([]deletedNode, 0, len(l.recreated))
+	for _, name := range l.recreated {
+		out = append(out, l.gone[name])
+	}
+	l.recreated = nil
+	return out
+}
+
+// retry puts a repair back to be written at the next pass.
+func (l *ledger) retry(d deletedNode) { l.recreated = append(l.recreated, d.name) }
+
+// vanished returns (and forgets) the Nodes deleted while vanishing that
+// were not created again within the window, as of now.
+func (l *ledger) vanished(now time.Time) []deletedNode {
+	var out []deletedNode
+	for name, d := range l.gone {
+		if d.vanishing && now.Sub(d.at) > l.window {
+			out = append(out, d)
+			delete(l.gone, name)
+		}
+	}
+	return out
+}
+
+// repairOf is what to write on n, the Node that replaced d: the repair on
+// top of what d carried. False when n already records it.
+func repairOf(n *corev1.Node, d deletedNode) (protocol.Repairs, bool) {
+	if protocol.ReadRepairs(n).RecreatedFrom == d.uid {
+		return protocol.Repairs{}, false
+	}
+	return protocol.Repairs{RecreatedFrom: d.uid, Interruptions: d.counts.Add(protocol.Repair, 1)}, true
+}
+
+// begun is the interruption that began on a node between old and cur: a
+// maintenance or preemption started (a new start time), counted by its
+// reason. A manual maintenance is not counted here: the agent counts it
+// when Compute Engine accepts it.
+func begun(old, cur *corev1.Node) (protocol.Interruption, bool) {
+	started := cur.Annotations[protocol.AnnotationStarted]
+	if started == "" || started == old.Annotations[protocol.AnnotationStarted] {
+		return protocol.Interruption{}, false
+	}
+	reason := protocol.Reason(cur.Annotations[protocol.AnnotationReason])
+	if reason == protocol.ReasonManual {
+		return protocol.Interruption{}, false
+	}
+	if i, ok := reason.Interruption(); ok {
+		return i, true
+	}
+	return protocol.HostMaintenance, true
+}
+
+// removedOnPurpose: a node cordoned, or tainted by the cluster autoscaler,
+// before it went was removed (scale-down, decommission), not lost.
+func removedOnPurpose(n *corev1.Node) bool {
+	return n.Spec.Unschedulable || protocol.HasTaintKey(n, protocol.TaintToBeDeleted)
+}
+
+func (a *Aggregator) nodeDeleted(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ledger.deleted(n, n.Labels[a.opts.PoolLabel], a.opts.Clock.Now())
+}
+
+func (a *Aggregator) nodeAdded(o any) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ledger.added(n, a.opts.Clock.Now())
+}
+
+// observeNode counts a maintenance or preemption beginning on a node, per
+// pool (the leader only, so that replicas do not count twice).
+func (a *Aggregator) observeNode(old, cur any) {
+	if !a.leading.Load() {
+		return
+	}
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	if i, ok := begun(o, n); ok {
+		a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], i)
+	}
+}
+
+// countVanished counts (the leader only) the Nodes that were deleted while
+// NotReady and outside maintenance and have not come back within the
+// window: a VM lost with nothing announced, which no agent can report.
+func (a *Aggregator) countVanished() {
+	a.mu.Lock()
+	gone := a.ledger.vanished(a.opts.Clock.Now())
+	a.mu.Unlock()
+	for _, d := range gone {
+		a.opts.Metrics.Vanished(d.name, d.pool, protocol.UnannouncedReboot)
+		a.log.Warn("node vanished: deleted while NotReady and not created again", "node", d.name, "pool", d.pool)
+	}
+}
+
+// countRecreated writes (the leader only) each repair on the Node that
+// replaced the deleted one; the node's agent takes the counts into its
+// counters.
+func (a *Aggregator) countRecreated(ctx context.Context) {
+	a.mu.Lock()
+	pending := a.ledger.takeRecreated()
+	a.mu.Unlock()
+	for _, d := range pending {
+		if err := a.writeRepair(ctx, d); err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("count a recreated node", "node", d.name, "err", err)
+			}
+			a.mu.Lock()
+			a.ledger.retry(d)
+			a.mu.Unlock()
+		}
+	}
+}
+
+func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	obj, ok, _ := a.nodes.GetStore().GetByKey(d.name)
+	if !ok {
+		return nil // gone again: the next creation counts
+	}
+	n := obj.(*corev1.Node).DeepCopy()
+	r, ok := repairOf(n, d)
+	if !ok {
+		return nil
+	}
+	protocol.WriteRepairs(n, r)
+	if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		return err
+	}
+	a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], protocol.Repair)
+	a.nodeEvent(d.name, n.UID, true, EventRecreated, fmt.Sprintf(
+		"The Node object was deleted and created again (UID %s, was %s), as node auto-repair does: counted as %s", n.UID, d.uid, protocol.Repair.Key()))
+	return nil
+}

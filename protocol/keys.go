@@ -1,0 +1,174 @@
+package protocol
+
+// Keys GKE users already know: their exact strings.
+const (
+	// LabelScheduledMaintenanceTime is Unix seconds of the window start,
+	// while a notice is pending.
+	LabelScheduledMaintenanceTime = "cloud.google.com/scheduled-maintenance-time"
+	// LabelActiveMaintenance is ValueOngoing while workloads are being
+	// stopped and ValueTerminating when the node is ready to stop.
+	LabelActiveMaintenance = "cloud.google.com/active-node-maintenance"
+	// TaintImpendingTermination (NoSchedule, no value) keeps new pods off
+	// the node while maintenance is under way.
+	TaintImpendingTermination = "cloud.google.com/impending-node-termination"
+	// LabelPerformMaintenance = TriggerValue asks for the pending
+	// maintenance now.
+	LabelPerformMaintenance = "cloud.google.com/perform-maintenance"
+	// LabelOpportunisticDisable = "true" keeps the aggregator away.
+	LabelOpportunisticDisable = "cloud.google.com/opportunistic-disable"
+	// AnnotationUpcomingMaintenance holds the notice as served (snake_case
+	// JSON).
+	AnnotationUpcomingMaintenance = "node.gke.io/upcoming-maintenance"
+	// AnnotationOpportunisticConfig is a pool's opportunistic maintenance
+	// setting, in gcloud's syntax (package policy parses it).
+	AnnotationOpportunisticConfig = "node.gke.io/opportunistic-config"
+	// AnnotationMaintenanceState is MaintenanceState's JSON, written with
+	// an opportunistic trigger.
+	AnnotationMaintenanceState = "node.gke.io/maintenance-state"
+	// LabelNodePool names a node's pool on GKE: the default pool label.
+	LabelNodePool = "cloud.google.com/gke-nodepool"
+	// LabelTPUTopology is a TPU node's slice topology, such as 2x2x4.
+	LabelTPUTopology = "cloud.google.com/gke-tpu-topology"
+	// TaintToBeDeleted is the cluster autoscaler's taint on a node it
+	// removes.
+	TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+	// PodAnnotationSafeToEvict = "false" on a pod keeps its node from being
+	// picked for opportunistic maintenance (forced maintenance still
+	// drains it): the cluster autoscaler's annotation.
+	PodAnnotationSafeToEvict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+)
+
+// Prefix is the project-owned prefix of every other key on a Node.
+const Prefix = "maintenance-handler.io/"
+
+// The agent's keys: its state, so that a restarted agent (or a new leader
+// of the aggregator) continues from the Node alone. Each exists only while
+// it says something (see AgentState).
+const (
+	// AnnotationPhase is the agent's Phase while maintenance is under way.
+	AnnotationPhase = "maintenance-handler.io/phase"
+	// AnnotationReason is why maintenance started (a Reason).
+	AnnotationReason = "maintenance-handler.io/reason"
+	// AnnotationDeadline is when the VM is expected to stop (RFC 3339).
+	AnnotationDeadline = "maintenance-handler.io/deadline"
+	// AnnotationStarted is when maintenance started on this node (RFC 3339).
+	AnnotationStarted = "maintenance-handler.io/started"
+	// AnnotationBootID is the node's boot ID when maintenance started; a
+	// different boot ID later means the VM went down and came back.
+	AnnotationBootID = "maintenance-handler.io/boot-id"
+	// AnnotationCordonedBefore is "true" when spec.unschedulable was
+	// already set when maintenance started: it is then left set after.
+	AnnotationCordonedBefore = "maintenance-handler.io/cordoned-before"
+	// AnnotationRequestID is the performMaintenance requestId of a manual
+	// maintenance: a retried call with it is the same request.
+	AnnotationRequestID = "maintenance-handler.io/request-id"
+	// AnnotationRequested is when the agent first asked Compute Engine to
+	// start the maintenance (RFC 3339), written before the call.
+	AnnotationRequested = "maintenance-handler.io/maintenance-requested"
+	// AnnotationLastEvent is the last maintenance-event value acted on.
+	AnnotationLastEvent = "maintenance-handler.io/last-event"
+	// AnnotationIdleSince is when the node last became idle (RFC 3339);
+	// absent while the node is busy.
+	AnnotationIdleSince = "maintenance-handler.io/idle-since"
+	// AnnotationBusy says why the node is not idle (BusyAccelerators,
+	// BusySafeToEvict); absent while it is idle.
+	AnnotationBusy = "maintenance-handler.io/busy"
+	// AnnotationInterruptions counts the interruptions the agent saw, as
+	// JSON {"MaintenanceEvent/HW/SW Maintenance": 2, ...} (Interruption.Key).
+	AnnotationInterruptions = "maintenance-handler.io/interruptions"
+	// AnnotationLastBootID and AnnotationKubeletVersion are what the agent
+	// last saw the node run: a different boot ID while nothing was
+	// announced is an unannounced reboot.
+	AnnotationLastBootID     = "maintenance-handler.io/last-boot-id"
+	AnnotationKubeletVersion = "maintenance-handler.io/kubelet-version"
+)
+
+// The aggregator's own key besides the trigger.
+const (
+	// AnnotationRepairs is Repairs' JSON: the interruptions a Node object
+	// carries from the objects it replaced, and the repairs that replaced
+	// them, counted by the aggregator.
+	AnnotationRepairs = "maintenance-handler.io/repairs"
+)
+
+// Component is who writes or reads a key.
+type Component string
+
+const (
+	Agent      Component = "agent"
+	Aggregator Component = "aggregator"
+	// Person: an operator, with kubectl or a tool of theirs.
+	Person Component = "person"
+	// GKE: GKE, or whatever makes the nodes (labels at creation).
+	GKE Component = "gke"
+	// Autoscaler: the cluster autoscaler.
+	Autoscaler Component = "cluster-autoscaler"
+)
+
+// Kind is what sort of key it is.
+type Kind string
+
+const (
+	Label         Kind = "label"
+	Annotation    Kind = "annotation"
+	Taint         Kind = "taint"
+	PodAnnotation Kind = "pod annotation"
+)
+
+// Key is one key of the protocol.
+type Key struct {
+	Name string
+	Kind Kind
+	// Writer is the one component that sets it.
+	Writer Component
+	// Requesters may set it too: it is then a request, not state (a
+	// person's perform-maintenance label). Consumer removes it once it
+	// has answered it; "" for none.
+	Requesters []Component
+	Consumer   Component
+	Readers    []Component
+}
+
+// Keys is every key, with its one writer and its readers.
+var Keys = []Key{
+	{Name: LabelScheduledMaintenanceTime, Kind: Label, Writer: Agent, Readers: []Component{Person}},
+	{Name: LabelActiveMaintenance, Kind: Label, Writer: Agent, Readers: []Component{Aggregator, Person}},
+	{Name: TaintImpendingTermination, Kind: Taint, Writer: Agent, Readers: []Component{Aggregator}},
+	{Name: AnnotationUpcomingMaintenance, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator, Person}},
+	{Name: LabelPerformMaintenance, Kind: Label, Writer: Aggregator, Requesters: []Component{Person}, Consumer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationMaintenanceState, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationRepairs, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent, Aggregator}},
+	{Name: LabelOpportunisticDisable, Kind: Label, Writer: Person, Readers: []Component{Aggregator}},
+	{Name: AnnotationOpportunisticConfig, Kind: Annotation, Writer: Person, Readers: []Component{Aggregator}},
+	{Name: LabelNodePool, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
+	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator}},
+	{Name: TaintToBeDeleted, Kind: Taint, Writer: Autoscaler, Readers: []Component{Aggregator}},
+	{Name: PodAnnotationSafeToEvict, Kind: PodAnnotation, Writer: Person, Readers: []Component{Agent}},
+	{Name: AnnotationPhase, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationReason, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationDeadline, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
+	{Name: AnnotationStarted, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationBootID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationCordonedBefore, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationRequestID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationRequested, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationLastEvent, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationIdleSince, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationBusy, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationInterruptions, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationLastBootID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationKubeletVersion, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+}
+
+// Owned lists the keys c writes, and those it consumes.
+func Owned(c Component) (writes, consumes []string) {
+	for _, k := range Keys {
+		if k.Writer == c {
+			writes = append(writes, k.Name)
+		}
+		if k.Consumer == c {
+			consumes = append(consumes, k.Name)
+		}
+	}
+	return writes, consumes
+}

@@ -1,0 +1,242 @@
+package protocol
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestKeysHaveOneWriter: every key is in the table once, with one writer;
+// the project's own keys are written by the agent or the aggregator, and a
+// key another component may request is consumed by the agent.
+func TestKeysHaveOneWriter(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range Keys {
+		if seen[k.Name] {
+			t.Errorf("%s is in Keys twice", k.Name)
+		}
+		seen[k.Name] = true
+		if k.Writer == "" || len(k.Readers) == 0 {
+			t.Errorf("%s: writer %q, readers %v; want one writer and a reader", k.Name, k.Writer, k.Readers)
+		}
+		if strings.HasPrefix(k.Name, Prefix) && k.Writer != Agent && k.Writer != Aggregator {
+			t.Errorf("%s is the project's, but written by %s", k.Name, k.Writer)
+		}
+		if len(k.Requesters) > 0 && k.Consumer != Agent {
+			t.Errorf("%s is a request, but the agent does not consume it", k.Name)
+		}
+	}
+	// Every key the package declares is in the table.
+	for name, value := range declaredKeys(t) {
+		if !seen[value] {
+			t.Errorf("%s (%s) is declared but not in Keys", name, value)
+		}
+	}
+	writes, _ := Owned(Aggregator)
+	if want := []string{LabelPerformMaintenance, AnnotationMaintenanceState, AnnotationRepairs}; !cmp.Equal(writes, want) {
+		t.Errorf("the aggregator writes %v, want %v", writes, want)
+	}
+}
+
+// declaredKeys are the package's Label*, Annotation*, Taint* and
+// PodAnnotation* string constants, by name.
+func declaredKeys(t *testing.T) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "keys.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				n := name.Name
+				if !strings.HasPrefix(n, "Label") && !strings.HasPrefix(n, "Annotation") && !strings.HasPrefix(n, "Taint") && !strings.HasPrefix(n, "PodAnnotation") {
+					continue
+				}
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && vs.Type == nil {
+					out[n], _ = strconv.Unquote(lit.Value)
+				}
+			}
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("found %d keys in keys.go: the scan is broken", len(out))
+	}
+	return out
+}
+
+// TestEachKeyAndInterruptionSpelledOnce: no string literal in the
+// module's code outside this package's declarations spells a key, an
+// interruption type or an interruption reason: they are all named here.
+func TestEachKeyAndInterruptionSpelledOnce(t *testing.T) {
+	type spelling struct {
+		value string
+		exact bool // the literal is the value (a short word), not contains it
+	}
+	var want []spelling
+	for _, k := range Keys {
+		want = append(want, spelling{k.Name, false})
+	}
+	for _, typ := range InterruptionTypes() {
+		want = append(want, spelling{string(typ), false})
+	}
+	for _, i := range Interruptions {
+		want = append(want, spelling{string(i.Reason), true})
+	}
+	count := map[string][]string{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			for _, w := range want {
+				if w.exact && s == w.value || !w.exact && strings.Contains(s, w.value) {
+					count[w.value] = append(count[w.value], fset.Position(lit.Pos()).String())
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		where := count[w.value]
+		if len(where) != 1 || !strings.HasPrefix(where[0], filepath.Join("..", "protocol")+string(filepath.Separator)) {
+			t.Errorf("%q is spelled %d times, want once in package protocol: %v", w.value, len(where), where)
+		}
+	}
+}
+
+func TestReasonInterruption(t *testing.T) {
+	for _, tc := range []struct {
+		reason Reason
+		want   Interruption
+		ok     bool
+	}{
+		{ReasonHostMaintenance, HostMaintenance, true},
+		{ReasonManual, HostMaintenance, true},
+		{ReasonPreemption, Preemption, true},
+		{"", Interruption{}, false},
+		{"reboot", Interruption{}, false},
+	} {
+		got, ok := tc.reason.Interruption()
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%q.Interruption() = %v, %t; want %v, %t", tc.reason, got, ok, tc.want, tc.ok)
+		}
+	}
+	for _, i := range Interruptions {
+		back, ok := ParseInterruptionKey(i.Key())
+		if !ok || back != i {
+			t.Errorf("ParseInterruptionKey(%q) = %v, %t", i.Key(), back, ok)
+		}
+	}
+	for _, bad := range []string{"", "MaintenanceEvent", "/HostError", "MaintenanceEvent/"} {
+		if _, ok := ParseInterruptionKey(bad); ok {
+			t.Errorf("ParseInterruptionKey(%q) accepted", bad)
+		}
+	}
+}
+
+// TestNodeInterruptionsAddsRepairs: the node's total is the agent's counts
+// plus what the aggregator carried over; unreadable values count nothing.
+func TestNodeInterruptionsAddsRepairs(t *testing.T) {
+	n := &corev1.Node{}
+	WriteAgentState(n, AgentState{Interruptions: Counts{}.Add(HostMaintenance, 1).Add(UnannouncedReboot, 1)})
+	WriteRepairs(n, Repairs{RecreatedFrom: "uid-1", Interruptions: Counts{}.Add(HostMaintenance, 2).Add(Repair, 1)})
+	want := Counts{HostMaintenance.Key(): 3, UnannouncedReboot.Key(): 1, Repair.Key(): 1}
+	if d := cmp.Diff(want, NodeInterruptions(n)); d != "" {
+		t.Errorf("NodeInterruptions (-want +got):\n%s", d)
+	}
+	if got := ReadRepairs(n).RecreatedFrom; got != "uid-1" {
+		t.Errorf("recreated from %q", got)
+	}
+	n.Annotations[AnnotationInterruptions] = "{not json"
+	n.Annotations[AnnotationRepairs] = "[]"
+	if got := NodeInterruptions(n); len(got) != 0 {
+		t.Errorf("unreadable counts read as %v", got)
+	}
+}
+
+// TestTriggerWrittenReadConsumed: the aggregator's trigger reads back as
+// opportunistic, and consuming it removes both keys and nothing else.
+func TestTriggerWrittenReadConsumed(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"keep": "me"}}}
+	if _, set, _ := ReadTrigger(n); set {
+		t.Fatal("a Node without the label reads as triggered")
+	}
+	WriteTrigger(n, MaintenanceState{OpportunisticTriggered: true, TriggeredBy: "aggregator-0"})
+	value, set, ms := ReadTrigger(n)
+	if value != TriggerValue || !set || !ms.OpportunisticTriggered || ms.TriggeredBy != "aggregator-0" {
+		t.Errorf("read back %q, %t, %+v", value, set, ms)
+	}
+	ConsumeTrigger(n)
+	if len(n.Labels) != 1 || len(n.Annotations) != 0 {
+		t.Errorf("after consuming: labels %v, annotations %v", n.Labels, n.Annotations)
+	}
+	n.Labels[LabelPerformMaintenance] = "yes"
+	n.Annotations = map[string]string{AnnotationMaintenanceState: "{oops"}
+	if value, set, ms := ReadTrigger(n); value != "yes" || !set || ms.OpportunisticTriggered {
+		t.Errorf("a person's odd value read as %q, %t, %+v", value, set, ms)
+	}
+}
+
+// TestAgentStateWritesItsConsequences: the phase sets the
+// active-maintenance label and the taint; back to idle, only what outlives
+// a maintenance stays, and taints of others are kept.
+func TestAgentStateWritesItsConsequences(t *testing.T) {
+	other := corev1.Taint{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}
+	n := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{other}}}
+	for _, tc := range []struct {
+		phase Phase
+		label string
+		taint bool
+	}{{PhaseDraining, ValueOngoing, true}, {PhaseTerminating, ValueTerminating, true}, {PhaseIdle, "", false}} {
+		WriteAgentState(n, AgentState{Phase: tc.phase, Reason: ReasonPreemption, BootID: "b", IdleSince: readTime("2026-11-23T00:00:00Z")})
+		if got := n.Labels[LabelActiveMaintenance]; got != tc.label || HasTaint(n) != tc.taint || !HasTaintKey(n, other.Key) {
+			t.Errorf("%s: label %q, our taint %t, taints %v", tc.phase, got, HasTaint(n), n.Spec.Taints)
+		}
+	}
+	if _, ok := n.Annotations[AnnotationReason]; ok {
+		t.Errorf("idle Node keeps the maintenance keys: %v", n.Annotations)
+	}
+	if n.Annotations[AnnotationIdleSince] == "" {
+		t.Error("idle-since does not outlive the maintenance")
+	}
+}

@@ -1,0 +1,267 @@
+package protocol
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+)
+
+// AgentState is what the agent keeps on its Node.
+type AgentState struct {
+	Phase  Phase
+	Reason Reason
+	// Started and Deadline are set while Draining or Terminating.
+	Started, Deadline time.Time
+	// BootID is the node's boot ID when maintenance started.
+	BootID string
+	// CordonedBefore: spec.unschedulable was set before maintenance began.
+	CordonedBefore bool
+	// ScheduledTime is the scheduled-maintenance-time label ("" if absent).
+	ScheduledTime string
+	// Notice is the upcoming-maintenance annotation ("" if absent).
+	Notice string
+	// LastEvent is the last maintenance-event value acted on.
+	LastEvent metadata.Event
+	// RequestID is the performMaintenance requestId of a manual
+	// maintenance, chosen when it starts.
+	RequestID string
+	// Requested is when the agent first asked Compute Engine to start the
+	// maintenance (written before the call).
+	Requested time.Time
+	// IdleSince is when the node last became idle; zero while it is busy,
+	// and Busy says why.
+	IdleSince time.Time
+	Busy      string
+	// Interruptions counts the interruptions the agent saw, for as long as
+	// the Node object lives.
+	Interruptions Counts
+	// LastBootID and LastKubelet are the boot ID and kubelet version the
+	// agent last saw the node run.
+	LastBootID, LastKubelet string
+}
+
+// Active: maintenance is under way.
+func (st AgentState) Active() bool { return st.Phase == PhaseDraining || st.Phase == PhaseTerminating }
+
+// ReadAgentState reads the agent's state from n. A phase it does not know
+// reads as PhaseIdle; a time it cannot parse, as zero.
+func ReadAgentState(n *corev1.Node) AgentState {
+	a := n.Annotations
+	st := AgentState{
+		Phase:          Phase(a[AnnotationPhase]),
+		Reason:         Reason(a[AnnotationReason]),
+		BootID:         a[AnnotationBootID],
+		CordonedBefore: a[AnnotationCordonedBefore] == "true",
+		ScheduledTime:  n.Labels[LabelScheduledMaintenanceTime],
+		Notice:         a[AnnotationUpcomingMaintenance],
+		LastEvent:      metadata.Event(a[AnnotationLastEvent]),
+		RequestID:      a[AnnotationRequestID],
+		Busy:           a[AnnotationBusy],
+		Started:        readTime(a[AnnotationStarted]),
+		Deadline:       readTime(a[AnnotationDeadline]),
+		Requested:      readTime(a[AnnotationRequested]),
+		IdleSince:      readTime(a[AnnotationIdleSince]),
+		Interruptions:  decodeCounts(a[AnnotationInterruptions]),
+		LastBootID:     a[AnnotationLastBootID],
+		LastKubelet:    a[AnnotationKubeletVersion],
+	}
+	if !st.Active() {
+		st.Phase = PhaseIdle
+	}
+	return st
+}
+
+func readTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+func writeTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// set sets m[k] to v, or deletes k when v is empty.
+func set(m map[string]string, k, v string) {
+	if v == "" {
+		delete(m, k)
+	} else {
+		m[k] = v
+	}
+}
+
+// WriteAgentState writes st onto n with its consequences: the
+// active-maintenance label and the impending-termination taint. The
+// maintenance keys exist only while maintenance is under way. It leaves
+// spec.unschedulable alone (cordoning is the agent's decision).
+func WriteAgentState(n *corev1.Node, st AgentState) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	active := st.Active()
+	whileActive := func(v string) string {
+		if !active {
+			return ""
+		}
+		return v
+	}
+	a := n.Annotations
+	set(a, AnnotationPhase, whileActive(string(st.Phase)))
+	set(a, AnnotationReason, whileActive(string(st.Reason)))
+	set(a, AnnotationStarted, whileActive(writeTime(st.Started)))
+	set(a, AnnotationDeadline, whileActive(writeTime(st.Deadline)))
+	set(a, AnnotationBootID, whileActive(st.BootID))
+	set(a, AnnotationCordonedBefore, whileActive(strconv.FormatBool(st.CordonedBefore)))
+	set(a, AnnotationRequestID, whileActive(st.RequestID))
+	set(a, AnnotationRequested, whileActive(writeTime(st.Requested)))
+	set(a, AnnotationLastEvent, string(st.LastEvent))
+	set(a, AnnotationUpcomingMaintenance, st.Notice)
+	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
+	set(a, AnnotationBusy, st.Busy)
+	set(a, AnnotationInterruptions, st.Interruptions.encode())
+	set(a, AnnotationLastBootID, st.LastBootID)
+	set(a, AnnotationKubeletVersion, st.LastKubelet)
+	set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
+	switch st.Phase {
+	case PhaseDraining:
+		n.Labels[LabelActiveMaintenance] = ValueOngoing
+	case PhaseTerminating:
+		n.Labels[LabelActiveMaintenance] = ValueTerminating
+	default:
+		delete(n.Labels, LabelActiveMaintenance)
+	}
+	setTaint(n, active)
+}
+
+func setTaint(n *corev1.Node, on bool) {
+	taints := n.Spec.Taints[:0:0]
+	found := false
+	for _, t := range n.Spec.Taints {
+		if isOurTaint(t) {
+			found = true
+			if !on {
+				continue
+			}
+		}
+		taints = append(taints, t)
+	}
+	if on && !found {
+		taints = append(taints, corev1.Taint{Key: TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if len(taints) == 0 {
+		taints = nil
+	}
+	n.Spec.Taints = taints
+}
+
+func isOurTaint(t corev1.Taint) bool {
+	return t.Key == TaintImpendingTermination && t.Effect == corev1.TaintEffectNoSchedule
+}
+
+// HasTaint reports whether the impending-termination taint is on n.
+func HasTaint(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if isOurTaint(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// HasTaintKey reports whether a taint with key is on n, whatever its
+// effect.
+func HasTaintKey(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// InMaintenance: a maintenance is under way on n or asked for (the
+// active-maintenance label, the perform-maintenance label, or the
+// impending-termination taint).
+func InMaintenance(n *corev1.Node) bool {
+	_, active := n.Labels[LabelActiveMaintenance]
+	_, asked := n.Labels[LabelPerformMaintenance]
+	return active || asked || HasTaint(n)
+}
+
+// MaintenanceState is the JSON of AnnotationMaintenanceState, written
+// with an opportunistic trigger.
+type MaintenanceState struct {
+	OpportunisticTriggered bool   `json:"opportunistic-triggered"`
+	TriggeredAt            string `json:"triggered-at,omitempty"`
+	TriggeredBy            string `json:"triggered-by,omitempty"`
+}
+
+// ReadTrigger reads the perform-maintenance label, and the maintenance
+// state written with it (zero when absent or unreadable).
+func ReadTrigger(n *corev1.Node) (value string, set bool, ms MaintenanceState) {
+	value, set = n.Labels[LabelPerformMaintenance]
+	if raw := n.Annotations[AnnotationMaintenanceState]; raw != "" {
+		if json.Unmarshal([]byte(raw), &ms) != nil {
+			ms = MaintenanceState{}
+		}
+	}
+	return value, set, ms
+}
+
+// WriteTrigger asks for n's pending maintenance now, as the aggregator:
+// the perform-maintenance label and the maintenance state that says who.
+func WriteTrigger(n *corev1.Node, ms MaintenanceState) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	raw, _ := json.Marshal(ms)
+	n.Labels[LabelPerformMaintenance] = TriggerValue
+	n.Annotations[AnnotationMaintenanceState] = string(raw)
+}
+
+// ConsumeTrigger removes the request once the agent has answered it.
+func ConsumeTrigger(n *corev1.Node) {
+	delete(n.Labels, LabelPerformMaintenance)
+	delete(n.Annotations, AnnotationMaintenanceState)
+}
+
+// Repairs is the JSON of AnnotationRepairs.
+type Repairs struct {
+	// RecreatedFrom is the UID of the Node object this one replaced, once
+	// the repair is counted.
+	RecreatedFrom types.UID `json:"recreated-from,omitempty"`
+	// Interruptions are those of the objects this one replaced (all of
+	// them, in a chain of repairs) and the repairs themselves.
+	Interruptions Counts `json:"interruptions,omitempty"`
+}
+
+// ReadRepairs reads n's repairs (zero when absent or unreadable).
+func ReadRepairs(n *corev1.Node) Repairs {
+	var r Repairs
+	if raw := n.Annotations[AnnotationRepairs]; raw != "" && json.Unmarshal([]byte(raw), &r) != nil {
+		return Repairs{}
+	}
+	return r
+}
+
+// WriteRepairs writes r onto n.
+func WriteRepairs(n *corev1.Node, r Repairs) {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	raw, _ := json.Marshal(r)
+	n.Annotations[AnnotationRepairs] = string(raw)
+}

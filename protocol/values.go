@@ -1,0 +1,85 @@
+package protocol
+
+// Values of LabelActiveMaintenance.
+const (
+	ValueOngoing     = "ONGOING"
+	ValueTerminating = "terminating"
+)
+
+// TriggerValue is the only accepted value of LabelPerformMaintenance.
+const TriggerValue = "true"
+
+// Why a node is not idle (the value of AnnotationBusy).
+const (
+	BusyAccelerators = "accelerators"
+	BusySafeToEvict  = "safe-to-evict"
+)
+
+// Phase is where a node is in its maintenance lifecycle.
+type Phase string
+
+const (
+	PhaseIdle        Phase = "Idle"
+	PhaseDraining    Phase = "Draining"
+	PhaseTerminating Phase = "Terminating"
+)
+
+// Phases lists the phases, for metrics that show every series.
+var Phases = []Phase{PhaseIdle, PhaseDraining, PhaseTerminating}
+
+// Reason is why maintenance started.
+type Reason string
+
+const (
+	ReasonHostMaintenance Reason = "host-maintenance"
+	ReasonPreemption      Reason = "preemption"
+	// ReasonManual: the perform-maintenance label asked for the pending
+	// maintenance now.
+	ReasonManual Reason = "manual"
+)
+
+// Interruption is the interruption a maintenance of this reason counts
+// as: the one cause → interruption mapping. A manual maintenance is host
+// maintenance taken early (counted once Compute Engine accepts it).
+func (r Reason) Interruption() (Interruption, bool) {
+	switch r {
+	case ReasonHostMaintenance, ReasonManual:
+		return HostMaintenance, true
+	case ReasonPreemption:
+		return Preemption, true
+	}
+	return Interruption{}, false
+}
+
+// Outcomes of a manual trigger: the agent's answer to
+// LabelPerformMaintenance (the outcome label of manual_triggers_total).
+const (
+	ManualStarted          = "started"
+	ManualAccepted         = "accepted"
+	ManualFailed           = "failed"
+	ManualPermissionDenied = "permission_denied"
+	ManualRefused          = "refused"
+	ManualInvalidValue     = "invalid_value"
+	ManualNoNotice         = "no_notice"
+	ManualNotReschedulable = "not_reschedulable"
+	ManualAlreadyOngoing   = "already_ongoing"
+	// The maintenance policy gates manual triggers and refuses this one.
+	ManualOutsideWindow = "outside_window"
+	ManualExcluded      = "excluded"
+	ManualPolicyUnknown = "policy_unknown"
+	// ManualNotStarted: Compute Engine accepted the call, but its
+	// operation failed or the maintenance did not begin in time; the node
+	// went back in service.
+	ManualNotStarted = "not_started"
+)
+
+// ManualOutcomes lists every outcome.
+var ManualOutcomes = []string{ManualStarted, ManualAccepted, ManualFailed, ManualPermissionDenied, ManualRefused,
+	ManualInvalidValue, ManualNoNotice, ManualNotReschedulable, ManualAlreadyOngoing, ManualOutsideWindow, ManualExcluded,
+	ManualPolicyUnknown, ManualNotStarted}
+
+// Accelerator resources: a pod requesting one does accelerator work.
+const (
+	ResourceGPU = "nvidia.com/gpu"
+	ResourceTPU = "google.com/tpu"
+)
