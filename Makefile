@@ -4,7 +4,7 @@ GO ?= go
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test testworld prometheus vet verify build bench
+.PHONY: help demo test unit testworld prometheus vet verify build bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -15,6 +15,10 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 
 test: testworld prometheus verify ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
 	MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./...
+	$(GO) run ./cmd/testworld leaks
+
+unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds, starting no process of the test world
+	$(GO) test -short -count=1 ./...
 	$(GO) run ./cmd/testworld leaks
 
 testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache

@@ -13,16 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
-	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -40,15 +37,6 @@ type Metrics interface {
 	SetPhase(phase protocol.Phase)
 	ManualTrigger(outcome string)
 	SetNode(drainDeadline, scheduled time.Time, busy bool)
-}
-
-// Maintainer asks Compute Engine to start the pending maintenance of the
-// agent's own VM now; compute.VM implements it.
-type Maintainer interface {
-	PerformMaintenance(ctx context.Context, requestID string) (operation string, err error)
-	// WaitOperation returns when the operation has ended: nil when it
-	// succeeded.
-	WaitOperation(ctx context.Context, operation string) error
 }
 
 // Events records Kubernetes Events on the agent's Node.
@@ -88,10 +76,13 @@ type Options struct {
 	// DrainReserve bounds the time kept for system and DaemonSet pods at
 	// the end of a drain (drain.Options.Reserve).
 	DrainReserve time.Duration
-	Metrics      Metrics
-	Events       Events
-	Clock        clock.Clock
-	Logger       *slog.Logger
+	// Drainer empties the node; nil is a drain.Drainer of the node's Pods
+	// with RetryInterval and DrainReserve.
+	Drainer Drainer
+	Metrics Metrics
+	Events  Events
+	Clock   clock.Clock
+	Logger  *slog.Logger
 }
 
 // Agent runs the maintenance lifecycle of one node.
@@ -105,9 +96,9 @@ type Agent struct {
 	signals Signals
 	// unrecognized holds the keys whose last answer was not understood.
 	unrecognized map[string]bool
-	changedAt    time.Time // when a signal last changed
-	drainFor     time.Time // Started of the maintenance the running drain is for
-	drainDone    time.Time // Started of the maintenance whose drain finished
+	changedAt    time.Time  // when a signal last changed
+	drainFor     DrainOrder // the running drain
+	drainDone    time.Time  // Started of the maintenance whose drain finished
 	drainStop    context.CancelFunc
 	drainGroup   sync.WaitGroup
 
@@ -130,59 +121,6 @@ type Agent struct {
 	failures     int
 	failingSince time.Time
 	lastErr      error
-}
-
-// watchNode starts one watch of the agent's own Node and waits for it.
-func (a *Agent) watchNode(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
-		}))
-	a.nodes = factory.Core().V1().Nodes().Informer()
-	_ = a.nodes.SetTransform(slimNode)
-	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
-	})
-	go a.nodes.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
-		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, ctx.Err())
-	}
-	return nil
-}
-
-// slimNode drops what the agent never reads from its cached Node: the
-// managed fields and the status but for nodeInfo (the image list alone is
-// often tens of kilobytes). The agent updates the Node from this copy; an
-// update leaves the status as it is (it is a subresource) and omitted
-// managed fields as they are.
-func slimNode(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	n.ManagedFields = nil
-	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo}
-	return n, nil
-}
-
-// errNodeNotFound: the Node is not (or no longer) in the API server.
-var errNodeNotFound = errors.New("node not found")
-
-func (a *Agent) cachedNode() (*corev1.Node, error) {
-	obj, ok, err := a.nodes.GetStore().GetByKey(a.opts.NodeName)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", errNodeNotFound, a.opts.NodeName)
-	}
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return nil, fmt.Errorf("node cache holds %T", obj)
-	}
-	return n, nil
 }
 
 // ErrInvalidOptions is returned by New for Options missing a required
@@ -223,6 +161,13 @@ func New(opts Options) (*Agent, error) {
 		opts.AcceleratorResources = DefaultAcceleratorResources
 	}
 	opts.Config = opts.Config.withDefaults()
+	if opts.Drainer == nil {
+		opts.Drainer = drain.New(drain.Options{
+			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Reserve: opts.DrainReserve,
+			TaintKey: protocol.TaintImpendingTermination,
+			Clock:    opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
+		})
+	}
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
@@ -318,41 +263,6 @@ func (a *Agent) Start(ctx context.Context) error {
 			a.poke()
 		}
 	}
-}
-
-// recordReconcile remembers whether the Node could be reconciled and
-// returns how long to wait before trying again after a failure: 1 s doubled
-// per consecutive failure up to 30 s, with up to half of it as jitter.
-func (a *Agent) recordReconcile(err error) time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err == nil {
-		a.failures, a.failingSince, a.lastErr = 0, time.Time{}, nil
-		return 0
-	}
-	if a.failures == 0 {
-		a.failingSince = a.opts.Clock.Now()
-	}
-	a.failures++
-	a.lastErr = err
-	return backoff.Default.Delay(a.failures)
-}
-
-// ErrUnhealthy is returned by Healthy.
-var ErrUnhealthy = errors.New("agent unhealthy")
-
-// Healthy reports an error when the agent has failed to reconcile its Node
-// (for example, the API server is unreachable) for longer than limit.
-func (a *Agent) Healthy(limit time.Duration) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.failures == 0 {
-		return nil
-	}
-	if since := a.opts.Clock.Since(a.failingSince); since > limit {
-		return fmt.Errorf("%w: node %q not reconciled for %s (%d attempts): %v", ErrUnhealthy, a.opts.NodeName, since.Round(time.Second), a.failures, a.lastErr)
-	}
-	return nil
 }
 
 func (a *Agent) sleep(ctx context.Context, d time.Duration) {
@@ -526,46 +436,7 @@ func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Coun
 		scheduled = time.Unix(sec, 0)
 	}
 	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
-	a.mu.Lock()
-	drainFor := a.drainFor
-	a.mu.Unlock()
-	switch {
-	case st.Phase == protocol.PhaseDraining && !drainFor.Equal(st.Started):
-		a.stopDrain()
-		a.startDrain(ctx, st)
-	case st.Phase != protocol.PhaseDraining && !drainFor.IsZero():
-		a.stopDrain()
-	}
-}
-
-func (a *Agent) startDrain(ctx context.Context, st State) {
-	dctx, cancel := context.WithCancel(ctx)
-	a.mu.Lock()
-	a.drainFor = st.Started
-	a.drainStop = cancel
-	a.mu.Unlock()
-	d := drain.New(drain.Options{
-		Client: a.opts.Client, Pods: a.opts.Pods, Skip: a.opts.Self, RetryInterval: a.opts.RetryInterval, Reserve: a.opts.DrainReserve,
-		TaintKey: protocol.TaintImpendingTermination,
-		Clock:    a.opts.Clock, Logger: a.log, Recorder: a.opts.Metrics, Events: a.opts.Events,
-	})
-	a.drainGroup.Add(1)
-	go func() {
-		defer a.drainGroup.Done()
-		a.log.Info("drain started", "reason", st.Reason, "deadline", st.Deadline)
-		res, err := d.Drain(dctx, st.Deadline)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				a.log.Warn("drain ended early", "err", err)
-			}
-			return
-		}
-		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted, "left", res.Left)
-		a.mu.Lock()
-		a.drainDone = st.Started
-		a.mu.Unlock()
-		a.poke()
-	}()
+	a.followDrain(ctx, dec.Drain)
 }
 
 // syncCounts makes the interruption counters follow the Node's counts (the
@@ -582,133 +453,5 @@ func (a *Agent) syncCounts(counts protocol.Counts) {
 		}
 		a.opts.Metrics.AddInterruptions(i, n-a.counted[key])
 		a.counted[key] = n
-	}
-}
-
-// performMinimum is the least time a performMaintenance call gets to go
-// through (with retries), even when the drain used up the deadline.
-const performMinimum = time.Minute
-
-// startPerform runs the performMaintenance call for st's request ID, unless
-// this process has already started it. The call is retried until st's
-// deadline (at least performMinimum from now); its result wakes the loop.
-func (a *Agent) startPerform(ctx context.Context, st State) {
-	a.mu.Lock()
-	if a.performFor == st.RequestID {
-		a.mu.Unlock()
-		return
-	}
-	a.performFor = st.RequestID
-	a.mu.Unlock()
-	timeout := max(st.Deadline.Sub(a.opts.Clock.Now()), performMinimum)
-	a.performGroup.Add(1)
-	go func() {
-		defer a.performGroup.Done()
-		a.log.Info("asking Compute Engine to start the maintenance", "request_id", st.RequestID, "timeout", timeout)
-		res := &PerformResult{RequestID: st.RequestID}
-		if a.opts.Maintainer == nil {
-			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
-		} else {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
-			cancel()
-			if ctx.Err() != nil {
-				return // stopping: the next agent continues from the Node
-			}
-			switch {
-			case res.Err == nil:
-			case errors.Is(res.Err, compute.ErrPermissionDenied):
-				res.Outcome = protocol.ManualPermissionDenied
-			case errors.Is(res.Err, compute.ErrRefused):
-				res.Outcome = protocol.ManualRefused
-			default:
-				res.Outcome = protocol.ManualFailed
-			}
-		}
-		if res.Err != nil {
-			a.log.Warn("performMaintenance failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
-		} else {
-			a.log.Info("performMaintenance accepted", "request_id", st.RequestID, "operation", res.Operation)
-		}
-		a.setPerformResult(res)
-		if res.Err != nil || a.opts.Maintainer == nil {
-			return
-		}
-		// Follow the operation to its end: one that fails puts the node
-		// back in service (Step). Bounded by the manual start timeout.
-		octx, cancel := context.WithTimeout(ctx, a.opts.Config.ManualStartTimeout)
-		err := a.opts.Maintainer.WaitOperation(octx, res.Operation)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-		case errors.Is(err, compute.ErrOperationFailed):
-			a.log.Warn("performMaintenance operation failed", "request_id", st.RequestID, "operation", res.Operation, "err", err)
-			failed := *res
-			failed.OperationErr = err
-			a.setPerformResult(&failed)
-		case err != nil:
-			a.log.Warn("performMaintenance operation not followed to its end", "operation", res.Operation, "err", err)
-		default:
-			a.log.Info("performMaintenance operation done", "operation", res.Operation)
-		}
-	}()
-}
-
-func (a *Agent) setPerformResult(res *PerformResult) {
-	a.mu.Lock()
-	a.performResult = res
-	a.mu.Unlock()
-	a.poke()
-}
-
-func (a *Agent) stopDrain() {
-	a.mu.Lock()
-	stop := a.drainStop
-	a.drainStop, a.drainFor = nil, time.Time{}
-	a.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	a.drainGroup.Wait()
-}
-
-// ErrNoNode is why WaitForNode still waits: the Node is not registered, or
-// the agent may not read it, or the API server does not answer.
-var ErrNoNode = errors.New("waiting for the node")
-
-// WaitForNode blocks until the agent can read its Node (the agent may start
-// before its Node is registered). Each time the reason it waits changes, it
-// logs it and tells waiting (for /healthz); it retries with backoff.Default.
-func WaitForNode(ctx context.Context, c kubernetes.Interface, name string, clk clock.Clock, log *slog.Logger, waiting func(error)) (*corev1.Node, error) {
-	var last string
-	for attempt := 1; ; attempt++ {
-		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			if last != "" {
-				log.Info("node found", "node", name)
-			}
-			return n, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var why error
-		switch {
-		case apierrors.IsNotFound(err):
-			why = fmt.Errorf("%w %q: it is not registered yet (the kubelet registers it)", ErrNoNode, name)
-		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-			why = fmt.Errorf("%w %q: the agent may not read it; check its ServiceAccount's ClusterRole (get, watch nodes): %w", ErrNoNode, name, err)
-		default:
-			why = fmt.Errorf("%w %q: the API server did not answer: %w", ErrNoNode, name, err)
-		}
-		waiting(why)
-		delay := backoff.Default.Delay(attempt)
-		if why.Error() != last {
-			log.Warn("waiting for the node", "node", name, "err", why, "retry_in", delay)
-			last = why.Error()
-		}
-		if err := backoff.Wait(ctx, clk, delay); err != nil {
-			return nil, err
-		}
 	}
 }

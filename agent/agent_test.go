@@ -16,9 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -431,6 +433,45 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	}
 }
 
+// TestPreemptionMovesTheDeadlineOfTheDrainUnderWay: a host maintenance's
+// drain is held by a PodDisruptionBudget (it would delete the pod only at
+// its 60 min deadline minus the grace); the VM is then preempted, and the
+// drain under way takes the 30 s deadline: the pod is deleted at that
+// deadline minus its grace, and the node is terminating before the VM
+// stops.
+func TestPreemptionMovesTheDeadlineOfTheDrainUnderWay(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-preempt-1")
+	ns := world.Namespace(t)
+	p := makePod(ns, "guarded", v.name, 10, time.Second)
+	p.Labels = map[string]string{"app": "guarded"}
+	createPod(t, p)
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guarded"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ns, "guarded", 1)
+	startAgent(t, v, agent.DefaultConfig)
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	waitEvent(t, v.name, drain.EventBlocked)
+
+	start := time.Now()
+	v.emu.SetPreempted(true)
+	n := waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	deadline, err := time.Parse(time.RFC3339Nano, n.Annotations[protocol.AnnotationDeadline])
+	if err != nil || deadline.After(start.Add(31*time.Second)) {
+		t.Errorf("deadline %v (%v), want within 30 s of the preemption", deadline, err)
+	}
+	if !podGone(t, ns, "guarded") {
+		t.Error("terminating before the guarded pod was gone")
+	}
+	waitEvent(t, v.name, drain.EventEscalated)
+}
+
 func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-restart-0")
@@ -567,7 +608,15 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 		t.Errorf("watches %v, want two: the node and its pods", watches)
 	}
 	mark := log.len()
-	time.Sleep(5 * time.Second) // a window in which nothing happens
+	// A window in which nothing happens but the metadata long polls: two
+	// more answers for each of the three keys (two poll timeouts).
+	served := v.emu.Requests()
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return v.emu.Requests() >= served+6, nil
+	})
+	if err != nil {
+		t.Fatalf("the agent stopped polling the metadata server (%d requests)", v.emu.Requests())
+	}
 	if extra := log.since(mark); len(extra) > 0 {
 		t.Errorf("idle agent made API requests: %v", extra)
 	}

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 )
 
@@ -49,4 +51,39 @@ func (h *MetadataHealth) KeyRecovered(key string) {
 	h.Metrics.SetMetadataKeyHealthy(key, true)
 	h.Logger.Info("metadata key recovered", "key", key)
 	h.Events.NodeEvent(false, EventMetadataRecovered, fmt.Sprintf("The metadata server answers %s again.", key))
+}
+
+// recordReconcile remembers whether the Node could be reconciled and
+// returns how long to wait before trying again after a failure: 1 s doubled
+// per consecutive failure up to 30 s, with up to half of it as jitter.
+func (a *Agent) recordReconcile(err error) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil {
+		a.failures, a.failingSince, a.lastErr = 0, time.Time{}, nil
+		return 0
+	}
+	if a.failures == 0 {
+		a.failingSince = a.opts.Clock.Now()
+	}
+	a.failures++
+	a.lastErr = err
+	return backoff.Default.Delay(a.failures)
+}
+
+// ErrUnhealthy is returned by Healthy.
+var ErrUnhealthy = errors.New("agent unhealthy")
+
+// Healthy reports an error when the agent has failed to reconcile its Node
+// (for example, the API server is unreachable) for longer than limit.
+func (a *Agent) Healthy(limit time.Duration) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.failures == 0 {
+		return nil
+	}
+	if since := a.opts.Clock.Since(a.failingSince); since > limit {
+		return fmt.Errorf("%w: node %q not reconciled for %s (%d attempts): %v", ErrUnhealthy, a.opts.NodeName, since.Round(time.Second), a.failures, a.lastErr)
+	}
+	return nil
 }

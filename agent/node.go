@@ -1,8 +1,21 @@
 package agent
 
 import (
-	corev1 "k8s.io/api/core/v1"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -46,4 +59,98 @@ func equalMap(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// watchNode starts one watch of the agent's own Node and waits for it.
+func (a *Agent) watchNode(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+		}))
+	a.nodes = factory.Core().V1().Nodes().Informer()
+	_ = a.nodes.SetTransform(slimNode)
+	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.poke() },
+		UpdateFunc: func(any, any) { a.poke() },
+		DeleteFunc: func(any) { a.poke() },
+	})
+	go a.nodes.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
+		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, ctx.Err())
+	}
+	return nil
+}
+
+// slimNode drops what the agent never reads from its cached Node: the
+// managed fields and the status but for nodeInfo (the image list alone is
+// often tens of kilobytes). The agent updates the Node from this copy; an
+// update leaves the status as it is (it is a subresource) and omitted
+// managed fields as they are.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo}
+	return n, nil
+}
+
+// errNodeNotFound: the Node is not (or no longer) in the API server.
+var errNodeNotFound = errors.New("node not found")
+
+func (a *Agent) cachedNode() (*corev1.Node, error) {
+	obj, ok, err := a.nodes.GetStore().GetByKey(a.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", errNodeNotFound, a.opts.NodeName)
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return nil, fmt.Errorf("node cache holds %T", obj)
+	}
+	return n, nil
+}
+
+// ErrNoNode is why WaitForNode still waits: the Node is not registered, or
+// the agent may not read it, or the API server does not answer.
+var ErrNoNode = errors.New("waiting for the node")
+
+// WaitForNode blocks until the agent can read its Node (the agent may start
+// before its Node is registered). Each time the reason it waits changes, it
+// logs it and tells waiting (for /healthz); it retries with backoff.Default.
+func WaitForNode(ctx context.Context, c kubernetes.Interface, name string, clk clock.Clock, log *slog.Logger, waiting func(error)) (*corev1.Node, error) {
+	var last string
+	for attempt := 1; ; attempt++ {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			if last != "" {
+				log.Info("node found", "node", name)
+			}
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var why error
+		switch {
+		case apierrors.IsNotFound(err):
+			why = fmt.Errorf("%w %q: it is not registered yet (the kubelet registers it)", ErrNoNode, name)
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+			why = fmt.Errorf("%w %q: the agent may not read it; check its ServiceAccount's ClusterRole (get, watch nodes): %w", ErrNoNode, name, err)
+		default:
+			why = fmt.Errorf("%w %q: the API server did not answer: %w", ErrNoNode, name, err)
+		}
+		waiting(why)
+		delay := backoff.Default.Delay(attempt)
+		if why.Error() != last {
+			log.Warn("waiting for the node", "node", name, "err", why, "retry_in", delay)
+			last = why.Error()
+		}
+		if err := backoff.Wait(ctx, clk, delay); err != nil {
+			return nil, err
+		}
+	}
 }

@@ -233,7 +233,23 @@ type Decision struct {
 	Manual string
 	// WakeAt, when set, is when to step again though nothing changes.
 	WakeAt time.Time
+	// Drain is the drain that must be running now; zero when none must.
+	// The loop starts it, restarts it when it changes (a preemption moves
+	// the deadline of a drain under way) and stops it when it is zero.
+	Drain DrainOrder
 }
+
+// DrainOrder names a drain: the maintenance it is for (its start) and the
+// deadline it must end by.
+type DrainOrder struct {
+	For, Deadline time.Time
+}
+
+// IsZero: no drain.
+func (o DrainOrder) IsZero() bool { return o.For.IsZero() }
+
+// Equal: the same drain.
+func (o DrainOrder) Equal(p DrainOrder) bool { return o.For.Equal(p.For) && o.Deadline.Equal(p.Deadline) }
 
 // Step is the state machine. It is pure: the same inputs give the same
 // decision, and applying a decision's state and stepping again with the
@@ -367,7 +383,13 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		}
 	}
 
-	// 7. Idleness, for the aggregator.
+	// 7. The drain: running while the node drains and its drain is not
+	// done (a manual drain that is done waits for Compute Engine).
+	if d.State.Phase == protocol.PhaseDraining && !(obs.DrainDone && d.State.Started.Equal(st.Started)) {
+		d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline}
+	}
+
+	// 8. Idleness, for the aggregator.
 	if obs.PodsKnown {
 		if obs.Idle {
 			if d.State.IdleSince.IsZero() {

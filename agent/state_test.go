@@ -55,7 +55,45 @@ func draining(reason protocol.Reason, deadline time.Duration) State {
 
 // ignoreAccounting leaves what the node ran and the interruption counts to
 // TestStepAccounting.
-var ignoreAccounting = cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet")
+// ignoreAccounting leaves out what other tests check: the counts, what
+// the node runs, and the drain order (TestStepDrainOrder).
+var ignoreAccounting = cmp.Options{cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet"), cmpopts.IgnoreFields(Decision{}, "Drain")}
+
+// TestStepDrainOrder: a drain must run while the node drains, until it is
+// done; a preemption moves the deadline of the drain under way; a manual
+// drain that is done waits for Compute Engine with no drain running.
+func TestStepDrainOrder(t *testing.T) {
+	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
+	preempted := with(func(s *Signals) { s.Event, s.Preempted = metadata.EventTerminate, true })
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	hostDrain := draining(protocol.ReasonHostMaintenance, cfg.HostMaintenanceDeadline)
+	manual := draining(protocol.ReasonManual, cfg.ManualDrainTimeout)
+	manual.RequestID = "req-1"
+	for _, tc := range []struct {
+		name  string
+		state State
+		obs   Observation
+		want  DrainOrder
+	}{
+		{"idle, nothing announced: none", State{}, Observation{Now: t0, Signals: quiet(), BootID: bootA}, DrainOrder{}},
+		{"TERMINATE: one for this maintenance, by its deadline", State{}, Observation{Now: t0, Signals: terminate, BootID: bootA},
+			DrainOrder{For: t0, Deadline: t0.Add(cfg.HostMaintenanceDeadline)}},
+		{"draining: the same one again", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA},
+			DrainOrder{For: t0, Deadline: t0.Add(cfg.HostMaintenanceDeadline)}},
+		{"preempted while draining: the deadline moves", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: preempted, BootID: bootA},
+			DrainOrder{For: t0, Deadline: t0.Add(time.Minute + cfg.PreemptionDeadline)}},
+		{"drain done: none", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, DrainDone: true}, DrainOrder{}},
+		{"manual drain done, Compute Engine not asked yet: none", manual,
+			Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true}, DrainOrder{}},
+		{"back from maintenance: none", hostDrain, Observation{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB}, DrainOrder{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stepChecked(t, cfg, tc.state, tc.obs).Drain; !got.Equal(tc.want) {
+				t.Errorf("drain %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
 
 func TestStep(t *testing.T) {
 	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
@@ -263,7 +301,7 @@ func TestStep(t *testing.T) {
 				o.Trigger, o.TriggerSet = "", false
 			}
 			again := Step(cfg, got.State, o)
-			want := Decision{State: got.State}
+			want := Decision{State: got.State, Drain: got.Drain} // the same standing drain order
 			if got.State.Phase == protocol.PhaseDraining && tc.obs.DrainDone {
 				return
 			}

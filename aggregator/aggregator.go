@@ -124,6 +124,7 @@ type Aggregator struct {
 	log      *slog.Logger
 	wake     chan struct{}
 	leading  atomic.Bool
+	passes   atomic.Uint64
 	nodes    cache.SharedIndexInformer
 	policy   *policy.Source
 	recorder record.EventRecorder
@@ -170,6 +171,10 @@ func (a *Aggregator) poke() {
 	default:
 	}
 }
+
+// Passes counts the decision passes this replica has finished (as
+// leader): work done, for a check that something did not happen.
+func (a *Aggregator) Passes() uint64 { return a.passes.Load() }
 
 // Leading reports whether this replica holds the lease.
 func (a *Aggregator) Leading() bool { return a.leading.Load() }
@@ -288,6 +293,7 @@ func (a *Aggregator) config() (policy.Config, error) {
 // Pass runs one decision pass now and returns its plans; while not leading
 // it decides nothing and writes nothing.
 func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
+	defer a.passes.Add(1)
 	start := a.opts.Clock.Now()
 	objs := a.nodes.GetStore().List()
 	views := make([]Node, 0, len(objs))

@@ -2,6 +2,7 @@ package aggregator_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -63,6 +65,9 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 	}
 }
 
+// chaosSeed replays the kill moments of an earlier run (its log says it).
+var chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestSafetyUnderLeaderChaos's kill moments; 0 picks one")
+
 // TestSafetyUnderLeaderChaos: two aggregator processes; the leader is
 // SIGKILLed 20 times at random moments while agents (real processes) drain
 // the nodes it triggers and the VMs reboot and get new notices. At every
@@ -70,6 +75,12 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 // spare.
 func TestSafetyUnderLeaderChaos(t *testing.T) {
 	testworld.Need(t)
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (run again with: go test ./aggregator -run TestSafetyUnderLeaderChaos -args -chaos.seed %d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
 	bins, err := fleet.Binaries()
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +186,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 
 	holders := map[string]bool{}
 	for i := range 20 {
-		time.Sleep(time.Duration(300+rand.IntN(2200)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(2200)) * time.Millisecond) // the chaos: a random moment
 		lease, err := world.Client.CoordinationV1().Leases(ns).Get(ctx, "maintenance-handler-aggregator", metav1.GetOptions{})
 		if err != nil || lease.Spec.HolderIdentity == nil || aggregators[*lease.Spec.HolderIdentity] == nil {
 			continue
@@ -190,7 +201,18 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 		delete(aggregators, leader)
 		startAgg(fmt.Sprintf("agg-%d", i+2))
 	}
-	time.Sleep(10 * time.Second) // the last leader at work
+	// The last leader at work: until it has triggered two more nodes.
+	rec.mu.Lock()
+	before := rec.triggers
+	rec.mu.Unlock()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.triggers >= before+2, nil
+	})
+	if err != nil {
+		t.Errorf("the last leader triggered nothing more after the chaos (%d triggers)", before)
+	}
 	stopReboots()
 	<-rebootsDone
 

@@ -105,6 +105,19 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 	return &running{agg: a, metrics: m}
 }
 
+// waitPasses waits until a has finished n more decision passes: the work
+// after which what must not happen would have happened.
+func waitPasses(t *testing.T, a *aggregator.Aggregator, n uint64) {
+	t.Helper()
+	target := a.Passes() + n
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return a.Passes() >= target, nil
+	})
+	if err != nil {
+		t.Fatalf("the aggregator did not finish %d more passes (%d done)", n, a.Passes())
+	}
+}
+
 func triggered(n *corev1.Node) bool {
 	if n.Labels[protocol.LabelPerformMaintenance] != protocol.TriggerValue {
 		return false
@@ -189,7 +202,7 @@ func TestGKEExample(t *testing.T) {
 	waitEventSaying(t, picked, aggregator.EventTriggered, "Picked for opportunistic maintenance")
 	waitEventSaying(t, other, aggregator.EventSkipped, "min-nodes=3")
 	// Several more passes: still exactly one.
-	time.Sleep(3 * time.Second)
+	waitPasses(t, r.agg, 3)
 	count := 0
 	for _, name := range names {
 		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
@@ -306,7 +319,7 @@ cluster:
 		t.Fatal("no Warning Event on the ConfigMap naming the bad RRULE")
 	}
 	publish(t, "good-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=600s,min-nodes=0,window=604800s"})
-	time.Sleep(3 * time.Second)
+	waitPasses(t, r.agg, 3)
 	for _, name := range []string{"bad-string-0", "bad-mixed-0", "bad-mixed-1", "good-0"} {
 		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if triggered(n) {
@@ -409,7 +422,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 		t.Errorf("pool_interruptions{repair,TerminationEvent,AutoRepair} = %v, want 1", got)
 	}
 	// Later passes do not count it again.
-	time.Sleep(3 * time.Second)
+	waitPasses(t, r.agg, 3)
 	n, _ = world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	if got := protocol.NodeInterruptions(n)[protocol.Repair.Key()]; got != 1 {
 		t.Errorf("AutoRepair counted %d times", got)
@@ -459,7 +472,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal("the vanished node was never counted")
 	}
-	time.Sleep(3 * time.Second) // more passes
+	waitPasses(t, r.agg, 3)
 	if got := testutil.ToFloat64(counter); got != 1 {
 		t.Errorf("vanished node counted %v times", got)
 	}

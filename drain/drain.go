@@ -301,11 +301,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			log.Warn("drain group deadline passed with pods left", "left", left)
 			return left, nil
 		}
-		wake := deadline.Add(EndSlack)
-		if !now.Before(wake) {
-			wake = now.Add(time.Hour) // past it: only returning calls matter
-		}
-		due := d.plan(pods, states, now, deadline, &wake)
+		due, wake := planRound(now, deadline, pods, states)
 		for _, a := range due {
 			if inFlight >= parallelism {
 				break
@@ -331,11 +327,17 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 	}
 }
 
-// plan returns the calls due now for the group's pods, the longest grace
-// first (those decide when the node is empty), and moves wake to the
-// earliest moment a pod not due now will be.
-func (d *Drainer) plan(pods []*corev1.Pod, states map[types.UID]*podState, now, deadline time.Time, wake *time.Time) []*action {
-	var due []*action
+// planRound is one round of a group's drain, a pure function of now, the
+// group's deadline, its pods and what the drain remembers of them (states,
+// to which it adds the pods it meets first): the calls due now, the
+// longest grace first (those decide when the node is empty), and when to
+// plan again though nothing changes: the earliest moment a pod not due now
+// will be, at the latest the group's end (deadline + EndSlack).
+func planRound(now, deadline time.Time, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
+	wake = deadline.Add(EndSlack)
+	if !now.Before(wake) {
+		wake = now.Add(time.Hour) // past it: only returning calls matter
+	}
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			continue // stopping: wait for it to go
@@ -354,16 +356,16 @@ func (d *Drainer) plan(pods []*corev1.Pod, states map[types.UID]*podState, now, 
 		case st.refused && !now.Before(a.escalateAt):
 			a.escalate = true
 		case now.Before(st.nextTry):
-			*wake = earliest(*wake, st.nextTry)
+			wake = earliest(wake, st.nextTry)
 			if st.refused {
-				*wake = earliest(*wake, a.escalateAt)
+				wake = earliest(wake, a.escalateAt)
 			}
 			continue
 		}
 		due = append(due, a)
 	}
 	sort.SliceStable(due, func(i, j int) bool { return due[i].grace > due[j].grace })
-	return due
+	return due, wake
 }
 
 // CappedGrace is the grace period a pod whose own is grace gets when it is

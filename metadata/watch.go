@@ -55,6 +55,9 @@ type WatcherOptions struct {
 	// Backoff spaces the retries of failed requests; zero is backoff.Default.
 	// It is the only retry policy: each request is made once (see Watch).
 	Backoff backoff.Policy
+	// HangAfter is how long past Timeout a request may go unanswered
+	// before it is given up as hung; zero means DefaultHangAfter.
+	HangAfter time.Duration
 	// UnhealthyAfter is how long a key may go without a good answer before
 	// Health hears that it is unhealthy; zero means 3 × Timeout.
 	UnhealthyAfter time.Duration
@@ -80,6 +83,7 @@ type HealthListener interface {
 type Watcher struct {
 	client         *gcemetadata.Client
 	timeout        time.Duration
+	hangAfter      time.Duration
 	backoff        backoff.Policy
 	unhealthyAfter time.Duration
 	health         HealthListener
@@ -105,15 +109,21 @@ func NewClient(timeout time.Duration, host string) *gcemetadata.Client {
 		timeout = 60 * time.Second
 	}
 	return gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
-		Timeout:   timeout + 10*time.Second,
+		Timeout:   timeout + DefaultHangAfter,
 		Transport: &onceTransport{next: http.DefaultTransport, host: host},
 	}})
 }
+
+// DefaultHangAfter is WatcherOptions.HangAfter's default.
+const DefaultHangAfter = 10 * time.Second
 
 // NewWatcher returns a Watcher.
 func NewWatcher(opts WatcherOptions) *Watcher {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 60 * time.Second
+	}
+	if opts.HangAfter <= 0 {
+		opts.HangAfter = DefaultHangAfter
 	}
 	if opts.UnhealthyAfter <= 0 {
 		opts.UnhealthyAfter = 3 * opts.Timeout
@@ -131,7 +141,7 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 		opts.Recorder = nopRecorder{}
 	}
 	return &Watcher{
-		client: opts.Client, timeout: opts.Timeout, backoff: opts.Backoff,
+		client: opts.Client, timeout: opts.Timeout, hangAfter: opts.HangAfter, backoff: opts.Backoff,
 		unhealthyAfter: opts.UnhealthyAfter, health: opts.Health,
 		clock: opts.Clock, log: opts.Logger, recorder: opts.Recorder,
 		lastGood: map[string]time.Time{},
@@ -233,7 +243,7 @@ func (w *Watcher) get(ctx context.Context, key, etag string) (Answer, string, er
 		suffix += "?" + params.Encode()
 	}
 	at := &attempt{}
-	rctx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, at), w.timeout+10*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithValue(ctx, attemptKey{}, at), w.timeout+w.hangAfter)
 	defer cancel()
 	value, err := w.client.GetWithContext(rctx, suffix)
 	switch {

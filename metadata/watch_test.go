@@ -317,8 +317,8 @@ func TestWatchPacesEveryFormOfNoNotice(t *testing.T) {
 func TestWatchMakesOneRequestPerAttempt(t *testing.T) {
 	emu := gceemu.StartT(t, gceemu.Config{})
 	rec := &countingRecorder{}
-	// One second of poll timeout: a hung request gives up after 11 s.
-	w := NewWatcher(WatcherOptions{Client: NewClient(time.Second, emu.Host()), Timeout: time.Second,
+	// One second of poll timeout: a hung request gives up after 1.2 s.
+	w := NewWatcher(WatcherOptions{Client: NewClient(time.Second, emu.Host()), Timeout: time.Second, HangAfter: 200 * time.Millisecond,
 		Backoff: backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}, Recorder: rec})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

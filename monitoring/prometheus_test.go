@@ -66,6 +66,35 @@ func (p prom) query(t *testing.T, q string, by ...string) map[string]float64 {
 	return out
 }
 
+// evaluations is how many times Prometheus has evaluated each of its rule
+// groups (the least of them), read from its own counter, which it scrapes;
+// false before its first scrape of itself.
+func (p prom) evaluations(t *testing.T) (float64, bool) {
+	t.Helper()
+	v, ok := p.query(t, `min(prometheus_rule_group_iterations_total)`)[""]
+	return v, ok
+}
+
+// waitEvaluations waits until Prometheus has evaluated its rules n more
+// times: the work after which a rule's effect (or its absence) shows.
+func (p prom) waitEvaluations(t *testing.T, n float64) {
+	t.Helper()
+	target := -1.0
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		v, ok := p.evaluations(t)
+		switch {
+		case !ok:
+			return false, nil
+		case target < 0:
+			target = v + n
+		}
+		return v >= target, nil
+	})
+	if err != nil {
+		t.Fatalf("Prometheus did not evaluate its rules %v more times", n)
+	}
+}
+
 // startPrometheus runs Prometheus with the shipped rules, their evaluation
 // interval scaled from 1m to 5s (the offset that matches it too), scraping
 // targets every second.
@@ -83,14 +112,18 @@ func startPrometheus(t *testing.T, targets []string) prom {
 	for i, tg := range targets {
 		quoted[i] = strconv.Quote(tg)
 	}
+	addr := testworld.FreeAddrT(t)
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 5s
 rule_files: [%q]
-`, filepath.Join(dir, "rules.yaml"))
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: [%q]
+`, filepath.Join(dir, "rules.yaml"), addr)
 	if len(targets) > 0 {
-		cfg += fmt.Sprintf(`scrape_configs:
-  - job_name: maintenance-handler
+		cfg += fmt.Sprintf(`  - job_name: maintenance-handler
     static_configs:
       - targets: [%s]
 `, strings.Join(quoted, ", "))
@@ -98,7 +131,6 @@ rule_files: [%q]
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := testworld.FreeAddrT(t)
 	bin := filepath.Join(filepath.Dir(promtool(t)), "prometheus")
 	p, err := world.StartProcess("prometheus", bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
@@ -168,7 +200,10 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal("Prometheus never saw every agent")
 	}
-	time.Sleep(6 * time.Second) // a rule evaluation over the baseline
+	// A rule evaluation over the baseline: two more than Prometheus last
+	// reported of itself (a scrape ago), so one began after every agent was
+	// scraped.
+	p.waitEvaluations(t, 2)
 
 	waitActive := func(v *fleet.VM) {
 		t.Helper()
@@ -231,8 +266,8 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	if got := p.query(t, `maintenance_handler_aggregator_pool_nodes_in_maintenance{node_pool_name="a3-pool"}`); len(got) != 1 {
 		t.Errorf("no pool gauge for a3-pool from the aggregator: %v", got)
 	}
-	// Nothing is counted twice as time goes on.
-	time.Sleep(12 * time.Second)
+	// Nothing is counted twice as time goes on: two more evaluations.
+	p.waitEvaluations(t, 2)
 	if got := p.query(t, q1, "interruption_type", "interruption_reason"); !equal(got, want1) {
 		t.Errorf("later, %s = %v, want still %v", q1, got, want1)
 	}

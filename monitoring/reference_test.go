@@ -1,15 +1,17 @@
 package monitoring_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
@@ -35,16 +37,11 @@ func TestReferenceIsComplete(t *testing.T) {
 	// Histograms are gathered only once observed; name them too.
 	names = append(names, "maintenance_handler_agent_drain_duration_seconds", "maintenance_handler_agent_taint_latency_seconds",
 		"maintenance_handler_aggregator_pass_duration_seconds")
-	for _, reason := range []string{
-		agent.EventMaintenanceScheduled, agent.EventMaintenanceRescheduled, agent.EventMaintenanceCancelled,
-		agent.EventMaintenanceStarted, agent.EventTerminateOnHost, agent.EventPreempted, agent.EventMigrateOnHost,
-		agent.EventEvictionComplete, agent.EventMaintenanceCleared, agent.EventMaintenanceAborted, agent.EventManualStarted,
-		agent.EventManualAccepted, agent.EventManualRejected, agent.EventManualFailed, agent.EventUnexpectedReboot,
-		agent.EventNodeUpgraded, agent.EventUnrecognizedValue, drain.EventBlocked, drain.EventEscalated,
-		aggregator.EventTriggered, aggregator.EventSkipped, aggregator.EventInvalidConfig, aggregator.EventRecreated,
-	} {
-		names = append(names, reason)
+	reasons := eventReasons(t, "../agent", "../aggregator", "../drain")
+	if len(reasons) < 20 {
+		t.Fatalf("found %d Event reasons in the source: the scan is broken", len(reasons))
 	}
+	names = append(names, reasons...)
 	for _, line := range strings.Split(string(mustRead(t, "rules.yaml")), "\n") {
 		if alert, ok := strings.CutPrefix(strings.TrimSpace(line), "- alert: "); ok {
 			names = append(names, alert)
@@ -67,4 +64,47 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// eventReasons are the Event reasons declared in the packages' non-test
+// files: the string constants named Event* (but EventSource, the
+// component's name).
+func eventReasons(t *testing.T, dirs ...string) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, decl := range f.Decls {
+				gd, ok := decl.(*ast.GenDecl)
+				if !ok || gd.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if !strings.HasPrefix(name.Name, "Event") || name.Name == "EventSource" || i >= len(vs.Values) {
+							continue
+						}
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							v, _ := strconv.Unquote(lit.Value)
+							out = append(out, v)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
 }

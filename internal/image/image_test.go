@@ -15,6 +15,9 @@ import (
 )
 
 func TestStaticBinariesWithTheDockerfilesFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries")
+	}
 	dockerfile, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)

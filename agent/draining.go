@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/drain"
+)
+
+// Drainer empties the node by a deadline; *drain.Drainer implements it.
+type Drainer interface {
+	Drain(ctx context.Context, deadline time.Time) (drain.Result, error)
+}
+
+var _ Drainer = (*drain.Drainer)(nil)
+
+// followDrain makes the running drain the one the decision orders: it
+// starts it, restarts it when the order changed (a preemption moved the
+// deadline), and stops it when none must run.
+func (a *Agent) followDrain(ctx context.Context, order DrainOrder) {
+	a.mu.Lock()
+	running := a.drainFor
+	a.mu.Unlock()
+	if running.Equal(order) {
+		return
+	}
+	a.stopDrain()
+	if !order.IsZero() {
+		a.startDrain(ctx, order)
+	}
+}
+
+func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
+	dctx, cancel := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.drainFor = order
+	a.drainStop = cancel
+	a.mu.Unlock()
+	a.drainGroup.Add(1)
+	go func() {
+		defer a.drainGroup.Done()
+		a.log.Info("drain started", "maintenance_started", order.For, "deadline", order.Deadline)
+		res, err := a.opts.Drainer.Drain(dctx, order.Deadline)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				a.log.Warn("drain ended early", "err", err)
+			}
+			return
+		}
+		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted, "left", res.Left)
+		a.mu.Lock()
+		a.drainDone = order.For
+		a.mu.Unlock()
+		a.poke()
+	}()
+}
+
+func (a *Agent) stopDrain() {
+	a.mu.Lock()
+	stop := a.drainStop
+	a.drainStop, a.drainFor = nil, DrainOrder{}
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	a.drainGroup.Wait()
+}

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// Maintainer asks Compute Engine to start the pending maintenance of the
+// agent's own VM now; compute.VM implements it.
+type Maintainer interface {
+	PerformMaintenance(ctx context.Context, requestID string) (operation string, err error)
+	// WaitOperation returns when the operation has ended: nil when it
+	// succeeded.
+	WaitOperation(ctx context.Context, operation string) error
+}
+
+// performMinimum is the least time a performMaintenance call gets to go
+// through (with retries), even when the drain used up the deadline.
+const performMinimum = time.Minute
+
+// startPerform runs the performMaintenance call for st's request ID, unless
+// this process has already started it. The call is retried until st's
+// deadline (at least performMinimum from now); its result wakes the loop.
+func (a *Agent) startPerform(ctx context.Context, st State) {
+	a.mu.Lock()
+	if a.performFor == st.RequestID {
+		a.mu.Unlock()
+		return
+	}
+	a.performFor = st.RequestID
+	a.mu.Unlock()
+	timeout := max(st.Deadline.Sub(a.opts.Clock.Now()), performMinimum)
+	a.performGroup.Add(1)
+	go func() {
+		defer a.performGroup.Done()
+		a.log.Info("asking Compute Engine to start the maintenance", "request_id", st.RequestID, "timeout", timeout)
+		res := &PerformResult{RequestID: st.RequestID}
+		if a.opts.Maintainer == nil {
+			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
+			cancel()
+			if ctx.Err() != nil {
+				return // stopping: the next agent continues from the Node
+			}
+			switch {
+			case res.Err == nil:
+			case errors.Is(res.Err, compute.ErrPermissionDenied):
+				res.Outcome = protocol.ManualPermissionDenied
+			case errors.Is(res.Err, compute.ErrRefused):
+				res.Outcome = protocol.ManualRefused
+			default:
+				res.Outcome = protocol.ManualFailed
+			}
+		}
+		if res.Err != nil {
+			a.log.Warn("performMaintenance failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
+		} else {
+			a.log.Info("performMaintenance accepted", "request_id", st.RequestID, "operation", res.Operation)
+		}
+		a.setPerformResult(res)
+		if res.Err != nil || a.opts.Maintainer == nil {
+			return
+		}
+		// Follow the operation to its end: one that fails puts the node
+		// back in service (Step). Bounded by the manual start timeout.
+		octx, cancel := context.WithTimeout(ctx, a.opts.Config.ManualStartTimeout)
+		err := a.opts.Maintainer.WaitOperation(octx, res.Operation)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, compute.ErrOperationFailed):
+			a.log.Warn("performMaintenance operation failed", "request_id", st.RequestID, "operation", res.Operation, "err", err)
+			failed := *res
+			failed.OperationErr = err
+			a.setPerformResult(&failed)
+		case err != nil:
+			a.log.Warn("performMaintenance operation not followed to its end", "operation", res.Operation, "err", err)
+		default:
+			a.log.Info("performMaintenance operation done", "operation", res.Operation)
+		}
+	}()
+}
+
+func (a *Agent) setPerformResult(res *PerformResult) {
+	a.mu.Lock()
+	a.performResult = res
+	a.mu.Unlock()
+	a.poke()
+}

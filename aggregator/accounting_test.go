@@ -1,0 +1,165 @@
+package aggregator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestLedger: deletions and creations, in order, on a fake clock, and what
+// the ledger then counts: repairs (a Node created again under its name
+// within the window, whatever it was when it went) and vanished nodes (one
+// deleted while NotReady and outside maintenance, not back within the
+// window; a scale-down or a decommission is neither).
+func TestLedger(t *testing.T) {
+	const window = time.Hour
+	node := func(name, uid string, ready bool, change func(*corev1.Node)) *corev1.Node {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}}}
+		if change != nil {
+			change(n)
+		}
+		return n
+	}
+	cordoned := func(n *corev1.Node) { n.Spec.Unschedulable = true }
+	scaledDown := func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: protocol.TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}
+	}
+	draining := func(n *corev1.Node) { n.Labels = map[string]string{protocol.LabelActiveMaintenance: protocol.ValueOngoing} }
+	type event struct {
+		after   time.Duration // since the previous event
+		deleted *corev1.Node
+		added   *corev1.Node
+	}
+	for _, tc := range []struct {
+		name         string
+		events       []event
+		then         time.Duration // after the last event, when the ledger is asked
+		wantRepairs  []string
+		wantVanished []string
+	}{
+		{name: "recreated within the window: a repair, not vanished",
+			events: []event{{deleted: node("a", "1", false, nil)}, {after: 10 * time.Minute, added: node("a", "2", true, nil)}},
+			then:   2 * window, wantRepairs: []string{"a"}},
+		{name: "NotReady, gone for good: vanished once the window is over",
+			events: []event{{deleted: node("b", "1", false, nil)}},
+			then:   window + time.Second, wantVanished: []string{"b"}},
+		{name: "NotReady, not yet the window's end: nothing yet",
+			events: []event{{deleted: node("b", "1", false, nil)}},
+			then:   window},
+		{name: "Ready when deleted (a scale-down): nothing",
+			events: []event{{deleted: node("c", "1", true, nil)}},
+			then:   2 * window},
+		{name: "cordoned, or tainted by the autoscaler, or in maintenance: removed on purpose, nothing",
+			events: []event{{deleted: node("d", "1", false, cordoned)}, {deleted: node("e", "1", false, scaledDown)}, {deleted: node("f", "1", false, draining)}},
+			then:   2 * window},
+		{name: "created again past the window: a new node, not a repair",
+			events: []event{{deleted: node("g", "1", true, nil)}, {after: window + time.Minute, added: node("g", "2", true, nil)}},
+			then:   time.Minute},
+		{name: "the same object seen again (a relist): nothing",
+			events: []event{{deleted: node("h", "1", true, nil)}, {after: time.Minute, added: node("h", "1", true, nil)}},
+			then:   time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC))
+			l := newLedger(window)
+			for _, e := range tc.events {
+				clk.Step(e.after)
+				if e.deleted != nil {
+					l.deleted(e.deleted, "pool", clk.Now())
+				}
+				if e.added != nil {
+					l.added(e.added, clk.Now())
+				}
+			}
+			clk.Step(tc.then)
+			var repairs, vanished []string
+			for _, d := range l.takeRecreated() {
+				repairs = append(repairs, d.name)
+			}
+			for _, d := range l.vanished(clk.Now()) {
+				vanished = append(vanished, d.name)
+			}
+			if d := cmp.Diff(tc.wantRepairs, repairs); d != "" {
+				t.Errorf("repairs (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantVanished, vanished); d != "" {
+				t.Errorf("vanished (-want +got):\n%s", d)
+			}
+			if again := l.vanished(clk.Now()); len(again) != 0 || len(l.takeRecreated()) != 0 {
+				t.Errorf("counted twice: %v", again)
+			}
+		})
+	}
+}
+
+// TestRepairOf: the repair carries every count of the deleted object (the
+// agent's and its own repairs), adds one, and is written once.
+func TestRepairOf(t *testing.T) {
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "old"}}
+	protocol.WriteAgentState(old, protocol.AgentState{Interruptions: protocol.Counts{}.Add(protocol.HostMaintenance, 2)})
+	protocol.WriteRepairs(old, protocol.Repairs{RecreatedFrom: "older", Interruptions: protocol.Counts{}.Add(protocol.Repair, 1)})
+	l := newLedger(time.Hour)
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	l.deleted(old, "pool", now)
+	cur := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "new"}}
+	l.added(cur, now.Add(time.Minute))
+	pending := l.takeRecreated()
+	if len(pending) != 1 {
+		t.Fatalf("repairs %v", pending)
+	}
+	r, ok := repairOf(cur, pending[0])
+	want := protocol.Repairs{RecreatedFrom: "old", Interruptions: protocol.Counts{protocol.HostMaintenance.Key(): 2, protocol.Repair.Key(): 2}}
+	if d := cmp.Diff(want, r); !ok || d != "" {
+		t.Fatalf("repair (-want +got):\n%s", d)
+	}
+	protocol.WriteRepairs(cur, r)
+	if _, again := repairOf(cur, pending[0]); again {
+		t.Error("the repair would be written twice")
+	}
+	if got := protocol.NodeInterruptions(cur); got[protocol.Repair.Key()] != 2 || got[protocol.HostMaintenance.Key()] != 2 {
+		t.Errorf("the new Node counts %v", got)
+	}
+}
+
+// TestBegun: a maintenance counts when its start appears or changes, by its
+// reason; a manual one counts when Compute Engine accepts it (the agent).
+func TestBegun(t *testing.T) {
+	at := func(started string, reason protocol.Reason) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+		if started != "" {
+			n.Annotations[protocol.AnnotationStarted] = started
+			n.Annotations[protocol.AnnotationReason] = string(reason)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name     string
+		old, cur *corev1.Node
+		want     protocol.Interruption
+		ok       bool
+	}{
+		{"host maintenance starts", at("", ""), at("t1", protocol.ReasonHostMaintenance), protocol.HostMaintenance, true},
+		{"preemption starts", at("", ""), at("t1", protocol.ReasonPreemption), protocol.Preemption, true},
+		{"a preemption during maintenance: the same start", at("t1", protocol.ReasonHostMaintenance), at("t1", protocol.ReasonPreemption), protocol.Interruption{}, false},
+		{"manual: not here", at("", ""), at("t1", protocol.ReasonManual), protocol.Interruption{}, false},
+		{"a second maintenance", at("t1", protocol.ReasonHostMaintenance), at("t2", protocol.ReasonHostMaintenance), protocol.HostMaintenance, true},
+		{"maintenance over", at("t1", protocol.ReasonHostMaintenance), at("", ""), protocol.Interruption{}, false},
+	} {
+		got, ok := begun(tc.old, tc.cur)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %v, %t; want %v, %t", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package drain
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestPlanRound: one round of a group's drain, from now, the deadline, the
+// pods and what the drain remembers of them: which calls are due, with
+// which grace, and when to plan again.
+func TestPlanRound(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	deadline := now.Add(60 * time.Second)
+	pod := func(name string, grace int64) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(name)},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace}}
+	}
+	stopping := pod("stopping", 30)
+	stopping.DeletionTimestamp = &metav1.Time{Time: now}
+	type call struct {
+		Pod      string
+		Grace    time.Duration
+		Escalate bool
+	}
+	for _, tc := range []struct {
+		name     string
+		now      time.Time
+		pods     []*corev1.Pod
+		states   map[types.UID]*podState
+		want     []call
+		wantWake time.Time
+	}{
+		{
+			name: "first round: every pod, the longest grace first, each capped to the deadline",
+			now:  now, pods: []*corev1.Pod{pod("short", 5), pod("long", 600), pod("mid", 30)},
+			want:     []call{{"long", 60 * time.Second, false}, {"mid", 30 * time.Second, false}, {"short", 5 * time.Second, false}},
+			wantWake: deadline.Add(EndSlack),
+		},
+		{
+			name: "a pod stopping, evicted or with a call in flight is waited for, not asked again",
+			now:  now, pods: []*corev1.Pod{stopping, pod("evicted", 30), pod("calling", 30)},
+			states:   map[types.UID]*podState{"evicted": {evicted: true}, "calling": {inFlight: true}},
+			wantWake: deadline.Add(EndSlack),
+		},
+		{
+			name: "refused: retried at its next try; wake then, or at its escalation if sooner",
+			now:  now, pods: []*corev1.Pod{pod("refused", 30), pod("refused-late", 58)},
+			states: map[types.UID]*podState{
+				"refused":      {refused: true, nextTry: now.Add(5 * time.Second)},
+				"refused-late": {refused: true, nextTry: now.Add(5 * time.Second)}, // escalates at deadline - 58 s
+			},
+			wantWake: now.Add(2 * time.Second),
+		},
+		{
+			name: "refused until deadline - grace: deleted, with its whole grace",
+			now:  deadline.Add(-30 * time.Second), pods: []*corev1.Pod{pod("refused", 30)},
+			states:   map[types.UID]*podState{"refused": {refused: true, nextTry: deadline}},
+			want:     []call{{"refused", 30 * time.Second, true}},
+			wantWake: deadline.Add(EndSlack),
+		},
+		{
+			name: "a pod whose next try is later, never refused: waited for, not escalated",
+			now:  now.Add(50 * time.Second), pods: []*corev1.Pod{pod("failed", 30)},
+			states:   map[types.UID]*podState{"failed": {nextTry: now.Add(51 * time.Second)}},
+			wantWake: now.Add(51 * time.Second),
+		},
+		{
+			name: "past the group's end: calls still go out with the floor grace; wake only for returning calls",
+			now:  deadline.Add(EndSlack), pods: []*corev1.Pod{pod("late", 30)},
+			want:     []call{{"late", GraceFloor, false}},
+			wantWake: deadline.Add(EndSlack).Add(time.Hour),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			states := tc.states
+			if states == nil {
+				states = map[types.UID]*podState{}
+			}
+			due, wake := planRound(tc.now, deadline, tc.pods, states)
+			var got []call
+			for _, a := range due {
+				got = append(got, call{a.pod.Name, a.grace, a.escalate})
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("calls (-want +got):\n%s", d)
+			}
+			if !wake.Equal(tc.wantWake) {
+				t.Errorf("wake at %s, want %s", wake.Sub(now), tc.wantWake.Sub(now))
+			}
+			for _, p := range tc.pods {
+				if states[p.UID] == nil && p.DeletionTimestamp == nil {
+					t.Errorf("%s has no state after the round", p.Name)
+				}
+			}
+		})
+	}
+}
