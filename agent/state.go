@@ -249,7 +249,9 @@ type DrainOrder struct {
 func (o DrainOrder) IsZero() bool { return o.For.IsZero() }
 
 // Equal: the same drain.
-func (o DrainOrder) Equal(p DrainOrder) bool { return o.For.Equal(p.For) && o.Deadline.Equal(p.Deadline) }
+func (o DrainOrder) Equal(p DrainOrder) bool {
+	return o.For.Equal(p.For) && o.Deadline.Equal(p.Deadline)
+}
 
 // Step is the state machine. It is pure: the same inputs give the same
 // decision, and applying a decision's state and stepping again with the

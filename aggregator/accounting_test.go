@@ -36,7 +36,9 @@ func TestLedger(t *testing.T) {
 	scaledDown := func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: protocol.TaintToBeDeleted, Effect: corev1.TaintEffectNoSchedule}}
 	}
-	draining := func(n *corev1.Node) { n.Labels = map[string]string{protocol.LabelActiveMaintenance: protocol.ValueOngoing} }
+	draining := func(n *corev1.Node) {
+		n.Labels = map[string]string{protocol.LabelActiveMaintenance: protocol.ValueOngoing}
+	}
 	type event struct {
 		after   time.Duration // since the previous event
 		deleted *corev1.Node
