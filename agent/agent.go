@@ -68,7 +68,7 @@ type Options struct {
 	// manual trigger on the node now (a Manual* outcome and a detail; ""
 	// when it does not).
 	ManualGate func(node *corev1.Node, now time.Time) (reason, detail string)
-	// AcceleratorResources make a pod accelerator work (see Idleness); nil
+	// AcceleratorResources make a pod accelerator work (see idleness); nil
 	// means DefaultAcceleratorResources.
 	AcceleratorResources []corev1.ResourceName
 	// RetryInterval is the delay between refused evictions.
@@ -365,7 +365,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}
-		obs.Idle, obs.Busy = Idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
+		obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		st := protocol.ReadAgentState(node)

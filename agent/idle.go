@@ -10,11 +10,11 @@ import (
 // work.
 var DefaultAcceleratorResources = []corev1.ResourceName{protocol.ResourceGPU, protocol.ResourceTPU}
 
-// Idleness tells whether a node with pods is idle: no pod on it, other than
+// idleness tells whether a node with pods is idle: no pod on it, other than
 // DaemonSet and mirror pods and pods that have finished, requests one of
 // resources, and no pod on it is annotated safe-to-evict "false". When it
 // is not, busy says why (protocol.BusySafeToEvict before protocol.BusyAccelerators).
-func Idleness(pods []*corev1.Pod, resources []corev1.ResourceName) (idle bool, busy string) {
+func idleness(pods []*corev1.Pod, resources []corev1.ResourceName) (idle bool, busy string) {
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue

@@ -44,12 +44,12 @@ func TestIdleness(t *testing.T) {
 		{"safe-to-evict false wins", []*corev1.Pod{gpu("trainer"), pinned}, false, protocol.BusySafeToEvict},
 	}
 	for _, tc := range tests {
-		idle, busy := Idleness(tc.pods, DefaultAcceleratorResources)
+		idle, busy := idleness(tc.pods, DefaultAcceleratorResources)
 		if idle != tc.idle || busy != tc.busy {
-			t.Errorf("%s: Idleness = %t %q, want %t %q", tc.name, idle, busy, tc.idle, tc.busy)
+			t.Errorf("%s: idleness = %t %q, want %t %q", tc.name, idle, busy, tc.idle, tc.busy)
 		}
 	}
-	if idle, _ := Idleness([]*corev1.Pod{tpuInit}, []corev1.ResourceName{"nvidia.com/gpu"}); !idle {
+	if idle, _ := idleness([]*corev1.Pod{tpuInit}, []corev1.ResourceName{protocol.ResourceGPU}); !idle {
 		t.Error("a TPU pod made the node busy when only GPUs count")
 	}
 }

@@ -320,6 +320,23 @@ func cpuTicks(b *testing.B, pid int) int64 {
 	return utime + stime
 }
 
+// rssParts is the resident memory that is the process's own (heap,
+// stacks: RssAnon) and the part mapped from its binary (RssFile), in KiB.
+func rssParts(b *testing.B, pid int) (anon, file float64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		for name, v := range map[string]*float64{"RssAnon:": &anon, "RssFile:": &file} {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				*v, _ = strconv.ParseFloat(strings.Fields(rest)[0], 64)
+			}
+		}
+	}
+	return anon, file
+}
+
 func rss(b *testing.B, pid int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -552,11 +569,13 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 	const window = 10 * time.Second
 	var rssKiB, cpu float64
 	var workGone, terminating time.Duration
+	var anonKiB, fileKiB float64
 	for b.Loop() {
 		t0 := cpuTicks(b, p.cmd.Process.Pid)
 		time.Sleep(window)
 		cpu = float64(cpuTicks(b, p.cmd.Process.Pid)-t0) / 100 / window.Seconds() * 100
 		rssKiB = rss(b, p.cmd.Process.Pid)
+		anonKiB, fileKiB = rssParts(b, p.cmd.Process.Pid)
 
 		w, err := world.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
@@ -587,6 +606,8 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 		nw.Stop()
 	}
 	b.ReportMetric(rssKiB/1024, "idle-RSS-MiB")
+	b.ReportMetric(anonKiB/1024, "idle-RSS-anon-MiB")
+	b.ReportMetric(fileKiB/1024, "idle-RSS-file-MiB")
 	b.ReportMetric(workGone.Seconds(), "workload-gone-s")
 	b.ReportMetric(terminating.Seconds(), "terminating-s")
 	fmt.Printf("agent binary, node with 110 pods: idle RSS %.1f MiB, CPU %.2f%% of one core; preempted (30 s): 100 workload pods gone after %s, terminating after %s\n",
