@@ -12,10 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -49,9 +47,25 @@ type Watcher interface {
 	Watch(ctx context.Context, key string, h metadata.Handler) error
 }
 
+// API is the part of the Kubernetes API the agent calls; kube.Client
+// implements it.
+type API interface {
+	NodeGetter
+	// UpdateNode replaces the Node, conditional on its resourceVersion.
+	UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error)
+	// NodeListWatch lists and watches the one Node named name.
+	NodeListWatch(name string) cache.ListerWatcher
+	drain.API
+}
+
+// NodeGetter reads a Node.
+type NodeGetter interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+}
+
 // Options configure an Agent (see New for what is required).
 type Options struct {
-	Client   kubernetes.Interface
+	Client   API
 	NodeName string
 	// Self is the agent's own pod, never evicted.
 	Self    types.NamespacedName
@@ -122,6 +136,9 @@ type Agent struct {
 	failingSince time.Time
 	lastErr      error
 }
+
+// fieldManager names the agent's writes.
+const fieldManager = "maintenance-handler-agent"
 
 // ErrInvalidOptions is returned by New for Options missing a required
 // field.
@@ -345,7 +362,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 				node = node.DeepCopy()
 			}
 		} else {
-			node, err = a.opts.Client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+			node, err = a.opts.Client.GetNode(ctx, a.opts.NodeName)
 		}
 		if err != nil {
 			return err
@@ -379,7 +396,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if !applyDecision(node, dec) {
 			return nil
 		}
-		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{FieldManager: "maintenance-handler-agent"}); err != nil {
+		if _, err := a.opts.Client.UpdateNode(ctx, node, fieldManager); err != nil {
 			return err
 		}
 		// Taint latency: from the metadata change to the taint on the Node

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
@@ -69,25 +69,36 @@ type running struct {
 
 func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
 	t.Helper()
-	return startAgentWith(t, v, cfg, world.Client)
+	return startAgentWith(t, v, cfg, world.Config)
 }
 
-// startAgentWith runs an agent whose API client is client.
-func startAgentWith(t testing.TB, v *vm, cfg agent.Config, client kubernetes.Interface) *running {
+// kubeClient is the agent's API client for restCfg.
+func kubeClient(t testing.TB, restCfg *rest.Config) *kube.Client {
 	t.Helper()
+	c, err := kube.New(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startAgentWith runs an agent whose API client is made from restCfg.
+func startAgentWith(t testing.TB, v *vm, cfg agent.Config, restCfg *rest.Config) *running {
+	t.Helper()
+	client := kubeClient(t, restCfg)
 	node, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), v.name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.NewAgent(prometheus.NewRegistry())
-	events := agent.NewNodeEvents(client, v.name, node.UID)
+	events := agent.NewNodeEvents(client.EventSink(), v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
 	})
 	a, err := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
-		Watcher: w, Pods: drain.NewNodePods(client, v.name), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
+		Watcher: w, Pods: drain.NewNodePods(client.PodListWatch(v.name)), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
 	if err != nil {
@@ -591,11 +602,7 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 	log := &requestLog{}
 	cfg := rest.CopyConfig(world.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	startAgentWith(t, v, agent.DefaultConfig, client)
+	startAgentWith(t, v, agent.DefaultConfig, cfg)
 	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	waitEvent(t, v.name, agent.EventMaintenanceScheduled)
 	var watches []string
@@ -611,7 +618,7 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 	// A window in which nothing happens but the metadata long polls: two
 	// more answers for each of the three keys (two poll timeouts).
 	served := v.emu.Requests()
-	err = wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return v.emu.Requests() >= served+6, nil
 	})
 	if err != nil {
@@ -661,15 +668,11 @@ func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
 	fail := &failingNodeUpdates{path: "/api/v1/nodes/" + v.name}
 	cfg := rest.CopyConfig(world.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { fail.next = rt; return fail })
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := startAgentWith(t, v, agent.DefaultConfig, client)
+	r := startAgentWith(t, v, agent.DefaultConfig, cfg)
 	fail.set(true)
 	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
-	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.agent.Healthy(0) != nil, nil
 	})
 	if err != nil {
@@ -774,7 +777,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-events-0")
 	node := getNode(t, v.name)
-	events := agent.NewNodeEvents(world.Client, v.name, node.UID)
+	events := agent.NewNodeEvents(kubeClient(t, world.Config).EventSink(), v.name, node.UID)
 	defer events.Shutdown()
 	for i := range 40 {
 		events.NodeEvent(true, agent.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))

@@ -3,11 +3,9 @@ package agent
 import (
 	"strings"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -32,13 +30,14 @@ type NodeEvents struct {
 var _ Events = (*NodeEvents)(nil)
 
 // NewNodeEvents returns a recorder for the Node named nodeName (whose UID
-// is uid). Call Shutdown when done.
-func NewNodeEvents(client kubernetes.Interface, nodeName string, uid types.UID) *NodeEvents {
+// is uid) that writes to sink (kube.Client.EventSink). Call Shutdown when
+// done.
+func NewNodeEvents(sink record.EventSink, nodeName string, uid types.UID) *NodeEvents {
 	b := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey}))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	b.StartRecordingToSink(sink)
 	return &NodeEvents{
 		broadcaster: b,
-		recorder:    b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource, Host: nodeName}),
+		recorder:    b.NewRecorder(kube.Scheme, corev1.EventSource{Component: EventSource, Host: nodeName}),
 		ref:         &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: uid, APIVersion: "v1"},
 	}
 }

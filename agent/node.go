@@ -8,10 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -63,11 +59,7 @@ func equalMap(a, b map[string]string) bool {
 
 // watchNode starts one watch of the agent's own Node and waits for it.
 func (a *Agent) watchNode(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
-		}))
-	a.nodes = factory.Core().V1().Nodes().Informer()
+	a.nodes = cache.NewSharedIndexInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), &corev1.Node{}, 0, cache.Indexers{})
 	_ = a.nodes.SetTransform(slimNode)
 	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.poke() },
@@ -121,10 +113,10 @@ var ErrNoNode = errors.New("waiting for the node")
 // WaitForNode blocks until the agent can read its Node (the agent may start
 // before its Node is registered). Each time the reason it waits changes, it
 // logs it and tells waiting (for /healthz); it retries with backoff.Default.
-func WaitForNode(ctx context.Context, c kubernetes.Interface, name string, clk clock.Clock, log *slog.Logger, waiting func(error)) (*corev1.Node, error) {
+func WaitForNode(ctx context.Context, c NodeGetter, name string, clk clock.Clock, log *slog.Logger, waiting func(error)) (*corev1.Node, error) {
 	var last string
 	for attempt := 1; ; attempt++ {
-		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n, err := c.GetNode(ctx, name)
 		if err == nil {
 			if last != "" {
 				log.Info("node found", "node", name)

@@ -197,7 +197,8 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	go a.nodes.Run(ctx.Done())
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
 	if a.opts.ConfigMap != "" {
-		a.policy = policy.NewSource(a.opts.Client, a.opts.Namespace, a.opts.ConfigMap)
+		a.policy = policy.NewSource(policy.ListWatch(a.opts.Client.CoreV1().RESTClient(), a.opts.Namespace, a.opts.ConfigMap),
+			a.opts.Namespace, a.opts.ConfigMap)
 		a.policy.OnChange(a.poke)
 		if err := a.policy.Start(ctx); err != nil {
 			return err

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
 
@@ -86,9 +85,18 @@ const EndSlack = 2 * time.Second
 // 0 is a force delete (the object goes while the containers still run).
 const GraceFloor = time.Second
 
+// API is the part of the Kubernetes API the drain calls; kube.Client
+// implements it.
+type API interface {
+	// Evict asks the Eviction API to evict a pod.
+	Evict(ctx context.Context, e *policyv1.Eviction) error
+	// DeletePod deletes a pod.
+	DeletePod(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error
+}
+
 // Options configure a Drainer.
 type Options struct {
-	Client kubernetes.Interface
+	Client API
 	Pods   PodSource
 	// Skip is a pod never evicted (the agent itself); zero skips none.
 	Skip types.NamespacedName
@@ -493,7 +501,7 @@ func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action,
 
 func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
 	secs := int64(grace / time.Second)
-	err := d.opts.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
+	err := d.opts.Client.Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID}},
 	})
@@ -515,7 +523,7 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 // deadline - grace.
 func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
 	secs := int64(grace / time.Second)
-	err := d.opts.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	err := d.opts.Client.DeletePod(ctx, p.Namespace, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

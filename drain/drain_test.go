@@ -21,12 +21,24 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 var world *testworld.World
 
 func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
+
+// apiClient is the agent's API client (what the drain uses in the agent).
+func apiClient(t *testing.T) *kube.Client {
+	t.Helper()
+	c, err := kube.New(world.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 type recorder struct {
 	mu       sync.Mutex
@@ -165,7 +177,7 @@ func observe(t *testing.T, node string) func() []step {
 
 func startPods(t *testing.T, node string) *drain.NodePods {
 	t.Helper()
-	pods := drain.NewNodePods(world.Client, node)
+	pods := drain.NewNodePods(apiClient(t).PodListWatch(node))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := pods.Start(ctx); err != nil {
@@ -206,7 +218,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 
 	steps := observe(t, node)
 	rec := &recorder{}
-	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), Skip: types.NamespacedName{Namespace: ns, Name: "agent"},
+	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), Skip: types.NamespacedName{Namespace: ns, Name: "agent"},
 		RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
 	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), time.Now().Add(time.Minute))
 	if err != nil {
@@ -262,7 +274,7 @@ func TestDrainGivesEachPodItsGrace(t *testing.T) {
 	waitRunning(t, node, 2)
 	steps := observe(t, node)
 	rec := &recorder{}
-	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), Recorder: rec, Events: rec})
+	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
 	if _, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline); err != nil {
@@ -317,7 +329,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 	}
 	steps := observe(t, node)
 	rec := &recorder{}
-	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
+	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
 	start := time.Now()
 	res, err := d.Drain(testworld.Ctx(t, time.Minute), start.Add(within))
 	if err != nil {
@@ -386,7 +398,7 @@ func TestDrainKeepsTimeForSystemPods(t *testing.T) {
 	create(t, podSpec(metav1.NamespaceSystem, "dns-"+node, node, 30, 30*time.Second, nil))
 	waitRunning(t, node, 2)
 	steps := observe(t, node)
-	d := drain.New(drain.Options{Client: world.Client, Pods: startPods(t, node)})
+	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node)})
 	deadline := time.Now().Add(30 * time.Second)
 	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline)
 	if err != nil {
@@ -436,7 +448,7 @@ func TestDrainEndsAtItsDeadline(t *testing.T) {
 	waitRunning(t, node, 1)
 	rec := &recorder{}
 	pods := startPods(t, node)
-	d := drain.New(drain.Options{Client: world.Client, Pods: pods, Recorder: rec, Events: rec, TaintKey: "cloud.google.com/impending-node-termination"})
+	d := drain.New(drain.Options{Client: apiClient(t), Pods: pods, Recorder: rec, Events: rec, TaintKey: protocol.TaintImpendingTermination})
 	ctx := testworld.Ctx(t, 2*time.Minute)
 	deadline := time.Now().Add(8 * time.Second)
 	type result struct {

@@ -6,9 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -23,13 +20,10 @@ type NodePods struct {
 
 var _ PodSource = (*NodePods)(nil)
 
-// NewNodePods returns a NodePods for nodeName. Call Start before List.
-func NewNodePods(client kubernetes.Interface, nodeName string) *NodePods {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
-		}))
-	n := &NodePods{informer: factory.Core().V1().Pods().Informer(), changed: make(chan struct{}, 1)}
+// NewNodePods returns a NodePods fed by lw, which lists and watches the pods
+// bound to one node (kube.Client.PodListWatch). Call Start before List.
+func NewNodePods(lw cache.ListerWatcher) *NodePods {
+	n := &NodePods{informer: cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{}), changed: make(chan struct{}, 1)}
 	_ = n.informer.SetTransform(SlimPod)
 	notify := func() {
 		select {

@@ -10,11 +10,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
-	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -98,21 +94,10 @@ func TestGroupDeadlines(t *testing.T) {
 func TestRefusedPodRetriedOnItsOwnSchedule(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
 	slow, protected := pod("ml", "slow", 5, ""), pod("ml", "protected", 5, "")
-	client := fake.NewClientset()
 	release := make(chan struct{})
 	var mu sync.Mutex
 	calls := map[string]int{}
 	called := make(chan string, 16)
-	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		name := action.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
-		if name == "slow" {
-			return true, nil, nil
-		}
-		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
-	})
 	recorded := make(outcomes, 16)
 	record := func(name string) {
 		mu.Lock()
@@ -120,7 +105,7 @@ func TestRefusedPodRetriedOnItsOwnSchedule(t *testing.T) {
 		mu.Unlock()
 		called <- name
 	}
-	d := New(Options{Client: slowClient{client, release, record}, Pods: staticPods{slow, protected}, RetryInterval: 5 * time.Second, Clock: clk, Recorder: recorded})
+	d := New(Options{Client: slowClient{release, record}, Pods: staticPods{slow, protected}, RetryInterval: 5 * time.Second, Clock: clk, Recorder: recorded})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -154,40 +139,24 @@ func TestRefusedPodRetriedOnItsOwnSchedule(t *testing.T) {
 }
 
 // slowClient holds the eviction of the pod named "slow" until release is
-// closed, as a throttled client would (the fake clientset itself runs one
-// call at a time).
+// closed, as a throttled API server would, and refuses every other
+// eviction as a PodDisruptionBudget would.
 type slowClient struct {
-	*fake.Clientset
 	release chan struct{}
 	called  func(name string)
 }
 
-func (c slowClient) PolicyV1() policyv1client.PolicyV1Interface {
-	return slowPolicy{c.Clientset.PolicyV1(), c.release, c.called}
-}
-
-type slowPolicy struct {
-	policyv1client.PolicyV1Interface
-	release chan struct{}
-	called  func(name string)
-}
-
-func (p slowPolicy) Evictions(ns string) policyv1client.EvictionInterface {
-	return slowEvictions{p.PolicyV1Interface.Evictions(ns), p.release, p.called}
-}
-
-type slowEvictions struct {
-	policyv1client.EvictionInterface
-	release chan struct{}
-	called  func(name string)
-}
-
-func (e slowEvictions) Evict(ctx context.Context, ev *policyv1.Eviction) error {
-	e.called(ev.Name)
+func (c slowClient) Evict(_ context.Context, ev *policyv1.Eviction) error {
+	c.called(ev.Name)
 	if ev.Name == "slow" {
-		<-e.release
+		<-c.release
+		return nil
 	}
-	return e.EvictionInterface.Evict(ctx, ev)
+	return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+}
+
+func (c slowClient) DeletePod(context.Context, string, string, metav1.DeleteOptions) error {
+	return nil
 }
 
 // outcomes is a Recorder that hands each outcome on.

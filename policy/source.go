@@ -6,10 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -23,14 +20,17 @@ type Source struct {
 	informer        cache.SharedIndexInformer
 }
 
-// NewSource returns a Source for the ConfigMap namespace/name. Call
-// OnChange before Start.
-func NewSource(client kubernetes.Interface, namespace, name string) *Source {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
-	return &Source{namespace: namespace, name: name, informer: factory.Core().V1().ConfigMaps().Informer()}
+// NewSource returns a Source for the ConfigMap namespace/name, fed by lw,
+// which lists and watches that ConfigMap alone (ListWatch). Call OnChange
+// before Start.
+func NewSource(lw cache.ListerWatcher, namespace, name string) *Source {
+	return &Source{namespace: namespace, name: name, informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
+}
+
+// ListWatch lists and watches the one ConfigMap namespace/name through c,
+// a core/v1 REST client.
+func ListWatch(c cache.Getter, namespace, name string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c, "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))
 }
 
 // OnChange calls f after every change of the ConfigMap; f must not block.

@@ -19,13 +19,13 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -40,7 +40,11 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-agent", opts.KubeAPIQPS, opts.KubeAPIBurst)
+	cfg, err := cli.Config(opts.Kubeconfig, "maintenance-handler-agent", opts.KubeAPIQPS, opts.KubeAPIBurst)
+	if err != nil {
+		return err
+	}
+	client, err := kube.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -79,13 +83,13 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 }
 
 // runOnNode runs the agent once its Node is known.
-func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client kubernetes.Interface, node *corev1.Node,
+func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *kube.Client, node *corev1.Node,
 	reg *prometheus.Registry, clk clock.Clock, setHealth func(func() error)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
 	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
 	m := metrics.NewAgent(nodeLabels)
-	events := agent.NewNodeEvents(client, opts.NodeName, node.UID)
+	events := agent.NewNodeEvents(client.EventSink(), opts.NodeName, node.UID)
 	defer events.Shutdown()
 	if opts.MetadataHost != "" {
 		// The OAuth token source reads the metadata server from here.
@@ -102,7 +106,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client k
 	var manualGate func(*corev1.Node, time.Time) (string, string)
 	if opts.PolicyConfigMap != "" {
 		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
-		src := policy.NewSource(client, ns, name)
+		src := policy.NewSource(client.ConfigMapListWatch(ns, name), ns, name)
 		src.Run(ctx) // until it is read, manual triggers are refused (policy_unknown)
 		manualGate = src.ManualGate(opts.PoolLabel)
 	}
@@ -123,7 +127,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client k
 		NodeName: opts.NodeName,
 		Self:     types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
 		Watcher:  watcher,
-		Pods:     drain.NewNodePods(client, opts.NodeName),
+		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName)),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout},
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
@@ -28,7 +29,11 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	client, err := cli.Client(opts.Kubeconfig, "maintenance-handler-aggregator", 0, 0)
+	cfg, err := cli.Config(opts.Kubeconfig, "maintenance-handler-aggregator", 0, 0)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 )
@@ -72,10 +72,11 @@ func ParseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// Client returns a client for the cluster of kubeconfig (empty: in-cluster
-// configuration) that identifies itself as userAgent and sends at most qps
-// requests per second, with bursts of burst (zero: client-go's 5 and 10).
-func Client(kubeconfig, userAgent string, qps float32, burst int) (*kubernetes.Clientset, error) {
+// Config is the client configuration for the cluster of kubeconfig (empty:
+// in-cluster configuration): it identifies itself as userAgent and sends
+// at most qps requests per second, with bursts of burst (zero: client-go's
+// 5 and 10).
+func Config(kubeconfig, userAgent string, qps float32, burst int) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -84,11 +85,7 @@ func Client(kubeconfig, userAgent string, qps float32, burst int) (*kubernetes.C
 	}
 	cfg.UserAgent = userAgent
 	cfg.QPS, cfg.Burst = qps, burst
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create client: %w", err)
-	}
-	return client, nil
+	return cfg, nil
 }
 
 // Serve listens on addr and serves h in g until ctx ends, then shuts the

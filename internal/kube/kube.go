@@ -1,0 +1,135 @@
+// Package kube is the agent's client of the Kubernetes API: the few calls
+// it makes (its own Node, the pods bound to it, evictions and deletions of
+// those pods, Events, one ConfigMap), over client-go's REST client and
+// watch machinery with a scheme of the core and policy groups alone.
+//
+// Why not client-go's typed clientset: importing it registers every API
+// group's types at start-up, which adds megabytes to the binary that every
+// accelerator node pulls and to the agent's resident memory, for calls the
+// agent never makes (measured in cmd/agent's benchmarks and the README).
+// The aggregator, one replica per cluster, uses the clientset.
+//
+// What it does not do: anything but those calls; retries (the callers own
+// their retry policies; client-go's rate limiter is shared by every call).
+//
+// Concurrency: a Client is safe for concurrent use.
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// Scheme knows the core (v1) and policy (v1) types, and no other group.
+var Scheme = runtime.NewScheme()
+
+var codecs = serializer.NewCodecFactory(Scheme)
+
+func init() {
+	// Both register metav1's options and Status for their group version.
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme} {
+		if err := add(Scheme); err != nil {
+			panic(fmt.Sprintf("kube: scheme: %v", err)) // a programming error, at start-up
+		}
+	}
+}
+
+// Client makes the agent's calls.
+type Client struct {
+	core rest.Interface // /api/v1
+}
+
+// New returns a Client for cfg (its QPS and Burst bound every call).
+func New(cfg *rest.Config) (*Client, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = codecs.WithoutConversion()
+	c.ContentType = runtime.ContentTypeJSON
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	if c.RateLimiter == nil && c.QPS > 0 {
+		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, c.Burst)
+	}
+	core, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Client{core: core}, nil
+}
+
+// GetNode reads a Node.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	n := &corev1.Node{}
+	return n, c.core.Get().Resource("nodes").Name(name).Do(ctx).Into(n)
+}
+
+// UpdateNode replaces a Node (conditional on its resourceVersion), as
+// fieldManager.
+func (c *Client) UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error) {
+	out := &corev1.Node{}
+	err := c.core.Put().Resource("nodes").Name(n.Name).
+		VersionedParams(&metav1.UpdateOptions{FieldManager: fieldManager}, metav1.ParameterCodec).
+		Body(n).Do(ctx).Into(out)
+	return out, err
+}
+
+// NodeListWatch lists and watches the one Node named name.
+func (c *Client) NodeListWatch(name string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.core, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", name))
+}
+
+// PodListWatch lists and watches the pods bound to the Node named node, in
+// every namespace.
+func (c *Client) PodListWatch(node string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.core, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
+}
+
+// ConfigMapListWatch lists and watches the one ConfigMap namespace/name.
+func (c *Client) ConfigMapListWatch(namespace, name string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.core, "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))
+}
+
+// Evict asks the Eviction API to evict a pod (PodDisruptionBudgets hold).
+func (c *Client) Evict(ctx context.Context, e *policyv1.Eviction) error {
+	return c.core.Post().Namespace(e.Namespace).Resource("pods").Name(e.Name).SubResource("eviction").Body(e).Do(ctx).Error()
+}
+
+// DeletePod deletes a pod.
+func (c *Client) DeletePod(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error {
+	return c.core.Delete().Namespace(namespace).Resource("pods").Name(name).Body(&opts).Do(ctx).Error()
+}
+
+// EventSink is where a record.EventBroadcaster writes Events.
+func (c *Client) EventSink() record.EventSink { return eventSink{c.core} }
+
+type eventSink struct{ core rest.Interface }
+
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
+}
+
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.core.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(context.Background()).Into(out)
+}
+
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).
+		Body(data).Do(context.Background()).Into(out)
+}
