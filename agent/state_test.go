@@ -314,6 +314,20 @@ func TestStep(t *testing.T) {
 
 // TestStepNeverDrainsTwice walks one maintenance from notice to return with
 // an agent restart (a fresh Step from the stored state) at every step, and
+// acceptedDecision is the decision when Compute Engine accepted the manual
+// maintenance of requested (how says how the agent knows): terminating,
+// counted as host maintenance.
+func acceptedDecision(requested State, how string) Decision {
+	s := requested
+	s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
+	return Decision{
+		State:        s,
+		Interruption: counted(protocol.HostMaintenance),
+		Drained:      true, Manual: protocol.ManualAccepted,
+		Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (" + how + "); the node is drained, awaiting node termination"}},
+	}
+}
+
 // counts interruptions.
 func TestStepNeverDrainsTwice(t *testing.T) {
 	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = pending, true })
@@ -510,16 +524,7 @@ func TestStepManualTrigger(t *testing.T) {
 				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Operation: "operation-1"}
 				return o
 			}(),
-			want: Decision{
-				State: func() State {
-					s := requested
-					s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
-					return s
-				}(),
-				Interruption: counted(protocol.HostMaintenance),
-				Drained:      true, Manual: protocol.ManualAccepted,
-				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (operation operation-1); the node is drained, awaiting node termination"}},
-			},
+			want: acceptedDecision(requested, "operation operation-1"),
 		},
 		{
 			name:  "the call failed: back in service, label removed",
@@ -582,16 +587,7 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "restarted after the call: the notice shows it went through, no second call",
 			state: requested,
 			obs:   func() Observation { o := labelled(obs(accepted), "true"); o.DrainDone = true; return o }(),
-			want: Decision{
-				State: func() State {
-					s := requested
-					s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
-					return s
-				}(),
-				Interruption: counted(protocol.HostMaintenance),
-				Drained:      true, Manual: protocol.ManualAccepted,
-				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
-			},
+			want:  acceptedDecision(requested, "the metadata server shows the maintenance starting"),
 		},
 		{
 			name:  "TERMINATE during a manual drain not yet asked for: host maintenance, no call",

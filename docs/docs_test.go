@@ -3,109 +3,27 @@
 package docs_test
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // nodeKeys returns the Label*, Annotation* and Taint* string constants
-// declared in the packages' non-test files, by name, with their values
-// (constants built from other constants, as Prefix + "phase",
-// included).
+// declared in the packages' non-test files, by "pkg.Name", with their
+// values (constants built from other constants included).
 func nodeKeys(t *testing.T, pkgs ...string) map[string]string {
 	t.Helper()
-	values := map[string]string{} // "pkg.Name" -> value
-	var specs []struct {
-		pkg  string
-		name string
-		expr ast.Expr
-	}
-	fset := token.NewFileSet()
-	for _, pkg := range pkgs {
-		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, path, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, d := range f.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || g.Tok != token.CONST {
-					continue
-				}
-				for _, s := range g.Specs {
-					vs := s.(*ast.ValueSpec)
-					for i, n := range vs.Names {
-						if i < len(vs.Values) {
-							specs = append(specs, struct {
-								pkg  string
-								name string
-								expr ast.Expr
-							}{pkg, n.Name, vs.Values[i]})
-						}
-					}
-				}
-			}
-		}
-	}
-	var eval func(pkg string, e ast.Expr) (string, bool)
-	eval = func(pkg string, e ast.Expr) (string, bool) {
-		switch e := e.(type) {
-		case *ast.BasicLit:
-			if e.Kind != token.STRING {
-				return "", false
-			}
-			v, err := strconv.Unquote(e.Value)
-			return v, err == nil
-		case *ast.Ident:
-			v, ok := values[pkg+"."+e.Name]
-			return v, ok
-		case *ast.SelectorExpr:
-			x, ok := e.X.(*ast.Ident)
-			if !ok {
-				return "", false
-			}
-			v, ok := values[x.Name+"."+e.Sel.Name]
-			return v, ok
-		case *ast.BinaryExpr:
-			x, okx := eval(pkg, e.X)
-			y, oky := eval(pkg, e.Y)
-			return x + y, okx && oky && e.Op == token.ADD
-		case *ast.ParenExpr:
-			return eval(pkg, e.X)
-		}
-		return "", false
-	}
-	for changed := true; changed; { // until every constant built from others is known
-		changed = false
-		for _, s := range specs {
-			if _, done := values[s.pkg+"."+s.name]; done {
-				continue
-			}
-			if v, ok := eval(s.pkg, s.expr); ok {
-				values[s.pkg+"."+s.name] = v
-				changed = true
-			}
-		}
+	consts, err := gosrc.StringConsts("..", pkgs...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	keys := map[string]string{}
-	for name, v := range values {
-		short := name[strings.IndexByte(name, '.')+1:]
-		if strings.HasPrefix(short, "Label") || strings.HasPrefix(short, "Annotation") || strings.HasPrefix(short, "Taint") {
-			keys[name] = v
+	for _, c := range consts {
+		if strings.HasPrefix(c.Name, "Label") || strings.HasPrefix(c.Name, "Annotation") || strings.HasPrefix(c.Name, "Taint") {
+			keys[c.Pkg+"."+c.Name] = c.Value
 		}
 	}
 	return keys

@@ -1,17 +1,13 @@
 package monitoring_test
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
@@ -37,7 +33,7 @@ func TestReferenceIsComplete(t *testing.T) {
 	// Histograms are gathered only once observed; name them too.
 	names = append(names, "maintenance_handler_agent_drain_duration_seconds", "maintenance_handler_agent_taint_latency_seconds",
 		"maintenance_handler_aggregator_pass_duration_seconds")
-	reasons := eventReasons(t, "../agent", "../aggregator", "../drain")
+	reasons := eventReasons(t, "agent", "aggregator", "drain")
 	if len(reasons) < 20 {
 		t.Fatalf("found %d Event reasons in the source: the scan is broken", len(reasons))
 	}
@@ -69,41 +65,16 @@ func mustRead(t *testing.T, path string) []byte {
 // eventReasons are the Event reasons declared in the packages' non-test
 // files: the string constants named Event* (but EventSource, the
 // component's name).
-func eventReasons(t *testing.T, dirs ...string) []string {
+func eventReasons(t *testing.T, pkgs ...string) []string {
 	t.Helper()
+	consts, err := gosrc.StringConsts("..", pkgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	fset := token.NewFileSet()
-	for _, dir := range dirs {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, path, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, decl := range f.Decls {
-				gd, ok := decl.(*ast.GenDecl)
-				if !ok || gd.Tok != token.CONST {
-					continue
-				}
-				for _, spec := range gd.Specs {
-					vs := spec.(*ast.ValueSpec)
-					for i, name := range vs.Names {
-						if !strings.HasPrefix(name.Name, "Event") || name.Name == "EventSource" || i >= len(vs.Values) {
-							continue
-						}
-						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-							v, _ := strconv.Unquote(lit.Value)
-							out = append(out, v)
-						}
-					}
-				}
-			}
+	for _, c := range consts {
+		if strings.HasPrefix(c.Name, "Event") && c.Name != "EventSource" {
+			out = append(out, c.Value)
 		}
 	}
 	return out

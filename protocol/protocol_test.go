@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,36 +48,24 @@ func TestKeysHaveOneWriter(t *testing.T) {
 	}
 }
 
-// declaredKeys are the package's Label*, Annotation*, Taint* and
+// declaredKeys are the package's untyped Label*, Annotation*, Taint* and
 // PodAnnotation* string constants, by name.
 func declaredKeys(t *testing.T) map[string]string {
 	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "keys.go", nil, 0)
+	consts, err := gosrc.StringConsts("..", "protocol")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	for _, decl := range f.Decls {
-		gd, ok := decl.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, name := range vs.Names {
-				n := name.Name
-				if !strings.HasPrefix(n, "Label") && !strings.HasPrefix(n, "Annotation") && !strings.HasPrefix(n, "Taint") && !strings.HasPrefix(n, "PodAnnotation") {
-					continue
-				}
-				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && vs.Type == nil {
-					out[n], _ = strconv.Unquote(lit.Value)
-				}
+	for _, c := range consts {
+		for _, prefix := range []string{"Label", "Annotation", "Taint", "PodAnnotation"} {
+			if strings.HasPrefix(c.Name, prefix) && !c.Typed {
+				out[c.Name] = c.Value
 			}
 		}
 	}
 	if len(out) < 20 {
-		t.Fatalf("found %d keys in keys.go: the scan is broken", len(out))
+		t.Fatalf("found %d keys: the scan is broken", len(out))
 	}
 	return out
 }

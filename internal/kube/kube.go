@@ -1,18 +1,3 @@
-// Package kube is the agent's client of the Kubernetes API: the few calls
-// it makes (its own Node, the pods bound to it, evictions and deletions of
-// those pods, Events, one ConfigMap), over client-go's REST client and
-// watch machinery with a scheme of the core and policy groups alone.
-//
-// Why not client-go's typed clientset: importing it registers every API
-// group's types at start-up, which adds megabytes to the binary that every
-// accelerator node pulls and to the agent's resident memory, for calls the
-// agent never makes (measured in cmd/agent's benchmarks and the README).
-// The aggregator, one replica per cluster, uses the clientset.
-//
-// What it does not do: anything but those calls; retries (the callers own
-// their retry policies; client-go's rate limiter is shared by every call).
-//
-// Concurrency: a Client is safe for concurrent use.
 package kube
 
 import (
