@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// TestNewRejectsOrDefaults: a zero Options is refused, naming every
+// missing field; a zero Config takes the documented deadlines, never
+// "now" (which would evict every pod with no grace).
+func TestNewRejectsOrDefaults(t *testing.T) {
+	_, err := New(Options{})
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("New(Options{}) = %v, want ErrInvalidOptions", err)
+	}
+	for _, field := range []string{"Client", "NodeName", "Watcher", "Pods"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("%q does not name %s", err, field)
+		}
+	}
+	a, err := New(Options{Client: nopAPI{}, NodeName: "n", Watcher: nopWatcher{}, Pods: &drain.NodePods{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.opts.Config != DefaultConfig {
+		t.Errorf("zero Config became %+v, want %+v", a.opts.Config, DefaultConfig)
+	}
+	if a.opts.Drainer == nil || a.opts.Metrics == nil || a.opts.Events == nil || a.opts.Clock == nil {
+		t.Error("a default is missing")
+	}
+}
+
+type nopAPI struct{}
+
+func (nopAPI) GetNode(context.Context, string) (*corev1.Node, error) { return nil, nil }
+func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, error) {
+	return nil, nil
+}
+func (nopAPI) NodeListWatch(string) cache.ListerWatcher                              { return nil }
+func (nopAPI) Evict(context.Context, *policyv1.Eviction) error                       { return nil }
+func (nopAPI) DeletePod(context.Context, string, string, metav1.DeleteOptions) error { return nil }
+
+type nopWatcher struct{}
+
+func (nopWatcher) Watch(context.Context, string, metadata.Handler) error { return nil }
