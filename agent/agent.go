@@ -378,7 +378,8 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		var ms protocol.MaintenanceState
 		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
-		obs.Opportunistic = ms.OpportunisticTriggered
+		obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
+		obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}

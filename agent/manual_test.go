@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -523,4 +524,76 @@ func TestManualTriggerOperationFails(t *testing.T) {
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want exactly one", calls)
 	}
+}
+
+// TestOpportunisticTriggerRecheckedBeforeActing: the agent acts on a
+// trigger the aggregator wrote only if the node is still idle, the trigger
+// is fresh, and it was written for the pending notice. Otherwise the
+// trigger is answered with a Warning Event saying why and removed, and
+// nothing is drained: the node stays in service, its pod stays, Compute
+// Engine is not asked.
+func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
+	testworld.Need(t)
+	v, r := manualVM(t, "agent-opportunistic-0")
+	ns := world.Namespace(t)
+	scheduled := getNode(t, v.name).Labels[protocol.LabelScheduledMaintenanceTime]
+	trigger := func(ms protocol.MaintenanceState) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n := getNode(t, v.name)
+			protocol.WriteTrigger(n, ms)
+			_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rejectedFor := func(outcome, saying string) {
+		t.Helper()
+		waitNode(t, v.name, "trigger answered", triggerGone)
+		err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(outcome)) == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("manual_triggers_total{%s} never 1", outcome)
+		}
+		found := false
+		for _, m := range eventMessages(t, v.name, agent.EventManualRejected) {
+			found = found || strings.Contains(m, saying)
+		}
+		if !found {
+			t.Errorf("no %s Event saying %q: %v", agent.EventManualRejected, saying, eventMessages(t, v.name, agent.EventManualRejected))
+		}
+		n := getNode(t, v.name)
+		if n.Spec.Unschedulable || protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Annotations[protocol.AnnotationMaintenanceState] != "" {
+			t.Errorf("a rejected trigger changed the node: unschedulable %t, labels %v", n.Spec.Unschedulable, n.Labels)
+		}
+		if len(v.emu.Calls()) != 0 {
+			t.Errorf("Compute Engine was asked %d times", len(v.emu.Calls()))
+		}
+	}
+
+	// A training pod landed after the aggregator decided.
+	trainer := makePod(ns, "trainer", v.name, 30, time.Second)
+	trainer.Spec.Containers[0].Resources.Requests = corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("8")}
+	trainer.Spec.Containers[0].Resources.Limits = trainer.Spec.Containers[0].Resources.Requests
+	createPod(t, trainer)
+	waitNode(t, v.name, "busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] == protocol.BusyAccelerators })
+	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().UTC().Format(time.RFC3339), ScheduledTime: scheduled})
+	rejectedFor(protocol.ManualNotIdle, "no longer idle")
+	if podGone(t, ns, "trainer") {
+		t.Fatal("the training pod was drained")
+	}
+
+	// Idle again: a trigger written long ago, then one for another notice.
+	zero := int64(0)
+	if err := world.Client.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), "trainer", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, v.name, "idle", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
+	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), ScheduledTime: scheduled})
+	rejectedFor(protocol.ManualStaleTrigger, "more than 5m0s ago")
+	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().UTC().Format(time.RFC3339), ScheduledTime: "1700000000"})
+	rejectedFor(protocol.ManualNoticeChanged, `written for the maintenance scheduled at "1700000000"`)
 }

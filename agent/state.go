@@ -128,8 +128,12 @@ type Observation struct {
 	// RequestID, once it has returned.
 	Perform *PerformResult
 	// Opportunistic: the aggregator set the trigger (maintenance-state
-	// says opportunistic-triggered).
+	// says opportunistic-triggered), at TriggeredAt (zero when it cannot
+	// be read), for the notice whose scheduled-maintenance-time is
+	// TriggerFor.
 	Opportunistic bool
+	TriggeredAt   time.Time
+	TriggerFor    string
 	// ManualBlocked is why the maintenance policy refuses a manual trigger
 	// now (a Manual* outcome; "" when it does not), and ManualBlockedDetail
 	// says it in words.
@@ -169,11 +173,14 @@ type Config struct {
 	// to the maintenance beginning (TERMINATE_ON_HOST_MAINTENANCE or the
 	// notice ONGOING): past it, the drained node goes back in service.
 	ManualStartTimeout time.Duration
+	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
+	// an older one was decided about a node that may have changed since.
+	TriggerMaxAge time.Duration
 }
 
 // DefaultConfig is what Compute Engine documents.
 var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: 60 * time.Minute,
-	ManualStartTimeout: 15 * time.Minute}
+	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute}
 
 // withDefaults fills every zero field from DefaultConfig: a zero deadline
 // would evict every pod at once.
@@ -183,6 +190,7 @@ func (c Config) withDefaults() Config {
 		{&c.PreemptionDeadline, &DefaultConfig.PreemptionDeadline},
 		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
 		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
+		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.def
@@ -448,6 +456,16 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.reject(protocol.ManualNotReschedulable, fmt.Sprintf("The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, protocol.LabelPerformMaintenance))
 		case !n.CanReschedule:
 			d.reject(protocol.ManualNotReschedulable, fmt.Sprintf("The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+		case obs.Opportunistic && !obs.PodsKnown:
+			return // re-checked once the pods are known
+		case obs.Opportunistic && !obs.Idle:
+			d.reject(protocol.ManualNotIdle, fmt.Sprintf("The node was picked for opportunistic maintenance while idle, and is no longer idle (%s): it is not drained.", obs.Busy))
+		case obs.Opportunistic && (obs.TriggeredAt.IsZero() || obs.Now.Sub(obs.TriggeredAt) > cfg.TriggerMaxAge):
+			d.reject(protocol.ManualStaleTrigger, fmt.Sprintf("The opportunistic trigger was written at %s, more than %s ago (or its time cannot be read): the node may have changed since; it is not drained.",
+				formatTime(obs.TriggeredAt), cfg.TriggerMaxAge))
+		case obs.Opportunistic && obs.TriggerFor != strconv.FormatInt(n.WindowStart.Unix(), 10):
+			d.reject(protocol.ManualNoticeChanged, fmt.Sprintf("The opportunistic trigger was written for the maintenance scheduled at %q (Unix seconds), and the pending one is scheduled for %s: it is not drained.",
+				obs.TriggerFor, n.WindowStart.UTC().Format(time.RFC3339)))
 		case obs.ManualBlocked != "":
 			d.reject(obs.ManualBlocked, fmt.Sprintf("The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", obs.ManualBlockedDetail, protocol.LabelPerformMaintenance))
 		default:
@@ -632,4 +650,12 @@ func (d *Decision) mirrorNotice(sig Signals) {
 		d.Events = append(d.Events, EventRecord{Reason: EventMaintenanceRescheduled,
 			Message: fmt.Sprintf("Maintenance was rescheduled to %s", when)})
 	}
+}
+
+// formatTime is t in RFC 3339, or "(unknown)" when zero.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "(unknown)"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

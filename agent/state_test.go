@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,6 +50,17 @@ func with(f func(*Signals)) Signals {
 
 func obs(s Signals) Observation { return Observation{Now: t0, Signals: s, BootID: bootA} }
 
+// picked is o with an opportunistic trigger written 10 s ago for the
+// pending notice, on an idle node; change alters it.
+func picked(o Observation, change func(*Observation)) Observation {
+	o.Opportunistic, o.TriggeredAt, o.TriggerFor = true, t0.Add(-10*time.Second), strconv.FormatInt(window.Unix(), 10)
+	o.PodsKnown, o.Idle = true, true
+	if change != nil {
+		change(&o)
+	}
+	return o
+}
+
 func draining(reason protocol.Reason, deadline time.Duration) State {
 	return State{Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: metadata.EventNone}
 }
@@ -56,8 +68,10 @@ func draining(reason protocol.Reason, deadline time.Duration) State {
 // ignoreAccounting leaves what the node ran and the interruption counts to
 // TestStepAccounting.
 // ignoreAccounting leaves out what other tests check: the counts, what
-// the node runs, and the drain order (TestStepDrainOrder).
-var ignoreAccounting = cmp.Options{cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet"), cmpopts.IgnoreFields(Decision{}, "Drain")}
+// the node runs, its idleness (TestStepIdleSince) and the drain order
+// (TestStepDrainOrder).
+var ignoreAccounting = cmp.Options{cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet", "IdleSince", "Busy"),
+	cmpopts.IgnoreFields(Decision{}, "Drain")}
 
 // TestStepDrainOrder: a drain must run while the node drains, until it is
 // done; a preemption moves the deadline of the drain under way; a manual
@@ -474,12 +488,36 @@ func TestStepManualTrigger(t *testing.T) {
 		{
 			name:  "picked by the aggregator: the same drain, said so",
 			state: scheduled,
-			obs:   func() Observation { o := labelled(obs(noticed), "true"); o.Opportunistic = true; return o }(),
+			obs:   picked(labelled(obs(noticed), "true"), nil),
 			want: Decision{
 				State:  manualDraining(),
 				Cordon: true, Manual: protocol.ManualStarted,
 				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "Picked for opportunistic maintenance (cloud.google.com/perform-maintenance=true): draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
 			},
+		},
+		{
+			name:  "picked, but busy since: rejected, nothing drained",
+			state: scheduled,
+			obs:   picked(labelled(obs(noticed), "true"), func(o *Observation) { o.Idle, o.Busy = false, protocol.BusyAccelerators }),
+			want:  rejected(protocol.ManualNotIdle, "The node was picked for opportunistic maintenance while idle, and is no longer idle (accelerators): it is not drained."),
+		},
+		{
+			name:  "picked longer ago than the agent accepts: rejected, nothing drained",
+			state: scheduled,
+			obs:   picked(labelled(obs(noticed), "true"), func(o *Observation) { o.TriggeredAt = t0.Add(-cfg.TriggerMaxAge - time.Second) }),
+			want:  rejected(protocol.ManualStaleTrigger, "The opportunistic trigger was written at 2026-11-22T09:54:59Z, more than 5m0s ago (or its time cannot be read): the node may have changed since; it is not drained."),
+		},
+		{
+			name:  "picked for another notice: rejected, nothing drained",
+			state: scheduled,
+			obs:   picked(labelled(obs(noticed), "true"), func(o *Observation) { o.TriggerFor = "1764000000" }),
+			want:  rejected(protocol.ManualNoticeChanged, `The opportunistic trigger was written for the maintenance scheduled at "1764000000" (Unix seconds), and the pending one is scheduled for 2026-12-01T19:00:00Z: it is not drained.`),
+		},
+		{
+			name:  "picked, pods not known yet: wait",
+			state: scheduled,
+			obs:   picked(labelled(obs(noticed), "true"), func(o *Observation) { o.PodsKnown = false }),
+			want:  Decision{State: scheduled},
 		},
 		{
 			name:  "a manual drain is not withdrawn by a quiet VM with its pending notice",

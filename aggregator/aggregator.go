@@ -349,8 +349,10 @@ func (a *Aggregator) trigger(ctx context.Context, name string) (string, bool) {
 	}
 	n := obj.(*corev1.Node).DeepCopy()
 	seen := n.ResourceVersion
+	// The agent re-checks the trigger: made now, for this notice.
 	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
-		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity})
+		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
+		ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
 	_, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager})
 	switch {
 	case err == nil:

@@ -201,9 +201,13 @@ func InMaintenance(n *corev1.Node) bool {
 // MaintenanceState is the JSON of AnnotationMaintenanceState, written
 // with an opportunistic trigger.
 type MaintenanceState struct {
-	OpportunisticTriggered bool   `json:"opportunistic-triggered"`
-	TriggeredAt            string `json:"triggered-at,omitempty"`
-	TriggeredBy            string `json:"triggered-by,omitempty"`
+	OpportunisticTriggered bool `json:"opportunistic-triggered"`
+	// TriggeredAt is when the aggregator decided (RFC 3339).
+	TriggeredAt string `json:"triggered-at,omitempty"`
+	TriggeredBy string `json:"triggered-by,omitempty"`
+	// ScheduledTime is the scheduled-maintenance-time (Unix seconds of the
+	// window start) of the notice the trigger was written for.
+	ScheduledTime string `json:"scheduled-maintenance-time,omitempty"`
 }
 
 // ReadTrigger reads the perform-maintenance label, and the maintenance

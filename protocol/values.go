@@ -71,12 +71,18 @@ const (
 	// operation failed or the maintenance did not begin in time; the node
 	// went back in service.
 	ManualNotStarted = "not_started"
+	// An opportunistic trigger the agent re-checked and refused: the node
+	// is no longer idle, the trigger is older than the agent accepts, or
+	// the notice is no longer the one it was written for.
+	ManualNotIdle       = "not_idle"
+	ManualStaleTrigger  = "stale_trigger"
+	ManualNoticeChanged = "notice_changed"
 )
 
 // ManualOutcomes lists every outcome.
 var ManualOutcomes = []string{ManualStarted, ManualAccepted, ManualFailed, ManualPermissionDenied, ManualRefused,
 	ManualInvalidValue, ManualNoNotice, ManualNotReschedulable, ManualAlreadyOngoing, ManualOutsideWindow, ManualExcluded,
-	ManualPolicyUnknown, ManualNotStarted}
+	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged}
 
 // Accelerator resources: a pod requesting one does accelerator work.
 const (

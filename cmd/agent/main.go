@@ -129,7 +129,8 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Watcher:  watcher,
 		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName)),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
-			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout},
+			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
+			TriggerMaxAge: opts.TriggerMaxAge},
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),
 		ManualGate:           manualGate,
 		Maintainer: &compute.VM{

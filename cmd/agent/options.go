@@ -41,6 +41,8 @@ type Options struct {
 	// ManualStartTimeout bounds the wait for an accepted manual
 	// maintenance to begin.
 	ManualStartTimeout time.Duration
+	// TriggerMaxAge is the oldest opportunistic trigger acted on.
+	TriggerMaxAge time.Duration
 	// ComputeEndpoint replaces the Compute API's base URL; empty means
 	// Google's.
 	ComputeEndpoint       string
@@ -73,6 +75,7 @@ func NewOptions() *Options {
 		PreemptionDeadline:      agent.DefaultConfig.PreemptionDeadline,
 		ManualDrainTimeout:      agent.DefaultConfig.ManualDrainTimeout,
 		ManualStartTimeout:      agent.DefaultConfig.ManualStartTimeout,
+		TriggerMaxAge:           agent.DefaultConfig.TriggerMaxAge,
 		AcceleratorResources:    resourceStrings(agent.DefaultAcceleratorResources),
 		PoolLabel:               protocol.LabelNodePool,
 		EvictionRetryInterval:   drain.DefaultRetryInterval,
@@ -96,6 +99,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
+	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger (written by the aggregator) the agent acts on; an older one, one for another notice, or one on a node that is no longer idle is rejected and nothing is drained.")
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
@@ -127,11 +131,12 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--unhealthy-after %s: want more than --metadata-timeout plus 10s (%s)", o.UnhealthyAfter, o.MetadataTimeout+10*time.Second))
 	}
 	for name, d := range map[string]time.Duration{
-		"--host-maintenance-deadline": o.HostMaintenanceDeadline,
-		"--preemption-deadline":       o.PreemptionDeadline,
-		"--manual-drain-timeout":      o.ManualDrainTimeout,
-		"--manual-start-timeout":      o.ManualStartTimeout,
-		"--eviction-retry-interval":   o.EvictionRetryInterval,
+		"--host-maintenance-deadline":     o.HostMaintenanceDeadline,
+		"--preemption-deadline":           o.PreemptionDeadline,
+		"--manual-drain-timeout":          o.ManualDrainTimeout,
+		"--manual-start-timeout":          o.ManualStartTimeout,
+		"--opportunistic-trigger-max-age": o.TriggerMaxAge,
+		"--eviction-retry-interval":       o.EvictionRetryInterval,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
