@@ -113,6 +113,7 @@ type Agent struct {
 	changedAt    time.Time  // when a signal last changed
 	drainFor     DrainOrder // the running drain
 	drainDone    time.Time  // Started of the maintenance whose drain finished
+	drainLeft    []string   // the pods that drain left on the node
 	drainStop    context.CancelFunc
 	drainGroup   sync.WaitGroup
 
@@ -388,6 +389,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		changedAt := a.changedAt
 		st := protocol.ReadAgentState(node)
 		obs.DrainDone = st.Phase == protocol.PhaseDraining && a.drainDone.Equal(st.Started)
+		if obs.DrainDone {
+			obs.DrainLeft = a.drainLeft
+		}
 		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 			obs.Perform = r
 		}

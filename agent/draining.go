@@ -10,7 +10,11 @@ import (
 
 // Drainer empties the node by a deadline; *drain.Drainer implements it.
 type Drainer interface {
+	// Drain empties the node by deadline, deleting a pod a
+	// PodDisruptionBudget still protects at deadline minus its grace.
 	Drain(ctx context.Context, deadline time.Time) (drain.Result, error)
+	// DrainVoluntary never deletes such a pod: it is left (Result.Left).
+	DrainVoluntary(ctx context.Context, deadline time.Time) (drain.Result, error)
 }
 
 var _ Drainer = (*drain.Drainer)(nil)
@@ -41,7 +45,11 @@ func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
 	go func() {
 		defer a.drainGroup.Done()
 		a.log.Info("drain started", "maintenance_started", order.For, "deadline", order.Deadline)
-		res, err := a.opts.Drainer.Drain(dctx, order.Deadline)
+		run := a.opts.Drainer.Drain
+		if order.Voluntary {
+			run = a.opts.Drainer.DrainVoluntary
+		}
+		res, err := run(dctx, order.Deadline)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
 				a.log.Warn("drain ended early", "err", err)
@@ -50,7 +58,7 @@ func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
 		}
 		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted, "left", res.Left)
 		a.mu.Lock()
-		a.drainDone = order.For
+		a.drainDone, a.drainLeft = order.For, res.Left
 		a.mu.Unlock()
 		a.poke()
 	}()

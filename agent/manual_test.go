@@ -597,3 +597,56 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().UTC().Format(time.RFC3339), ScheduledTime: "1700000000"})
 	rejectedFor(protocol.ManualNoticeChanged, `written for the maintenance scheduled at "1700000000"`)
 }
+
+// TestVoluntaryDrainHonoursPDBsToTheEnd: a manual maintenance's drain
+// meets a PodDisruptionBudget that never allows: the pod is never deleted;
+// at the drain deadline the maintenance is given up (Warning Event naming
+// the pod, metric), Compute Engine is not asked, and the node is back in
+// service.
+func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-voluntary-0")
+	withCompute(t, v)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
+	cfg := agent.DefaultConfig
+	cfg.ManualDrainTimeout = 20 * time.Second
+	r := startAgent(t, v, cfg)
+	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	ns := world.Namespace(t)
+	p := makePod(ns, "guarded", v.name, 5, time.Second)
+	p.Labels = map[string]string{"app": "guarded"}
+	createPod(t, p)
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, ns, "guarded", 1)
+
+	setTrigger(t, v.name, protocol.TriggerValue, true)
+	waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
+	waitEvent(t, v.name, drain.EventBlocked)
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAbandoned)) == 1, nil
+	})
+	if err != nil {
+		t.Fatal("the voluntary drain was never given up")
+	}
+	n := waitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
+		return !n.Spec.Unschedulable && !protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] == "" && triggerGone(n)
+	})
+	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
+		t.Error("the pending notice is no longer mirrored")
+	}
+	msgs := eventMessages(t, v.name, agent.EventManualAbandoned)
+	if len(msgs) != 1 || !strings.Contains(msgs[0], ns+"/guarded") {
+		t.Errorf("%s Events %q, want one naming the pod", agent.EventManualAbandoned, msgs)
+	}
+	if podGone(t, ns, "guarded") || len(v.emu.Calls()) != 0 {
+		t.Errorf("pod gone %t, performMaintenance calls %d; want the pod kept and no call", podGone(t, ns, "guarded"), len(v.emu.Calls()))
+	}
+	if got := testutil.ToFloat64(r.metrics.Escalations); got != 0 {
+		t.Errorf("%v escalations in a voluntary drain", got)
+	}
+}

@@ -55,6 +55,7 @@ package agent
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -78,6 +79,7 @@ const (
 	EventManualRejected         = "PerformMaintenanceRejected"
 	EventManualFailed           = "PerformMaintenanceFailed"
 	EventManualNotStarted       = "PerformMaintenanceNotStarted"
+	EventManualAbandoned        = "PerformMaintenanceAbandoned"
 	EventUnexpectedReboot       = "UnexpectedReboot"
 	EventNodeUpgraded           = "NodeUpgraded"
 	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
@@ -115,8 +117,10 @@ type Observation struct {
 	KubeletVersion string
 	// Unschedulable is the node's spec.unschedulable now.
 	Unschedulable bool
-	// DrainDone: the drain of the current maintenance has finished.
+	// DrainDone: the drain of the current maintenance has finished, and
+	// DrainLeft names the pods it left on the node (see drain.Result.Left).
 	DrainDone bool
+	DrainLeft []string
 	// Trigger is the perform-maintenance label's value; TriggerSet whether
 	// the label is there at all.
 	Trigger    string
@@ -173,6 +177,12 @@ type Config struct {
 	// to the maintenance beginning (TERMINATE_ON_HOST_MAINTENANCE or the
 	// notice ONGOING): past it, the drained node goes back in service.
 	ManualStartTimeout time.Duration
+	// ManualDrainEscalate: a manual drain deletes a pod a
+	// PodDisruptionBudget still protects at the deadline minus its grace,
+	// as a host maintenance's does. False (the default): a manual
+	// maintenance is voluntary, the budgets hold to the end, and a drain
+	// that cannot finish by its deadline is given up.
+	ManualDrainEscalate bool
 	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
 	// an older one was decided about a node that may have changed since.
 	TriggerMaxAge time.Duration
@@ -247,10 +257,12 @@ type Decision struct {
 	Drain DrainOrder
 }
 
-// DrainOrder names a drain: the maintenance it is for (its start) and the
-// deadline it must end by.
+// DrainOrder names a drain: the maintenance it is for (its start), the
+// deadline it must end by, and whether it is voluntary (PodDisruptionBudgets
+// hold to the end: drain.Drainer.DrainVoluntary).
 type DrainOrder struct {
 	For, Deadline time.Time
+	Voluntary     bool
 }
 
 // IsZero: no drain.
@@ -258,7 +270,7 @@ func (o DrainOrder) IsZero() bool { return o.For.IsZero() }
 
 // Equal: the same drain.
 func (o DrainOrder) Equal(p DrainOrder) bool {
-	return o.For.Equal(p.For) && o.Deadline.Equal(p.Deadline)
+	return o.For.Equal(p.For) && o.Deadline.Equal(p.Deadline) && o.Voluntary == p.Voluntary
 }
 
 // Step is the state machine. It is pure: the same inputs give the same
@@ -396,7 +408,8 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	// 7. The drain: running while the node drains and its drain is not
 	// done (a manual drain that is done waits for Compute Engine).
 	if d.State.Phase == protocol.PhaseDraining && !(obs.DrainDone && d.State.Started.Equal(st.Started)) {
-		d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline}
+		d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline,
+			Voluntary: d.State.Reason == protocol.ReasonManual && !cfg.ManualDrainEscalate}
 	}
 
 	// 8. Idleness, for the aggregator.
@@ -524,6 +537,15 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.Manual = protocol.ManualNotReschedulable
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
 				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
+			d.Uncordon = !st.CordonedBefore
+			d.RemoveTrigger = true
+			d.State = idleState(st)
+		case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
+			// Voluntary: the budgets held to the end, or pods are stuck.
+			d.Manual = protocol.ManualAbandoned
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualAbandoned,
+				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; the node is back in service (taint, maintenance label and %s removed).",
+					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), protocol.LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
 			d.RemoveTrigger = true
 			d.State = idleState(st)
@@ -658,4 +680,12 @@ func formatTime(t time.Time) string {
 		return "(unknown)"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// excerpt joins at most n names, saying how many more there are.
+func excerpt(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,8 @@ func TestStepDrainOrder(t *testing.T) {
 		{"drain done: none", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, DrainDone: true}, DrainOrder{}},
 		{"manual drain done, Compute Engine not asked yet: none", manual,
 			Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true}, DrainOrder{}},
+		{"manual: voluntary, the budgets hold", manual, Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true},
+			DrainOrder{For: t0, Deadline: t0.Add(cfg.ManualDrainTimeout), Voluntary: true}},
 		{"back from maintenance: none", hostDrain, Observation{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB}, DrainOrder{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -899,5 +902,32 @@ func TestStepManualStartBound(t *testing.T) {
 	begun.Now = t0.Add(cfg.ManualStartTimeout + time.Minute)
 	if d := Step(cfg, accepted, begun); d.State.Phase != protocol.PhaseTerminating {
 		t.Errorf("begun: phase %s, want terminating", d.State.Phase)
+	}
+}
+
+// TestStepVoluntaryDrainAbandoned: a manual drain that ends with pods left
+// (their budgets held to the end) is given up before Compute Engine is
+// asked: back in service, said so; with escalation opted in, it goes on.
+func TestStepVoluntaryDrainAbandoned(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	st := draining(protocol.ReasonManual, cfg.ManualDrainTimeout)
+	st.RequestID = "req-1"
+	o := Observation{Now: t0.Add(cfg.ManualDrainTimeout), Signals: noticed, BootID: bootA, DrainDone: true, DrainLeft: []string{"ml/trainer-0"},
+		Trigger: protocol.TriggerValue, TriggerSet: true}
+	d := stepChecked(t, cfg, st, o)
+	if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveTrigger || d.Perform || d.Manual != protocol.ManualAbandoned {
+		t.Fatalf("abandoned: phase %s, uncordon %t, remove trigger %t, perform %t, outcome %q", d.State.Phase, d.Uncordon, d.RemoveTrigger, d.Perform, d.Manual)
+	}
+	if len(d.Events) == 0 || d.Events[0].Reason != EventManualAbandoned || !strings.Contains(d.Events[0].Message, "ml/trainer-0") {
+		t.Errorf("events %+v", d.Events)
+	}
+	escalating := cfg
+	escalating.ManualDrainEscalate = true
+	if d := stepChecked(t, escalating, st, o); !d.Perform || d.State.Phase != protocol.PhaseDraining {
+		t.Errorf("with escalation opted in: perform %t, phase %s; want the call", d.Perform, d.State.Phase)
+	}
+	o.DrainLeft = nil
+	if d := stepChecked(t, cfg, st, o); !d.Perform {
+		t.Error("a voluntary drain that finished does not go on to the call")
 	}
 }

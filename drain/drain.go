@@ -228,6 +228,20 @@ type podState struct {
 //
 // Drain returns when every group is done, or with ctx's error.
 func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error) {
+	return d.run(ctx, deadline, true)
+}
+
+// DrainVoluntary is Drain for a maintenance that did not have to happen
+// now: PodDisruptionBudgets hold to the end. A pod whose eviction is
+// refused is retried until its group's deadline and never deleted; if it
+// is still there then, it is in Result.Left (and so are pods stuck
+// terminating), and the caller decides what a drain that could not finish
+// means.
+func (d *Drainer) DrainVoluntary(ctx context.Context, deadline time.Time) (Result, error) {
+	return d.run(ctx, deadline, false)
+}
+
+func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (Result, error) {
 	var res Result
 	began := make(map[types.UID]bool)
 	for _, p := range d.opts.Pods.List() {
@@ -235,7 +249,7 @@ func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error)
 	}
 	deadlines := d.groupDeadlines(began, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
-		left, err := d.drainGroup(ctx, g, began, deadlines[i], &res)
+		left, err := d.drainGroup(ctx, g, began, deadlines[i], escalate, &res)
 		if err != nil {
 			return res, err
 		}
@@ -276,10 +290,13 @@ type action struct {
 	escalate   bool
 	outcome    string
 	at         time.Time // when it was planned
+	// voluntary: never deleted; retried until deadline, its group's.
+	voluntary bool
+	deadline  time.Time
 }
 
 // drainGroup drains group g by its deadline and returns the pods it left.
-func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, deadline time.Time, res *Result) ([]string, error) {
+func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, deadline time.Time, escalate bool, res *Result) ([]string, error) {
 	log := d.opts.Logger.With("group", g, "group_deadline", deadline)
 	states := map[types.UID]*podState{}
 	results := make(chan *action, parallelism)
@@ -309,7 +326,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			log.Warn("drain group deadline passed with pods left", "left", left)
 			return left, nil
 		}
-		due, wake := planRound(now, deadline, pods, states)
+		due, wake := planRound(now, deadline, escalate, pods, states)
 		for _, a := range due {
 			if inFlight >= parallelism {
 				break
@@ -341,7 +358,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 // longest grace first (those decide when the node is empty), and when to
 // plan again though nothing changes: the earliest moment a pod not due now
 // will be, at the latest the group's end (deadline + EndSlack).
-func planRound(now, deadline time.Time, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
+func planRound(now, deadline time.Time, escalate bool, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
 	wake = deadline.Add(EndSlack)
 	if !now.Before(wake) {
 		wake = now.Add(time.Hour) // past it: only returning calls matter
@@ -359,13 +376,13 @@ func planRound(now, deadline time.Time, pods []*corev1.Pod, states map[types.UID
 			continue
 		}
 		grace := podGrace(p)
-		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: deadline.Add(-grace), at: now}
+		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: deadline.Add(-grace), at: now, voluntary: !escalate, deadline: deadline}
 		switch {
-		case st.refused && !now.Before(a.escalateAt):
+		case escalate && st.refused && !now.Before(a.escalateAt):
 			a.escalate = true
 		case now.Before(st.nextTry):
 			wake = earliest(wake, st.nextTry)
-			if st.refused {
+			if escalate && st.refused {
 				wake = earliest(wake, a.escalateAt)
 			}
 			continue
@@ -418,7 +435,11 @@ func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 		if !st.refused {
 			msg := fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
 				klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace)
-			if !a.at.Before(a.escalateAt) {
+			switch {
+			case a.voluntary:
+				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying until %s. This maintenance is voluntary: the budget holds, the pod is never deleted, and a drain that cannot finish is given up",
+					klogRef(p), a.deadline.UTC().Format(time.RFC3339))
+			case !a.at.Before(a.escalateAt):
 				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
 					klogRef(p), podGrace(p), a.grace)
 			}

@@ -28,12 +28,13 @@ func TestPlanRound(t *testing.T) {
 		Escalate bool
 	}
 	for _, tc := range []struct {
-		name     string
-		now      time.Time
-		pods     []*corev1.Pod
-		states   map[types.UID]*podState
-		want     []call
-		wantWake time.Time
+		name      string
+		now       time.Time
+		voluntary bool
+		pods      []*corev1.Pod
+		states    map[types.UID]*podState
+		want      []call
+		wantWake  time.Time
 	}{
 		{
 			name: "first round: every pod, the longest grace first, each capped to the deadline",
@@ -64,6 +65,16 @@ func TestPlanRound(t *testing.T) {
 			wantWake: deadline.Add(EndSlack),
 		},
 		{
+			name: "voluntary: refused until deadline - grace, still only evicted; no wake for an escalation",
+			now:  deadline.Add(-30 * time.Second), voluntary: true, pods: []*corev1.Pod{pod("refused", 30), pod("later", 58)},
+			states: map[types.UID]*podState{
+				"refused": {refused: true, nextTry: deadline.Add(-30 * time.Second)},
+				"later":   {refused: true, nextTry: deadline.Add(-20 * time.Second)},
+			},
+			want:     []call{{"refused", 30 * time.Second, false}},
+			wantWake: deadline.Add(-20 * time.Second),
+		},
+		{
 			name: "a pod whose next try is later, never refused: waited for, not escalated",
 			now:  now.Add(50 * time.Second), pods: []*corev1.Pod{pod("failed", 30)},
 			states:   map[types.UID]*podState{"failed": {nextTry: now.Add(51 * time.Second)}},
@@ -81,7 +92,7 @@ func TestPlanRound(t *testing.T) {
 			if states == nil {
 				states = map[types.UID]*podState{}
 			}
-			due, wake := planRound(tc.now, deadline, tc.pods, states)
+			due, wake := planRound(tc.now, deadline, !tc.voluntary, tc.pods, states)
 			var got []call
 			for _, a := range due {
 				got = append(got, call{a.pod.Name, a.grace, a.escalate})

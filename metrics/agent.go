@@ -86,7 +86,7 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Help: "1 while the metadata key answers, 0 once it has had no good answer for --unhealthy-after (until its next good answer)."}, []string{"key"}),
 		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
-			Help: "The " + protocol.LabelPerformMaintenance + " label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown, and for an opportunistic trigger not_idle, stale_trigger, notice_changed (the label was rejected and removed).",
+			Help: "The " + protocol.LabelPerformMaintenance + " label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown, and for an opportunistic trigger not_idle, stale_trigger, notice_changed (the label was rejected and removed); abandoned (the voluntary drain could not finish by its deadline; the node went back in service).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,

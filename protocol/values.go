@@ -77,12 +77,16 @@ const (
 	ManualNotIdle       = "not_idle"
 	ManualStaleTrigger  = "stale_trigger"
 	ManualNoticeChanged = "notice_changed"
+	// ManualAbandoned: the voluntary drain could not finish by its
+	// deadline (PodDisruptionBudgets held, or pods were stuck); the
+	// maintenance was not started and the node went back in service.
+	ManualAbandoned = "abandoned"
 )
 
 // ManualOutcomes lists every outcome.
 var ManualOutcomes = []string{ManualStarted, ManualAccepted, ManualFailed, ManualPermissionDenied, ManualRefused,
 	ManualInvalidValue, ManualNoNotice, ManualNotReschedulable, ManualAlreadyOngoing, ManualOutsideWindow, ManualExcluded,
-	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged}
+	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged, ManualAbandoned}
 
 // Accelerator resources: a pod requesting one does accelerator work.
 const (

@@ -43,6 +43,9 @@ type Options struct {
 	ManualStartTimeout time.Duration
 	// TriggerMaxAge is the oldest opportunistic trigger acted on.
 	TriggerMaxAge time.Duration
+	// ManualDrainEscalate: manual drains delete PDB-protected pods at the
+	// deadline minus their grace, as forced ones do.
+	ManualDrainEscalate bool
 	// ComputeEndpoint replaces the Compute API's base URL; empty means
 	// Google's.
 	ComputeEndpoint       string
@@ -98,7 +101,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
-	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true; pods a PodDisruptionBudget still holds at the deadline minus their grace are deleted.")
+	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
+	fs.BoolVar(&o.ManualDrainEscalate, "manual-drain-escalate", o.ManualDrainEscalate, "Let a manual (or opportunistic) drain delete a pod its PodDisruptionBudget still protects at the drain deadline minus the pod's grace, as host maintenance and preemption do. Off: a manual maintenance is voluntary, budgets hold to the end, and a drain that cannot finish by --manual-drain-timeout is given up (the node goes back in service).")
 	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger (written by the aggregator) the agent acts on; an older one, one for another notice, or one on a node that is no longer idle is rejected and nothing is drained.")
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
