@@ -35,6 +35,7 @@ type Metrics interface {
 	SetPhase(phase protocol.Phase)
 	ManualTrigger(outcome string)
 	SetNode(drainDeadline, scheduled time.Time, busy bool)
+	SetFailures(n int)
 }
 
 // Events records Kubernetes Events on the agent's Node.
@@ -205,6 +206,7 @@ func (nopMetrics) DrainDuration(time.Duration)                 {}
 func (nopMetrics) SetPhase(protocol.Phase)                     {}
 func (nopMetrics) ManualTrigger(string)                        {}
 func (nopMetrics) SetNode(time.Time, time.Time, bool)          {}
+func (nopMetrics) SetFailures(int)                             {}
 func (nopMetrics) NodeEvent(bool, string, string)              {}
 
 var (
@@ -458,6 +460,7 @@ func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Coun
 		scheduled = time.Unix(sec, 0)
 	}
 	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
+	a.opts.Metrics.SetFailures(st.Failures.Count)
 	a.followDrain(ctx, dec.Drain)
 }
 

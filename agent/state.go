@@ -183,6 +183,10 @@ type Config struct {
 	// maintenance is voluntary, the budgets hold to the end, and a drain
 	// that cannot finish by its deadline is given up.
 	ManualDrainEscalate bool
+	// FailureCooldown is how long after a voluntary maintenance failed the
+	// aggregator leaves the node alone; it doubles with each failure in a
+	// row, up to MaxFailureCooldown.
+	FailureCooldown, MaxFailureCooldown time.Duration
 	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
 	// an older one was decided about a node that may have changed since.
 	TriggerMaxAge time.Duration
@@ -190,7 +194,7 @@ type Config struct {
 
 // DefaultConfig is what Compute Engine documents.
 var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: 60 * time.Minute,
-	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute}
+	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
 
 // withDefaults fills every zero field from DefaultConfig: a zero deadline
 // would evict every pod at once.
@@ -201,6 +205,8 @@ func (c Config) withDefaults() Config {
 		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
 		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
 		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
+		{&c.FailureCooldown, &DefaultConfig.FailureCooldown},
+		{&c.MaxFailureCooldown, &DefaultConfig.MaxFailureCooldown},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.def
@@ -412,7 +418,16 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			Voluntary: d.State.Reason == protocol.ReasonManual && !cfg.ManualDrainEscalate}
 	}
 
-	// 8. Idleness, for the aggregator.
+	// 8. A voluntary maintenance that failed is remembered, for the
+	// aggregator's cool-down; one that went through clears the record.
+	switch {
+	case voluntaryFailure(d.Manual):
+		d.State.Failures = nextFailures(cfg, d.State.Failures, d.Manual, obs.Now)
+	case d.Manual == protocol.ManualAccepted:
+		d.State.Failures = protocol.Failures{}
+	}
+
+	// 9. Idleness, for the aggregator.
 	if obs.PodsKnown {
 		if obs.Idle {
 			if d.State.IdleSince.IsZero() {
@@ -625,7 +640,8 @@ func (d *Decision) reject(outcome, msg string) {
 // idleState is st back in service: what outlives a maintenance, nothing else.
 func idleState(st State) State {
 	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
-		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet}
+		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
+		Failures: st.Failures}
 }
 
 func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.Time) {
@@ -688,4 +704,28 @@ func excerpt(names []string, n int) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
+
+// voluntaryFailure: the outcome is a voluntary maintenance that Compute
+// Engine did not start or the drain gave up, which the aggregator should
+// not try again at once (a rejected label is not one).
+func voluntaryFailure(outcome string) bool {
+	switch outcome {
+	case protocol.ManualFailed, protocol.ManualPermissionDenied, protocol.ManualRefused, protocol.ManualNotStarted, protocol.ManualAbandoned:
+		return true
+	}
+	return false
+}
+
+// nextFailures is f with one more failure at now: the cool-down doubles
+// with each failure in a row, from FailureCooldown to MaxFailureCooldown.
+func nextFailures(cfg Config, f protocol.Failures, outcome string, now time.Time) protocol.Failures {
+	f.Count++
+	f.Reason, f.Last = outcome, now
+	wait := cfg.FailureCooldown
+	for i := 1; i < f.Count && wait < cfg.MaxFailureCooldown; i++ {
+		wait *= 2
+	}
+	f.RetryAfter = now.Add(min(wait, cfg.MaxFailureCooldown))
+	return f
 }

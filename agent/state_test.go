@@ -69,9 +69,10 @@ func draining(reason protocol.Reason, deadline time.Duration) State {
 // ignoreAccounting leaves what the node ran and the interruption counts to
 // TestStepAccounting.
 // ignoreAccounting leaves out what other tests check: the counts, what
-// the node runs, its idleness (TestStepIdleSince) and the drain order
+// the node runs, its idleness (TestStepIdleSince), the failures of
+// voluntary maintenance (TestStepFailureMemory) and the drain order
 // (TestStepDrainOrder).
-var ignoreAccounting = cmp.Options{cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet", "IdleSince", "Busy"),
+var ignoreAccounting = cmp.Options{cmpopts.IgnoreFields(State{}, "Interruptions", "LastBootID", "LastKubelet", "IdleSince", "Busy", "Failures"),
 	cmpopts.IgnoreFields(Decision{}, "Drain")}
 
 // TestStepDrainOrder: a drain must run while the node drains, until it is
@@ -929,5 +930,53 @@ func TestStepVoluntaryDrainAbandoned(t *testing.T) {
 	o.DrainLeft = nil
 	if d := stepChecked(t, cfg, st, o); !d.Perform {
 		t.Error("a voluntary drain that finished does not go on to the call")
+	}
+}
+
+// TestStepFailureMemory: each voluntary maintenance that fails is
+// remembered on the Node with a cool-down that doubles, up to its cap; a
+// rejected label is not a failure; one that goes through clears the
+// record; the record outlives the maintenance.
+func TestStepFailureMemory(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	asked := draining(protocol.ReasonManual, cfg.ManualDrainTimeout)
+	asked.RequestID, asked.Requested = "req-1", t0
+	failed := func(st State, at time.Time) State {
+		t.Helper()
+		o := Observation{Now: at, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
+			Perform: &PerformResult{RequestID: "req-1", Err: errors.New("403"), Outcome: protocol.ManualPermissionDenied}}
+		d := stepChecked(t, cfg, st, o)
+		if d.State.Phase != protocol.PhaseIdle {
+			t.Fatalf("phase %s after a failure", d.State.Phase)
+		}
+		return d.State
+	}
+	st := asked
+	var waits []time.Duration
+	for i := range 7 {
+		at := t0.Add(time.Duration(i) * 48 * time.Hour)
+		st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, at, at, at.Add(time.Hour)
+		st = failed(st, at)
+		if st.Failures.Count != i+1 || st.Failures.Reason != protocol.ManualPermissionDenied || !st.Failures.Last.Equal(at) {
+			t.Fatalf("failure %d recorded as %+v", i+1, st.Failures)
+		}
+		waits = append(waits, st.Failures.RetryAfter.Sub(at))
+	}
+	want := []time.Duration{time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 16 * time.Hour, 24 * time.Hour, 24 * time.Hour}
+	if d := cmp.Diff(want, waits); d != "" {
+		t.Errorf("cool-downs (-want +got):\n%s", d)
+	}
+	// A label rejected is not a failure; the record outlives it.
+	idle := st
+	d := stepChecked(t, cfg, idle, Observation{Now: t0, Signals: noticed, BootID: bootA, Trigger: "yes", TriggerSet: true})
+	if d.Manual != protocol.ManualInvalidValue || d.State.Failures != idle.Failures {
+		t.Errorf("a rejected label changed the record: %+v", d.State.Failures)
+	}
+	// One that goes through clears it.
+	st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, t0, t0, t0.Add(time.Hour)
+	d = stepChecked(t, cfg, st, Observation{Now: t0, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
+		Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}})
+	if d.Manual != protocol.ManualAccepted || d.State.Failures.Count != 0 {
+		t.Errorf("accepted: outcome %q, failures %+v; want the record cleared", d.Manual, d.State.Failures)
 	}
 }

@@ -32,6 +32,9 @@ const (
 	ReasonNotReady         = "not_ready"
 	ReasonSliceIncomplete  = "slice_incomplete"
 	ReasonInvalidConfig    = "invalid_config"
+	// ReasonCoolingDown: the node's last voluntary maintenance failed, and
+	// its cool-down (written by its agent) has not passed.
+	ReasonCoolingDown = "cooling_down"
 )
 
 // Node is what a decision looks at, read from a Node object.
@@ -55,6 +58,8 @@ type Node struct {
 	OptOut        bool
 	// Config is the node's opportunistic-config annotation.
 	Config string
+	// Failures are the node's voluntary maintenances that failed in a row.
+	Failures protocol.Failures
 	// Slice names the multi-host TPU slice the node belongs to ("" for
 	// none): its pool, when the topology spans more chips than one node has.
 	Slice string
@@ -70,7 +75,7 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 		OptOut: n.Labels[protocol.LabelOpportunisticDisable] == "true",
 	}
 	st := protocol.ReadAgentState(n)
-	v.Busy, v.IdleSince = st.Busy, st.IdleSince
+	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			v.Ready = c.Status == corev1.ConditionTrue
@@ -209,6 +214,9 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) Poo
 			return ReasonNotReschedulable, "its maintenance cannot be rescheduled (can_reschedule false)"
 		case n.OptOut:
 			return ReasonOptedOut, "it is labelled " + protocol.LabelOpportunisticDisable + "=true"
+		case now.Before(n.Failures.RetryAfter):
+			return ReasonCoolingDown, fmt.Sprintf("its last voluntary maintenance failed (%s, %d in a row, at %s); not picked again before %s",
+				n.Failures.Reason, n.Failures.Count, n.Failures.Last.UTC().Format(time.RFC3339), n.Failures.RetryAfter.UTC().Format(time.RFC3339))
 		case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
 			return ReasonTooEarly, fmt.Sprintf("its maintenance at %s is more than window=%s away", n.Notice.WindowStart.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
 		case n.Busy == protocol.BusySafeToEvict:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
@@ -77,15 +78,20 @@ func TestDecideReasons(t *testing.T) {
 	pinned.Busy = "safe-to-evict"
 	notReady := node("down", time.Hour)
 	notReady.Ready = false
+	failing := node("failing", time.Hour)
+	failing.Failures = protocol.Failures{Count: 2, Reason: protocol.ManualPermissionDenied, Last: now.Add(-time.Hour), RetryAfter: now.Add(time.Hour)}
+	cooled := node("cooled", time.Hour)
+	cooled.Failures = protocol.Failures{Count: 1, Reason: protocol.ManualAbandoned, Last: now.Add(-2 * time.Hour), RetryAfter: now.Add(-time.Hour)}
 	lax := gkeLike
 	lax.MinNodes = 0
-	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady})[0]
-	want := map[string]string{"fixed": ReasonNotReschedulable, "opted": ReasonOptedOut, "far": ReasonTooEarly, "pinned": ReasonNotEvictable, "down": ReasonNotReady}
-	if d := cmp.Diff(want, reasons(plan)); d != "" || len(plan.Trigger) != 0 {
+	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady, failing, cooled})[0]
+	want := map[string]string{"fixed": ReasonNotReschedulable, "opted": ReasonOptedOut, "far": ReasonTooEarly, "pinned": ReasonNotEvictable, "down": ReasonNotReady,
+		"failing": ReasonCoolingDown, "cooled": ReasonTriggered}
+	if d := cmp.Diff(want, reasons(plan)); d != "" || len(plan.Trigger) != 1 {
 		t.Errorf("reasons (-want +got):\n%s\ntrigger %v", d, plan.Trigger)
 	}
 	for _, dec := range plan.Decisions {
-		if !strings.HasPrefix(dec.Message, "Not picked for opportunistic maintenance: ") {
+		if dec.Reason != ReasonTriggered && !strings.HasPrefix(dec.Message, "Not picked for opportunistic maintenance: ") {
 			t.Errorf("%s: message %q", dec.Node, dec.Message)
 		}
 	}

@@ -32,6 +32,9 @@ type Agent struct {
 	// MetadataKeyHealthy is 0 for a watched metadata key that has had no
 	// good answer for --unhealthy-after, 1 otherwise.
 	MetadataKeyHealthy *prometheus.GaugeVec
+	// VoluntaryFailures counts the node's voluntary maintenances that
+	// failed in a row.
+	VoluntaryFailures prometheus.Gauge
 }
 
 // NewAgent creates the agent's metrics and registers them with reg.
@@ -82,6 +85,8 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Help: "Unix time of the pending maintenance notice's window start; 0 when none is pending."}),
 		Busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "accelerators_busy",
 			Help: "1 while pods on the node (other than DaemonSet and mirror pods) use accelerators or are safe-to-evict false, 0 while it is idle."}),
+		VoluntaryFailures: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "voluntary_failures",
+			Help: "Voluntary (manual or opportunistic) maintenances of this node that failed in a row (failed, permission_denied, refused, not_started, abandoned); 0 once one goes through. The aggregator leaves the node alone for a cool-down that doubles with each."}),
 		MetadataKeyHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "metadata_key_healthy",
 			Help: "1 while the metadata key answers, 0 once it has had no good answer for --unhealthy-after (until its next good answer)."}, []string{"key"}),
 		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -91,7 +96,7 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
 		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers,
-		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy)
+		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy, m.VoluntaryFailures)
 	// Every series exists from the start at 0, so that the first one is
 	// seen as an increase.
 	for _, i := range protocol.Interruptions {
@@ -185,3 +190,6 @@ func joinTypes() string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// SetFailures sets the voluntary failures in a row.
+func (m *Agent) SetFailures(n int) { m.VoluntaryFailures.Set(float64(n)) }

@@ -81,6 +81,10 @@ const (
 	// announced is an unannounced reboot.
 	AnnotationLastBootID     = "maintenance-handler.io/last-boot-id"
 	AnnotationKubeletVersion = "maintenance-handler.io/kubelet-version"
+	// AnnotationVoluntaryFailures records the node's voluntary (manual or
+	// opportunistic) maintenances that failed in a row, as Failures' JSON:
+	// the aggregator does not pick the node again before its retry-after.
+	AnnotationVoluntaryFailures = "maintenance-handler.io/voluntary-failures"
 )
 
 // The aggregator's own key besides the trigger.
@@ -158,6 +162,7 @@ var Keys = []Key{
 	{Name: AnnotationInterruptions, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
 	{Name: AnnotationLastBootID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationKubeletVersion, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationVoluntaryFailures, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 }
 
 // Owned lists the keys c writes, and those it consumes.

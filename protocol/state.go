@@ -43,6 +43,37 @@ type AgentState struct {
 	// LastBootID and LastKubelet are the boot ID and kubelet version the
 	// agent last saw the node run.
 	LastBootID, LastKubelet string
+	// Failures are the voluntary maintenances that failed in a row.
+	Failures Failures
+}
+
+// Failures is the JSON of AnnotationVoluntaryFailures.
+type Failures struct {
+	// Count failed in a row (0: none since the last that went through).
+	Count int `json:"count"`
+	// Reason is the last failure's outcome (a Manual* value), at Last.
+	Reason string    `json:"reason,omitempty"`
+	Last   time.Time `json:"last,omitempty"`
+	// RetryAfter: the node is not picked for opportunistic maintenance
+	// again before it.
+	RetryAfter time.Time `json:"retry-after,omitempty"`
+}
+
+func (f Failures) encode() string {
+	if f.Count == 0 {
+		return ""
+	}
+	f.Last, f.RetryAfter = f.Last.UTC(), f.RetryAfter.UTC()
+	b, _ := json.Marshal(f)
+	return string(b)
+}
+
+func decodeFailures(raw string) Failures {
+	var f Failures
+	if raw == "" || json.Unmarshal([]byte(raw), &f) != nil || f.Count < 0 {
+		return Failures{}
+	}
+	return f
 }
 
 // Active: maintenance is under way.
@@ -69,6 +100,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		Interruptions:  decodeCounts(a[AnnotationInterruptions]),
 		LastBootID:     a[AnnotationLastBootID],
 		LastKubelet:    a[AnnotationKubeletVersion],
+		Failures:       decodeFailures(a[AnnotationVoluntaryFailures]),
 	}
 	if !st.Active() {
 		st.Phase = PhaseIdle
@@ -131,6 +163,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationInterruptions, st.Interruptions.encode())
 	set(a, AnnotationLastBootID, st.LastBootID)
 	set(a, AnnotationKubeletVersion, st.LastKubelet)
+	set(a, AnnotationVoluntaryFailures, st.Failures.encode())
 	set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
 	switch st.Phase {
 	case PhaseDraining:

@@ -130,7 +130,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName)),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
-			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate},
+			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),
 		ManualGate:           manualGate,
 		Maintainer: &compute.VM{

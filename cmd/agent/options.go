@@ -43,6 +43,9 @@ type Options struct {
 	ManualStartTimeout time.Duration
 	// TriggerMaxAge is the oldest opportunistic trigger acted on.
 	TriggerMaxAge time.Duration
+	// FailureCooldown is the first cool-down after a voluntary maintenance
+	// failed.
+	FailureCooldown time.Duration
 	// ManualDrainEscalate: manual drains delete PDB-protected pods at the
 	// deadline minus their grace, as forced ones do.
 	ManualDrainEscalate bool
@@ -79,6 +82,7 @@ func NewOptions() *Options {
 		ManualDrainTimeout:      agent.DefaultConfig.ManualDrainTimeout,
 		ManualStartTimeout:      agent.DefaultConfig.ManualStartTimeout,
 		TriggerMaxAge:           agent.DefaultConfig.TriggerMaxAge,
+		FailureCooldown:         agent.DefaultConfig.FailureCooldown,
 		AcceleratorResources:    resourceStrings(agent.DefaultAcceleratorResources),
 		PoolLabel:               protocol.LabelNodePool,
 		EvictionRetryInterval:   drain.DefaultRetryInterval,
@@ -103,6 +107,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
 	fs.BoolVar(&o.ManualDrainEscalate, "manual-drain-escalate", o.ManualDrainEscalate, "Let a manual (or opportunistic) drain delete a pod its PodDisruptionBudget still protects at the drain deadline minus the pod's grace, as host maintenance and preemption do. Off: a manual maintenance is voluntary, budgets hold to the end, and a drain that cannot finish by --manual-drain-timeout is given up (the node goes back in service).")
+	fs.DurationVar(&o.FailureCooldown, "voluntary-failure-cooldown", o.FailureCooldown, "After a manual or opportunistic maintenance fails (Compute Engine refuses, or the drain is given up), the aggregator leaves the node alone this long; it doubles with each failure in a row, up to 24h, and a maintenance that goes through resets it.")
 	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger (written by the aggregator) the agent acts on; an older one, one for another notice, or one on a node that is no longer idle is rejected and nothing is drained.")
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
@@ -140,6 +145,7 @@ func (o *Options) Validate() error {
 		"--manual-drain-timeout":          o.ManualDrainTimeout,
 		"--manual-start-timeout":          o.ManualStartTimeout,
 		"--opportunistic-trigger-max-age": o.TriggerMaxAge,
+		"--voluntary-failure-cooldown":    o.FailureCooldown,
 		"--eviction-retry-interval":       o.EvictionRetryInterval,
 	} {
 		if d <= 0 {
