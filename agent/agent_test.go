@@ -817,3 +817,29 @@ func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 		t.Errorf("%d %s Events after a recognised value and another odd one, want 2", got, agent.EventUnrecognizedValue)
 	}
 }
+
+// TestAgentLeavesKeysItDidNotWrite: on a GKE node whose own maintenance
+// handler has labelled and tainted it, an idle agent that writes its Node
+// (a notice to mirror) leaves GKE's label and taint as they are.
+func TestAgentLeavesKeysItDidNotWrite(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-gke-keys-0")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, v.name)
+		n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
+		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: "gke-maintenance-handler"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
+	startAgent(t, v, agent.DefaultConfig)
+	// The agent's write: the label of the notice, in the same update that
+	// would have stripped the rest.
+	n := waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	if n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueOngoing || !protocol.HasTaint(n) {
+		t.Errorf("the idle agent removed GKE's keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
+	}
+}

@@ -229,3 +229,21 @@ func TestAgentStateWritesItsConsequences(t *testing.T) {
 		t.Error("idle-since does not outlive the maintenance")
 	}
 }
+
+// TestAgentLeavesGKEsKeysAlone: GKE's own handler writes the
+// active-maintenance label and the taint; an idle agent (no phase of its
+// own on the Node) leaves them; once its own maintenance has run, it
+// removes what it set.
+func TestAgentLeavesGKEsKeysAlone(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelActiveMaintenance: ValueOngoing}}}
+	setTaint(n, true) // as GKE writes it
+	WriteAgentState(n, AgentState{Phase: PhaseIdle, ScheduledTime: "1797732000"})
+	if n.Labels[LabelActiveMaintenance] != ValueOngoing || !HasTaint(n) {
+		t.Fatalf("an idle agent stripped GKE's keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
+	}
+	WriteAgentState(n, AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance})
+	WriteAgentState(n, AgentState{Phase: PhaseIdle})
+	if _, ok := n.Labels[LabelActiveMaintenance]; ok || HasTaint(n) {
+		t.Errorf("back from its own maintenance, the agent left its keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
+	}
+}

@@ -131,8 +131,11 @@ func set(m map[string]string, k, v string) {
 
 // WriteAgentState writes st onto n with its consequences: the
 // active-maintenance label and the impending-termination taint. The
-// maintenance keys exist only while maintenance is under way. It leaves
-// spec.unschedulable alone (cordoning is the agent's decision).
+// maintenance keys exist only while maintenance is under way. Back to
+// idle, it removes the label and the taint only if the agent's own phase
+// was on n (it set them); a label or taint that another controller (GKE's
+// maintenance handler) set while the agent was idle is left alone. It
+// leaves spec.unschedulable alone (cordoning is the agent's decision).
 func WriteAgentState(n *corev1.Node, st AgentState) {
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
@@ -141,6 +144,11 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 		n.Annotations = map[string]string{}
 	}
 	active := st.Active()
+	// The agent owns the active-maintenance label and the taint only
+	// while its own phase is on the Node (or is being written now): GKE's
+	// own handler writes the same keys, and the agent never strips what
+	// another controller set.
+	owned := active || n.Annotations[AnnotationPhase] != ""
 	whileActive := func(v string) string {
 		if !active {
 			return ""
@@ -171,9 +179,13 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	case PhaseTerminating:
 		n.Labels[LabelActiveMaintenance] = ValueTerminating
 	default:
-		delete(n.Labels, LabelActiveMaintenance)
+		if owned {
+			delete(n.Labels, LabelActiveMaintenance)
+		}
 	}
-	setTaint(n, active)
+	if owned {
+		setTaint(n, active)
+	}
 }
 
 func setTaint(n *corev1.Node, on bool) {
