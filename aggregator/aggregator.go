@@ -72,6 +72,11 @@ type Options struct {
 	// within it was repaired (AutoRepair); one deleted while NotReady and
 	// not created again within it vanished.
 	RecreateWindow time.Duration
+	// AdoptGKEConfig: act on the opportunistic-config annotation of nodes
+	// where GKE's own maintenance handler does too (GKE 1.31 and later).
+	// False: those are left to GKE; a pool configured in the policy
+	// ConfigMap is the aggregator's either way.
+	AdoptGKEConfig bool
 	// Metrics nil: metrics on a registry of their own, exported nowhere.
 	Metrics *metrics.Aggregator
 	Clock   clock.Clock
@@ -307,6 +312,9 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		v, ok := a.views[n.Name]
 		if !ok || v.rv != n.ResourceVersion {
 			v = cachedView{rv: n.ResourceVersion, node: NodeOf(n, a.opts.PoolLabel)}
+			if a.opts.AdoptGKEConfig {
+				v.node.GKEHandled = false
+			}
 		}
 		seen[n.Name] = v
 		views = append(views, v.node)

@@ -35,6 +35,9 @@ const (
 	// ReasonCoolingDown: the node's last voluntary maintenance failed, and
 	// its cool-down (written by its agent) has not passed.
 	ReasonCoolingDown = "cooling_down"
+	// ReasonGKEHandles: GKE's own maintenance handler acts on the node's
+	// opportunistic-config annotation (GKE 1.31 and later).
+	ReasonGKEHandles = "gke_handles"
 )
 
 // Node is what a decision looks at, read from a Node object.
@@ -60,6 +63,10 @@ type Node struct {
 	Config string
 	// Failures are the node's voluntary maintenances that failed in a row.
 	Failures protocol.Failures
+	// GKEHandled: GKE's own maintenance handler runs on the node (its
+	// kubelet is GKE's, 1.31 or later) and acts on the opportunistic-config
+	// annotation itself; the aggregator leaves that annotation to it.
+	GKEHandled bool
 	// Slice names the multi-host TPU slice the node belongs to ("" for
 	// none): its pool, when the topology spans more chips than one node has.
 	Slice string
@@ -76,6 +83,7 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 	}
 	st := protocol.ReadAgentState(n)
 	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
+	v.GKEHandled = GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			v.Ready = c.Status == corev1.ConditionTrue
@@ -95,6 +103,23 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 		}
 	}
 	return v
+}
+
+// GKEHandles reports whether a node whose kubelet is kubeletVersion runs
+// GKE's own maintenance handler: GKE's kubelet ("v1.31.5-gke.1000"), 1.31
+// or later.
+func GKEHandles(kubeletVersion string) bool {
+	v, gke := strings.CutPrefix(kubeletVersion, "v")
+	if !gke || !strings.Contains(v, "-gke.") {
+		return false
+	}
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
 }
 
 func topologyChips(topology string) int {
@@ -189,11 +214,18 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) Poo
 	}
 	setting, configured, err := poolSetting(cfg, pool, nodes, &plan)
 	plan.Configured, plan.Setting = configured, setting
-	if !configured {
-		return plan
-	}
 	decide := func(n Node, reason, msg string) {
 		plan.Decisions = append(plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, Message: msg})
+	}
+	if !configured {
+		// Said once per node: the pool's annotation is GKE's to act on.
+		for _, n := range nodes {
+			if n.GKEHandled && n.Config != "" && pending(n) && !n.InMaintenance {
+				decide(n, ReasonGKEHandles, fmt.Sprintf("Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on %s on this node (GKE 1.31 and later), and two controllers must not pick nodes. Configure the pool in the aggregator's policy ConfigMap, or run it with --gke-opportunistic-config=adopt, to have it act instead.",
+					protocol.AnnotationOpportunisticConfig))
+			}
+		}
+		return plan
 	}
 	if err != nil {
 		plan.ConfigErr = err
@@ -205,9 +237,13 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) Poo
 		return plan
 	}
 	block, blockDetail := cfg.Policy(pool).Blocks(now)
+	pc, inPolicy := cfg.Pools[pool]
+	fromPolicy := inPolicy && pc.Opportunistic != nil
 	// eligible checks one node; "" means it may be triggered now.
 	eligible := func(n Node) (string, string) {
 		switch {
+		case n.GKEHandled && !fromPolicy:
+			return ReasonGKEHandles, "GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)"
 		case !n.Ready:
 			return ReasonNotReady, "the node is not Ready"
 		case !n.Notice.CanReschedule:
@@ -359,7 +395,7 @@ func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (
 	} else {
 		values := map[string][]string{}
 		for _, n := range nodes {
-			if n.Config != "" {
+			if n.Config != "" && !n.GKEHandled { // GKE's handler acts on it
 				values[n.Config] = append(values[n.Config], n.Name)
 			}
 		}

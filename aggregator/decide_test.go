@@ -169,3 +169,40 @@ func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 		t.Errorf("min-nodes=1 on a slice: %+v", p)
 	}
 }
+
+// TestDecideLeavesGKEsNodesToGKE: where GKE's own handler runs (GKE's
+// kubelet, 1.31 or later), the aggregator does not act on the
+// opportunistic-config annotation, and says so; a pool configured in the
+// policy ConfigMap is the aggregator's.
+func TestDecideLeavesGKEsNodesToGKE(t *testing.T) {
+	for _, tc := range []struct {
+		kubelet string
+		gke     bool
+	}{
+		{"v1.36.3", false}, {"v1.30.9-gke.1000", false}, {"v1.31.1-gke.1146000", true}, {"v1.33.2-gke.1240000", true},
+		{"v2.0.0-gke.1", true}, {"1.33.2-gke.1", false}, {"v1.x-gke.1", false}, {"", false},
+	} {
+		if got := GKEHandles(tc.kubelet); got != tc.gke {
+			t.Errorf("GKEHandles(%q) = %t", tc.kubelet, got)
+		}
+	}
+	a, b := node("gke-a", time.Hour), node("gke-b", time.Hour)
+	a.GKEHandled, b.GKEHandled = true, true
+	a.Config, b.Config = "node-idle-time=600s,min-nodes=0,window=2419200s", "node-idle-time=600s,min-nodes=0,window=2419200s"
+	plan := Decide(now, policy.Config{}, []Node{a, b})[0]
+	if len(plan.Trigger) != 0 || plan.Configured || reasons(plan)["gke-a"] != ReasonGKEHandles || reasons(plan)["gke-b"] != ReasonGKEHandles {
+		t.Errorf("annotations on GKE's nodes: trigger %v, configured %t, reasons %v", plan.Trigger, plan.Configured, reasons(plan))
+	}
+	mixed := node("self-managed", time.Hour)
+	mixed.Config = a.Config
+	plan = Decide(now, policy.Config{}, []Node{a, mixed})[0]
+	if d := cmp.Diff(map[string]string{"gke-a": ReasonGKEHandles, "self-managed": ReasonTriggered}, reasons(plan)); d != "" {
+		t.Errorf("a mixed pool (-want +got):\n%s", d)
+	}
+	lax := gkeLike
+	lax.MinNodes = 0
+	plan = Decide(now, configured(lax), []Node{a, b})[0]
+	if len(plan.Trigger) != 2 {
+		t.Errorf("a pool in the policy ConfigMap: trigger %v, reasons %v", plan.Trigger, reasons(plan))
+	}
+}

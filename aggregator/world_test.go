@@ -582,3 +582,29 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 	}
 	waitFor("pool-b's series to go", func() bool { return fmt.Sprint(poolSeries(t, second)) == "[pool-a]" })
 }
+
+// TestGKEsOwnNodesLeftToGKE: on nodes where GKE's own maintenance handler
+// runs (GKE's kubelet, 1.33 here), the aggregator does not act on the
+// opportunistic-config annotation GKE acts on, and says so on the Node.
+func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	names := []string{"gke-own-0", "gke-own-1"}
+	for _, name := range names {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "gke-own", KubeletVersion: "v1.33.2-gke.1240000"})
+		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: time.Hour,
+			config: "node-idle-time=600s,min-nodes=0,window=2419200s"})
+	}
+	r := startAggregator(t, ns, "")
+	waitEventSaying(t, names[0], aggregator.EventSkipped, "GKE's own maintenance handler acts on")
+	waitPasses(t, r.agg, 3)
+	for _, name := range names {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil || triggered(n) {
+			t.Errorf("%s triggered where GKE's handler acts (%v)", name, err)
+		}
+	}
+	if got := testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonGKEHandles)); got != 2 {
+		t.Errorf("decisions{skipped,gke_handles} = %v, want 2", got)
+	}
+}

@@ -43,7 +43,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Client: client, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
-		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow,
+		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, AdoptGKEConfig: opts.GKEConfig == "adopt",
 		Metrics: metrics.NewAggregator(reg), Logger: logger,
 	})
 	if err != nil {

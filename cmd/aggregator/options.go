@@ -28,7 +28,9 @@ type Options struct {
 	PoolLabel      string
 	Interval       time.Duration
 	RecreateWindow time.Duration
-	LogLevel       string
+	// GKEConfig is leave or adopt (see aggregator.Options.AdoptGKEConfig).
+	GKEConfig string
+	LogLevel  string
 }
 
 // NewOptions returns the defaults.
@@ -50,6 +52,7 @@ func NewOptions() *Options {
 		PoolLabel:      aggregator.Default.PoolLabel,
 		Interval:       aggregator.Default.Interval,
 		RecreateWindow: aggregator.Default.RecreateWindow,
+		GKEConfig:      "leave",
 		LogLevel:       "info",
 	}
 }
@@ -67,6 +70,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Time between leader-election attempts; less than --renew-deadline.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
+	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
@@ -88,6 +92,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RecreateWindow <= 0 {
 		errs = append(errs, fmt.Errorf("--recreate-window %s: want a positive duration", o.RecreateWindow))
+	}
+	if o.GKEConfig != "leave" && o.GKEConfig != "adopt" {
+		errs = append(errs, fmt.Errorf("--gke-opportunistic-config %q: want leave or adopt", o.GKEConfig))
 	}
 	if o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval %s: want 1s or more", o.Interval))
