@@ -38,6 +38,9 @@ const (
 	// ReasonGKEHandles: GKE's own maintenance handler acts on the node's
 	// opportunistic-config annotation (GKE 1.31 and later).
 	ReasonGKEHandles = "gke_handles"
+	// ReasonMaxVoluntary: the pool's or the cluster's cap on nodes in
+	// voluntary maintenance at once is reached.
+	ReasonMaxVoluntary = "max_voluntary"
 )
 
 // Node is what a decision looks at, read from a Node object.
@@ -53,6 +56,9 @@ type Node struct {
 	InMaintenance bool
 	// Triggered: the aggregator started its maintenance.
 	Triggered bool
+	// Voluntary: a manual or opportunistic maintenance is under way or
+	// asked for (it counts against the caps).
+	Voluntary bool
 	// Notice is the pending notice the agent mirrored, if any.
 	Notice        metadata.Notice
 	NoticePresent bool
@@ -83,6 +89,8 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 	}
 	st := protocol.ReadAgentState(n)
 	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
+	_, asked := n.Labels[protocol.LabelPerformMaintenance]
+	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
 	v.GKEHandled = GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -180,9 +188,12 @@ func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
 		pools = append(pools, p)
 	}
 	sort.Strings(pools)
+	// The cluster's cap on voluntary maintenance, shared by the pools in
+	// order.
+	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(nodes)
 	plans := make([]PoolPlan, 0, len(pools))
 	for _, pool := range pools {
-		plans = append(plans, decidePool(now, cfg, pool, byPool[pool]))
+		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft))
 	}
 	return plans
 }
@@ -191,7 +202,17 @@ func pending(n Node) bool {
 	return n.NoticePresent && n.Notice.Status == metadata.StatusPending
 }
 
-func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) PoolPlan {
+func countVoluntary(nodes []Node) int {
+	n := 0
+	for _, v := range nodes {
+		if v.Voluntary {
+			n++
+		}
+	}
+	return n
+}
+
+func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clusterLeft *int) PoolPlan {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	plan := PoolPlan{Pool: pool, Nodes: len(nodes)}
 	available := 0
@@ -294,12 +315,23 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node) Poo
 	}
 	// The longest idle first.
 	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].IdleSince.Before(candidates[j].IdleSince) })
+	poolBudget := cfg.PoolBudget(pool, setting)
+	poolLeft := poolBudget.Of(len(nodes)) - countVoluntary(nodes)
 	for _, n := range candidates {
-		if spare <= 0 {
+		switch {
+		case spare <= 0:
 			skip(n, ReasonMinNodes, fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", pool, setting.MinNodes, available))
+			continue
+		case poolLeft <= 0:
+			skip(n, ReasonMaxVoluntary, fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", pool, poolBudget, len(nodes)))
+			continue
+		case *clusterLeft <= 0:
+			skip(n, ReasonMaxVoluntary, fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", cfg.ClusterBudget()))
 			continue
 		}
 		spare--
+		poolLeft--
+		*clusterLeft--
 		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
 			n.IdleSince.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), n.Notice.WindowStart.UTC().Format(time.RFC3339), setting.MinNodes))
 	}

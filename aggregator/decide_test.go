@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +203,73 @@ func TestDecideLeavesGKEsNodesToGKE(t *testing.T) {
 	lax := gkeLike
 	lax.MinNodes = 0
 	plan = Decide(now, configured(lax), []Node{a, b})[0]
-	if len(plan.Trigger) != 2 {
+	if len(plan.Trigger) != 1 { // one: the caps
 		t.Errorf("a pool in the policy ConfigMap: trigger %v, reasons %v", plan.Trigger, reasons(plan))
+	}
+}
+
+// TestDecideCapsVoluntaryMaintenance: however many nodes are idle, no more
+// are in voluntary maintenance at once than the pool's cap (one by
+// default) and the cluster's (a tenth by default); nodes already in a
+// voluntary maintenance count.
+func TestDecideCapsVoluntaryMaintenance(t *testing.T) {
+	pool := func(name string, n int) []Node {
+		var out []Node
+		for i := range n {
+			v := node(fmt.Sprintf("%s-%02d", name, i), time.Hour)
+			v.Pool = name
+			out = append(out, v)
+		}
+		return out
+	}
+	lax := gkeLike
+	lax.MinNodes = 0
+	triggered := func(plans []PoolPlan) (n int, skipped map[string]int) {
+		skipped = map[string]int{}
+		for _, p := range plans {
+			n += len(p.Trigger)
+			for _, d := range p.Decisions {
+				skipped[d.Reason]++
+			}
+		}
+		return n, skipped
+	}
+	cfgFor := func(o policy.Opportunistic, pools ...string) policy.Config {
+		c := policy.Config{Pools: map[string]policy.PoolConfig{}}
+		for _, p := range pools {
+			c.Pools[p] = policy.PoolConfig{Opportunistic: &o}
+		}
+		return c
+	}
+	// 50 idle nodes, min-nodes=0: one at a time by default.
+	if n, skipped := triggered(Decide(now, cfgFor(lax, "big"), pool("big", 50))); n != 1 || skipped[ReasonMaxVoluntary] != 49 {
+		t.Errorf("default cap: %d triggered, skipped %v", n, skipped)
+	}
+	// max-unavailable=10%: five of fifty.
+	tenth := lax
+	tenth.MaxUnavailable = &policy.Budget{Percent: 10}
+	if n, _ := triggered(Decide(now, cfgFor(tenth, "big"), pool("big", 50))); n != 5 {
+		t.Errorf("max-unavailable=10%%: %d triggered, want 5", n)
+	}
+	// One already in a voluntary maintenance: none more.
+	nodes := pool("big", 50)
+	nodes[7].InMaintenance, nodes[7].Voluntary = true, true
+	if n, _ := triggered(Decide(now, cfgFor(lax, "big"), nodes)); n != 0 {
+		t.Errorf("with one in flight: %d triggered, want 0", n)
+	}
+	// The cluster's cap across pools: 3 in all, whatever the pools allow.
+	two := lax
+	two.MaxUnavailable = &policy.Budget{Count: 2}
+	cfg := cfgFor(two, "a", "b")
+	cfg.MaxVoluntary = policy.Budget{Count: 3}
+	if n, skipped := triggered(Decide(now, cfg, append(pool("a", 10), pool("b", 10)...))); n != 3 || skipped[ReasonMaxVoluntary] != 17 {
+		t.Errorf("cluster cap 3: %d triggered, skipped %v", n, skipped)
+	}
+	// The default cluster cap: a tenth of the nodes.
+	cfg.MaxVoluntary = policy.Budget{}
+	many := lax
+	many.MaxUnavailable = &policy.Budget{Percent: 100}
+	if n, _ := triggered(Decide(now, cfgFor(many, "a", "b"), append(pool("a", 20), pool("b", 20)...))); n != 4 {
+		t.Errorf("default cluster cap on 40 nodes: %d triggered, want 4", n)
 	}
 }

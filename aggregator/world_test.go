@@ -608,3 +608,44 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 		t.Errorf("decisions{skipped,gke_handles} = %v, want 2", got)
 	}
 }
+
+// TestVoluntaryMaintenanceCapped: a pool of 20 idle nodes, min-nodes=0,
+// max-unavailable=2: two are triggered, and however many passes follow,
+// no more while those two are in maintenance; the others are told why.
+func TestVoluntaryMaintenanceCapped(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	var names []string
+	for i := range 20 {
+		name := fmt.Sprintf("cap-%02d", i)
+		names = append(names, name)
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "capped"})
+		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: time.Hour,
+			config: "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2"})
+	}
+	r := startAggregator(t, ns, "")
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)) == 18, nil
+	})
+	if err != nil {
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)))
+	}
+	waitPasses(t, r.agg, 3)
+	count := 0
+	var skippedOne string
+	for _, name := range names {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if triggered(n) {
+			count++
+		} else if skippedOne == "" {
+			skippedOne = name
+		}
+	}
+	if count != 2 {
+		t.Errorf("%d of 20 idle nodes triggered, want 2 (max-unavailable=2)", count)
+	}
+	waitEventSaying(t, skippedOne, aggregator.EventSkipped, "max-unavailable=2")
+}

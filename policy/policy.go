@@ -25,10 +25,17 @@ type Opportunistic struct {
 	// Window is how long before the notice's window start a node may be
 	// picked.
 	Window time.Duration
+	// MaxUnavailable, when set (the optional key max-unavailable), caps
+	// the pool's nodes in voluntary maintenance at once.
+	MaxUnavailable *Budget
 }
 
 func (o Opportunistic) String() string {
-	return fmt.Sprintf("node-idle-time=%s,min-nodes=%d,window=%s", Seconds(o.NodeIdleTime), o.MinNodes, Seconds(o.Window))
+	s := fmt.Sprintf("node-idle-time=%s,min-nodes=%d,window=%s", Seconds(o.NodeIdleTime), o.MinNodes, Seconds(o.Window))
+	if o.MaxUnavailable != nil {
+		s += ",max-unavailable=" + o.MaxUnavailable.String()
+	}
+	return s
 }
 
 // Seconds writes d as the gcloud syntax does: "600s", "1.5s".
@@ -89,8 +96,13 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 			if err != nil || o.MinNodes < 0 {
 				err = fmt.Errorf("min-nodes=%s: want a whole number, 0 or more", val)
 			}
+		case "max-unavailable":
+			var b Budget
+			if b, err = ParseBudget(key, val); err == nil {
+				o.MaxUnavailable = &b
+			}
 		default:
-			err = fmt.Errorf("unknown key %q (node-idle-time, min-nodes and window are known)", key)
+			err = fmt.Errorf("unknown key %q (node-idle-time, min-nodes, window and max-unavailable are known)", key)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -115,7 +127,31 @@ type Config struct {
 	// GateManual: windows and exclusions also gate manual triggers (the
 	// perform-maintenance label set by a person). Off by default.
 	GateManual bool
-	Pools      map[string]PoolConfig
+	// MaxVoluntary caps the cluster's nodes in voluntary maintenance at
+	// once (zero: DefaultClusterBudget).
+	MaxVoluntary Budget
+	Pools        map[string]PoolConfig
+}
+
+// PoolBudget is the cap on pool's nodes in voluntary maintenance: the
+// ConfigMap's, else the pool setting's max-unavailable, else
+// DefaultPoolBudget.
+func (c Config) PoolBudget(pool string, o Opportunistic) Budget {
+	if pc, ok := c.Pools[pool]; ok && pc.MaxVoluntary != nil {
+		return *pc.MaxVoluntary
+	}
+	if o.MaxUnavailable != nil {
+		return *o.MaxUnavailable
+	}
+	return DefaultPoolBudget
+}
+
+// ClusterBudget is the cap on the cluster's nodes in voluntary maintenance.
+func (c Config) ClusterBudget() Budget {
+	if c.MaxVoluntary == (Budget{}) {
+		return DefaultClusterBudget
+	}
+	return c.MaxVoluntary
 }
 
 // PoolConfig is one pool's part of Config.
@@ -128,6 +164,9 @@ type PoolConfig struct {
 	Exclusions []window.Exclusion
 	// GateManual, when set, replaces the cluster's GateManual.
 	GateManual *bool
+	// MaxVoluntary, when set, caps the pool's nodes in voluntary
+	// maintenance at once.
+	MaxVoluntary *Budget
 }
 
 // ManualBlocked reports why a manual trigger on a node of pool is refused
@@ -175,6 +214,8 @@ type scopeFile struct {
 	MaintenanceWindow  *windowFile     `json:"maintenanceWindow,omitempty"`
 	Exclusions         []exclusionFile `json:"exclusions,omitempty"`
 	GateManualTriggers *bool           `json:"gateManualTriggers,omitempty"`
+	// MaxVoluntaryMaintenance is a count ("2") or a percentage ("10%").
+	MaxVoluntaryMaintenance string `json:"maxVoluntaryMaintenance,omitempty"`
 }
 
 type poolFile struct {
@@ -200,6 +241,11 @@ func ParseConfig(data string) (Config, error) {
 		errs = append(errs, err)
 	}
 	cfg.GateManual = f.Cluster.GateManualTriggers != nil && *f.Cluster.GateManualTriggers
+	if v := f.Cluster.MaxVoluntaryMaintenance; v != "" {
+		if cfg.MaxVoluntary, err = ParseBudget("cluster.maxVoluntaryMaintenance", v); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	names := make([]string, 0, len(f.Pools))
 	for name := range f.Pools {
 		names = append(names, name)
@@ -212,6 +258,14 @@ func ParseConfig(data string) (Config, error) {
 			errs = append(errs, err)
 		}
 		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers}
+		if v := pf.MaxVoluntaryMaintenance; v != "" {
+			b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", v)
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				pc.MaxVoluntary = &b
+			}
+		}
 		if pf.Opportunistic != "" {
 			o, err := ParseOpportunistic(pf.Opportunistic)
 			if err != nil {
