@@ -299,9 +299,11 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 	switch key {
 	case metadata.KeyMaintenanceEvent:
 		if ans.Absent {
-			err = fmt.Errorf("maintenance-event not served: %w", metadata.ErrUnrecognized)
+			// Not served on this VM (TPU VMs): no TERMINATE will come.
+			sig.Event, sig.EventKnown, sig.EventNotServed = metadata.EventNone, true, true
 			break
 		}
+		sig.EventNotServed = false
 		var ev metadata.Event
 		if ev, err = metadata.ParseEvent(ans.Value); err == nil {
 			sig.Event, sig.EventKnown = ev, true

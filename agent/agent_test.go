@@ -53,8 +53,15 @@ type vm struct {
 
 func newVM(t testing.TB, name string) *vm {
 	t.Helper()
+	return newVMWith(t, name, gceemu.Config{})
+}
+
+// newVMWith is newVM with an emulator configured as cfg.
+func newVMWith(t testing.TB, name string, cfg gceemu.Config) *vm {
+	t.Helper()
 	world.NodeT(t, testworld.NodeSpec{Name: name})
-	emu := gceemu.StartT(t, gceemu.Config{Name: name})
+	cfg.Name = name
+	emu := gceemu.StartT(t, cfg)
 	return &vm{name: name, emu: emu}
 }
 
@@ -841,5 +848,41 @@ func TestAgentLeavesKeysItDidNotWrite(t *testing.T) {
 	n := waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	if n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueOngoing || !protocol.HasTaint(n) {
 		t.Errorf("the idle agent removed GKE's keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
+	}
+}
+
+// TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed: where the VM
+// serves maintenance-event (GPU VMs), a notice turning ONGOING only drops
+// the scheduled label, and the drain starts on TERMINATE_ON_HOST_MAINTENANCE,
+// as GKE 1.33 does; where it does not (TPU VMs), ONGOING is the signal and
+// starts the drain, and the missing key is not a warning.
+func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
+	testworld.Need(t)
+	start := time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC)
+	gpu := newVM(t, "agent-ongoing-gpu")
+	gpu.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 4*time.Hour))
+	startAgent(t, gpu, agent.DefaultConfig)
+	waitNode(t, gpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	gpu.emu.SetNoticeStatus(gceemu.StatusOngoing)
+	// The agent's write for ONGOING: the scheduled label goes, nothing else.
+	n := waitNode(t, gpu.name, "scheduled label dropped", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] == "" })
+	if protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Spec.Unschedulable {
+		t.Fatalf("ONGOING drained a VM that serves maintenance-event: labels %v", n.Labels)
+	}
+	gpu.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	waitNode(t, gpu.name, "drained on TERMINATE", func(n *corev1.Node) bool {
+		return protocol.HasTaint(n) && n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonHostMaintenance)
+	})
+
+	tpu := newVMWith(t, "agent-ongoing-tpu", gceemu.Config{NoMaintenanceEvent: true})
+	tpu.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 4*time.Hour))
+	startAgent(t, tpu, agent.DefaultConfig)
+	waitNode(t, tpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	tpu.emu.SetNoticeStatus(gceemu.StatusOngoing)
+	waitNode(t, tpu.name, "drained on ONGOING", func(n *corev1.Node) bool {
+		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] != ""
+	})
+	if got := nodeEvents(t, tpu.name)[agent.EventUnrecognizedValue]; got != 0 {
+		t.Errorf("%d %s Events for a key the VM does not serve", got, agent.EventUnrecognizedValue)
 	}
 }

@@ -48,7 +48,12 @@ func withCompute(t *testing.T, v *vm) *compute.VM {
 // manualVM is a VM with a reschedulable maintenance pending, and its agent.
 func manualVM(t *testing.T, name string) (*vm, *running) {
 	t.Helper()
-	v := newVM(t, name)
+	return manualVMWith(t, name, gceemu.Config{})
+}
+
+func manualVMWith(t *testing.T, name string, cfg gceemu.Config) (*vm, *running) {
+	t.Helper()
+	v := newVMWith(t, name, cfg)
 	withCompute(t, v)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
 	r := startAgent(t, v, agent.DefaultConfig)
@@ -292,8 +297,8 @@ func TestManualTriggerBadInput(t *testing.T) {
 // one call.
 func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 	testworld.Need(t)
-	t.Run("notice already ONGOING", func(t *testing.T) {
-		v, r := manualVM(t, "agent-manual-ongoing")
+	t.Run("notice already ONGOING on a VM that does not serve maintenance-event", func(t *testing.T) {
+		v, r := manualVMWith(t, "agent-manual-ongoing", gceemu.Config{NoMaintenanceEvent: true})
 		v.emu.SetNoticeStatus(gceemu.StatusOngoing)
 		waitNode(t, v.name, "host maintenance", func(n *corev1.Node) bool {
 			return n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonHostMaintenance)

@@ -9,7 +9,8 @@ package agent
 //
 // Lifecycle of one node:
 //
-//	Idle ──(TERMINATE_ON_HOST_MAINTENANCE, notice ONGOING, preempted TRUE)──▶ Draining
+//	Idle ──(TERMINATE_ON_HOST_MAINTENANCE, preempted TRUE)──▶ Draining
+//	Idle ──(notice ONGOING, where maintenance-event is not served: TPU)──▶ Draining
 //	Idle ──(perform-maintenance=true, notice PENDING and can_reschedule)──▶ Draining (manual)
 //	Draining ──(drain finished)──▶ Terminating
 //	Draining (manual) ──(drain finished, performMaintenance accepted)──▶ Terminating
@@ -93,6 +94,10 @@ type State = protocol.AgentState
 type Signals struct {
 	Event      metadata.Event
 	EventKnown bool
+	// EventNotServed: the VM does not serve maintenance-event (404, as on
+	// TPU VMs); Event is then NONE and known, and the notice turning
+	// ONGOING is the only sign that a host maintenance begins.
+	EventNotServed bool
 
 	Preempted      bool
 	PreemptedKnown bool
@@ -369,7 +374,10 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		}
 	case (idle || manualUnasked) && sig.EventKnown && sig.Event == metadata.EventTerminate:
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
-	case (idle || manualUnasked) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
+	case (idle && sig.EventNotServed || manualUnasked) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
+		// Where maintenance-event is served, the drain starts on
+		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
+		// window's start.
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventMaintenanceStarted, "The maintenance window has started; draining before %s")
 	}
 	if sig.EventKnown {

@@ -203,9 +203,15 @@ func TestStep(t *testing.T) {
 			},
 		},
 		{
-			name:  "a notice turning ONGOING starts a drain and drops the scheduled label",
+			name:  "where maintenance-event is served, a notice turning ONGOING drops the scheduled label and drains nothing (TERMINATE will)",
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })),
+			want:  Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: metadata.EventNone}},
+		},
+		{
+			name:  "where maintenance-event is not served (TPU), a notice turning ONGOING starts a drain and drops the scheduled label",
+			state: scheduled,
+			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })),
 			want: Decision{
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
@@ -449,9 +455,16 @@ func TestStepManualTrigger(t *testing.T) {
 			want:  rejected(protocol.ManualNotReschedulable, "The maintenance scheduled for 2026-12-01T19:00:00Z cannot be rescheduled (can_reschedule false); cloud.google.com/perform-maintenance=true is accepted only when it can."),
 		},
 		{
-			name:  "true with a notice already ONGOING: the host maintenance starts, the label is rejected",
+			name:  "true with a notice already ONGOING, maintenance-event served: rejected, nothing drained until TERMINATE",
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })), "true"),
+			want: Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
+				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "The maintenance is already ONGOING; cloud.google.com/perform-maintenance=true is accepted only while it is PENDING. The label was removed; nothing else changed."}}},
+		},
+		{
+			name:  "true with a notice already ONGOING on a TPU VM: the host maintenance starts, the label is rejected",
+			state: scheduled,
+			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })), "true"),
 			want: Decision{
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
 				Interruption: counted(protocol.HostMaintenance),

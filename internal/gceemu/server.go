@@ -104,6 +104,10 @@ type Config struct {
 	NoLongPoll bool
 	// NoETag sends answers without an ETag header.
 	NoETag bool
+	// NoMaintenanceEvent answers instance/maintenance-event with 404, as
+	// on VMs that do not serve it (TPU VMs): the notice turning ONGOING
+	// is then the only sign that the maintenance begins.
+	NoMaintenanceEvent bool
 	// Clock drives hangs, token expiry and delayed transitions; nil is the
 	// real clock.
 	Clock clock.WithDelayedExecution
@@ -401,6 +405,9 @@ var notFound = answer{status: http.StatusNotFound, body: "Not Found\n", contentT
 func (s *Server) resolveLocked(path string, altJSON, recursive bool) answer {
 	switch path {
 	case "instance/maintenance-event":
+		if s.cfg.NoMaintenanceEvent {
+			return notFound
+		}
 		return s.plainLocked(s.event, altJSON)
 	case "instance/preempted":
 		return s.plainLocked(boolText(s.preempt), altJSON)
