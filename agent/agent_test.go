@@ -882,6 +882,9 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 	waitNode(t, tpu.name, "drained on ONGOING", func(n *corev1.Node) bool {
 		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] != ""
 	})
+	// Events are recorded in order: once the drain's is there, a warning
+	// about the missing key (emitted when it was first read) would be too.
+	waitEvent(t, tpu.name, agent.EventMaintenanceStarted)
 	if got := nodeEvents(t, tpu.name)[agent.EventUnrecognizedValue]; got != 0 {
 		t.Errorf("%d %s Events for a key the VM does not serve", got, agent.EventUnrecognizedValue)
 	}

@@ -563,13 +563,8 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("manual_triggers_total{%s} never 1", outcome)
 		}
-		found := false
-		for _, m := range eventMessages(t, v.name, agent.EventManualRejected) {
-			found = found || strings.Contains(m, saying)
-		}
-		if !found {
-			t.Errorf("no %s Event saying %q: %v", agent.EventManualRejected, saying, eventMessages(t, v.name, agent.EventManualRejected))
-		}
+		// Events are recorded asynchronously, after the Node's update.
+		waitEventMessage(t, v.name, agent.EventManualRejected, saying)
 		n := getNode(t, v.name)
 		if n.Spec.Unschedulable || protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Annotations[protocol.AnnotationMaintenanceState] != "" {
 			t.Errorf("a rejected trigger changed the node: unschedulable %t, labels %v", n.Spec.Unschedulable, n.Labels)
@@ -644,9 +639,10 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
 		t.Error("the pending notice is no longer mirrored")
 	}
-	msgs := eventMessages(t, v.name, agent.EventManualAbandoned)
-	if len(msgs) != 1 || !strings.Contains(msgs[0], ns+"/guarded") {
-		t.Errorf("%s Events %q, want one naming the pod", agent.EventManualAbandoned, msgs)
+	// Events are recorded asynchronously, after the Node's update.
+	waitEventMessage(t, v.name, agent.EventManualAbandoned, ns+"/guarded")
+	if msgs := eventMessages(t, v.name, agent.EventManualAbandoned); len(msgs) != 1 {
+		t.Errorf("%s Events %q, want one", agent.EventManualAbandoned, msgs)
 	}
 	if podGone(t, ns, "guarded") || len(v.emu.Calls()) != 0 {
 		t.Errorf("pod gone %t, performMaintenance calls %d; want the pod kept and no call", podGone(t, ns, "guarded"), len(v.emu.Calls()))
