@@ -28,6 +28,8 @@ type model struct {
 	now  time.Time
 	node *corev1.Node
 	boot int
+	// tpu: the VM does not serve maintenance-event.
+	tpu bool
 
 	// served is what the metadata server serves; known is what the agent
 	// has been told of it since it started (its Signals).
@@ -74,7 +76,19 @@ func newModel(seed uint64) *model {
 		// Most accelerator VMs have a notice pending for weeks.
 		m.served.Notice, m.served.NoticePresent = pendingNotice, true
 	}
+	// A VM that does not serve maintenance-event (TPU): ONGOING is its
+	// only sign of a host maintenance.
+	m.tpu = m.rng.IntN(4) == 0
+	m.served.EventNotServed = m.tpu
 	return m
+}
+
+// terminate serves TERMINATE_ON_HOST_MAINTENANCE where the VM serves the
+// key at all.
+func (m *model) terminate(s *Signals) {
+	if !m.tpu {
+		s.Event = metadata.EventTerminate
+	}
 }
 
 func (m *model) logf(format string, args ...any) {
@@ -127,8 +141,9 @@ func (m *model) event() {
 		m.boot++
 		m.node.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", m.boot)
 		m.served = quiet()
+		m.served.EventNotServed = m.tpu
 		if m.rng.IntN(3) == 0 {
-			m.served.Event = metadata.EventTerminate // a new maintenance at once
+			m.terminate(&m.served) // a new maintenance at once
 		}
 		m.restartAgent()
 		if m.rng.IntN(2) == 0 {
@@ -151,7 +166,9 @@ func (m *model) changeServed() {
 	s := m.served
 	switch m.rng.IntN(4) {
 	case 0:
-		s.Event = []metadata.Event{metadata.EventNone, metadata.EventTerminate, metadata.EventMigrate}[m.rng.IntN(3)]
+		if !m.tpu {
+			s.Event = []metadata.Event{metadata.EventNone, metadata.EventTerminate, metadata.EventMigrate}[m.rng.IntN(3)]
+		}
 	case 1:
 		s.Preempted = m.rng.IntN(4) == 0
 	default:
@@ -188,7 +205,7 @@ func (m *model) hear() {
 	}
 	switch m.rng.IntN(3) {
 	case 0:
-		m.known.Event, m.known.EventKnown = m.served.Event, true
+		m.known.Event, m.known.EventKnown, m.known.EventNotServed = m.served.Event, true, m.served.EventNotServed
 	case 1:
 		m.known.Preempted, m.known.PreemptedKnown = m.served.Preempted, true
 	default:
@@ -220,7 +237,7 @@ func (m *model) answerCall() {
 		res.Operation = "operation-" + id
 		m.served.Notice, m.served.NoticePresent = fixedNotice, true
 		if m.rng.IntN(2) == 0 {
-			m.served.Event = metadata.EventTerminate
+			m.terminate(&m.served)
 			m.served.Notice = ongoingNotice
 		}
 	case 1:
@@ -230,7 +247,8 @@ func (m *model) answerCall() {
 	case 3:
 		res.Err, res.Outcome = errModelRefused, protocol.ManualFailed
 	default: // refused because Compute Engine had begun on its own
-		m.served.Event, m.served.Notice, m.served.NoticePresent = metadata.EventTerminate, ongoingNotice, true
+		m.terminate(&m.served)
+		m.served.Notice, m.served.NoticePresent = ongoingNotice, true
 		res.Err, res.Outcome = errModelRefused, protocol.ManualRefused
 	}
 	if m.rng.IntN(2) == 0 {
@@ -323,7 +341,7 @@ func (m *model) check(t *testing.T, before State, dec Decision) {
 	}
 	if before.Phase == protocol.PhaseIdle && st.Phase != protocol.PhaseIdle {
 		started := k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted ||
-			k.NoticeKnown && k.NoticePresent && k.Notice.Status == metadata.StatusOngoing || dec.Manual == protocol.ManualStarted
+			k.NoticeKnown && k.NoticePresent && k.Notice.Status == metadata.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}
