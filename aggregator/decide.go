@@ -422,6 +422,9 @@ func decideSlice(members []Node, eligible func(Node) (string, string), skip func
 // neither says anything.
 func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (policy.Opportunistic, bool, error) {
 	var o policy.Opportunistic
+	if err := cfg.PoolErrors[pool]; err != nil {
+		return o, true, err // this pool's part of the ConfigMap is invalid
+	}
 	if pc, ok := cfg.Pools[pool]; ok && pc.Opportunistic != nil {
 		o = *pc.Opportunistic
 	} else {

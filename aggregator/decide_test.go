@@ -273,3 +273,31 @@ func TestDecideCapsVoluntaryMaintenance(t *testing.T) {
 		t.Errorf("default cluster cap on 40 nodes: %d triggered, want 4", n)
 	}
 }
+
+// TestDecideInvalidPoolAffectsOnlyThatPool: a pool whose part of the
+// ConfigMap is invalid gets no action and is told why; the other pools act.
+func TestDecideInvalidPoolAffectsOnlyThatPool(t *testing.T) {
+	cfg, err := policy.ParseConfig(`
+pools:
+  good: {opportunistic: "node-idle-time=600s,min-nodes=0,window=2419200s"}
+  bad: {opportunistic: "min-nodes=0"}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, bad := node("good-0", time.Hour), node("bad-0", time.Hour)
+	good.Pool, bad.Pool = "good", "bad"
+	plans := Decide(now, cfg, []Node{good, bad})
+	for _, p := range plans {
+		switch p.Pool {
+		case "good":
+			if len(p.Trigger) != 1 || p.ConfigErr != nil {
+				t.Errorf("the good pool: trigger %v, error %v", p.Trigger, p.ConfigErr)
+			}
+		case "bad":
+			if len(p.Trigger) != 0 || p.ConfigErr == nil || reasons(p)["bad-0"] != ReasonInvalidConfig {
+				t.Errorf("the bad pool: trigger %v, error %v, reasons %v", p.Trigger, p.ConfigErr, reasons(p))
+			}
+		}
+	}
+}

@@ -131,6 +131,10 @@ type Config struct {
 	// once (zero: DefaultClusterBudget).
 	MaxVoluntary Budget
 	Pools        map[string]PoolConfig
+	// PoolErrors holds the pools whose part of policy.yaml is invalid: no
+	// opportunistic action and no manual trigger there, while every other
+	// pool goes on.
+	PoolErrors map[string]error
 }
 
 // PoolBudget is the cap on pool's nodes in voluntary maintenance: the
@@ -251,17 +255,20 @@ func ParseConfig(data string) (Config, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	cfg.PoolErrors = map[string]error{}
+	var allPoolErrs []error
 	for _, name := range names {
 		pf := f.Pools[name]
+		var poolErrs []error
 		scope, err := parseScope("pools."+name, pf.scopeFile)
 		if err != nil {
-			errs = append(errs, err)
+			poolErrs = append(poolErrs, err)
 		}
 		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers}
 		if v := pf.MaxVoluntaryMaintenance; v != "" {
 			b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", v)
 			if err != nil {
-				errs = append(errs, err)
+				poolErrs = append(poolErrs, err)
 			} else {
 				pc.MaxVoluntary = &b
 			}
@@ -269,14 +276,22 @@ func ParseConfig(data string) (Config, error) {
 		if pf.Opportunistic != "" {
 			o, err := ParseOpportunistic(pf.Opportunistic)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("pools.%s.opportunistic: %w", name, err))
+				poolErrs = append(poolErrs, fmt.Errorf("pools.%s.opportunistic: %w", name, err))
 			} else {
 				pc.Opportunistic = &o
 			}
 		}
+		if len(poolErrs) > 0 {
+			// This pool only: the others go on.
+			cfg.PoolErrors[name] = fmt.Errorf("%w: policy.yaml: %w", ErrConfig, errors.Join(poolErrs...))
+			allPoolErrs = append(allPoolErrs, poolErrs...)
+			continue
+		}
 		cfg.Pools[name] = pc
 	}
 	if len(errs) > 0 {
+		// The whole policy is invalid: say every problem at once.
+		errs = append(errs, allPoolErrs...)
 		return Config{}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, errors.Join(errs...))
 	}
 	return cfg, nil

@@ -119,3 +119,34 @@ pools:
 		t.Errorf("cluster gate and pool override: %+v", all)
 	}
 }
+
+// TestInvalidPoolAffectsOnlyThatPool: an invalid pool setting makes that
+// pool's part invalid (no opportunistic action, manual triggers refused
+// there), and every other pool's policy stands.
+func TestInvalidPoolAffectsOnlyThatPool(t *testing.T) {
+	cfg, err := ParseConfig(`
+cluster:
+  exclusions: [{name: launch, startTime: "2026-11-25T00:00:00Z", endTime: "2026-11-26T00:00:00Z"}]
+pools:
+  good: {opportunistic: "node-idle-time=600s,min-nodes=1,window=86400s"}
+  bad: {opportunistic: "min-nodes=3", maxVoluntaryMaintenance: "0"}
+`)
+	if err != nil {
+		t.Fatalf("one bad pool invalidated the whole policy: %v", err)
+	}
+	if _, ok := cfg.Pools["good"]; !ok {
+		t.Error("the good pool's setting is gone")
+	}
+	perr := cfg.PoolErrors["bad"]
+	for _, want := range []string{"pools.bad.opportunistic", "node-idle-time is required", "pools.bad.maxVoluntaryMaintenance"} {
+		if perr == nil || !strings.Contains(perr.Error(), want) {
+			t.Errorf("the bad pool's error does not say %q: %v", want, perr)
+		}
+	}
+	if !errors.Is(perr, ErrConfig) || cfg.PoolErrors["good"] != nil {
+		t.Errorf("pool errors %v", cfg.PoolErrors)
+	}
+	if _, ok := cfg.Pools["bad"]; ok {
+		t.Error("the bad pool's setting was kept")
+	}
+}

@@ -85,7 +85,11 @@ func (s *Source) ManualGate(poolLabel string) func(*corev1.Node, time.Time) (str
 		if err != nil {
 			return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy (ConfigMap %s) is invalid: %v", s.Name(), err)
 		}
-		return cfg.ManualBlocked(n.Labels[poolLabel], now)
+		pool := n.Labels[poolLabel]
+		if err := cfg.PoolErrors[pool]; err != nil {
+			return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy's part for pool %s (ConfigMap %s) is invalid: %v", pool, s.Name(), err)
+		}
+		return cfg.ManualBlocked(pool, now)
 	}
 }
 
