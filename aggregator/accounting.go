@@ -63,14 +63,8 @@ func (l *ledger) deleted(n *corev1.Node, pool string, now time.Time) {
 			delete(l.gone, name)
 		}
 	}
-	ready := false
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			ready = c.Status == corev1.ConditionTrue
-		}
-	}
 	l.gone[n.Name] = deletedNode{name: n.Name, uid: n.UID, pool: pool, counts: protocol.NodeInterruptions(n), at: now,
-		vanishing: !ready && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+		vanishing: !nodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
 }
 
 // added takes in n's creation at now: a Node created again under the name

@@ -92,11 +92,7 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
 	v.GKEHandled = GKEHandles(n.Status.NodeInfo.KubeletVersion)
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			v.Ready = c.Status == corev1.ConditionTrue
-		}
-	}
+	v.Ready = nodeReady(n)
 	v.InMaintenance = protocol.InMaintenance(n)
 	_, _, ms := protocol.ReadTrigger(n)
 	v.Triggered = ms.OpportunisticTriggered
@@ -462,4 +458,14 @@ func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (
 		}
 	}
 	return o, true, nil
+}
+
+// nodeReady: n's NodeReady condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -131,11 +131,6 @@ func (m *Agent) SetPhase(phase protocol.Phase) {
 	}
 }
 
-// Interruption counts one interruption.
-func (m *Agent) Interruption(i protocol.Interruption) {
-	m.Interruptions.WithLabelValues(i.Labels()...).Inc()
-}
-
 // SetNode publishes what the node's state says: the drain deadline, the
 // scheduled maintenance, and whether accelerators are busy.
 func (m *Agent) SetNode(drainDeadline, scheduled time.Time, busy bool) {

@@ -13,7 +13,7 @@ import (
 func TestAgentMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewAgent(reg)
-	m.Interruption(protocol.HostMaintenance)
+	m.AddInterruptions(protocol.HostMaintenance, 1)
 	m.Eviction("evicted")
 	m.Eviction("deleted")
 	m.Escalation()

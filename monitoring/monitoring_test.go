@@ -121,7 +121,7 @@ func TestRuleObjectsMatchRulesFile(t *testing.T) {
 func TestMetricsPassPromtool(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := metrics.NewAgent(prometheus.WrapRegistererWith(prometheus.Labels{"node_name": "gpu-0", "node_pool_name": "a3"}, reg))
-	a.Interruption(protocol.HostMaintenance)
+	a.AddInterruptions(protocol.HostMaintenance, 1)
 	a.Eviction("evicted")
 	a.DrainDuration(90 * time.Second)
 	a.TaintLatency(5 * time.Millisecond)

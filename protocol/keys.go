@@ -164,16 +164,3 @@ var Keys = []Key{
 	{Name: AnnotationKubeletVersion, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationVoluntaryFailures, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 }
-
-// Owned lists the keys c writes, and those it consumes.
-func Owned(c Component) (writes, consumes []string) {
-	for _, k := range Keys {
-		if k.Writer == c {
-			writes = append(writes, k.Name)
-		}
-		if k.Consumer == c {
-			consumes = append(consumes, k.Name)
-		}
-	}
-	return writes, consumes
-}

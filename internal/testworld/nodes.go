@@ -128,7 +128,7 @@ func (w *World) AddNode(ctx context.Context, spec NodeSpec) (*corev1.Node, error
 			return false, nil
 		}
 		ready = n
-		return NodeReady(n) && !hasTaint(n, corev1.TaintNodeNotReady), nil
+		return NodeReady(n) && !protocol.HasTaintKey(n, corev1.TaintNodeNotReady), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %q never became Ready and schedulable: %w", spec.Name, err)
@@ -147,15 +147,6 @@ func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
 		}
 	}
 	return false
