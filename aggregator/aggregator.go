@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,6 +144,7 @@ type Aggregator struct {
 	lastReason  map[string]string // node -> last decision reason announced
 	lastPoolErr map[string]string // pool -> last config error announced
 	lastCfgErr  string
+	lastWarn    map[string]string // what -> last error text logged
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
 }
@@ -257,6 +259,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Lock()
 	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]string{}, map[string]string{}, ""
+	a.lastWarn = map[string]string{}
 	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
@@ -296,19 +299,29 @@ func (a *Aggregator) config() (policy.Config, error) {
 	return a.policy.Config()
 }
 
-// Pass runs one decision pass now and returns its plans; while not leading
-// it decides nothing and writes nothing.
+// pass runs one decision pass now and returns its plans: it decides from
+// the node cache and the claims, claims the nodes to trigger (fenced, see
+// claims.go), then announces and triggers.
 func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	defer a.passes.Add(1)
 	start := a.opts.Clock.Now()
+	cl, err := readClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
+	if err != nil {
+		// Claims not counted could exceed the caps: decide nothing.
+		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger until they can be", err)
+		return nil
+	}
+	a.warnOnce("claims", "", nil)
 	objs := a.nodes.GetStore().List()
 	views := make([]Node, 0, len(objs))
 	seen := make(map[string]cachedView, len(objs))
+	decidedOn := make(map[string]*corev1.Node, len(objs))
 	for _, o := range objs {
 		n, ok := o.(*corev1.Node)
 		if !ok {
 			continue
 		}
+		decidedOn[n.Name] = n
 		v, ok := a.views[n.Name]
 		if !ok || v.rv != n.ResourceVersion {
 			v = cachedView{rv: n.ResourceVersion, node: NodeOf(n, a.opts.PoolLabel)}
@@ -320,43 +333,93 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		views = append(views, v.node)
 	}
 	a.views = seen
+	live := a.liveClaims(ctx, cl, decidedOn)
+	for i := range views {
+		if _, ok := live[views[i].Name]; ok {
+			// A write that may still land: counted as in maintenance.
+			views[i].Voluntary, views[i].InMaintenance = true, true
+		}
+	}
 	a.countRecreated(ctx)
 	a.countVanished()
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
 	a.announceConfig(cfgErr)
-	written := map[string]string{} // node -> resourceVersion before our write
 	a.forgetUndecided(plans)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
+
+	claimed := maps.Clone(live)
+	var toTrigger []*corev1.Node
 	for _, p := range plans {
-		a.announce(p)
 		if cfgErr != nil || p.ConfigErr != nil {
 			continue
 		}
 		for _, name := range p.Trigger {
-			if ctx.Err() != nil {
-				return plans // leadership lost: stop acting at once
+			if n := decidedOn[name]; n != nil {
+				toTrigger = append(toTrigger, n)
+				claimed[name] = n.ResourceVersion
 			}
-			if rv, ok := a.trigger(ctx, name); ok {
-				written[name] = rv
+		}
+	}
+	if !maps.Equal(claimed, cl.nodes) {
+		if ctx.Err() != nil {
+			return plans // leadership lost: stop acting at once
+		}
+		if _, err := writeClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), cl, claimed); err != nil {
+			result := "error"
+			if errors.Is(err, ErrFenced) {
+				result = "fenced"
 			}
+			a.opts.Metrics.Triggers.WithLabelValues(result).Add(float64(len(toTrigger)))
+			a.log.Info("claims not written; nothing triggered in this pass", "nodes", len(toTrigger), "err", err)
+			return plans
+		}
+	}
+	for _, p := range plans {
+		a.announce(p)
+	}
+	written := map[string]string{} // node -> resourceVersion before our write
+	for _, n := range toTrigger {
+		if ctx.Err() != nil {
+			break // leadership lost: stop acting at once
+		}
+		if a.trigger(ctx, n) {
+			written[n.Name] = n.ResourceVersion
 		}
 	}
 	a.awaitCache(ctx, written)
 	return plans
 }
 
-// trigger writes the opportunistic trigger onto the Node, conditional on
-// the Node being as this pass saw it. It returns the resourceVersion the
-// pass saw.
-func (a *Aggregator) trigger(ctx context.Context, name string) (string, bool) {
-	obj, ok, _ := a.nodes.GetStore().GetByKey(name)
-	if !ok {
-		return "", false
+// liveClaims are the claims whose write may still land (see resolve).
+func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[string]*corev1.Node) map[string]string {
+	live := map[string]string{}
+	for name, rv := range cl.nodes {
+		c := cached[name]
+		var current *corev1.Node
+		if c == nil || c.ResourceVersion != rv {
+			n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				current = n
+			case !apierrors.IsNotFound(err):
+				live[name] = rv // unknown: counted
+				continue
+			}
+		}
+		if resolve(rv, c, current) == claimLive {
+			live[name] = rv
+		}
 	}
-	n := obj.(*corev1.Node).DeepCopy()
-	seen := n.ResourceVersion
+	return live
+}
+
+// trigger writes the opportunistic trigger onto n, conditional on the Node
+// being as the pass saw it (n, a cached object: not modified).
+func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
+	n := cached.DeepCopy()
+	name := n.Name
 	// The agent re-checks the trigger: made now, for this notice.
 	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
 		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
@@ -366,14 +429,30 @@ func (a *Aggregator) trigger(ctx context.Context, name string) (string, bool) {
 	case err == nil:
 		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
 		a.log.Info("triggered opportunistic maintenance", "node", name)
-		return seen, true
+		return true
 	case apierrors.IsConflict(err):
 		a.opts.Metrics.Triggers.WithLabelValues("conflict").Inc()
 	default:
 		a.opts.Metrics.Triggers.WithLabelValues("error").Inc()
 		a.log.Warn("trigger failed", "node", name, "err", err)
 	}
-	return "", false
+	return false
+}
+
+// warnOnce logs msg with err when what's error text changes ("" msg and
+// nil err: it is over).
+func (a *Aggregator) warnOnce(what, msg string, err error) {
+	text := ""
+	if err != nil {
+		text = err.Error()
+	}
+	a.mu.Lock()
+	changed := a.lastWarn[what] != text
+	a.lastWarn[what] = text
+	a.mu.Unlock()
+	if changed && err != nil {
+		a.log.Warn(msg, "err", err)
+	}
 }
 
 // awaitCache waits until the node cache shows every write of this pass, so

@@ -25,10 +25,13 @@ import (
 
 // safetyRecorder watches every Node change and checks, at each one, that no
 // pool has more nodes in maintenance this project started than it can
-// spare (its size minus min-nodes).
+// spare (its size minus min-nodes) or than its cap allows, and that the
+// cluster has no more than its cap.
 type safetyRecorder struct {
 	mu         sync.Mutex
 	spare      map[string]int
+	poolCap    map[string]int
+	clusterCap int
 	poolLabel  string
 	moments    int
 	worst      map[string]int
@@ -38,17 +41,16 @@ type safetyRecorder struct {
 
 func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *corev1.Node) {
 	inMaintenance := map[string]int{}
+	cluster := 0
 	for _, o := range store.List() {
 		n := o.(*corev1.Node)
-		if _, ok := r.spare[n.Labels[r.poolLabel]]; !ok {
-			continue
-		}
 		// Started by this project: asked for (the label), or under way
 		// as a manual maintenance (the agent's reason).
 		_, asked := n.Labels[protocol.LabelPerformMaintenance]
 		_, active := n.Labels[protocol.LabelActiveMaintenance]
 		if asked || active && n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonManual) {
 			inMaintenance[n.Labels[r.poolLabel]]++
+			cluster++
 		}
 	}
 	r.mu.Lock()
@@ -59,9 +61,14 @@ func (r *safetyRecorder) check(store cache.Store, changed *corev1.Node, old *cor
 	}
 	for pool, spare := range r.spare {
 		r.worst[pool] = max(r.worst[pool], inMaintenance[pool])
-		if inMaintenance[pool] > spare {
-			r.violations = append(r.violations, fmt.Sprintf("pool %s: %d nodes in maintenance, can spare %d (moment %d)", pool, inMaintenance[pool], spare, r.moments))
+		if limit := min(spare, r.poolCap[pool]); inMaintenance[pool] > limit {
+			r.violations = append(r.violations, fmt.Sprintf("pool %s: %d nodes in voluntary maintenance, can spare %d, cap %d (moment %d)",
+				pool, inMaintenance[pool], spare, r.poolCap[pool], r.moments))
 		}
+	}
+	r.worst["cluster"] = max(r.worst["cluster"], cluster)
+	if cluster > r.clusterCap {
+		r.violations = append(r.violations, fmt.Sprintf("cluster: %d nodes in voluntary maintenance, cap %d (moment %d)", cluster, r.clusterCap, r.moments))
 	}
 }
 
@@ -72,7 +79,8 @@ var chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestSafetyUnderLeaderChaos
 // SIGKILLed 20 times at random moments while agents (real processes) drain
 // the nodes it triggers and the VMs reboot and get new notices. At every
 // recorded Node change, no pool has more nodes in maintenance than it can
-// spare.
+// spare or its cap allows (chaos-a 1, the default; chaos-b 2), and the
+// cluster no more than its cap (2).
 func TestSafetyUnderLeaderChaos(t *testing.T) {
 	testworld.Need(t)
 	seed := *chaosSeed
@@ -122,7 +130,9 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 		}
 	}
 
-	rec := &safetyRecorder{spare: map[string]int{"chaos-a": size - minNodes, "chaos-b": size - minNodes}, poolLabel: testworld.LabelNodePool, worst: map[string]int{}}
+	configMap(t, ns, "cluster: {maxVoluntaryMaintenance: \"2\"}\npools:\n  chaos-b: {maxVoluntaryMaintenance: \"2\"}\n")
+	rec := &safetyRecorder{spare: map[string]int{"chaos-a": size - minNodes, "chaos-b": size - minNodes}, poolCap: map[string]int{"chaos-a": 1, "chaos-b": 2},
+		clusterCap: 2, poolLabel: testworld.LabelNodePool, worst: map[string]int{}}
 	factory := informers.NewSharedInformerFactory(world.Client, 0)
 	inf := factory.Core().V1().Nodes().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -136,7 +146,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 	aggregators := map[string]*testworld.Process{}
 	startAgg := func(id string) { // a new replica: a new name, as a new pod would have
 		p, err := world.StartProcess("aggregator-"+id, filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
-			"--identity", id, "--config-map", "", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
+			"--identity", id, "--config-map", "maintenance-handler", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
 			"--interval", "1s", "--listen-address", testworld.FreeAddrT(t), "--log-level", "warn")
 		if err != nil {
 			t.Fatal(err)
@@ -222,7 +232,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 	defer rebootMu.Unlock()
 	t.Logf("%d Node changes recorded, %d triggers, %d reboots, worst in maintenance per pool %v, leaders seen %v", rec.moments, rec.triggers, rebooted, rec.worst, holders)
 	if len(rec.violations) > 0 {
-		t.Errorf("%d moments with more nodes in maintenance than a pool can spare; first: %s", len(rec.violations), rec.violations[0])
+		t.Errorf("%d moments with more nodes in maintenance than a pool can spare or a cap allows; first: %s", len(rec.violations), rec.violations[0])
 	}
 	if rec.triggers < size || rebooted < size/2 {
 		t.Errorf("too little happened to prove anything: %d triggers, %d reboots", rec.triggers, rebooted)

@@ -11,8 +11,11 @@
 // does the maintenance.
 //
 // What it does not do: drain, call Compute Engine, or remember anything
-// that is not on the Nodes: a new leader continues from the Nodes alone.
+// that is not on the Nodes or in the claims: a new leader continues from
+// them alone.
 //
 // Concurrency: one goroutine decides and writes, and only while leading;
-// losing the Lease cancels it before its next write.
+// losing the Lease cancels it before its next write. Triggers are claimed
+// first in one versioned record (claims.go), so that a deposed leader's
+// late write cannot exceed a cap either.
 package aggregator

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
@@ -273,12 +274,18 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
 		{"update", "apps", "deployments", ns, "", false},
 	})
-	r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
-		Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
-			Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: "maintenance-handler-aggregator"}},
-	}, metav1.CreateOptions{})
-	if err != nil || !r.Status.Allowed {
-		t.Errorf("the aggregator cannot update its Lease: %v %+v", err, r.Status)
+	// Its leader-election Lease, and the claims Lease that fences its
+	// triggers.
+	for _, lease := range []string{"maintenance-handler-aggregator", aggregator.ClaimsLeaseName("maintenance-handler-aggregator")} {
+		for _, verb := range []string{"get", "update"} {
+			r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+				Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+					Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: lease}},
+			}, metav1.CreateOptions{})
+			if err != nil || !r.Status.Allowed {
+				t.Errorf("the aggregator cannot %s the Lease %s: %v %+v", verb, lease, err, r.Status)
+			}
+		}
 	}
 
 	// The real agent under these permissions.

@@ -106,7 +106,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		PassDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "pass_duration_seconds",
 			Help: "Time of one decision pass over every node.", Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}),
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "triggers_total",
-			Help: "Writes of an opportunistic trigger to a Node, by result (ok, conflict, error)."}, []string{"result"}),
+			Help: "Writes of an opportunistic trigger to a Node, by result (ok, conflict, error; fenced: not written, another leader claimed since the pass read the claims)."}, []string{"result"}),
 	}
 	m.VanishedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "vanished_nodes_total",
 		Help: "Nodes deleted while NotReady and outside maintenance, and not created again within the recreate window: interruptions no agent could report (" + protocol.UnannouncedReboot.Key() + "), counted by the leader that saw them."},

@@ -1,0 +1,111 @@
+package aggregator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestDeposedLeadersLateWritesCannotExceedTheCap: a pool of 20 idle nodes
+// with max-unavailable=1. Leader A decided to trigger fence-00, claimed it
+// and paused before its write; B leads now. B counts A's claim and
+// triggers nothing; A's late write lands (the node is as A saw it), and
+// still one node is in voluntary maintenance; A's next claim, conditional
+// on the claims it read before B's, is fenced.
+func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	var names []string
+	for i := range 20 {
+		name := fmt.Sprintf("fence-%02d", i)
+		names = append(names, name)
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "fenced"})
+		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: time.Hour,
+			config: "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1"})
+	}
+	claimsLease := aggregator.ClaimsLeaseName("aggregator")
+
+	// A, leading: it decides on fence-00 as it is now, and claims it.
+	seenByA, err := world.Client.CoreV1().Nodes().Get(ctx, "fence-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versionA, _, err := aggregator.ReadClaims(ctx, world.Client, ns, claimsLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versionA, err = aggregator.WriteClaims(ctx, world.Client, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion})
+	if err != nil {
+		t.Fatalf("A's claim: %v", err)
+	}
+
+	// A pauses; B leads.
+	r := startAggregator(t, ns, "")
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)) == 19, nil
+	})
+	if err != nil {
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)))
+	}
+	waitPasses(t, r.agg, 3)
+	if got := countTriggered(t, names); len(got) != 0 {
+		t.Fatalf("B triggered %v while A's claim on fence-00 could still land", got)
+	}
+
+	// A wakes and writes its trigger, conditional on what it saw: it lands.
+	late := seenByA.DeepCopy()
+	protocol.WriteTrigger(late, protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredBy: "A"})
+	if _, err := world.Client.CoreV1().Nodes().Update(ctx, late, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("A's late write: %v", err)
+	}
+
+	// B resolves the claim (the Node now shows the maintenance) and drops
+	// it: the claims change, and A's next claim is fenced.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		v, nodes, err := aggregator.ReadClaims(ctx, world.Client, ns, claimsLease)
+		return err == nil && v != versionA && len(nodes) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("B never dropped the resolved claim: %v", err)
+	}
+	seen01, err := world.Client.CoreV1().Nodes().Get(ctx, "fence-01", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = aggregator.WriteClaims(ctx, world.Client, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion, "fence-01": seen01.ResourceVersion})
+	if !errors.Is(err, aggregator.ErrFenced) {
+		t.Errorf("A's claim after B's: %v, want ErrFenced", err)
+	}
+	waitPasses(t, r.agg, 3)
+	if got := countTriggered(t, names); len(got) != 1 || got[0] != "fence-00" {
+		t.Errorf("triggered %v, want only A's fence-00 (max-unavailable=1)", got)
+	}
+}
+
+// countTriggered lists the nodes among names carrying an opportunistic
+// trigger.
+func countTriggered(t *testing.T, names []string) []string {
+	t.Helper()
+	var out []string
+	for _, name := range names {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if triggered(n) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
