@@ -8,7 +8,9 @@ import (
 )
 
 func TestResolveClaim(t *testing.T) {
-	at := func(rv string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv}} }
+	at := func(rv string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv}}
+	}
 	for _, tc := range []struct {
 		name            string
 		cached, current *corev1.Node
