@@ -6,9 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
 // nodeKeys returns the Label*, Annotation* and Taint* string constants
@@ -58,5 +61,36 @@ func TestNodeProtocolDocumented(t *testing.T) {
 		if strings.Contains(key, "/") && !strings.HasPrefix(name, "protocol.") {
 			t.Errorf("%s (%s) is declared outside package protocol", name, key)
 		}
+	}
+}
+
+// TestREADMEPolicyExampleParses: the README's policy.yaml example is
+// valid, within GKE's limits, and means what its comments say.
+func TestREADMEPolicyExampleParses(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "```yaml\ncluster:")
+	if start < 0 {
+		t.Fatal("the README has no policy.yaml example (a yaml block starting with cluster:)")
+	}
+	example := text[start+len("```yaml\n"):]
+	example = example[:strings.Index(example, "```")]
+	cfg, err := policy.ParseConfig(example)
+	if err != nil {
+		t.Fatalf("the README's example is invalid: %v", err)
+	}
+	if len(cfg.PoolErrors) > 0 {
+		t.Fatalf("the README's example has invalid pools: %v", cfg.PoolErrors)
+	}
+	christmas := time.Date(2026, 12, 26, 3, 0, 0, 0, time.UTC) // a Saturday, in the year-end freeze
+	if r, _ := cfg.Policy("any").Blocks(christmas); r != window.ReasonExcluded {
+		t.Errorf("Blocks(%s) = %q, want %s (year-end)", christmas, r, window.ReasonExcluded)
+	}
+	saturday := time.Date(2027, 1, 9, 3, 0, 0, 0, time.UTC) // in the window, in the no_minor_upgrades exclusion
+	if r, _ := cfg.Policy("any").Blocks(saturday); r != "" {
+		t.Errorf("Blocks(%s) = %q, want nothing (no_minor_upgrades does not block node maintenance)", saturday, r)
 	}
 }

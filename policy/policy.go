@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -212,6 +213,9 @@ type exclusionFile struct {
 	Name      string `json:"name"`
 	StartTime string `json:"startTime"`
 	EndTime   string `json:"endTime"`
+	// Scope is GKE's: no_upgrades (the default), no_minor_or_node_upgrades
+	// or no_minor_upgrades (which does not block node maintenance).
+	Scope string `json:"scope,omitempty"`
 }
 
 type scopeFile struct {
@@ -243,6 +247,8 @@ func ParseConfig(data string) (Config, error) {
 	var err error
 	if cfg.Cluster, err = parseScope("cluster", f.Cluster); err != nil {
 		errs = append(errs, err)
+	} else if err := cfg.Cluster.CheckLimits(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster: %w", err))
 	}
 	cfg.GateManual = f.Cluster.GateManualTriggers != nil && *f.Cluster.GateManualTriggers
 	if v := f.Cluster.MaxVoluntaryMaintenance; v != "" {
@@ -279,6 +285,17 @@ func ParseConfig(data string) (Config, error) {
 				poolErrs = append(poolErrs, fmt.Errorf("pools.%s.opportunistic: %w", name, err))
 			} else {
 				pc.Opportunistic = &o
+			}
+		}
+		if len(poolErrs) == 0 && len(errs) == 0 {
+			// GKE's limits hold for what applies to the pool: its window
+			// or the cluster's, and the exclusions of both.
+			eff := window.Policy{Window: cfg.Cluster.Window, Exclusions: append(slices.Clone(cfg.Cluster.Exclusions), pc.Exclusions...)}
+			if pc.Window != nil {
+				eff.Window = pc.Window
+			}
+			if err := eff.CheckLimits(); err != nil {
+				poolErrs = append(poolErrs, fmt.Errorf("pools.%s, with the cluster's exclusions: %w", name, err))
 			}
 		}
 		if len(poolErrs) > 0 {
@@ -338,9 +355,6 @@ func parseScope(where string, s scopeFile) (window.Policy, error) {
 		}
 		p.Window = rw
 	}
-	if len(s.Exclusions) > window.MaxExclusions {
-		errs = append(errs, fmt.Errorf("%s.exclusions: %d, at most %d", where, len(s.Exclusions), window.MaxExclusions))
-	}
 	for i, e := range s.Exclusions {
 		field := fmt.Sprintf("%s.exclusions[%d]", where, i)
 		start, err1 := parseTime(field+".startTime", e.StartTime)
@@ -351,11 +365,15 @@ func parseScope(where string, s scopeFile) (window.Policy, error) {
 		case !end.After(start):
 			errs = append(errs, fmt.Errorf("%s: endTime must be after startTime", field))
 		}
+		scope, err := window.ParseScope(e.Scope)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s.%w", field, err))
+		}
 		name := e.Name
 		if name == "" {
 			name = fmt.Sprintf("%s[%d]", where, i)
 		}
-		p.Exclusions = append(p.Exclusions, window.Exclusion{Name: name, Start: start, End: end})
+		p.Exclusions = append(p.Exclusions, window.Exclusion{Name: name, Start: start, End: end, Scope: scope})
 	}
 	return p, errors.Join(errs...)
 }

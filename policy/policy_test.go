@@ -150,3 +150,50 @@ pools:
 		t.Error("the bad pool's setting was kept")
 	}
 }
+
+// TestGKELimitsNameTheField: GKE's limits and scopes, checked with errors
+// that name the field; a pool is held to them with the cluster's
+// exclusions, and only that pool is affected.
+func TestGKELimitsNameTheField(t *testing.T) {
+	for text, want := range map[string]string{
+		`{name: odd, startTime: "2026-12-01T00:00:00Z", endTime: "2026-12-02T00:00:00Z", scope: no_patches}`: `cluster.exclusions[0].scope "no_patches": want no_upgrades`,
+		`{name: long, startTime: "2026-12-01T00:00:00Z", endTime: "2027-01-15T00:00:00Z"}`:                   `cluster: exclusion "long" (scope no_upgrades) lasts 1080h; GKE allows at most 720h`,
+	} {
+		_, err := ParseConfig("cluster:\n  exclusions: [" + text + "]\n")
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+	cfg, err := ParseConfig(`
+cluster:
+  exclusions:
+  - {name: a, startTime: "2026-12-01T00:00:00Z", endTime: "2026-12-02T00:00:00Z"}
+  - {name: b, startTime: "2027-01-01T00:00:00Z", endTime: "2027-01-02T00:00:00Z", scope: NO_UPGRADES}
+  - {name: long-minor, startTime: "2026-12-01T00:00:00Z", endTime: "2027-03-01T00:00:00Z", scope: no_minor_upgrades}
+pools:
+  fine:
+    exclusions: [{name: c, startTime: "2027-02-01T00:00:00Z", endTime: "2027-02-02T00:00:00Z"}]
+  fourth:
+    exclusions:
+    - {name: c, startTime: "2027-02-01T00:00:00Z", endTime: "2027-02-02T00:00:00Z"}
+    - {name: d, startTime: "2027-03-01T00:00:00Z", endTime: "2027-03-02T00:00:00Z"}
+  setpos:
+    maintenanceWindow: {startTime: "2026-01-30T22:00:00Z", duration: 16h, recurrence: "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1"}
+`)
+	if err != nil {
+		t.Fatalf("the cluster's part is within the limits: %v", err)
+	}
+	if _, ok := cfg.Pools["fine"]; !ok {
+		t.Errorf("pool fine: %v", cfg.PoolErrors["fine"])
+	}
+	if perr := cfg.PoolErrors["fourth"]; perr == nil || !strings.Contains(perr.Error(), "pools.fourth, with the cluster's exclusions: 4 exclusions of scope no_upgrades; GKE allows at most 3") {
+		t.Errorf("pool fourth: %v", perr)
+	}
+	if _, ok := cfg.Pools["setpos"]; !ok {
+		t.Errorf("pool setpos (BYSETPOS): %v", cfg.PoolErrors["setpos"])
+	}
+	// The long no_minor_upgrades exclusion does not block node maintenance.
+	if r, _ := cfg.Policy("fine").Blocks(time.Date(2026, 12, 15, 0, 0, 0, 0, time.UTC)); r != "" {
+		t.Errorf("blocked by a no_minor_upgrades exclusion: %q", r)
+	}
+}

@@ -16,10 +16,11 @@ const (
 	Daily   Freq = "DAILY"
 	Weekly  Freq = "WEEKLY"
 	Monthly Freq = "MONTHLY"
+	Yearly  Freq = "YEARLY"
 )
 
 // WeekdayNum is a BYDAY entry: a weekday, with an ordinal under MONTHLY
-// (1 = first, -1 = last; 0 = every).
+// or YEARLY (1 = first, -1 = last; 0 = every).
 type WeekdayNum struct {
 	Day time.Weekday
 	N   int
@@ -31,9 +32,14 @@ type Rule struct {
 	Interval   int
 	ByDay      []WeekdayNum
 	ByMonthDay []int
-	Until      time.Time // zero: none
-	Count      int       // zero: none
-	WeekStart  time.Weekday
+	ByMonth    []time.Month
+	ByYearDay  []int
+	// BySetPos picks occurrences by position within each period of FREQ
+	// (1 = first, -1 = last) among those the other parts give.
+	BySetPos  []int
+	Until     time.Time // zero: none
+	Count     int       // zero: none
+	WeekStart time.Weekday
 }
 
 var weekdays = map[string]time.Weekday{"MO": time.Monday, "TU": time.Tuesday, "WE": time.Wednesday,
@@ -69,10 +75,12 @@ func ParseRule(s string) (Rule, error) {
 		switch key {
 		case "FREQ":
 			switch f := Freq(strings.ToUpper(val)); f {
-			case Daily, Weekly, Monthly:
+			case Daily, Weekly, Monthly, Yearly:
 				r.Freq = f
+			case "HOURLY", "MINUTELY", "SECONDLY":
+				return r, ruleErr("FREQ=%s: a maintenance window recurs at most daily (DAILY, WEEKLY, MONTHLY or YEARLY)", val)
 			default:
-				return r, ruleErr("FREQ=%s: want DAILY, WEEKLY or MONTHLY", val)
+				return r, ruleErr("FREQ=%s: want DAILY, WEEKLY, MONTHLY or YEARLY", val)
 			}
 		case "INTERVAL":
 			if r.Interval, err = strconv.Atoi(val); err != nil || r.Interval < 1 {
@@ -101,31 +109,65 @@ func ParseRule(s string) (Rule, error) {
 				r.ByDay = append(r.ByDay, wd)
 			}
 		case "BYMONTHDAY":
+			if r.ByMonthDay, err = parseInts(key, val, 31); err != nil {
+				return r, err
+			}
+		case "BYYEARDAY":
+			if r.ByYearDay, err = parseInts(key, val, 366); err != nil {
+				return r, err
+			}
+		case "BYSETPOS":
+			if r.BySetPos, err = parseInts(key, val, 366); err != nil {
+				return r, err
+			}
+		case "BYMONTH":
 			for _, v := range strings.Split(val, ",") {
 				n, err := strconv.Atoi(v)
-				if err != nil || n == 0 || n < -31 || n > 31 {
-					return r, ruleErr("BYMONTHDAY=%s: want days 1 to 31 or -31 to -1", val)
+				if err != nil || n < 1 || n > 12 {
+					return r, ruleErr("BYMONTH=%s: want months 1 to 12", val)
 				}
-				r.ByMonthDay = append(r.ByMonthDay, n)
+				r.ByMonth = append(r.ByMonth, time.Month(n))
 			}
+		case "BYHOUR", "BYMINUTE", "BYSECOND":
+			return r, ruleErr("%s is not supported: a window's time of day is its startTime's", key)
 		default:
-			return r, ruleErr("%s is not supported (FREQ, INTERVAL, BYDAY, BYMONTHDAY, UNTIL, COUNT, WKST are)", key)
+			return r, ruleErr("%s is not supported (FREQ, INTERVAL, BYDAY, BYMONTHDAY, BYMONTH, BYYEARDAY, BYSETPOS, UNTIL, COUNT, WKST are)", key)
 		}
 	}
+	// RFC 5545, section 3.3.10: which parts go with which FREQ.
 	switch {
 	case r.Freq == "":
 		return r, ruleErr("FREQ is required")
 	case r.Count > 0 && !r.Until.IsZero():
 		return r, ruleErr("COUNT and UNTIL together")
-	case len(r.ByMonthDay) > 0 && r.Freq != Monthly:
-		return r, ruleErr("BYMONTHDAY needs FREQ=MONTHLY")
-	case r.Freq == Daily && len(r.ByDay) > 0:
-		return r, ruleErr("BYDAY with FREQ=DAILY: use FREQ=WEEKLY")
+	case len(r.ByMonthDay) > 0 && r.Freq == Weekly:
+		return r, ruleErr("BYMONTHDAY with FREQ=WEEKLY")
+	case len(r.ByYearDay) > 0 && r.Freq != Yearly:
+		return r, ruleErr("BYYEARDAY needs FREQ=YEARLY")
+	case len(r.BySetPos) > 0 && len(r.ByDay)+len(r.ByMonthDay)+len(r.ByMonth)+len(r.ByYearDay) == 0:
+		return r, ruleErr("BYSETPOS needs another BY part (such as BYDAY) to pick from")
 	}
-	if r.Freq != Monthly && slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.N != 0 }) {
-		return r, ruleErr("BYDAY ordinals (such as 1SA) need FREQ=MONTHLY")
+	if r.Freq != Monthly && r.Freq != Yearly && slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.N != 0 }) {
+		return r, ruleErr("BYDAY ordinals (such as 1SA) need FREQ=MONTHLY or YEARLY")
+	}
+	inMonth := r.Freq == Monthly || len(r.ByMonth) > 0
+	if inMonth && slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.N > 5 || w.N < -5 }) {
+		return r, ruleErr("BYDAY ordinals within a month are 1 to 5 or -5 to -1")
 	}
 	return r, nil
+}
+
+// parseInts parses a list of whole numbers from 1 to limit or -limit to -1.
+func parseInts(key, val string, limit int) ([]int, error) {
+	var out []int
+	for _, v := range strings.Split(val, ",") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n == 0 || n < -limit || n > limit {
+			return nil, ruleErr("%s=%s: want numbers 1 to %d or -%d to -1", key, val, limit, limit)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func parseWeekdayNum(v string) (WeekdayNum, error) {
@@ -139,8 +181,8 @@ func parseWeekdayNum(v string) (WeekdayNum, error) {
 	n := 0
 	if num := v[:len(v)-2]; num != "" {
 		var err error
-		if n, err = strconv.Atoi(num); err != nil || n == 0 || n < -5 || n > 5 {
-			return WeekdayNum{}, ruleErr("BYDAY %q: the ordinal must be 1 to 5 or -5 to -1", v)
+		if n, err = strconv.Atoi(num); err != nil || n == 0 || n < -53 || n > 53 {
+			return WeekdayNum{}, ruleErr("BYDAY %q: the ordinal must be 1 to 53 or -53 to -1", v)
 		}
 	}
 	return WeekdayNum{Day: d, N: n}, nil
@@ -160,45 +202,120 @@ func parseUntil(v string) (time.Time, error) {
 
 // matchesDay reports whether an occurrence of r, first starting at dtstart,
 // starts on the day of t (same time of day as dtstart), counting only the
-// rule's calendar pattern (INTERVAL, BYDAY, BYMONTHDAY), not UNTIL or COUNT.
+// rule's calendar pattern (INTERVAL, the BY parts, BYSETPOS), not UNTIL or
+// COUNT.
 func (r Rule) matchesDay(dtstart, t time.Time) bool {
-	if t.Before(dtstart) {
+	if t.Before(dtstart) || r.periodsBetween(dtstart, t)%r.Interval != 0 || !r.candidate(dtstart, t) {
 		return false
 	}
-	switch r.Freq {
-	case Daily:
-		return daysBetween(dtstart, t)%r.Interval == 0
-	case Weekly:
-		if weeksBetween(dtstart, t, r.WeekStart)%r.Interval != 0 {
-			return false
-		}
-		if len(r.ByDay) == 0 {
-			return t.Weekday() == dtstart.Weekday()
-		}
-		return slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.Day == t.Weekday() })
-	case Monthly:
-		months := (t.Year()-dtstart.Year())*12 + int(t.Month()-dtstart.Month())
-		if months%r.Interval != 0 {
-			return false
-		}
-		last := time.Date(t.Year(), t.Month()+1, 0, 0, 0, 0, 0, time.UTC).Day()
-		if len(r.ByDay) == 0 && len(r.ByMonthDay) == 0 {
-			return t.Day() == dtstart.Day()
-		}
-		if len(r.ByMonthDay) > 0 && !slices.ContainsFunc(r.ByMonthDay, func(n int) bool {
-			return n == t.Day() || n < 0 && last+1+n == t.Day()
-		}) {
-			return false
-		}
-		if len(r.ByDay) > 0 {
-			nth, nthFromEnd := (t.Day()-1)/7+1, -((last-t.Day())/7 + 1)
-			return slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool {
-				return w.Day == t.Weekday() && (w.N == 0 || w.N == nth || w.N == nthFromEnd)
-			})
-		}
+	if len(r.BySetPos) == 0 {
 		return true
 	}
-	return false
+	// The period's candidates, in order: t's position among them.
+	from, to := r.period(t)
+	var days []time.Time
+	for d := from; d.Before(to); d = d.AddDate(0, 0, 1) {
+		if r.candidate(dtstart, d) {
+			days = append(days, d)
+		}
+	}
+	i := slices.IndexFunc(days, func(d time.Time) bool { return d.Equal(civilDay(t)) })
+	return slices.ContainsFunc(r.BySetPos, func(p int) bool { return p == i+1 || p == i-len(days) })
+}
+
+// candidate reports whether the day of t matches the BY parts (with the
+// values RFC 5545 takes from dtstart where a FREQ needs one).
+func (r Rule) candidate(dtstart, t time.Time) bool {
+	if len(r.ByMonth) > 0 && !slices.Contains(r.ByMonth, t.Month()) {
+		return false
+	}
+	if len(r.ByMonthDay) > 0 && !slices.ContainsFunc(r.ByMonthDay, func(n int) bool { return dayOfMonthIs(t, n) }) {
+		return false
+	}
+	if len(r.ByYearDay) > 0 && !slices.ContainsFunc(r.ByYearDay, func(n int) bool { return dayOfYearIs(t, n) }) {
+		return false
+	}
+	if len(r.ByDay) > 0 {
+		// Ordinals count within the month under MONTHLY, or under YEARLY
+		// with BYMONTH; within the year under YEARLY otherwise.
+		inYear := r.Freq == Yearly && len(r.ByMonth) == 0
+		if !slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.Day == t.Weekday() && (w.N == 0 || nthWeekday(t, inYear, w.N)) }) {
+			return false
+		}
+	}
+	noDay := len(r.ByDay) == 0 && len(r.ByMonthDay) == 0 && len(r.ByYearDay) == 0
+	switch r.Freq {
+	case Weekly:
+		return len(r.ByDay) > 0 || t.Weekday() == dtstart.Weekday()
+	case Monthly:
+		return !noDay || t.Day() == dtstart.Day()
+	case Yearly:
+		switch {
+		case !noDay:
+			return true
+		case len(r.ByMonth) > 0:
+			return t.Day() == dtstart.Day()
+		default:
+			return t.Month() == dtstart.Month() && t.Day() == dtstart.Day()
+		}
+	}
+	return true
+}
+
+// periodsBetween counts FREQ periods (days, weeks from WKST, months,
+// years) from dtstart's to t's.
+func (r Rule) periodsBetween(dtstart, t time.Time) int {
+	switch r.Freq {
+	case Weekly:
+		return weeksBetween(dtstart, t, r.WeekStart)
+	case Monthly:
+		return (t.Year()-dtstart.Year())*12 + int(t.Month()-dtstart.Month())
+	case Yearly:
+		return t.Year() - dtstart.Year()
+	}
+	return daysBetween(dtstart, t)
+}
+
+// period is the FREQ period holding t's day: [from, to), whole days.
+func (r Rule) period(t time.Time) (from, to time.Time) {
+	day := civilDay(t)
+	switch r.Freq {
+	case Weekly:
+		from = day.AddDate(0, 0, -((int(day.Weekday()) - int(r.WeekStart) + 7) % 7))
+		return from, from.AddDate(0, 0, 7)
+	case Monthly:
+		from = time.Date(day.Year(), day.Month(), 1, 0, 0, 0, 0, time.UTC)
+		return from, from.AddDate(0, 1, 0)
+	case Yearly:
+		from = time.Date(day.Year(), 1, 1, 0, 0, 0, 0, time.UTC)
+		return from, from.AddDate(1, 0, 0)
+	}
+	return day, day.AddDate(0, 0, 1)
+}
+
+// dayOfMonthIs: t is the nth day of its month (n < 0: from the end).
+func dayOfMonthIs(t time.Time, n int) bool {
+	last := time.Date(t.Year(), t.Month()+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	return n == t.Day() || n < 0 && last+1+n == t.Day()
+}
+
+// dayOfYearIs: t is the nth day of its year (n < 0: from the end).
+func dayOfYearIs(t time.Time, n int) bool {
+	days := time.Date(t.Year(), 12, 31, 0, 0, 0, 0, time.UTC).YearDay()
+	return n == t.YearDay() || n < 0 && days+1+n == t.YearDay()
+}
+
+// nthWeekday: t is the nth of its weekday in its month, or in its year
+// (n < 0: from the end).
+func nthWeekday(t time.Time, inYear bool, n int) bool {
+	pos, total := t.Day(), time.Date(t.Year(), t.Month()+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	if inYear {
+		pos, total = t.YearDay(), time.Date(t.Year(), 12, 31, 0, 0, 0, 0, time.UTC).YearDay()
+	}
+	if n > 0 {
+		return (pos-1)/7+1 == n
+	}
+	return -((total-pos)/7 + 1) == n
 }
 
 func civilDay(t time.Time) time.Time {

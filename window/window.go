@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -18,31 +19,39 @@ type Recurring struct {
 // Contains reports whether t is inside an occurrence of w.
 func (w Recurring) Contains(t time.Time) bool {
 	t = t.UTC()
-	start := w.Start.UTC()
-	if t.Before(start) || w.Duration <= 0 {
+	if t.Before(w.Start) || w.Duration <= 0 {
 		return false
 	}
-	if w.Rule.Freq == "" {
-		return t.Before(start.Add(w.Duration))
-	}
-	timeOfDay := start.Sub(civilDay(start))
+	timeOfDay := w.Start.UTC().Sub(civilDay(w.Start.UTC()))
 	// An occurrence containing t started on t's day or on one of the days
 	// before it that the window's duration reaches back to.
 	earliest := civilDay(t.Add(-w.Duration))
 	for day := civilDay(t); !day.Before(earliest); day = day.AddDate(0, 0, -1) {
 		occ := day.Add(timeOfDay)
-		if occ.After(t) || !t.Before(occ.Add(w.Duration)) || !w.Rule.matchesDay(start, occ) {
-			continue
+		if !occ.After(t) && t.Before(occ.Add(w.Duration)) && w.occursAt(occ) {
+			return true
 		}
-		if !w.Rule.Until.IsZero() && occ.After(w.Rule.Until) {
-			continue
-		}
-		if w.Rule.Count > 0 && w.index(occ) >= w.Rule.Count {
-			continue
-		}
-		return true
 	}
 	return false
+}
+
+// occursAt reports whether an occurrence of w starts at occ, a moment at
+// w's time of day.
+func (w Recurring) occursAt(occ time.Time) bool {
+	start := w.Start.UTC()
+	switch {
+	case occ.Before(start):
+		return false
+	case w.Rule.Freq == "":
+		return occ.Equal(start)
+	case !w.Rule.matchesDay(start, occ):
+		return false
+	case !w.Rule.Until.IsZero() && occ.After(w.Rule.Until):
+		return false
+	case w.Rule.Count > 0 && w.index(occ) >= w.Rule.Count:
+		return false
+	}
+	return true
 }
 
 // index is how many occurrences start before occ.
@@ -66,11 +75,44 @@ func (w Recurring) String() string {
 	return s
 }
 
+// Scope is a maintenance exclusion's scope, GKE's: what it keeps from
+// happening.
+type Scope string
+
+const (
+	// NoUpgrades excludes every upgrade, and node disruption: GKE's
+	// default scope.
+	NoUpgrades Scope = "no_upgrades"
+	// NoMinorOrNodeUpgrades excludes minor and node upgrades: nodes are
+	// not disrupted.
+	NoMinorOrNodeUpgrades Scope = "no_minor_or_node_upgrades"
+	// NoMinorUpgrades excludes minor upgrades only: node maintenance may
+	// go on.
+	NoMinorUpgrades Scope = "no_minor_upgrades"
+)
+
+// ParseScope reads a scope as gcloud writes it (no_upgrades) or as the
+// API does (NO_UPGRADES); "" is GKE's default, NoUpgrades.
+func ParseScope(s string) (Scope, error) {
+	switch sc := Scope(strings.ToLower(strings.TrimSpace(s))); sc {
+	case "":
+		return NoUpgrades, nil
+	case NoUpgrades, NoMinorOrNodeUpgrades, NoMinorUpgrades:
+		return sc, nil
+	}
+	return "", fmt.Errorf("scope %q: want no_upgrades, no_minor_or_node_upgrades or no_minor_upgrades", s)
+}
+
+// BlocksNodes reports whether an exclusion of this scope keeps nodes from
+// being disrupted, and so keeps this project from starting maintenance.
+func (s Scope) BlocksNodes() bool { return s != NoMinorUpgrades }
+
 // Exclusion is a one-off period in which this project starts no
-// maintenance.
+// maintenance, if its scope blocks node disruption.
 type Exclusion struct {
 	Name       string
 	Start, End time.Time
+	Scope      Scope // "" means NoUpgrades
 }
 
 // Contains reports whether t is in [Start, End).
@@ -78,8 +120,28 @@ func (e Exclusion) Contains(t time.Time) bool {
 	return !t.Before(e.Start) && t.Before(e.End)
 }
 
-// MaxExclusions is how many exclusions one scope may have (as in GKE).
-const MaxExclusions = 20
+func (e Exclusion) scope() Scope {
+	if e.Scope == "" {
+		return NoUpgrades
+	}
+	return e.Scope
+}
+
+// GKE's limits on a maintenance policy.
+const (
+	// MaxExclusions is how many exclusions one cluster may have.
+	MaxExclusions = 20
+	// MaxNoUpgrades is how many no_upgrades exclusions it may have.
+	MaxNoUpgrades = 3
+	// MaxNoUpgradesDuration is how long one no_upgrades exclusion may be.
+	MaxNoUpgradesDuration = 30 * 24 * time.Hour
+	// The window, less the no_upgrades exclusions, must leave at least
+	// MinAvailable in any AvailabilityPeriod, counting only stretches of
+	// MinStretch or more.
+	AvailabilityPeriod = 32 * 24 * time.Hour
+	MinAvailable       = 48 * time.Hour
+	MinStretch         = 4 * time.Hour
+)
 
 // Policy is one scope's maintenance window (nil: any time) and exclusions.
 type Policy struct {
@@ -97,7 +159,7 @@ const (
 // then the window; detail says which.
 func (p Policy) Blocks(t time.Time) (reason, detail string) {
 	for _, e := range p.Exclusions {
-		if e.Contains(t) {
+		if e.scope().BlocksNodes() && e.Contains(t) {
 			return ReasonExcluded, fmt.Sprintf("inside the maintenance exclusion %q (%s to %s)", e.Name,
 				e.Start.UTC().Format(time.RFC3339), e.End.UTC().Format(time.RFC3339))
 		}
