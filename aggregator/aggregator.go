@@ -78,11 +78,20 @@ type Options struct {
 	// False: those are left to GKE; a pool configured in the policy
 	// ConfigMap is the aggregator's either way.
 	AdoptGKEConfig bool
+	// AutoscalerStatus is the cluster autoscaler's status ConfigMap,
+	// namespace/name, from which the pools it manages are found; empty
+	// means none is read.
+	AutoscalerStatus string
 	// Metrics nil: metrics on a registry of their own, exported nowhere.
 	Metrics *metrics.Aggregator
 	Clock   clock.Clock
 	Logger  *slog.Logger
 }
+
+// DefaultAutoscalerStatus is where the cluster autoscaler writes its
+// status by default, and where GKE's does: the aggregator binary's default
+// AutoscalerStatus.
+const DefaultAutoscalerStatus = "kube-system/cluster-autoscaler-status"
 
 // Default holds the default of every optional field (the flags' defaults).
 var Default = Options{
@@ -133,6 +142,7 @@ type Aggregator struct {
 	passes   atomic.Uint64
 	nodes    cache.SharedIndexInformer
 	policy   *policy.Source
+	scaler   *autoscalerSource
 	recorder record.EventRecorder
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
@@ -145,6 +155,7 @@ type Aggregator struct {
 	lastPoolErr map[string]string // pool -> last config error announced
 	lastCfgErr  string
 	lastWarn    map[string]string // what -> last error text logged
+	lastScaled  map[string]bool   // pool -> autoscaled, as last logged
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
 }
@@ -214,6 +225,16 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("sync node cache: %w", ctx.Err())
 	}
+	if ns, name, ok := strings.Cut(a.opts.AutoscalerStatus, "/"); ok {
+		var err error
+		if a.scaler, err = a.startAutoscalerSource(ctx, ns, name); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			a.log.Warn("cannot read the cluster autoscaler's status: the pools it manages are not known, and are treated as not autoscaled (declare them with autoscaled: true in the policy ConfigMap)",
+				"configmap", a.opts.AutoscalerStatus, "err", err)
+		}
+	}
 
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: a.opts.LeaseName},
@@ -259,7 +280,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Lock()
 	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]string{}, map[string]string{}, ""
-	a.lastWarn = map[string]string{}
+	a.lastWarn, a.lastScaled = map[string]string{}, map[string]bool{}
 	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
@@ -334,11 +355,13 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	}
 	a.views = seen
 	live := a.liveClaims(ctx, cl, decidedOn)
+	groups := a.scaler.groups()
 	for i := range views {
 		if _, ok := live[views[i].Name]; ok {
 			// A write that may still land: counted as in maintenance.
 			views[i].Voluntary, views[i].InMaintenance = true, true
 		}
+		views[i].AutoscalerGroup = nodeGroupOf(views[i].Name, groups)
 	}
 	a.countRecreated(ctx)
 	a.countVanished()
@@ -480,7 +503,7 @@ func poolStats(plans []PoolPlan) []metrics.PoolStats {
 	out := make([]metrics.PoolStats, 0, len(plans))
 	for _, p := range plans {
 		out = append(out, metrics.PoolStats{Pool: p.Pool, Pending: p.Pending, Idle: p.Idle, InMaintenance: p.InMaintenance,
-			NextMaintenance: p.NextMaintenance, Configured: p.Configured, ConfigValid: p.ConfigErr == nil})
+			NextMaintenance: p.NextMaintenance, Configured: p.Configured, ConfigValid: p.ConfigErr == nil, Autoscaled: p.Autoscaled})
 	}
 	return out
 }
@@ -493,6 +516,14 @@ func (a *Aggregator) announce(p PoolPlan) {
 	errText := ""
 	if p.ConfigErr != nil {
 		errText = p.ConfigErr.Error()
+	}
+	if p.Autoscaled != a.lastScaled[p.Pool] {
+		a.lastScaled[p.Pool] = p.Autoscaled
+		if p.Autoscaled {
+			a.log.Info("the cluster autoscaler manages this pool: no opportunistic maintenance here unless the policy opts in (opportunisticWhenAutoscaled)", "pool", p.Pool)
+		} else {
+			a.log.Info("the cluster autoscaler no longer manages this pool", "pool", p.Pool)
+		}
 	}
 	if errText != a.lastPoolErr[p.Pool] {
 		a.lastPoolErr[p.Pool] = errText

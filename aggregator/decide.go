@@ -41,6 +41,9 @@ const (
 	// ReasonMaxVoluntary: the pool's or the cluster's cap on nodes in
 	// voluntary maintenance at once is reached.
 	ReasonMaxVoluntary = "max_voluntary"
+	// ReasonAutoscaled: the cluster autoscaler manages the pool, and the
+	// policy does not opt in to opportunistic maintenance there.
+	ReasonAutoscaled = "cluster_autoscaler"
 )
 
 // Node is what a decision looks at, read from a Node object.
@@ -76,6 +79,9 @@ type Node struct {
 	// Slice names the multi-host TPU slice the node belongs to ("" for
 	// none): its pool, when the topology spans more chips than one node has.
 	Slice string
+	// AutoscalerGroup is the cluster autoscaler's node group the node is
+	// in ("" for none known): set by the pass from the autoscaler's status.
+	AutoscalerGroup string
 }
 
 // NodeOf reads n; poolLabel names its pool.
@@ -169,6 +175,9 @@ type PoolPlan struct {
 	Nodes, Pending, Idle, InMaintenance int
 	// NextMaintenance is the earliest pending window start (zero if none).
 	NextMaintenance time.Time
+	// Autoscaled: the cluster autoscaler manages the pool (detected or
+	// declared).
+	Autoscaled bool
 }
 
 // Decide is one pass over every node: for each pool, which nodes to trigger
@@ -231,6 +240,8 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 	}
 	setting, configured, err := poolSetting(cfg, pool, nodes, &plan)
 	plan.Configured, plan.Setting = configured, setting
+	groups := groupNames(nodes)
+	plan.Autoscaled = cfg.Autoscaled(pool, len(groups) > 0)
 	decide := func(n Node, reason, msg string) {
 		plan.Decisions = append(plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, Message: msg})
 	}
@@ -249,6 +260,18 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 		for _, n := range nodes {
 			if pending(n) && !n.InMaintenance {
 				decide(n, ReasonInvalidConfig, fmt.Sprintf("Not picked for opportunistic maintenance: the pool's configuration is invalid: %v", err))
+			}
+		}
+		return plan
+	}
+	if plan.Autoscaled && !cfg.AllowAutoscaled(pool) {
+		how := "declared autoscaled in the policy ConfigMap"
+		if len(groups) > 0 {
+			how = "its node group " + strings.Join(groups, ", ") + " is in the autoscaler's status"
+		}
+		for _, n := range nodes {
+			if pending(n) && !n.InMaintenance {
+				decide(n, ReasonAutoscaled, fmt.Sprintf("Not picked for opportunistic maintenance: the cluster autoscaler manages the pool %s (%s) and removes idle nodes itself, and GKE documents opportunistic maintenance as incompatible with it. Set opportunisticWhenAutoscaled: true for the pool in the policy ConfigMap to have it act anyway.", pool, how))
 			}
 		}
 		return plan

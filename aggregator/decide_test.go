@@ -301,3 +301,49 @@ pools:
 		}
 	}
 }
+
+// TestDecideSkipsAutoscaledPools: a pool whose node group the cluster
+// autoscaler's status lists, or that the policy declares autoscaled, gets
+// no trigger, every pending node told why, unless the policy opts in; a
+// declaration of false wins over the status.
+func TestDecideSkipsAutoscaledPools(t *testing.T) {
+	in := func(pool, group string) Node {
+		n := node(pool+"-0", time.Hour)
+		n.Pool, n.AutoscalerGroup = pool, group
+		return n
+	}
+	o := policy.Opportunistic{NodeIdleTime: time.Minute, Window: 2419200 * time.Second}
+	yes, no := true, false
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}, Pools: map[string]policy.PoolConfig{
+		"detected":  {Opportunistic: &o},
+		"declared":  {Opportunistic: &o, Autoscaled: &yes},
+		"opted-in":  {Opportunistic: &o, WhenAutoscaled: &yes},
+		"overruled": {Opportunistic: &o, Autoscaled: &no},
+		"plain":     {Opportunistic: &o},
+	}}
+	plans := Decide(now, cfg, []Node{in("detected", "gke-c-detected-grp"), in("declared", ""), in("opted-in", "gke-c-opted-in-grp"),
+		in("overruled", "gke-c-overruled-grp"), in("plain", "")})
+	got := map[string]string{}
+	scaled := map[string]bool{}
+	for _, p := range plans {
+		for n, r := range reasons(p) {
+			got[n] = r
+		}
+		scaled[p.Pool] = p.Autoscaled
+	}
+	want := map[string]string{"detected-0": ReasonAutoscaled, "declared-0": ReasonAutoscaled, "opted-in-0": ReasonTriggered,
+		"overruled-0": ReasonTriggered, "plain-0": ReasonTriggered}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("reasons (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[string]bool{"detected": true, "declared": true, "opted-in": true, "overruled": false, "plain": false}, scaled); d != "" {
+		t.Errorf("autoscaled (-want +got):\n%s", d)
+	}
+	for _, p := range plans {
+		for _, d := range p.Decisions {
+			if d.Node == "detected-0" && !strings.Contains(d.Message, "gke-c-detected-grp") {
+				t.Errorf("the message does not name the node group: %s", d.Message)
+			}
+		}
+	}
+}

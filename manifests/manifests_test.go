@@ -272,10 +272,21 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"create", "", "pods", "default", "eviction", false},
 		{"get", "", "secrets", ns, "", false},
 		{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
+		{"list", "", "configmaps", "kube-system", "", false}, // only the autoscaler's status, by name (below)
+		{"get", "", "secrets", "kube-system", "", false},
 		{"update", "apps", "deployments", ns, "", false},
 	})
 	// Its leader-election Lease, and the claims Lease that fences its
 	// triggers.
+	for _, verb := range []string{"get", "list", "watch"} {
+		r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+				Verb: verb, Resource: "configmaps", Namespace: "kube-system", Name: "cluster-autoscaler-status"}},
+		}, metav1.CreateOptions{})
+		if err != nil || !r.Status.Allowed {
+			t.Errorf("the aggregator cannot %s the cluster autoscaler's status: %v %+v", verb, err, r.Status)
+		}
+	}
 	for _, lease := range []string{"maintenance-handler-aggregator", aggregator.ClaimsLeaseName("maintenance-handler-aggregator")} {
 		for _, verb := range []string{"get", "update"} {
 			r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{

@@ -28,6 +28,7 @@ type PoolStats struct {
 	Pending, Idle, InMaintenance int
 	NextMaintenance              time.Time // zero: none pending
 	Configured, ConfigValid      bool
+	Autoscaled                   bool
 }
 
 // PoolCollector exports the pool gauges of the last pass it was given:
@@ -35,7 +36,7 @@ type PoolStats struct {
 // given nil (a replica that does not lead exports no pool series, so sums
 // by pool are never stale or doubled after a failover).
 type PoolCollector struct {
-	pending, idle, inMaintenance, next, valid *prometheus.Desc
+	pending, idle, inMaintenance, next, valid, autoscaled *prometheus.Desc
 
 	mu    sync.Mutex
 	pools []PoolStats
@@ -50,7 +51,7 @@ func (c *PoolCollector) Set(pools []PoolStats) {
 
 // Describe implements prometheus.Collector.
 func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.idle, c.inMaintenance, c.next, c.valid} {
+	for _, d := range []*prometheus.Desc{c.pending, c.idle, c.inMaintenance, c.next, c.valid, c.autoscaled} {
 		ch <- d
 	}
 }
@@ -70,6 +71,11 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 		if !p.NextMaintenance.IsZero() {
 			gauge(c.next, float64(p.NextMaintenance.Unix()), p.Pool)
 		}
+		autoscaled := 0.0
+		if p.Autoscaled {
+			autoscaled = 1
+		}
+		gauge(c.autoscaled, autoscaled, p.Pool)
 		if p.Configured {
 			valid := 0.0
 			if p.ConfigValid {
@@ -102,6 +108,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 			inMaintenance: gauge("pool_nodes_in_maintenance", "Nodes of the pool in maintenance or asked to start it."),
 			next:          gauge("pool_next_maintenance_timestamp_seconds", "Unix time of the earliest pending maintenance window start in the pool."),
 			valid:         gauge("pool_config_valid", "1 when the pool's opportunistic configuration is valid, 0 when it is invalid (no opportunistic action)."),
+			autoscaled:    gauge("pool_autoscaled", "1 when the cluster autoscaler manages the pool (its status lists the pool's node group, or the policy says so): no opportunistic maintenance there unless the policy opts in."),
 		},
 		PassDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "pass_duration_seconds",
 			Help: "Time of one decision pass over every node.", Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}),

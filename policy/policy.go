@@ -131,7 +131,10 @@ type Config struct {
 	// MaxVoluntary caps the cluster's nodes in voluntary maintenance at
 	// once (zero: DefaultClusterBudget).
 	MaxVoluntary Budget
-	Pools        map[string]PoolConfig
+	// WhenAutoscaled: opportunistic maintenance also in pools the cluster
+	// autoscaler manages. Off by default.
+	WhenAutoscaled bool
+	Pools          map[string]PoolConfig
 	// PoolErrors holds the pools whose part of policy.yaml is invalid: no
 	// opportunistic action and no manual trigger there, while every other
 	// pool goes on.
@@ -172,6 +175,29 @@ type PoolConfig struct {
 	// MaxVoluntary, when set, caps the pool's nodes in voluntary
 	// maintenance at once.
 	MaxVoluntary *Budget
+	// Autoscaled, when set, says whether the cluster autoscaler manages
+	// the pool, whatever its status says.
+	Autoscaled *bool
+	// WhenAutoscaled, when set, replaces the cluster's WhenAutoscaled.
+	WhenAutoscaled *bool
+}
+
+// Autoscaled reports whether the cluster autoscaler manages pool: as the
+// policy declares, else as detected.
+func (c Config) Autoscaled(pool string, detected bool) bool {
+	if pc, ok := c.Pools[pool]; ok && pc.Autoscaled != nil {
+		return *pc.Autoscaled
+	}
+	return detected
+}
+
+// AllowAutoscaled reports whether opportunistic maintenance goes on in
+// pool though the cluster autoscaler manages it.
+func (c Config) AllowAutoscaled(pool string) bool {
+	if pc, ok := c.Pools[pool]; ok && pc.WhenAutoscaled != nil {
+		return *pc.WhenAutoscaled
+	}
+	return c.WhenAutoscaled
 }
 
 // ManualBlocked reports why a manual trigger on a node of pool is refused
@@ -224,11 +250,16 @@ type scopeFile struct {
 	GateManualTriggers *bool           `json:"gateManualTriggers,omitempty"`
 	// MaxVoluntaryMaintenance is a count ("2") or a percentage ("10%").
 	MaxVoluntaryMaintenance string `json:"maxVoluntaryMaintenance,omitempty"`
+	// OpportunisticWhenAutoscaled opts in to opportunistic maintenance in
+	// pools the cluster autoscaler manages.
+	OpportunisticWhenAutoscaled *bool `json:"opportunisticWhenAutoscaled,omitempty"`
 }
 
 type poolFile struct {
 	scopeFile
 	Opportunistic string `json:"opportunistic,omitempty"`
+	// Autoscaled declares whether the cluster autoscaler manages the pool.
+	Autoscaled *bool `json:"autoscaled,omitempty"`
 }
 
 type configFile struct {
@@ -251,6 +282,7 @@ func ParseConfig(data string) (Config, error) {
 		errs = append(errs, fmt.Errorf("cluster: %w", err))
 	}
 	cfg.GateManual = f.Cluster.GateManualTriggers != nil && *f.Cluster.GateManualTriggers
+	cfg.WhenAutoscaled = f.Cluster.OpportunisticWhenAutoscaled != nil && *f.Cluster.OpportunisticWhenAutoscaled
 	if v := f.Cluster.MaxVoluntaryMaintenance; v != "" {
 		if cfg.MaxVoluntary, err = ParseBudget("cluster.maxVoluntaryMaintenance", v); err != nil {
 			errs = append(errs, err)
@@ -270,7 +302,8 @@ func ParseConfig(data string) (Config, error) {
 		if err != nil {
 			poolErrs = append(poolErrs, err)
 		}
-		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers}
+		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers,
+			Autoscaled: pf.Autoscaled, WhenAutoscaled: pf.OpportunisticWhenAutoscaled}
 		if v := pf.MaxVoluntaryMaintenance; v != "" {
 			b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", v)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -29,8 +30,9 @@ type Options struct {
 	Interval       time.Duration
 	RecreateWindow time.Duration
 	// GKEConfig is leave or adopt (see aggregator.Options.AdoptGKEConfig).
-	GKEConfig string
-	LogLevel  string
+	GKEConfig        string
+	AutoscalerStatus string
+	LogLevel         string
 }
 
 // NewOptions returns the defaults.
@@ -41,19 +43,20 @@ func NewOptions() *Options {
 		id = host
 	}
 	return &Options{
-		Namespace:      os.Getenv("POD_NAMESPACE"),
-		Identity:       id,
-		ListenAddress:  ":9103",
-		ConfigMap:      "maintenance-handler",
-		LeaseName:      aggregator.Default.LeaseName,
-		LeaseDuration:  aggregator.Default.LeaseDuration,
-		RenewDeadline:  aggregator.Default.RenewDeadline,
-		RetryPeriod:    aggregator.Default.RetryPeriod,
-		PoolLabel:      aggregator.Default.PoolLabel,
-		Interval:       aggregator.Default.Interval,
-		RecreateWindow: aggregator.Default.RecreateWindow,
-		GKEConfig:      "leave",
-		LogLevel:       "info",
+		Namespace:        os.Getenv("POD_NAMESPACE"),
+		Identity:         id,
+		ListenAddress:    ":9103",
+		ConfigMap:        "maintenance-handler",
+		LeaseName:        aggregator.Default.LeaseName,
+		LeaseDuration:    aggregator.Default.LeaseDuration,
+		RenewDeadline:    aggregator.Default.RenewDeadline,
+		RetryPeriod:      aggregator.Default.RetryPeriod,
+		PoolLabel:        aggregator.Default.PoolLabel,
+		Interval:         aggregator.Default.Interval,
+		RecreateWindow:   aggregator.Default.RecreateWindow,
+		GKEConfig:        "leave",
+		AutoscalerStatus: aggregator.DefaultAutoscalerStatus,
+		LogLevel:         "info",
 	}
 }
 
@@ -71,6 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
+	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
@@ -95,6 +99,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GKEConfig != "leave" && o.GKEConfig != "adopt" {
 		errs = append(errs, fmt.Errorf("--gke-opportunistic-config %q: want leave or adopt", o.GKEConfig))
+	}
+	if ns, name, ok := strings.Cut(o.AutoscalerStatus, "/"); o.AutoscalerStatus != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
+		errs = append(errs, fmt.Errorf("--autoscaler-status %q: want namespace/name, or empty", o.AutoscalerStatus))
 	}
 	if o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval %s: want 1s or more", o.Interval))

@@ -1,0 +1,141 @@
+package aggregator
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
+)
+
+// The cluster autoscaler removes idle nodes itself, and GKE documents
+// opportunistic maintenance as incompatible with it. The aggregator finds
+// the pools it manages in the autoscaler's status ConfigMap (written by
+// the autoscaler unless --write-status-configmap=false; on GKE,
+// kube-system/cluster-autoscaler-status), whose "status" key lists its
+// node groups: YAML since cluster-autoscaler 1.30, text before. A node
+// group is a managed instance group, whose instances (the nodes) are named
+// after it: GKE's group gke-c-pool-1a2b3c4d-grp has the nodes
+// gke-c-pool-1a2b3c4d-xxxx.
+
+// autoscalerStatusKey is the status ConfigMap's key.
+const autoscalerStatusKey = "status"
+
+// autoscalerSource keeps the autoscaler's status ConfigMap by one watch.
+type autoscalerSource struct {
+	namespace, name string
+	informer        cache.SharedIndexInformer
+}
+
+// startAutoscalerSource watches namespace/name and waits until it has
+// been read. Without permission to read it, it returns nil and why: no
+// pool is then known to be autoscaled (say so, and carry on).
+func (a *Aggregator) startAutoscalerSource(ctx context.Context, namespace, name string) (*autoscalerSource, error) {
+	_, err := a.opts.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	lw := cache.NewListWatchFromClient(a.opts.Client.CoreV1().RESTClient(), "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))
+	s := &autoscalerSource{namespace: namespace, name: name, informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
+	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() },
+	})
+	go s.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+		return nil, fmt.Errorf("watch ConfigMap %s/%s: %w", namespace, name, ctx.Err())
+	}
+	return s, nil
+}
+
+// groups are the node groups the status lists (none when there is no
+// status).
+func (s *autoscalerSource) groups() []string {
+	if s == nil {
+		return nil
+	}
+	obj, ok, _ := s.informer.GetStore().GetByKey(s.namespace + "/" + s.name)
+	if !ok {
+		return nil
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil
+	}
+	return ParseAutoscalerStatus(cm.Data[autoscalerStatusKey])
+}
+
+// ParseAutoscalerStatus returns the node group names in the cluster
+// autoscaler's status, in either of its formats: YAML (nodeGroups[].name)
+// or the older text (a "Name:" line per group under "NodeGroups:").
+func ParseAutoscalerStatus(status string) []string {
+	var parsed struct {
+		NodeGroups []struct {
+			Name string `json:"name"`
+		} `json:"nodeGroups"`
+	}
+	var out []string
+	if yaml.Unmarshal([]byte(status), &parsed) == nil {
+		for _, g := range parsed.NodeGroups {
+			if g.Name != "" {
+				out = append(out, g.Name)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	inGroups := false
+	sc := bufio.NewScanner(strings.NewReader(status))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "NodeGroups:"):
+			inGroups = true
+		case trimmed != "" && line == trimmed:
+			inGroups = false // another top-level section
+		case inGroups && strings.HasPrefix(trimmed, "Name:"):
+			if name := strings.TrimSpace(strings.TrimPrefix(trimmed, "Name:")); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// nodeGroupOf is the node group among groups that node is an instance of
+// ("" for none): the group's name, as the last part of its URL and less a
+// trailing "-grp", followed by "-" begins the node's name. The longest
+// such group wins.
+func nodeGroupOf(node string, groups []string) string {
+	best, bestLen := "", 0
+	for _, g := range groups {
+		base := g[strings.LastIndex(g, "/")+1:]
+		base = strings.TrimSuffix(base, "-grp")
+		if base != "" && strings.HasPrefix(node, base+"-") && len(base) > bestLen {
+			best, bestLen = g, len(base)
+		}
+	}
+	return best
+}
+
+// groupNames lists the distinct node groups of nodes, sorted.
+func groupNames(nodes []Node) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range nodes {
+		if n.AutoscalerGroup != "" && !seen[n.AutoscalerGroup] {
+			seen[n.AutoscalerGroup] = true
+			out = append(out, n.AutoscalerGroup)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
