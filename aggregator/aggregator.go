@@ -146,8 +146,11 @@ type Aggregator struct {
 	recorder record.EventRecorder
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
-	// Nodes that changed. Used by the pass goroutine only.
-	views map[string]cachedView
+	// Nodes that changed. landed holds, for this replica's claims whose
+	// write succeeded, the resourceVersion the write made. Both used by the
+	// pass goroutine only.
+	views  map[string]cachedView
+	landed map[string]string
 
 	// Guarded by mu; reset when leadership begins.
 	mu          sync.Mutex
@@ -180,7 +183,7 @@ func New(opts Options) (*Aggregator, error) {
 		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
 	opts = opts.withDefaults()
-	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow)}, nil
+	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), landed: map[string]string{}}, nil
 }
 
 func (a *Aggregator) poke() {
@@ -325,7 +328,6 @@ func (a *Aggregator) config() (policy.Config, error) {
 // claims.go), then announces and triggers.
 func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	defer a.passes.Add(1)
-	start := a.opts.Clock.Now()
 	cl, err := readClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
 	if err != nil {
 		// Claims not counted could exceed the caps: decide nothing.
@@ -333,6 +335,9 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		return nil
 	}
 	a.warnOnce("claims", "", nil)
+	// The pass's time (the metric): reading the node cache and deciding,
+	// not the API calls around them.
+	start := a.opts.Clock.Now()
 	objs := a.nodes.GetStore().List()
 	views := make([]Node, 0, len(objs))
 	seen := make(map[string]cachedView, len(objs))
@@ -354,7 +359,9 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		views = append(views, v.node)
 	}
 	a.views = seen
+	spent := a.opts.Clock.Since(start)
 	live := a.liveClaims(ctx, cl, decidedOn)
+	resumed := a.opts.Clock.Now()
 	groups := a.scaler.groups()
 	for i := range views {
 		if _, ok := live[views[i].Name]; ok {
@@ -367,7 +374,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	a.countVanished()
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
-	a.opts.Metrics.PassDuration(a.opts.Clock.Since(start))
+	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
 	a.forgetUndecided(plans)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
@@ -407,8 +414,9 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		if ctx.Err() != nil {
 			break // leadership lost: stop acting at once
 		}
-		if a.trigger(ctx, n) {
+		if rv, ok := a.trigger(ctx, n); ok {
 			written[n.Name] = n.ResourceVersion
+			a.landed[n.Name] = rv
 		}
 	}
 	a.awaitCache(ctx, written)
@@ -418,8 +426,16 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 // liveClaims are the claims whose write may still land (see resolve).
 func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[string]*corev1.Node) map[string]string {
 	live := map[string]string{}
+	for name := range a.landed {
+		if _, ok := cl.nodes[name]; !ok {
+			delete(a.landed, name)
+		}
+	}
 	for name, rv := range cl.nodes {
 		c := cached[name]
+		if c != nil && a.landed[name] != "" && c.ResourceVersion == a.landed[name] {
+			continue // our own claimed write landed, and the cache shows it
+		}
 		var current *corev1.Node
 		if c == nil || c.ResourceVersion != rv {
 			n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -439,27 +455,28 @@ func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[strin
 }
 
 // trigger writes the opportunistic trigger onto n, conditional on the Node
-// being as the pass saw it (n, a cached object: not modified).
-func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
+// being as the pass saw it (n, a cached object: not modified), and returns
+// the resourceVersion the write made.
+func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) (string, bool) {
 	n := cached.DeepCopy()
 	name := n.Name
 	// The agent re-checks the trigger: made now, for this notice.
 	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
 		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
 		ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
-	_, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager})
+	out, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager})
 	switch {
 	case err == nil:
 		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
 		a.log.Info("triggered opportunistic maintenance", "node", name)
-		return true
+		return out.ResourceVersion, true
 	case apierrors.IsConflict(err):
 		a.opts.Metrics.Triggers.WithLabelValues("conflict").Inc()
 	default:
 		a.opts.Metrics.Triggers.WithLabelValues("error").Inc()
 		a.log.Warn("trigger failed", "node", name, "err", err)
 	}
-	return false
+	return "", false
 }
 
 // warnOnce logs msg with err when what's error text changes ("" msg and

@@ -111,7 +111,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 			autoscaled:    gauge("pool_autoscaled", "1 when the cluster autoscaler manages the pool (its status lists the pool's node group, or the policy says so): no opportunistic maintenance there unless the policy opts in."),
 		},
 		PassDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "pass_duration_seconds",
-			Help: "Time of one decision pass over every node.", Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}),
+			Help: "Time of one decision pass over every node: reading the node cache and deciding, not the API calls around them.", Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}),
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "triggers_total",
 			Help: "Writes of an opportunistic trigger to a Node, by result (ok, conflict, error; fenced: not written, another leader claimed since the pass read the claims)."}, []string{"result"}),
 	}
