@@ -84,6 +84,10 @@ const (
 	EventUnexpectedReboot       = "UnexpectedReboot"
 	EventNodeUpgraded           = "NodeUpgraded"
 	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
+	// A multi-host slice drained as one (the aggregator's ask).
+	EventSliceDrain    = "SliceMaintenanceDrain"
+	EventSliceDeadline = "SliceMaintenanceDeadline"
+	EventSliceBack     = "SliceMaintenanceOver"
 )
 
 // State is what the agent keeps on its Node (package protocol encodes
@@ -151,6 +155,11 @@ type Observation struct {
 	PodsKnown bool
 	Idle      bool
 	Busy      string
+	// SliceAsk is the aggregator's ask that this host drain with its
+	// multi-host slice, another host of which stops; SliceAskSet whether
+	// the Node carries one.
+	SliceAsk    protocol.SliceAsk
+	SliceAskSet bool
 }
 
 // PerformResult is how a performMaintenance call ended.
@@ -314,6 +323,10 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		cleared := sig.EventKnown && sig.Event == metadata.EventNone &&
 			sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
 		switch {
+		case st.Reason == protocol.ReasonSlice:
+			// Drained for the slice: back when the aggregator withdraws
+			// the ask (every host of the slice that stopped is back).
+			cleared = !obs.SliceAskSet
 		case st.Reason != protocol.ReasonManual:
 			cleared = cleared && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == metadata.StatusPending)
 		case st.Phase == protocol.PhaseTerminating:
@@ -328,7 +341,10 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		if booted || cleared {
 			reason, msg := EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID)
 			warning := false
-			if !booted {
+			switch {
+			case !booted && st.Reason == protocol.ReasonSlice:
+				reason, msg = EventSliceBack, "The multi-host slice is back in service (the aggregator withdrew its ask); so is this host"
+			case !booted:
 				reason, msg, warning = EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
 			}
 			d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
@@ -351,6 +367,9 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	now := obs.Now
 	idle := d.State.Phase == protocol.PhaseIdle
 	manualUnasked := d.State.Phase == protocol.PhaseDraining && d.State.Reason == protocol.ReasonManual && d.State.Requested.IsZero()
+	// A manual drain not asked for yet, or a drain for the slice, becomes
+	// this VM's own maintenance when one starts.
+	adoptable := manualUnasked || !idle && d.State.Reason == protocol.ReasonSlice
 	switch {
 	case sig.PreemptedKnown && sig.Preempted:
 		deadline := now.Add(cfg.PreemptionDeadline)
@@ -359,10 +378,10 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			d.Interruption = countedAs(protocol.ReasonPreemption)
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s", deadline.UTC().Format(time.RFC3339))})
-		} else if manual := d.State.Reason == protocol.ReasonManual; d.State.Reason != protocol.ReasonPreemption && (deadline.Before(d.State.Deadline) || manual) {
-			if manual && d.State.Phase == protocol.PhaseDraining {
+		} else if manual, slice := d.State.Reason == protocol.ReasonManual, d.State.Reason == protocol.ReasonSlice; d.State.Reason != protocol.ReasonPreemption && (deadline.Before(d.State.Deadline) || manual || slice) {
+			if manual && d.State.Phase == protocol.PhaseDraining || slice {
 				// Not counted yet: a manual maintenance counts once
-				// Compute Engine accepts it.
+				// Compute Engine accepts it, a slice's drain not at all.
 				d.Interruption = countedAs(protocol.ReasonPreemption)
 			}
 			d.State.Reason = protocol.ReasonPreemption
@@ -372,13 +391,25 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 		}
-	case (idle || manualUnasked) && sig.EventKnown && sig.Event == metadata.EventTerminate:
+	case (idle || adoptable) && sig.EventKnown && sig.Event == metadata.EventTerminate:
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
-	case (idle && sig.EventNotServed || manualUnasked) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
+	case (idle && sig.EventNotServed || adoptable) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
 		// window's start.
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventMaintenanceStarted, "The maintenance window has started; draining before %s")
+	case idle && obs.SliceAskSet:
+		ask := obs.SliceAsk
+		d.start(obs, protocol.ReasonSlice, ask.Deadline)
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDrain,
+			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
+				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
+	}
+	if ask := obs.SliceAsk; obs.SliceAskSet && d.State.Phase != protocol.PhaseIdle && ask.Deadline.Before(d.State.Deadline) {
+		d.State.Deadline = ask.Deadline
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDeadline,
+			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
+				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
 	}
 	if sig.EventKnown {
 		if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
@@ -397,8 +428,11 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	if d.State.Phase == protocol.PhaseDraining && d.State.Reason != protocol.ReasonManual && obs.DrainDone {
 		d.State.Phase = protocol.PhaseTerminating
 		d.Drained = true
-		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete,
-			Message: fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))})
+		msg := fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))
+		if d.State.Reason == protocol.ReasonSlice {
+			msg = "All pods were stopped; the host waits for its multi-host slice to come back"
+		}
+		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete, Message: msg})
 	}
 
 	// 5. Mirror the notice.
@@ -422,8 +456,10 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	// 7. The drain: running while the node drains and its drain is not
 	// done (a manual drain that is done waits for Compute Engine).
 	if d.State.Phase == protocol.PhaseDraining && !(obs.DrainDone && d.State.Started.Equal(st.Started)) {
-		d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline,
-			Voluntary: d.State.Reason == protocol.ReasonManual && !cfg.ManualDrainEscalate}
+		// A slice drains as its cause does: voluntarily for a manual or
+		// opportunistic maintenance.
+		manual := d.State.Reason == protocol.ReasonManual || d.State.Reason == protocol.ReasonSlice && obs.SliceAsk.Reason == protocol.ReasonManual
+		d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: manual && !cfg.ManualDrainEscalate}
 	}
 
 	// 8. A voluntary maintenance that failed is remembered, for the

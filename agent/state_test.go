@@ -993,3 +993,75 @@ func TestStepFailureMemory(t *testing.T) {
 		t.Errorf("accepted: outcome %q, failures %+v; want the record cleared", d.Manual, d.State.Failures)
 	}
 }
+
+// TestStepSlice: the aggregator's ask to drain with the multi-host slice.
+func TestStepSlice(t *testing.T) {
+	ask := protocol.SliceAsk{Slice: "v5p", Cause: "host-b", Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second)}
+	asked := func(o Observation) Observation { o.SliceAsk, o.SliceAskSet = ask, true; return o }
+	sliceDrain := draining(protocol.ReasonSlice, 30*time.Second)
+	sliceDone := sliceDrain
+	sliceDone.Phase = protocol.PhaseTerminating
+	hostDrain := draining(protocol.ReasonHostMaintenance, time.Hour)
+	manualAsk := ask
+	manualAsk.Reason = protocol.ReasonManual
+	for _, tc := range []struct {
+		name  string
+		state State
+		obs   Observation
+		check func(t *testing.T, d Decision)
+	}{
+		{"idle, asked: drains with the slice by its deadline, not counted as this VM's", State{}, asked(obs(quiet())), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseDraining || d.State.Reason != protocol.ReasonSlice || !d.State.Deadline.Equal(ask.Deadline) || !d.Cordon || d.Interruption != nil {
+				t.Errorf("state %+v, cordon %t, interruption %v", d.State, d.Cordon, d.Interruption)
+			}
+			if !d.Drain.Equal(DrainOrder{For: t0, Deadline: ask.Deadline}) {
+				t.Errorf("drain %+v, want a forced one by the ask's deadline", d.Drain)
+			}
+			if len(d.Events) != 1 || d.Events[0].Reason != EventSliceDrain || !strings.Contains(d.Events[0].Message, "host-b") {
+				t.Errorf("events %+v, want one naming host-b", d.Events)
+			}
+		}},
+		{"a manual cause: the slice drains voluntarily", State{}, func() Observation { o := obs(quiet()); o.SliceAsk, o.SliceAskSet = manualAsk, true; return o }(), func(t *testing.T, d Decision) {
+			if !d.Drain.Voluntary {
+				t.Errorf("drain %+v, want voluntary", d.Drain)
+			}
+		}},
+		{"in its own host maintenance, asked: the earlier deadline", hostDrain, asked(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))), func(t *testing.T, d Decision) {
+			if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(ask.Deadline) || len(d.Events) != 1 || d.Events[0].Reason != EventSliceDeadline {
+				t.Errorf("state %+v, events %+v", d.State, d.Events)
+			}
+		}},
+		{"drained for the slice: waits, tainted, for the slice", sliceDrain, func() Observation { o := asked(obs(quiet())); o.DrainDone = true; return o }(), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseTerminating || d.Uncordon {
+				t.Errorf("state %+v", d.State)
+			}
+		}},
+		{"the ask withdrawn: back in service", sliceDone, obs(quiet()), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || len(d.Events) != 1 || d.Events[0].Reason != EventSliceBack {
+				t.Errorf("state %+v, uncordon %t, events %+v", d.State, d.Uncordon, d.Events)
+			}
+		}},
+		{"the ask still there, this VM quiet: stays", sliceDone, asked(obs(quiet())), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseTerminating {
+				t.Errorf("state %+v", d.State)
+			}
+		}},
+		{"draining for the slice, then its own TERMINATE: its own maintenance, counted", sliceDrain, asked(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))), func(t *testing.T, d Decision) {
+			if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(ask.Deadline) || d.Interruption == nil {
+				t.Errorf("state %+v, interruption %v", d.State, d.Interruption)
+			}
+		}},
+		{"draining for the slice, then preempted itself: counted", sliceDrain, asked(obs(with(func(s *Signals) { s.Preempted = true }))), func(t *testing.T, d Decision) {
+			if d.State.Reason != protocol.ReasonPreemption || d.Interruption == nil || *d.Interruption != protocol.Preemption {
+				t.Errorf("state %+v, interruption %v", d.State, d.Interruption)
+			}
+		}},
+		{"its own host maintenance after the ask is gone stays until the VM is back", hostDrain, obs(with(func(s *Signals) { s.Event = metadata.EventTerminate })), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseDraining {
+				t.Errorf("state %+v", d.State)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, stepChecked(t, cfg, tc.state, tc.obs)) })
+	}
+}

@@ -66,6 +66,10 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// PoolLabel names a node's pool.
 	PoolLabel string
+	// SliceLabel, when set, names a node's multi-host slice (a self-managed
+	// cluster's own label); empty: GKE's rule, a TPU pool whose topology
+	// has more chips than one node (protocol.SliceOf).
+	SliceLabel string
 	// Interval is the longest time between passes (idle times and windows
 	// change with time alone); MinInterval is the shortest.
 	Interval, MinInterval time.Duration
@@ -350,7 +354,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		decidedOn[n.Name] = n
 		v, ok := a.views[n.Name]
 		if !ok || v.rv != n.ResourceVersion {
-			v = cachedView{rv: n.ResourceVersion, node: NodeOf(n, a.opts.PoolLabel)}
+			v = cachedView{rv: n.ResourceVersion, node: NodeOf(n, a.opts.PoolLabel, a.opts.SliceLabel)}
 			if a.opts.AdoptGKEConfig {
 				v.node.GKEHandled = false
 			}
@@ -360,6 +364,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	}
 	a.views = seen
 	spent := a.opts.Clock.Since(start)
+	a.applySliceAsks(ctx, views, decidedOn)
 	live := a.liveClaims(ctx, cl, decidedOn)
 	resumed := a.opts.Clock.Now()
 	groups := a.scaler.groups()

@@ -47,7 +47,7 @@ func BenchmarkDecide5000Nodes(b *testing.B) {
 	for b.Loop() {
 		views := make([]Node, 0, len(objs))
 		for _, n := range objs {
-			views = append(views, NodeOf(n, protocol.LabelNodePool))
+			views = append(views, NodeOf(n, protocol.LabelNodePool, ""))
 		}
 		plans = Decide(now, policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}, views)
 	}

@@ -82,10 +82,19 @@ type Node struct {
 	// AutoscalerGroup is the cluster autoscaler's node group the node is
 	// in ("" for none known): set by the pass from the autoscaler's status.
 	AutoscalerGroup string
+	// The agent's maintenance under way, if any.
+	Phase             protocol.Phase
+	Reason            protocol.Reason
+	Started, Deadline time.Time
+	// Ask is the slice ask on the node (nil for none), and SliceTaint
+	// whether the slice-down taint is on it.
+	Ask        *protocol.SliceAsk
+	SliceTaint bool
 }
 
-// NodeOf reads n; poolLabel names its pool.
-func NodeOf(n *corev1.Node, poolLabel string) Node {
+// NodeOf reads n; poolLabel names its pool, and sliceLabel, when given,
+// its multi-host slice (protocol.SliceOf).
+func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	v := Node{
 		Name:   n.Name,
 		UID:    n.UID,
@@ -107,11 +116,12 @@ func NodeOf(n *corev1.Node, poolLabel string) Node {
 			v.Notice, v.NoticePresent = notice, true
 		}
 	}
-	if chips := topologyChips(n.Labels[protocol.LabelTPUTopology]); chips > 0 {
-		if perNode := n.Status.Allocatable[protocol.ResourceTPU]; perNode.Value() > 0 && int64(chips) > perNode.Value() {
-			v.Slice = v.Pool
-		}
+	v.Slice = protocol.SliceOf(n, poolLabel, sliceLabel)
+	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
+	if ask, ok := protocol.ReadSliceAsk(n); ok {
+		v.Ask = &ask
 	}
+	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
 	return v
 }
 
@@ -130,21 +140,6 @@ func GKEHandles(kubeletVersion string) bool {
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
-}
-
-func topologyChips(topology string) int {
-	if topology == "" {
-		return 0
-	}
-	chips := 1
-	for _, d := range strings.Split(topology, "x") {
-		n, err := strconv.Atoi(d)
-		if err != nil || n < 1 {
-			return 0
-		}
-		chips *= n
-	}
-	return chips
 }
 
 // Decision is what the aggregator decided about one node with a pending

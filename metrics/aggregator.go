@@ -18,6 +18,7 @@ type Aggregator struct {
 	PassDurationSeconds prometheus.Histogram
 	Triggers            *prometheus.CounterVec
 	VanishedNodes       *prometheus.CounterVec
+	SliceInterruptions  *prometheus.CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
 }
@@ -118,7 +119,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.VanishedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "vanished_nodes_total",
 		Help: "Nodes deleted while NotReady and outside maintenance, and not created again within the recreate window: interruptions no agent could report (" + protocol.UnannouncedReboot.Key() + "), counted by the leader that saw them."},
 		[]string{"node_name", "node_pool_name", "interruption_type", "interruption_reason"})
-	reg.MustRegister(m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.SliceInterruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "slice_interruptions_total",
+		Help: "Multi-host slices taken down as one because one host stopped (its maintenance or preemption), by slice and by the interruption of the host that caused it: counted once per slice, beside the hosts' own interruptions."},
+		[]string{"slice", "interruption_type", "interruption_reason"})
+	reg.MustRegister(m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

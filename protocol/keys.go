@@ -87,12 +87,20 @@ const (
 	AnnotationVoluntaryFailures = "maintenance-handler.io/voluntary-failures"
 )
 
-// The aggregator's own key besides the trigger.
+// The aggregator's own keys besides the trigger.
 const (
 	// AnnotationRepairs is Repairs' JSON: the interruptions a Node object
 	// carries from the objects it replaced, and the repairs that replaced
 	// them, counted by the aggregator.
 	AnnotationRepairs = "maintenance-handler.io/repairs"
+	// AnnotationSliceMaintenance is SliceAsk's JSON: the aggregator asks
+	// every host of a multi-host slice to drain with the host whose
+	// maintenance takes the slice down; the host's agent answers.
+	AnnotationSliceMaintenance = "maintenance-handler.io/slice-maintenance"
+	// TaintSliceDown (NoSchedule, no value) is set with the ask: no new
+	// pod lands on a host of a slice going down, even where the host's
+	// agent does not run.
+	TaintSliceDown = "maintenance-handler.io/slice-down"
 )
 
 // Component is who writes or reads a key.
@@ -142,6 +150,8 @@ var Keys = []Key{
 	{Name: LabelPerformMaintenance, Kind: Label, Writer: Aggregator, Requesters: []Component{Person}, Consumer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationMaintenanceState, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationRepairs, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationSliceMaintenance, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent, Aggregator}},
+	{Name: TaintSliceDown, Kind: Taint, Writer: Aggregator, Readers: []Component{Aggregator}},
 	{Name: LabelOpportunisticDisable, Kind: Label, Writer: Person, Readers: []Component{Aggregator}},
 	{Name: AnnotationOpportunisticConfig, Kind: Annotation, Writer: Person, Readers: []Component{Aggregator}},
 	{Name: LabelNodePool, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},

@@ -48,7 +48,7 @@ func TestKeysHaveOneWriter(t *testing.T) {
 			writes = append(writes, k.Name)
 		}
 	}
-	if want := []string{LabelPerformMaintenance, AnnotationMaintenanceState, AnnotationRepairs}; !cmp.Equal(writes, want) {
+	if want := []string{LabelPerformMaintenance, AnnotationMaintenanceState, AnnotationRepairs, AnnotationSliceMaintenance, TaintSliceDown}; !cmp.Equal(writes, want) {
 		t.Errorf("the aggregator writes %v, want %v", writes, want)
 	}
 }

@@ -36,6 +36,10 @@ const (
 	// ReasonManual: the perform-maintenance label asked for the pending
 	// maintenance now.
 	ReasonManual Reason = "manual"
+	// ReasonSlice: another host of the node's multi-host slice stops, and
+	// the slice is drained as one (the aggregator's SliceAsk). Not an
+	// interruption of this host's VM.
+	ReasonSlice Reason = "slice"
 )
 
 // Interruption is the interruption a maintenance of this reason counts

@@ -44,8 +44,8 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, AdoptGKEConfig: opts.GKEConfig == "adopt",
-		AutoscalerStatus: opts.AutoscalerStatus,
-		Metrics:          metrics.NewAggregator(reg), Logger: logger,
+		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel,
+		Metrics: metrics.NewAggregator(reg), Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -32,6 +32,7 @@ type Options struct {
 	// GKEConfig is leave or adopt (see aggregator.Options.AdoptGKEConfig).
 	GKEConfig        string
 	AutoscalerStatus string
+	SliceLabel       string
 	LogLevel         string
 }
 
@@ -74,6 +75,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
+	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "A Node label whose value names the node's multi-host slice (for clusters whose nodes do not carry GKE's labels); empty: GKE's rule, a TPU pool whose "+protocol.LabelTPUTopology+" has more chips than one node.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")

@@ -1,0 +1,272 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestSliceDrainedAsOne: a multi-host TPU slice of 4 hosts (topology
+// 2x2x4, 4 chips each) runs a 4-pod job, one pod per host; real agents on
+// three hosts (the fourth's agent is down) and a real aggregator. Host 1
+// is preempted: every host with an agent is tainted and drained by host
+// 1's deadline, each pod stopped with a grace period that ends by it; the
+// host without an agent carries the ask and the slice-down taint, so no new
+// pod lands there, and is told why. The slice interruption is counted once.
+// When host 1 is back, every host goes back in service.
+func TestSliceDrainedAsOne(t *testing.T) {
+	testworld.Need(t)
+	bins, err := fleet.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := world.Namespace(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--eviction-retry-interval", "1s", "--log-level", "warn"}}
+	t.Cleanup(func() {
+		for _, v := range f.VMs {
+			_ = v.Agent.Kill()
+		}
+		f.Close()
+	})
+	const pool = "v5p-slice"
+	var hosts []string
+	vms := map[string]*fleet.VM{}
+	for i := range 4 {
+		name := fmt.Sprintf("slice-%d", i)
+		hosts = append(hosts, name)
+		v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool, TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}},
+			gceemu.Config{NoMaintenanceEvent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vms[name] = v
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	// The job: one pod per host, 20 s of grace.
+	for i, host := range hosts {
+		grace := int64(20)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: ns, Labels: map[string]string{"job": "train"}},
+			Spec: corev1.PodSpec{NodeName: host, TerminationGracePeriodSeconds: &grace,
+				Tolerations: []corev1.Toleration{{Key: "google.com/tpu", Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}, Limits: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}}}}}}
+		if _, err := world.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := world.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return err == nil && running == 4, nil
+	})
+	if err != nil {
+		t.Fatal("the job's 4 pods never ran")
+	}
+	// The agents have read their Nodes: each publishes its host busy.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, h := range hosts {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+			if err != nil || n.Annotations[protocol.AnnotationBusy] == "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal("the agents never published their hosts busy")
+	}
+	// The fourth host's agent is down.
+	if err := vms["slice-3"].Agent.Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	// What happens, as it happens: when each Node is first tainted, and
+	// when and with what grace each pod is told to stop.
+	var mu sync.Mutex
+	tainted := map[string]time.Time{}
+	type stop struct {
+		at    time.Time
+		grace int64
+	}
+	stopped := map[string]stop{}
+	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(ns))
+	podInf := factory.Core().V1().Pods().Informer()
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		p := o.(*corev1.Pod)
+		if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil {
+			mu.Lock()
+			if _, ok := stopped[p.Name]; !ok {
+				stopped[p.Name] = stop{at: p.DeletionTimestamp.Time, grace: *p.DeletionGracePeriodSeconds}
+			}
+			mu.Unlock()
+		}
+	}})
+	nodeFactory := informers.NewSharedInformerFactory(world.Client, 0)
+	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
+	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		n := o.(*corev1.Node)
+		if protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown) {
+			mu.Lock()
+			if _, ok := tainted[n.Name]; !ok && strings.HasPrefix(n.Name, "slice-") {
+				tainted[n.Name] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go podInf.Run(watchCtx.Done())
+	go nodeInf.Run(watchCtx.Done())
+	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced, nodeInf.HasSynced)
+
+	metricsAddr := testworld.FreeAddrT(t)
+	agg, err := world.StartProcess("aggregator-slice", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
+		"--identity", "agg-slice", "--config-map", "", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agg.Kill() })
+
+	vms["slice-1"].Emu.SetPreempted(true)
+	var deadline time.Time
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, "slice-1", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		deadline = protocol.ReadAgentState(n).Deadline
+		return !deadline.IsZero(), nil
+	})
+	if err != nil {
+		t.Fatal("slice-1 never started draining on its preemption")
+	}
+	// Every host with an agent drains, by slice-1's deadline.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, h := range []string{"slice-0", "slice-2"} {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			st := protocol.ReadAgentState(n)
+			if st.Reason != protocol.ReasonSlice || !protocol.HasTaint(n) || !n.Spec.Unschedulable {
+				return false, nil
+			}
+			if !st.Deadline.Equal(deadline) {
+				return false, fmt.Errorf("%s drains by %s, want slice-1's deadline %s", h, st.Deadline, deadline)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the hosts with an agent did not drain with slice-1: %v", err)
+	}
+	// Every pod on a host with an agent is told to stop, with its grace,
+	// ending by the deadline (to the second: deletion timestamps are).
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(stopped) >= 3, nil
+	})
+	if err != nil {
+		t.Fatalf("the pods were not all stopped: %v", stopped)
+	}
+	mu.Lock()
+	for _, pod := range []string{"job-0", "job-1", "job-2"} {
+		s, ok := stopped[pod]
+		if !ok || s.grace < 1 || s.at.After(deadline.Add(time.Second)) {
+			t.Errorf("%s stopped %+v (told: %t); want a grace of 1 s or more ending by the deadline %s", pod, s, ok, deadline)
+		}
+	}
+	if s, ok := stopped["job-3"]; ok {
+		t.Errorf("job-3, on the host without an agent, was stopped: %+v", s)
+	}
+	first, last := tainted["slice-1"], time.Time{}
+	for _, h := range hosts {
+		if tainted[h].After(last) {
+			last = tainted[h]
+		}
+	}
+	t.Logf("slice-1 tainted at %s; every host tainted %s later", first.Format(time.RFC3339Nano), last.Sub(first))
+	mu.Unlock()
+
+	// The host without an agent: the ask and the slice-down taint, and
+	// the aggregator's Event naming the cause.
+	n3, err := world.Client.CoreV1().Nodes().Get(ctx, "slice-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ask, ok := protocol.ReadSliceAsk(n3); !ok || ask.Cause != "slice-1" || !protocol.HasTaintKey(n3, protocol.TaintSliceDown) {
+		t.Errorf("slice-3: ask %+v (%t), taints %v; want the ask naming slice-1 and the slice-down taint", ask, ok, n3.Spec.Taints)
+	}
+	waitEventSaying(t, "slice-3", aggregator.EventSliceMaintenance, "Host slice-1 of the multi-host slice v5p-slice stops (preemption)")
+	waitEventSaying(t, "slice-0", aggregator.EventSliceMaintenance, "Host slice-1")
+	if got := metricSum(t, metricsAddr, `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="`+string(protocol.Preemption.Reason)+`",interruption_type="`+string(protocol.Preemption.Type)+`",slice="v5p-slice"}`); got != 1 {
+		t.Errorf("slice_interruptions_total = %v, want 1", got)
+	}
+
+	// slice-1 comes back: every host goes back in service.
+	vms["slice-1"].Emu.SetPreempted(false)
+	if err := f.Reboot(ctx, vms["slice-1"]); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, h := range hosts {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			_, asked := protocol.ReadSliceAsk(n)
+			if asked || protocol.HasTaintKey(n, protocol.TaintSliceDown) || (h != "slice-3" && (protocol.HasTaint(n) || n.Spec.Unschedulable)) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal("the slice did not go back in service after slice-1 came back")
+	}
+}
+
+// metricSum reads one series from a /metrics endpoint (0 when absent).
+func metricSum(t *testing.T, addr, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			_, _ = fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}

@@ -1,0 +1,124 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// EventSliceMaintenance is the aggregator's Event on every host of a slice
+// it asks to drain, naming the host that takes the slice down.
+const (
+	EventSliceMaintenance = "SliceMaintenance"
+	EventSliceBack        = "SliceMaintenanceOver"
+)
+
+// SliceAsks is what every host of every multi-host slice must carry: for
+// a slice with a host in a maintenance of its own (host maintenance,
+// preemption, or a manual or opportunistic one), every other host is asked
+// to drain with it, by the earliest deadline of those hosts; the host with
+// that deadline is the cause. A slice with no such host carries no ask:
+// its hosts go back in service. The result names every host of every
+// slice (nil: no ask).
+func SliceAsks(nodes []Node) map[string]*protocol.SliceAsk {
+	bySlice := map[string][]Node{}
+	for _, n := range nodes {
+		if n.Slice != "" {
+			bySlice[n.Slice] = append(bySlice[n.Slice], n)
+		}
+	}
+	out := map[string]*protocol.SliceAsk{}
+	for slice, members := range bySlice {
+		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+		var cause *Node
+		for i, n := range members {
+			own := (n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating) && n.Reason != protocol.ReasonSlice && !n.Deadline.IsZero()
+			if own && (cause == nil || n.Deadline.Before(cause.Deadline)) {
+				cause = &members[i]
+			}
+		}
+		for _, n := range members {
+			out[n.Name] = nil
+			if cause != nil && n.Name != cause.Name {
+				out[n.Name] = &protocol.SliceAsk{Slice: slice, Cause: cause.Name, Reason: cause.Reason, Started: cause.Started.UTC(), Deadline: cause.Deadline.UTC()}
+			}
+		}
+	}
+	return out
+}
+
+func sameAsk(a, b *protocol.SliceAsk) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Slice == b.Slice && a.Cause == b.Cause && a.Reason == b.Reason && a.Started.Equal(b.Started) && a.Deadline.Equal(b.Deadline)
+}
+
+// applySliceAsks writes every ask that differs from what its host carries,
+// conditional on the host being as the pass saw it (a conflict is retried
+// by the next pass), and counts a slice interruption when a slice is
+// newly taken down.
+func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
+	want := SliceAsks(views)
+	current := map[string]Node{}
+	for _, v := range views {
+		current[v.Name] = v
+	}
+	counted := map[string]bool{} // slice -> counted in this pass
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ask, v := want[name], current[name]
+		if sameAsk(ask, v.Ask) && (ask != nil) == v.SliceTaint {
+			continue
+		}
+		if ctx.Err() != nil {
+			return // leadership lost
+		}
+		n := decidedOn[name].DeepCopy()
+		protocol.WriteSliceAsk(n, ask)
+		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			if !apierrors.IsConflict(err) {
+				a.log.Warn("slice ask not written", "node", name, "err", err)
+			}
+			a.poke()
+			continue
+		}
+		switch {
+		case ask != nil && (v.Ask == nil || v.Ask.Cause != ask.Cause || !v.Ask.Started.Equal(ask.Started)):
+			if !counted[ask.Slice] && !a.sliceCounted(ask, views) {
+				counted[ask.Slice] = true
+				if i, ok := ask.Reason.Interruption(); ok {
+					a.opts.Metrics.SliceInterruptions.WithLabelValues(ask.Slice, string(i.Type), string(i.Reason)).Inc()
+				}
+			}
+			a.log.Info("slice taken down as one", "slice", ask.Slice, "node", name, "cause", ask.Cause, "reason", ask.Reason, "deadline", ask.Deadline)
+			a.nodeEvent(name, v.UID, true, EventSliceMaintenance, fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); every host of the slice drains with it, by %s",
+				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.Format(time.RFC3339)))
+		case ask == nil && v.Ask != nil:
+			a.log.Info("slice back in service", "slice", v.Ask.Slice, "node", name)
+			a.nodeEvent(name, v.UID, false, EventSliceBack, fmt.Sprintf("Every host of the multi-host slice %s that stopped is back (%s was the cause); this host goes back in service", v.Ask.Slice, v.Ask.Cause))
+		}
+	}
+}
+
+// sliceCounted: another host of ask's slice already carries an ask for the
+// same cause and start (a pass before this one counted it).
+func (a *Aggregator) sliceCounted(ask *protocol.SliceAsk, views []Node) bool {
+	for _, v := range views {
+		if v.Ask != nil && v.Ask.Slice == ask.Slice && v.Ask.Cause == ask.Cause && v.Ask.Started.Equal(ask.Started) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,52 @@
+package aggregator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+func TestSliceAsks(t *testing.T) {
+	host := func(name string, phase protocol.Phase, reason protocol.Reason, deadline time.Duration) Node {
+		n := Node{Name: name, Slice: "v5p", Phase: phase, Reason: reason}
+		if phase != protocol.PhaseIdle {
+			n.Started, n.Deadline = now, now.Add(deadline)
+		}
+		return n
+	}
+	idle := func(name string) Node { return host(name, protocol.PhaseIdle, "", 0) }
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		cause string // "" for no ask anywhere
+		by    time.Duration
+	}{
+		{"all idle: no ask", []Node{idle("a"), idle("b"), idle("c")}, "", 0},
+		{"one preempted: the others asked, by its deadline", []Node{idle("a"), host("b", protocol.PhaseDraining, protocol.ReasonPreemption, 30*time.Second), idle("c")}, "b", 30 * time.Second},
+		{"two in maintenance: the earliest deadline is the cause",
+			[]Node{host("a", protocol.PhaseDraining, protocol.ReasonHostMaintenance, time.Hour), host("b", protocol.PhaseTerminating, protocol.ReasonPreemption, 30*time.Second), idle("c")}, "b", 30 * time.Second},
+		{"a manual maintenance takes the slice too", []Node{host("a", protocol.PhaseDraining, protocol.ReasonManual, time.Hour), idle("b")}, "a", time.Hour},
+		{"hosts drained for the slice alone cause nothing: back", []Node{host("a", protocol.PhaseTerminating, protocol.ReasonSlice, time.Minute), idle("b")}, "", 0},
+	} {
+		got := SliceAsks(tc.nodes)
+		for _, n := range tc.nodes {
+			ask, ok := got[n.Name]
+			if !ok {
+				t.Errorf("%s: %s is not in the result", tc.name, n.Name)
+				continue
+			}
+			switch {
+			case tc.cause == "" || n.Name == tc.cause:
+				if ask != nil {
+					t.Errorf("%s: %s asked %+v, want none", tc.name, n.Name, ask)
+				}
+			case ask == nil || ask.Cause != tc.cause || !ask.Deadline.Equal(now.Add(tc.by)) || ask.Slice != "v5p":
+				t.Errorf("%s: %s asked %+v, want cause %s by %s", tc.name, n.Name, ask, tc.cause, now.Add(tc.by))
+			}
+		}
+	}
+	if got := SliceAsks([]Node{{Name: "single-host"}}); len(got) != 0 {
+		t.Errorf("a node of no slice: %v", got)
+	}
+}

@@ -1,0 +1,105 @@
+package protocol
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// A multi-host TPU slice is one machine: its job runs on every host, and
+// when one host stops the whole job fails. So a slice is maintained as one
+// unit: when one host begins a maintenance (or is preempted), the
+// aggregator asks every host of the slice to drain with it, by the
+// earliest deadline, and the slice returns to service when every host is
+// back.
+
+// SliceOf names the multi-host slice n belongs to ("" for none): the value
+// of its sliceLabel label, when that is given (a self-managed cluster says
+// which nodes form a slice with a label of its own), else, as on GKE, n's
+// pool (the poolLabel label) when n's TPU topology has more chips than n
+// has.
+func SliceOf(n *corev1.Node, poolLabel, sliceLabel string) string {
+	if sliceLabel != "" {
+		return n.Labels[sliceLabel]
+	}
+	chips := TopologyChips(n.Labels[LabelTPUTopology])
+	perNode := n.Status.Allocatable[ResourceTPU]
+	if chips > 0 && perNode.Value() > 0 && int64(chips) > perNode.Value() {
+		return n.Labels[poolLabel]
+	}
+	return ""
+}
+
+// TopologyChips is the number of chips a TPU topology such as 2x2x4 has
+// (0 when it is empty or not a topology).
+func TopologyChips(topology string) int {
+	if topology == "" {
+		return 0
+	}
+	chips := 1
+	for _, d := range strings.Split(topology, "x") {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 {
+			return 0
+		}
+		chips *= n
+	}
+	return chips
+}
+
+// SliceAsk is the JSON of AnnotationSliceMaintenance: the aggregator asks
+// a host to drain with its slice.
+type SliceAsk struct {
+	Slice string `json:"slice"`
+	// Cause is the host whose maintenance (Reason, started at Started)
+	// takes the slice down.
+	Cause   string    `json:"cause"`
+	Reason  Reason    `json:"reason"`
+	Started time.Time `json:"started"`
+	// Deadline is the earliest deadline of the slice's hosts in
+	// maintenance: every host's workload must be stopped by it.
+	Deadline time.Time `json:"deadline"`
+}
+
+// ReadSliceAsk reads n's slice ask; ok is false when there is none or it
+// cannot be read (an unreadable ask is no ask).
+func ReadSliceAsk(n *corev1.Node) (SliceAsk, bool) {
+	raw := n.Annotations[AnnotationSliceMaintenance]
+	if raw == "" {
+		return SliceAsk{}, false
+	}
+	var ask SliceAsk
+	if json.Unmarshal([]byte(raw), &ask) != nil || ask.Cause == "" || ask.Deadline.IsZero() {
+		return SliceAsk{}, false
+	}
+	return ask, true
+}
+
+// WriteSliceAsk sets n's slice ask and the slice taint (NoSchedule: no
+// new pod lands on a host of a slice that is going down, even where the
+// host's agent is not running); a nil ask removes both.
+func WriteSliceAsk(n *corev1.Node, ask *SliceAsk) {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	taints := n.Spec.Taints[:0:0]
+	for _, t := range n.Spec.Taints {
+		if t.Key != TaintSliceDown {
+			taints = append(taints, t)
+		}
+	}
+	if ask == nil {
+		delete(n.Annotations, AnnotationSliceMaintenance)
+	} else {
+		raw, _ := json.Marshal(ask)
+		n.Annotations[AnnotationSliceMaintenance] = string(raw)
+		taints = append(taints, corev1.Taint{Key: TaintSliceDown, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if len(taints) == 0 {
+		taints = nil
+	}
+	n.Spec.Taints = taints
+}
