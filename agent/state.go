@@ -398,18 +398,6 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
 		// window's start.
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventMaintenanceStarted, "The maintenance window has started; draining before %s")
-	case idle && obs.SliceAskSet:
-		ask := obs.SliceAsk
-		d.start(obs, protocol.ReasonSlice, ask.Deadline)
-		d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDrain,
-			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
-				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
-	}
-	if ask := obs.SliceAsk; obs.SliceAskSet && d.State.Phase != protocol.PhaseIdle && ask.Deadline.Before(d.State.Deadline) {
-		d.State.Deadline = ask.Deadline
-		d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDeadline,
-			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
-				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
 	}
 	if sig.EventKnown {
 		if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
@@ -422,6 +410,24 @@ func Step(cfg Config, st State, obs Observation) Decision {
 
 	// 3. The manual trigger.
 	d.manual(cfg, obs)
+
+	// 3a. The slice: drain with it (after the trigger, so that a host whose
+	// own pending maintenance is taken with the slice's starts that
+	// maintenance), or by its earlier deadline.
+	if ask := obs.SliceAsk; obs.SliceAskSet {
+		switch {
+		case d.State.Phase == protocol.PhaseIdle:
+			d.start(obs, protocol.ReasonSlice, ask.Deadline)
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDrain,
+				Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
+					ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
+		case ask.Deadline.Before(d.State.Deadline):
+			d.State.Deadline = ask.Deadline
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDeadline,
+				Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
+					ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
+		}
+	}
 
 	// 4. Draining finished. A manual maintenance is finished when Compute
 	// Engine accepts it (above).

@@ -57,8 +57,9 @@ type Node struct {
 	// active-node-maintenance label, the perform-maintenance label, or the
 	// impending-termination taint).
 	InMaintenance bool
-	// Triggered: the aggregator started its maintenance.
-	Triggered bool
+	// Triggered: the aggregator started its maintenance (an opportunistic
+	// trigger); Asked: the perform-maintenance label is on the node.
+	Triggered, Asked bool
 	// Voluntary: a manual or opportunistic maintenance is under way or
 	// asked for (it counts against the caps).
 	Voluntary bool
@@ -105,6 +106,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	st := protocol.ReadAgentState(n)
 	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
+	v.Asked = asked
 	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
 	v.GKEHandled = GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = nodeReady(n)

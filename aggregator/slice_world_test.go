@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
@@ -269,4 +270,99 @@ func metricSum(t *testing.T, addr, series string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestSliceManualTriggerTakesTheSliceOnce: a person asks one host of a
+// 3-host slice for its pending maintenance now. The other host with a
+// pending maintenance is asked too, so that the slice stops once: both
+// ask Compute Engine, once each; the host with none drains with them.
+func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
+	testworld.Need(t)
+	bins, err := fleet.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := world.Namespace(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--log-level", "warn"}}
+	t.Cleanup(func() {
+		for _, v := range f.VMs {
+			_ = v.Agent.Kill()
+		}
+		f.Close()
+	})
+	vms := map[string]*fleet.VM{}
+	window := time.Now().Add(72 * time.Hour)
+	for i := range 3 {
+		name := fmt.Sprintf("taken-%d", i)
+		v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "v5e-slice", TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x3"}},
+			gceemu.Config{NoMaintenanceEvent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vms[name] = v
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		if i < 2 {
+			v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
+		}
+	}
+	// The agents have mirrored the notices.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, h := range []string{"taken-0", "taken-1"} {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+			if err != nil || n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal("the agents never mirrored the notices")
+	}
+	agg, err := world.StartProcess("aggregator-taken", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
+		"--identity", "agg-taken", "--config-map", "", "--interval", "1s", "--listen-address", testworld.FreeAddrT(t), "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agg.Kill() })
+
+	// A person asks taken-0.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, "taken-0", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue
+		_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return len(vms["taken-0"].Emu.Calls()) >= 1 && len(vms["taken-1"].Emu.Calls()) >= 1, nil
+	})
+	if err != nil {
+		t.Fatalf("Compute Engine was not asked for both pending maintenances: %d and %d calls", len(vms["taken-0"].Emu.Calls()), len(vms["taken-1"].Emu.Calls()))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, "taken-2", metav1.GetOptions{})
+		return err == nil && protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n), nil
+	})
+	if err != nil {
+		t.Fatal("taken-2, with no maintenance of its own, did not drain with its slice")
+	}
+	waitEventSaying(t, "taken-1", aggregator.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice was asked")
+	for _, h := range []string{"taken-0", "taken-1"} {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := protocol.ReadAgentState(n); st.Reason != protocol.ReasonManual {
+			t.Errorf("%s: %s for %s, want its own manual maintenance", h, st.Phase, st.Reason)
+		}
+		if calls := len(vms[h].Emu.Calls()); calls != 1 {
+			t.Errorf("%s: %d performMaintenance calls, want 1", h, calls)
+		}
+	}
 }

@@ -18,7 +18,46 @@ import (
 const (
 	EventSliceMaintenance = "SliceMaintenance"
 	EventSliceBack        = "SliceMaintenanceOver"
+	// EventSliceTaken: a host's pending maintenance is taken with its
+	// slice's manual one, so that the slice stops once.
+	EventSliceTaken = "SliceMaintenanceTaken"
 )
+
+// SliceTriggers are the hosts whose pending maintenance is taken with
+// their slice's: where a host of a multi-host slice is asked for its
+// pending maintenance now by the perform-maintenance label (a person's,
+// not an opportunistic trigger, which takes the whole slice already), every
+// other host that is Ready, in service and not asked, with a pending notice
+// that can be rescheduled, is asked too (by cause, the host asked first by
+// name).
+func SliceTriggers(nodes []Node) map[string]string {
+	bySlice := map[string][]Node{}
+	for _, n := range nodes {
+		if n.Slice != "" {
+			bySlice[n.Slice] = append(bySlice[n.Slice], n)
+		}
+	}
+	out := map[string]string{}
+	for _, members := range bySlice {
+		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+		cause := ""
+		for _, n := range members {
+			if n.Asked && !n.Triggered {
+				cause = n.Name
+				break
+			}
+		}
+		if cause == "" {
+			continue
+		}
+		for _, n := range members {
+			if !n.Asked && !n.InMaintenance && !active(n) && n.Ready && pending(n) && n.Notice.CanReschedule {
+				out[n.Name] = cause
+			}
+		}
+	}
+	return out
+}
 
 // SliceAsks is what every host of every multi-host slice must carry: for
 // a slice with a host in a maintenance of its own (host maintenance,
@@ -39,7 +78,7 @@ func SliceAsks(nodes []Node) map[string]*protocol.SliceAsk {
 		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
 		var cause *Node
 		for i, n := range members {
-			own := (n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating) && n.Reason != protocol.ReasonSlice && !n.Deadline.IsZero()
+			own := active(n) && n.Reason != protocol.ReasonSlice && !n.Deadline.IsZero()
 			if own && (cause == nil || n.Deadline.Before(cause.Deadline)) {
 				cause = &members[i]
 			}
@@ -52,6 +91,11 @@ func SliceAsks(nodes []Node) map[string]*protocol.SliceAsk {
 		}
 	}
 	return out
+}
+
+// active: the node's agent has a maintenance under way.
+func active(n Node) bool {
+	return n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating
 }
 
 func sameAsk(a, b *protocol.SliceAsk) bool {
@@ -67,6 +111,7 @@ func sameAsk(a, b *protocol.SliceAsk) bool {
 // newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
 	want := SliceAsks(views)
+	take := SliceTriggers(views)
 	current := map[string]Node{}
 	for _, v := range views {
 		current[v.Name] = v
@@ -79,7 +124,8 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 	sort.Strings(names)
 	for _, name := range names {
 		ask, v := want[name], current[name]
-		if sameAsk(ask, v.Ask) && (ask != nil) == v.SliceTaint {
+		takenWith := take[name]
+		if sameAsk(ask, v.Ask) && (ask != nil) == v.SliceTaint && takenWith == "" {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -87,12 +133,21 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 		}
 		n := decidedOn[name].DeepCopy()
 		protocol.WriteSliceAsk(n, ask)
+		if takenWith != "" {
+			protocol.WriteTrigger(n, protocol.MaintenanceState{TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339),
+				TriggeredBy: a.opts.Identity + ", with " + takenWith, ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
+		}
 		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			if !apierrors.IsConflict(err) {
 				a.log.Warn("slice ask not written", "node", name, "err", err)
 			}
 			a.poke()
 			continue
+		}
+		if takenWith != "" {
+			a.log.Info("pending maintenance taken with the slice's", "node", name, "slice", v.Slice, "with", takenWith)
+			a.nodeEvent(name, v.UID, true, EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s was asked to start its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",
+				takenWith, v.Slice, protocol.LabelPerformMaintenance))
 		}
 		switch {
 		case ask != nil && (v.Ask == nil || v.Ask.Cause != ask.Cause || !v.Ask.Started.Equal(ask.Started)):

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -48,5 +49,34 @@ func TestSliceAsks(t *testing.T) {
 	}
 	if got := SliceAsks([]Node{{Name: "single-host"}}); len(got) != 0 {
 		t.Errorf("a node of no slice: %v", got)
+	}
+}
+
+func TestSliceTriggers(t *testing.T) {
+	host := func(name string, f func(*Node)) Node {
+		n := node(name, time.Hour)
+		n.Slice = "v5p"
+		if f != nil {
+			f(&n)
+		}
+		return n
+	}
+	asked := func(n *Node) { n.Asked, n.InMaintenance = true, true }
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		want  map[string]string
+	}{
+		{"nobody asked: nothing", []Node{host("a", nil), host("b", nil)}, map[string]string{}},
+		{"a person asked one host: the others with a pending notice too", []Node{host("a", asked), host("b", nil),
+			host("c", func(n *Node) { n.NoticePresent = false }), host("d", func(n *Node) { n.Notice.CanReschedule = false })},
+			map[string]string{"b": "a"}},
+		{"an opportunistic trigger takes the slice already", []Node{host("a", func(n *Node) { asked(n); n.Triggered = true }), host("b", nil)}, map[string]string{}},
+		{"a host in maintenance or not Ready is left alone", []Node{host("a", asked), host("b", func(n *Node) { n.InMaintenance = true }),
+			host("c", func(n *Node) { n.Ready = false })}, map[string]string{}},
+	} {
+		if got := SliceTriggers(tc.nodes); !maps.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
