@@ -56,6 +56,9 @@ type API interface {
 	UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error)
 	// NodeListWatch lists and watches the one Node named name.
 	NodeListWatch(name string) cache.ListerWatcher
+	// PatchPod patches a pod on the node (the workload notice), or its
+	// subresource ("status") when given.
+	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
 	drain.API
 }
 
@@ -117,6 +120,14 @@ type Agent struct {
 	drainLeft    []string   // the pods that drain left on the node
 	drainStop    context.CancelFunc
 	drainGroup   sync.WaitGroup
+	drainStart   time.Time // when the running drain began
+
+	// The workload notice (workload.go): the node's side, guarded by mu.
+	notice     noticeTarget
+	notifyWake chan struct{}
+	// badLead: the pods whose checkpoint lead was said to be invalid;
+	// used by the notifier goroutine only.
+	badLead map[types.UID]bool
 
 	performFor    string         // request ID of the call started by this process
 	performResult *PerformResult // how it ended
@@ -190,7 +201,8 @@ func New(opts Options) (*Agent, error) {
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
-	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), unrecognized: map[string]bool{}}, nil
+	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
+		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}}, nil
 }
 
 // nopMetrics records nothing: the metrics and Events of an Agent given none.
@@ -226,7 +238,8 @@ func (a *Agent) poke() {
 func (a *Agent) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a.opts.Pods.OnChange(a.poke) // idleness follows the pods
+	a.opts.Pods.OnChange(a.poke)         // idleness follows the pods
+	a.opts.Pods.OnChange(a.pokeNotifier) // and so does their notice
 	if err := a.opts.Pods.Start(ctx); err != nil {
 		return fmt.Errorf("watch pods of node %q: %w", a.opts.NodeName, err)
 	}
@@ -237,6 +250,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer wg.Wait()
 	defer a.performGroup.Wait()
 	defer a.stopDrain()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.notify(ctx)
+	}()
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
 		wg.Add(1)
 		go func() {
@@ -465,6 +483,10 @@ func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Coun
 	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
 	a.opts.Metrics.SetFailures(st.Failures.Count)
 	a.followDrain(ctx, dec.Drain)
+	a.mu.Lock()
+	drainStart := a.drainStart
+	a.mu.Unlock()
+	a.setNotice(targetOf(st, drainStart))
 }
 
 // syncCounts makes the interruption counters follow the Node's counts (the

@@ -40,6 +40,7 @@ func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
 	a.mu.Lock()
 	a.drainFor = order
 	a.drainStop = cancel
+	a.drainStart = a.opts.Clock.Now()
 	a.mu.Unlock()
 	a.drainGroup.Add(1)
 	go func() {
@@ -67,7 +68,7 @@ func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
 func (a *Agent) stopDrain() {
 	a.mu.Lock()
 	stop := a.drainStop
-	a.drainStop, a.drainFor = nil, DrainOrder{}
+	a.drainStop, a.drainFor, a.drainStart = nil, DrainOrder{}, time.Time{}
 	a.mu.Unlock()
 	if stop != nil {
 		stop()

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -42,6 +43,10 @@ func TestNewRejectsOrDefaults(t *testing.T) {
 type nopAPI struct{}
 
 func (nopAPI) GetNode(context.Context, string) (*corev1.Node, error) { return nil, nil }
+func (nopAPI) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
+	return nil
+}
+
 func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, error) {
 	return nil, nil
 }

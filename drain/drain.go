@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Eviction outcomes, for Recorder.
@@ -243,13 +245,14 @@ func (d *Drainer) DrainVoluntary(ctx context.Context, deadline time.Time) (Resul
 
 func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (Result, error) {
 	var res Result
+	start := d.opts.Clock.Now()
 	began := make(map[types.UID]bool)
 	for _, p := range d.opts.Pods.List() {
 		began[p.UID] = true
 	}
 	deadlines := d.groupDeadlines(began, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
-		left, err := d.drainGroup(ctx, g, began, deadlines[i], escalate, &res)
+		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], escalate, &res)
 		if err != nil {
 			return res, err
 		}
@@ -296,7 +299,7 @@ type action struct {
 }
 
 // drainGroup drains group g by its deadline and returns the pods it left.
-func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, deadline time.Time, escalate bool, res *Result) ([]string, error) {
+func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, start, deadline time.Time, escalate bool, res *Result) ([]string, error) {
 	log := d.opts.Logger.With("group", g, "group_deadline", deadline)
 	states := map[types.UID]*podState{}
 	results := make(chan *action, parallelism)
@@ -326,7 +329,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			log.Warn("drain group deadline passed with pods left", "left", left)
 			return left, nil
 		}
-		due, wake := planRound(now, deadline, escalate, pods, states)
+		due, wake := planRound(now, start, deadline, escalate, pods, states)
 		for _, a := range due {
 			if inFlight >= parallelism {
 				break
@@ -353,12 +356,13 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 }
 
 // planRound is one round of a group's drain, a pure function of now, the
-// group's deadline, its pods and what the drain remembers of them (states,
-// to which it adds the pods it meets first): the calls due now, the
-// longest grace first (those decide when the node is empty), and when to
-// plan again though nothing changes: the earliest moment a pod not due now
-// will be, at the latest the group's end (deadline + EndSlack).
-func planRound(now, deadline time.Time, escalate bool, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
+// drain's start, the group's deadline, its pods and what the drain
+// remembers of them (states, to which it adds the pods it meets first):
+// the calls due now, the longest grace first (those decide when the node
+// is empty), and when to plan again though nothing changes: the earliest
+// moment a pod not due now will be (its checkpoint lead over, its next
+// try), at the latest the group's end (deadline + EndSlack).
+func planRound(now, start, deadline time.Time, escalate bool, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
 	wake = deadline.Add(EndSlack)
 	if !now.Before(wake) {
 		wake = now.Add(time.Hour) // past it: only returning calls matter
@@ -373,6 +377,10 @@ func planRound(now, deadline time.Time, escalate bool, pods []*corev1.Pod, state
 			states[p.UID] = st
 		}
 		if st.evicted || st.inFlight {
+			continue
+		}
+		if at := EvictAt(p, start, deadline); now.Before(at) {
+			wake = earliest(wake, at) // told, and checkpointing
 			continue
 		}
 		grace := podGrace(p)
@@ -391,6 +399,25 @@ func planRound(now, deadline time.Time, escalate bool, pods []*corev1.Pod, state
 	}
 	sort.SliceStable(due, func(i, j int) bool { return due[i].grace > due[j].grace })
 	return due, wake
+}
+
+// EvictAt is when a drain that began at start asks pod p to stop: at
+// once, or, for a pod annotated with a checkpoint lead
+// (protocol.PodAnnotationCheckpointLead), that lead later, but no later
+// than leaves it its whole grace period before deadline.
+func EvictAt(p *corev1.Pod, start, deadline time.Time) time.Time {
+	lead, ok, err := protocol.CheckpointLead(p.Annotations)
+	if !ok || err != nil {
+		return start
+	}
+	at := start.Add(lead)
+	if latest := deadline.Add(-podGrace(p)); latest.Before(at) {
+		at = latest
+	}
+	if at.Before(start) {
+		at = start
+	}
+	return at
 }
 
 // CappedGrace is the grace period a pod whose own is grace gets when it is

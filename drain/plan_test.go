@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // TestPlanRound: one round of a group's drain, from now, the deadline, the
@@ -22,6 +24,13 @@ func TestPlanRound(t *testing.T) {
 	}
 	stopping := pod("stopping", 30)
 	stopping.DeletionTimestamp = &metav1.Time{Time: now}
+	// Pods with a checkpoint lead: told when the drain began (now), asked
+	// to stop after their lead, or in time for their whole grace.
+	leading := func(name, lead string, grace int64) *corev1.Pod {
+		p := pod(name, grace)
+		p.Annotations = map[string]string{protocol.PodAnnotationCheckpointLead: lead}
+		return p
+	}
 	type call struct {
 		Pod      string
 		Grace    time.Duration
@@ -81,6 +90,24 @@ func TestPlanRound(t *testing.T) {
 			wantWake: now.Add(51 * time.Second),
 		},
 		{
+			name: "checkpoint leads: waited for; a bad one is none; a lead past deadline - grace is cut to it",
+			now:  now, pods: []*corev1.Pod{leading("ckpt", "20s", 10), leading("bad", "soon", 10), leading("long", "5m", 30)},
+			want:     []call{{"bad", 10 * time.Second, false}},
+			wantWake: now.Add(20 * time.Second),
+		},
+		{
+			name: "a checkpoint lead over: asked to stop, with its grace",
+			now:  now.Add(20 * time.Second), pods: []*corev1.Pod{leading("ckpt", "20s", 10)},
+			want:     []call{{"ckpt", 10 * time.Second, false}},
+			wantWake: deadline.Add(EndSlack),
+		},
+		{
+			name: "a long lead ends at deadline - grace: asked then, with the whole grace",
+			now:  deadline.Add(-30 * time.Second), pods: []*corev1.Pod{leading("long", "5m", 30)},
+			want:     []call{{"long", 30 * time.Second, false}},
+			wantWake: deadline.Add(EndSlack),
+		},
+		{
 			name: "past the group's end: calls still go out with the floor grace; wake only for returning calls",
 			now:  deadline.Add(EndSlack), pods: []*corev1.Pod{pod("late", 30)},
 			want:     []call{{"late", GraceFloor, false}},
@@ -92,7 +119,7 @@ func TestPlanRound(t *testing.T) {
 			if states == nil {
 				states = map[types.UID]*podState{}
 			}
-			due, wake := planRound(tc.now, deadline, !tc.voluntary, tc.pods, states)
+			due, wake := planRound(tc.now, now, deadline, !tc.voluntary, tc.pods, states)
 			var got []call
 			for _, a := range due {
 				got = append(got, call{a.pod.Name, a.grace, a.escalate})

@@ -43,6 +43,8 @@ func NewNodePods(lw cache.ListerWatcher) *NodePods {
 var PodAnnotations = []string{
 	corev1.MirrorPodAnnotationKey,
 	protocol.PodAnnotationSafeToEvict,
+	protocol.PodAnnotationCheckpointLead,
+	protocol.PodAnnotationNotice,
 }
 
 // SlimPod keeps of a pod only what the agent reads: its identity, owners,

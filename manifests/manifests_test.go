@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -233,6 +234,40 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		t.Errorf("evict: %v", err)
 	}
 
+	// The workload notice: on the pods of its own node, the notice only.
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "rbac-tpu-b", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+	mine := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "told", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "rbac-gpu-a", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+	for _, p := range []*corev1.Pod{other, mine} {
+		if _, err := world.Client.CoreV1().Pods("default").Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+		})
+	}
+	notice := func(pod, key string) error {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"MAINTENANCE_PHASE=pending\n"}}}`, key)
+		_, err := as.CoreV1().Pods("default").Patch(testworld.Ctx(t, 10*time.Second), pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	condition := func(pod, typ string) error {
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":"Pending"}]}}`, typ)
+		_, err := as.CoreV1().Pods("default").Patch(testworld.Ctx(t, 10*time.Second), pod, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
+	}
+	if err := notice("told", protocol.PodAnnotationNotice); err != nil {
+		t.Errorf("the agent could not tell a pod on its node: %v", err)
+	}
+	if err := condition("told", protocol.PodConditionMaintenance); err != nil {
+		t.Errorf("the agent could not set the notice condition of a pod on its node: %v", err)
+	}
+	denied("a pod on another node", notice("elsewhere", protocol.PodAnnotationNotice), "only the pods on its own Node (rbac-gpu-a), not default/elsewhere")
+	denied("a condition on a pod on another node", condition("elsewhere", protocol.PodConditionMaintenance), "only the pods on its own Node")
+	denied("another annotation of a pod on its node", notice("told", "example.com/owner"), "only the notice annotation")
+	denied("another condition of a pod on its node", condition("told", "Ready"), "only the notice condition")
+
 	// Nothing else.
 	checkAccess(t, as, []access{
 		{"get", "", "nodes", "", "", true},
@@ -244,6 +279,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"update", "", "nodes", "", "status", false},
 		{"delete", "", "nodes", "", "", false},
 		{"create", "", "pods", "default", "", false},
+		{"update", "", "pods", "default", "", false},
+		{"patch", "", "pods", "default", "status", true},
 		{"get", "", "secrets", "default", "", false},
 		{"list", "", "configmaps", "default", "", false},
 		{"update", "apps", "daemonsets", ns, "", false},

@@ -38,6 +38,21 @@ const (
 	PodAnnotationSafeToEvict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 )
 
+// The workload notice: what a pod is told of its node's maintenance.
+const (
+	// PodAnnotationNotice is a WorkloadNotice's text, on every pod of
+	// a node with a pending or starting maintenance; absent otherwise.
+	PodAnnotationNotice = "maintenance-handler.io/notice"
+	// PodConditionMaintenance is a pod condition type: True with reason
+	// Pending or Starting and the notice as its message, while the
+	// annotation is there.
+	PodConditionMaintenance = "maintenance-handler.io/Maintenance"
+	// PodAnnotationCheckpointLead (a duration, such as 5m), set on a pod by
+	// its owner: when maintenance begins, the pod is told and evicted only
+	// after this lead, within the drain's deadline.
+	PodAnnotationCheckpointLead = "checkpoint.maintenance-handler.io/lead"
+)
+
 // Prefix is the project-owned prefix of every other key on a Node.
 const Prefix = "maintenance-handler.io/"
 
@@ -115,6 +130,8 @@ const (
 	GKE Component = "gke"
 	// Autoscaler: the cluster autoscaler.
 	Autoscaler Component = "cluster-autoscaler"
+	// Workload: the pods' owners, and the programs in them.
+	Workload Component = "workload"
 )
 
 // Kind is what sort of key it is.
@@ -125,6 +142,7 @@ const (
 	Annotation    Kind = "annotation"
 	Taint         Kind = "taint"
 	PodAnnotation Kind = "pod annotation"
+	PodCondition  Kind = "pod condition"
 )
 
 // Key is one key of the protocol.
@@ -158,6 +176,9 @@ var Keys = []Key{
 	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator}},
 	{Name: TaintToBeDeleted, Kind: Taint, Writer: Autoscaler, Readers: []Component{Aggregator}},
 	{Name: PodAnnotationSafeToEvict, Kind: PodAnnotation, Writer: Person, Readers: []Component{Agent}},
+	{Name: PodAnnotationNotice, Kind: PodAnnotation, Writer: Agent, Readers: []Component{Workload}},
+	{Name: PodConditionMaintenance, Kind: PodCondition, Writer: Agent, Readers: []Component{Workload}},
+	{Name: PodAnnotationCheckpointLead, Kind: PodAnnotation, Writer: Workload, Readers: []Component{Agent}},
 	{Name: AnnotationPhase, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationReason, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
 	{Name: AnnotationDeadline, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},

@@ -83,6 +83,15 @@ func (c *Client) PodListWatch(node string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.core, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
 }
 
+// PatchPod patches a pod, or its subresource ("status") when given.
+func (c *Client) PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error {
+	req := c.core.Patch(pt).Namespace(namespace).Resource("pods").Name(name)
+	if subresource != "" {
+		req = req.SubResource(subresource)
+	}
+	return req.Body(data).Do(ctx).Error()
+}
+
 // ConfigMapListWatch lists and watches the one ConfigMap namespace/name.
 func (c *Client) ConfigMapListWatch(namespace, name string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.core, "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))

@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// The workload notice: every pod on the node is told of the node's
+// maintenance before SIGTERM, where it can read it without API access (an
+// annotation the downward API exposes as a file) and where a controller
+// can (a pod condition). Pending while a notice is pending; starting once
+// the maintenance begins, with when the pod will be asked to stop (after
+// its checkpoint lead); gone when the notice is. Only the pods of this
+// node are written, and on them only the notice (the admission policy
+// holds the agent to it).
+
+// EventCheckpointLeadInvalid: a pod's checkpoint lead is not a positive
+// duration; it is ignored (said once per pod).
+const EventCheckpointLeadInvalid = "CheckpointLeadInvalid"
+
+// noticeTarget is the node's side of the notice, set by the loop after
+// each decision.
+type noticeTarget struct {
+	phase       string // "" for none
+	windowStart time.Time
+	// drainStart and deadline, while starting: a pod is asked to stop at
+	// drain.EvictAt(pod, drainStart, deadline).
+	drainStart, deadline time.Time
+}
+
+// targetOf is the notice a node in state st gives its pods; drainStart is
+// when the running drain began.
+func targetOf(st State, drainStart time.Time) noticeTarget {
+	var window time.Time
+	if n, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
+		window = n.WindowStart
+	}
+	switch {
+	case st.Active():
+		return noticeTarget{phase: protocol.NoticeStarting, windowStart: window, drainStart: drainStart, deadline: st.Deadline}
+	case st.ScheduledTime != "":
+		return noticeTarget{phase: protocol.NoticePending, windowStart: window}
+	}
+	return noticeTarget{}
+}
+
+// noticeFor is what pod p is told ("" for nothing).
+func (t noticeTarget) noticeFor(p *corev1.Pod) string {
+	if t.phase == "" {
+		return ""
+	}
+	n := protocol.WorkloadNotice{Phase: t.phase, WindowStart: t.windowStart}
+	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
+		n.EvictAt = drain.EvictAt(p, t.drainStart, t.deadline)
+	}
+	return n.Encode()
+}
+
+// setNotice records the node's side of the notice and wakes the notifier
+// when it changed.
+func (a *Agent) setNotice(t noticeTarget) {
+	a.mu.Lock()
+	changed := t != a.notice
+	a.notice = t
+	a.mu.Unlock()
+	if changed {
+		a.pokeNotifier()
+	}
+}
+
+func (a *Agent) pokeNotifier() {
+	select {
+	case a.notifyWake <- struct{}{}:
+	default:
+	}
+}
+
+// notify keeps every pod's notice as the node's, until ctx ends: on every
+// change of the node's notice or of its pods, and again after a failure.
+func (a *Agent) notify(ctx context.Context) {
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.notifyWake:
+		case <-retry:
+		}
+		retry = nil
+		if err := a.notifyPods(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("workload notice not written; retrying", "err", err, "retry_in", a.opts.RetryInterval)
+			retry = a.opts.Clock.After(a.opts.RetryInterval)
+		}
+	}
+}
+
+// notifyPods writes the notice on every pod whose annotation differs.
+func (a *Agent) notifyPods(ctx context.Context) error {
+	a.mu.Lock()
+	t := a.notice
+	a.mu.Unlock()
+	var firstErr error
+	for _, p := range a.opts.Pods.List() {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, _, err := protocol.CheckpointLead(p.Annotations); err != nil && !a.badLead[p.UID] {
+			a.badLead[p.UID] = true
+			a.log.Warn("checkpoint lead not understood; the pod has none", "pod", p.Namespace+"/"+p.Name, "err", err)
+			a.opts.Events.NodeEvent(true, EventCheckpointLeadInvalid, fmt.Sprintf("Pod %s/%s: %v; it is told of a maintenance and asked to stop as a pod without a lead", p.Namespace, p.Name, err))
+		}
+		want := t.noticeFor(p)
+		if p.Annotations[protocol.PodAnnotationNotice] == want {
+			continue
+		}
+		if err := a.writeNotice(ctx, p, want); err != nil && !apierrors.IsNotFound(err) && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// writeNotice sets (or, for "", removes) the pod's notice: the condition
+// first, then the annotation, whose value is what the cache compares.
+func (a *Agent) writeNotice(ctx context.Context, p *corev1.Pod, text string) error {
+	cond := map[string]any{"type": protocol.PodConditionMaintenance, "$patch": "delete"}
+	if text != "" {
+		n, _ := protocol.ParseWorkloadNotice(text)
+		reason := "Pending"
+		if n.Phase == protocol.NoticeStarting {
+			reason = "Starting"
+		}
+		cond = map[string]any{"type": protocol.PodConditionMaintenance, "status": corev1.ConditionTrue, "reason": reason,
+			"message": text, "lastTransitionTime": a.opts.Clock.Now().UTC().Format(time.RFC3339)}
+	}
+	status, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{cond}}})
+	if err := a.opts.Client.PatchPod(ctx, p.Namespace, p.Name, types.StrategicMergePatchType, status, "status"); err != nil {
+		return err
+	}
+	var value any // null removes the annotation
+	if text != "" {
+		value = text
+	}
+	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.PodAnnotationNotice: value}}})
+	return a.opts.Client.PatchPod(ctx, p.Namespace, p.Name, types.MergePatchType, meta, "")
+}

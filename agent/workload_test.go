@@ -1,0 +1,158 @@
+package agent_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// noticeLog follows one pod's notice through a watch: every notice it
+// carried, in order, and when it began to stop.
+type noticeLog struct {
+	mu       sync.Mutex
+	notices  []string
+	stopping time.Time // deletionTimestamp - grace: when it was asked to stop
+}
+
+func followNotice(t *testing.T, ns, name string) *noticeLog {
+	t.Helper()
+	w, err := world.Client.CoreV1().Pods(ns).Watch(testworld.Ctx(t, 5*time.Minute), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &noticeLog{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			l.mu.Lock()
+			if n := p.Annotations[protocol.PodAnnotationNotice]; len(l.notices) == 0 || l.notices[len(l.notices)-1] != n {
+				l.notices = append(l.notices, n)
+			}
+			if p.DeletionTimestamp != nil && l.stopping.IsZero() && p.DeletionGracePeriodSeconds != nil {
+				l.stopping = p.DeletionTimestamp.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
+			}
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return l
+}
+
+// waitNotice waits until the pod's notice satisfies ok, and returns it.
+func waitNotice(t *testing.T, ns, name, what string, ok func(text string, cond *corev1.PodCondition) bool) string {
+	t.Helper()
+	var text string
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		text = p.Annotations[protocol.PodAnnotationNotice]
+		var cond *corev1.PodCondition
+		for i, c := range p.Status.Conditions {
+			if c.Type == protocol.PodConditionMaintenance {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		return ok(text, cond), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %s never %s (notice %q)", ns, name, what, text)
+	}
+	return text
+}
+
+// TestWorkloadsToldAheadOfSIGTERM: every pod on a node with a pending
+// notice carries it (annotation and condition), updated when the window
+// moves and removed when it is cancelled. When the maintenance begins, a
+// pod with a checkpoint lead is told it starts, and asked to stop only
+// after its lead; a pod without one at once. A lead that is not a duration
+// is said (Warning Event) and ignored.
+func TestWorkloadsToldAheadOfSIGTERM(t *testing.T) {
+	testworld.Need(t)
+	v := newVMWith(t, "agent-notice-pods-0", gceemu.Config{})
+	ns := world.Namespace(t)
+	trainer := makePod(ns, "trainer", v.name, 2, time.Second)
+	trainer.Annotations[protocol.PodAnnotationCheckpointLead] = "4s"
+	createPod(t, trainer)
+	createPod(t, makePod(ns, "server", v.name, 1, time.Second))
+	odd := makePod(ns, "odd", v.name, 1, time.Second)
+	odd.Annotations[protocol.PodAnnotationCheckpointLead] = "soon"
+	createPod(t, odd)
+	startAgent(t, v, agent.DefaultConfig)
+
+	start := time.Date(2026, 12, 1, 19, 0, 1, 0, time.UTC)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
+	for _, pod := range []string{"trainer", "server"} {
+		text := waitNotice(t, ns, pod, "told the maintenance is pending", func(text string, cond *corev1.PodCondition) bool {
+			return cond != nil && cond.Status == corev1.ConditionTrue && cond.Reason == "Pending" && cond.Message == text && text != ""
+		})
+		n, err := protocol.ParseWorkloadNotice(text)
+		if err != nil || n.Phase != protocol.NoticePending || !n.WindowStart.Equal(start) || !contains(text, "MAINTENANCE_WINDOW_START="+strconv.FormatInt(start.Unix(), 10)) {
+			t.Errorf("%s: notice %q (%v), want pending for %s", pod, text, err, start)
+		}
+	}
+	// A lead that is not a duration: said, and the pod has none.
+	waitEvent(t, v.name, agent.EventCheckpointLeadInvalid)
+	later := start.Add(72 * time.Hour)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(later, 2*time.Hour))
+	waitNotice(t, ns, "trainer", "told the window moved", func(text string, _ *corev1.PodCondition) bool {
+		return contains(text, "MAINTENANCE_WINDOW_START_TIME="+later.Format(time.RFC3339))
+	})
+	v.emu.ClearNotice()
+	for _, pod := range []string{"trainer", "server"} {
+		waitNotice(t, ns, pod, "told the maintenance is cancelled", func(text string, cond *corev1.PodCondition) bool { return text == "" && cond == nil })
+	}
+
+	// The maintenance begins.
+	trainerLog, serverLog := followNotice(t, ns, "trainer"), followNotice(t, ns, "server")
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), 2*time.Hour))
+	waitNotice(t, ns, "trainer", "told again", func(text string, _ *corev1.PodCondition) bool { return text != "" })
+	v.emu.SetMaintenanceEvent(string(metadata.EventTerminate))
+	for _, l := range []*noticeLog{trainerLog, serverLog} {
+		err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return !l.stopping.IsZero(), nil
+		})
+		if err != nil {
+			t.Fatal("a pod was never asked to stop")
+		}
+	}
+	starting := func(l *noticeLog) (protocol.WorkloadNotice, time.Time) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, text := range l.notices {
+			if n, err := protocol.ParseWorkloadNotice(text); err == nil && n.Phase == protocol.NoticeStarting {
+				return n, l.stopping
+			}
+		}
+		t.Errorf("never told the maintenance starts: %q", l.notices)
+		return protocol.WorkloadNotice{}, l.stopping
+	}
+	tn, tStop := starting(trainerLog)
+	sn, sStop := starting(serverLog)
+	// Deletion timestamps are to the second.
+	if tn.EvictAt.Sub(sn.EvictAt) < 3*time.Second || tStop.Before(tn.EvictAt.Add(-time.Second)) {
+		t.Errorf("trainer told it stops at %s (server at %s) and asked at %s; want its 4 s lead, and not asked before", tn.EvictAt, sn.EvictAt, tStop)
+	}
+	t.Logf("server told it stops at %s, asked at %s; trainer at %s, asked at %s", sn.EvictAt, sStop, tn.EvictAt, tStop)
+}
