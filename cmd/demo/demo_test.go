@@ -320,6 +320,16 @@ func TestDemoShort(t *testing.T) {
 		`^pod kube-system/gpu-metrics-`+n1+`: SIGTERM`,
 		`^`+n1+`: the VM stops and boots again$`,
 		`^node `+n1+`: in service$`)
+	// The workload notice: every pod told of the pending maintenance; the
+	// trainer's loop checkpoints when it starts, seconds (its lead) before
+	// its SIGTERM.
+	inOrder(t, lines, `^== 1\. `, `^   every pod is told too, .* carries maintenance-handler\.io/notice:$`, `^     MAINTENANCE_PHASE=pending$`,
+		`^     MAINTENANCE_WINDOW_START=\d{10}$`, `^== 2\. `)
+	inOrder(t, lines, `^== 4\. `, `^   trainer-\S+: checkpointed at a step boundary: maintenance starting, eviction at \S+Z$`,
+		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n1+`\)$`, `^== 5\. `)
+	if c := count(lines, `checkpointed at a step boundary`); c != 1 {
+		t.Errorf("the trainer's loop checkpointed %d times, want once", c)
+	}
 	// 5. Preemption of the Spot node.
 	inOrder(t, lines, `^== 5\. `, `^event `+n3+` NodePreempted: `)
 	inOrder(t, lines, `^== 5\. `,

@@ -97,7 +97,9 @@ func (d *demo) setUp(ctx context.Context) error {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				// kwok stops each pod after its grace: a checkpoint that takes it all.
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", d.grace)}},
+				// It asks for time to checkpoint when maintenance begins.
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", d.grace),
+					protocol.PodAnnotationCheckpointLead: checkpointLead}},
 				Spec: corev1.PodSpec{
 					NodeSelector:                  map[string]string{roleLabel: "training"},
 					TerminationGracePeriodSeconds: &g,
@@ -236,6 +238,9 @@ func (d *demo) scenario(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := d.showNotice(ctx, d.vms[1]); err != nil {
+		return err
+	}
 	time.Sleep(2 * time.Second)
 
 	spare := d.vms[4]
@@ -277,9 +282,15 @@ func (d *demo) scenario(ctx context.Context) error {
 
 	busy := d.vms[1]
 	d.say("== 4. Compute Engine starts host maintenance on %s (TERMINATE_ON_HOST_MAINTENANCE, 60 min before the stop)", busy.Name)
-	d.say("   the trainer there gets SIGTERM with its full %d s grace to checkpoint; the system pod goes after it", d.grace)
+	d.say("   the trainer there is told it starts, checkpoints in its %s lead, then gets SIGTERM with its full %d s grace; the system pod goes after it", checkpointLead, d.grace)
+	stopLoop, err := d.checkpointLoop(ctx, busy)
+	if err != nil {
+		return err
+	}
 	busy.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	if err := d.waitNode(ctx, busy, 5*time.Minute, active(protocol.ValueTerminating)); err != nil {
+	err = d.waitNode(ctx, busy, 5*time.Minute, active(protocol.ValueTerminating))
+	stopLoop()
+	if err != nil {
 		return err
 	}
 	if err := d.reboot(ctx, busy, false); err != nil {
