@@ -231,7 +231,6 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	}
 
 	// slice-1 comes back: every host goes back in service.
-	vms["slice-1"].Emu.SetPreempted(false)
 	if err := f.Reboot(ctx, vms["slice-1"]); err != nil {
 		t.Fatal(err)
 	}

@@ -349,7 +349,25 @@ func TestDemoShort(t *testing.T) {
 		`^   `+n2+`: none$`,
 		`^   `+n3+`: PreemptionEvent/Eviction 1$`,
 		`^   `+spare+`: MaintenanceEvent/HW/SW Maintenance 1$`,
+		`^   gke-v5p-slice-0: none$`,
+		`^   gke-v5p-slice-1: PreemptionEvent/Eviction 1$`,
+		`^   gke-v5p-slice-2: none$`,
+		`^== What the aggregator counted`,
+		`^   slice v5p-slice: PreemptionEvent/Eviction 1$`,
 		`^demo: scenario done`)
+	// 6. The multi-host slice: one host preempted, every host drained with
+	// it and back with it.
+	inOrder(t, lines, `^== 6\. `, `^event gke-v5p-slice-1 NodePreempted: `)
+	for _, h := range []string{"gke-v5p-slice-0", "gke-v5p-slice-2", "gke-v5p-slice-3"} {
+		inOrder(t, lines, `^== 6\. `,
+			`^event `+h+` SliceMaintenanceDrain: Host gke-v5p-slice-1 of the multi-host slice v5p-slice stops \(preemption\)`,
+			`^event `+h+` SliceMaintenanceOver: `)
+		inOrder(t, lines, `^== 6\. `,
+			`^node `+h+`: active-node-maintenance=ONGOING`+taint[:len(taint)-1]+`, slice v5p-slice down with gke-v5p-slice-1`,
+			`^node `+h+`: in service$`,
+			`^   gke-v5p-slice-1 is back: every host of the slice is back in service$`)
+	}
+	inOrder(t, lines, `^== 6\. `, `^gke-v5p-slice-1: the VM stops and boots again$`, `^node gke-v5p-slice-1: in service$`)
 }
 
 // TestDemoCtrlC interrupts the demo in the middle of its scenario, as a

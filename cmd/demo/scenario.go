@@ -32,6 +32,7 @@ const (
 	roleLabel     = "demo.maintenance-handler.io/role"
 	opportunistic = "node-idle-time=10s,min-nodes=3,window=2419200s"
 	pool          = "a3-highgpu-8g"
+	slicePool     = "v5p-slice"
 	workloads     = "ml"
 )
 
@@ -42,7 +43,8 @@ type demo struct {
 	aggregatorAddrs []string
 	start           time.Time
 	vms             []*fleet.VM
-	grace           int // the trainer's checkpoint-on-SIGTERM budget, seconds
+	slice           []*fleet.VM // the hosts of the multi-host TPU slice
+	grace           int         // the trainer's checkpoint-on-SIGTERM budget, seconds
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -72,6 +74,17 @@ func (d *demo) setUp(ctx context.Context) error {
 		if err := d.annotate(ctx, v, protocol.AnnotationOpportunisticConfig, opportunistic); err != nil {
 			return err
 		}
+	}
+	// A multi-host TPU slice: four hosts of 4 chips, topology 2x2x4 (16
+	// chips), one job across them.
+	for i := range 4 {
+		spec := testworld.NodeSpec{Name: fmt.Sprintf("gke-%s-%d", slicePool, i), Pool: slicePool, TPU: true, Project: "demo-project", Zone: "us-central1-a",
+			Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}}
+		v, err := d.fleet.Add(ctx, spec, gceemu.Config{NoMaintenanceEvent: true}) // TPU VMs do not serve maintenance-event
+		if err != nil {
+			return err
+		}
+		d.slice = append(d.slice, v)
 	}
 	for i := range 2 {
 		if err := d.startAggregator(fmt.Sprintf("aggregator-%d", i)); err != nil {
@@ -121,6 +134,20 @@ func (d *demo) setUp(ctx context.Context) error {
 	}
 	if _, err := c.PolicyV1().PodDisruptionBudgets(workloads).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		return err
+	}
+	// The slice's job: one pod per host.
+	for i, v := range d.slice {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("slice-job-%d", i), Namespace: workloads, Labels: map[string]string{"app": "slice-job"}},
+			Spec: corev1.PodSpec{NodeName: v.Name, TerminationGracePeriodSeconds: &g,
+				Containers: []corev1.Container{{Name: "jax", Image: "registry.invalid/jax-trainer:1", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
+					Limits:   corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
+				}}}},
+		}
+		if _, err := c.CoreV1().Pods(workloads).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
 	}
 	// A system pod on each node, stopped after the workloads.
 	one := int64(1)
@@ -308,7 +335,34 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.waitNode(ctx, spot, 2*time.Minute, active(protocol.ValueTerminating)); err != nil {
 		return err
 	}
-	return d.reboot(ctx, spot, false)
+	if err := d.reboot(ctx, spot, false); err != nil {
+		return err
+	}
+	return d.sliceScenario(ctx)
+}
+
+// sliceScenario: one host of the multi-host TPU slice is preempted; the
+// slice is drained as one and comes back as one.
+func (d *demo) sliceScenario(ctx context.Context) error {
+	cause := d.slice[1]
+	d.say("== 6. Compute Engine preempts %s, one host of the multi-host TPU slice %s (4 hosts, one job):", cause.Name, slicePool)
+	d.say("   the job cannot run on three hosts: the aggregator asks every other host to drain with it, by its deadline")
+	cause.Emu.SetPreempted(true)
+	for _, v := range d.slice {
+		if err := d.waitNode(ctx, v, 2*time.Minute, active(protocol.ValueTerminating)); err != nil {
+			return err
+		}
+	}
+	if err := d.reboot(ctx, cause, false); err != nil {
+		return err
+	}
+	for _, v := range d.slice {
+		if err := d.waitNode(ctx, v, 2*time.Minute, backInService); err != nil {
+			return err
+		}
+	}
+	d.say("   %s is back: every host of the slice is back in service", cause.Name)
+	return nil
 }
 
 // timeline prints what a user would see change: node labels, taint and
@@ -396,6 +450,9 @@ func nodeSummary(n *corev1.Node) string {
 	if n.Spec.Unschedulable {
 		parts = append(parts, "cordoned")
 	}
+	if ask, ok := protocol.ReadSliceAsk(n); ok {
+		parts = append(parts, fmt.Sprintf("slice %s down with %s (%s)", ask.Slice, ask.Cause, protocol.TaintSliceDown))
+	}
 	if len(parts) == 0 {
 		return "in service"
 	}
@@ -424,8 +481,8 @@ func podSummary(p *corev1.Pod, t watch.EventType) string {
 // scrape it: the interruptions by type and reason.
 func (d *demo) summary(ctx context.Context) error {
 	d.say("== What the agents counted (maintenance_handler_agent_interruptions_total, from each /metrics)")
-	for _, v := range d.vms {
-		counts, err := interruptions(ctx, "http://"+v.MetricsAddr+"/metrics")
+	for _, v := range append(append([]*fleet.VM{}, d.vms...), d.slice...) {
+		counts, err := interruptions(ctx, "http://"+v.MetricsAddr+"/metrics", "maintenance_handler_agent_interruptions_total")
 		if err != nil {
 			return fmt.Errorf("%s: %w", v.Name, err)
 		}
@@ -434,11 +491,24 @@ func (d *demo) summary(ctx context.Context) error {
 		}
 		d.say("   %s: %s", v.Name, strings.Join(counts, ", "))
 	}
+	d.say("== What the aggregator counted (maintenance_handler_aggregator_slice_interruptions_total, the leader's /metrics)")
+	var slices []string
+	for _, addr := range d.aggregatorAddrs {
+		counts, err := interruptions(ctx, "http://"+addr+"/metrics", "maintenance_handler_aggregator_slice_interruptions_total")
+		if err != nil {
+			return fmt.Errorf("aggregator %s: %w", addr, err)
+		}
+		slices = append(slices, counts...)
+	}
+	for _, c := range slices {
+		d.say("   %s", c)
+	}
 	return nil
 }
 
-// interruptions reads the non-zero interruption counters at url, sorted.
-func interruptions(ctx context.Context, url string) ([]string, error) {
+// interruptions reads the non-zero interruption counters of family at
+// url, sorted ("slice NAME: " first where the series names a slice).
+func interruptions(ctx context.Context, url, family string) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -454,7 +524,7 @@ func interruptions(ctx context.Context, url string) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	for _, m := range families["maintenance_handler_agent_interruptions_total"].GetMetric() {
+	for _, m := range families[family].GetMetric() {
 		if m.GetCounter().GetValue() == 0 {
 			continue
 		}
@@ -462,7 +532,11 @@ func interruptions(ctx context.Context, url string) ([]string, error) {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		out = append(out, fmt.Sprintf("%s/%s %g", labels["interruption_type"], labels["interruption_reason"], m.GetCounter().GetValue()))
+		line := fmt.Sprintf("%s/%s %g", labels["interruption_type"], labels["interruption_reason"], m.GetCounter().GetValue())
+		if slice := labels["slice"]; slice != "" {
+			line = "slice " + slice + ": " + line
+		}
+		out = append(out, line)
 	}
 	sort.Strings(out)
 	return out, nil
