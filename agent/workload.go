@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,8 +110,16 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 	a.mu.Lock()
 	t := a.notice
 	a.mu.Unlock()
+	// Pods with a checkpoint lead first: they need their notice before
+	// their eviction; the others hear SIGTERM anyway.
+	pods := a.opts.Pods.List()
+	sort.SliceStable(pods, func(i, j int) bool {
+		_, li, _ := protocol.CheckpointLead(pods[i].Annotations)
+		_, lj, _ := protocol.CheckpointLead(pods[j].Annotations)
+		return li && !lj
+	})
 	var firstErr error
-	for _, p := range a.opts.Pods.List() {
+	for _, p := range pods {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}

@@ -1,18 +1,15 @@
 package aggregator_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
-	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
 // TestAutoscaledPoolsSkipped: the cluster autoscaler's status lists the
@@ -53,18 +50,8 @@ pools:
   opted-in: {opportunisticWhenAutoscaled: true}
   declared: {autoscaled: true}
 `)
-	m := metrics.NewAggregator(prometheus.NewRegistry())
-	a, err := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, ConfigMap: "maintenance-handler",
-		AutoscalerStatus: ns + "/cluster-autoscaler-status", LeaseName: "aggregator", Identity: "test-" + t.Name(), Metrics: m,
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		Interval: time.Second, MinInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Start(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r := startAggregatorOpts(t, aggregator.Options{Namespace: ns, ConfigMap: "maintenance-handler", AutoscalerStatus: ns + "/cluster-autoscaler-status"})
+	a, m := r.agg, r.metrics
 
 	waitEventSaying(t, pools["scaled"], aggregator.EventSkipped, "the cluster autoscaler manages the pool scaled (its node group https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/gke-c-scaled-1a2b3c4d-grp")
 	waitEventSaying(t, pools["declared"], aggregator.EventSkipped, "declared autoscaled in the policy ConfigMap")

@@ -2,7 +2,6 @@ package aggregator_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -25,20 +23,9 @@ import (
 // doubles with each failure: one call per cool-down, not one per pass.
 func TestFailingVoluntaryMaintenanceCoolsDown(t *testing.T) {
 	testworld.Need(t)
-	bins, err := fleet.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := world.Namespace(t)
 	const cooldown = 3 * time.Second
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"),
-		AgentArgs: []string{"--voluntary-failure-cooldown", cooldown.String(), "--log-level", "warn"}}
-	t.Cleanup(func() {
-		for _, v := range f.VMs {
-			_ = v.Agent.Kill()
-		}
-		f.Close()
-	})
+	p := newProcs(t, "--voluntary-failure-cooldown", cooldown.String())
+	f := p.f
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	const name = "cool-0"
 	v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "cool"}, gceemu.Config{})
@@ -60,12 +47,7 @@ func TestFailingVoluntaryMaintenanceCoolsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agg, err := world.StartProcess("aggregator-cool", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
-		"--identity", "agg-cool", "--config-map", "", "--interval", "1s", "--listen-address", testworld.FreeAddrT(t), "--log-level", "warn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agg.Kill() })
+	p.aggregator("agg-cool", testworld.FreeAddrT(t))
 
 	// The first and the second failure, seen as the agent writes them.
 	var first, second protocol.Failures

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -36,19 +35,9 @@ import (
 // When host 1 is back, every host goes back in service.
 func TestSliceDrainedAsOne(t *testing.T) {
 	testworld.Need(t)
-	bins, err := fleet.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := world.Namespace(t)
+	p := newProcs(t, "--eviction-retry-interval", "1s")
+	ns, f := p.ns, p.f
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--eviction-retry-interval", "1s", "--log-level", "warn"}}
-	t.Cleanup(func() {
-		for _, v := range f.VMs {
-			_ = v.Agent.Kill()
-		}
-		f.Close()
-	})
 	const pool = "v5p-slice"
 	var hosts []string
 	vms := map[string]*fleet.VM{}
@@ -75,7 +64,7 @@ func TestSliceDrainedAsOne(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := world.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		running := 0
 		for _, p := range list.Items {
@@ -89,18 +78,7 @@ func TestSliceDrainedAsOne(t *testing.T) {
 		t.Fatal("the job's 4 pods never ran")
 	}
 	// The agents have read their Nodes: each publishes its host busy.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, h := range hosts {
-			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
-			if err != nil || n.Annotations[protocol.AnnotationBusy] == "" {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal("the agents never published their hosts busy")
-	}
+	waitNodes(t, hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
 	// The fourth host's agent is down.
 	if err := vms["slice-3"].Agent.Kill(); err != nil {
 		t.Fatal(err)
@@ -146,12 +124,7 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced, nodeInf.HasSynced)
 
 	metricsAddr := testworld.FreeAddrT(t)
-	agg, err := world.StartProcess("aggregator-slice", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
-		"--identity", "agg-slice", "--config-map", "", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agg.Kill() })
+	p.aggregator("agg-slice", metricsAddr)
 
 	vms["slice-1"].Emu.SetPreempted(true)
 	var deadline time.Time
@@ -234,22 +207,10 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	if err := f.Reboot(ctx, vms["slice-1"]); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, h := range hosts {
-			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			_, asked := protocol.ReadSliceAsk(n)
-			if asked || protocol.HasTaintKey(n, protocol.TaintSliceDown) || (h != "slice-3" && (protocol.HasTaint(n) || n.Spec.Unschedulable)) {
-				return false, nil
-			}
-		}
-		return true, nil
+	waitNodes(t, hosts, "went back in service after slice-1 came back", func(n *corev1.Node) bool {
+		_, asked := protocol.ReadSliceAsk(n)
+		return !asked && !protocol.HasTaintKey(n, protocol.TaintSliceDown) && (n.Name == "slice-3" || !protocol.HasTaint(n) && !n.Spec.Unschedulable)
 	})
-	if err != nil {
-		t.Fatal("the slice did not go back in service after slice-1 came back")
-	}
 }
 
 // metricSum reads one series from a /metrics endpoint (0 when absent).
@@ -277,19 +238,9 @@ func metricSum(t *testing.T, addr, series string) float64 {
 // ask Compute Engine, once each; the host with none drains with them.
 func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
 	testworld.Need(t)
-	bins, err := fleet.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := world.Namespace(t)
+	p := newProcs(t)
+	f := p.f
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--log-level", "warn"}}
-	t.Cleanup(func() {
-		for _, v := range f.VMs {
-			_ = v.Agent.Kill()
-		}
-		f.Close()
-	})
 	vms := map[string]*fleet.VM{}
 	window := time.Now().Add(72 * time.Hour)
 	for i := range 3 {
@@ -305,28 +256,11 @@ func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
 			v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
 		}
 	}
-	// The agents have mirrored the notices.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, h := range []string{"taken-0", "taken-1"} {
-			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
-			if err != nil || n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal("the agents never mirrored the notices")
-	}
-	agg, err := world.StartProcess("aggregator-taken", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
-		"--identity", "agg-taken", "--config-map", "", "--interval", "1s", "--listen-address", testworld.FreeAddrT(t), "--log-level", "warn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agg.Kill() })
+	waitNodes(t, []string{"taken-0", "taken-1"}, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	p.aggregator("agg-taken", testworld.FreeAddrT(t))
 
 	// A person asks taken-0.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, "taken-0", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -344,14 +278,10 @@ func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Compute Engine was not asked for both pending maintenances: %d and %d calls", len(vms["taken-0"].Emu.Calls()), len(vms["taken-1"].Emu.Calls()))
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := world.Client.CoreV1().Nodes().Get(ctx, "taken-2", metav1.GetOptions{})
-		return err == nil && protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n), nil
+	waitNodes(t, []string{"taken-2"}, "drained with the slice (no maintenance of its own)", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
 	})
-	if err != nil {
-		t.Fatal("taken-2, with no maintenance of its own, did not drain with its slice")
-	}
-	waitEventSaying(t, "taken-1", aggregator.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice was asked")
+	waitEventSaying(t, "taken-1", aggregator.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice started its pending maintenance now")
 	for _, h := range []string{"taken-0", "taken-1"} {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
 		if err != nil {

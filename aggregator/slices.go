@@ -24,12 +24,11 @@ const (
 )
 
 // SliceTriggers are the hosts whose pending maintenance is taken with
-// their slice's: where a host of a multi-host slice is asked for its
-// pending maintenance now by the perform-maintenance label (a person's,
-// not an opportunistic trigger, which takes the whole slice already), every
-// other host that is Ready, in service and not asked, with a pending notice
-// that can be rescheduled, is asked too (by cause, the host asked first by
-// name).
+// their slice's: where a host of a multi-host slice is in a maintenance a
+// person asked for by the perform-maintenance label (not an opportunistic
+// trigger, which takes the whole slice already), every other host that is
+// Ready, in service and not asked, with a pending notice that can be
+// rescheduled, is asked too (by cause, the first such host by name).
 func SliceTriggers(nodes []Node) map[string]string {
 	bySlice := map[string][]Node{}
 	for _, n := range nodes {
@@ -40,9 +39,13 @@ func SliceTriggers(nodes []Node) map[string]string {
 	out := map[string]string{}
 	for _, members := range bySlice {
 		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+		// A host whose agent accepted a person's label: its maintenance
+		// is under way, so the asks go out with the labels, and a host
+		// that refuses its label drains with the slice instead of being
+		// asked again.
 		cause := ""
 		for _, n := range members {
-			if n.Asked && !n.Triggered {
+			if n.Asked && !n.Triggered && active(n) && n.Reason == protocol.ReasonManual {
 				cause = n.Name
 				break
 			}
@@ -146,7 +149,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 		}
 		if takenWith != "" {
 			a.log.Info("pending maintenance taken with the slice's", "node", name, "slice", v.Slice, "with", takenWith)
-			a.nodeEvent(name, v.UID, true, EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s was asked to start its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",
+			a.nodeEvent(name, v.UID, true, EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s started its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",
 				takenWith, v.Slice, protocol.LabelPerformMaintenance))
 		}
 		switch {

@@ -62,17 +62,20 @@ func TestSliceTriggers(t *testing.T) {
 		return n
 	}
 	asked := func(n *Node) { n.Asked, n.InMaintenance = true, true }
+	// accepted: a person's label its agent accepted.
+	accepted := func(n *Node) { asked(n); n.Phase, n.Reason = protocol.PhaseDraining, protocol.ReasonManual }
 	for _, tc := range []struct {
 		name  string
 		nodes []Node
 		want  map[string]string
 	}{
 		{"nobody asked: nothing", []Node{host("a", nil), host("b", nil)}, map[string]string{}},
-		{"a person asked one host: the others with a pending notice too", []Node{host("a", asked), host("b", nil),
+		{"a person's label not accepted yet: nothing", []Node{host("a", asked), host("b", nil)}, map[string]string{}},
+		{"a person's label accepted on one host: the others with a pending notice too", []Node{host("a", accepted), host("b", nil),
 			host("c", func(n *Node) { n.NoticePresent = false }), host("d", func(n *Node) { n.Notice.CanReschedule = false })},
 			map[string]string{"b": "a"}},
-		{"an opportunistic trigger takes the slice already", []Node{host("a", func(n *Node) { asked(n); n.Triggered = true }), host("b", nil)}, map[string]string{}},
-		{"a host in maintenance or not Ready is left alone", []Node{host("a", asked), host("b", func(n *Node) { n.InMaintenance = true }),
+		{"an opportunistic trigger takes the slice already", []Node{host("a", func(n *Node) { accepted(n); n.Triggered = true }), host("b", nil)}, map[string]string{}},
+		{"a host in maintenance or not Ready is left alone", []Node{host("a", accepted), host("b", func(n *Node) { n.InMaintenance = true }),
 			host("c", func(n *Node) { n.Ready = false })}, map[string]string{}},
 	} {
 		if got := SliceTriggers(tc.nodes); !maps.Equal(got, tc.want) {

@@ -90,11 +90,18 @@ func startAggregator(t *testing.T, ns, configMap string) *running {
 
 func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time.Duration) *running {
 	t.Helper()
+	return startAggregatorOpts(t, aggregator.Options{Namespace: ns, ConfigMap: configMap, RecreateWindow: recreateWindow})
+}
+
+// startAggregatorOpts runs an in-process aggregator with o, whose client,
+// Lease, identity, timings and metrics are the tests'.
+func startAggregatorOpts(t *testing.T, o aggregator.Options) *running {
+	t.Helper()
 	m := metrics.NewAggregator(prometheus.NewRegistry())
-	a, err := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, ConfigMap: configMap,
-		LeaseName: "aggregator", Identity: "test-" + t.Name(), Metrics: m,
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		Interval: time.Second, MinInterval: 100 * time.Millisecond, RecreateWindow: recreateWindow})
+	o.Client, o.LeaseName, o.Identity, o.Metrics = world.Client, "aggregator", "test-"+t.Name(), m
+	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
+	o.Interval, o.MinInterval = time.Second, 100*time.Millisecond
+	a, err := aggregator.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -420,6 +420,15 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	waitNode(t, node, "the scheduled-maintenance-time label", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" && n.Annotations[protocol.AnnotationIdleSince] != "" && n.Annotations[protocol.AnnotationLastBootID] != ""
 	})
+	// The workload is told, under the same permissions (RBAC and the
+	// policy on pods).
+	err = wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := world.Client.CoreV1().Pods(wns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && strings.Contains(p.Annotations[protocol.PodAnnotationNotice], "MAINTENANCE_PHASE="+protocol.NoticePending), nil
+	})
+	if err != nil {
+		t.Error("the workload pod was never told of the pending maintenance")
+	}
 	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	waitNode(t, node, "terminating, tainted and cordoned", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && protocol.HasTaint(n) && n.Spec.Unschedulable
