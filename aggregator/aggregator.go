@@ -332,13 +332,6 @@ func (a *Aggregator) config() (policy.Config, error) {
 // claims.go), then announces and triggers.
 func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	defer a.passes.Add(1)
-	cl, err := readClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
-	if err != nil {
-		// Claims not counted could exceed the caps: decide nothing.
-		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger until they can be", err)
-		return nil
-	}
-	a.warnOnce("claims", "", nil)
 	// The pass's time (the metric): reading the node cache and deciding,
 	// not the API calls around them.
 	start := a.opts.Clock.Now()
@@ -364,7 +357,17 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	}
 	a.views = seen
 	spent := a.opts.Clock.Since(start)
+	// What does not depend on the claims: slices, and the accounting.
 	a.applySliceAsks(ctx, views, decidedOn)
+	a.countRecreated(ctx)
+	a.countVanished()
+	cl, err := readClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
+	if err != nil {
+		// Claims not counted could exceed the caps: decide nothing.
+		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger until they can be", err)
+		return nil
+	}
+	a.warnOnce("claims", "", nil)
 	live := a.liveClaims(ctx, cl, decidedOn)
 	resumed := a.opts.Clock.Now()
 	groups := a.scaler.groups()
@@ -375,8 +378,6 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		}
 		views[i].AutoscalerGroup = nodeGroupOf(views[i].Name, groups)
 	}
-	a.countRecreated(ctx)
-	a.countVanished()
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
