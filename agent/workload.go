@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +19,8 @@ import (
 // maintenance before SIGTERM, where it can read it without API access (an
 // annotation the downward API exposes as a file) and where a controller
 // can (a pod condition). Pending while a notice is pending; starting once
-// the maintenance begins, with when the pod will be asked to stop (after
-// its checkpoint lead); gone when the notice is. Only the pods of this
+// the maintenance begins, for a pod with a checkpoint lead, with when it
+// will be asked to stop; gone when the notice is. Only the pods of this
 // node are written, and on them only the notice (the admission policy
 // holds the agent to it).
 
@@ -55,10 +54,17 @@ func targetOf(st State, drainStart time.Time) noticeTarget {
 	return noticeTarget{}
 }
 
-// noticeFor is what pod p is told ("" for nothing).
+// noticeFor is what pod p is told ("" for nothing). Once the maintenance
+// starts, only a pod with a checkpoint lead is told so (it needs to hear
+// before its eviction); the others hear SIGTERM at that moment, and their
+// notice is left as it was, so that the drain's API calls are not shared
+// with a write per pod.
 func (t noticeTarget) noticeFor(p *corev1.Pod) string {
 	if t.phase == "" {
 		return ""
+	}
+	if _, lead, err := protocol.CheckpointLead(p.Annotations); t.phase == protocol.NoticeStarting && (!lead || err != nil) {
+		return p.Annotations[protocol.PodAnnotationNotice]
 	}
 	n := protocol.WorkloadNotice{Phase: t.phase, WindowStart: t.windowStart}
 	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
@@ -110,16 +116,8 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 	a.mu.Lock()
 	t := a.notice
 	a.mu.Unlock()
-	// Pods with a checkpoint lead first: they need their notice before
-	// their eviction; the others hear SIGTERM anyway.
-	pods := a.opts.Pods.List()
-	sort.SliceStable(pods, func(i, j int) bool {
-		_, li, _ := protocol.CheckpointLead(pods[i].Annotations)
-		_, lj, _ := protocol.CheckpointLead(pods[j].Annotations)
-		return li && !lj
-	})
 	var firstErr error
-	for _, p := range pods {
+	for _, p := range a.opts.Pods.List() {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
