@@ -10,7 +10,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after, --short for 10 s graces
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 test: testworld prometheus verify ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
@@ -35,8 +35,8 @@ verify: ## gofmt, go mod tidy unchanged, go vet, and no time.Now/time.Sleep outs
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-build: ## build the static binaries into bin/, as the Dockerfile does
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent ./cmd/aggregator
+build: ## build the static binaries into bin/ (the agent and the aggregator as the Dockerfile does, and the kubectl plugin kubectl-maintenance)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
 
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...

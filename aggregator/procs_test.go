@@ -27,17 +27,11 @@ type procs struct {
 // (and --log-level warn), in the test's namespace.
 func newProcs(t *testing.T, agentArgs ...string) *procs {
 	t.Helper()
+	f := fleet.ForTest(t, world, agentArgs...)
 	bins, err := fleet.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: append(agentArgs, "--log-level", "warn")}
-	t.Cleanup(func() {
-		for _, v := range f.VMs {
-			_ = v.Agent.Kill()
-		}
-		f.Close()
-	})
 	return &procs{t: t, bins: bins, ns: world.Namespace(t), f: f}
 }
 

@@ -159,17 +159,7 @@ scrape_configs:
 // but for Grafana's ${__interval}, count them by type, reason and pool.
 func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	testworld.Need(t)
-	bins, err := fleet.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--log-level", "warn"}}
-	t.Cleanup(func() {
-		for _, v := range f.VMs {
-			_ = v.Agent.Kill()
-		}
-		f.Close()
-	})
+	f := fleet.ForTest(t, world)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var targets []string
@@ -183,7 +173,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 		targets = append(targets, v.MetricsAddr)
 	}
 	aggAddr := testworld.FreeAddrT(t)
-	agg, err := world.StartProcess("aggregator-prometheus", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig,
+	agg, err := world.StartProcess("aggregator-prometheus", filepath.Join(filepath.Dir(f.AgentBin), "aggregator"), "--kubeconfig", world.Kubeconfig,
 		"--namespace", "default", "--identity", "aggregator-0", "--config-map", "", "--listen-address", aggAddr, "--log-level", "warn")
 	if err != nil {
 		t.Fatal(err)

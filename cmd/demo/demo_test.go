@@ -354,6 +354,11 @@ func TestDemoShort(t *testing.T) {
 		`^   gke-v5p-slice-2: none$`,
 		`^== What the aggregator counted`,
 		`^   slice v5p-slice: PreemptionEvent/Eviction 1$`,
+		`^== kubectl maintenance status`,
+		`^   NODE +POOL +WINDOW +PHASE`,
+		`^   `+n2+` +a3-highgpu-8g +\d{4}-\d\d-\d\d \d\d:\d\d \(in \S+\) +Idle `,
+		`^   POOL +NODES +PENDING`,
+		`^   a3-highgpu-8g +5 +`,
 		`^demo: scenario done`)
 	// 6. The multi-host slice: one host preempted, every host drained with
 	// it and back with it.

@@ -24,6 +24,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -502,6 +503,23 @@ func (d *demo) summary(ctx context.Context) error {
 	}
 	for _, c := range slices {
 		d.say("   %s", c)
+	}
+	return d.pluginStatus(ctx)
+}
+
+// pluginStatus prints what `kubectl maintenance status` shows now.
+func (d *demo) pluginStatus(ctx context.Context) error {
+	in, err := plugin.Read(ctx, d.world.Client, time.Now(), plugin.ReadOptions{PoolLabel: protocol.LabelNodePool}, nil)
+	if err != nil {
+		return err
+	}
+	d.say("== kubectl maintenance status (the plugin, bin/kubectl-maintenance)")
+	var b strings.Builder
+	if err := plugin.BuildStatus(in).WriteTable(&b, in.Now, time.Local, false); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		d.say("   %s", line)
 	}
 	return nil
 }

@@ -158,6 +158,25 @@ func RunMain(m *testing.M, w **testworld.World) int {
 	return testworld.RunMain(m, w)
 }
 
+// ForTest is a Fleet of t's in w: its agents, built by Binaries, start
+// with agentArgs and --log-level warn, and every agent and emulator stops
+// when t ends.
+func ForTest(t testing.TB, w *testworld.World, agentArgs ...string) *Fleet {
+	t.Helper()
+	bins, err := Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Fleet{World: w, AgentBin: filepath.Join(bins, "agent"), AgentArgs: append(agentArgs, "--log-level", "warn")}
+	t.Cleanup(func() {
+		for _, v := range f.VMs {
+			_ = v.Agent.Kill()
+		}
+		f.Close()
+	})
+	return f
+}
+
 // RemoveBinaries deletes what Binaries built.
 func RemoveBinaries() {
 	if buildDir != "" {

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
+	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+var world *testworld.World
+
+func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// t0 is the tests' now.
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// kubectl runs the plugin with args against the test world, at t0 (or
+// at now when live), and returns its exit code and output.
+func kubectl(t *testing.T, live bool, stdin string, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	flags := genericclioptions.NewConfigFlags(true)
+	a := &app{flags: flags, now: func() time.Time { return t0 }, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader(stdin)}
+	if live {
+		a.now = time.Now
+	}
+	code := a.run(testworld.Ctx(t, 3*time.Minute), append([]string{"--kubeconfig", world.Kubeconfig}, args...))
+	return code, out.String()
+}
+
+// publish writes what an agent would on node: its state and a notice.
+func publish(t *testing.T, name string, change func(n *corev1.Node)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Annotations[protocol.AnnotationLastBootID] = "boot-1"
+		change(n)
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pendingNotice(start time.Time, canReschedule bool) string {
+	r := "true"
+	if !canReschedule {
+		r = "false"
+	}
+	return `{"can_reschedule":` + r + `,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start.Format(time.RFC3339) + `"}`
+}
+
+func event(t *testing.T, node, source, reason, message string, at time.Time) {
+	t.Helper()
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: node + ".", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
+		Reason:         reason, Message: message, Source: corev1.EventSource{Component: source}, Type: corev1.EventTypeNormal,
+		FirstTimestamp: metav1.NewTime(at), LastTimestamp: metav1.NewTime(at), Count: 1}
+	if _, err := world.Client.CoreV1().Events("default").Create(testworld.Ctx(t, 10*time.Second), e, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNotInstalledIsSaid: on a cluster where no agent ever wrote its keys,
+// every command says the project does not seem installed, and exits 1.
+func TestNotInstalledIsSaid(t *testing.T) {
+	testworld.Need(t)
+	world.NodeT(t, testworld.NodeSpec{Name: "bare-0"})
+	code, out := kubectl(t, false, "", "status")
+	if code != exitError || !strings.Contains(out, "is it installed on this cluster") {
+		t.Errorf("exit %d, %q; want 1 saying the project is not installed", code, out)
+	}
+}
+
+// TestStatusGolden: a scripted pool, as the agents and the aggregator
+// publish it; the table and the pool's line are as the golden file says.
+func TestStatusGolden(t *testing.T) {
+	testworld.Need(t)
+	for _, name := range []string{"km-0", "km-1", "km-2"} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "golden"})
+	}
+	cfg := "node-idle-time=600s,min-nodes=1,window=2419200s"
+	publish(t, "km-0", func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationOpportunisticConfig] = cfg
+		n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(76*time.Hour), true)
+		n.Annotations[protocol.AnnotationIdleSince] = t0.Add(-2 * time.Hour).Format(time.RFC3339)
+		n.Annotations[protocol.AnnotationInterruptions] = `{"MaintenanceEvent/HW/SW Maintenance":1}`
+	})
+	publish(t, "km-1", func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationOpportunisticConfig] = cfg
+		n.Annotations[protocol.AnnotationPhase] = string(protocol.PhaseDraining)
+		n.Annotations[protocol.AnnotationReason] = string(protocol.ReasonHostMaintenance)
+		n.Annotations[protocol.AnnotationStarted] = t0.Add(-5 * time.Minute).Format(time.RFC3339)
+		n.Annotations[protocol.AnnotationDeadline] = t0.Add(55 * time.Minute).Format(time.RFC3339)
+		n.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators
+		n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing
+	})
+	publish(t, "km-2", func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationOpportunisticConfig] = cfg
+		n.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators
+	})
+	grace := int64(60)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer-km-1", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "km-1", TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+	if _, err := world.Client.CoreV1().Pods("default").Create(testworld.Ctx(t, 10*time.Second), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
+	event(t, "km-0", aggregator.EventSource, aggregator.EventSkipped, "Not picked for opportunistic maintenance: the pool golden must keep min-nodes=1 nodes Ready and out of maintenance (1 are)", t0.Add(-time.Minute))
+
+	code, out := kubectl(t, false, "", "status", "--pool", "golden")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	golden := filepath.Join("testdata", "status.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Errorf("status:\n%s\nwant (%s):\n%s", out, golden, want)
+	}
+	code, out = kubectl(t, false, "", "status", "km-1", "-o", "json")
+	if code != exitOK || !strings.Contains(out, `"podsLeft": 1`) || !strings.Contains(out, `"phase": "Draining"`) || strings.Contains(out, `"node": "km-0"`) {
+		t.Errorf("-o json of km-1: exit %d, %s", code, out)
+	}
+	if code, out := kubectl(t, false, "", "status", "no-such-node"); code != exitError || !strings.Contains(out, `node "no-such-node" not found`) {
+		t.Errorf("a node that does not exist: exit %d, %q", code, out)
+	}
+	if code, out := kubectl(t, false, "", "status", "-o", "xml"); code != exitUsage || !strings.Contains(out, "want json, yaml or wide") {
+		t.Errorf("-o xml: exit %d, %q", code, out)
+	}
+}
+
+// TestWhySaysEachReason: why, for a node skipped for each reason the
+// aggregator gives, in maintenance, cooling down, and with none.
+func TestWhySaysEachReason(t *testing.T) {
+	testworld.Need(t)
+	for reason, msg := range map[string]string{
+		aggregator.ReasonNotIdle:       "Not picked for opportunistic maintenance: pods on it use accelerators",
+		aggregator.ReasonIdleTooShort:  "Not picked for opportunistic maintenance: idle for 1m0s, less than node-idle-time=600s",
+		aggregator.ReasonMinNodes:      "Not picked for opportunistic maintenance: the pool why must keep min-nodes=3 nodes Ready and out of maintenance (3 are)",
+		aggregator.ReasonMaxVoluntary:  "Not picked for opportunistic maintenance: the pool why has as many nodes in voluntary maintenance as its cap allows",
+		aggregator.ReasonOutsideWindow: "Not picked for opportunistic maintenance: outside the maintenance window",
+		aggregator.ReasonExcluded:      `Not picked for opportunistic maintenance: inside the maintenance exclusion "freeze"`,
+		aggregator.ReasonAutoscaled:    "Not picked for opportunistic maintenance: the cluster autoscaler manages the pool why",
+	} {
+		name := "why-" + strings.ReplaceAll(reason, "_", "-")
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "why"})
+		publish(t, name, func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(48*time.Hour), true)
+		})
+		event(t, name, aggregator.EventSource, aggregator.EventSkipped, msg, t0.Add(-time.Minute))
+		code, out := kubectl(t, false, "", "why", name)
+		if code != exitOK || !strings.Contains(out, "has a maintenance scheduled for 2026-11-25T12:00:00Z (in 2d0h)") || !strings.Contains(out, msg) {
+			t.Errorf("why %s (%s): exit %d, %q", name, reason, code, out)
+		}
+	}
+	world.NodeT(t, testworld.NodeSpec{Name: "why-draining", Pool: "why"})
+	publish(t, "why-draining", func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationPhase] = string(protocol.PhaseDraining)
+		n.Annotations[protocol.AnnotationReason] = string(protocol.ReasonSlice)
+		n.Annotations[protocol.AnnotationStarted] = t0.Format(time.RFC3339)
+		n.Annotations[protocol.AnnotationDeadline] = t0.Add(30 * time.Second).Format(time.RFC3339)
+		n.Annotations[protocol.AnnotationSliceMaintenance] = `{"slice":"v5p","cause":"host-b","reason":"preemption","started":"` + t0.Format(time.RFC3339) + `","deadline":"` + t0.Add(30*time.Second).Format(time.RFC3339) + `"}`
+	})
+	if _, out := kubectl(t, false, "", "why", "why-draining"); !strings.Contains(out, "is in maintenance: Draining for slice") || !strings.Contains(out, "Host host-b of its multi-host slice v5p stops (preemption)") {
+		t.Errorf("why a slice host drains: %q", out)
+	}
+	world.NodeT(t, testworld.NodeSpec{Name: "why-cooling", Pool: "why"})
+	publish(t, "why-cooling", func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(48*time.Hour), true)
+		n.Annotations[protocol.AnnotationVoluntaryFailures] = `{"count":2,"reason":"permission_denied","last":"2026-11-23T11:00:00Z","retry-after":"2026-11-23T13:00:00Z"}`
+	})
+	if _, out := kubectl(t, false, "", "why", "why-cooling"); !strings.Contains(out, "Its last 2 voluntary maintenance(s) failed (permission_denied") || !strings.Contains(out, "does not pick it before 2026-11-23T13:00:00Z (in 1h0m)") {
+		t.Errorf("why cooling down: %q", out)
+	}
+	world.NodeT(t, testworld.NodeSpec{Name: "why-quiet", Pool: "why"})
+	publish(t, "why-quiet", func(*corev1.Node) {})
+	if _, out := kubectl(t, false, "", "why", "why-quiet"); !strings.Contains(out, "has no maintenance scheduled") {
+		t.Errorf("why nothing: %q", out)
+	}
+	if code, _ := kubectl(t, false, "", "why"); code != exitUsage {
+		t.Errorf("why with no node: exit %d, want 2", code)
+	}
+}
+
+// TestTriggerChecksFirst: trigger's pre-flight check refuses what the
+// agent would (exit 3, nothing changed), shows the drain's plan with the
+// budget that refuses now, and, accepted, labels the node and follows a
+// real agent until the node is terminating.
+func TestTriggerChecksFirst(t *testing.T) {
+	testworld.Need(t)
+	f := fleet.ForTest(t, world)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	// Refused: no notice, one that cannot be rescheduled, one in maintenance.
+	for name, change := range map[string]func(*corev1.Node){
+		"tr-none": func(*corev1.Node) {},
+		"tr-fixed": func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(time.Hour), false)
+		},
+		"tr-busy": func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(time.Hour), true)
+			n.Annotations[protocol.AnnotationPhase], n.Annotations[protocol.AnnotationReason] = string(protocol.PhaseDraining), string(protocol.ReasonPreemption)
+			n.Annotations[protocol.AnnotationDeadline] = t0.Add(time.Minute).Format(time.RFC3339)
+		},
+	} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "trig"})
+		publish(t, name, change)
+		code, out := kubectl(t, false, "", "trigger", name, "--yes")
+		n, _ := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if _, set := n.Labels[protocol.LabelPerformMaintenance]; code != exitRefused || !strings.Contains(out, "refused: ") || set {
+			t.Errorf("trigger %s: exit %d, label set %t, %q; want refused (3), nothing changed", name, code, set, out)
+		}
+	}
+	// Accepted, with a real agent: a workload under a budget that refuses
+	// now, shown first.
+	v, err := f.Add(ctx, testworld.NodeSpec{Name: "tr-ok", Pool: "trig"}, gceemu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Emu.SetPerformMaintenanceDelay(time.Second)
+	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+	ns := world.Namespace(t)
+	grace := int64(1)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns, Labels: map[string]string{"app": "server"}},
+		Spec: corev1.PodSpec{NodeName: "tr-ok", TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+	if _, err := world.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNotice := func() {
+		err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, "tr-ok", metav1.GetOptions{})
+			if err != nil || n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
+				return os.ErrNotExist
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal("the agent never mirrored the notice")
+		}
+	}
+	waitNotice()
+	code, out := kubectl(t, true, "", "trigger", "tr-ok", "--dry-run")
+	t.Logf("trigger --dry-run:\n%s", out)
+	for _, want := range []string{"ok: the agent would accept the trigger", "workload  " + ns + "/server, grace 1s  (refused now by " + ns + "/server", "Dry run: nothing changed."} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("trigger --dry-run: exit %d, output does not say %q:\n%s", code, want, out)
+		}
+	}
+	if code, out := kubectl(t, true, "n\n", "trigger", "tr-ok"); code != exitOK || !strings.Contains(out, "Not started.") {
+		t.Errorf("trigger answered n: exit %d, %q", code, out)
+	}
+	// The budget lets the eviction through once the pod is gone from the
+	// count: delete it, so that the drain can finish.
+	_ = world.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "server", metav1.DeleteOptions{})
+	code, out = kubectl(t, true, "", "trigger", "tr-ok", "--yes", "--timeout", "2m")
+	if code != exitOK || !strings.Contains(out, "CustomerTriggeredMaintenance") || !strings.Contains(out, "tr-ok is drained and Compute Engine starts its maintenance") {
+		t.Errorf("trigger --yes: exit %d:\n%s", code, out)
+	}
+	if calls := len(v.Emu.Calls()); calls != 1 {
+		t.Errorf("%d performMaintenance calls, want 1", calls)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+func (a *app) triggerCommand() *cobra.Command {
+	var o readOptions
+	var dryRun, yes bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "trigger NODE",
+		Short: "Start a node's pending maintenance now, after a pre-flight check; then follow it",
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if len(names) != 1 {
+				return fmt.Errorf("%w: trigger takes one NODE", errUsage)
+			}
+			ctx := cmd.Context()
+			c, in, err := a.load(ctx, o, names)
+			if err != nil {
+				return err
+			}
+			var node *corev1.Node
+			for _, n := range in.Nodes {
+				if n.Name == names[0] {
+					node = n
+				}
+			}
+			problems, notes := plugin.Preflight(in, node)
+			fmt.Fprintf(a.out, "Pre-flight check of %s:\n", node.Name)
+			for _, p := range problems {
+				fmt.Fprintf(a.out, "  refused: %s\n", p)
+			}
+			for _, n := range notes {
+				fmt.Fprintf(a.out, "  note: %s\n", n)
+			}
+			if len(problems) == 0 {
+				fmt.Fprintln(a.out, "  ok: the agent would accept the trigger")
+			}
+			if err := a.showPlan(ctx, c, node.Name); err != nil {
+				return err
+			}
+			if len(problems) > 0 {
+				return fmt.Errorf("%w: the node's agent would refuse this trigger (%d problem(s) above); nothing changed", errRefused, len(problems))
+			}
+			if dryRun {
+				fmt.Fprintln(a.out, "Dry run: nothing changed.")
+				return nil
+			}
+			if !yes {
+				fmt.Fprintf(a.out, "Start the maintenance of %s now? [y/N] ", node.Name)
+				answer, _ := bufio.NewReader(a.in).ReadString('\n')
+				if ans := strings.ToLower(strings.TrimSpace(answer)); ans != "y" && ans != "yes" {
+					fmt.Fprintln(a.out, "Not started.")
+					return nil
+				}
+			}
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, protocol.LabelPerformMaintenance, protocol.TriggerValue)
+			if _, err := c.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kubectl-maintenance"}); err != nil {
+				return plugin.Explain(err, "label the node")
+			}
+			fmt.Fprintf(a.out, "Labelled %s %s=%s; following it (Ctrl-C stops following, not the maintenance):\n", node.Name, protocol.LabelPerformMaintenance, protocol.TriggerValue)
+			return a.follow(ctx, c, node.Name, timeout)
+		},
+	}
+	o.addFlags(cmd, false)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "Check and show what would happen; change nothing.")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Do not ask for confirmation.")
+	cmd.Flags().DurationVar(&timeout, "timeout", 90*time.Minute, "How long to follow the maintenance.")
+	return cmd
+}
+
+// showPlan prints what the drain of node will stop, in order.
+func (a *app) showPlan(ctx context.Context, c kubernetes.Interface, node string) error {
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return plugin.Explain(err, "list the pods of "+node)
+	}
+	pdbs, err := c.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return plugin.Explain(err, "list PodDisruptionBudgets")
+	}
+	ptrs := make([]*corev1.Pod, 0, len(pods.Items))
+	for i := range pods.Items {
+		ptrs = append(ptrs, &pods.Items[i])
+	}
+	plan := plugin.DrainPlan(ptrs, pdbs.Items)
+	fmt.Fprintf(a.out, "The drain will stop %d pod(s), in this order:\n", len(plan))
+	for _, p := range plan {
+		refused := ""
+		if len(p.RefusedBy) > 0 {
+			refused = "  (refused now by " + strings.Join(p.RefusedBy, ", ") + ": retried, the budget holds)"
+		}
+		fmt.Fprintf(a.out, "  %-9s %s, grace %s%s\n", p.Group, p.Pod, p.Grace, refused)
+	}
+	return nil
+}
+
+// follow prints the agent's Events on node until the node is terminating
+// (the maintenance is starting), or the label is answered with a refusal.
+func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, timeout time.Duration) error {
+	seen := map[types.UID]bool{}
+	var outcome error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + agent.EventSource})
+		if err == nil {
+			for _, e := range events.Items {
+				if !seen[e.UID] && e.LastTimestamp.Time.After(a.now().Add(-time.Minute)) {
+					seen[e.UID] = true
+					fmt.Fprintf(a.out, "  %s %s: %s\n", e.Type, e.Reason, e.Message)
+					switch e.Reason {
+					case agent.EventManualRejected, agent.EventManualFailed, agent.EventManualAbandoned, agent.EventManualNotStarted:
+						outcome = fmt.Errorf("%w: %s", errRefused, e.Message)
+					}
+				}
+			}
+		}
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating {
+			fmt.Fprintf(a.out, "%s is drained and Compute Engine starts its maintenance (%s=%s).\n", node, protocol.LabelActiveMaintenance, protocol.ValueTerminating)
+			return true, nil
+		}
+		return outcome != nil, nil
+	})
+	if outcome != nil {
+		return outcome
+	}
+	return err
+}

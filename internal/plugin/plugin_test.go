@@ -1,0 +1,93 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+func TestIn(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		76 * time.Hour: "in 3d4h", 90 * time.Minute: "in 1h30m", 65 * time.Second: "in 1m5s", 5 * time.Second: "in 5s", -2 * time.Minute: "2m0s ago",
+	} {
+		if got := In(now.Add(d), now); got != want {
+			t.Errorf("In(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestDrainPlan(t *testing.T) {
+	grace := func(s int64) *int64 { return &s }
+	pod := func(ns, name string, g int64, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: grace(g)}}
+	}
+	ds := pod("kube-system", "dcgm", 2, nil)
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "dcgm", Controller: new(bool)}}
+	*ds.OwnerReferences[0].Controller = true
+	done := pod("ml", "finished", 1, nil)
+	done.Status.Phase = corev1.PodSucceeded
+	pdbs := []policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "trainer"},
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "trainer"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}}
+	plan := DrainPlan([]*corev1.Pod{ds, pod("kube-system", "dns", 30, nil), pod("ml", "server", 5, nil), pod("ml", "trainer", 60, map[string]string{"app": "trainer"}), done}, pdbs)
+	var got []string
+	for _, p := range plan {
+		got = append(got, string(p.Group)+" "+p.Pod+" "+p.Grace.String()+" "+strings.Join(p.RefusedBy, ","))
+	}
+	want := []string{"workload ml/trainer 1m0s ml/trainer", "workload ml/server 5s ", "system kube-system/dns 30s ", "daemonset kube-system/dcgm 2s "}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("plan %q, want %q", got, want)
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	node := func(name string, ann map[string]string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: "p"}, Annotations: ann},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		return n
+	}
+	notice := func(reschedule string) string {
+		return `{"can_reschedule":` + reschedule + `,"maintenance_status":"PENDING","window_start_time":"2026-11-30T00:00:00Z"}`
+	}
+	gated, err := policy.ParseConfig(`
+pools:
+  p:
+    gateManualTriggers: true
+    exclusions: [{name: freeze, startTime: "2026-11-23T00:00:00Z", endTime: "2026-11-24T00:00:00Z"}]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		n    *corev1.Node
+		cfg  policy.Config
+		want string // "" for accepted
+	}{
+		{"pending and reschedulable", node("a", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true")}), policy.Config{}, ""},
+		{"no notice", node("b", nil), policy.Config{}, "has no maintenance notice"},
+		{"not reschedulable", node("c", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("false")}), policy.Config{}, "cannot be rescheduled"},
+		{"in maintenance", node("d", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true"), protocol.AnnotationPhase: "Draining", protocol.AnnotationReason: "preemption"}), policy.Config{}, "already in maintenance"},
+		{"gated, in an exclusion", node("e", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true")}), gated, `inside the maintenance exclusion "freeze"`},
+	} {
+		in := Input{Now: now, Nodes: []*corev1.Node{tc.n}, Config: tc.cfg, PoolLabel: protocol.LabelNodePool}
+		problems, notes := Preflight(in, tc.n)
+		joined := strings.Join(problems, "; ")
+		switch {
+		case tc.want == "" && len(problems) > 0, tc.want != "" && !strings.Contains(joined, tc.want):
+			t.Errorf("%s: problems %q, want %q", tc.name, problems, tc.want)
+		}
+		if len(notes) == 0 || !strings.Contains(strings.Join(notes, "; "), "pool p:") {
+			t.Errorf("%s: notes %q, want the pool's cap", tc.name, notes)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// ReadOptions say what to read.
+type ReadOptions struct {
+	// Selector and Pool narrow the nodes shown.
+	Selector, Pool string
+	// Policy is the policy ConfigMap, namespace/name ("" for none).
+	Policy    string
+	PoolLabel string
+}
+
+// Read reads what the plugin shows, at now: every node (pools are whole),
+// the names asked for (all when none), the project's Events, the pods of
+// the nodes in maintenance, and the policy.
+func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOptions, names []string) (Input, error) {
+	in := Input{Now: now, PoolLabel: o.PoolLabel}
+	list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return in, Explain(err, "list Nodes")
+	}
+	installed := false
+	byName := map[string]*corev1.Node{}
+	for i := range list.Items {
+		n := &list.Items[i]
+		in.Nodes = append(in.Nodes, n)
+		byName[n.Name] = n
+		_, seen := n.Annotations[protocol.AnnotationLastBootID]
+		installed = installed || seen
+	}
+	if !installed {
+		return in, fmt.Errorf("no Node carries maintenance-handler's keys (%s, written by its agent): is it installed on this cluster (kubectl apply -k manifests/base), and do its agents run on the accelerator nodes?", protocol.AnnotationLastBootID)
+	}
+	shown := map[string]bool{}
+	for _, name := range names {
+		if byName[name] == nil {
+			return in, fmt.Errorf("node %q not found", name)
+		}
+		shown[name] = true
+	}
+	if o.Selector != "" || o.Pool != "" || len(names) == 0 {
+		sel := o.Selector
+		if o.Pool != "" {
+			sel = strings.Trim(sel+","+o.PoolLabel+"="+o.Pool, ",")
+		}
+		matching, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return in, Explain(err, "list Nodes")
+		}
+		match := map[string]bool{}
+		for _, n := range matching.Items {
+			match[n.Name] = true
+		}
+		if len(names) == 0 {
+			shown = match
+		} else {
+			for name := range shown {
+				if !match[name] {
+					delete(shown, name)
+				}
+			}
+		}
+	}
+	in.Shown = shown
+	events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
+	if err != nil {
+		return in, Explain(err, "list Events")
+	}
+	for _, e := range events.Items {
+		if shown[e.InvolvedObject.Name] {
+			in.Events = append(in.Events, e)
+		}
+	}
+	for name := range shown {
+		if !protocol.ReadAgentState(byName[name]).Active() {
+			continue
+		}
+		pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		if err != nil {
+			return in, Explain(err, "list the pods of "+name)
+		}
+		for i := range pods.Items {
+			in.Pods = append(in.Pods, &pods.Items[i])
+		}
+	}
+	if ns, name, ok := strings.Cut(o.Policy, "/"); ok {
+		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return in, Explain(err, "read the policy ConfigMap "+o.Policy)
+		default:
+			in.Config, in.ConfigErr = policy.ParseConfig(cm.Data[policy.ConfigKey])
+		}
+	}
+	return in, nil
+}
+
+// Explain words an API error for a person.
+func Explain(err error, what string) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("no permission to %s (%v): kubectl maintenance reads Nodes, Events, the pods of nodes in maintenance and the policy ConfigMap", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

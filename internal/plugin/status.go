@@ -1,0 +1,255 @@
+// Package plugin is kubectl-maintenance's logic: what it shows of the
+// fleet's maintenance, read from the Node protocol and the Events, as pure
+// functions of what it read (cmd/kubectl-maintenance reads it).
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// Input is what the plugin read from the cluster.
+type Input struct {
+	Now time.Time
+	// Nodes are every node (pools are whole), Shown the names to show
+	// (nil: all).
+	Nodes []*corev1.Node
+	Shown map[string]bool
+	// Events are the project's Events about the nodes.
+	Events []corev1.Event
+	// Pods are the pods bound to the nodes.
+	Pods []*corev1.Pod
+	// Config is the policy ConfigMap's (zero when none), ConfigErr why it
+	// cannot be used.
+	Config    policy.Config
+	ConfigErr error
+	PoolLabel string
+}
+
+// NodeStatus is one node's line.
+type NodeStatus struct {
+	Node string `json:"node"`
+	Pool string `json:"pool"`
+	// WindowStart is the pending maintenance's window start.
+	WindowStart *time.Time `json:"windowStart,omitempty"`
+	Phase       string     `json:"phase"`
+	Reason      string     `json:"reason,omitempty"`
+	Deadline    *time.Time `json:"deadline,omitempty"`
+	// PodsLeft are the pods still on the node while it drains.
+	PodsLeft int `json:"podsLeft"`
+	// IdleSince, or Busy: why the node is not idle.
+	IdleSince *time.Time `json:"idleSince,omitempty"`
+	Busy      string     `json:"busy,omitempty"`
+	// Decision is the aggregator's last Event about the node (its reason
+	// and message).
+	Decision      string         `json:"decision,omitempty"`
+	DecisionWhy   string         `json:"decisionMessage,omitempty"`
+	Interruptions map[string]int `json:"interruptions,omitempty"`
+}
+
+// PoolStatus is one pool's line.
+type PoolStatus struct {
+	Pool          string     `json:"pool"`
+	Nodes         int        `json:"nodes"`
+	Pending       int        `json:"pending"`
+	InMaintenance int        `json:"inMaintenance"`
+	Cap           int        `json:"cap"`
+	MinNodes      *int       `json:"minNodes,omitempty"`
+	NextWindow    *time.Time `json:"nextWindow,omitempty"`
+	// Config: "none", "valid" or the error.
+	Config string `json:"config"`
+}
+
+// Status is the fleet at a glance.
+type Status struct {
+	Nodes []NodeStatus `json:"nodes"`
+	Pools []PoolStatus `json:"pools"`
+}
+
+// BuildStatus is the status of in's nodes and of their pools.
+func BuildStatus(in Input) Status {
+	views := make([]aggregator.Node, 0, len(in.Nodes))
+	for _, n := range in.Nodes {
+		views = append(views, aggregator.NodeOf(n, in.PoolLabel, ""))
+	}
+	cfg := in.Config
+	plans := aggregator.Decide(in.Now, cfg, views)
+	shownPools := map[string]bool{}
+	var st Status
+	for _, n := range in.Nodes {
+		if in.Shown != nil && !in.Shown[n.Name] {
+			continue
+		}
+		ns := nodeStatus(in, n)
+		shownPools[ns.Pool] = true
+		st.Nodes = append(st.Nodes, ns)
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Node < st.Nodes[j].Node })
+	for _, p := range plans {
+		if !shownPools[p.Pool] {
+			continue
+		}
+		ps := PoolStatus{Pool: p.Pool, Nodes: p.Nodes, Pending: p.Pending, InMaintenance: p.InMaintenance,
+			Cap: cfg.PoolBudget(p.Pool, p.Setting).Of(p.Nodes), Config: "none"}
+		if !p.NextMaintenance.IsZero() {
+			t := p.NextMaintenance
+			ps.NextWindow = &t
+		}
+		switch {
+		case in.ConfigErr != nil:
+			ps.Config = "invalid: " + in.ConfigErr.Error()
+		case p.ConfigErr != nil:
+			ps.Config = "invalid: " + p.ConfigErr.Error()
+		case p.Configured:
+			ps.Config = "valid"
+			m := p.Setting.MinNodes
+			ps.MinNodes = &m
+		}
+		st.Pools = append(st.Pools, ps)
+	}
+	return st
+}
+
+func nodeStatus(in Input, n *corev1.Node) NodeStatus {
+	a := protocol.ReadAgentState(n)
+	ns := NodeStatus{Node: n.Name, Pool: n.Labels[in.PoolLabel], Phase: string(a.Phase), Reason: string(a.Reason), Busy: a.Busy}
+	if notice, present, err := metadata.ParseNotice(a.Notice); err == nil && present && notice.Status == metadata.StatusPending {
+		t := notice.WindowStart
+		ns.WindowStart = &t
+	}
+	if a.Active() {
+		d := a.Deadline
+		ns.Deadline = &d
+		for _, p := range in.Pods {
+			if p.Spec.NodeName == n.Name && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				ns.PodsLeft++
+			}
+		}
+	}
+	if !a.IdleSince.IsZero() {
+		t := a.IdleSince
+		ns.IdleSince = &t
+	}
+	if e := lastEvent(in.Events, n.Name, aggregator.EventSource); e != nil {
+		ns.Decision, ns.DecisionWhy = e.Reason, e.Message
+	}
+	counts := protocol.NodeInterruptions(n)
+	if len(counts) > 0 {
+		ns.Interruptions = map[string]int(counts)
+	}
+	return ns
+}
+
+// lastEvent is the latest Event about node from source (nil: none).
+func lastEvent(events []corev1.Event, node, source string) *corev1.Event {
+	var last *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != node || e.Source.Component != source {
+			continue
+		}
+		if last == nil || eventTime(e).After(eventTime(last)) {
+			last = e
+		}
+	}
+	return last
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// In says how far t is from now, as "in 3d4h" or "5m ago".
+func In(t, now time.Time) string {
+	d := t.Sub(now)
+	if d < 0 {
+		return short(-d) + " ago"
+	}
+	return "in " + short(d)
+}
+
+func short(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d >= 24*time.Hour:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%ds", int(d.Seconds()))
+}
+
+// WriteTable writes st as kubectl writes tables, times in loc; wide adds
+// the aggregator's message.
+func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.In(loc).Format("2006-01-02 15:04") + " (" + In(*t, now) + ")"
+	}
+	header := "NODE\tPOOL\tWINDOW\tPHASE\tREASON\tDEADLINE\tPODS LEFT\tIDLE\tDECISION\tINTERRUPTIONS"
+	if wide {
+		header += "\tWHY"
+	}
+	fmt.Fprintln(tw, header)
+	for _, n := range st.Nodes {
+		idle := "busy: " + n.Busy
+		if n.IdleSince != nil {
+			idle = "idle " + short(now.Sub(*n.IdleSince))
+		} else if n.Busy == "" {
+			idle = "-"
+		}
+		deadline, left := "-", "-"
+		if n.Deadline != nil {
+			deadline, left = at(n.Deadline), fmt.Sprint(n.PodsLeft)
+		}
+		var counts []string
+		for k, v := range n.Interruptions {
+			counts = append(counts, fmt.Sprintf("%s=%d", k, v))
+		}
+		sort.Strings(counts)
+		row := []string{n.Node, dash(n.Pool), at(n.WindowStart), n.Phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
+		if wide {
+			row = append(row, dash(n.DecisionWhy))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
+	for _, p := range st.Pools {
+		min := "-"
+		if p.MinNodes != nil {
+			min = fmt.Sprint(*p.MinNodes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", dash(p.Pool), p.Nodes, p.Pending, p.InMaintenance, p.Cap, min, at(p.NextWindow), p.Config)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

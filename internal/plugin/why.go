@@ -1,0 +1,59 @@
+package plugin
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/agent"
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// Why says, in one paragraph, why node n is or is not in maintenance, not
+// picked, or rejected: from its keys and the project's recent Events.
+func Why(in Input, n *corev1.Node) string {
+	st := protocol.ReadAgentState(n)
+	var parts []string
+	say := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) + " (" + In(t, in.Now) + ")" }
+	notice, pending := metadata.Notice{}, false
+	if nt, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
+		notice, pending = nt, nt.Status == metadata.StatusPending
+	}
+	switch {
+	case st.Active():
+		say("%s is in maintenance: %s for %s since %s, to be drained by %s.", n.Name, st.Phase, st.Reason, at(st.Started), at(st.Deadline))
+		if ask, ok := protocol.ReadSliceAsk(n); ok && st.Reason == protocol.ReasonSlice {
+			say("Host %s of its multi-host slice %s stops (%s); the slice is drained as one and comes back when every host that stopped is back.", ask.Cause, ask.Slice, ask.Reason)
+		}
+		if st.Phase == protocol.PhaseTerminating {
+			say("Its pods are stopped; it waits for the VM to stop.")
+		}
+	case pending:
+		say("%s has a maintenance scheduled for %s (can reschedule: %t), and is in service.", n.Name, at(notice.WindowStart), notice.CanReschedule)
+	case st.Notice != "":
+		say("%s has a maintenance notice with status %s, and is in service.", n.Name, notice.RawStatus)
+	default:
+		say("%s has no maintenance scheduled (the metadata server reports no notice), and is in service.", n.Name)
+	}
+	if v, set := n.Labels[protocol.LabelPerformMaintenance]; set && !st.Active() {
+		say("%s=%s is set and not answered yet by the node's agent (is it running?).", protocol.LabelPerformMaintenance, v)
+	}
+	if f := st.Failures; f.Count > 0 {
+		say("Its last %d voluntary maintenance(s) failed (%s, last at %s); the aggregator does not pick it before %s.", f.Count, f.Reason, at(f.Last), at(f.RetryAfter))
+	}
+	if e := lastEvent(in.Events, n.Name, aggregator.EventSource); e != nil && !st.Active() && pending {
+		say("The aggregator's last word (%s, %s): %s", e.Reason, In(eventTime(e), in.Now), e.Message)
+	}
+	if e := lastEvent(in.Events, n.Name, agent.EventSource); e != nil {
+		switch e.Reason {
+		case agent.EventManualRejected, agent.EventManualFailed, agent.EventManualAbandoned, agent.EventManualNotStarted, agent.EventCheckpointLeadInvalid:
+			say("The agent's last word (%s, %s): %s", e.Reason, In(eventTime(e), in.Now), e.Message)
+		}
+	}
+	return strings.Join(parts, " ")
+}
