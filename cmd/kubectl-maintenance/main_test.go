@@ -7,13 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/util/retry"
 
@@ -85,7 +88,8 @@ func event(t *testing.T, node, source, reason, message string, at time.Time) {
 }
 
 // TestNotInstalledIsSaid: on a cluster where no agent ever wrote its keys,
-// every command says the project does not seem installed, and exits 1.
+// every command says the project does not seem installed, and exits 1. It
+// is the file's first test: the later ones publish the agents' keys.
 func TestNotInstalledIsSaid(t *testing.T) {
 	testworld.Need(t)
 	world.NodeT(t, testworld.NodeSpec{Name: "bare-0"})
@@ -296,5 +300,82 @@ func TestTriggerChecksFirst(t *testing.T) {
 	}
 	if calls := len(v.Emu.Calls()); calls != 1 {
 		t.Errorf("%d performMaintenance calls, want 1", calls)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestStatusWatchRedrawsOnChange: status --watch prints the table again
+// when a node changes, and ends with exit 0 when interrupted.
+func TestStatusWatchRedrawsOnChange(t *testing.T) {
+	testworld.Need(t)
+	world.NodeT(t, testworld.NodeSpec{Name: "watch-0", Pool: "watched"})
+	publish(t, "watch-0", func(n *corev1.Node) { n.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators })
+	var out syncBuffer
+	a := &app{flags: genericclioptions.NewConfigFlags(true), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- a.run(ctx, []string{"--kubeconfig", world.Kubeconfig, "status", "--pool", "watched", "--watch"}) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("status --watch interrupted: exit %d, want 0", code)
+		}
+	}()
+	waitOutput := func(what string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return strings.Contains(out.String(), what), nil
+		})
+		if err != nil {
+			t.Fatalf("the output never said %q:\n%s", what, out.String())
+		}
+	}
+	waitOutput("busy: accelerators")
+	publish(t, "watch-0", func(n *corev1.Node) {
+		delete(n.Annotations, protocol.AnnotationBusy)
+		n.Annotations[protocol.AnnotationIdleSince] = time.Now().Add(-time.Hour).Format(time.RFC3339)
+	})
+	waitOutput("\n--- ")
+	waitOutput("idle 1h")
+}
+
+// TestNoPermissionIsSaid: a user who may not list Nodes is told so, and
+// the plugin exits 1.
+func TestNoPermissionIsSaid(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nobody", Namespace: ns}}
+	if _, err := world.Client.CoreV1().ServiceAccounts(ns).Create(testworld.Ctx(t, 10*time.Second), sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "nobody", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testworld.WriteKubeconfig(kubeconfig, world.ConfigForToken(tr.Status.Token)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	a := &app{flags: genericclioptions.NewConfigFlags(true), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
+	if code := a.run(testworld.Ctx(t, time.Minute), []string{"--kubeconfig", kubeconfig, "status"}); code != exitError || !strings.Contains(out.String(), "no permission to list Nodes") {
+		t.Errorf("exit %d, %q; want 1 saying there is no permission", code, out.String())
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -49,6 +51,7 @@ func (a *app) load(ctx context.Context, o readOptions, names []string) (kubernet
 
 func (a *app) statusCommand() *cobra.Command {
 	var o readOptions
+	var watch bool
 	cmd := &cobra.Command{
 		Use:   "status [NODE...]",
 		Short: "Every node's maintenance, and every pool's: pending, in maintenance, caps, windows",
@@ -56,29 +59,84 @@ func (a *app) statusCommand() *cobra.Command {
 			if o.output != "" && o.output != "json" && o.output != "yaml" && o.output != "wide" {
 				return fmt.Errorf("%w: --output %q: want json, yaml or wide", errUsage, o.output)
 			}
-			_, in, err := a.load(cmd.Context(), o, names)
+			c, in, err := a.load(cmd.Context(), o, names)
 			if err != nil {
 				return err
 			}
-			st := plugin.BuildStatus(in)
-			switch o.output {
-			case "json":
-				enc := json.NewEncoder(a.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			case "yaml":
-				b, err := yaml.Marshal(st)
-				if err != nil {
-					return err
-				}
-				_, err = a.out.Write(b)
+			if err := a.printStatus(in, o.output); err != nil || !watch {
 				return err
 			}
-			return st.WriteTable(a.out, in.Now, a.loc, o.output == "wide")
+			return a.watchStatus(cmd.Context(), c, o, names)
 		},
 	}
 	o.addFlags(cmd, true)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "After the table, print it again on every change of the Nodes (at most once a second), until interrupted.")
 	return cmd
+}
+
+// printStatus prints in's status as output asks.
+func (a *app) printStatus(in plugin.Input, output string) error {
+	st := plugin.BuildStatus(in)
+	switch output {
+	case "json":
+		enc := json.NewEncoder(a.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	case "yaml":
+		b, err := yaml.Marshal(st)
+		if err != nil {
+			return err
+		}
+		_, err = a.out.Write(b)
+		return err
+	}
+	return st.WriteTable(a.out, in.Now, a.loc, output == "wide")
+}
+
+// watchStatus prints the status again after every change of the Nodes,
+// at most once a second, until ctx ends.
+func (a *app) watchStatus(ctx context.Context, c kubernetes.Interface, o readOptions, names []string) error {
+	for ctx.Err() == nil {
+		w, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			return plugin.Explain(err, "watch Nodes")
+		}
+		changed := false
+		tick := time.NewTicker(time.Second)
+	events:
+		for {
+			select {
+			case <-ctx.Done():
+				break events
+			case _, ok := <-w.ResultChan():
+				if !ok {
+					break events // the server ended the watch: watch again
+				}
+				changed = true
+			case <-tick.C:
+				if !changed {
+					continue
+				}
+				changed = false
+				in, err := plugin.Read(ctx, c, a.now(), o.ReadOptions, names)
+				if err != nil {
+					if ctx.Err() == nil {
+						fmt.Fprintln(a.errOut, "kubectl maintenance:", err)
+					}
+					continue
+				}
+				fmt.Fprintf(a.out, "\n--- %s\n", a.now().In(a.loc).Format("15:04:05"))
+				if err := a.printStatus(in, o.output); err != nil {
+					w.Stop()
+					tick.Stop()
+					return err
+				}
+			}
+		}
+		w.Stop()
+		tick.Stop()
+	}
+	return nil
 }
 
 func (a *app) whyCommand() *cobra.Command {
