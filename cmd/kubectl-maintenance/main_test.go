@@ -331,7 +331,9 @@ func TestStatusWatchRedrawsOnChange(t *testing.T) {
 	a := &app{flags: genericclioptions.NewConfigFlags(true), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- a.run(ctx, []string{"--kubeconfig", world.Kubeconfig, "status", "--pool", "watched", "--watch"}) }()
+	go func() {
+		done <- a.run(ctx, []string{"--kubeconfig", world.Kubeconfig, "status", "--pool", "watched", "--watch"})
+	}()
 	defer func() {
 		cancel()
 		if code := <-done; code != exitOK {
