@@ -167,17 +167,27 @@ func TestStatusGolden(t *testing.T) {
 }
 
 // TestWhySaysEachReason: why, for a node skipped for each reason the
-// aggregator gives, in maintenance, cooling down, and with none.
+// aggregator gives (its Event's words, as it writes them), in maintenance,
+// cooling down, and with none.
 func TestWhySaysEachReason(t *testing.T) {
 	testworld.Need(t)
 	for reason, msg := range map[string]string{
-		aggregator.ReasonNotIdle:       "Not picked for opportunistic maintenance: pods on it use accelerators",
-		aggregator.ReasonIdleTooShort:  "Not picked for opportunistic maintenance: idle for 1m0s, less than node-idle-time=600s",
-		aggregator.ReasonMinNodes:      "Not picked for opportunistic maintenance: the pool why must keep min-nodes=3 nodes Ready and out of maintenance (3 are)",
-		aggregator.ReasonMaxVoluntary:  "Not picked for opportunistic maintenance: the pool why has as many nodes in voluntary maintenance as its cap allows",
-		aggregator.ReasonOutsideWindow: "Not picked for opportunistic maintenance: outside the maintenance window",
-		aggregator.ReasonExcluded:      `Not picked for opportunistic maintenance: inside the maintenance exclusion "freeze"`,
-		aggregator.ReasonAutoscaled:    "Not picked for opportunistic maintenance: the cluster autoscaler manages the pool why",
+		aggregator.ReasonNotIdle:          "Not picked for opportunistic maintenance: pods on it use accelerators",
+		aggregator.ReasonIdleTooShort:     "Not picked for opportunistic maintenance: idle for 1m0s, less than node-idle-time=600s",
+		aggregator.ReasonMinNodes:         "Not picked for opportunistic maintenance: the pool why must keep min-nodes=3 nodes Ready and out of maintenance (3 are)",
+		aggregator.ReasonMaxVoluntary:     "Not picked for opportunistic maintenance: the pool why has as many nodes in voluntary maintenance as its cap allows",
+		aggregator.ReasonOutsideWindow:    "Not picked for opportunistic maintenance: outside the maintenance window",
+		aggregator.ReasonExcluded:         `Not picked for opportunistic maintenance: inside the maintenance exclusion "freeze"`,
+		aggregator.ReasonAutoscaled:       "Not picked for opportunistic maintenance: the cluster autoscaler manages the pool why",
+		aggregator.ReasonNotEvictable:     "Not picked for opportunistic maintenance: a pod on it is annotated cluster-autoscaler.kubernetes.io/safe-to-evict=false",
+		aggregator.ReasonOptedOut:         "Not picked for opportunistic maintenance: it is labelled cloud.google.com/opportunistic-disable=true",
+		aggregator.ReasonNotReschedulable: "Not picked for opportunistic maintenance: its maintenance cannot be rescheduled (can_reschedule false)",
+		aggregator.ReasonTooEarly:         "Not picked for opportunistic maintenance: its maintenance at 2026-11-25T12:00:00Z is more than window=86400s away",
+		aggregator.ReasonNotReady:         "Not picked for opportunistic maintenance: the node is not Ready",
+		aggregator.ReasonSliceIncomplete:  "Not picked for opportunistic maintenance: the multi-host TPU slice why is maintained whole, and not every node of it can go now",
+		aggregator.ReasonInvalidConfig:    "Not picked for opportunistic maintenance: the pool's configuration is invalid: min-nodes is required",
+		aggregator.ReasonCoolingDown:      "Not picked for opportunistic maintenance: its last voluntary maintenance failed (permission_denied, 1 in a row)",
+		aggregator.ReasonGKEHandles:       "Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on node.gke.io/opportunistic-config on this node",
 	} {
 		name := "why-" + strings.ReplaceAll(reason, "_", "-")
 		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "why"})
