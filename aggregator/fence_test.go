@@ -3,7 +3,6 @@ package aggregator_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -26,14 +25,7 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	testworld.Need(t)
 	ns := world.Namespace(t)
 	ctx := testworld.Ctx(t, 2*time.Minute)
-	var names []string
-	for i := range 20 {
-		name := fmt.Sprintf("fence-%02d", i)
-		names = append(names, name)
-		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "fenced"})
-		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: time.Hour,
-			config: "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1"})
-	}
+	names := idlePool(t, "fenced", "fence", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
 	claimsLease := aggregator.ClaimsLeaseName("aggregator")
 
 	// A, leading: it decides on fence-00 as it is now, and claims it.

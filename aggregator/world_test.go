@@ -616,20 +616,28 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 	}
 }
 
+// idlePool makes n nodes of pool, named prefix-00 on, each idle for an
+// hour with a maintenance pending in 3 days that can be rescheduled, and
+// the opportunistic setting config; it returns their names.
+func idlePool(t *testing.T, pool, prefix string, n int, config string) []string {
+	t.Helper()
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("%s-%02d", prefix, i)
+		names = append(names, name)
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: pool})
+		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: time.Hour, config: config})
+	}
+	return names
+}
+
 // TestVoluntaryMaintenanceCapped: a pool of 20 idle nodes, min-nodes=0,
 // max-unavailable=2: two are triggered, and however many passes follow,
 // no more while those two are in maintenance; the others are told why.
 func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	testworld.Need(t)
 	ns := world.Namespace(t)
-	var names []string
-	for i := range 20 {
-		name := fmt.Sprintf("cap-%02d", i)
-		names = append(names, name)
-		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "capped"})
-		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: time.Hour,
-			config: "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2"})
-	}
+	names := idlePool(t, "capped", "cap", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2")
 	r := startAggregator(t, ns, "")
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)) == 18, nil
