@@ -356,18 +356,7 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 		}
 	}
 	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		for _, name := range slice {
-			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !triggered(n) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal("the idle slice was not triggered whole")
-	}
+	waitNodes(t, slice, "were triggered whole (the idle slice)", triggered)
 }
 
 // TestRecreatedNodeCountedAsAutoRepair: a Node deleted and created again

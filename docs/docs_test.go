@@ -32,12 +32,18 @@ func nodeKeys(t *testing.T, pkgs ...string) map[string]string {
 	return keys
 }
 
-func TestNodeProtocolDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// readme is the README's text.
+func readme(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(readme)
+	return string(b)
+}
+
+func TestNodeProtocolDocumented(t *testing.T) {
+	text := readme(t)
 	start := strings.Index(text, "\n## Node protocol\n")
 	if start < 0 {
 		t.Fatal(`the README has no "## Node protocol" section`)
@@ -67,11 +73,7 @@ func TestNodeProtocolDocumented(t *testing.T) {
 // TestREADMEPolicyExampleParses: the README's policy.yaml example is
 // valid, within GKE's limits, and means what its comments say.
 func TestREADMEPolicyExampleParses(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
+	text := readme(t)
 	start := strings.Index(text, "```yaml\ncluster:")
 	if start < 0 {
 		t.Fatal("the README has no policy.yaml example (a yaml block starting with cluster:)")
