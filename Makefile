@@ -11,18 +11,17 @@ help: ## list the targets
 
 demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after, --short for 10 s graces
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
-	$(GO) run ./cmd/demo $(DEMO_FLAGS)
+	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
 test: testworld prometheus verify ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
 	MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./...
-	$(GO) run ./cmd/testworld leaks
+	$(GO) run ./test/cmd/testworld leaks
 
-unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds, starting no process of the test world
+unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds; it starts no process of the test world and stops none
 	$(GO) test -short -count=1 ./...
-	$(GO) run ./cmd/testworld leaks
 
 testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache
-	$(GO) run ./cmd/testworld build
+	$(GO) run ./test/cmd/testworld build
 
 prometheus: ## fetch prometheus and promtool from Debian's package into the cache (no system install)
 	scripts/install-prometheus.sh >/dev/null
@@ -30,7 +29,7 @@ prometheus: ## fetch prometheus and promtool from Debian's package into the cach
 vet: ## go vet
 	$(GO) vet ./...
 
-verify: ## gofmt, go mod tidy unchanged, go vet, and no time.Now/time.Sleep outside cmd/, internal/ and tests
+verify: ## gofmt, go mod tidy unchanged, go vet, and no time.Now/time.Sleep outside cmd/, internal/, test/ and tests
 	scripts/verify.sh
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -354,7 +354,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 		// many odd values follow: the log and the metric count each one.
 		if !a.unrecognized[key] {
 			a.unrecognized[key] = true
-			a.opts.Events.NodeEvent(true, EventUnrecognizedValue, fmt.Sprintf(
+			a.opts.Events.NodeEvent(true, protocol.EventUnrecognizedValue, fmt.Sprintf(
 				"The metadata server answered %s with a value the agent does not recognise; it is ignored, and so are further unrecognised values of this key until a recognised one: %v", key, err))
 		}
 		return false

@@ -29,12 +29,12 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/kube"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 var world *testworld.World
@@ -98,7 +98,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, restCfg *rest.Config)
 		t.Fatal(err)
 	}
 	m := metrics.NewAgent(prometheus.NewRegistry())
-	events := agent.NewNodeEvents(client.EventSink(), v.name, node.UID)
+	events := kube.NewNodeEvents(client.EventSink(), v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
@@ -315,7 +315,7 @@ func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
 		_, a := n.Annotations[protocol.AnnotationUpcomingMaintenance]
 		return !l && !a
 	})
-	for _, r := range []string{agent.EventMaintenanceScheduled, agent.EventMaintenanceRescheduled, agent.EventMaintenanceCancelled} {
+	for _, r := range []string{protocol.EventMaintenanceScheduled, protocol.EventMaintenanceRescheduled, protocol.EventMaintenanceCancelled} {
 		waitEvent(t, v.name, r)
 	}
 }
@@ -384,7 +384,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Errorf("newcomer never scheduled after the node came back: %v", err)
 	}
-	for _, reason := range []string{agent.EventTerminateOnHost, agent.EventEvictionComplete, agent.EventMaintenanceCleared} {
+	for _, reason := range []string{protocol.EventTerminateOnHost, protocol.EventEvictionComplete, protocol.EventMaintenanceCleared} {
 		waitEvent(t, v.name, reason)
 	}
 }
@@ -423,7 +423,7 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	r := startAgent(t, v, agent.DefaultConfig)
 
 	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
-	waitEvent(t, v.name, agent.EventMigrateOnHost)
+	waitEvent(t, v.name, protocol.EventMigrateOnHost)
 	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Errorf("live migration tainted or labelled the node")
 	}
@@ -459,10 +459,10 @@ func TestPreemptionMovesTheDeadlineOfTheDrainUnderWay(t *testing.T) {
 	waitPDB(t, ns, "guarded", 1)
 	startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	waitEvent(t, v.name, drain.EventBlocked)
+	waitEvent(t, v.name, protocol.EventBlocked)
 
 	preemptUntilTerminating(t, v, ns, "guarded")
-	waitEvent(t, v.name, drain.EventEscalated)
+	waitEvent(t, v.name, protocol.EventEscalated)
 }
 
 // preemptUntilTerminating preempts v's VM and waits for its node to be
@@ -515,7 +515,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	if got := protocol.NodeInterruptions(getNode(t, v.name)); got[protocol.HostMaintenance.Key()] != 1 {
 		t.Errorf("interruptions on the Node %v, want one host maintenance", got)
 	}
-	if got := nodeEvents(t, v.name)[agent.EventTerminateOnHost]; got != 1 {
+	if got := nodeEvents(t, v.name)[protocol.EventTerminateOnHost]; got != 1 {
 		t.Errorf("%d TerminateOnHostMaintenance Events, want 1 (one drain)", got)
 	}
 	if !podGone(t, ns, "slow") || !podGone(t, ns, "slower") {
@@ -545,7 +545,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	v.emu.ClearFaults()
 	v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + metadata.KeyMaintenanceEvent, Kind: gceemu.FaultGarbage, Times: 2})
 	v.emu.SetMaintenanceEvent("TERMINATE_SOMETIME")
-	waitEvent(t, v.name, "UnrecognizedMetadataValue")
+	waitEvent(t, v.name, protocol.EventUnrecognizedValue)
 	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Fatal("an unknown value or a fault drained the node")
 	}
@@ -606,7 +606,7 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
 	startAgentWith(t, v, agent.DefaultConfig, cfg)
 	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
-	waitEvent(t, v.name, agent.EventMaintenanceScheduled)
+	waitEvent(t, v.name, protocol.EventMaintenanceScheduled)
 	var watches []string
 	for _, r := range log.since(0) {
 		if strings.HasPrefix(r, "WATCH ") {
@@ -723,7 +723,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "") // crashed and came back
 	r = startAgent(t, v, agent.DefaultConfig)
-	waitEvent(t, v.name, agent.EventUnexpectedReboot)
+	waitEvent(t, v.name, protocol.EventUnexpectedReboot)
 	n := waitNode(t, v.name, "host error counted", func(n *corev1.Node) bool {
 		return protocol.NodeInterruptions(n)[protocol.UnannouncedReboot.Key()] == 1
 	})
@@ -736,7 +736,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "v1.37.0")
 	r = startAgent(t, v, agent.DefaultConfig)
-	waitEvent(t, v.name, agent.EventNodeUpgraded)
+	waitEvent(t, v.name, protocol.EventNodeUpgraded)
 	waitNode(t, v.name, "upgrade counted", func(n *corev1.Node) bool {
 		c := protocol.NodeInterruptions(n)
 		return c[protocol.Upgrade.Key()] == 1 && c[protocol.UnannouncedReboot.Key()] == 1
@@ -779,13 +779,13 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-events-0")
 	node := getNode(t, v.name)
-	events := agent.NewNodeEvents(kubeClient(t, world.Config).EventSink(), v.name, node.UID)
+	events := kube.NewNodeEvents(kubeClient(t, world.Config).EventSink(), v.name, node.UID)
 	defer events.Shutdown()
 	for i := range 40 {
-		events.NodeEvent(true, agent.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))
+		events.NodeEvent(true, protocol.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))
 	}
-	events.NodeEvent(true, agent.EventTerminateOnHost, "Host maintenance will stop the VM; draining")
-	waitEvent(t, v.name, agent.EventTerminateOnHost)
+	events.NodeEvent(true, protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining")
+	waitEvent(t, v.name, protocol.EventTerminateOnHost)
 }
 
 // TestUnrecognizedValuesWarnOncePerChange: a run of values the agent does
@@ -811,17 +811,17 @@ func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 	}
 	// A lifecycle Event after the run: the Events before it are written.
 	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
-	waitEvent(t, v.name, agent.EventMigrateOnHost)
-	if got := nodeEvents(t, v.name)[agent.EventUnrecognizedValue]; got != 1 {
-		t.Errorf("%d %s Events for a run of 10 odd values, want 1", got, agent.EventUnrecognizedValue)
+	waitEvent(t, v.name, protocol.EventMigrateOnHost)
+	if got := nodeEvents(t, v.name)[protocol.EventUnrecognizedValue]; got != 1 {
+		t.Errorf("%d %s Events for a run of 10 odd values, want 1", got, protocol.EventUnrecognizedValue)
 	}
 	v.emu.SetMaintenanceEvent("REBOOT_MAYBE_AGAIN")
 	waitFor("the next odd value counted", func() bool { return counted() >= 11 })
 	v.emu.SetMaintenanceEvent(gceemu.EventNone)
 	v.emu.SetPreempted(true)
-	waitEvent(t, v.name, agent.EventPreempted)
-	if got := nodeEvents(t, v.name)[agent.EventUnrecognizedValue]; got != 2 {
-		t.Errorf("%d %s Events after a recognised value and another odd one, want 2", got, agent.EventUnrecognizedValue)
+	waitEvent(t, v.name, protocol.EventPreempted)
+	if got := nodeEvents(t, v.name)[protocol.EventUnrecognizedValue]; got != 2 {
+		t.Errorf("%d %s Events after a recognised value and another odd one, want 2", got, protocol.EventUnrecognizedValue)
 	}
 }
 
@@ -884,8 +884,8 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 	})
 	// Events are recorded in order: once the drain's is there, a warning
 	// about the missing key (emitted when it was first read) would be too.
-	waitEvent(t, tpu.name, agent.EventMaintenanceStarted)
-	if got := nodeEvents(t, tpu.name)[agent.EventUnrecognizedValue]; got != 0 {
-		t.Errorf("%d %s Events for a key the VM does not serve", got, agent.EventUnrecognizedValue)
+	waitEvent(t, tpu.name, protocol.EventMaintenanceStarted)
+	if got := nodeEvents(t, tpu.name)[protocol.EventUnrecognizedValue]; got != 0 {
+		t.Errorf("%d %s Events for a key the VM does not serve", got, protocol.EventUnrecognizedValue)
 	}
 }

@@ -8,12 +8,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
-)
-
-// Event reasons of the metadata watch's health.
-const (
-	EventMetadataUnhealthy = "MetadataUnhealthy"
-	EventMetadataRecovered = "MetadataRecovered"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // MetadataHealth tells of a watched metadata key's health changes: a
@@ -41,7 +36,7 @@ func (h *MetadataHealth) Init(keys []string) {
 func (h *MetadataHealth) KeyUnhealthy(key string, cause error, since time.Duration) {
 	h.Metrics.SetMetadataKeyHealthy(key, false)
 	h.Logger.Warn("metadata key unhealthy", "key", key, "no_good_answer_for", since.Round(time.Second), "err", cause)
-	h.Events.NodeEvent(true, EventMetadataUnhealthy, fmt.Sprintf(
+	h.Events.NodeEvent(true, protocol.EventMetadataUnhealthy, fmt.Sprintf(
 		"The metadata server has given no usable answer for %s in %s (last error: %v). Until it does, the agent cannot see that signal change: it starts no drain on it and clears nothing; /healthz reports it.",
 		key, since.Round(time.Second), cause))
 }
@@ -50,7 +45,7 @@ func (h *MetadataHealth) KeyUnhealthy(key string, cause error, since time.Durati
 func (h *MetadataHealth) KeyRecovered(key string) {
 	h.Metrics.SetMetadataKeyHealthy(key, true)
 	h.Logger.Info("metadata key recovered", "key", key)
-	h.Events.NodeEvent(false, EventMetadataRecovered, fmt.Sprintf("The metadata server answers %s again.", key))
+	h.Events.NodeEvent(false, protocol.EventMetadataRecovered, fmt.Sprintf("The metadata server answers %s again.", key))
 }
 
 // recordReconcile remembers whether the Node could be reconciled and

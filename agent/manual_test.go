@@ -20,11 +20,11 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // withCompute gives v's agents the real Compute client, pointed at v's
@@ -202,7 +202,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 			n.Annotations[protocol.AnnotationRequested], n.Labels[protocol.LabelPerformMaintenance])
 	}
 	// Accepted: by the call's answer, or by the notice changing first.
-	waitEvent(t, v.name, agent.EventManualAccepted)
+	waitEvent(t, v.name, protocol.EventManualAccepted)
 	// Compute Engine starts it: the metadata server says so, nothing new happens.
 	if got := v.emu.MaintenanceEvent(); got != gceemu.EventTerminate {
 		t.Errorf("maintenance-event after the call %q", got)
@@ -212,10 +212,10 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	if n.Annotations[protocol.AnnotationRequestID] != "" || n.Annotations[protocol.AnnotationRequested] != "" {
 		t.Errorf("the manual maintenance's annotations outlived it: %v", n.Annotations)
 	}
-	waitEvent(t, v.name, agent.EventMaintenanceCleared)
+	waitEvent(t, v.name, protocol.EventMaintenanceCleared)
 	ev := nodeEvents(t, v.name)
-	if ev[agent.EventManualStarted] != 1 || ev[agent.EventManualAccepted] != 1 || ev[agent.EventTerminateOnHost] != 0 {
-		t.Errorf("Events %v; want one %s, one %s, and no second drain", ev, agent.EventManualStarted, agent.EventManualAccepted)
+	if ev[protocol.EventManualStarted] != 1 || ev[protocol.EventManualAccepted] != 1 || ev[protocol.EventTerminateOnHost] != 0 {
+		t.Errorf("Events %v; want one %s, one %s, and no second drain", ev, protocol.EventManualStarted, protocol.EventManualAccepted)
 	}
 	if got := testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...)); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
@@ -276,7 +276,7 @@ func TestManualTriggerBadInput(t *testing.T) {
 				})
 			}
 			setTrigger(t, v.name, tc.value, true)
-			waitEventMessage(t, v.name, agent.EventManualRejected, append(tc.says, "The label was removed; nothing else changed.")...)
+			waitEventMessage(t, v.name, protocol.EventManualRejected, append(tc.says, "The label was removed; nothing else changed.")...)
 			n := waitNode(t, v.name, "label removed", triggerGone)
 			if !inService(n) {
 				t.Errorf("node left out of service: labels %v taints %v", n.Labels, n.Spec.Taints)
@@ -304,7 +304,7 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 			return n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonHostMaintenance)
 		})
 		setTrigger(t, v.name, protocol.TriggerValue, true)
-		waitEventMessage(t, v.name, agent.EventManualRejected, "A host-maintenance is already under way", "is not needed")
+		waitEventMessage(t, v.name, protocol.EventManualRejected, "A host-maintenance is already under way", "is not needed")
 		n := waitNode(t, v.name, "label removed", triggerGone)
 		if n.Annotations[protocol.AnnotationReason] != string(protocol.ReasonHostMaintenance) || !protocol.HasTaint(n) {
 			t.Errorf("the rejected label changed the running maintenance: %v", n.Annotations)
@@ -326,14 +326,14 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 		setTrigger(t, v.name, "", false)
 		setTrigger(t, v.name, protocol.TriggerValue, true)
 		setTrigger(t, v.name, "yes", true)
-		waitEventMessage(t, v.name, agent.EventManualRejected, `"yes" is not accepted`, "already under way goes on")
+		waitEventMessage(t, v.name, protocol.EventManualRejected, `"yes" is not accepted`, "already under way goes on")
 		waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 			return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 		})
 		if calls := v.emu.Calls(); len(calls) != 1 {
 			t.Errorf("calls %+v, want one", calls)
 		}
-		if ev := nodeEvents(t, v.name); ev[agent.EventManualStarted] != 1 {
+		if ev := nodeEvents(t, v.name); ev[protocol.EventManualStarted] != 1 {
 			t.Errorf("Events %v, want one drain", ev)
 		}
 		if got := testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted)); got != 1 {
@@ -361,7 +361,7 @@ func TestManualTriggerRetriesTransientErrors(t *testing.T) {
 	if got := testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted)); got != 1 {
 		t.Errorf("evictions{evicted} = %v, want 1 (the drain is not repeated)", got)
 	}
-	if ev := nodeEvents(t, v.name); ev[agent.EventManualStarted] != 1 || ev[agent.EventManualAccepted] != 1 || ev[agent.EventManualFailed] != 0 {
+	if ev := nodeEvents(t, v.name); ev[protocol.EventManualStarted] != 1 || ev[protocol.EventManualAccepted] != 1 || ev[protocol.EventManualFailed] != 0 {
 		t.Errorf("Events %v", ev)
 	}
 }
@@ -373,7 +373,7 @@ func TestManualTriggerPermissionDenied(t *testing.T) {
 	v, r := manualVM(t, "agent-manual-403")
 	v.emu.SetPermissionDenied(true)
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	msg := waitEventMessage(t, v.name, agent.EventManualFailed, compute.Permission, v.emu.Config().ServiceAccount, "back in service")
+	msg := waitEventMessage(t, v.name, protocol.EventManualFailed, compute.Permission, v.emu.Config().ServiceAccount, "back in service")
 	n := waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
 		t.Error("the pending notice's label went with the failed trigger")
@@ -442,7 +442,7 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
-	waitEventMessage(t, v.name, agent.EventManualAccepted, "the metadata server shows the maintenance starting")
+	waitEventMessage(t, v.name, protocol.EventManualAccepted, "the metadata server shows the maintenance starting")
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want exactly one", calls)
 	}
@@ -482,7 +482,7 @@ pools:
 	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	waitEventMessage(t, v.name, agent.EventManualRejected, "gates manual maintenance", `inside the maintenance exclusion "launch"`)
+	waitEventMessage(t, v.name, protocol.EventManualRejected, "gates manual maintenance", `inside the maintenance exclusion "launch"`)
 	if n := waitNode(t, v.name, "label removed", triggerGone); !inService(n) {
 		t.Errorf("a refused trigger changed the node: %v", n.Labels)
 	}
@@ -520,8 +520,8 @@ func TestManualTriggerOperationFails(t *testing.T) {
 	v.emu.SetOperationFailure("the host is not available for maintenance now")
 	setTrigger(t, v.name, protocol.TriggerValue, true)
 	// Accepted first (the Event says so), then back in service.
-	waitEvent(t, v.name, agent.EventManualAccepted)
-	waitEventMessage(t, v.name, agent.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
+	waitEvent(t, v.name, protocol.EventManualAccepted)
+	waitEventMessage(t, v.name, protocol.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
 	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualNotStarted)); got != 1 {
 		t.Errorf("manual_triggers{not_started} = %v, want 1", got)
@@ -564,7 +564,7 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 			t.Fatalf("manual_triggers_total{%s} never 1", outcome)
 		}
 		// Events are recorded asynchronously, after the Node's update.
-		waitEventMessage(t, v.name, agent.EventManualRejected, saying)
+		waitEventMessage(t, v.name, protocol.EventManualRejected, saying)
 		n := getNode(t, v.name)
 		if n.Spec.Unschedulable || protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Annotations[protocol.AnnotationMaintenanceState] != "" {
 			t.Errorf("a rejected trigger changed the node: unschedulable %t, labels %v", n.Spec.Unschedulable, n.Labels)
@@ -626,7 +626,7 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
 	waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
-	waitEvent(t, v.name, drain.EventBlocked)
+	waitEvent(t, v.name, protocol.EventBlocked)
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAbandoned)) == 1, nil
 	})
@@ -640,9 +640,9 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 		t.Error("the pending notice is no longer mirrored")
 	}
 	// Events are recorded asynchronously, after the Node's update.
-	waitEventMessage(t, v.name, agent.EventManualAbandoned, ns+"/guarded")
-	if msgs := eventMessages(t, v.name, agent.EventManualAbandoned); len(msgs) != 1 {
-		t.Errorf("%s Events %q, want one", agent.EventManualAbandoned, msgs)
+	waitEventMessage(t, v.name, protocol.EventManualAbandoned, ns+"/guarded")
+	if msgs := eventMessages(t, v.name, protocol.EventManualAbandoned); len(msgs) != 1 {
+		t.Errorf("%s Events %q, want one", protocol.EventManualAbandoned, msgs)
 	}
 	if podGone(t, ns, "guarded") || len(v.emu.Calls()) != 0 {
 		t.Errorf("pod gone %t, performMaintenance calls %d; want the pod kept and no call", podGone(t, ns, "guarded"), len(v.emu.Calls()))

@@ -9,9 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // TestIdlenessPublished: the agent writes since when its node is idle,

@@ -63,33 +63,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// Event reasons, GKE's own where one fits (docs/gce.md).
-const (
-	EventMaintenanceScheduled   = "MaintenanceWindowScheduled"
-	EventMaintenanceRescheduled = "MaintenanceWindowRescheduled"
-	EventMaintenanceCancelled   = "MaintenanceWindowCancelled"
-	EventMaintenanceStarted     = "MaintenanceWindowStarted"
-	EventTerminateOnHost        = "TerminateOnHostMaintenance"
-	EventPreempted              = "NodePreempted"
-	EventMigrateOnHost          = "MigrateOnHostMaintenance"
-	EventEvictionComplete       = "PodEvictionComplete"
-	EventMaintenanceCleared     = "MaintenanceWindowCleared"
-	EventMaintenanceAborted     = "MaintenanceCancelledBeforeStop"
-	EventManualStarted          = "CustomerTriggeredMaintenance"
-	EventManualAccepted         = "PerformMaintenanceSuccess"
-	EventManualRejected         = "PerformMaintenanceRejected"
-	EventManualFailed           = "PerformMaintenanceFailed"
-	EventManualNotStarted       = "PerformMaintenanceNotStarted"
-	EventManualAbandoned        = "PerformMaintenanceAbandoned"
-	EventUnexpectedReboot       = "UnexpectedReboot"
-	EventNodeUpgraded           = "NodeUpgraded"
-	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
-	// A multi-host slice drained as one (the aggregator's ask).
-	EventSliceDrain    = "SliceMaintenanceDrain"
-	EventSliceDeadline = "SliceMaintenanceDeadline"
-	EventSliceBack     = "SliceMaintenanceOver"
-)
-
 // State is what the agent keeps on its Node (package protocol encodes
 // it).
 type State = protocol.AgentState
@@ -308,11 +281,11 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	if st.Phase == protocol.PhaseIdle && st.LastBootID != "" && obs.BootID != "" && obs.BootID != st.LastBootID {
 		if obs.KubeletVersion != "" && st.LastKubelet != "" && obs.KubeletVersion != st.LastKubelet {
 			d.Unannounced = counted(protocol.Upgrade)
-			d.Events = append(d.Events, EventRecord{Reason: EventNodeUpgraded,
+			d.Events = append(d.Events, EventRecord{Reason: protocol.EventNodeUpgraded,
 				Message: fmt.Sprintf("The node rebooted into kubelet %s (was %s): counted as a node upgrade", obs.KubeletVersion, st.LastKubelet)})
 		} else {
 			d.Unannounced = counted(protocol.UnannouncedReboot)
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventUnexpectedReboot,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventUnexpectedReboot,
 				Message: fmt.Sprintf("The VM rebooted with no maintenance notice or preemption before it (boot ID %s, was %s): counted as a host error", obs.BootID, st.LastBootID)})
 		}
 	}
@@ -339,13 +312,13 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			cleared = false
 		}
 		if booted || cleared {
-			reason, msg := EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID)
+			reason, msg := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID)
 			warning := false
 			switch {
 			case !booted && st.Reason == protocol.ReasonSlice:
-				reason, msg = EventSliceBack, "The multi-host slice is back in service (the aggregator withdrew its ask); so is this host"
+				reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (the aggregator withdrew its ask); so is this host"
 			case !booted:
-				reason, msg, warning = EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
+				reason, msg, warning = protocol.EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
 			}
 			d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
 			d.Uncordon = !st.CordonedBefore
@@ -376,7 +349,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		if idle {
 			d.start(obs, protocol.ReasonPreemption, deadline)
 			d.Interruption = countedAs(protocol.ReasonPreemption)
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s", deadline.UTC().Format(time.RFC3339))})
 		} else if manual, slice := d.State.Reason == protocol.ReasonManual, d.State.Reason == protocol.ReasonSlice; d.State.Reason != protocol.ReasonPreemption && (deadline.Before(d.State.Deadline) || manual || slice) {
 			if manual && d.State.Phase == protocol.PhaseDraining || slice {
@@ -388,21 +361,21 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			if deadline.Before(d.State.Deadline) {
 				d.State.Deadline = deadline
 			}
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventPreempted,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 		}
 	case (idle || adoptable) && sig.EventKnown && sig.Event == metadata.EventTerminate:
-		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
+		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
 	case (idle && sig.EventNotServed || adoptable) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
 		// window's start.
-		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), EventMaintenanceStarted, "The maintenance window has started; draining before %s")
+		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventMaintenanceStarted, "The maintenance window has started; draining before %s")
 	}
 	if sig.EventKnown {
 		if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
 			d.Migration = true
-			d.Events = append(d.Events, EventRecord{Reason: EventMigrateOnHost,
+			d.Events = append(d.Events, EventRecord{Reason: protocol.EventMigrateOnHost,
 				Message: "Compute Engine will live-migrate the VM; nothing to drain"})
 		}
 		d.State.LastEvent = sig.Event
@@ -418,12 +391,12 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		switch {
 		case d.State.Phase == protocol.PhaseIdle:
 			d.start(obs, protocol.ReasonSlice, ask.Deadline)
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDrain,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDrain,
 				Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
 					ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
 		case ask.Deadline.Before(d.State.Deadline):
 			d.State.Deadline = ask.Deadline
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventSliceDeadline,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDeadline,
 				Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
 					ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
 		}
@@ -438,7 +411,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		if d.State.Reason == protocol.ReasonSlice {
 			msg = "All pods were stopped; the host waits for its multi-host slice to come back"
 		}
-		d.Events = append(d.Events, EventRecord{Reason: EventEvictionComplete, Message: msg})
+		d.Events = append(d.Events, EventRecord{Reason: protocol.EventEvictionComplete, Message: msg})
 	}
 
 	// 5. Mirror the notice.
@@ -555,7 +528,7 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			if obs.Opportunistic {
 				who = "Picked for opportunistic maintenance (" + who + ")"
 			}
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualStarted,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualStarted,
 				Message: fmt.Sprintf("%s: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
 					who, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
 		}
@@ -587,7 +560,7 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
 		case r != nil && r.RequestID == st.RequestID:
 			d.Manual = r.Outcome
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
 				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
 			d.RemoveTrigger = true
@@ -600,7 +573,7 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			// Before asking: the notice is gone or can no longer be
 			// started early, so there is nothing to ask for.
 			d.Manual = protocol.ManualNotReschedulable
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualFailed,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
 				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
 			d.RemoveTrigger = true
@@ -608,7 +581,7 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
 			// Voluntary: the budgets held to the end, or pods are stuck.
 			d.Manual = protocol.ManualAbandoned
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualAbandoned,
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
 				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; the node is back in service (taint, maintenance label and %s removed).",
 					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), protocol.LabelPerformMaintenance)})
 			d.Uncordon = !st.CordonedBefore
@@ -645,7 +618,7 @@ func (d *Decision) awaitStart(cfg Config, obs Observation) {
 		return
 	}
 	d.Manual = protocol.ManualNotStarted
-	d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualNotStarted,
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualNotStarted,
 		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now, but %s. The node is back in service (taint, maintenance label and %s removed); the maintenance stays pending.", why, protocol.LabelPerformMaintenance)})
 	d.Uncordon = !st.CordonedBefore
 	d.RemoveTrigger = true
@@ -675,7 +648,7 @@ func (d *Decision) accept(cfg Config, now time.Time, how string) {
 	d.Drained = true
 	d.Manual = protocol.ManualAccepted
 	d.Interruption = countedAs(protocol.ReasonManual)
-	d.Events = append(d.Events, EventRecord{Reason: EventManualAccepted,
+	d.Events = append(d.Events, EventRecord{Reason: protocol.EventManualAccepted,
 		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now (%s); the node is drained, awaiting node termination", how)})
 }
 
@@ -683,7 +656,7 @@ func (d *Decision) accept(cfg Config, now time.Time, how string) {
 func (d *Decision) reject(outcome, msg string) {
 	d.RemoveTrigger = true
 	d.Manual = outcome
-	d.Events = append(d.Events, EventRecord{Warning: true, Reason: EventManualRejected,
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualRejected,
 		Message: msg + " The label was removed; nothing else changed."})
 }
 
@@ -713,7 +686,7 @@ func (d *Decision) mirrorNotice(sig Signals) {
 		if d.State.Notice != "" || prevTime != "" {
 			d.State.Notice, d.State.ScheduledTime = "", ""
 			if prevTime != "" && d.State.Phase == protocol.PhaseIdle {
-				d.Events = append(d.Events, EventRecord{Reason: EventMaintenanceCancelled,
+				d.Events = append(d.Events, EventRecord{Reason: protocol.EventMaintenanceCancelled,
 					Message: "The scheduled maintenance is no longer pending"})
 			}
 		}
@@ -732,10 +705,10 @@ func (d *Decision) mirrorNotice(sig Signals) {
 	d.State.ScheduledTime = ts
 	when := n.WindowStart.UTC().Format(time.RFC3339)
 	if prevTime == "" {
-		d.Events = append(d.Events, EventRecord{Reason: EventMaintenanceScheduled,
+		d.Events = append(d.Events, EventRecord{Reason: protocol.EventMaintenanceScheduled,
 			Message: fmt.Sprintf("Maintenance is scheduled for %s (can reschedule: %t)", when, n.CanReschedule)})
 	} else {
-		d.Events = append(d.Events, EventRecord{Reason: EventMaintenanceRescheduled,
+		d.Events = append(d.Events, EventRecord{Reason: protocol.EventMaintenanceRescheduled,
 			Message: fmt.Sprintf("Maintenance was rescheduled to %s", when)})
 	}
 }

@@ -141,7 +141,7 @@ func TestStep(t *testing.T) {
 			obs:  obs(noticed),
 			want: Decision{
 				State:  scheduled,
-				Events: []EventRecord{{Reason: EventMaintenanceScheduled, Message: "Maintenance is scheduled for 2026-12-01T19:00:00Z (can reschedule: true)"}},
+				Events: []EventRecord{{Reason: protocol.EventMaintenanceScheduled, Message: "Maintenance is scheduled for 2026-12-01T19:00:00Z (can reschedule: true)"}},
 			},
 		},
 		{
@@ -150,7 +150,7 @@ func TestStep(t *testing.T) {
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = rescheduled, true })),
 			want: Decision{
 				State:  State{Phase: protocol.PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: metadata.EventNone},
-				Events: []EventRecord{{Reason: EventMaintenanceRescheduled, Message: "Maintenance was rescheduled to 2026-12-03T19:00:00Z"}},
+				Events: []EventRecord{{Reason: protocol.EventMaintenanceRescheduled, Message: "Maintenance was rescheduled to 2026-12-03T19:00:00Z"}},
 			},
 		},
 		{
@@ -159,7 +159,7 @@ func TestStep(t *testing.T) {
 			obs:   obs(quiet()),
 			want: Decision{
 				State:  State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
-				Events: []EventRecord{{Reason: EventMaintenanceCancelled, Message: "The scheduled maintenance is no longer pending"}},
+				Events: []EventRecord{{Reason: protocol.EventMaintenanceCancelled, Message: "The scheduled maintenance is no longer pending"}},
 			},
 		},
 		{
@@ -175,7 +175,7 @@ func TestStep(t *testing.T) {
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: metadata.EventTerminate},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
-				Events:       []EventRecord{{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
+				Events:       []EventRecord{{Warning: true, Reason: protocol.EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
 			},
 		},
 		{
@@ -190,7 +190,7 @@ func TestStep(t *testing.T) {
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), BootID: bootA, LastEvent: metadata.EventNone},
 				Interruption: counted(protocol.Preemption),
 				Cordon:       true,
-				Events:       []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted; draining before it stops at 2026-11-22T10:00:30Z"}},
+				Events:       []EventRecord{{Warning: true, Reason: protocol.EventPreempted, Message: "The VM was preempted; draining before it stops at 2026-11-22T10:00:30Z"}},
 			},
 		},
 		{
@@ -199,7 +199,7 @@ func TestStep(t *testing.T) {
 			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = metadata.EventTerminate, true }), BootID: bootA},
 			want: Decision{
 				State:  State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: metadata.EventTerminate},
-				Events: []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:01:30Z"}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:01:30Z"}},
 			},
 		},
 		{
@@ -216,7 +216,7 @@ func TestStep(t *testing.T) {
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
-				Events:       []EventRecord{{Warning: true, Reason: EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"}},
+				Events:       []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"}},
 			},
 		},
 		{
@@ -225,7 +225,7 @@ func TestStep(t *testing.T) {
 			want: Decision{
 				State:     State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventMigrate},
 				Migration: true,
-				Events:    []EventRecord{{Reason: EventMigrateOnHost, Message: "Compute Engine will live-migrate the VM; nothing to drain"}},
+				Events:    []EventRecord{{Reason: protocol.EventMigrateOnHost, Message: "Compute Engine will live-migrate the VM; nothing to drain"}},
 			},
 		},
 		{
@@ -235,7 +235,7 @@ func TestStep(t *testing.T) {
 			want: Decision{
 				State:   State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
 				Drained: true,
-				Events:  []EventRecord{{Reason: EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
+				Events:  []EventRecord{{Reason: protocol.EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
 			},
 		},
 		{
@@ -257,7 +257,7 @@ func TestStep(t *testing.T) {
 			want: Decision{
 				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true,
-				Events:   []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+				Events:   []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
 		{
@@ -271,7 +271,7 @@ func TestStep(t *testing.T) {
 			want: Decision{
 				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true,
-				Events:   []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+				Events:   []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
 		{
@@ -284,7 +284,7 @@ func TestStep(t *testing.T) {
 			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
 				State:  State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
-				Events: []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+				Events: []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
 		{
@@ -294,7 +294,7 @@ func TestStep(t *testing.T) {
 			want: Decision{
 				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true,
-				Events:   []EventRecord{{Warning: true, Reason: EventMaintenanceAborted, Message: "The host-maintenance was withdrawn before the VM stopped; putting the node back in service"}},
+				Events:   []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceAborted, Message: "The host-maintenance was withdrawn before the VM stopped; putting the node back in service"}},
 			},
 		},
 		{
@@ -306,8 +306,8 @@ func TestStep(t *testing.T) {
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events: []EventRecord{
-					{Reason: EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"},
-					{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T13:00:00Z"},
+					{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"},
+					{Warning: true, Reason: protocol.EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T13:00:00Z"},
 				},
 			},
 		},
@@ -348,7 +348,7 @@ func acceptedDecision(requested State, how string) Decision {
 		State:        s,
 		Interruption: counted(protocol.HostMaintenance),
 		Drained:      true, Manual: protocol.ManualAccepted,
-		Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (" + how + "); the node is drained, awaiting node termination"}},
+		Events: []EventRecord{{Reason: protocol.EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (" + how + "); the node is drained, awaiting node termination"}},
 	}
 }
 
@@ -414,7 +414,7 @@ func TestStepManualTrigger(t *testing.T) {
 	requested.Requested = t0.Add(5 * time.Minute)
 	rejected := func(outcome, msg string) Decision {
 		return Decision{State: scheduled, RemoveTrigger: true, Manual: outcome,
-			Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: msg + " The label was removed; nothing else changed."}}}
+			Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: msg + " The label was removed; nothing else changed."}}}
 	}
 	backInService := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
 
@@ -446,7 +446,7 @@ func TestStepManualTrigger(t *testing.T) {
 			name: "true with no notice is rejected",
 			obs:  labelled(obs(quiet()), "true"),
 			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: protocol.ManualNoNotice,
-				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "cloud.google.com/perform-maintenance=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM. The label was removed; nothing else changed."}}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "cloud.google.com/perform-maintenance=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM. The label was removed; nothing else changed."}}},
 		},
 		{
 			name:  "true with a notice that cannot be rescheduled is rejected",
@@ -459,7 +459,7 @@ func TestStepManualTrigger(t *testing.T) {
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })), "true"),
 			want: Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
-				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "The maintenance is already ONGOING; cloud.google.com/perform-maintenance=true is accepted only while it is PENDING. The label was removed; nothing else changed."}}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "The maintenance is already ONGOING; cloud.google.com/perform-maintenance=true is accepted only while it is PENDING. The label was removed; nothing else changed."}}},
 		},
 		{
 			name:  "true with a notice already ONGOING on a TPU VM: the host maintenance starts, the label is rejected",
@@ -470,8 +470,8 @@ func TestStepManualTrigger(t *testing.T) {
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{
-					{Warning: true, Reason: EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"},
-					{Warning: true, Reason: EventManualRejected, Message: "A host-maintenance is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."},
+					{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"},
+					{Warning: true, Reason: protocol.EventManualRejected, Message: "A host-maintenance is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."},
 				},
 			},
 		},
@@ -480,7 +480,7 @@ func TestStepManualTrigger(t *testing.T) {
 			state: draining(protocol.ReasonPreemption, 30*time.Second),
 			obs:   labelled(obs(with(func(s *Signals) { s.Preempted = true })), "true"),
 			want: Decision{State: draining(protocol.ReasonPreemption, 30*time.Second), RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
-				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: "A preemption is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."}}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "A preemption is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."}}},
 		},
 		{
 			name:  "true while the maintenance policy refuses it: rejected with the policy's reason",
@@ -499,7 +499,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State:  manualDraining(),
 				Cordon: true, Manual: protocol.ManualStarted,
-				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "cloud.google.com/perform-maintenance=true: draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualStarted, Message: "cloud.google.com/perform-maintenance=true: draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
 			},
 		},
 		{
@@ -509,7 +509,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State:  manualDraining(),
 				Cordon: true, Manual: protocol.ManualStarted,
-				Events: []EventRecord{{Warning: true, Reason: EventManualStarted, Message: "Picked for opportunistic maintenance (cloud.google.com/perform-maintenance=true): draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualStarted, Message: "Picked for opportunistic maintenance (cloud.google.com/perform-maintenance=true): draining the node before 2026-11-22T11:00:00Z, then asking Compute Engine to start the maintenance scheduled for 2026-12-01T19:00:00Z now"}},
 			},
 		},
 		{
@@ -553,7 +553,7 @@ func TestStepManualTrigger(t *testing.T) {
 			state: manualDraining(),
 			obs:   labelled(obs(noticed), "TRUE"),
 			want: Decision{State: manualDraining(), RemoveTrigger: true, Manual: protocol.ManualInvalidValue,
-				Events: []EventRecord{{Warning: true, Reason: EventManualRejected, Message: `The label cloud.google.com/perform-maintenance="TRUE" is not accepted: the only accepted value is "true". The manual maintenance already under way goes on. The label was removed; nothing else changed.`}}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: `The label cloud.google.com/perform-maintenance="TRUE" is not accepted: the only accepted value is "true". The manual maintenance already under way goes on. The label was removed; nothing else changed.`}}},
 		},
 		{
 			name:  "drained: the call is made, recorded first",
@@ -592,7 +592,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State:    backInService,
 				Uncordon: true, RemoveTrigger: true, Manual: protocol.ManualPermissionDenied,
-				Events: []EventRecord{{Warning: true, Reason: EventManualFailed, Message: "Compute Engine did not start the maintenance: permission denied. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualFailed, Message: "Compute Engine did not start the maintenance: permission denied. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
 			},
 		},
 		{
@@ -606,7 +606,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State:    backInService,
 				Uncordon: true, RemoveTrigger: true, Manual: protocol.ManualRefused,
-				Events: []EventRecord{{Warning: true, Reason: EventManualFailed, Message: "Compute Engine did not start the maintenance: cannot be rescheduled. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
+				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualFailed, Message: "Compute Engine did not start the maintenance: cannot be rescheduled. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
 			},
 		},
 		{
@@ -625,7 +625,7 @@ func TestStepManualTrigger(t *testing.T) {
 				}(),
 				Interruption: counted(protocol.HostMaintenance),
 				Drained:      true, Manual: protocol.ManualAccepted,
-				Events: []EventRecord{{Reason: EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
+				Events: []EventRecord{{Reason: protocol.EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
 			},
 		},
 		{
@@ -655,7 +655,7 @@ func TestStepManualTrigger(t *testing.T) {
 					return s
 				}(),
 				Interruption: counted(protocol.HostMaintenance),
-				Events:       []EventRecord{{Warning: true, Reason: EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
+				Events:       []EventRecord{{Warning: true, Reason: protocol.EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
 			},
 		},
 		{
@@ -669,7 +669,7 @@ func TestStepManualTrigger(t *testing.T) {
 					return s
 				}(),
 				Interruption: counted(protocol.Preemption),
-				Events:       []EventRecord{{Warning: true, Reason: EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:00:30Z"}},
+				Events:       []EventRecord{{Warning: true, Reason: protocol.EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:00:30Z"}},
 			},
 		},
 		{
@@ -683,7 +683,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
 				Uncordon: true, RemoveTrigger: true,
-				Events: []EventRecord{{Reason: EventMaintenanceCleared, Message: "Node is back from manual (boot ID " + bootB + "); removing the taint and the maintenance label"}},
+				Events: []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from manual (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
 	}
@@ -754,11 +754,11 @@ func TestStepAccounting(t *testing.T) {
 		ev   string
 	}{
 		{at(bootA, "v1.36.3", quiet()), nil, ""}, // first sight: recorded, nothing counted
-		{at(bootA, "v1.36.3", terminate), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1}, EventTerminateOnHost},
-		{at(bootB, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1}, EventMaintenanceCleared}, // announced: not a host error
-		{at(bootC, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, EventUnexpectedReboot},
+		{at(bootA, "v1.36.3", terminate), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1}, protocol.EventTerminateOnHost},
+		{at(bootB, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1}, protocol.EventMaintenanceCleared}, // announced: not a host error
+		{at(bootC, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, protocol.EventUnexpectedReboot},
 		{at(bootC, "v1.36.3", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1}, ""},
-		{at(bootA, "v1.37.0", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1, "MaintenanceEvent/NodeUpgrade": 1}, EventNodeUpgraded},
+		{at(bootA, "v1.37.0", quiet()), protocol.Counts{"MaintenanceEvent/HW/SW Maintenance": 1, "TerminationEvent/HostError": 1, "MaintenanceEvent/NodeUpgrade": 1}, protocol.EventNodeUpgraded},
 	}
 	var st State
 	for i, step := range seq {
@@ -778,7 +778,7 @@ func TestStepAccounting(t *testing.T) {
 		if step.ev != "" && !slices.Contains(reasons, step.ev) {
 			t.Errorf("step %d events %v, want %s", i, reasons, step.ev)
 		}
-		if step.ev == "" && slices.ContainsFunc(reasons, func(r string) bool { return r == EventUnexpectedReboot || r == EventNodeUpgraded }) {
+		if step.ev == "" && slices.ContainsFunc(reasons, func(r string) bool { return r == protocol.EventUnexpectedReboot || r == protocol.EventNodeUpgraded }) {
 			t.Errorf("step %d events %v, want none", i, reasons)
 		}
 		st = d.State
@@ -932,7 +932,7 @@ func TestStepVoluntaryDrainAbandoned(t *testing.T) {
 	if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveTrigger || d.Perform || d.Manual != protocol.ManualAbandoned {
 		t.Fatalf("abandoned: phase %s, uncordon %t, remove trigger %t, perform %t, outcome %q", d.State.Phase, d.Uncordon, d.RemoveTrigger, d.Perform, d.Manual)
 	}
-	if len(d.Events) == 0 || d.Events[0].Reason != EventManualAbandoned || !strings.Contains(d.Events[0].Message, "ml/trainer-0") {
+	if len(d.Events) == 0 || d.Events[0].Reason != protocol.EventManualAbandoned || !strings.Contains(d.Events[0].Message, "ml/trainer-0") {
 		t.Errorf("events %+v", d.Events)
 	}
 	escalating := cfg
@@ -1017,7 +1017,7 @@ func TestStepSlice(t *testing.T) {
 			if !d.Drain.Equal(DrainOrder{For: t0, Deadline: ask.Deadline}) {
 				t.Errorf("drain %+v, want a forced one by the ask's deadline", d.Drain)
 			}
-			if len(d.Events) != 1 || d.Events[0].Reason != EventSliceDrain || !strings.Contains(d.Events[0].Message, "host-b") {
+			if len(d.Events) != 1 || d.Events[0].Reason != protocol.EventSliceDrain || !strings.Contains(d.Events[0].Message, "host-b") {
 				t.Errorf("events %+v, want one naming host-b", d.Events)
 			}
 		}},
@@ -1027,7 +1027,7 @@ func TestStepSlice(t *testing.T) {
 			}
 		}},
 		{"in its own host maintenance, asked: the earlier deadline", hostDrain, asked(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))), func(t *testing.T, d Decision) {
-			if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(ask.Deadline) || len(d.Events) != 1 || d.Events[0].Reason != EventSliceDeadline {
+			if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(ask.Deadline) || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventSliceDeadline {
 				t.Errorf("state %+v, events %+v", d.State, d.Events)
 			}
 		}},
@@ -1037,7 +1037,7 @@ func TestStepSlice(t *testing.T) {
 			}
 		}},
 		{"the ask withdrawn: back in service", sliceDone, obs(quiet()), func(t *testing.T, d Decision) {
-			if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || len(d.Events) != 1 || d.Events[0].Reason != EventSliceBack {
+			if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventSliceBack {
 				t.Errorf("state %+v, uncordon %t, events %+v", d.State, d.Uncordon, d.Events)
 			}
 		}},

@@ -24,10 +24,6 @@ import (
 // node are written, and on them only the notice (the admission policy
 // holds the agent to it).
 
-// EventCheckpointLeadInvalid: a pod's checkpoint lead is not a positive
-// duration; it is ignored (said once per pod).
-const EventCheckpointLeadInvalid = "CheckpointLeadInvalid"
-
 // noticeTarget is the node's side of the notice, set by the loop after
 // each decision.
 type noticeTarget struct {
@@ -124,7 +120,7 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 		if _, _, err := protocol.CheckpointLead(p.Annotations); err != nil && !a.badLead[p.UID] {
 			a.badLead[p.UID] = true
 			a.log.Warn("checkpoint lead not understood; the pod has none", "pod", p.Namespace+"/"+p.Name, "err", err)
-			a.opts.Events.NodeEvent(true, EventCheckpointLeadInvalid, fmt.Sprintf("Pod %s/%s: %v; it is told of a maintenance and asked to stop as a pod without a lead", p.Namespace, p.Name, err))
+			a.opts.Events.NodeEvent(true, protocol.EventCheckpointLeadInvalid, fmt.Sprintf("Pod %s/%s: %v; it is told of a maintenance and asked to stop as a pod without a lead", p.Namespace, p.Name, err))
 		}
 		want := t.noticeFor(p)
 		if p.Annotations[protocol.PodAnnotationNotice] == want {

@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // noticeLog follows one pod's notice through a watch: every notice it
@@ -111,7 +111,7 @@ func TestWorkloadsToldAheadOfSIGTERM(t *testing.T) {
 		}
 	}
 	// A lead that is not a duration: said, and the pod has none.
-	waitEvent(t, v.name, agent.EventCheckpointLeadInvalid)
+	waitEvent(t, v.name, protocol.EventCheckpointLeadInvalid)
 	later := start.Add(72 * time.Hour)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(later, 2*time.Hour))
 	waitNotice(t, ns, "trainer", "told the window moved", func(text string, _ *corev1.PodCondition) bool {

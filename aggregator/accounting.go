@@ -24,9 +24,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// EventRecreated: a Node deleted and created again, counted as a repair.
-const EventRecreated = "NodeRecreated"
-
 // deletedNode is a Node the ledger remembers after its deletion.
 type deletedNode struct {
 	name string
@@ -230,7 +227,7 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 		return err
 	}
 	a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], protocol.Repair)
-	a.nodeEvent(d.name, n.UID, true, EventRecreated, fmt.Sprintf(
+	a.nodeEvent(d.name, n.UID, true, protocol.EventRecreated, fmt.Sprintf(
 		"The Node object was deleted and created again (UID %s, was %s), as node auto-repair does: counted as %s", n.UID, d.uid, protocol.Repair.Key()))
 	return nil
 }

@@ -32,16 +32,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// EventSource is the component name on the aggregator's Events.
-const EventSource = "maintenance-handler-aggregator"
-
-// Event reasons.
-const (
-	EventTriggered     = "OpportunisticMaintenanceTriggered"
-	EventSkipped       = "OpportunisticMaintenanceSkipped"
-	EventInvalidConfig = "InvalidOpportunisticConfig"
-)
-
 // fieldManager names the aggregator's writes.
 const fieldManager = "maintenance-handler-aggregator"
 
@@ -210,7 +200,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventSource})
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: protocol.EventSourceAggregator})
 
 	factory := informers.NewSharedInformerFactory(a.opts.Client, 0)
 	a.nodes = factory.Core().V1().Nodes().Informer()
@@ -553,7 +543,7 @@ func (a *Aggregator) announce(p PoolPlan) {
 		if errText != "" {
 			a.log.Warn("invalid opportunistic configuration", "pool", p.Pool, "err", errText)
 			for _, name := range p.ConfigNodes {
-				a.nodeEvent(name, "", true, EventInvalidConfig, fmt.Sprintf("No opportunistic maintenance for pool %s: %s", p.Pool, errText))
+				a.nodeEvent(name, "", true, protocol.EventInvalidConfig, fmt.Sprintf("No opportunistic maintenance for pool %s: %s", p.Pool, errText))
 			}
 		}
 	}
@@ -562,9 +552,9 @@ func (a *Aggregator) announce(p PoolPlan) {
 			continue
 		}
 		a.lastReason[d.Node] = d.Reason
-		outcome, reason := "skipped", EventSkipped
+		outcome, reason := "skipped", protocol.EventSkipped
 		if d.Reason == ReasonTriggered {
-			outcome, reason = "triggered", EventTriggered
+			outcome, reason = "triggered", protocol.EventTriggered
 		}
 		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
 		a.nodeEvent(d.Node, d.UID, false, reason, d.Message)
@@ -613,5 +603,5 @@ func (a *Aggregator) announceConfig(err error) {
 	}
 	a.log.Warn("invalid configuration; no opportunistic maintenance at all until it is fixed", "configmap", a.opts.ConfigMap, "err", err)
 	ref := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.ConfigMap, APIVersion: "v1"}
-	a.recorder.Event(ref, corev1.EventTypeWarning, EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
+	a.recorder.Event(ref, corev1.EventTypeWarning, protocol.EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
 }

@@ -9,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // TestAutoscaledPoolsSkipped: the cluster autoscaler's status lists the
@@ -53,10 +54,10 @@ pools:
 	r := startAggregatorOpts(t, aggregator.Options{Namespace: ns, ConfigMap: "maintenance-handler", AutoscalerStatus: ns + "/cluster-autoscaler-status"})
 	a, m := r.agg, r.metrics
 
-	waitEventSaying(t, pools["scaled"], aggregator.EventSkipped, "the cluster autoscaler manages the pool scaled (its node group https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/gke-c-scaled-1a2b3c4d-grp")
-	waitEventSaying(t, pools["declared"], aggregator.EventSkipped, "declared autoscaled in the policy ConfigMap")
-	waitEventSaying(t, pools["opted-in"], aggregator.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, pools["plain"], aggregator.EventTriggered, "Picked for opportunistic maintenance")
+	waitEventSaying(t, pools["scaled"], protocol.EventSkipped, "the cluster autoscaler manages the pool scaled (its node group https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/gke-c-scaled-1a2b3c4d-grp")
+	waitEventSaying(t, pools["declared"], protocol.EventSkipped, "declared autoscaled in the policy ConfigMap")
+	waitEventSaying(t, pools["opted-in"], protocol.EventTriggered, "Picked for opportunistic maintenance")
+	waitEventSaying(t, pools["plain"], protocol.EventTriggered, "Picked for opportunistic maintenance")
 	waitPasses(t, a, 3)
 	for pool, node := range pools {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

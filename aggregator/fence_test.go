@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // TestDeposedLeadersLateWritesCannotExceedTheCap: a pool of 20 idle nodes

@@ -7,8 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // TestPolicySpeaksGKEsLanguage: a policy written as GKE's. An exclusion of
@@ -55,11 +55,11 @@ pools:
     - `+exclusion("d", now.Add(100*day), day, "no_upgrades")+`
 `)
 	r := startAggregator(t, ns, "maintenance-handler")
-	waitEventSaying(t, "gke-minor", aggregator.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, "gke-setpos", aggregator.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, "gke-frozen", aggregator.EventSkipped, `inside the maintenance exclusion "node-freeze"`)
-	waitEventSaying(t, "gke-over", aggregator.EventSkipped, "pools.over-limit")
-	waitEventSaying(t, "gke-over", aggregator.EventSkipped, "4 exclusions of scope no_upgrades; GKE allows at most 3")
+	waitEventSaying(t, "gke-minor", protocol.EventTriggered, "Picked for opportunistic maintenance")
+	waitEventSaying(t, "gke-setpos", protocol.EventTriggered, "Picked for opportunistic maintenance")
+	waitEventSaying(t, "gke-frozen", protocol.EventSkipped, `inside the maintenance exclusion "node-freeze"`)
+	waitEventSaying(t, "gke-over", protocol.EventSkipped, "pools.over-limit")
+	waitEventSaying(t, "gke-over", protocol.EventSkipped, "4 exclusions of scope no_upgrades; GKE allows at most 3")
 	waitPasses(t, r.agg, 3)
 	for node, want := range map[string]bool{"gke-minor": true, "gke-setpos": true, "gke-frozen": false, "gke-over": false} {
 		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // procs starts real agent and aggregator processes for a test, and stops

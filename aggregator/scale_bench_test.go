@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // BenchmarkAggregator5000Nodes runs the aggregator binary against 5,000

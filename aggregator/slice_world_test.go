@@ -18,11 +18,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // TestSliceDrainedAsOne: a multi-host TPU slice of 4 hosts (topology
@@ -197,8 +196,8 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	if ask, ok := protocol.ReadSliceAsk(n3); !ok || ask.Cause != "slice-1" || !protocol.HasTaintKey(n3, protocol.TaintSliceDown) {
 		t.Errorf("slice-3: ask %+v (%t), taints %v; want the ask naming slice-1 and the slice-down taint", ask, ok, n3.Spec.Taints)
 	}
-	waitEventSaying(t, "slice-3", aggregator.EventSliceMaintenance, "Host slice-1 of the multi-host slice v5p-slice stops (preemption)")
-	waitEventSaying(t, "slice-0", aggregator.EventSliceMaintenance, "Host slice-1")
+	waitEventSaying(t, "slice-3", protocol.EventSliceMaintenance, "Host slice-1 of the multi-host slice v5p-slice stops (preemption)")
+	waitEventSaying(t, "slice-0", protocol.EventSliceMaintenance, "Host slice-1")
 	if got := metricSum(t, metricsAddr, `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="`+string(protocol.Preemption.Reason)+`",interruption_type="`+string(protocol.Preemption.Type)+`",slice="v5p-slice"}`); got != 1 {
 		t.Errorf("slice_interruptions_total = %v, want 1", got)
 	}
@@ -281,7 +280,7 @@ func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
 	waitNodes(t, []string{"taken-2"}, "drained with the slice (no maintenance of its own)", func(n *corev1.Node) bool {
 		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
 	})
-	waitEventSaying(t, "taken-1", aggregator.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice started its pending maintenance now")
+	waitEventSaying(t, "taken-1", protocol.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice started its pending maintenance now")
 	for _, h := range []string{"taken-0", "taken-1"} {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
 		if err != nil {

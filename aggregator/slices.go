@@ -13,16 +13,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// EventSliceMaintenance is the aggregator's Event on every host of a slice
-// it asks to drain, naming the host that takes the slice down.
-const (
-	EventSliceMaintenance = "SliceMaintenance"
-	EventSliceBack        = "SliceMaintenanceOver"
-	// EventSliceTaken: a host's pending maintenance is taken with its
-	// slice's manual one, so that the slice stops once.
-	EventSliceTaken = "SliceMaintenanceTaken"
-)
-
 // SliceTriggers are the hosts whose pending maintenance is taken with
 // their slice's: where a host of a multi-host slice is in a maintenance a
 // person asked for by the perform-maintenance label (not an opportunistic
@@ -149,7 +139,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 		}
 		if takenWith != "" {
 			a.log.Info("pending maintenance taken with the slice's", "node", name, "slice", v.Slice, "with", takenWith)
-			a.nodeEvent(name, v.UID, true, EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s started its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",
+			a.nodeEvent(name, v.UID, true, protocol.EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s started its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",
 				takenWith, v.Slice, protocol.LabelPerformMaintenance))
 		}
 		switch {
@@ -161,11 +151,11 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 				}
 			}
 			a.log.Info("slice taken down as one", "slice", ask.Slice, "node", name, "cause", ask.Cause, "reason", ask.Reason, "deadline", ask.Deadline)
-			a.nodeEvent(name, v.UID, true, EventSliceMaintenance, fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); every host of the slice drains with it, by %s",
+			a.nodeEvent(name, v.UID, true, protocol.EventSliceMaintenance, fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); every host of the slice drains with it, by %s",
 				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.Format(time.RFC3339)))
 		case ask == nil && v.Ask != nil:
 			a.log.Info("slice back in service", "slice", v.Ask.Slice, "node", name)
-			a.nodeEvent(name, v.UID, false, EventSliceBack, fmt.Sprintf("Every host of the multi-host slice %s that stopped is back (%s was the cause); this host goes back in service", v.Ask.Slice, v.Ask.Cause))
+			a.nodeEvent(name, v.UID, false, protocol.EventSliceBack, fmt.Sprintf("Every host of the multi-host slice %s that stopped is back (%s was the cause); this host goes back in service", v.Ask.Slice, v.Ask.Cause))
 		}
 	}
 }

@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 var world *testworld.World
@@ -140,7 +140,7 @@ func eventsFor(t *testing.T, node string) map[string][]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",source=" + aggregator.EventSource})
+	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",source=" + protocol.EventSourceAggregator})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +190,8 @@ func TestGKEExample(t *testing.T) {
 	publish(t, names[3], published{windowStart: start, canReschedule: true, idleFor: 600 * time.Second, config: cfg})
 	r := startAggregator(t, world.Namespace(t), "")
 
-	waitEventSaying(t, names[0], aggregator.EventSkipped, "pods on it use accelerators")
-	waitEventSaying(t, names[1], aggregator.EventSkipped, "less than node-idle-time=600s")
+	waitEventSaying(t, names[0], protocol.EventSkipped, "pods on it use accelerators")
+	waitEventSaying(t, names[1], protocol.EventSkipped, "less than node-idle-time=600s")
 	var picked, other string
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for i, name := range names[2:] {
@@ -206,8 +206,8 @@ func TestGKEExample(t *testing.T) {
 	if err != nil {
 		t.Fatal("neither node3 nor node4 was triggered")
 	}
-	waitEventSaying(t, picked, aggregator.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, other, aggregator.EventSkipped, "min-nodes=3")
+	waitEventSaying(t, picked, protocol.EventTriggered, "Picked for opportunistic maintenance")
+	waitEventSaying(t, other, protocol.EventSkipped, "min-nodes=3")
 	// Several more passes: still exactly one.
 	waitPasses(t, r.agg, 3)
 	count := 0
@@ -282,7 +282,7 @@ pools:
 		"why-window":   "outside the maintenance window",
 		"why-excluded": `inside the maintenance exclusion "launch-week"`,
 	} {
-		waitEventSaying(t, node, aggregator.EventSkipped, text)
+		waitEventSaying(t, node, protocol.EventSkipped, text)
 	}
 	for _, name := range append(names, "why-window", "why-excluded") {
 		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
@@ -305,8 +305,8 @@ func TestInvalidConfigurationIsAnsweredAndChangesNothing(t *testing.T) {
 	publish(t, "bad-mixed-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=600s,min-nodes=0,window=604800s"})
 	publish(t, "bad-mixed-1", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=60s,min-nodes=0,window=604800s"})
 	r := startAggregator(t, ns, "maintenance-handler")
-	waitEventSaying(t, "bad-string-0", aggregator.EventInvalidConfig, "node-idle-time=10m: want seconds")
-	waitEventSaying(t, "bad-mixed-1", aggregator.EventInvalidConfig, "disagree")
+	waitEventSaying(t, "bad-string-0", protocol.EventInvalidConfig, "node-idle-time=10m: want seconds")
+	waitEventSaying(t, "bad-mixed-1", protocol.EventInvalidConfig, "disagree")
 	if got, ok := poolGauge(t, r.metrics, "pool_config_valid", "bad-mixed"); got != 0 || !ok {
 		t.Errorf("pool_config_valid{bad-mixed} = %v (exported: %t), want 0", got, ok)
 	}
@@ -319,7 +319,7 @@ cluster:
   maintenanceWindow: {startTime: "2026-11-21T00:00:00Z", duration: 48h, recurrence: "FREQ=WEEKLY;BYDAY=SATURDAY"}
 `)
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := world.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,reason=" + aggregator.EventInvalidConfig})
+		list, err := world.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,reason=" + protocol.EventInvalidConfig})
 		return err == nil && len(list.Items) > 0 && strings.Contains(list.Items[0].Message, "BYDAY"), nil
 	})
 	if err != nil {
@@ -349,7 +349,7 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 	publish(t, slice[0], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
 	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: -1, busy: protocol.BusyAccelerators, config: cfg})
 	startAggregator(t, ns, "")
-	waitEventSaying(t, slice[0], aggregator.EventSkipped, "maintained whole")
+	waitEventSaying(t, slice[0], protocol.EventSkipped, "maintained whole")
 	for _, name := range slice {
 		if n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); triggered(n) {
 			t.Fatalf("%s triggered while the other host is busy", name)
@@ -413,7 +413,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 	if v := n.Annotations[protocol.AnnotationInterruptions]; v != "" {
 		t.Errorf("the aggregator wrote the agent's key %s: %s", protocol.AnnotationInterruptions, v)
 	}
-	waitEventSaying(t, name, aggregator.EventRecreated, "counted as "+protocol.Repair.Key())
+	waitEventSaying(t, name, protocol.EventRecreated, "counted as "+protocol.Repair.Key())
 	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues(append([]string{"repair"}, protocol.Repair.Labels()...)...)); got != 1 {
 		t.Errorf("pool_interruptions{repair,TerminationEvent,AutoRepair} = %v, want 1", got)
 	}
@@ -592,7 +592,7 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 			config: "node-idle-time=600s,min-nodes=0,window=2419200s"})
 	}
 	r := startAggregator(t, ns, "")
-	waitEventSaying(t, names[0], aggregator.EventSkipped, "GKE's own maintenance handler acts on")
+	waitEventSaying(t, names[0], protocol.EventSkipped, "GKE's own maintenance handler acts on")
 	waitPasses(t, r.agg, 3)
 	for _, name := range names {
 		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
@@ -651,5 +651,5 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	if count != 2 {
 		t.Errorf("%d of 20 idle nodes triggered, want 2 (max-unavailable=2)", count)
 	}
-	waitEventSaying(t, skippedOne, aggregator.EventSkipped, "max-unavailable=2")
+	waitEventSaying(t, skippedOne, protocol.EventSkipped, "max-unavailable=2")
 }

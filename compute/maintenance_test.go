@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 )
 
 func setup(t *testing.T) (*gceemu.Server, *Maintainer, Instance) {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gosrc"
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 

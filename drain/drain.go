@@ -61,15 +61,6 @@ type PodSource interface {
 	Changed() <-chan struct{}
 }
 
-// Event reasons.
-const (
-	EventEscalated = "EvictionEscalatedToDelete"
-	EventBlocked   = "EvictionBlockedByPDB"
-	// EventGroupDeadline: a group's share of the deadline ran out with
-	// pods still on the node; the drain goes on without them.
-	EventGroupDeadline = "DrainGroupDeadline"
-)
-
 // DefaultRetryInterval is the delay before a refused eviction of one pod
 // is tried again (see Options.RetryInterval).
 const DefaultRetryInterval = 5 * time.Second
@@ -323,7 +314,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			for _, p := range pods {
 				left = append(left, klogRef(p))
 			}
-			d.opts.Events.NodeEvent(true, EventGroupDeadline, fmt.Sprintf(
+			d.opts.Events.NodeEvent(true, protocol.EventGroupDeadline, fmt.Sprintf(
 				"The %s pods' share of the drain deadline ended at %s with %d pod(s) still on the node (stuck terminating, or placed despite the taint); no longer waiting for: %s",
 				g, deadline.UTC().Format(time.RFC3339), len(left), excerptList(left, 10)))
 			log.Warn("drain group deadline passed with pods left", "left", left)
@@ -442,7 +433,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 		if a.outcome == OutcomeEscalated {
 			d.opts.Recorder.Escalation()
 			res.Deleted++
-			d.opts.Events.NodeEvent(true, EventEscalated, fmt.Sprintf(
+			d.opts.Events.NodeEvent(true, protocol.EventEscalated, fmt.Sprintf(
 				"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
 				klogRef(p), a.grace))
 			log.Warn("pod deleted after refused evictions", "pod", klogRef(p), "grace", a.grace)
@@ -470,7 +461,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
 					klogRef(p), podGrace(p), a.grace)
 			}
-			d.opts.Events.NodeEvent(true, EventBlocked, msg)
+			d.opts.Events.NodeEvent(true, protocol.EventBlocked, msg)
 		}
 		st.refused = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)

@@ -22,8 +22,8 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/kube"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 var world *testworld.World
@@ -344,7 +344,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 			term = s
 		}
 	}
-	if want := []string{drain.EventBlocked, drain.EventEscalated}; fmt.Sprint(rec.events) != fmt.Sprint(want) {
+	if want := []string{protocol.EventBlocked, protocol.EventEscalated}; fmt.Sprint(rec.events) != fmt.Sprint(want) {
 		t.Errorf("events %v, want %v", rec.events, want)
 	}
 	return start, term, rec
@@ -477,8 +477,8 @@ func TestDrainEndsAtItsDeadline(t *testing.T) {
 	if fmt.Sprint(r.res.Left) != fmt.Sprint([]string{ns + "/stuck"}) {
 		t.Errorf("left %v, want only the stuck pod", r.res.Left)
 	}
-	if !slices.Contains(rec.events, drain.EventGroupDeadline) {
-		t.Errorf("events %v, want %s", rec.events, drain.EventGroupDeadline)
+	if !slices.Contains(rec.events, protocol.EventGroupDeadline) {
+		t.Errorf("events %v, want %s", rec.events, protocol.EventGroupDeadline)
 	}
 	if p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "tolerates-all", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the newcomer that tolerates the taint: %v, deleting %v; want it left alone", err, p.DeletionTimestamp)

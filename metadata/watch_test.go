@@ -13,7 +13,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 )
 
 type countingRecorder struct {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // TestReferenceIsComplete: docs/reference.md names every metric family the
@@ -33,11 +33,6 @@ func TestReferenceIsComplete(t *testing.T) {
 	// Histograms are gathered only once observed; name them too.
 	names = append(names, "maintenance_handler_agent_drain_duration_seconds", "maintenance_handler_agent_taint_latency_seconds",
 		"maintenance_handler_aggregator_pass_duration_seconds")
-	reasons := eventReasons(t, "agent", "aggregator", "drain")
-	if len(reasons) < 20 {
-		t.Fatalf("found %d Event reasons in the source: the scan is broken", len(reasons))
-	}
-	names = append(names, reasons...)
 	for _, line := range strings.Split(string(mustRead(t, "rules.yaml")), "\n") {
 		if alert, ok := strings.CutPrefix(strings.TrimSpace(line), "- alert: "); ok {
 			names = append(names, alert)
@@ -62,20 +57,34 @@ func mustRead(t *testing.T, path string) []byte {
 	return b
 }
 
-// eventReasons are the Event reasons declared in the packages' non-test
-// files: the string constants named Event* (but EventSource, the
-// component's name).
-func eventReasons(t *testing.T, pkgs ...string) []string {
-	t.Helper()
-	consts, err := gosrc.StringConsts("..", pkgs...)
+// TestReferenceListsEventReasons: docs/reference.md lists every Event
+// reason of protocol.EventReasons in the table of each component that
+// records it, with its type.
+func TestReferenceListsEventReasons(t *testing.T) {
+	doc, err := os.ReadFile("../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, c := range consts {
-		if strings.HasPrefix(c.Name, "Event") && c.Name != "EventSource" {
-			out = append(out, c.Value)
+	text := string(doc)
+	agentAt := strings.Index(text, "Agent (source `"+protocol.EventSourceAgent+"`)")
+	aggregatorAt := strings.Index(text, "Aggregator (source `"+protocol.EventSourceAggregator+"`)")
+	end := strings.Index(text, "\n## Alerts")
+	if agentAt < 0 || aggregatorAt < agentAt || end < aggregatorAt {
+		t.Fatal("docs/reference.md has no agent's and aggregator's Event tables, in that order, before ## Alerts")
+	}
+	tables := map[string]string{
+		protocol.EventSourceAgent:      text[agentAt:aggregatorAt],
+		protocol.EventSourceAggregator: text[aggregatorAt:end],
+	}
+	for _, r := range protocol.EventReasons {
+		typ := "Normal"
+		if r.Warning {
+			typ = "Warning"
+		}
+		for _, src := range r.Sources {
+			if row := "| `" + r.Reason + "` | " + typ + " |"; !strings.Contains(tables[src], row) {
+				t.Errorf("docs/reference.md's table of %s has no row %q", src, row)
+			}
 		}
 	}
-	return out
 }

@@ -11,9 +11,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/maintenance-handler/maintenance-handler/internal/gosrc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/test/gosrc"
 )
 
 // TestKeysHaveOneWriter: every key is in the table once, with one writer;
@@ -77,7 +78,8 @@ func declaredKeys(t *testing.T) map[string]string {
 
 // TestEachKeyAndInterruptionSpelledOnce: no string literal in the
 // module's code outside this package's declarations spells a key, an
-// interruption type or an interruption reason: they are all named here.
+// interruption type, an interruption reason or an Event reason: they are
+// all named here.
 func TestEachKeyAndInterruptionSpelledOnce(t *testing.T) {
 	type spelling struct {
 		value string
@@ -92,6 +94,9 @@ func TestEachKeyAndInterruptionSpelledOnce(t *testing.T) {
 	}
 	for _, i := range Interruptions {
 		want = append(want, spelling{string(i.Reason), true})
+	}
+	for _, r := range EventReasons {
+		want = append(want, spelling{r.Reason, true})
 	}
 	count := map[string][]string{}
 	fset := token.NewFileSet()
@@ -250,5 +255,48 @@ func TestAgentLeavesGKEsKeysAlone(t *testing.T) {
 	WriteAgentState(n, AgentState{Phase: PhaseIdle})
 	if _, ok := n.Labels[LabelActiveMaintenance]; ok || HasTaint(n) {
 		t.Errorf("back from its own maintenance, the agent left its keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
+	}
+}
+
+// TestEventReasonsListed: every Event reason the package declares is in
+// EventReasons once, with a known source, and every trigger refusal is an
+// agent's Warning.
+func TestEventReasonsListed(t *testing.T) {
+	consts, err := gosrc.StringConsts("..", "protocol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]EventReason{}
+	for _, r := range EventReasons {
+		if _, twice := listed[r.Reason]; twice {
+			t.Errorf("%s is in EventReasons twice", r.Reason)
+		}
+		listed[r.Reason] = r
+		for _, src := range r.Sources {
+			if src != EventSourceAgent && src != EventSourceAggregator {
+				t.Errorf("%s: unknown source %q", r.Reason, src)
+			}
+		}
+		if len(r.Sources) == 0 {
+			t.Errorf("%s has no source", r.Reason)
+		}
+	}
+	declared := 0
+	for _, c := range consts {
+		if !strings.HasPrefix(c.Name, "Event") || strings.HasPrefix(c.Name, "EventSource") {
+			continue
+		}
+		declared++
+		if _, ok := listed[c.Value]; !ok {
+			t.Errorf("%s (%s) is not in EventReasons", c.Name, c.Value)
+		}
+	}
+	if declared != len(EventReasons) {
+		t.Errorf("%d Event* constants declared, %d reasons listed", declared, len(EventReasons))
+	}
+	for _, r := range TriggerRefusals {
+		if e := listed[r]; !e.Warning || len(e.Sources) != 1 || e.Sources[0] != EventSourceAgent {
+			t.Errorf("trigger refusal %s: %+v, want an agent's Warning", r, e)
+		}
 	}
 }

@@ -89,7 +89,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	// scrapes it (the recording rules aggregate on them).
 	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
 	m := metrics.NewAgent(nodeLabels)
-	events := agent.NewNodeEvents(client.EventSink(), opts.NodeName, node.UID)
+	events := kube.NewNodeEvents(client.EventSink(), opts.NodeName, node.UID)
 	defer events.Shutdown()
 	if opts.MetadataHost != "" {
 		// The OAuth token source reads the metadata server from here.

@@ -27,12 +27,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 var world *testworld.World
@@ -173,7 +172,7 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	}
 	// A Warning Event says so, once per key, and the metric.
 	poll(t, "a MetadataUnhealthy Event for maintenance-event", time.Minute, func() bool {
-		return len(nodeEventMessages(t, node, agent.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent)) > 0
+		return len(nodeEventMessages(t, node, protocol.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent)) > 0
 	})
 	// The gauge is set before the Event is recorded.
 	_, m := p.get("/metrics")
@@ -183,9 +182,9 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	emu.ClearFaults()
 	poll(t, "healthy again", time.Minute, func() bool { code, _ := p.get("/healthz"); return code == 200 })
 	poll(t, "a MetadataRecovered Event for maintenance-event", time.Minute, func() bool {
-		return len(nodeEventMessages(t, node, agent.EventMetadataRecovered, metadata.KeyMaintenanceEvent)) > 0
+		return len(nodeEventMessages(t, node, protocol.EventMetadataRecovered, metadata.KeyMaintenanceEvent)) > 0
 	})
-	if got := nodeEventMessages(t, node, agent.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent); len(got) != 1 {
+	if got := nodeEventMessages(t, node, protocol.EventMetadataUnhealthy, metadata.KeyMaintenanceEvent); len(got) != 1 {
 		t.Errorf("MetadataUnhealthy Events for maintenance-event: %q, want one", got)
 	}
 	select {
@@ -398,7 +397,7 @@ func TestKilledMidDrainDrainsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := world.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(n.UID) + ",reason=" + agent.EventTerminateOnHost})
+	events, err := world.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(n.UID) + ",reason=" + protocol.EventTerminateOnHost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +406,7 @@ func TestKilledMidDrainDrainsOnce(t *testing.T) {
 		count += int(max(e.Count, 1))
 	}
 	if count != 1 {
-		t.Errorf("%d %s Events, want 1", count, agent.EventTerminateOnHost)
+		t.Errorf("%d %s Events, want 1", count, protocol.EventTerminateOnHost)
 	}
 }
 

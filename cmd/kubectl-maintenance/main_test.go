@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 var world *testworld.World
@@ -135,7 +135,7 @@ func TestStatusGolden(t *testing.T) {
 	t.Cleanup(func() {
 		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
 	})
-	event(t, "km-0", aggregator.EventSource, aggregator.EventSkipped, "Not picked for opportunistic maintenance: the pool golden must keep min-nodes=1 nodes Ready and out of maintenance (1 are)", t0.Add(-time.Minute))
+	event(t, "km-0", protocol.EventSourceAggregator, protocol.EventSkipped, "Not picked for opportunistic maintenance: the pool golden must keep min-nodes=1 nodes Ready and out of maintenance (1 are)", t0.Add(-time.Minute))
 
 	code, out := kubectl(t, false, "", "status", "--pool", "golden")
 	if code != exitOK {
@@ -194,7 +194,7 @@ func TestWhySaysEachReason(t *testing.T) {
 		publish(t, name, func(n *corev1.Node) {
 			n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(48*time.Hour), true)
 		})
-		event(t, name, aggregator.EventSource, aggregator.EventSkipped, msg, t0.Add(-time.Minute))
+		event(t, name, protocol.EventSourceAggregator, protocol.EventSkipped, msg, t0.Add(-time.Minute))
 		code, out := kubectl(t, false, "", "why", name)
 		if code != exitOK || !strings.Contains(out, "has a maintenance scheduled for 2026-11-25T12:00:00Z (in 2d0h)") || !strings.Contains(out, msg) {
 			t.Errorf("why %s (%s): exit %d, %q", name, reason, code, out)
@@ -305,7 +305,7 @@ func TestTriggerChecksFirst(t *testing.T) {
 	// count: delete it, so that the drain can finish.
 	_ = world.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "server", metav1.DeleteOptions{})
 	code, out = kubectl(t, true, "", "trigger", "tr-ok", "--yes", "--timeout", "2m")
-	if code != exitOK || !strings.Contains(out, "CustomerTriggeredMaintenance") || !strings.Contains(out, "tr-ok is drained and Compute Engine starts its maintenance") {
+	if code != exitOK || !strings.Contains(out, protocol.EventManualStarted) || !strings.Contains(out, "tr-ok is drained and Compute Engine starts its maintenance") {
 		t.Errorf("trigger --yes: exit %d:\n%s", code, out)
 	}
 	if calls := len(v.Emu.Calls()); calls != 1 {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -117,14 +116,13 @@ func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, t
 	seen := map[types.UID]bool{}
 	var outcome error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + agent.EventSource})
+		events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + protocol.EventSourceAgent})
 		if err == nil {
 			for _, e := range events.Items {
 				if !seen[e.UID] && e.LastTimestamp.Time.After(a.now().Add(-time.Minute)) {
 					seen[e.UID] = true
 					fmt.Fprintf(a.out, "  %s %s: %s\n", e.Type, e.Reason, e.Message)
-					switch e.Reason {
-					case agent.EventManualRejected, agent.EventManualFailed, agent.EventManualAbandoned, agent.EventManualNotStarted:
+					if protocol.IsTriggerRefusal(e.Reason) {
 						outcome = fmt.Errorf("%w: %s", errRefused, e.Message)
 					}
 				}

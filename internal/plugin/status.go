@@ -141,7 +141,7 @@ func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 		t := a.IdleSince
 		ns.IdleSince = &t
 	}
-	if e := lastEvent(in.Events, n.Name, aggregator.EventSource); e != nil {
+	if e := lastEvent(in.Events, n.Name, protocol.EventSourceAggregator); e != nil {
 		ns.Decision, ns.DecisionWhy = e.Reason, e.Message
 	}
 	counts := protocol.NodeInterruptions(n)

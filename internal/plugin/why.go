@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -46,12 +44,13 @@ func Why(in Input, n *corev1.Node) string {
 	if f := st.Failures; f.Count > 0 {
 		say("Its last %d voluntary maintenance(s) failed (%s, last at %s); the aggregator does not pick it before %s.", f.Count, f.Reason, at(f.Last), at(f.RetryAfter))
 	}
-	if e := lastEvent(in.Events, n.Name, aggregator.EventSource); e != nil && !st.Active() && pending {
+	if e := lastEvent(in.Events, n.Name, protocol.EventSourceAggregator); e != nil && !st.Active() && pending {
 		say("The aggregator's last word (%s, %s): %s", e.Reason, In(eventTime(e), in.Now), e.Message)
 	}
-	if e := lastEvent(in.Events, n.Name, agent.EventSource); e != nil {
-		switch e.Reason {
-		case agent.EventManualRejected, agent.EventManualFailed, agent.EventManualAbandoned, agent.EventManualNotStarted, agent.EventCheckpointLeadInvalid:
+	if e := lastEvent(in.Events, n.Name, protocol.EventSourceAgent); e != nil {
+		// A refused trigger, or a pod's lead that was ignored, is worth
+		// saying; the lifecycle Events are what the keys above say.
+		if protocol.IsTriggerRefusal(e.Reason) || e.Reason == protocol.EventCheckpointLeadInvalid {
 			say("The agent's last word (%s, %s): %s", e.Reason, In(eventTime(e), in.Now), e.Message)
 		}
 	}

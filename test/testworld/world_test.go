@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 var world *testworld.World

@@ -1,18 +1,17 @@
-package agent
+package kube
 
 import (
 	"strings"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// EventSource is the component name on the agent's Events.
-const EventSource = "maintenance-handler"
-
-// NodeEvents records Kubernetes Events on one Node.
+// NodeEvents records the agent's Kubernetes Events on its Node (source
+// protocol.EventSourceAgent).
 //
 // client-go's recorder drops Events by default once a source has sent 25
 // about one object (then one per five minutes), whatever they say: a burst
@@ -27,17 +26,15 @@ type NodeEvents struct {
 	ref         *corev1.ObjectReference
 }
 
-var _ Events = (*NodeEvents)(nil)
-
 // NewNodeEvents returns a recorder for the Node named nodeName (whose UID
-// is uid) that writes to sink (kube.Client.EventSink). Call Shutdown when
+// is uid) that writes to sink (Client.EventSink). Call Shutdown when
 // done.
 func NewNodeEvents(sink record.EventSink, nodeName string, uid types.UID) *NodeEvents {
 	b := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{SpamKeyFunc: spamKey}))
 	b.StartRecordingToSink(sink)
 	return &NodeEvents{
 		broadcaster: b,
-		recorder:    b.NewRecorder(kube.Scheme, corev1.EventSource{Component: EventSource, Host: nodeName}),
+		recorder:    b.NewRecorder(Scheme, corev1.EventSource{Component: protocol.EventSourceAgent, Host: nodeName}),
 		ref:         &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: uid, APIVersion: "v1"},
 	}
 }

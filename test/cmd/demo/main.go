@@ -37,9 +37,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 func main() {

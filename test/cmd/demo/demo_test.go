@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 )
 
 // The demo is checked as a user runs it: the binary, built as `make demo`

@@ -20,13 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 const (
@@ -378,11 +376,11 @@ func (d *demo) timeline(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	events, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + agent.EventSource})
+	events, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + protocol.EventSourceAgent})
 	if err != nil {
 		return
 	}
-	decisions, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + aggregator.EventSource})
+	decisions, err := c.CoreV1().Events("").Watch(ctx, metav1.ListOptions{FieldSelector: "source=" + protocol.EventSourceAggregator})
 	if err != nil {
 		return
 	}

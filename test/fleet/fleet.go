@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/gceemu"
-	"github.com/maintenance-handler/maintenance-handler/internal/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // VM is one simulated VM.
@@ -140,7 +140,7 @@ func Binaries() (string, error) {
 			buildErr = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator", "./cmd/demo")
+		cmd := exec.Command("go", "build", "-o", buildDir+string(filepath.Separator), "./cmd/agent", "./cmd/aggregator", "./test/cmd/demo")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, out)

@@ -1,0 +1,142 @@
+package protocol
+
+// Event sources: the component name on each component's Events.
+const (
+	// EventSourceAgent is on the agent's Events (its drain's included),
+	// each about its own Node.
+	EventSourceAgent = "maintenance-handler"
+	// EventSourceAggregator is on the aggregator's Events.
+	EventSourceAggregator = "maintenance-handler-aggregator"
+)
+
+// Event reasons: every reason the project's Events carry, here and nowhere
+// else (a test checks that no other file spells one). GKE's own reason is
+// kept where one fits (docs/gce.md). EventReasons says who records each,
+// and its type.
+const (
+	// The notice and the maintenance (agent).
+	EventMaintenanceScheduled   = "MaintenanceWindowScheduled"
+	EventMaintenanceRescheduled = "MaintenanceWindowRescheduled"
+	EventMaintenanceCancelled   = "MaintenanceWindowCancelled"
+	EventMaintenanceStarted     = "MaintenanceWindowStarted"
+	EventTerminateOnHost        = "TerminateOnHostMaintenance"
+	EventPreempted              = "NodePreempted"
+	EventMigrateOnHost          = "MigrateOnHostMaintenance"
+	EventEvictionComplete       = "PodEvictionComplete"
+	EventMaintenanceCleared     = "MaintenanceWindowCleared"
+	EventMaintenanceAborted     = "MaintenanceCancelledBeforeStop"
+	EventUnexpectedReboot       = "UnexpectedReboot"
+	EventNodeUpgraded           = "NodeUpgraded"
+	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
+
+	// The metadata watch's health (agent).
+	EventMetadataUnhealthy = "MetadataUnhealthy"
+	EventMetadataRecovered = "MetadataRecovered"
+
+	// A manual or opportunistic maintenance: the perform-maintenance label
+	// and the performMaintenance call (agent).
+	EventManualStarted    = "CustomerTriggeredMaintenance"
+	EventManualAccepted   = "PerformMaintenanceSuccess"
+	EventManualRejected   = "PerformMaintenanceRejected"
+	EventManualFailed     = "PerformMaintenanceFailed"
+	EventManualNotStarted = "PerformMaintenanceNotStarted"
+	EventManualAbandoned  = "PerformMaintenanceAbandoned"
+
+	// The drain (agent).
+	EventEscalated = "EvictionEscalatedToDelete"
+	EventBlocked   = "EvictionBlockedByPDB"
+	// EventGroupDeadline: a group's share of the deadline ran out with
+	// pods still on the node; the drain goes on without them.
+	EventGroupDeadline = "DrainGroupDeadline"
+
+	// EventCheckpointLeadInvalid: a pod's checkpoint lead is not a
+	// positive duration; it is ignored, said once per pod (agent).
+	EventCheckpointLeadInvalid = "CheckpointLeadInvalid"
+
+	// Multi-host slices: the agent drains with its slice (Drain), moves
+	// its deadline to the slice's (Deadline); the aggregator asks every
+	// host (Maintenance), takes a person's trigger to the other hosts
+	// (Taken); both say when the slice is back (Back).
+	EventSliceDrain       = "SliceMaintenanceDrain"
+	EventSliceDeadline    = "SliceMaintenanceDeadline"
+	EventSliceMaintenance = "SliceMaintenance"
+	EventSliceTaken       = "SliceMaintenanceTaken"
+	EventSliceBack        = "SliceMaintenanceOver"
+
+	// Opportunistic maintenance and accounting (aggregator).
+	EventTriggered     = "OpportunisticMaintenanceTriggered"
+	EventSkipped       = "OpportunisticMaintenanceSkipped"
+	EventInvalidConfig = "InvalidOpportunisticConfig"
+	// EventRecreated: a Node deleted and created again, counted as a
+	// repair.
+	EventRecreated = "NodeRecreated"
+)
+
+// EventReason is one reason with the components that record it and its
+// Event type.
+type EventReason struct {
+	Reason  string
+	Sources []string
+	Warning bool
+}
+
+var (
+	agentOnly      = []string{EventSourceAgent}
+	aggregatorOnly = []string{EventSourceAggregator}
+)
+
+// EventReasons lists every reason, the agent's first, in the order
+// docs/reference.md lists them.
+var EventReasons = []EventReason{
+	{EventMaintenanceScheduled, agentOnly, false},
+	{EventMaintenanceRescheduled, agentOnly, false},
+	{EventMaintenanceCancelled, agentOnly, false},
+	{EventMaintenanceStarted, agentOnly, true},
+	{EventTerminateOnHost, agentOnly, true},
+	{EventPreempted, agentOnly, true},
+	{EventMigrateOnHost, agentOnly, false},
+	{EventBlocked, agentOnly, true},
+	{EventEscalated, agentOnly, true},
+	{EventEvictionComplete, agentOnly, false},
+	{EventMaintenanceCleared, agentOnly, false},
+	{EventMaintenanceAborted, agentOnly, true},
+	{EventUnrecognizedValue, agentOnly, true},
+	{EventMetadataUnhealthy, agentOnly, true},
+	{EventMetadataRecovered, agentOnly, false},
+	{EventGroupDeadline, agentOnly, true},
+	{EventManualStarted, agentOnly, true},
+	{EventManualAccepted, agentOnly, false},
+	{EventManualRejected, agentOnly, true},
+	{EventManualFailed, agentOnly, true},
+	{EventManualAbandoned, agentOnly, true},
+	{EventManualNotStarted, agentOnly, true},
+	{EventUnexpectedReboot, agentOnly, true},
+	{EventNodeUpgraded, agentOnly, false},
+	{EventCheckpointLeadInvalid, agentOnly, true},
+	{EventSliceDrain, agentOnly, true},
+	{EventSliceDeadline, agentOnly, true},
+	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
+	{EventTriggered, aggregatorOnly, false},
+	{EventSkipped, aggregatorOnly, false},
+	{EventInvalidConfig, aggregatorOnly, true},
+	{EventRecreated, aggregatorOnly, true},
+	{EventSliceMaintenance, aggregatorOnly, true},
+	{EventSliceTaken, aggregatorOnly, true},
+}
+
+// TriggerRefusals are the agent's final answers to a perform-maintenance
+// label that end with the node in service and Compute Engine not starting
+// the maintenance: the label refused, the call failed, the voluntary drain
+// given up, or the maintenance not begun after the call. The other final
+// answer is EventManualAccepted (the node then turns terminating).
+var TriggerRefusals = []string{EventManualRejected, EventManualFailed, EventManualAbandoned, EventManualNotStarted}
+
+// IsTriggerRefusal: reason is one of TriggerRefusals.
+func IsTriggerRefusal(reason string) bool {
+	for _, r := range TriggerRefusals {
+		if r == reason {
+			return true
+		}
+	}
+	return false
+}
