@@ -180,7 +180,7 @@ type Config struct {
 }
 
 // DefaultConfig is what Compute Engine documents.
-var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: 60 * time.Minute,
+var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: protocol.DefaultManualDrainTimeout,
 	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
 
 // withDefaults fills every zero field from DefaultConfig: a zero deadline
@@ -490,36 +490,17 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		if !obs.TriggerSet || d.RemoveTrigger {
 			return
 		}
-		if obs.Trigger != protocol.TriggerValue {
-			d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q.", protocol.LabelPerformMaintenance, obs.Trigger, protocol.TriggerValue))
-			return
-		}
-		if !sig.NoticeKnown {
+		if obs.Trigger == protocol.TriggerValue && !sig.NoticeKnown {
 			return // wait until the metadata server has answered
 		}
-		n := sig.Notice
+		answer := triggerCheck(cfg, st, obs).Answer()
 		switch {
-		case !sig.NoticePresent:
-			d.reject(protocol.ManualNoNotice, fmt.Sprintf("%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", protocol.LabelPerformMaintenance))
-		case n.Status == metadata.StatusOngoing:
-			d.reject(protocol.ManualAlreadyOngoing, fmt.Sprintf("The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", protocol.LabelPerformMaintenance))
-		case n.Status != metadata.StatusPending:
-			d.reject(protocol.ManualNotReschedulable, fmt.Sprintf("The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, protocol.LabelPerformMaintenance))
-		case !n.CanReschedule:
-			d.reject(protocol.ManualNotReschedulable, fmt.Sprintf("The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
-		case obs.Opportunistic && !obs.PodsKnown:
+		case answer.Wait:
 			return // re-checked once the pods are known
-		case obs.Opportunistic && !obs.Idle:
-			d.reject(protocol.ManualNotIdle, fmt.Sprintf("The node was picked for opportunistic maintenance while idle, and is no longer idle (%s): it is not drained.", obs.Busy))
-		case obs.Opportunistic && (obs.TriggeredAt.IsZero() || obs.Now.Sub(obs.TriggeredAt) > cfg.TriggerMaxAge):
-			d.reject(protocol.ManualStaleTrigger, fmt.Sprintf("The opportunistic trigger was written at %s, more than %s ago (or its time cannot be read): the node may have changed since; it is not drained.",
-				formatTime(obs.TriggeredAt), cfg.TriggerMaxAge))
-		case obs.Opportunistic && obs.TriggerFor != strconv.FormatInt(n.WindowStart.Unix(), 10):
-			d.reject(protocol.ManualNoticeChanged, fmt.Sprintf("The opportunistic trigger was written for the maintenance scheduled at %q (Unix seconds), and the pending one is scheduled for %s: it is not drained.",
-				obs.TriggerFor, n.WindowStart.UTC().Format(time.RFC3339)))
-		case obs.ManualBlocked != "":
-			d.reject(obs.ManualBlocked, fmt.Sprintf("The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", obs.ManualBlockedDetail, protocol.LabelPerformMaintenance))
+		case !answer.Accepted():
+			d.reject(answer.Outcome, answer.Message)
 		default:
+			n := sig.Notice
 			deadline := obs.Now.Add(cfg.ManualDrainTimeout)
 			d.start(obs, protocol.ReasonManual, deadline)
 			d.State.RequestID = obs.RequestID
@@ -535,8 +516,8 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 	case st.RequestID == "":
 		// A maintenance the label did not start.
 		if obs.TriggerSet {
-			d.reject(protocol.ManualAlreadyOngoing, fmt.Sprintf("A %s is already under way on this node (%s since %s); %s is not needed.",
-				st.Reason, st.Phase, st.Started.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+			answer := triggerCheck(cfg, st, obs).Answer()
+			d.reject(answer.Outcome, answer.Message)
 		}
 	default: // a maintenance the label started
 		if obs.TriggerSet && obs.Trigger != protocol.TriggerValue {
@@ -594,6 +575,14 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			}
 		}
 	}
+}
+
+// triggerCheck is what the agent knows of the trigger, for
+// protocol.TriggerCheck.Answer.
+func triggerCheck(cfg Config, st State, obs Observation) protocol.TriggerCheck {
+	return protocol.TriggerCheck{Value: obs.Trigger, State: st, Notice: obs.Signals.Notice, NoticePresent: obs.Signals.NoticePresent,
+		Opportunistic: obs.Opportunistic, TriggeredAt: obs.TriggeredAt, TriggerFor: obs.TriggerFor, PodsKnown: obs.PodsKnown,
+		Idle: obs.Idle, Busy: obs.Busy, MaxAge: cfg.TriggerMaxAge, Now: obs.Now, Blocked: obs.ManualBlocked, BlockedDetail: obs.ManualBlockedDetail}
 }
 
 // awaitStart: Compute Engine accepted the call and the maintenance has not

@@ -27,18 +27,6 @@ const (
 	OutcomeEscalated = "deleted" // deleted at deadline - grace after refusals
 )
 
-// Group is one ordered step of a drain.
-type Group string
-
-const (
-	GroupWorkload  Group = "workload"  // every namespace but kube-system
-	GroupSystem    Group = "system"    // kube-system
-	GroupDaemonSet Group = "daemonset" // pods owned by a DaemonSet
-)
-
-// Groups is the drain order.
-var Groups = []Group{GroupWorkload, GroupSystem, GroupDaemonSet}
-
 // Recorder counts what the drain did. It is implemented by the metrics
 // package.
 type Recorder interface {
@@ -160,24 +148,6 @@ type Result struct {
 	Left []string
 }
 
-// GroupOf tells which drain group a pod belongs to, and false for pods the
-// drain never touches: mirror (static) pods and finished pods.
-func GroupOf(p *corev1.Pod) (Group, bool) {
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return "", false
-	}
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return "", false
-	}
-	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
-		return GroupDaemonSet, true
-	}
-	if p.Namespace == metav1.NamespaceSystem {
-		return GroupSystem, true
-	}
-	return GroupWorkload, true
-}
-
 // podState is what the drain remembers of one pod it has acted on.
 type podState struct {
 	nextTry time.Time
@@ -241,7 +211,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (R
 	for _, p := range d.opts.Pods.List() {
 		began[p.UID] = true
 	}
-	deadlines := d.groupDeadlines(began, d.opts.Clock.Now(), deadline)
+	deadlines := GroupDeadlines(d.members(began), d.opts.Reserve, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
 		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], escalate, &res)
 		if err != nil {
@@ -252,27 +222,15 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (R
 	return res, nil
 }
 
-// groupDeadlines splits the time to deadline between the groups, in
-// Groups' order (see Options.Reserve).
-func (d *Drainer) groupDeadlines(began map[types.UID]bool, now, deadline time.Time) []time.Time {
-	var needSystem, needDaemonSet time.Duration
+// members lists the pods the drain waits for (see member).
+func (d *Drainer) members(began map[types.UID]bool) []*corev1.Pod {
+	var out []*corev1.Pod
 	for _, p := range d.opts.Pods.List() {
-		g, ok := d.member(p, began)
-		switch {
-		case !ok:
-		case g == GroupSystem:
-			needSystem = max(needSystem, podGrace(p))
-		case g == GroupDaemonSet:
-			needDaemonSet = max(needDaemonSet, podGrace(p))
+		if _, ok := member(p, began, d.opts.Skip, d.opts.TaintKey); ok {
+			out = append(out, p)
 		}
 	}
-	need := needSystem + needDaemonSet
-	reserve := min(d.opts.Reserve, need, deadline.Sub(now)/2)
-	if reserve <= 0 {
-		return []time.Time{deadline, deadline, deadline}
-	}
-	daemonSetShare := time.Duration(float64(reserve) * float64(needDaemonSet) / float64(need)).Round(time.Second)
-	return []time.Time{deadline.Add(-reserve), deadline.Add(-min(daemonSetShare, reserve)), deadline}
+	return out
 }
 
 // action is one API call for a pod.
@@ -346,84 +304,6 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 	}
 }
 
-// planRound is one round of a group's drain, a pure function of now, the
-// drain's start, the group's deadline, its pods and what the drain
-// remembers of them (states, to which it adds the pods it meets first):
-// the calls due now, the longest grace first (those decide when the node
-// is empty), and when to plan again though nothing changes: the earliest
-// moment a pod not due now will be (its checkpoint lead over, its next
-// try), at the latest the group's end (deadline + EndSlack).
-func planRound(now, start, deadline time.Time, escalate bool, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
-	wake = deadline.Add(EndSlack)
-	if !now.Before(wake) {
-		wake = now.Add(time.Hour) // past it: only returning calls matter
-	}
-	for _, p := range pods {
-		if p.DeletionTimestamp != nil {
-			continue // stopping: wait for it to go
-		}
-		st := states[p.UID]
-		if st == nil {
-			st = &podState{}
-			states[p.UID] = st
-		}
-		if st.evicted || st.inFlight {
-			continue
-		}
-		if at := EvictAt(p, start, deadline); now.Before(at) {
-			wake = earliest(wake, at) // told, and checkpointing
-			continue
-		}
-		grace := podGrace(p)
-		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: deadline.Add(-grace), at: now, voluntary: !escalate, deadline: deadline}
-		switch {
-		case escalate && st.refused && !now.Before(a.escalateAt):
-			a.escalate = true
-		case now.Before(st.nextTry):
-			wake = earliest(wake, st.nextTry)
-			if escalate && st.refused {
-				wake = earliest(wake, a.escalateAt)
-			}
-			continue
-		}
-		due = append(due, a)
-	}
-	sort.SliceStable(due, func(i, j int) bool { return due[i].grace > due[j].grace })
-	return due, wake
-}
-
-// EvictAt is when a drain that began at start asks pod p to stop: at
-// once, or, for a pod annotated with a checkpoint lead
-// (protocol.PodAnnotationCheckpointLead), that lead later, but no later
-// than leaves it its whole grace period before deadline.
-func EvictAt(p *corev1.Pod, start, deadline time.Time) time.Time {
-	lead, ok, err := protocol.CheckpointLead(p.Annotations)
-	if !ok || err != nil {
-		return start
-	}
-	at := start.Add(lead)
-	if latest := deadline.Add(-podGrace(p)); latest.Before(at) {
-		at = latest
-	}
-	if at.Before(start) {
-		at = start
-	}
-	return at
-}
-
-// CappedGrace is the grace period a pod whose own is grace gets when it is
-// asked to stop at now: what is left to deadline, rounded up to whole
-// seconds (a pod deleted at deadline - grace gets all of its grace, ending
-// at most a moment past deadline), never more than grace, never less than
-// GraceFloor.
-func CappedGrace(grace time.Duration, now, deadline time.Time) time.Duration {
-	left := deadline.Sub(now)
-	if whole := left.Truncate(time.Second); whole < left {
-		left = whole + time.Second
-	}
-	return max(min(grace, left), GraceFloor)
-}
-
 // record takes in the outcome of one call. The metric is counted last, once
 // the pod's state (its next try) is set.
 func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
@@ -459,7 +339,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 					klogRef(p), a.deadline.UTC().Format(time.RFC3339))
 			case !a.at.Before(a.escalateAt):
 				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
-					klogRef(p), podGrace(p), a.grace)
+					klogRef(p), PodGrace(p), a.grace)
 			}
 			d.opts.Events.NodeEvent(true, protocol.EventBlocked, msg)
 		}
@@ -478,48 +358,12 @@ const parallelism = 16
 func (d *Drainer) pending(g Group, began map[types.UID]bool) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range d.opts.Pods.List() {
-		if pg, ok := d.member(p, began); ok && pg == g {
+		if pg, ok := member(p, began, d.opts.Skip, d.opts.TaintKey); ok && pg == g {
 			out = append(out, p)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return klogRef(out[i]) < klogRef(out[j]) })
 	return out
-}
-
-// member tells the group of a pod the drain waits for, and false for a pod
-// it leaves alone: the agent itself, mirror and finished pods, and pods
-// that were not on the node when the drain began (began holds their UIDs)
-// and tolerate the taint or belong to a DaemonSet.
-func (d *Drainer) member(p *corev1.Pod, began map[types.UID]bool) (Group, bool) {
-	if p.Namespace == d.opts.Skip.Namespace && p.Name == d.opts.Skip.Name {
-		return "", false
-	}
-	g, ok := GroupOf(p)
-	if !ok {
-		return "", false
-	}
-	if !began[p.UID] && (g == GroupDaemonSet || toleratesTaint(p, d.opts.TaintKey)) {
-		// Would come back after every eviction: a DaemonSet's
-		// replacement, or a pod that tolerates the taint.
-		return "", false
-	}
-	return g, true
-}
-
-// toleratesTaint: the pod tolerates key:NoSchedule (a taint with no value).
-func toleratesTaint(p *corev1.Pod, key string) bool {
-	if key == "" {
-		return false
-	}
-	for _, t := range p.Spec.Tolerations {
-		keyMatches := t.Key == key || t.Key == "" && t.Operator == corev1.TolerationOpExists
-		effectMatches := t.Effect == "" || t.Effect == corev1.TaintEffectNoSchedule
-		valueMatches := t.Operator == corev1.TolerationOpExists || t.Value == "" // the taint has no value
-		if keyMatches && effectMatches && valueMatches {
-			return true
-		}
-	}
-	return false
 }
 
 // wait blocks until the pod cache changes, a call returns (handled by
@@ -570,14 +414,6 @@ func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration
 		return OutcomeError
 	}
 	return OutcomeEscalated
-}
-
-// podGrace is the pod's terminationGracePeriodSeconds (30 s if unset).
-func podGrace(p *corev1.Pod) time.Duration {
-	if p.Spec.TerminationGracePeriodSeconds != nil {
-		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
-	}
-	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
 }
 
 // excerptList joins at most n names, saying how many more there are.

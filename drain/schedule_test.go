@@ -73,12 +73,7 @@ func TestGroupDeadlines(t *testing.T) {
 			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(Options{Pods: staticPods(tc.pods), Reserve: tc.reserve})
-			present := map[types.UID]bool{}
-			for _, p := range tc.pods {
-				present[p.UID] = true
-			}
-			got := d.groupDeadlines(present, began, began.Add(tc.budget))
+			got := GroupDeadlines(tc.pods, New(Options{Reserve: tc.reserve}).opts.Reserve, began, began.Add(tc.budget))
 			for i, g := range got {
 				if g.Sub(began) != tc.want[i] {
 					t.Errorf("%s group ends %s after the start, want %s", Groups[i], g.Sub(began), tc.want[i])

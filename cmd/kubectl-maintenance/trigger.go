@@ -98,14 +98,18 @@ func (a *app) showPlan(ctx context.Context, c kubernetes.Interface, node string)
 	for i := range pods.Items {
 		ptrs = append(ptrs, &pods.Items[i])
 	}
-	plan := plugin.DrainPlan(ptrs, pdbs.Items)
+	plan := plugin.DrainPlan(ptrs, pdbs.Items, a.now())
 	fmt.Fprintf(a.out, "The drain will stop %d pod(s), in this order:\n", len(plan))
 	for _, p := range plan {
 		refused := ""
 		if len(p.RefusedBy) > 0 {
 			refused = "  (refused now by " + strings.Join(p.RefusedBy, ", ") + ": retried, the budget holds)"
 		}
-		fmt.Fprintf(a.out, "  %-9s %s, grace %s%s\n", p.Group, p.Pod, p.Grace, refused)
+		lead := ""
+		if p.Lead > 0 {
+			lead = fmt.Sprintf(", after its checkpoint lead of %s", p.Lead)
+		}
+		fmt.Fprintf(a.out, "  %-9s %s, grace %s%s%s\n", p.Group, p.Pod, p.Grace, lead, refused)
 	}
 	return nil
 }

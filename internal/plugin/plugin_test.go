@@ -38,7 +38,7 @@ func TestDrainPlan(t *testing.T) {
 	pdbs := []policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "trainer"},
 		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "trainer"}}},
 		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}}
-	plan := DrainPlan([]*corev1.Pod{ds, pod("kube-system", "dns", 30, nil), pod("ml", "server", 5, nil), pod("ml", "trainer", 60, map[string]string{"app": "trainer"}), done}, pdbs)
+	plan := DrainPlan([]*corev1.Pod{ds, pod("kube-system", "dns", 30, nil), pod("ml", "server", 5, nil), pod("ml", "trainer", 60, map[string]string{"app": "trainer"}), done}, pdbs, now)
 	var got []string
 	for _, p := range plan {
 		got = append(got, string(p.Group)+" "+p.Pod+" "+p.Grace.String()+" "+strings.Join(p.RefusedBy, ","))
@@ -74,9 +74,9 @@ pools:
 		want string // "" for accepted
 	}{
 		{"pending and reschedulable", node("a", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true")}), policy.Config{}, ""},
-		{"no notice", node("b", nil), policy.Config{}, "has no maintenance notice"},
+		{"no notice", node("b", nil), policy.Config{}, "(no_notice)"},
 		{"not reschedulable", node("c", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("false")}), policy.Config{}, "cannot be rescheduled"},
-		{"in maintenance", node("d", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true"), protocol.AnnotationPhase: "Draining", protocol.AnnotationReason: "preemption"}), policy.Config{}, "already in maintenance"},
+		{"in maintenance", node("d", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true"), protocol.AnnotationPhase: "Draining", protocol.AnnotationReason: "preemption"}), policy.Config{}, "(already_ongoing)"},
 		{"gated, in an exclusion", node("e", map[string]string{protocol.AnnotationUpcomingMaintenance: notice("true")}), gated, `inside the maintenance exclusion "freeze"`},
 	} {
 		in := Input{Now: now, Nodes: []*corev1.Node{tc.n}, Config: tc.cfg, PoolLabel: protocol.LabelNodePool}

@@ -2,17 +2,18 @@ package plugin
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -24,29 +25,18 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	pool := n.Labels[in.PoolLabel]
 	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
-	notice, present, err := metadata.ParseNotice(st.Notice)
-	switch {
-	case st.Active():
-		problem("%s is already in maintenance (%s for %s)", n.Name, st.Phase, st.Reason)
-	case err != nil || !present:
-		problem("%s has no maintenance notice: there is nothing to start now", n.Name)
-	case notice.Status != metadata.StatusPending:
-		problem("its maintenance is %s, not PENDING: it cannot be started now", notice.RawStatus)
-	case !notice.CanReschedule:
-		problem("its maintenance scheduled for %s cannot be rescheduled (can_reschedule false)", notice.WindowStart.UTC().Format(time.RFC3339))
-	}
 	if v, set := n.Labels[protocol.LabelPerformMaintenance]; set {
 		problem("%s=%s is already set", protocol.LabelPerformMaintenance, v)
 	}
-	switch {
-	case in.ConfigErr != nil:
-		problem("the maintenance policy cannot be read (%v): where manual triggers are gated, the agent refuses them (policy_unknown)", in.ConfigErr)
-	case in.Config.PoolErrors[pool] != nil:
-		problem("the maintenance policy's part for pool %s is invalid (%v): the agent refuses manual triggers there (policy_unknown)", pool, in.Config.PoolErrors[pool])
-	default:
-		if reason, detail := in.Config.ManualBlocked(pool, in.Now); reason != "" {
-			problem("the maintenance policy gates manual triggers in pool %s, and now is %s (%s)", pool, detail, reason)
-		}
+	// The agent's own check, on what its Node shows: the notice it
+	// mirrors, its state, and the policy as the agent reads it.
+	check := protocol.TriggerCheck{Value: protocol.TriggerValue, State: st, Now: in.Now}
+	if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
+		check.Notice, check.NoticePresent = notice, true
+	}
+	check.Blocked, check.BlockedDetail = policy.ManualGateOf(in.Config, in.ConfigErr, in.PolicySource, pool, in.Now)
+	if answer := check.Answer(); !answer.Accepted() {
+		problem("%s (%s)", answer.Message, answer.Outcome)
 	}
 	if f := st.Failures; f.Count > 0 {
 		note("its last %d voluntary maintenance(s) failed (%s)", f.Count, f.Reason)
@@ -83,25 +73,33 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 type PlannedPod struct {
 	Pod   string
 	Group drain.Group
+	// Grace is the grace period it is asked to stop with.
 	Grace time.Duration
+	// Lead is how long after the drain begins it is asked to stop, at the
+	// earliest (its checkpoint lead; zero without one).
+	Lead time.Duration
 	// RefusedBy names the PodDisruptionBudgets that refuse its eviction now.
 	RefusedBy []string
 }
 
-// DrainPlan lists what the drain of the node will stop, in its order (by
-// group, the longest grace first), and which budgets would refuse now.
-func DrainPlan(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []PlannedPod {
-	var out []PlannedPod
+// Agent pods carry these labels (manifests/base/agent-daemonset.yaml);
+// the drain never stops the agent itself.
+var agentPodLabels = labels.Set{"app.kubernetes.io/name": "maintenance-handler", "app.kubernetes.io/component": "agent"}
+
+// DrainPlan is what the drain of a manual maintenance that begins at start
+// will stop, in its order: drain.Plan, with the agent's default manual
+// drain deadline, and which budgets would refuse each pod now.
+func DrainPlan(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget, start time.Time) []PlannedPod {
+	var skip types.NamespacedName
 	for _, p := range pods {
-		g, ok := drain.GroupOf(p)
-		if !ok {
-			continue
+		if labels.SelectorFromSet(agentPodLabels).Matches(labels.Set(p.Labels)) {
+			skip = types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 		}
-		grace := 30 * time.Second
-		if p.Spec.TerminationGracePeriodSeconds != nil {
-			grace = time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
-		}
-		pp := PlannedPod{Pod: p.Namespace + "/" + p.Name, Group: g, Grace: grace}
+	}
+	var out []PlannedPod
+	for _, planned := range drain.Plan(pods, skip, drain.DefaultReserve, start, start.Add(protocol.DefaultManualDrainTimeout)) {
+		p := planned.Pod
+		pp := PlannedPod{Pod: p.Namespace + "/" + p.Name, Group: planned.Group, Grace: planned.Grace, Lead: planned.NotBefore.Sub(start)}
 		for _, b := range pdbs {
 			if b.Namespace != p.Namespace || b.Spec.Selector == nil {
 				continue
@@ -113,18 +111,5 @@ func DrainPlan(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []Planne
 		}
 		out = append(out, pp)
 	}
-	order := map[drain.Group]int{}
-	for i, g := range drain.Groups {
-		order[g] = i
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Group != out[j].Group {
-			return order[out[i].Group] < order[out[j].Group]
-		}
-		if out[i].Grace != out[j].Grace {
-			return out[i].Grace > out[j].Grace
-		}
-		return out[i].Pod < out[j].Pod
-	})
 	return out
 }

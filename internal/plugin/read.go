@@ -98,6 +98,7 @@ func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOpti
 		}
 	}
 	if ns, name, ok := strings.Cut(o.Policy, "/"); ok {
+		in.PolicySource = "ConfigMap " + o.Policy
 		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

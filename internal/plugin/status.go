@@ -34,7 +34,9 @@ type Input struct {
 	// cannot be used.
 	Config    policy.Config
 	ConfigErr error
-	PoolLabel string
+	// PolicySource names where Config was read ("ConfigMap ns/name").
+	PolicySource string
+	PoolLabel    string
 }
 
 // NodeStatus is one node's line.
