@@ -4,19 +4,25 @@ package agent
 // observation) returns the next state and what to do. The loop around it
 // (agent.go) only observes (metadata signals, the Node, the drain's
 // progress) and executes (one patch of the Node per decision, Events,
-// metrics, the drain). The state lives on the Node (protocol.go), so an agent
-// killed at any point and restarted continues from the Node alone.
+// metrics, the drain, the workload notice on the pods). The state lives on
+// the Node (package protocol), so an agent killed at any point and
+// restarted continues from the Node alone. Step reads as its sub-steps in
+// order; what sets each reason apart (how it ends, whether it is counted
+// yet, what it yields to, whether its drain is voluntary) is the table
+// reasonRules (reasons.go); the trigger sub-machine is trigger.go.
 //
 // Lifecycle of one node:
 //
 //	Idle ──(TERMINATE_ON_HOST_MAINTENANCE, preempted TRUE)──▶ Draining
 //	Idle ──(notice ONGOING, where maintenance-event is not served: TPU)──▶ Draining
 //	Idle ──(perform-maintenance=true, notice PENDING and can_reschedule)──▶ Draining (manual)
+//	Idle ──(the aggregator's slice ask: another host of the slice stops)──▶ Draining (slice)
 //	Draining ──(drain finished)──▶ Terminating
 //	Draining (manual) ──(drain finished, performMaintenance accepted)──▶ Terminating
 //	Draining (manual) ──(performMaintenance failed)──▶ Idle
 //	Draining, Terminating ──(new boot ID: the VM stopped and came back)──▶ Idle
 //	Draining, Terminating ──(every signal cleared, same boot: cancelled)──▶ Idle
+//	Draining, Terminating (slice) ──(the aggregator withdrew the ask)──▶ Idle
 //
 //	| phase       | active-node-maintenance | taint | cordoned          |
 //	|-------------|-------------------------|-------|-------------------|
@@ -33,6 +39,17 @@ package agent
 //
 // Returning to Idle uncordons the node unless it was already cordoned when
 // maintenance started (protocol.AnnotationCordonedBefore).
+//
+// Interruptions are counted on the Node (protocol.AnnotationInterruptions)
+// once each: a host maintenance or preemption when it starts, a manual one
+// when Compute Engine accepts it, a reboot nothing announced when the node
+// comes back; a slice's drain is not (the host that stops counts itself).
+// The VM's own maintenance or preemption takes over a slice's drain or a
+// manual drain not yet asked for, and is counted then.
+//
+// The workload notice (workload.go) follows the state: every pod is told
+// the pending window, and, once the maintenance starts, when it will be
+// asked to stop.
 //
 // The manual trigger (protocol.LabelPerformMaintenance, set by a person or the
 // aggregator) is read, never acted on blindly:
@@ -56,7 +73,6 @@ package agent
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -268,81 +284,89 @@ func (o DrainOrder) Equal(p DrainOrder) bool {
 
 // Step is the state machine. It is pure: the same inputs give the same
 // decision, and applying a decision's state and stepping again with the
-// same observation changes nothing more.
+// same observation changes nothing more. It reads as its sub-steps, in
+// order; what sets each maintenance reason apart is in reasonRules.
 func Step(cfg Config, st State, obs Observation) Decision {
 	if st.Phase == "" {
 		st.Phase = protocol.PhaseIdle
 	}
 	d := Decision{State: st}
+	d.unannouncedReboot(obs)
+	d.backInService(obs)
+	d.maintenanceStarts(cfg, obs)
+	d.migration(obs.Signals)
+	d.manual(cfg, obs) // trigger.go
+	d.followSlice(obs)
+	d.drained(obs)
+	if obs.Signals.NoticeKnown {
+		d.mirrorNotice(obs.Signals)
+	}
+	d.count(obs)
+	d.drainOrder(cfg, st, obs)
+	d.rememberFailure(cfg, obs.Now) // trigger.go
+	d.idleness(obs)
+	return d
+}
+
+// unannouncedReboot: the agent was idle and the node came back with
+// another boot ID, nothing announced: a node upgrade when the kubelet's
+// version changed, a host error otherwise.
+func (d *Decision) unannouncedReboot(obs Observation) {
+	st := d.State
+	if st.Phase != protocol.PhaseIdle || st.LastBootID == "" || obs.BootID == "" || obs.BootID == st.LastBootID {
+		return
+	}
+	if obs.KubeletVersion != "" && st.LastKubelet != "" && obs.KubeletVersion != st.LastKubelet {
+		d.Unannounced = counted(protocol.Upgrade)
+		d.Events = append(d.Events, EventRecord{Reason: protocol.EventNodeUpgraded,
+			Message: fmt.Sprintf("The node rebooted into kubelet %s (was %s): counted as a node upgrade", obs.KubeletVersion, st.LastKubelet)})
+		return
+	}
+	d.Unannounced = counted(protocol.UnannouncedReboot)
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventUnexpectedReboot,
+		Message: fmt.Sprintf("The VM rebooted with no maintenance notice or preemption before it (boot ID %s, was %s): counted as a host error", obs.BootID, st.LastBootID)})
+}
+
+// backInService: the VM stopped and came back (another boot ID), or the
+// maintenance is over without a stop (reasonRule.over): the node goes
+// back in service.
+func (d *Decision) backInService(obs Observation) {
+	st := d.State
+	if st.Phase == protocol.PhaseIdle {
+		return
+	}
+	booted := obs.BootID != "" && st.BootID != "" && obs.BootID != st.BootID
+	if !booted && !ruleOf(st.Reason).over(st, obs) {
+		return
+	}
+	reason, msg, warning := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID), false
+	switch {
+	case !booted && st.Reason == protocol.ReasonSlice:
+		reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (the aggregator withdrew its ask); so is this host"
+	case !booted:
+		reason, msg, warning = protocol.EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
+	}
+	d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
+	d.Uncordon = !st.CordonedBefore
+	d.RemoveTrigger = st.RequestID != ""
+	d.State = idleState(st)
+	if booted {
+		// The maintenance that took the VM down is over, and so is its
+		// notice; a value still served after the reboot is a new one (a
+		// notice still pending is mirrored again later in the step).
+		d.State.LastEvent = metadata.EventNone
+		d.State.ScheduledTime, d.State.Notice = "", ""
+	}
+}
+
+// maintenanceStarts: the VM's own maintenance or preemption begins, on an
+// idle node or over a maintenance that yields to it (reasonRule.yields),
+// or a preemption shortens a drain under way.
+func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 	sig := obs.Signals
-
-	// 0. A reboot nothing announced: the agent was idle and the node came
-	// back with another boot ID.
-	if st.Phase == protocol.PhaseIdle && st.LastBootID != "" && obs.BootID != "" && obs.BootID != st.LastBootID {
-		if obs.KubeletVersion != "" && st.LastKubelet != "" && obs.KubeletVersion != st.LastKubelet {
-			d.Unannounced = counted(protocol.Upgrade)
-			d.Events = append(d.Events, EventRecord{Reason: protocol.EventNodeUpgraded,
-				Message: fmt.Sprintf("The node rebooted into kubelet %s (was %s): counted as a node upgrade", obs.KubeletVersion, st.LastKubelet)})
-		} else {
-			d.Unannounced = counted(protocol.UnannouncedReboot)
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventUnexpectedReboot,
-				Message: fmt.Sprintf("The VM rebooted with no maintenance notice or preemption before it (boot ID %s, was %s): counted as a host error", obs.BootID, st.LastBootID)})
-		}
-	}
-
-	// 1. Back from maintenance, or maintenance withdrawn.
-	if st.Phase != protocol.PhaseIdle {
-		booted := obs.BootID != "" && st.BootID != "" && obs.BootID != st.BootID
-		cleared := sig.EventKnown && sig.Event == metadata.EventNone &&
-			sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
-		switch {
-		case st.Reason == protocol.ReasonSlice:
-			// Drained for the slice: back when the aggregator withdraws
-			// the ask (every host of the slice that stopped is back).
-			cleared = !obs.SliceAskSet
-		case st.Reason != protocol.ReasonManual:
-			cleared = cleared && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == metadata.StatusPending)
-		case st.Phase == protocol.PhaseTerminating:
-			// Compute Engine accepted the call: only a notice gone
-			// without the VM stopping means it was withdrawn.
-			cleared = cleared && !sig.NoticePresent && !sig.NoticeNotYet
-		default:
-			// Before Compute Engine has accepted, a quiet VM with a
-			// pending notice is what a manual maintenance looks like.
-			cleared = false
-		}
-		if booted || cleared {
-			reason, msg := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID)
-			warning := false
-			switch {
-			case !booted && st.Reason == protocol.ReasonSlice:
-				reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (the aggregator withdrew its ask); so is this host"
-			case !booted:
-				reason, msg, warning = protocol.EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
-			}
-			d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = st.RequestID != ""
-			d.State = idleState(st)
-			if booted {
-				// The maintenance that took the VM down is over, and so is
-				// its notice; a value still served after the reboot is a new
-				// one (a notice still pending is mirrored again below).
-				d.State.LastEvent = metadata.EventNone
-				d.State.ScheduledTime, d.State.Notice = "", ""
-			}
-		}
-	}
-
-	// 2. Maintenance or preemption starts, or a preemption shortens an
-	// ongoing drain. A manual drain that Compute Engine has not been asked
-	// about yet becomes the maintenance that started on its own.
 	now := obs.Now
 	idle := d.State.Phase == protocol.PhaseIdle
-	manualUnasked := d.State.Phase == protocol.PhaseDraining && d.State.Reason == protocol.ReasonManual && d.State.Requested.IsZero()
-	// A manual drain not asked for yet, or a drain for the slice, becomes
-	// this VM's own maintenance when one starts.
-	adoptable := manualUnasked || !idle && d.State.Reason == protocol.ReasonSlice
+	rule := ruleOf(d.State.Reason)
 	switch {
 	case sig.PreemptedKnown && sig.Preempted:
 		deadline := now.Add(cfg.PreemptionDeadline)
@@ -351,121 +375,32 @@ func Step(cfg Config, st State, obs Observation) Decision {
 			d.Interruption = countedAs(protocol.ReasonPreemption)
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
 				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s", deadline.UTC().Format(time.RFC3339))})
-		} else if manual, slice := d.State.Reason == protocol.ReasonManual, d.State.Reason == protocol.ReasonSlice; d.State.Reason != protocol.ReasonPreemption && (deadline.Before(d.State.Deadline) || manual || slice) {
-			if manual && d.State.Phase == protocol.PhaseDraining || slice {
-				// Not counted yet: a manual maintenance counts once
-				// Compute Engine accepts it, a slice's drain not at all.
-				d.Interruption = countedAs(protocol.ReasonPreemption)
-			}
-			d.State.Reason = protocol.ReasonPreemption
-			if deadline.Before(d.State.Deadline) {
-				d.State.Deadline = deadline
-			}
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
-				Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
+			return
 		}
-	case (idle || adoptable) && sig.EventKnown && sig.Event == metadata.EventTerminate:
+		if d.State.Reason == protocol.ReasonPreemption || !deadline.Before(d.State.Deadline) && !rule.yields(d.State, protocol.ReasonPreemption) {
+			return
+		}
+		if !rule.counted(d.State) {
+			d.Interruption = countedAs(protocol.ReasonPreemption)
+		}
+		d.State.Reason = protocol.ReasonPreemption
+		if deadline.Before(d.State.Deadline) {
+			d.State.Deadline = deadline
+		}
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
+			Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
+	case (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.EventKnown && sig.Event == metadata.EventTerminate:
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
-	case (idle && sig.EventNotServed || adoptable) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
+	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
 		// window's start.
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventMaintenanceStarted, "The maintenance window has started; draining before %s")
 	}
-	if sig.EventKnown {
-		if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
-			d.Migration = true
-			d.Events = append(d.Events, EventRecord{Reason: protocol.EventMigrateOnHost,
-				Message: "Compute Engine will live-migrate the VM; nothing to drain"})
-		}
-		d.State.LastEvent = sig.Event
-	}
-
-	// 3. The manual trigger.
-	d.manual(cfg, obs)
-
-	// 3a. The slice: drain with it (after the trigger, so that a host whose
-	// own pending maintenance is taken with the slice's starts that
-	// maintenance), or by its earlier deadline.
-	if ask := obs.SliceAsk; obs.SliceAskSet {
-		switch {
-		case d.State.Phase == protocol.PhaseIdle:
-			d.start(obs, protocol.ReasonSlice, ask.Deadline)
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDrain,
-				Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
-					ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
-		case ask.Deadline.Before(d.State.Deadline):
-			d.State.Deadline = ask.Deadline
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDeadline,
-				Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
-					ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
-		}
-	}
-
-	// 4. Draining finished. A manual maintenance is finished when Compute
-	// Engine accepts it (above).
-	if d.State.Phase == protocol.PhaseDraining && d.State.Reason != protocol.ReasonManual && obs.DrainDone {
-		d.State.Phase = protocol.PhaseTerminating
-		d.Drained = true
-		msg := fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))
-		if d.State.Reason == protocol.ReasonSlice {
-			msg = "All pods were stopped; the host waits for its multi-host slice to come back"
-		}
-		d.Events = append(d.Events, EventRecord{Reason: protocol.EventEvictionComplete, Message: msg})
-	}
-
-	// 5. Mirror the notice.
-	if sig.NoticeKnown {
-		d.mirrorNotice(sig)
-	}
-
-	// 6. What the node runs, and what interrupted it.
-	if obs.BootID != "" {
-		d.State.LastBootID = obs.BootID
-	}
-	if obs.KubeletVersion != "" {
-		d.State.LastKubelet = obs.KubeletVersion
-	}
-	for _, i := range []*protocol.Interruption{d.Unannounced, d.Interruption} {
-		if i != nil {
-			d.State.Interruptions = d.State.Interruptions.Add(*i, 1)
-		}
-	}
-
-	// 7. The drain: running while the node drains and its drain is not
-	// done (a manual drain that is done waits for Compute Engine).
-	if d.State.Phase == protocol.PhaseDraining && !(obs.DrainDone && d.State.Started.Equal(st.Started)) {
-		// A slice drains as its cause does: voluntarily for a manual or
-		// opportunistic maintenance.
-		manual := d.State.Reason == protocol.ReasonManual || d.State.Reason == protocol.ReasonSlice && obs.SliceAsk.Reason == protocol.ReasonManual
-		d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: manual && !cfg.ManualDrainEscalate}
-	}
-
-	// 8. A voluntary maintenance that failed is remembered, for the
-	// aggregator's cool-down; one that went through clears the record.
-	switch {
-	case voluntaryFailure(d.Manual):
-		d.State.Failures = nextFailures(cfg, d.State.Failures, d.Manual, obs.Now)
-	case d.Manual == protocol.ManualAccepted:
-		d.State.Failures = protocol.Failures{}
-	}
-
-	// 9. Idleness, for the aggregator.
-	if obs.PodsKnown {
-		if obs.Idle {
-			if d.State.IdleSince.IsZero() {
-				d.State.IdleSince = obs.Now
-			}
-			d.State.Busy = ""
-		} else {
-			d.State.IdleSince, d.State.Busy = time.Time{}, obs.Busy
-		}
-	}
-	return d
 }
 
-// hostMaintenance starts a host maintenance on an idle node, or turns a
-// manual drain not yet asked for into one (keeping the earlier deadline).
+// hostMaintenance starts a host maintenance on an idle node, or over a
+// maintenance that yields to it (keeping the earlier deadline).
 func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, format string) {
 	if d.State.Phase == protocol.PhaseIdle {
 		d.start(obs, protocol.ReasonHostMaintenance, deadline)
@@ -480,173 +415,100 @@ func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, 
 		Message: fmt.Sprintf(format, d.State.Deadline.UTC().Format(time.RFC3339))})
 }
 
-// manual handles the perform-maintenance label and the performMaintenance
-// call of a manual maintenance.
-func (d *Decision) manual(cfg Config, obs Observation) {
-	sig := obs.Signals
-	st := d.State
+// migration: live migration is recorded, once per announcement, and
+// changes nothing else.
+func (d *Decision) migration(sig Signals) {
+	if !sig.EventKnown {
+		return
+	}
+	if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
+		d.Migration = true
+		d.Events = append(d.Events, EventRecord{Reason: protocol.EventMigrateOnHost,
+			Message: "Compute Engine will live-migrate the VM; nothing to drain"})
+	}
+	d.State.LastEvent = sig.Event
+}
+
+// followSlice: another host of the node's multi-host slice stops (the
+// aggregator's ask): drain with it, or by its earlier deadline. It comes
+// after the trigger, so that a host whose own pending maintenance is taken
+// with the slice's starts that maintenance instead.
+func (d *Decision) followSlice(obs Observation) {
+	ask := obs.SliceAsk
+	if !obs.SliceAskSet {
+		return
+	}
 	switch {
-	case st.Phase == protocol.PhaseIdle:
-		if !obs.TriggerSet || d.RemoveTrigger {
-			return
-		}
-		if obs.Trigger == protocol.TriggerValue && !sig.NoticeKnown {
-			return // wait until the metadata server has answered
-		}
-		answer := triggerCheck(cfg, st, obs).Answer()
-		switch {
-		case answer.Wait:
-			return // re-checked once the pods are known
-		case !answer.Accepted():
-			d.reject(answer.Outcome, answer.Message)
-		default:
-			n := sig.Notice
-			deadline := obs.Now.Add(cfg.ManualDrainTimeout)
-			d.start(obs, protocol.ReasonManual, deadline)
-			d.State.RequestID = obs.RequestID
-			d.Manual = protocol.ManualStarted
-			who := protocol.LabelPerformMaintenance + "=true"
-			if obs.Opportunistic {
-				who = "Picked for opportunistic maintenance (" + who + ")"
-			}
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualStarted,
-				Message: fmt.Sprintf("%s: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
-					who, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
-		}
-	case st.RequestID == "":
-		// A maintenance the label did not start.
-		if obs.TriggerSet {
-			answer := triggerCheck(cfg, st, obs).Answer()
-			d.reject(answer.Outcome, answer.Message)
-		}
-	default: // a maintenance the label started
-		if obs.TriggerSet && obs.Trigger != protocol.TriggerValue {
-			d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
-				protocol.LabelPerformMaintenance, obs.Trigger, protocol.TriggerValue))
-		}
-		if st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && !underWay(sig) {
-			d.awaitStart(cfg, obs)
-			return
-		}
-		if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseDraining {
-			return
-		}
-		switch r := obs.Perform; {
-		case r != nil && r.RequestID == st.RequestID && r.Err == nil:
-			d.accept(cfg, obs.Now, "operation "+r.Operation)
-		case r != nil && r.RequestID == st.RequestID && underWay(sig):
-			// No answer in time, or a refusal because Compute Engine had
-			// already begun: the maintenance is starting either way, and
-			// the node must not go back in service.
-			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
-		case r != nil && r.RequestID == st.RequestID:
-			d.Manual = r.Outcome
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = true
-			d.State = idleState(st)
-		case !st.Requested.IsZero() && startedByCompute(sig):
-			// Asked before (by this agent or one before it): the signals
-			// show the request went through; never ask twice.
-			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
-		case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == metadata.StatusPending && sig.Notice.CanReschedule):
-			// Before asking: the notice is gone or can no longer be
-			// started early, so there is nothing to ask for.
-			d.Manual = protocol.ManualNotReschedulable
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = true
-			d.State = idleState(st)
-		case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
-			// Voluntary: the budgets held to the end, or pods are stuck.
-			d.Manual = protocol.ManualAbandoned
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
-				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; the node is back in service (taint, maintenance label and %s removed).",
-					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), protocol.LabelPerformMaintenance)})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = true
-			d.State = idleState(st)
-		case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
-			d.Perform = true
-			if st.Requested.IsZero() {
-				d.State.Requested = obs.Now
-			}
-		}
+	case d.State.Phase == protocol.PhaseIdle:
+		d.start(obs, protocol.ReasonSlice, ask.Deadline)
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDrain,
+			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
+				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
+	case ask.Deadline.Before(d.State.Deadline):
+		d.State.Deadline = ask.Deadline
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDeadline,
+			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
+				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
 	}
 }
 
-// triggerCheck is what the agent knows of the trigger, for
-// protocol.TriggerCheck.Answer.
-func triggerCheck(cfg Config, st State, obs Observation) protocol.TriggerCheck {
-	return protocol.TriggerCheck{Value: obs.Trigger, State: st, Notice: obs.Signals.Notice, NoticePresent: obs.Signals.NoticePresent,
-		Opportunistic: obs.Opportunistic, TriggeredAt: obs.TriggeredAt, TriggerFor: obs.TriggerFor, PodsKnown: obs.PodsKnown,
-		Idle: obs.Idle, Busy: obs.Busy, MaxAge: cfg.TriggerMaxAge, Now: obs.Now, Blocked: obs.ManualBlocked, BlockedDetail: obs.ManualBlockedDetail}
-}
-
-// awaitStart: Compute Engine accepted the call and the maintenance has not
-// begun. If the call's operation failed, or the maintenance has not begun
-// ManualStartTimeout after the acceptance, the node goes back in service;
-// otherwise the loop wakes at that bound. The acceptance time is the
-// deadline accept set, less HostMaintenanceDeadline.
-func (d *Decision) awaitStart(cfg Config, obs Observation) {
-	st := d.State
-	r := obs.Perform
-	startBy := st.Deadline.Add(cfg.ManualStartTimeout - cfg.HostMaintenanceDeadline)
-	var why string
-	switch {
-	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
-		why = fmt.Sprintf("its operation failed: %v", r.OperationErr)
-	case st.Deadline.IsZero():
-		return
-	case !obs.Now.Before(startBy):
-		why = fmt.Sprintf("the maintenance has not begun %s after Compute Engine accepted the request", cfg.ManualStartTimeout)
-	default:
-		d.WakeAt = startBy
+// drained: the drain finished, and the node waits for the VM to stop. A
+// maintenance that asks Compute Engine (reasonRule.asksCompute) is
+// finished when Compute Engine accepts it (trigger.go).
+func (d *Decision) drained(obs Observation) {
+	if d.State.Phase != protocol.PhaseDraining || ruleOf(d.State.Reason).asksCompute || !obs.DrainDone {
 		return
 	}
-	d.Manual = protocol.ManualNotStarted
-	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualNotStarted,
-		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now, but %s. The node is back in service (taint, maintenance label and %s removed); the maintenance stays pending.", why, protocol.LabelPerformMaintenance)})
-	d.Uncordon = !st.CordonedBefore
-	d.RemoveTrigger = true
-	d.State = idleState(st)
-}
-
-// startedByCompute: the signals show that Compute Engine has taken the
-// maintenance in hand.
-// A notice that is still PENDING but no longer reschedulable is taken as
-// the answer to the agent's own request (which is how Compute Engine
-// answers it first).
-func startedByCompute(sig Signals) bool {
-	return underWay(sig) || sig.NoticeKnown && sig.NoticePresent && !sig.Notice.CanReschedule
-}
-
-// underWay: the maintenance itself has begun.
-func underWay(sig Signals) bool {
-	return sig.EventKnown && sig.Event == metadata.EventTerminate ||
-		sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing
-}
-
-// accept: Compute Engine accepted the manual maintenance; the node is
-// drained and waits for the VM to stop.
-func (d *Decision) accept(cfg Config, now time.Time, how string) {
 	d.State.Phase = protocol.PhaseTerminating
-	d.State.Deadline = now.Add(cfg.HostMaintenanceDeadline)
 	d.Drained = true
-	d.Manual = protocol.ManualAccepted
-	d.Interruption = countedAs(protocol.ReasonManual)
-	d.Events = append(d.Events, EventRecord{Reason: protocol.EventManualAccepted,
-		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now (%s); the node is drained, awaiting node termination", how)})
+	msg := fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))
+	if d.State.Reason == protocol.ReasonSlice {
+		msg = "All pods were stopped; the host waits for its multi-host slice to come back"
+	}
+	d.Events = append(d.Events, EventRecord{Reason: protocol.EventEvictionComplete, Message: msg})
 }
 
-// reject answers a perform-maintenance label the agent does not act on.
-func (d *Decision) reject(outcome, msg string) {
-	d.RemoveTrigger = true
-	d.Manual = outcome
-	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualRejected,
-		Message: msg + " The label was removed; nothing else changed."})
+// count records what the node runs (boot ID, kubelet version) and adds
+// this step's interruptions to the node's counts.
+func (d *Decision) count(obs Observation) {
+	if obs.BootID != "" {
+		d.State.LastBootID = obs.BootID
+	}
+	if obs.KubeletVersion != "" {
+		d.State.LastKubelet = obs.KubeletVersion
+	}
+	for _, i := range []*protocol.Interruption{d.Unannounced, d.Interruption} {
+		if i != nil {
+			d.State.Interruptions = d.State.Interruptions.Add(*i, 1)
+		}
+	}
+}
+
+// drainOrder: the drain runs while the node drains and its drain is not
+// done (a drain that is done and waits for Compute Engine is not run
+// again); voluntary as its reason says (reasonRule.voluntary), unless
+// the configuration escalates manual drains.
+func (d *Decision) drainOrder(cfg Config, before State, obs Observation) {
+	if d.State.Phase != protocol.PhaseDraining || obs.DrainDone && d.State.Started.Equal(before.Started) {
+		return
+	}
+	voluntary := ruleOf(d.State.Reason).voluntary(obs)
+	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntary && !cfg.ManualDrainEscalate}
+}
+
+// idleness, for the aggregator: since when no workload runs, or what runs.
+func (d *Decision) idleness(obs Observation) {
+	if !obs.PodsKnown {
+		return
+	}
+	if obs.Idle {
+		if d.State.IdleSince.IsZero() {
+			d.State.IdleSince = obs.Now
+		}
+		d.State.Busy = ""
+		return
+	}
+	d.State.IdleSince, d.State.Busy = time.Time{}, obs.Busy
 }
 
 // idleState is st back in service: what outlives a maintenance, nothing else.
@@ -700,44 +562,4 @@ func (d *Decision) mirrorNotice(sig Signals) {
 		d.Events = append(d.Events, EventRecord{Reason: protocol.EventMaintenanceRescheduled,
 			Message: fmt.Sprintf("Maintenance was rescheduled to %s", when)})
 	}
-}
-
-// formatTime is t in RFC 3339, or "(unknown)" when zero.
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return "(unknown)"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-// excerpt joins at most n names, saying how many more there are.
-func excerpt(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
-}
-
-// voluntaryFailure: the outcome is a voluntary maintenance that Compute
-// Engine did not start or the drain gave up, which the aggregator should
-// not try again at once (a rejected label is not one).
-func voluntaryFailure(outcome string) bool {
-	switch outcome {
-	case protocol.ManualFailed, protocol.ManualPermissionDenied, protocol.ManualRefused, protocol.ManualNotStarted, protocol.ManualAbandoned:
-		return true
-	}
-	return false
-}
-
-// nextFailures is f with one more failure at now: the cool-down doubles
-// with each failure in a row, from FailureCooldown to MaxFailureCooldown.
-func nextFailures(cfg Config, f protocol.Failures, outcome string, now time.Time) protocol.Failures {
-	f.Count++
-	f.Reason, f.Last = outcome, now
-	wait := cfg.FailureCooldown
-	for i := 1; i < f.Count && wait < cfg.MaxFailureCooldown; i++ {
-		wait *= 2
-	}
-	f.RetryAfter = now.Add(min(wait, cfg.MaxFailureCooldown))
-	return f
 }
