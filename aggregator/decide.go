@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -45,104 +44,6 @@ const (
 	// policy does not opt in to opportunistic maintenance there.
 	ReasonAutoscaled = "cluster_autoscaler"
 )
-
-// Node is what a decision looks at, read from a Node object.
-type Node struct {
-	Name string
-	UID  types.UID
-	Pool string
-	// Ready: the NodeReady condition is True.
-	Ready bool
-	// InMaintenance: a maintenance is under way or asked for (the
-	// active-node-maintenance label, the perform-maintenance label, or the
-	// impending-termination taint).
-	InMaintenance bool
-	// Triggered: the aggregator started its maintenance (an opportunistic
-	// trigger); Asked: the perform-maintenance label is on the node.
-	Triggered, Asked bool
-	// Voluntary: a manual or opportunistic maintenance is under way or
-	// asked for (it counts against the caps).
-	Voluntary bool
-	// Notice is the pending notice the agent mirrored, if any.
-	Notice        metadata.Notice
-	NoticePresent bool
-	IdleSince     time.Time
-	Busy          string
-	OptOut        bool
-	// Config is the node's opportunistic-config annotation.
-	Config string
-	// Failures are the node's voluntary maintenances that failed in a row.
-	Failures protocol.Failures
-	// GKEHandled: GKE's own maintenance handler runs on the node (its
-	// kubelet is GKE's, 1.31 or later) and acts on the opportunistic-config
-	// annotation itself; the aggregator leaves that annotation to it.
-	GKEHandled bool
-	// Slice names the multi-host TPU slice the node belongs to ("" for
-	// none): its pool, when the topology spans more chips than one node has.
-	Slice string
-	// AutoscalerGroup is the cluster autoscaler's node group the node is
-	// in ("" for none known): set by the pass from the autoscaler's status.
-	AutoscalerGroup string
-	// The agent's maintenance under way, if any.
-	Phase             protocol.Phase
-	Reason            protocol.Reason
-	Started, Deadline time.Time
-	// Ask is the slice ask on the node (nil for none), and SliceTaint
-	// whether the slice-down taint is on it.
-	Ask        *protocol.SliceAsk
-	SliceTaint bool
-}
-
-// NodeOf reads n; poolLabel names its pool, and sliceLabel, when given,
-// its multi-host slice (protocol.SliceOf).
-func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
-	v := Node{
-		Name:   n.Name,
-		UID:    n.UID,
-		Pool:   n.Labels[poolLabel],
-		Config: strings.TrimSpace(n.Annotations[protocol.AnnotationOpportunisticConfig]),
-		OptOut: n.Labels[protocol.LabelOpportunisticDisable] == "true",
-	}
-	st := protocol.ReadAgentState(n)
-	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
-	_, asked := n.Labels[protocol.LabelPerformMaintenance]
-	v.Asked = asked
-	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
-	v.GKEHandled = GKEHandles(n.Status.NodeInfo.KubeletVersion)
-	v.Ready = nodeReady(n)
-	v.InMaintenance = protocol.InMaintenance(n)
-	_, _, ms := protocol.ReadTrigger(n)
-	v.Triggered = ms.OpportunisticTriggered
-	if st.Notice != "" {
-		if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
-			v.Notice, v.NoticePresent = notice, true
-		}
-	}
-	v.Slice = protocol.SliceOf(n, poolLabel, sliceLabel)
-	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
-	if ask, ok := protocol.ReadSliceAsk(n); ok {
-		v.Ask = &ask
-	}
-	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
-	return v
-}
-
-// GKEHandles reports whether a node whose kubelet is kubeletVersion runs
-// GKE's own maintenance handler: GKE's kubelet ("v1.31.5-gke.1000"), 1.31
-// or later.
-func GKEHandles(kubeletVersion string) bool {
-	v, gke := strings.CutPrefix(kubeletVersion, "v")
-	if !gke || !strings.Contains(v, "-gke.") {
-		return false
-	}
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
-}
 
 // Decision is what the aggregator decided about one node with a pending
 // notice.
@@ -478,14 +379,4 @@ func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (
 		}
 	}
 	return o, true, nil
-}
-
-// nodeReady: n's NodeReady condition is True.
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

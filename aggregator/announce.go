@@ -1,0 +1,126 @@
+package aggregator
+
+// What the aggregator tells people: an Event on each node whose decision
+// changed (picked, or why not), on the policy's problems, and a log line
+// once per kind of trouble; and the pools' figures for the metrics.
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// warnOnce logs msg with err when what's error text changes ("" msg and
+// nil err: it is over).
+func (a *Aggregator) warnOnce(what, msg string, err error) {
+	text := ""
+	if err != nil {
+		text = err.Error()
+	}
+	a.mu.Lock()
+	changed := a.lastWarn[what] != text
+	a.lastWarn[what] = text
+	a.mu.Unlock()
+	if changed && err != nil {
+		a.log.Warn(msg, "err", err)
+	}
+}
+
+// poolStats is what the pool gauges show of plans.
+func poolStats(plans []PoolPlan) []metrics.PoolStats {
+	out := make([]metrics.PoolStats, 0, len(plans))
+	for _, p := range plans {
+		out = append(out, metrics.PoolStats{Pool: p.Pool, Pending: p.Pending, Idle: p.Idle, InMaintenance: p.InMaintenance,
+			NextMaintenance: p.NextMaintenance, Configured: p.Configured, ConfigValid: p.ConfigErr == nil, Autoscaled: p.Autoscaled})
+	}
+	return out
+}
+
+// announce announces a pool's changed decisions and configuration errors.
+func (a *Aggregator) announce(p PoolPlan) {
+	m := a.opts.Metrics
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	errText := ""
+	if p.ConfigErr != nil {
+		errText = p.ConfigErr.Error()
+	}
+	if p.Autoscaled != a.lastScaled[p.Pool] {
+		a.lastScaled[p.Pool] = p.Autoscaled
+		if p.Autoscaled {
+			a.log.Info("the cluster autoscaler manages this pool: no opportunistic maintenance here unless the policy opts in (opportunisticWhenAutoscaled)", "pool", p.Pool)
+		} else {
+			a.log.Info("the cluster autoscaler no longer manages this pool", "pool", p.Pool)
+		}
+	}
+	if errText != a.lastPoolErr[p.Pool] {
+		a.lastPoolErr[p.Pool] = errText
+		if errText != "" {
+			a.log.Warn("invalid opportunistic configuration", "pool", p.Pool, "err", errText)
+			for _, name := range p.ConfigNodes {
+				a.nodeEvent(name, "", true, protocol.EventInvalidConfig, fmt.Sprintf("No opportunistic maintenance for pool %s: %s", p.Pool, errText))
+			}
+		}
+	}
+	for _, d := range p.Decisions {
+		if a.lastReason[d.Node] == d.Reason {
+			continue
+		}
+		a.lastReason[d.Node] = d.Reason
+		outcome, reason := "skipped", protocol.EventSkipped
+		if d.Reason == ReasonTriggered {
+			outcome, reason = "triggered", protocol.EventTriggered
+		}
+		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
+		a.nodeEvent(d.Node, d.UID, false, reason, d.Message)
+	}
+}
+
+// forgetUndecided drops the announced decision of nodes no longer decided
+// about (no pending notice), so that a decision that comes back is
+// announced again.
+func (a *Aggregator) forgetUndecided(plans []PoolPlan) {
+	decided := map[string]bool{}
+	for _, p := range plans {
+		for _, d := range p.Decisions {
+			decided[d.Node] = true
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name := range a.lastReason {
+		if !decided[name] {
+			delete(a.lastReason, name)
+		}
+	}
+}
+
+func (a *Aggregator) nodeEvent(name string, uid types.UID, warning bool, reason, msg string) {
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	a.recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: name, UID: uid, APIVersion: "v1"}, typ, reason, msg)
+}
+
+// announceConfig reports a ConfigMap that cannot be read, once per change.
+func (a *Aggregator) announceConfig(err error) {
+	text := ""
+	if err != nil {
+		text = err.Error()
+	}
+	a.mu.Lock()
+	changed := text != a.lastCfgErr
+	a.lastCfgErr = text
+	a.mu.Unlock()
+	if !changed || err == nil {
+		return
+	}
+	a.log.Warn("invalid configuration; no opportunistic maintenance at all until it is fixed", "configmap", a.opts.ConfigMap, "err", err)
+	ref := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.ConfigMap, APIVersion: "v1"}
+	a.recorder.Event(ref, corev1.EventTypeWarning, protocol.EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
+}
