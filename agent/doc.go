@@ -5,13 +5,25 @@
 // the node and then asks Compute Engine to start the pending maintenance
 // now (through Maintainer, once per maintenance).
 //
-// The Node protocol (every key the agent reads or writes, and how its state
-// is encoded there) is package protocol;
-// the state machine is the pure function Step in state.go, whose file header
-// documents the lifecycle. Everything the agent needs to continue after a
-// restart lives on the Node.
+// The Node protocol (every key the agent reads or writes, how its state is
+// encoded there, the Event reasons and the trigger's acceptance rules) is
+// package protocol. The state machine is the pure function Step in
+// state.go, whose file header documents the lifecycle; what sets each
+// maintenance reason apart is the table in reasons.go, and the trigger
+// sub-machine is trigger.go. The loop around it (agent.go) observes and
+// executes: Node writes (node.go), the drain (draining.go), the
+// performMaintenance call (perform.go), the workload notice on every pod of
+// the node (workload.go), idleness (idle.go), the metadata watch's health
+// (health.go). A host of a multi-host slice drains with its slice when the
+// aggregator asks (protocol.SliceAsk). Everything the agent needs to
+// continue after a restart lives on the Node.
 //
-// What it does not do: it never touches another Node, never decides about
-// other nodes (that is the aggregator's), and never acts on a metadata value
-// it does not recognise.
+// What it does not do: it never touches another Node or another node's
+// pods, never decides about other nodes (that is the aggregator's), and
+// never acts on a metadata value it does not recognise.
+//
+// Concurrency: one goroutine steps the state machine and writes the Node;
+// one per metadata key watches it, one writes the workload notice, and the
+// drain and the performMaintenance call run in goroutines of their own,
+// started and stopped by the loop; Start returns once all have ended.
 package agent

@@ -7,6 +7,13 @@
 // gets SIGTERM with its whole grace before the VM goes. Mirror pods, finished
 // pods and the agent's own pod are never touched.
 //
+// The plan is pure (plan.go): which pods, in which group, by which group
+// deadline, when each is asked to stop (a checkpoint lead delays it) and
+// with which grace. Plan lists it ahead for a preview (kubectl maintenance
+// trigger), the Drainer (drain.go) executes it, and both read the same
+// functions. A voluntary drain (DrainVoluntary) never deletes: budgets
+// hold to the end and what is left is returned.
+//
 // Pods come from a watch-fed cache of the node's pods (NodePods): the drain
 // re-reads it every round and wakes on every change, so it never waits on a
 // pod that is gone and never LISTs periodically.
