@@ -29,7 +29,7 @@ prometheus: ## fetch prometheus and promtool from Debian's package into the cach
 vet: ## go vet
 	$(GO) vet ./...
 
-verify: ## gofmt, go mod tidy unchanged, go vet, and no time.Now/time.Sleep outside cmd/, internal/, test/ and tests
+verify: ## gofmt, go mod tidy unchanged, go vet, staticcheck (pinned), and no time.Now/time.Sleep outside cmd/, internal/, test/ and tests
 	scripts/verify.sh
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

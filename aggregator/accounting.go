@@ -214,10 +214,11 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 		return ctx.Err()
 	}
 	obj, ok, _ := a.nodes.GetStore().GetByKey(d.name)
-	if !ok {
+	cached, isNode := obj.(*corev1.Node)
+	if !ok || !isNode {
 		return nil // gone again: the next creation counts
 	}
-	n := obj.(*corev1.Node).DeepCopy()
+	n := cached.DeepCopy()
 	r, ok := repairOf(n, d)
 	if !ok {
 		return nil

@@ -457,8 +457,8 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 	}
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for name, before := range written {
-			obj, ok, _ := a.nodes.GetStore().GetByKey(name)
-			if ok && obj.(*corev1.Node).ResourceVersion == before {
+			obj, _, _ := a.nodes.GetStore().GetByKey(name)
+			if n, ok := obj.(*corev1.Node); ok && n.ResourceVersion == before {
 				return false, nil
 			}
 		}

@@ -54,10 +54,10 @@ pools:
 	r := startAggregatorOpts(t, aggregator.Options{Namespace: ns, ConfigMap: "maintenance-handler", AutoscalerStatus: ns + "/cluster-autoscaler-status"})
 	a, m := r.agg, r.metrics
 
-	waitEventSaying(t, pools["scaled"], protocol.EventSkipped, "the cluster autoscaler manages the pool scaled (its node group https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/gke-c-scaled-1a2b3c4d-grp")
-	waitEventSaying(t, pools["declared"], protocol.EventSkipped, "declared autoscaled in the policy ConfigMap")
-	waitEventSaying(t, pools["opted-in"], protocol.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, pools["plain"], protocol.EventTriggered, "Picked for opportunistic maintenance")
+	world.WaitEvent(t, pools["scaled"], protocol.EventSkipped, "the cluster autoscaler manages the pool scaled (its node group https://www.googleapis.com/compute/v1/projects/p/zones/z/instanceGroups/gke-c-scaled-1a2b3c4d-grp")
+	world.WaitEvent(t, pools["declared"], protocol.EventSkipped, "declared autoscaled in the policy ConfigMap")
+	world.WaitEvent(t, pools["opted-in"], protocol.EventTriggered, "Picked for opportunistic maintenance")
+	world.WaitEvent(t, pools["plain"], protocol.EventTriggered, "Picked for opportunistic maintenance")
 	waitPasses(t, a, 3)
 	for pool, node := range pools {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

@@ -77,7 +77,7 @@ func TestSliceDrainedAsOne(t *testing.T) {
 		t.Fatal("the job's 4 pods never ran")
 	}
 	// The agents have read their Nodes: each publishes its host busy.
-	waitNodes(t, hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
+	world.WaitNodes(t, hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
 	// The fourth host's agent is down.
 	if err := vms["slice-3"].Agent.Kill(); err != nil {
 		t.Fatal(err)
@@ -196,8 +196,8 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	if ask, ok := protocol.ReadSliceAsk(n3); !ok || ask.Cause != "slice-1" || !protocol.HasTaintKey(n3, protocol.TaintSliceDown) {
 		t.Errorf("slice-3: ask %+v (%t), taints %v; want the ask naming slice-1 and the slice-down taint", ask, ok, n3.Spec.Taints)
 	}
-	waitEventSaying(t, "slice-3", protocol.EventSliceMaintenance, "Host slice-1 of the multi-host slice v5p-slice stops (preemption)")
-	waitEventSaying(t, "slice-0", protocol.EventSliceMaintenance, "Host slice-1")
+	world.WaitEvent(t, "slice-3", protocol.EventSliceMaintenance, "Host slice-1 of the multi-host slice v5p-slice stops (preemption)")
+	world.WaitEvent(t, "slice-0", protocol.EventSliceMaintenance, "Host slice-1")
 	if got := metricSum(t, metricsAddr, `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="`+string(protocol.Preemption.Reason)+`",interruption_type="`+string(protocol.Preemption.Type)+`",slice="v5p-slice"}`); got != 1 {
 		t.Errorf("slice_interruptions_total = %v, want 1", got)
 	}
@@ -206,7 +206,7 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	if err := f.Reboot(ctx, vms["slice-1"]); err != nil {
 		t.Fatal(err)
 	}
-	waitNodes(t, hosts, "went back in service after slice-1 came back", func(n *corev1.Node) bool {
+	world.WaitNodes(t, hosts, "went back in service after slice-1 came back", func(n *corev1.Node) bool {
 		_, asked := protocol.ReadSliceAsk(n)
 		return !asked && !protocol.HasTaintKey(n, protocol.TaintSliceDown) && (n.Name == "slice-3" || !protocol.HasTaint(n) && !n.Spec.Unschedulable)
 	})
@@ -255,7 +255,7 @@ func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
 			v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
 		}
 	}
-	waitNodes(t, []string{"taken-0", "taken-1"}, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNodes(t, []string{"taken-0", "taken-1"}, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	p.aggregator("agg-taken", testworld.FreeAddrT(t))
 
 	// A person asks taken-0.
@@ -277,10 +277,10 @@ func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Compute Engine was not asked for both pending maintenances: %d and %d calls", len(vms["taken-0"].Emu.Calls()), len(vms["taken-1"].Emu.Calls()))
 	}
-	waitNodes(t, []string{"taken-2"}, "drained with the slice (no maintenance of its own)", func(n *corev1.Node) bool {
+	world.WaitNodes(t, []string{"taken-2"}, "drained with the slice (no maintenance of its own)", func(n *corev1.Node) bool {
 		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
 	})
-	waitEventSaying(t, "taken-1", protocol.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice started its pending maintenance now")
+	world.WaitEvent(t, "taken-1", protocol.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice started its pending maintenance now")
 	for _, h := range []string{"taken-0", "taken-1"} {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
 		if err != nil {

@@ -3,7 +3,11 @@
 package docs_test
 
 import (
+	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +98,136 @@ func TestREADMEPolicyExampleParses(t *testing.T) {
 	saturday := time.Date(2027, 1, 9, 3, 0, 0, 0, time.UTC) // in the window, in the no_minor_upgrades exclusion
 	if r, _ := cfg.Policy("any").Blocks(saturday); r != "" {
 		t.Errorf("Blocks(%s) = %q, want nothing (no_minor_upgrades does not block node maintenance)", saturday, r)
+	}
+}
+
+// TestDevelopmentMapIsReal: every file or folder DEVELOPMENT.md names
+// exists, and so does every package of the module it should name.
+func TestDevelopmentMapIsReal(t *testing.T) {
+	b, err := os.ReadFile("../DEVELOPMENT.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	named := 0
+	for _, quoted := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(text, -1) {
+		p := strings.TrimSuffix(strings.TrimPrefix(quoted[1], "./"), "/")
+		if !regexp.MustCompile(`^[a-z][a-z0-9_./-]*$`).MatchString(p) || !strings.Contains(p, "/") {
+			continue // not a path: a command, a key, a pattern, a file of every package
+		}
+		if strings.HasPrefix(p, "golang.org/") || strings.HasPrefix(p, "k8s.io/") {
+			continue
+		}
+		named++
+		if _, err := os.Stat(filepath.Join("..", p)); err != nil {
+			t.Errorf("DEVELOPMENT.md names %s, which does not exist", p)
+		}
+	}
+	if named < 30 {
+		t.Fatalf("found %d paths in DEVELOPMENT.md: the scan is broken", named)
+	}
+	// Every package directory with Go code is on the map.
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if strings.HasPrefix(d.Name(), ".") && path != ".." || d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		files, _ := filepath.Glob(filepath.Join(path, "*.go"))
+		rel, _ := filepath.Rel("..", path)
+		if len(files) > 0 && rel != "docs" && !strings.Contains(text, "`"+filepath.ToSlash(rel)) {
+			t.Errorf("DEVELOPMENT.md does not name the package %s", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWorldTierNamedSo: a test file that starts the test world
+// (testworld.Need) is named *_world_test.go, so the tier shows in the file
+// list; the world's own package and its benchmarks included.
+func TestWorldTierNamedSo(t *testing.T) {
+	world := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		needs := strings.Contains(string(b), "testworld."+"Need(") // split, so that this file does not match
+		named := strings.HasSuffix(path, "_world_test.go")
+		if named {
+			world++
+		}
+		if needs && !named {
+			t.Errorf("%s starts the test world but is not named *_world_test.go", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if world < 10 {
+		t.Fatalf("found %d world-tier files: the scan is broken", world)
+	}
+}
+
+// TestLayering: the shelves hold. No shipped package (outside test/)
+// depends on anything under test/; the agent depends on nothing under
+// internal/; the kubectl plugin links no Compute Engine client
+// (golang.org/x/oauth2/google).
+func TestLayering(t *testing.T) {
+	const module = "github.com/maintenance-handler/maintenance-handler/"
+	deps := func(pkgs ...string) map[string][]string {
+		t.Helper()
+		args := append([]string{"list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}, pkgs...)
+		cmd := exec.Command("go", args...)
+		cmd.Dir = ".."
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		imports := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			imports[f[0]] = f[1:]
+		}
+		return imports
+	}
+	shipped := 0
+	for pkg, imports := range deps("./...") {
+		if !strings.HasPrefix(pkg, module) || strings.HasPrefix(pkg, module+"test/") {
+			continue
+		}
+		shipped++
+		for _, imp := range imports {
+			if strings.HasPrefix(imp, module+"test/") {
+				t.Errorf("%s imports %s: shipped code must not depend on the test world", pkg, imp)
+			}
+		}
+	}
+	if shipped < 15 {
+		t.Fatalf("found %d shipped packages: the listing is broken", shipped)
+	}
+	for pkg := range deps("./agent") {
+		if strings.HasPrefix(pkg, module+"internal/") {
+			t.Errorf("agent depends on %s", pkg)
+		}
+	}
+	for pkg := range deps("./cmd/kubectl-maintenance") {
+		if strings.HasPrefix(pkg, "golang.org/x/oauth2/google") {
+			t.Errorf("kubectl-maintenance links %s", pkg)
+		}
 	}
 }

@@ -1,14 +1,8 @@
 package aggregator_test
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -47,21 +41,4 @@ func (p *procs) aggregator(id, addr string) *testworld.Process {
 	}
 	p.t.Cleanup(func() { _ = agg.Kill() })
 	return agg
-}
-
-// waitNodes waits until every node of names satisfies cond.
-func waitNodes(t *testing.T, names []string, what string, cond func(*corev1.Node) bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 2*time.Minute), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, name := range names {
-			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !cond(n) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("%v never %s", names, what)
-	}
 }

@@ -55,11 +55,11 @@ pools:
     - `+exclusion("d", now.Add(100*day), day, "no_upgrades")+`
 `)
 	r := startAggregator(t, ns, "maintenance-handler")
-	waitEventSaying(t, "gke-minor", protocol.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, "gke-setpos", protocol.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, "gke-frozen", protocol.EventSkipped, `inside the maintenance exclusion "node-freeze"`)
-	waitEventSaying(t, "gke-over", protocol.EventSkipped, "pools.over-limit")
-	waitEventSaying(t, "gke-over", protocol.EventSkipped, "4 exclusions of scope no_upgrades; GKE allows at most 3")
+	world.WaitEvent(t, "gke-minor", protocol.EventTriggered, "Picked for opportunistic maintenance")
+	world.WaitEvent(t, "gke-setpos", protocol.EventTriggered, "Picked for opportunistic maintenance")
+	world.WaitEvent(t, "gke-frozen", protocol.EventSkipped, `inside the maintenance exclusion "node-freeze"`)
+	world.WaitEvent(t, "gke-over", protocol.EventSkipped, "pools.over-limit")
+	world.WaitEvent(t, "gke-over", protocol.EventSkipped, "4 exclusions of scope no_upgrades; GKE allows at most 3")
 	waitPasses(t, r.agg, 3)
 	for node, want := range map[string]bool{"gke-minor": true, "gke-setpos": true, "gke-frozen": false, "gke-over": false} {
 		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})

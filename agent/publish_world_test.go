@@ -21,20 +21,20 @@ func TestIdlenessPublished(t *testing.T) {
 	v := newVM(t, "agent-idle-pub-0")
 	ns := world.Namespace(t)
 	r := startAgent(t, v, agent.DefaultConfig)
-	n := waitNode(t, v.name, "idle since", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
+	n := world.WaitNode(t, v.name, "idle since", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
 	since := n.Annotations[protocol.AnnotationIdleSince]
 
 	trainer := makePod(ns, "trainer", v.name, 1, time.Second)
 	trainer.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}
 	createPod(t, trainer)
-	waitNode(t, v.name, "busy with accelerators", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "busy with accelerators", func(n *corev1.Node) bool {
 		return n.Annotations[protocol.AnnotationIdleSince] == "" && n.Annotations[protocol.AnnotationBusy] == protocol.BusyAccelerators
 	})
 	zero := int64(0)
 	if err := world.Client.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), "trainer", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	n = waitNode(t, v.name, "idle again", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
+	n = world.WaitNode(t, v.name, "idle again", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
 	again := n.Annotations[protocol.AnnotationIdleSince]
 	if again == since {
 		t.Errorf("idle since %s did not move after a busy spell", again)
@@ -44,14 +44,14 @@ func TestIdlenessPublished(t *testing.T) {
 	startAgent(t, v, agent.DefaultConfig)
 	// A notice the new agent mirrors: it has reconciled the Node.
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), time.Hour))
-	waitNode(t, v.name, "restarted agent at work", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, v.name, "restarted agent at work", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	if got := getNode(t, v.name).Annotations[protocol.AnnotationIdleSince]; got != again {
 		t.Errorf("the restarted agent moved idle-since from %s to %s", again, got)
 	}
 	pinned := makePod(ns, "pinned", v.name, 1, time.Second)
 	pinned.Annotations[protocol.PodAnnotationSafeToEvict] = "false"
 	createPod(t, pinned)
-	waitNode(t, v.name, "busy: safe-to-evict", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "busy: safe-to-evict", func(n *corev1.Node) bool {
 		return n.Annotations[protocol.AnnotationIdleSince] == "" && n.Annotations[protocol.AnnotationBusy] == protocol.BusySafeToEvict
 	})
 }

@@ -2,8 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,7 +57,7 @@ func manualVMWith(t *testing.T, name string, cfg gceemu.Config) (*vm, *running) 
 	withCompute(t, v)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	return v, r
 }
 
@@ -98,28 +98,6 @@ func eventMessages(t *testing.T, node, reason string) []string {
 	return out
 }
 
-func waitEventMessage(t *testing.T, node, reason string, parts ...string) string {
-	t.Helper()
-	var found string
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for _, m := range eventMessages(t, node, reason) {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(m, p)
-			}
-			if ok {
-				found = m
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no %s Event on %s saying %q; have %q", reason, node, parts, eventMessages(t, node, reason))
-	}
-	return found
-}
-
 func inService(n *corev1.Node) bool {
 	_, active := n.Labels[protocol.LabelActiveMaintenance]
 	return !active && !protocol.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[protocol.AnnotationPhase] == ""
@@ -152,7 +130,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	waitPDB(t, ns, "trainer", 2)
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	n := waitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
+	n := world.WaitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
 		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
 	})
 	if n.Annotations[protocol.AnnotationReason] != string(protocol.ReasonManual) || !n.Spec.Unschedulable {
@@ -182,7 +160,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 		t.Fatalf("trainer-0 deleted with deletion grace %d (seen terminating first: %t); want evicted with its 3 s", gone.grace, gone.terminated)
 	}
 
-	n = waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	n = world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	calls := v.emu.Calls()
@@ -202,17 +180,17 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 			n.Annotations[protocol.AnnotationRequested], n.Labels[protocol.LabelPerformMaintenance])
 	}
 	// Accepted: by the call's answer, or by the notice changing first.
-	waitEvent(t, v.name, protocol.EventManualAccepted)
+	world.WaitEvent(t, v.name, protocol.EventManualAccepted)
 	// Compute Engine starts it: the metadata server says so, nothing new happens.
 	if got := v.emu.MaintenanceEvent(); got != gceemu.EventTerminate {
 		t.Errorf("maintenance-event after the call %q", got)
 	}
 	reboot(t, v, r)
-	n = waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	n = world.WaitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if n.Annotations[protocol.AnnotationRequestID] != "" || n.Annotations[protocol.AnnotationRequested] != "" {
 		t.Errorf("the manual maintenance's annotations outlived it: %v", n.Annotations)
 	}
-	waitEvent(t, v.name, protocol.EventMaintenanceCleared)
+	world.WaitEvent(t, v.name, protocol.EventMaintenanceCleared)
 	ev := nodeEvents(t, v.name)
 	if ev[protocol.EventManualStarted] != 1 || ev[protocol.EventManualAccepted] != 1 || ev[protocol.EventTerminateOnHost] != 0 {
 		t.Errorf("Events %v; want one %s, one %s, and no second drain", ev, protocol.EventManualStarted, protocol.EventManualAccepted)
@@ -232,13 +210,9 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 
 func waitPDB(t *testing.T, ns, name string, healthy int32) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == healthy, nil
+	testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", ns, name, fmt.Sprintf("%d healthy pods", healthy), func(b *policyv1.PodDisruptionBudget) bool {
+		return b.Status.ObservedGeneration == b.Generation && b.Status.CurrentHealthy == healthy
 	})
-	if err != nil {
-		t.Fatalf("PDB %s never saw %d healthy pods: %v", name, healthy, err)
-	}
 }
 
 // TestManualTriggerBadInput: every value or state the agent does not act on
@@ -271,13 +245,13 @@ func TestManualTriggerBadInput(t *testing.T) {
 			if tc.notice != nil {
 				before := getNode(t, v.name).Annotations[protocol.AnnotationUpcomingMaintenance]
 				tc.notice(v.emu)
-				waitNode(t, v.name, "notice mirrored", func(n *corev1.Node) bool {
+				world.WaitNode(t, v.name, "notice mirrored", func(n *corev1.Node) bool {
 					return n.Annotations[protocol.AnnotationUpcomingMaintenance] != before
 				})
 			}
 			setTrigger(t, v.name, tc.value, true)
-			waitEventMessage(t, v.name, protocol.EventManualRejected, append(tc.says, "The label was removed; nothing else changed.")...)
-			n := waitNode(t, v.name, "label removed", triggerGone)
+			world.WaitEvent(t, v.name, protocol.EventManualRejected, append(tc.says, "The label was removed; nothing else changed.")...)
+			n := world.WaitNode(t, v.name, "label removed", triggerGone)
 			if !inService(n) {
 				t.Errorf("node left out of service: labels %v taints %v", n.Labels, n.Spec.Taints)
 			}
@@ -300,12 +274,12 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 	t.Run("notice already ONGOING on a VM that does not serve maintenance-event", func(t *testing.T) {
 		v, r := manualVMWith(t, "agent-manual-ongoing", gceemu.Config{NoMaintenanceEvent: true})
 		v.emu.SetNoticeStatus(gceemu.StatusOngoing)
-		waitNode(t, v.name, "host maintenance", func(n *corev1.Node) bool {
+		world.WaitNode(t, v.name, "host maintenance", func(n *corev1.Node) bool {
 			return n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonHostMaintenance)
 		})
 		setTrigger(t, v.name, protocol.TriggerValue, true)
-		waitEventMessage(t, v.name, protocol.EventManualRejected, "A host-maintenance is already under way", "is not needed")
-		n := waitNode(t, v.name, "label removed", triggerGone)
+		world.WaitEvent(t, v.name, protocol.EventManualRejected, "A host-maintenance is already under way", "is not needed")
+		n := world.WaitNode(t, v.name, "label removed", triggerGone)
 		if n.Annotations[protocol.AnnotationReason] != string(protocol.ReasonHostMaintenance) || !protocol.HasTaint(n) {
 			t.Errorf("the rejected label changed the running maintenance: %v", n.Annotations)
 		}
@@ -321,13 +295,13 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 		ns := world.Namespace(t)
 		createPod(t, makePod(ns, "slow", v.name, 4, 4*time.Second))
 		setTrigger(t, v.name, protocol.TriggerValue, true)
-		waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
+		world.WaitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
 		// Removed and set again, then a value that is not accepted.
 		setTrigger(t, v.name, "", false)
 		setTrigger(t, v.name, protocol.TriggerValue, true)
 		setTrigger(t, v.name, "yes", true)
-		waitEventMessage(t, v.name, protocol.EventManualRejected, `"yes" is not accepted`, "already under way goes on")
-		waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+		world.WaitEvent(t, v.name, protocol.EventManualRejected, `"yes" is not accepted`, "already under way goes on")
+		world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 			return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 		})
 		if calls := v.emu.Calls(); len(calls) != 1 {
@@ -352,7 +326,7 @@ func TestManualTriggerRetriesTransientErrors(t *testing.T) {
 	v.emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix, Kind: gceemu.FaultStatus, Status: http.StatusServiceUnavailable, Times: 2,
 		Body: `{"error":{"code":503,"message":"backendError"}}`})
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusOK {
@@ -373,8 +347,8 @@ func TestManualTriggerPermissionDenied(t *testing.T) {
 	v, r := manualVM(t, "agent-manual-403")
 	v.emu.SetPermissionDenied(true)
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	msg := waitEventMessage(t, v.name, protocol.EventManualFailed, compute.Permission, v.emu.Config().ServiceAccount, "back in service")
-	n := waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	msg := world.WaitEvent(t, v.name, protocol.EventManualFailed, compute.Permission, v.emu.Config().ServiceAccount, "back in service").Message
+	n := world.WaitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
 		t.Error("the pending notice's label went with the failed trigger")
 	}
@@ -419,7 +393,7 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	k := &killedAfterCall{next: real, made: make(chan struct{})}
 	v.compute = k
 	first := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	// From now on the first agent hears nothing new from the metadata
 	// server: it dies before it can learn that its call went through.
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
@@ -439,15 +413,15 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	v.emu.ClearFaults()
 	v.compute = real
 	second := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
-	waitEventMessage(t, v.name, protocol.EventManualAccepted, "the metadata server shows the maintenance starting")
+	world.WaitEvent(t, v.name, protocol.EventManualAccepted, "the metadata server shows the maintenance starting")
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want exactly one", calls)
 	}
 	reboot(t, v, second)
-	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	world.WaitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls after the reboot %+v, want exactly one", calls)
 	}
@@ -479,11 +453,11 @@ pools:
 	v.gate = src.ManualGate(testworld.LabelNodePool)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	waitEventMessage(t, v.name, protocol.EventManualRejected, "gates manual maintenance", `inside the maintenance exclusion "launch"`)
-	if n := waitNode(t, v.name, "label removed", triggerGone); !inService(n) {
+	world.WaitEvent(t, v.name, protocol.EventManualRejected, "gates manual maintenance", `inside the maintenance exclusion "launch"`)
+	if n := world.WaitNode(t, v.name, "label removed", triggerGone); !inService(n) {
 		t.Errorf("a refused trigger changed the node: %v", n.Labels)
 	}
 	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualExcluded)); got != 1 {
@@ -502,7 +476,7 @@ pools:
 		t.Fatal("the policy change never reached the source")
 	}
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	if calls := v.emu.Calls(); len(calls) != 1 {
@@ -520,9 +494,9 @@ func TestManualTriggerOperationFails(t *testing.T) {
 	v.emu.SetOperationFailure("the host is not available for maintenance now")
 	setTrigger(t, v.name, protocol.TriggerValue, true)
 	// Accepted first (the Event says so), then back in service.
-	waitEvent(t, v.name, protocol.EventManualAccepted)
-	waitEventMessage(t, v.name, protocol.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
-	waitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
+	world.WaitEvent(t, v.name, protocol.EventManualAccepted)
+	world.WaitEvent(t, v.name, protocol.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
+	world.WaitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
 	if got := testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualNotStarted)); got != 1 {
 		t.Errorf("manual_triggers{not_started} = %v, want 1", got)
 	}
@@ -556,7 +530,7 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 	}
 	rejectedFor := func(outcome, saying string) {
 		t.Helper()
-		waitNode(t, v.name, "trigger answered", triggerGone)
+		world.WaitNode(t, v.name, "trigger answered", triggerGone)
 		err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(outcome)) == 1, nil
 		})
@@ -564,7 +538,7 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 			t.Fatalf("manual_triggers_total{%s} never 1", outcome)
 		}
 		// Events are recorded asynchronously, after the Node's update.
-		waitEventMessage(t, v.name, protocol.EventManualRejected, saying)
+		world.WaitEvent(t, v.name, protocol.EventManualRejected, saying)
 		n := getNode(t, v.name)
 		if n.Spec.Unschedulable || protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Annotations[protocol.AnnotationMaintenanceState] != "" {
 			t.Errorf("a rejected trigger changed the node: unschedulable %t, labels %v", n.Spec.Unschedulable, n.Labels)
@@ -579,7 +553,7 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 	trainer.Spec.Containers[0].Resources.Requests = corev1.ResourceList{testworld.ResourceGPU: resource.MustParse("8")}
 	trainer.Spec.Containers[0].Resources.Limits = trainer.Spec.Containers[0].Resources.Requests
 	createPod(t, trainer)
-	waitNode(t, v.name, "busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] == protocol.BusyAccelerators })
+	world.WaitNode(t, v.name, "busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] == protocol.BusyAccelerators })
 	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().UTC().Format(time.RFC3339), ScheduledTime: scheduled})
 	rejectedFor(protocol.ManualNotIdle, "no longer idle")
 	if podGone(t, ns, "trainer") {
@@ -591,7 +565,7 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 	if err := world.Client.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), "trainer", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	waitNode(t, v.name, "idle", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
+	world.WaitNode(t, v.name, "idle", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
 	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), ScheduledTime: scheduled})
 	rejectedFor(protocol.ManualStaleTrigger, "more than 5m0s ago")
 	trigger(protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: time.Now().UTC().Format(time.RFC3339), ScheduledTime: "1700000000"})
@@ -611,7 +585,7 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	cfg := agent.DefaultConfig
 	cfg.ManualDrainTimeout = 20 * time.Second
 	r := startAgent(t, v, cfg)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	ns := world.Namespace(t)
 	p := makePod(ns, "guarded", v.name, 5, time.Second)
 	p.Labels = map[string]string{"app": "guarded"}
@@ -625,22 +599,22 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	waitPDB(t, ns, "guarded", 1)
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
-	waitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
-	waitEvent(t, v.name, protocol.EventBlocked)
+	world.WaitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
+	world.WaitEvent(t, v.name, protocol.EventBlocked)
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAbandoned)) == 1, nil
 	})
 	if err != nil {
 		t.Fatal("the voluntary drain was never given up")
 	}
-	n := waitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
+	n := world.WaitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
 		return !n.Spec.Unschedulable && !protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] == "" && triggerGone(n)
 	})
 	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
 		t.Error("the pending notice is no longer mirrored")
 	}
 	// Events are recorded asynchronously, after the Node's update.
-	waitEventMessage(t, v.name, protocol.EventManualAbandoned, ns+"/guarded")
+	world.WaitEvent(t, v.name, protocol.EventManualAbandoned, ns+"/guarded")
 	if msgs := eventMessages(t, v.name, protocol.EventManualAbandoned); len(msgs) != 1 {
 		t.Errorf("%s Events %q, want one", protocol.EventManualAbandoned, msgs)
 	}

@@ -133,41 +133,6 @@ func triggered(n *corev1.Node) bool {
 	return ms.OpportunisticTriggered
 }
 
-// eventsFor returns the aggregator's Event messages on node, by reason.
-func eventsFor(t *testing.T, node string) map[string][]string {
-	t.Helper()
-	n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",source=" + protocol.EventSourceAggregator})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]string{}
-	for _, e := range list.Items {
-		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == n.UID {
-			out[e.Reason] = append(out[e.Reason], e.Message)
-		}
-	}
-	return out
-}
-
-func waitEventSaying(t *testing.T, node, reason, text string) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for _, m := range eventsFor(t, node)[reason] {
-			if strings.Contains(m, text) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no %s Event on %s saying %q: %v", reason, node, text, eventsFor(t, node))
-	}
-}
-
 func nodes(t *testing.T, pool string, names ...string) {
 	t.Helper()
 	for _, name := range names {
@@ -190,8 +155,8 @@ func TestGKEExample(t *testing.T) {
 	publish(t, names[3], published{windowStart: start, canReschedule: true, idleFor: 600 * time.Second, config: cfg})
 	r := startAggregator(t, world.Namespace(t), "")
 
-	waitEventSaying(t, names[0], protocol.EventSkipped, "pods on it use accelerators")
-	waitEventSaying(t, names[1], protocol.EventSkipped, "less than node-idle-time=600s")
+	world.WaitEvent(t, names[0], protocol.EventSkipped, "pods on it use accelerators")
+	world.WaitEvent(t, names[1], protocol.EventSkipped, "less than node-idle-time=600s")
 	var picked, other string
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for i, name := range names[2:] {
@@ -206,8 +171,8 @@ func TestGKEExample(t *testing.T) {
 	if err != nil {
 		t.Fatal("neither node3 nor node4 was triggered")
 	}
-	waitEventSaying(t, picked, protocol.EventTriggered, "Picked for opportunistic maintenance")
-	waitEventSaying(t, other, protocol.EventSkipped, "min-nodes=3")
+	world.WaitEvent(t, picked, protocol.EventTriggered, "Picked for opportunistic maintenance")
+	world.WaitEvent(t, other, protocol.EventSkipped, "min-nodes=3")
 	// Several more passes: still exactly one.
 	waitPasses(t, r.agg, 3)
 	count := 0
@@ -282,7 +247,7 @@ pools:
 		"why-window":   "outside the maintenance window",
 		"why-excluded": `inside the maintenance exclusion "launch-week"`,
 	} {
-		waitEventSaying(t, node, protocol.EventSkipped, text)
+		world.WaitEvent(t, node, protocol.EventSkipped, text)
 	}
 	for _, name := range append(names, "why-window", "why-excluded") {
 		n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
@@ -305,8 +270,8 @@ func TestInvalidConfigurationIsAnsweredAndChangesNothing(t *testing.T) {
 	publish(t, "bad-mixed-0", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=600s,min-nodes=0,window=604800s"})
 	publish(t, "bad-mixed-1", published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=60s,min-nodes=0,window=604800s"})
 	r := startAggregator(t, ns, "maintenance-handler")
-	waitEventSaying(t, "bad-string-0", protocol.EventInvalidConfig, "node-idle-time=10m: want seconds")
-	waitEventSaying(t, "bad-mixed-1", protocol.EventInvalidConfig, "disagree")
+	world.WaitEvent(t, "bad-string-0", protocol.EventInvalidConfig, "node-idle-time=10m: want seconds")
+	world.WaitEvent(t, "bad-mixed-1", protocol.EventInvalidConfig, "disagree")
 	if got, ok := poolGauge(t, r.metrics, "pool_config_valid", "bad-mixed"); got != 0 || !ok {
 		t.Errorf("pool_config_valid{bad-mixed} = %v (exported: %t), want 0", got, ok)
 	}
@@ -349,14 +314,14 @@ func TestTPUSliceWholeOrNothing(t *testing.T) {
 	publish(t, slice[0], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
 	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: -1, busy: protocol.BusyAccelerators, config: cfg})
 	startAggregator(t, ns, "")
-	waitEventSaying(t, slice[0], protocol.EventSkipped, "maintained whole")
+	world.WaitEvent(t, slice[0], protocol.EventSkipped, "maintained whole")
 	for _, name := range slice {
 		if n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); triggered(n) {
 			t.Fatalf("%s triggered while the other host is busy", name)
 		}
 	}
 	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
-	waitNodes(t, slice, "were triggered whole (the idle slice)", triggered)
+	world.WaitNodes(t, slice, "were triggered whole (the idle slice)", triggered)
 }
 
 // TestRecreatedNodeCountedAsAutoRepair: a Node deleted and created again
@@ -413,7 +378,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 	if v := n.Annotations[protocol.AnnotationInterruptions]; v != "" {
 		t.Errorf("the aggregator wrote the agent's key %s: %s", protocol.AnnotationInterruptions, v)
 	}
-	waitEventSaying(t, name, protocol.EventRecreated, "counted as "+protocol.Repair.Key())
+	world.WaitEvent(t, name, protocol.EventRecreated, "counted as "+protocol.Repair.Key())
 	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues(append([]string{"repair"}, protocol.Repair.Labels()...)...)); got != 1 {
 		t.Errorf("pool_interruptions{repair,TerminationEvent,AutoRepair} = %v, want 1", got)
 	}
@@ -592,7 +557,7 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 			config: "node-idle-time=600s,min-nodes=0,window=2419200s"})
 	}
 	r := startAggregator(t, ns, "")
-	waitEventSaying(t, names[0], protocol.EventSkipped, "GKE's own maintenance handler acts on")
+	world.WaitEvent(t, names[0], protocol.EventSkipped, "GKE's own maintenance handler acts on")
 	waitPasses(t, r.agg, 3)
 	for _, name := range names {
 		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
@@ -651,5 +616,5 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	if count != 2 {
 		t.Errorf("%d of 20 idle nodes triggered, want 2 (max-unavailable=2)", count)
 	}
-	waitEventSaying(t, skippedOne, protocol.EventSkipped, "max-unavailable=2")
+	world.WaitEvent(t, skippedOne, protocol.EventSkipped, "max-unavailable=2")
 }

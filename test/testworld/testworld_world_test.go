@@ -50,18 +50,10 @@ func pod(name string, nodeName string, labels map[string]string) *corev1.Pod {
 	}
 }
 
-func waitPodRunning(t *testing.T, ns, name string) *corev1.Pod {
+// waitReady waits until the pod is Running and Ready.
+func waitReady(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
-	var p *corev1.Pod
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		p, err = world.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p), nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s never Running and Ready: %v (last: %+v)", ns, name, err, p.Status)
-	}
-	return p
+	return world.WaitPod(t, ns, name, "Running and Ready", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && podReady(p) })
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -178,7 +170,7 @@ func TestPDBStatusAndEviction(t *testing.T) {
 		if _, err := world.Client.CoreV1().Pods(ns).Create(testworld.Ctx(t, 10*time.Second), pod(name, n.Name, labels), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitPodRunning(t, ns, name)
+		waitReady(t, ns, name)
 	}
 	minAvailable := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{
@@ -233,7 +225,7 @@ func TestDeletedPodTakesItsDelay(t *testing.T) {
 	if _, err := world.Client.CoreV1().Pods(ns).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPodRunning(t, ns, p.Name)
+	waitReady(t, ns, p.Name)
 
 	deleted := time.Now()
 	if err := world.Client.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), p.Name, metav1.DeleteOptions{}); err != nil {

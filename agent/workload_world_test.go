@@ -59,24 +59,15 @@ func followNotice(t *testing.T, ns, name string) *noticeLog {
 // waitNotice waits until the pod's notice satisfies ok, and returns it.
 func waitNotice(t *testing.T, ns, name, what string, ok func(text string, cond *corev1.PodCondition) bool) string {
 	t.Helper()
-	var text string
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		text = p.Annotations[protocol.PodAnnotationNotice]
-		var cond *corev1.PodCondition
+	notice := func(p *corev1.Pod) (string, *corev1.PodCondition) {
 		for i, c := range p.Status.Conditions {
 			if c.Type == protocol.PodConditionMaintenance {
-				cond = &p.Status.Conditions[i]
+				return p.Annotations[protocol.PodAnnotationNotice], &p.Status.Conditions[i]
 			}
 		}
-		return ok(text, cond), nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %s never %s (notice %q)", ns, name, what, text)
+		return p.Annotations[protocol.PodAnnotationNotice], nil
 	}
+	text, _ := notice(world.WaitPod(t, ns, name, what, func(p *corev1.Pod) bool { return ok(notice(p)) }))
 	return text
 }
 
@@ -111,7 +102,7 @@ func TestWorkloadsToldAheadOfSIGTERM(t *testing.T) {
 		}
 	}
 	// A lead that is not a duration: said, and the pod has none.
-	waitEvent(t, v.name, protocol.EventCheckpointLeadInvalid)
+	world.WaitEvent(t, v.name, protocol.EventCheckpointLeadInvalid)
 	later := start.Add(72 * time.Hour)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(later, 2*time.Hour))
 	waitNotice(t, ns, "trainer", "told the window moved", func(text string, _ *corev1.PodCondition) bool {

@@ -138,20 +138,6 @@ func getNode(t testing.TB, name string) *corev1.Node {
 	return n
 }
 
-func waitNode(t *testing.T, name, what string, cond func(*corev1.Node) bool) *corev1.Node {
-	t.Helper()
-	var n *corev1.Node
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		n, err = world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && cond(n), nil
-	})
-	if err != nil {
-		t.Fatalf("node %s: %s never happened: labels %v annotations %v taints %v", name, what, n.Labels, n.Annotations, n.Spec.Taints)
-	}
-	return n
-}
-
 // nodeEvents counts the Events on the Node named name, by reason. Only this
 // Node object's Events count (by UID): a Node of the same name from an
 // earlier run is another object.
@@ -167,16 +153,6 @@ func nodeEvents(t *testing.T, name string) map[string]int {
 		out[e.Reason] += int(max(e.Count, 1))
 	}
 	return out
-}
-
-func waitEvent(t *testing.T, node, reason string) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return nodeEvents(t, node)[reason] > 0, nil
-	})
-	if err != nil {
-		t.Fatalf("no %s Event on %s: %v", reason, node, nodeEvents(t, node))
-	}
 }
 
 func makePod(ns, name, node string, grace int64, delay time.Duration) *corev1.Pod {
@@ -295,7 +271,7 @@ func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
 	startAgent(t, v, agent.DefaultConfig)
 	start := time.Date(2026, 12, 1, 19, 0, 1, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
-	n := waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool {
+	n := world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
 	})
 	if ann := n.Annotations[protocol.AnnotationUpcomingMaintenance]; ann == "" || !contains(ann, `"maintenance_status":"PENDING"`) {
@@ -306,17 +282,17 @@ func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
 	}
 	later := start.Add(72 * time.Hour)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(later, 2*time.Hour))
-	waitNode(t, v.name, "rescheduled label", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "rescheduled label", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] == strconv.FormatInt(later.Unix(), 10)
 	})
 	v.emu.ClearNotice()
-	waitNode(t, v.name, "label and annotation removed", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "label and annotation removed", func(n *corev1.Node) bool {
 		_, l := n.Labels[protocol.LabelScheduledMaintenanceTime]
 		_, a := n.Annotations[protocol.AnnotationUpcomingMaintenance]
 		return !l && !a
 	})
 	for _, r := range []string{protocol.EventMaintenanceScheduled, protocol.EventMaintenanceRescheduled, protocol.EventMaintenanceCancelled} {
-		waitEvent(t, v.name, r)
+		world.WaitEvent(t, v.name, r)
 	}
 }
 
@@ -329,12 +305,12 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	createPod(t, makePod(ns, "trainer", v.name, 3, 3*time.Second))
 	createPod(t, makePod(metav1.NamespaceSystem, "dns-"+v.name, v.name, 1, time.Second))
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "agent settled", func(*corev1.Node) bool {
+	world.WaitNode(t, v.name, "agent settled", func(*corev1.Node) bool {
 		return !r.watcher.LastGood(metadata.KeyMaintenanceEvent).IsZero()
 	})
 
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	n := waitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
+	n := world.WaitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
 		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
 	})
 	if !n.Spec.Unschedulable {
@@ -345,7 +321,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	newcomer.Spec.NodeSelector = map[string]string{corev1.LabelHostname: v.name}
 	createPod(t, newcomer)
 
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	if !podGone(t, ns, "trainer") || !podGone(t, metav1.NamespaceSystem, "dns-"+v.name) {
@@ -373,7 +349,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 
 	// The VM comes back: back in service, and the waiting pod lands there.
 	reboot(t, v, r)
-	waitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "back in service", func(n *corev1.Node) bool {
 		_, active := n.Labels[protocol.LabelActiveMaintenance]
 		return !active && !protocol.HasTaint(n) && !n.Spec.Unschedulable && n.Annotations[protocol.AnnotationPhase] == ""
 	})
@@ -385,7 +361,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 		t.Errorf("newcomer never scheduled after the node came back: %v", err)
 	}
 	for _, reason := range []string{protocol.EventTerminateOnHost, protocol.EventEvictionComplete, protocol.EventMaintenanceCleared} {
-		waitEvent(t, v.name, reason)
+		world.WaitEvent(t, v.name, reason)
 	}
 }
 
@@ -405,11 +381,11 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 	}
 	r := startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	reboot(t, v, r)
-	n := waitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !protocol.HasTaint(n) })
+	n := world.WaitNode(t, v.name, "taint removed", func(n *corev1.Node) bool { return !protocol.HasTaint(n) })
 	if !n.Spec.Unschedulable {
 		t.Error("a node a person had cordoned was uncordoned")
 	}
@@ -423,7 +399,7 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	r := startAgent(t, v, agent.DefaultConfig)
 
 	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
-	waitEvent(t, v.name, protocol.EventMigrateOnHost)
+	world.WaitEvent(t, v.name, protocol.EventMigrateOnHost)
 	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Errorf("live migration tainted or labelled the node")
 	}
@@ -459,10 +435,10 @@ func TestPreemptionMovesTheDeadlineOfTheDrainUnderWay(t *testing.T) {
 	waitPDB(t, ns, "guarded", 1)
 	startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	waitEvent(t, v.name, protocol.EventBlocked)
+	world.WaitEvent(t, v.name, protocol.EventBlocked)
 
 	preemptUntilTerminating(t, v, ns, "guarded")
-	waitEvent(t, v.name, protocol.EventEscalated)
+	world.WaitEvent(t, v.name, protocol.EventEscalated)
 }
 
 // preemptUntilTerminating preempts v's VM and waits for its node to be
@@ -473,7 +449,7 @@ func preemptUntilTerminating(t *testing.T, v *vm, ns, pod string) {
 	t.Helper()
 	start := time.Now()
 	v.emu.SetPreempted(true)
-	n := waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	n := world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	deadline, err := time.Parse(time.RFC3339Nano, n.Annotations[protocol.AnnotationDeadline])
@@ -493,7 +469,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	createPod(t, makePod(ns, "slower", v.name, 8, 8*time.Second))
 	first := startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	waitNode(t, v.name, "draining", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "draining", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
 	})
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -505,7 +481,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	}
 	first.stop() // killed mid-drain
 	second := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	// The restarted agent continues the node's total: one, not two.
@@ -545,7 +521,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	v.emu.ClearFaults()
 	v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + metadata.KeyMaintenanceEvent, Kind: gceemu.FaultGarbage, Times: 2})
 	v.emu.SetMaintenanceEvent("TERMINATE_SOMETIME")
-	waitEvent(t, v.name, protocol.EventUnrecognizedValue)
+	world.WaitEvent(t, v.name, protocol.EventUnrecognizedValue)
 	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Fatal("an unknown value or a fault drained the node")
 	}
@@ -605,8 +581,8 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 	cfg := rest.CopyConfig(world.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
 	startAgentWith(t, v, agent.DefaultConfig, cfg)
-	waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
-	waitEvent(t, v.name, protocol.EventMaintenanceScheduled)
+	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitEvent(t, v.name, protocol.EventMaintenanceScheduled)
 	var watches []string
 	for _, r := range log.since(0) {
 		if strings.HasPrefix(r, "WATCH ") {
@@ -686,7 +662,7 @@ func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
 	if hits := fail.set(false); hits < 1 {
 		t.Fatalf("no update was attempted (%d)", hits)
 	}
-	waitNode(t, v.name, "label after recovery", func(n *corev1.Node) bool {
+	world.WaitNode(t, v.name, "label after recovery", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] == strconv.FormatInt(start.Unix(), 10)
 	})
 	if err := r.agent.Healthy(0); err != nil {
@@ -719,12 +695,12 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-reboot-0")
 	r := startAgent(t, v, agent.DefaultConfig)
-	waitNode(t, v.name, "boot ID recorded", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
+	world.WaitNode(t, v.name, "boot ID recorded", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "") // crashed and came back
 	r = startAgent(t, v, agent.DefaultConfig)
-	waitEvent(t, v.name, protocol.EventUnexpectedReboot)
-	n := waitNode(t, v.name, "host error counted", func(n *corev1.Node) bool {
+	world.WaitEvent(t, v.name, protocol.EventUnexpectedReboot)
+	n := world.WaitNode(t, v.name, "host error counted", func(n *corev1.Node) bool {
 		return protocol.NodeInterruptions(n)[protocol.UnannouncedReboot.Key()] == 1
 	})
 	if protocol.HasTaint(n) || n.Spec.Unschedulable {
@@ -736,8 +712,8 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "v1.37.0")
 	r = startAgent(t, v, agent.DefaultConfig)
-	waitEvent(t, v.name, protocol.EventNodeUpgraded)
-	waitNode(t, v.name, "upgrade counted", func(n *corev1.Node) bool {
+	world.WaitEvent(t, v.name, protocol.EventNodeUpgraded)
+	world.WaitNode(t, v.name, "upgrade counted", func(n *corev1.Node) bool {
 		c := protocol.NodeInterruptions(n)
 		return c[protocol.Upgrade.Key()] == 1 && c[protocol.UnannouncedReboot.Key()] == 1
 	})
@@ -785,7 +761,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 		events.NodeEvent(true, protocol.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))
 	}
 	events.NodeEvent(true, protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining")
-	waitEvent(t, v.name, protocol.EventTerminateOnHost)
+	world.WaitEvent(t, v.name, protocol.EventTerminateOnHost)
 }
 
 // TestUnrecognizedValuesWarnOncePerChange: a run of values the agent does
@@ -811,7 +787,7 @@ func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 	}
 	// A lifecycle Event after the run: the Events before it are written.
 	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
-	waitEvent(t, v.name, protocol.EventMigrateOnHost)
+	world.WaitEvent(t, v.name, protocol.EventMigrateOnHost)
 	if got := nodeEvents(t, v.name)[protocol.EventUnrecognizedValue]; got != 1 {
 		t.Errorf("%d %s Events for a run of 10 odd values, want 1", got, protocol.EventUnrecognizedValue)
 	}
@@ -819,7 +795,7 @@ func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 	waitFor("the next odd value counted", func() bool { return counted() >= 11 })
 	v.emu.SetMaintenanceEvent(gceemu.EventNone)
 	v.emu.SetPreempted(true)
-	waitEvent(t, v.name, protocol.EventPreempted)
+	world.WaitEvent(t, v.name, protocol.EventPreempted)
 	if got := nodeEvents(t, v.name)[protocol.EventUnrecognizedValue]; got != 2 {
 		t.Errorf("%d %s Events after a recognised value and another odd one, want 2", got, protocol.EventUnrecognizedValue)
 	}
@@ -845,7 +821,7 @@ func TestAgentLeavesKeysItDidNotWrite(t *testing.T) {
 	startAgent(t, v, agent.DefaultConfig)
 	// The agent's write: the label of the notice, in the same update that
 	// would have stripped the rest.
-	n := waitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	n := world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	if n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueOngoing || !protocol.HasTaint(n) {
 		t.Errorf("the idle agent removed GKE's keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
 	}
@@ -862,29 +838,29 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 	gpu := newVM(t, "agent-ongoing-gpu")
 	gpu.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 4*time.Hour))
 	startAgent(t, gpu, agent.DefaultConfig)
-	waitNode(t, gpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, gpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	gpu.emu.SetNoticeStatus(gceemu.StatusOngoing)
 	// The agent's write for ONGOING: the scheduled label goes, nothing else.
-	n := waitNode(t, gpu.name, "scheduled label dropped", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] == "" })
+	n := world.WaitNode(t, gpu.name, "scheduled label dropped", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] == "" })
 	if protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" || n.Spec.Unschedulable {
 		t.Fatalf("ONGOING drained a VM that serves maintenance-event: labels %v", n.Labels)
 	}
 	gpu.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	waitNode(t, gpu.name, "drained on TERMINATE", func(n *corev1.Node) bool {
+	world.WaitNode(t, gpu.name, "drained on TERMINATE", func(n *corev1.Node) bool {
 		return protocol.HasTaint(n) && n.Annotations[protocol.AnnotationReason] == string(protocol.ReasonHostMaintenance)
 	})
 
 	tpu := newVMWith(t, "agent-ongoing-tpu", gceemu.Config{NoMaintenanceEvent: true})
 	tpu.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 4*time.Hour))
 	startAgent(t, tpu, agent.DefaultConfig)
-	waitNode(t, tpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	world.WaitNode(t, tpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	tpu.emu.SetNoticeStatus(gceemu.StatusOngoing)
-	waitNode(t, tpu.name, "drained on ONGOING", func(n *corev1.Node) bool {
+	world.WaitNode(t, tpu.name, "drained on ONGOING", func(n *corev1.Node) bool {
 		return protocol.HasTaint(n) && n.Labels[protocol.LabelActiveMaintenance] != ""
 	})
 	// Events are recorded in order: once the drain's is there, a warning
 	// about the missing key (emitted when it was first read) would be too.
-	waitEvent(t, tpu.name, protocol.EventMaintenanceStarted)
+	world.WaitEvent(t, tpu.name, protocol.EventMaintenanceStarted)
 	if got := nodeEvents(t, tpu.name)[protocol.EventUnrecognizedValue]; got != 0 {
 		t.Errorf("%d %s Events for a key the VM does not serve", got, protocol.EventUnrecognizedValue)
 	}

@@ -1,0 +1,144 @@
+package manifests_test
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestOverlaysRender: every overlay builds as `kubectl apply -k` builds it;
+// the monitoring components add exactly their objects, in the project's
+// namespace; the example overlay's image and affinity patch take effect.
+func TestOverlaysRender(t *testing.T) {
+	const ns = "maintenance-handler"
+	base := kinds(render(t, "base"))
+	for name, o := range base {
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetNamespace() != ns {
+			t.Errorf("%s is not in namespace %s", name, ns)
+		}
+	}
+	for _, tc := range []struct {
+		dir  string
+		adds []string
+	}{
+		{"overlays/prometheus-operator", []string{"ServiceMonitor " + ns + "/maintenance-handler", "PrometheusRule " + ns + "/maintenance-handler"}},
+		{"overlays/gke-managed-prometheus", []string{"PodMonitoring " + ns + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
+		{"overlays/example", []string{"PodMonitoring " + ns + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
+	} {
+		got := kinds(render(t, tc.dir))
+		for name := range base {
+			if got[name] == nil {
+				t.Errorf("%s lacks %s of the base", tc.dir, name)
+			}
+		}
+		for _, name := range tc.adds {
+			if got[name] == nil {
+				t.Errorf("%s lacks %s", tc.dir, name)
+			}
+		}
+		if len(got) != len(base)+len(tc.adds) {
+			t.Errorf("%s has %d objects, want the base's %d and %d more", tc.dir, len(got), len(base), len(tc.adds))
+		}
+	}
+
+	example := kinds(render(t, "overlays/example"))
+	const image = "us-docker.pkg.dev/my-project/my-repo/maintenance-handler:v0.1.0"
+	for _, name := range []string{"DaemonSet " + ns + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
+		containers, _, _ := unstructured.NestedSlice(example[name].Object, "spec", "template", "spec", "containers")
+		if len(containers) != 1 || containers[0].(map[string]any)["image"] != image {
+			t.Errorf("%s: containers %v, want one with image %s", name, containers, image)
+		}
+	}
+	terms, _, _ := unstructured.NestedSlice(example["DaemonSet "+ns+"/maintenance-handler-agent"].Object,
+		"spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+	var keys []string
+	for _, term := range terms {
+		for _, e := range term.(map[string]any)["matchExpressions"].([]any) {
+			keys = append(keys, e.(map[string]any)["key"].(string))
+		}
+	}
+	if want := []string{"cloud.google.com/gke-accelerator", "cloud.google.com/gke-tpu-accelerator", "example.com/accelerator"}; strings.Join(keys, " ") != strings.Join(want, " ") {
+		t.Errorf("the example's agent affinity terms select %v, want %v", keys, want)
+	}
+}
+
+// TestMonitorsFindTheMetricsPorts: the PodMonitoring selects the agent's and
+// the aggregator's pods and names a port both expose; the ServiceMonitor
+// selects both metrics Services by a port they have, and each Service
+// selects its pods and targets their metrics port.
+func TestMonitorsFindTheMetricsPorts(t *testing.T) {
+	const ns = "maintenance-handler"
+	objs := kinds(append(render(t, "overlays/prometheus-operator"), render(t, "overlays/gke-managed-prometheus")...))
+	type workload struct {
+		labels map[string]string
+		ports  map[string]bool
+	}
+	var workloads []workload
+	for _, name := range []string{"DaemonSet " + ns + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
+		labels, _, _ := unstructured.NestedStringMap(objs[name].Object, "spec", "template", "metadata", "labels")
+		containers, _, _ := unstructured.NestedSlice(objs[name].Object, "spec", "template", "spec", "containers")
+		w := workload{labels: labels, ports: map[string]bool{}}
+		for _, c := range containers {
+			ports, _, _ := unstructured.NestedSlice(c.(map[string]any), "ports")
+			for _, p := range ports {
+				w.ports[p.(map[string]any)["name"].(string)] = true
+			}
+		}
+		workloads = append(workloads, w)
+	}
+	endpointPorts := func(o *unstructured.Unstructured) []string {
+		eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
+		var out []string
+		for _, e := range eps {
+			out = append(out, e.(map[string]any)["port"].(string))
+		}
+		return out
+	}
+
+	pm := objs["PodMonitoring "+ns+"/maintenance-handler"]
+	sel, _, _ := unstructured.NestedMap(pm.Object, "spec", "selector", "matchLabels")
+	for i, w := range workloads {
+		if !matches(sel, w.labels) {
+			t.Errorf("the PodMonitoring does not select workload %d (labels %v)", i, w.labels)
+		}
+		for _, port := range endpointPorts(pm) {
+			if !w.ports[port] {
+				t.Errorf("the PodMonitoring scrapes port %q, which workload %d lacks", port, i)
+			}
+		}
+	}
+
+	sm := objs["ServiceMonitor "+ns+"/maintenance-handler"]
+	sel, _, _ = unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
+	selected := 0
+	for _, o := range objs {
+		if o.GetKind() != "Service" || !matches(sel, o.GetLabels()) {
+			continue
+		}
+		selected++
+		ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+		names := map[string]string{}
+		for _, p := range ports {
+			names[p.(map[string]any)["name"].(string)] = p.(map[string]any)["targetPort"].(string)
+		}
+		for _, port := range endpointPorts(sm) {
+			if names[port] == "" {
+				t.Errorf("the ServiceMonitor scrapes port %q, which Service %s lacks", port, o.GetName())
+			}
+		}
+		svcSel, _, _ := unstructured.NestedMap(o.Object, "spec", "selector")
+		found := false
+		for _, w := range workloads {
+			if matches(svcSel, w.labels) && w.ports[names["metrics"]] {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("Service %s selects no workload exposing its target port %q", o.GetName(), names["metrics"])
+		}
+	}
+	if selected != 2 {
+		t.Errorf("the ServiceMonitor selects %d Services, want the agent's and the aggregator's", selected)
+	}
+}
