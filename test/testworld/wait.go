@@ -56,7 +56,9 @@ func WaitFor[T runtime.Object](t testing.TB, c cache.Getter, resource, ns, name,
 			}
 		}
 		return false
-	}, func() string { return fmt.Sprintf("%s %s/%s: %s; last seen: %s", resource, ns, name, what, describe(last)) })
+	}, func() string {
+		return fmt.Sprintf("%s %s/%s: %s; last seen: %s", resource, ns, name, what, describe(last))
+	})
 	return found
 }
 
