@@ -120,18 +120,19 @@ func (w *World) WaitRunning(t testing.TB, node string, n int) {
 }
 
 // WaitEvent waits for an Event with reason about the Node node (this Node
-// object: one of the same name from before is another) whose message says
-// every one of parts, and returns it.
+// object: one of the same name from before is another; an Event that names
+// no UID counts) whose message says every one of parts, and returns it.
 func (w *World) WaitEvent(t testing.TB, node, reason string, parts ...string) *corev1.Event {
 	t.Helper()
 	n := w.WaitNode(t, node, "exists", func(*corev1.Node) bool { return true })
 	var found *corev1.Event
 	var seen []string
-	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(n.UID)), fields.OneTermEqualSelector("reason", reason))
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.kind", "Node"), fields.OneTermEqualSelector("involvedObject.name", node),
+		fields.OneTermEqualSelector("reason", reason))
 	lw := cache.NewListWatchFromClient(w.Client.CoreV1().RESTClient(), "events", "", sel)
 	says := func(obj any) bool {
 		e, ok := obj.(*corev1.Event)
-		if !ok {
+		if !ok || e.InvolvedObject.UID != "" && e.InvolvedObject.UID != n.UID {
 			return false
 		}
 		seen = append(seen, e.Message)
