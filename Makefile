@@ -4,7 +4,7 @@ GO ?= go
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test unit testworld prometheus vet verify build bench
+.PHONY: help demo test unit testworld prometheus vet verify build image bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 build: ## build the static binaries into bin/ (the agent and the aggregator as the Dockerfile does, and the kubectl plugin kubectl-maintenance)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
+
+image: ## the container image without a container engine: an OCI image layout in bin/image for linux/amd64 and linux/arm64 (push it with crane push --index)
+	$(GO) run ./build/image -o bin/image -version $(VERSION)
 
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
