@@ -1,7 +1,10 @@
 // Package protocol is the Node protocol: every label, annotation and taint
-// the project reads or writes on a Node (and the pod annotation it reads),
-// their value vocabularies, the interruption taxonomy, and the encoding of
-// each component's state on a Node.
+// the project reads or writes on a Node (and the pod keys it reads and
+// writes), their value vocabularies, the interruption taxonomy, the
+// encoding of each component's state on a Node, every Event reason with who
+// records it (events.go), and the rules by which the agent answers the
+// perform-maintenance label (trigger.go: TriggerCheck.Answer, which the
+// kubectl plugin asks too).
 //
 // The Node object is the only state the agent and the aggregator share:
 // every decision either makes can be made again from what is on the Nodes,
@@ -16,8 +19,8 @@
 // Keys GKE users already know keep their exact strings; everything else
 // lives under Prefix.
 //
-// What it does not do: talk to the API server, decide anything, or know
-// about pods beyond the one annotation it names. It imports only the
+// What it does not do: talk to the API server, decide anything beyond a
+// trigger's acceptance, or know about pods beyond the keys it names. It imports only the
 // Kubernetes API types and package metadata (the notice's format).
 //
 // Concurrency: constants, pure functions and functions that change only
