@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
@@ -120,7 +119,7 @@ func BenchmarkDrain110Pods(b *testing.B) {
 	b.Cleanup(func() {
 		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
-	waitSA(b, ns)
+	testworld.WaitFor(b, world.Client.CoreV1().RESTClient(), "serviceaccounts", ns, "default", "exists", func(*corev1.ServiceAccount) bool { return true })
 	r := startAgent(b, v, agent.DefaultConfig)
 	nodes := watchNode(b, name)
 	var past []time.Duration
@@ -132,7 +131,7 @@ func BenchmarkDrain110Pods(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		waitRunningB(b, name, pods)
+		world.WaitRunning(b, name, pods)
 		start := time.Now()
 		emu.SetMaintenanceEvent(gceemu.EventTerminate)
 		done := until(b, nodes, func(n *corev1.Node) bool {
@@ -144,33 +143,4 @@ func BenchmarkDrain110Pods(b *testing.B) {
 	}
 	b.ReportMetric(float64(percentile(past, 1).Milliseconds()), "ms-past-longest-grace")
 	fmt.Printf("drain of %d pods (grace 0-10 s): terminating %s after the longest grace (worst of %d)\n", pods, percentile(past, 1).Round(time.Millisecond), len(past))
-}
-
-func waitSA(b *testing.B, ns string) {
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := world.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-}
-
-func waitRunningB(b *testing.B, node string, n int) {
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				running++
-			}
-		}
-		return running >= n, nil
-	})
-	if err != nil {
-		b.Fatalf("fewer than %d pods running: %v", n, err)
-	}
 }

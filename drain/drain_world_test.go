@@ -101,26 +101,6 @@ func create(t *testing.T, p *corev1.Pod) {
 	})
 }
 
-func waitRunning(t *testing.T, node string, n int) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running >= n, nil
-	})
-	if err != nil {
-		t.Fatalf("fewer than %d pods running on %s: %v", n, node, err)
-	}
-}
-
 // step is one observed change of a pod on the node.
 type step struct {
 	pod   string // namespace/name
@@ -214,7 +194,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 	if _, err := world.Client.AppsV1().DaemonSets(ns).Create(testworld.Ctx(t, 10*time.Second), ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, node, 6)
+	world.WaitRunning(t, node, 6)
 
 	steps := observe(t, node)
 	rec := &recorder{}
@@ -271,7 +251,7 @@ func TestDrainGivesEachPodItsGrace(t *testing.T) {
 	ns := world.Namespace(t)
 	create(t, podSpec(ns, "checkpointing", node, 20, 15*time.Second, nil))
 	create(t, podSpec(ns, "long-grace", node, 600, 600*time.Second, nil))
-	waitRunning(t, node, 2)
+	world.WaitRunning(t, node, 2)
 	steps := observe(t, node)
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
@@ -319,7 +299,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRunning(t, node, 1)
+	world.WaitRunning(t, node, 1)
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "singleton", metav1.GetOptions{})
 		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, nil
@@ -396,7 +376,7 @@ func TestDrainKeepsTimeForSystemPods(t *testing.T) {
 	ns := world.Namespace(t)
 	create(t, podSpec(ns, "trainer", node, 60, 60*time.Second, nil))
 	create(t, podSpec(metav1.NamespaceSystem, "dns-"+node, node, 30, 30*time.Second, nil))
-	waitRunning(t, node, 2)
+	world.WaitRunning(t, node, 2)
 	steps := observe(t, node)
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node)})
 	deadline := time.Now().Add(30 * time.Second)
@@ -445,7 +425,7 @@ func TestDrainEndsAtItsDeadline(t *testing.T) {
 			_, _ = world.Client.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
 		}
 	})
-	waitRunning(t, node, 1)
+	world.WaitRunning(t, node, 1)
 	rec := &recorder{}
 	pods := startPods(t, node)
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: pods, Recorder: rec, Events: rec, TaintKey: protocol.TaintImpendingTermination})

@@ -417,7 +417,7 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", pod.Name,
 		"--policy-configmap", ns+"/maintenance-handler")
 	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
-	waitNode(t, node, "the scheduled-maintenance-time label", func(n *corev1.Node) bool {
+	world.WaitNode(t, node, "the scheduled-maintenance-time label", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" && n.Annotations[protocol.AnnotationIdleSince] != "" && n.Annotations[protocol.AnnotationLastBootID] != ""
 	})
 	// The workload is told, under the same permissions (RBAC and the
@@ -430,7 +430,7 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 		t.Error("the workload pod was never told of the pending maintenance")
 	}
 	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	waitNode(t, node, "terminating, tainted and cordoned", func(n *corev1.Node) bool {
+	world.WaitNode(t, node, "terminating, tainted and cordoned", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && protocol.HasTaint(n) && n.Spec.Unschedulable
 	})
 	if _, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -479,22 +479,6 @@ func agentWithoutNodeName(t *testing.T) {
 	p, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 	if err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the workload pod was touched: %v", err)
-	}
-}
-
-// waitNode waits until cond holds for node.
-func waitNode(t *testing.T, node, what string, cond func(*corev1.Node) bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		return err == nil && cond(n), nil
-	})
-	if err != nil {
-		n, _ := world.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if n != nil {
-			t.Fatalf("%s never showed %s: labels %v annotations %v", node, what, n.Labels, n.Annotations)
-		}
-		t.Fatalf("%s never showed %s", node, what)
 	}
 }
 

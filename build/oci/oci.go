@@ -69,7 +69,7 @@ func Build(img Image) (v1.Image, error) {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
-			tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithMediaType(types.OCILayer))
+			tarball.WithCompressionLevel(gzip.DefaultCompression), tarball.WithMediaType(types.OCILayer))
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
