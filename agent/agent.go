@@ -94,8 +94,11 @@ type Options struct {
 	// DrainReserve bounds the time kept for system and DaemonSet pods at
 	// the end of a drain (drain.Options.Reserve).
 	DrainReserve time.Duration
+	// DrainMargin is kept before the deadline, after every pod's grace
+	// (drain.Options.Margin).
+	DrainMargin time.Duration
 	// Drainer empties the node; nil is a drain.Drainer of the node's Pods
-	// with RetryInterval and DrainReserve.
+	// with RetryInterval, DrainReserve and DrainMargin.
 	Drainer Drainer
 	Metrics Metrics
 	Events  Events
@@ -128,6 +131,9 @@ type Agent struct {
 	// badLead: the pods whose checkpoint lead was said to be invalid;
 	// used by the notifier goroutine only.
 	badLead map[types.UID]bool
+	// timing is the drain's (DrainReserve, DrainMargin), for the told
+	// times.
+	timing drain.Timing
 
 	performFor    string         // request ID of the call started by this process
 	performResult *PerformResult // how it ended
@@ -194,14 +200,14 @@ func New(opts Options) (*Agent, error) {
 	if opts.Drainer == nil {
 		opts.Drainer = drain.New(drain.Options{
 			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Reserve: opts.DrainReserve,
-			TaintKey: protocol.TaintImpendingTermination,
-			Clock:    opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
+			Margin: opts.DrainMargin, TaintKey: protocol.TaintImpendingTermination,
+			Clock: opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
 		})
 	}
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
-	return &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
+	return &Agent{opts: opts, timing: drain.Options{Reserve: opts.DrainReserve, Margin: opts.DrainMargin}.Timing(), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
 		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}}, nil
 }
 

@@ -29,8 +29,8 @@ import (
 type noticeTarget struct {
 	phase       string // "" for none
 	windowStart time.Time
-	// drainStart and deadline, while starting: a pod is asked to stop at
-	// drain.EvictAt(pod, drainStart, deadline).
+	// drainStart and deadline, while starting: a pod is asked to stop when
+	// the drain's plan says (drain.Plan).
 	drainStart, deadline time.Time
 }
 
@@ -50,12 +50,13 @@ func targetOf(st State, drainStart time.Time) noticeTarget {
 	return noticeTarget{}
 }
 
-// noticeFor is what pod p is told ("" for nothing). Once the maintenance
-// starts, only a pod with a checkpoint lead is told so (it needs to hear
-// before its eviction); the others hear SIGTERM at that moment, and their
-// notice is left as it was, so that the drain's API calls are not shared
-// with a write per pod.
-func (t noticeTarget) noticeFor(p *corev1.Pod) string {
+// noticeFor is what pod p is told ("" for nothing); evictAt is when the
+// drain's plan asks it to stop. Once the maintenance starts, only a pod
+// with a checkpoint lead is told so (it needs to hear before its
+// eviction); the others hear SIGTERM at that moment, and their notice is
+// left as it was, so that the drain's API calls are not shared with a
+// write per pod.
+func (t noticeTarget) noticeFor(p *corev1.Pod, evictAt time.Time) string {
 	if t.phase == "" {
 		return ""
 	}
@@ -64,7 +65,7 @@ func (t noticeTarget) noticeFor(p *corev1.Pod) string {
 	}
 	n := protocol.WorkloadNotice{Phase: t.phase, WindowStart: t.windowStart}
 	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
-		n.EvictAt = drain.EvictAt(p, t.drainStart, t.deadline)
+		n.EvictAt = evictAt
 	}
 	return n.Encode()
 }
@@ -113,7 +114,16 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 	t := a.notice
 	a.mu.Unlock()
 	var firstErr error
-	for _, p := range a.opts.Pods.List() {
+	pods := a.opts.Pods.List()
+	// The time each pod is told is the time the drain asks it to stop: the
+	// same plan, with the drain's own timing and its own pod skipped.
+	evictAt := map[types.UID]time.Time{}
+	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
+		for _, planned := range drain.Plan(pods, a.opts.Self, a.timing, t.drainStart, t.deadline) {
+			evictAt[planned.Pod.UID] = planned.NotBefore
+		}
+	}
+	for _, p := range pods {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -122,7 +132,11 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 			a.log.Warn("checkpoint lead not understood; the pod has none", "pod", p.Namespace+"/"+p.Name, "err", err)
 			a.opts.Events.NodeEvent(true, protocol.EventCheckpointLeadInvalid, fmt.Sprintf("Pod %s/%s: %v; it is told of a maintenance and asked to stop as a pod without a lead", p.Namespace, p.Name, err))
 		}
-		want := t.noticeFor(p)
+		at, planned := evictAt[p.UID]
+		if !planned {
+			at = drain.EvictAt(p, t.drainStart, t.deadline.Add(-a.timing.Margin))
+		}
+		want := t.noticeFor(p, at)
 		if p.Annotations[protocol.PodAnnotationNotice] == want {
 			continue
 		}

@@ -149,3 +149,42 @@ func TestWorkloadsToldAheadOfSIGTERM(t *testing.T) {
 	}
 	t.Logf("server asked at %s; trainer told to stop at %s, asked at %s", sStop, tn.EvictAt, tStop)
 }
+
+// TestToldTheTimeTheDrainAsks: a pod with a checkpoint lead is told the
+// time the drain asks it to stop, its group's deadline and the margin
+// included. Under a 30 s preemption with a kube-system pod on the node
+// (whose grace the drain keeps for it at the end), a trainer with a 10 s
+// grace and a 5-minute lead is asked when its whole grace still fits before
+// the workload group's end; it is told that time and is not asked before
+// it. (Before, it was told the node's deadline minus its grace, 16 s
+// later than it was asked.)
+func TestToldTheTimeTheDrainAsks(t *testing.T) {
+	testworld.Need(t)
+	v := newVMWith(t, "agent-told-time-0", gceemu.Config{})
+	ns := world.Namespace(t)
+	trainer := makePod(ns, "trainer", v.name, 10, time.Second)
+	trainer.Annotations[protocol.PodAnnotationCheckpointLead] = "5m"
+	createPod(t, trainer)
+	createPod(t, makePod("kube-system", "told-time-dns", v.name, 15, time.Second))
+	world.WaitRunning(t, v.name, 2)
+	startAgent(t, v, agent.DefaultConfig)
+	v.emu.SetPreempted(true)
+	told := waitNotice(t, ns, "trainer", "told the maintenance starts", func(text string, _ *corev1.PodCondition) bool {
+		n, err := protocol.ParseWorkloadNotice(text)
+		return err == nil && n.Phase == protocol.NoticeStarting
+	})
+	n, err := protocol.ParseWorkloadNotice(told)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := world.WaitPod(t, ns, "trainer", "asked to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	at := asked.DeletionTimestamp.Add(-time.Duration(*asked.DeletionGracePeriodSeconds) * time.Second)
+	// Deletion timestamps are to the second; an eviction is never sent
+	// before the time told.
+	if at.Before(n.EvictAt.Add(-time.Second)) {
+		t.Errorf("the trainer was told to expect its eviction at %s and was asked at %s", n.EvictAt, at)
+	}
+	deadline := at.Add(time.Duration(*asked.DeletionGracePeriodSeconds) * time.Second)
+	t.Logf("trainer told %s, asked at %s with grace %ds (its grace ends at %s)", n.EvictAt.Format(time.RFC3339), at.Format(time.RFC3339),
+		*asked.DeletionGracePeriodSeconds, deadline.Format(time.RFC3339))
+}

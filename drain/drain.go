@@ -57,6 +57,12 @@ const DefaultRetryInterval = 5 * time.Second
 // and DaemonSet groups after the workload group (see Options.Reserve).
 const DefaultReserve = 15 * time.Second
 
+// DefaultMargin is the time kept between the end of every pod's grace
+// and the VM's stop (see Options.Margin): it covers the eviction call and
+// the kubelet's delivery of SIGTERM (0.2 to 0.5 s after the call on a real
+// kubelet) and a grace rounded up to whole seconds (up to 1 s).
+const DefaultMargin = 2 * time.Second
+
 // EndSlack is how long past its deadline a group still waits for its pods
 // to go: a grace rounded up to whole seconds may end a moment past the
 // deadline, and the kubelet reports a pod gone a moment after it stopped.
@@ -95,6 +101,11 @@ type Options struct {
 	// shutdownGracePeriodCriticalPods for critical pods. Zero means
 	// DefaultReserve; a negative value keeps no reserve.
 	Reserve time.Duration
+	// Margin is kept before the deadline: every pod is planned to end by
+	// deadline - Margin, so that its whole grace ends before the VM stops
+	// although SIGTERM reaches it a moment after the API call. Zero means
+	// DefaultMargin; a negative value keeps none.
+	Margin time.Duration
 	// TaintKey is the NoSchedule taint the node carries while it drains: a
 	// pod that arrives after the drain began and tolerates it is left
 	// alone. Empty: only a DaemonSet's late pods are.
@@ -115,9 +126,7 @@ func New(opts Options) *Drainer {
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = DefaultRetryInterval
 	}
-	if opts.Reserve == 0 {
-		opts.Reserve = DefaultReserve
-	}
+	opts.Reserve, opts.Margin = opts.Timing().Reserve, opts.Timing().Margin
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -167,7 +176,8 @@ type podState struct {
 //
 // Deadlines: the workload group ends by deadline minus a reserve for the
 // later groups, the system group by deadline minus the DaemonSet group's
-// share, the DaemonSet group by deadline (see Options.Reserve). Every pod
+// share, the DaemonSet group by deadline minus Options.Margin (see
+// Options.Reserve). Every pod
 // gets its own terminationGracePeriodSeconds, capped so that it ends by its
 // group's deadline, and never less than GraceFloor.
 //
@@ -211,7 +221,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (R
 	for _, p := range d.opts.Pods.List() {
 		began[p.UID] = true
 	}
-	deadlines := GroupDeadlines(d.members(began), d.opts.Reserve, d.opts.Clock.Now(), deadline)
+	deadlines := GroupDeadlines(d.members(began), d.opts.Timing(), d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
 		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], escalate, &res)
 		if err != nil {

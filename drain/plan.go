@@ -84,11 +84,36 @@ func toleratesTaint(p *corev1.Pod, key string) bool {
 	return false
 }
 
-// GroupDeadlines splits the time from now to deadline between the groups
-// of a drain of pods (those it will stop), in Groups' order, keeping at
-// most reserve for the system and DaemonSet groups (see Options.Reserve;
-// here a zero reserve keeps none).
-func GroupDeadlines(pods []*corev1.Pod, reserve time.Duration, now, deadline time.Time) []time.Time {
+// Timing is how a drain spends the time to its deadline: Options.Reserve
+// and Options.Margin, with the defaults filled in and a negative value
+// made zero.
+type Timing struct {
+	Reserve, Margin time.Duration
+}
+
+// DefaultTiming is the Timing of Options with both left zero.
+var DefaultTiming = Timing{Reserve: DefaultReserve, Margin: DefaultMargin}
+
+// Timing is the options' Timing.
+func (o Options) Timing() Timing {
+	pick := func(v, def time.Duration) time.Duration {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return Timing{Reserve: pick(o.Reserve, DefaultReserve), Margin: pick(o.Margin, DefaultMargin)}
+}
+
+// GroupDeadlines splits the time from now to deadline minus the margin
+// between the groups of a drain of pods (those it will stop), in Groups'
+// order, keeping at most the reserve for the system and DaemonSet groups
+// (see Options.Reserve and Options.Margin).
+func GroupDeadlines(pods []*corev1.Pod, timing Timing, now, deadline time.Time) []time.Time {
+	deadline = deadline.Add(-timing.Margin)
 	var needSystem, needDaemonSet time.Duration
 	for _, p := range pods {
 		g, ok := GroupOf(p)
@@ -101,7 +126,7 @@ func GroupDeadlines(pods []*corev1.Pod, reserve time.Duration, now, deadline tim
 		}
 	}
 	need := needSystem + needDaemonSet
-	reserve = min(reserve, need, deadline.Sub(now)/2)
+	reserve := min(timing.Reserve, need, deadline.Sub(now)/2)
 	if reserve <= 0 {
 		return []time.Time{deadline, deadline, deadline}
 	}
@@ -215,13 +240,11 @@ type PlannedPod struct {
 // them to stop, the pods of a node that it stops: group by group, in a
 // group by NotBefore, then the longest grace first (those decide when the
 // node is empty), then by namespace/name. skip is a pod never stopped (the
-// agent itself); reserve is Options.Reserve, zero meaning DefaultReserve.
-// It is the plan the Drainer executes when every eviction is accepted at
-// once and each pod goes as soon as it is asked to.
-func Plan(pods []*corev1.Pod, skip types.NamespacedName, reserve time.Duration, start, deadline time.Time) []PlannedPod {
-	if reserve == 0 {
-		reserve = DefaultReserve
-	}
+// agent itself); timing is the Drainer's (Options.Timing). It is the plan
+// the Drainer executes when every eviction is accepted at once and each pod
+// goes as soon as it is asked to. A pod with a checkpoint lead is told its
+// NotBefore (the agent's workload notice).
+func Plan(pods []*corev1.Pod, skip types.NamespacedName, timing Timing, start, deadline time.Time) []PlannedPod {
 	began := make(map[types.UID]bool, len(pods))
 	for _, p := range pods {
 		began[p.UID] = true
@@ -232,7 +255,7 @@ func Plan(pods []*corev1.Pod, skip types.NamespacedName, reserve time.Duration, 
 			members = append(members, p)
 		}
 	}
-	deadlines := GroupDeadlines(members, reserve, start, deadline)
+	deadlines := GroupDeadlines(members, timing, start, deadline)
 	order := map[Group]int{}
 	for i, g := range Groups {
 		order[g] = i

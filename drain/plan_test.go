@@ -138,3 +138,33 @@ func TestPlanRound(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanEndsEveryGraceBeforeTheStop: under a 30 s preemption, every pod
+// the plan stops (workloads, one with a checkpoint lead, system and
+// DaemonSet pods) has its whole grace end at least a second before the VM
+// stops: the margin covers SIGTERM's delivery after the call, and a grace
+// rounded up to whole seconds.
+func TestPlanEndsEveryGraceBeforeTheStop(t *testing.T) {
+	start := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	deadline := start.Add(30 * time.Second)
+	lead := pod("ml", "trainer", 10, "")
+	lead.Annotations = map[string]string{protocol.PodAnnotationCheckpointLead: "5m"}
+	pods := []*corev1.Pod{lead, pod("ml", "server", 60, ""), pod("ml", "batch", 7, ""), pod("kube-system", "dns", 30, ""),
+		pod("kube-system", "proxy", 2, ""), pod("kube-system", "dcgm", 5, "DaemonSet")}
+	for _, timing := range []Timing{DefaultTiming, {Reserve: DefaultReserve, Margin: 5 * time.Second}} {
+		plan := Plan(pods, types.NamespacedName{}, timing, start, deadline)
+		if len(plan) != len(pods) {
+			t.Fatalf("planned %d pods, want %d", len(plan), len(pods))
+		}
+		for _, p := range plan {
+			end := p.NotBefore.Add(p.Grace)
+			if latest := deadline.Add(-timing.Margin + time.Second); end.After(latest) {
+				t.Errorf("margin %s: %s/%s (grace %s, asked at +%s) ends at +%s, after +%s", timing.Margin, p.Pod.Namespace, p.Pod.Name,
+					p.Grace, p.NotBefore.Sub(start), end.Sub(start), latest.Sub(start))
+			}
+			if !p.GroupDeadline.Before(deadline.Add(-timing.Margin + time.Nanosecond)) {
+				t.Errorf("margin %s: %s's group ends at +%s, not before the margin", timing.Margin, p.Pod.Name, p.GroupDeadline.Sub(start))
+			}
+		}
+	}
+}

@@ -58,22 +58,27 @@ func TestGroupDeadlines(t *testing.T) {
 		name    string
 		pods    []*corev1.Pod
 		reserve time.Duration
+		margin  time.Duration
 		budget  time.Duration
 		want    []time.Duration // from began
 	}{
-		{"preemption: 15 s kept, split by need", []*corev1.Pod{workload, system, daemon}, 0, 30 * time.Second,
+		{"preemption: 15 s kept, split by need", []*corev1.Pod{workload, system, daemon}, 0, -1, 30 * time.Second,
 			[]time.Duration{15 * time.Second, 22 * time.Second, 30 * time.Second}},
-		{"host maintenance: the reserve is what the later groups need", []*corev1.Pod{workload, quick}, 0, time.Hour,
+		{"preemption with the default margin: every group ends 2 s earlier", []*corev1.Pod{workload, system, daemon}, 0, 0, 30 * time.Second,
+			[]time.Duration{14 * time.Second, 21 * time.Second, 28 * time.Second}},
+		{"a margin of its own", []*corev1.Pod{workload}, 0, 5 * time.Second, time.Hour,
+			[]time.Duration{time.Hour - 5*time.Second, time.Hour - 5*time.Second, time.Hour - 5*time.Second}},
+		{"host maintenance: the reserve is what the later groups need", []*corev1.Pod{workload, quick}, 0, -1, time.Hour,
 			[]time.Duration{time.Hour - 5*time.Second, time.Hour, time.Hour}},
-		{"no system or DaemonSet pods: no reserve", []*corev1.Pod{workload}, 0, 30 * time.Second,
+		{"no system or DaemonSet pods: no reserve", []*corev1.Pod{workload}, 0, -1, 30 * time.Second,
 			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
-		{"never more than half the time left", []*corev1.Pod{workload, system}, time.Minute, 20 * time.Second,
+		{"never more than half the time left", []*corev1.Pod{workload, system}, time.Minute, -1, 20 * time.Second,
 			[]time.Duration{10 * time.Second, 20 * time.Second, 20 * time.Second}},
-		{"a negative reserve keeps none", []*corev1.Pod{workload, system}, -1, 30 * time.Second,
+		{"a negative reserve keeps none", []*corev1.Pod{workload, system}, -1, -1, 30 * time.Second,
 			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := GroupDeadlines(tc.pods, New(Options{Reserve: tc.reserve}).opts.Reserve, began, began.Add(tc.budget))
+			got := GroupDeadlines(tc.pods, Options{Reserve: tc.reserve, Margin: tc.margin}.Timing(), began, began.Add(tc.budget))
 			for i, g := range got {
 				if g.Sub(began) != tc.want[i] {
 					t.Errorf("%s group ends %s after the start, want %s", Groups[i], g.Sub(began), tc.want[i])

@@ -139,7 +139,8 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 			ProviderID: node.Spec.ProviderID,
 		},
 		RetryInterval: opts.EvictionRetryInterval,
-		DrainReserve:  drainReserve(opts.DrainReserve),
+		DrainReserve:  zeroIsNone(opts.DrainReserve),
+		DrainMargin:   zeroIsNone(opts.DrainMargin),
 		Metrics:       m,
 		Events:        events,
 		Clock:         clk,
@@ -166,9 +167,10 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	return a.Start(ctx)
 }
 
-// drainReserve maps --drain-reserve to drain.Options.Reserve, where 0
-// means the default and a negative value none.
-func drainReserve(d time.Duration) time.Duration {
+// zeroIsNone maps --drain-reserve and --drain-margin, where 0 keeps none,
+// to drain.Options.Reserve and Margin, where 0 means the default and a
+// negative value none.
+func zeroIsNone(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}

@@ -55,6 +55,8 @@ type Options struct {
 	EvictionRetryInterval time.Duration
 	// DrainReserve is kept for system and DaemonSet pods at a drain's end.
 	DrainReserve time.Duration
+	// DrainMargin is kept before the VM's stop, after every pod's grace.
+	DrainMargin time.Duration
 	// AcceleratorResources make a pod accelerator work, for idleness.
 	AcceleratorResources []string
 	// PolicyConfigMap (namespace/name) holds the maintenance policy that
@@ -87,6 +89,7 @@ func NewOptions() *Options {
 		PoolLabel:               protocol.LabelNodePool,
 		EvictionRetryInterval:   drain.DefaultRetryInterval,
 		DrainReserve:            drain.DefaultReserve,
+		DrainMargin:             drain.DefaultMargin,
 		LogLevel:                "info",
 		KubeAPIQPS:              50,
 		KubeAPIBurst:            100,
@@ -115,6 +118,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy).")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own).")
+	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace period and the VM's stop: the drain plans each pod to end this much before the deadline, for the eviction call and the kubelet's delivery of SIGTERM, and a grace rounded up to whole seconds. 0 keeps none.")
 	fs.DurationVar(&o.DrainReserve, "drain-reserve", o.DrainReserve, "Most time kept at the end of a drain for kube-system and DaemonSet pods: workload pods must stop by the deadline minus what those pods need (their longest grace), at most this and at most half the time left. 0 keeps none.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second the agent may send to the API server; a drain of a full node makes one eviction per pod at once. An idle agent sends none (it only watches).")
@@ -161,6 +165,9 @@ func (o *Options) Validate() error {
 		if ns, name, ok := strings.Cut(o.PolicyConfigMap, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 			errs = append(errs, fmt.Errorf("--policy-configmap %q: want namespace/name", o.PolicyConfigMap))
 		}
+	}
+	if o.DrainMargin < 0 {
+		errs = append(errs, fmt.Errorf("--drain-margin %s: want 0 or more", o.DrainMargin))
 	}
 	if o.DrainReserve < 0 {
 		errs = append(errs, fmt.Errorf("--drain-reserve %s: want 0 or more", o.DrainReserve))

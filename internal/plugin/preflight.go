@@ -97,7 +97,7 @@ func DrainPlan(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget, start ti
 		}
 	}
 	var out []PlannedPod
-	for _, planned := range drain.Plan(pods, skip, drain.DefaultReserve, start, start.Add(protocol.DefaultManualDrainTimeout)) {
+	for _, planned := range drain.Plan(pods, skip, drain.DefaultTiming, start, start.Add(protocol.DefaultManualDrainTimeout)) {
 		p := planned.Pod
 		pp := PlannedPod{Pod: p.Namespace + "/" + p.Name, Group: planned.Group, Grace: planned.Grace, Lead: planned.NotBefore.Sub(start)}
 		for _, b := range pdbs {
