@@ -20,8 +20,9 @@
 // lives under Prefix.
 //
 // What it does not do: talk to the API server, decide anything beyond a
-// trigger's acceptance, or know about pods beyond the keys it names. It imports only the
-// Kubernetes API types and package metadata (the notice's format).
+// trigger's acceptance, or know about pods beyond the keys it names. It
+// imports only the Kubernetes API types and package metadata (the
+// notice's format).
 //
 // Concurrency: constants, pure functions and functions that change only
 // the Node passed in; safe for concurrent use on distinct Nodes.
