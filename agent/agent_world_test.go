@@ -331,10 +331,10 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	if err != nil || p.Spec.NodeName != "" {
 		t.Errorf("newcomer scheduled onto the node in maintenance: %v %q", err, p.Spec.NodeName)
 	}
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
 	}
-	if got := settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 2); got != 2 {
+	if got := testworld.Settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 2); got != 2 {
 		t.Errorf("evictions{evicted} = %v, want 2", got)
 	}
 	if got := testutil.CollectAndCount(r.metrics.TaintLatencySeconds); got != 1 {
@@ -343,7 +343,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	if got := testutil.CollectAndCount(r.metrics.DrainDurationSeconds); got != 1 {
 		t.Errorf("drain duration observations = %d, want 1", got)
 	}
-	if got := settled(t, r.metrics.Phase.WithLabelValues("Terminating"), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Phase.WithLabelValues("Terminating"), 1); got != 1 {
 		t.Errorf("phase{Terminating} = %v, want 1", got)
 	}
 
@@ -403,12 +403,12 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Errorf("live migration tainted or labelled the node")
 	}
-	if got := settled(t, r.metrics.Migrations, 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Migrations, 1); got != 1 {
 		t.Errorf("live migrations = %v, want 1", got)
 	}
 
 	preemptUntilTerminating(t, v, ns, "long-grace")
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.Preemption.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.Preemption.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{PreemptionEvent,Eviction} = %v, want 1", got)
 	}
 }
@@ -485,7 +485,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
 	// The restarted agent continues the node's total: one, not two.
-	if got := settled(t, second.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, second.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 1); got != 1 {
 		t.Errorf("the restarted agent's count is %v, want the node's total, 1", got)
 	}
 	if got := protocol.NodeInterruptions(getNode(t, v.name)); got[protocol.HostMaintenance.Key()] != 1 {
@@ -525,7 +525,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	if n := getNode(t, v.name); protocol.HasTaint(n) || n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "" {
 		t.Fatal("an unknown value or a fault drained the node")
 	}
-	if got := settled(t, r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent), 1); got < 1 {
+	if got := testworld.Settled(t, r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent), 1); got < 1 {
 		t.Errorf("unrecognized values counted: %v", got)
 	}
 	v.emu.SetMaintenanceEvent(gceemu.EventNone)
@@ -713,7 +713,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	if protocol.HasTaint(n) || n.Spec.Unschedulable {
 		t.Error("an unannounced reboot tainted or cordoned the node")
 	}
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} = %v, want 1", got)
 	}
 	r.stop()
@@ -725,10 +725,10 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 		return c[protocol.Upgrade.Key()] == 1 && c[protocol.UnannouncedReboot.Key()] == 1
 	})
 	// The restarted agent's counters carry the node's totals.
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} after a restart = %v, want 1", got)
 	}
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.Upgrade.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.Upgrade.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,NodeUpgrade} = %v, want 1", got)
 	}
 	// What the aggregator counts on the Node (a repair) reaches the counters.
@@ -750,7 +750,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	if err != nil {
 		t.Error("a repair counted on the Node never reached the agent's counters")
 	}
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.UnannouncedReboot.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{TerminationEvent,HostError} = %v after the repair, want still 1", got)
 	}
 }
@@ -871,17 +871,4 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 	if got := nodeEvents(t, tpu.name)[protocol.EventUnrecognizedValue]; got != 0 {
 		t.Errorf("%d %s Events for a key the VM does not serve", got, protocol.EventUnrecognizedValue)
 	}
-}
-
-// settled is the metric's value once it is want, or its value after 30 s:
-// a component counts a decision once its write has returned, a moment
-// after a watch shows the object changed.
-func settled(t testing.TB, c prometheus.Collector, want float64) float64 {
-	t.Helper()
-	var got float64
-	_ = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		got = testutil.ToFloat64(c)
-		return got == want, nil
-	})
-	return got
 }

@@ -195,11 +195,11 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	if ev[protocol.EventManualStarted] != 1 || ev[protocol.EventManualAccepted] != 1 || ev[protocol.EventTerminateOnHost] != 0 {
 		t.Errorf("Events %v; want one %s, one %s, and no second drain", ev, protocol.EventManualStarted, protocol.EventManualAccepted)
 	}
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 1); got != 1 {
 		t.Errorf("interruptions{MaintenanceEvent,HW/SW Maintenance} = %v, want 1", got)
 	}
 	for outcome, want := range map[string]float64{protocol.ManualStarted: 1, protocol.ManualAccepted: 1} {
-		if got := settled(t, r.metrics.ManualTriggers.WithLabelValues(outcome), want); got != want {
+		if got := testworld.Settled(t, r.metrics.ManualTriggers.WithLabelValues(outcome), want); got != want {
 			t.Errorf("manual_triggers{%s} = %v, want %v", outcome, got, want)
 		}
 	}
@@ -255,7 +255,7 @@ func TestManualTriggerBadInput(t *testing.T) {
 			if !inService(n) {
 				t.Errorf("node left out of service: labels %v taints %v", n.Labels, n.Spec.Taints)
 			}
-			if got := settled(t, r.metrics.ManualTriggers.WithLabelValues(tc.outcome), 1); got != 1 {
+			if got := testworld.Settled(t, r.metrics.ManualTriggers.WithLabelValues(tc.outcome), 1); got != 1 {
 				t.Errorf("manual_triggers{%s} = %v, want 1", tc.outcome, got)
 			}
 			if calls := v.emu.Calls(); len(calls) != 0 {
@@ -283,7 +283,7 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 		if n.Annotations[protocol.AnnotationReason] != string(protocol.ReasonHostMaintenance) || !protocol.HasTaint(n) {
 			t.Errorf("the rejected label changed the running maintenance: %v", n.Annotations)
 		}
-		if got := settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAlreadyOngoing), 1); got != 1 {
+		if got := testworld.Settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAlreadyOngoing), 1); got != 1 {
 			t.Errorf("manual_triggers{already_ongoing} = %v, want 1", got)
 		}
 		if calls := v.emu.Calls(); len(calls) != 0 {
@@ -310,7 +310,7 @@ func TestManualTriggerWhileMaintenanceRuns(t *testing.T) {
 		if ev := nodeEvents(t, v.name); ev[protocol.EventManualStarted] != 1 {
 			t.Errorf("Events %v, want one drain", ev)
 		}
-		if got := settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 1); got != 1 {
+		if got := testworld.Settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 1); got != 1 {
 			t.Errorf("evictions{evicted} = %v, want 1", got)
 		}
 	})
@@ -332,9 +332,11 @@ func TestManualTriggerRetriesTransientErrors(t *testing.T) {
 	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusOK {
 		t.Errorf("calls that reached Compute Engine %+v, want one, accepted", calls)
 	}
-	if got := settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 1); got != 1 {
 		t.Errorf("evictions{evicted} = %v, want 1 (the drain is not repeated)", got)
 	}
+	// Events are recorded asynchronously, after the Node's update.
+	world.WaitEvent(t, v.name, protocol.EventManualAccepted)
 	if ev := nodeEvents(t, v.name); ev[protocol.EventManualStarted] != 1 || ev[protocol.EventManualAccepted] != 1 || ev[protocol.EventManualFailed] != 0 {
 		t.Errorf("Events %v", ev)
 	}
@@ -352,10 +354,10 @@ func TestManualTriggerPermissionDenied(t *testing.T) {
 	if n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
 		t.Error("the pending notice's label went with the failed trigger")
 	}
-	if got := settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualPermissionDenied), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualPermissionDenied), 1); got != 1 {
 		t.Errorf("manual_triggers{permission_denied} = %v, want 1 (%s)", got, msg)
 	}
-	if got := settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 0); got != 0 {
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 0); got != 0 {
 		t.Errorf("a maintenance that never happened was counted (%v)", got)
 	}
 	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusForbidden {
@@ -460,7 +462,7 @@ pools:
 	if n := world.WaitNode(t, v.name, "label removed", triggerGone); !inService(n) {
 		t.Errorf("a refused trigger changed the node: %v", n.Labels)
 	}
-	if got := settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualExcluded), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualExcluded), 1); got != 1 {
 		t.Errorf("manual_triggers{excluded} = %v, want 1", got)
 	}
 
@@ -497,7 +499,7 @@ func TestManualTriggerOperationFails(t *testing.T) {
 	world.WaitEvent(t, v.name, protocol.EventManualAccepted)
 	world.WaitEvent(t, v.name, protocol.EventManualNotStarted, "its operation failed", "the host is not available for maintenance now")
 	world.WaitNode(t, v.name, "back in service without the label", func(n *corev1.Node) bool { return inService(n) && triggerGone(n) })
-	if got := settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualNotStarted), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.ManualTriggers.WithLabelValues(protocol.ManualNotStarted), 1); got != 1 {
 		t.Errorf("manual_triggers{not_started} = %v, want 1", got)
 	}
 	if calls := v.emu.Calls(); len(calls) != 1 {
@@ -621,7 +623,7 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	if podGone(t, ns, "guarded") || len(v.emu.Calls()) != 0 {
 		t.Errorf("pod gone %t, performMaintenance calls %d; want the pod kept and no call", podGone(t, ns, "guarded"), len(v.emu.Calls()))
 	}
-	if got := settled(t, r.metrics.Escalations, 0); got != 0 {
+	if got := testworld.Settled(t, r.metrics.Escalations, 0); got != 0 {
 		t.Errorf("%v escalations in a voluntary drain", got)
 	}
 }

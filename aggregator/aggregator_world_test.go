@@ -185,7 +185,7 @@ func TestGKEExample(t *testing.T) {
 	if count != 1 {
 		t.Errorf("%d nodes triggered, want exactly 1", count)
 	}
-	if got := settled(t, r.metrics.Decisions.WithLabelValues("triggered", aggregator.ReasonTriggered), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("triggered", aggregator.ReasonTriggered), 1); got != 1 {
 		t.Errorf("decisions{triggered} = %v, want 1", got)
 	}
 	if got, ok := poolGauge(t, r.metrics, "pool_nodes_in_maintenance", "gke-ex"); got != 1 {
@@ -379,7 +379,7 @@ func TestRecreatedNodeCountedAsAutoRepair(t *testing.T) {
 		t.Errorf("the aggregator wrote the agent's key %s: %s", protocol.AnnotationInterruptions, v)
 	}
 	world.WaitEvent(t, name, protocol.EventRecreated, "counted as "+protocol.Repair.Key())
-	if got := settled(t, r.metrics.PoolInterruptions.WithLabelValues(append([]string{"repair"}, protocol.Repair.Labels()...)...), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.PoolInterruptions.WithLabelValues(append([]string{"repair"}, protocol.Repair.Labels()...)...), 1); got != 1 {
 		t.Errorf("pool_interruptions{repair,TerminationEvent,AutoRepair} = %v, want 1", got)
 	}
 	// Later passes do not count it again.
@@ -434,7 +434,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 		t.Fatal("the vanished node was never counted")
 	}
 	waitPasses(t, r.agg, 3)
-	if got := settled(t, counter, 1); got != 1 {
+	if got := testworld.Settled(t, counter, 1); got != 1 {
 		t.Errorf("vanished node counted %v times", got)
 	}
 	if got := testutil.CollectAndCount(r.metrics.VanishedNodes); got != 1 {
@@ -565,7 +565,7 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 			t.Errorf("%s triggered where GKE's handler acts (%v)", name, err)
 		}
 	}
-	if got := settled(t, r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonGKEHandles), 2); got != 2 {
+	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonGKEHandles), 2); got != 2 {
 		t.Errorf("decisions{skipped,gke_handles} = %v, want 2", got)
 	}
 }
@@ -617,17 +617,4 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 		t.Errorf("%d of 20 idle nodes triggered, want 2 (max-unavailable=2)", count)
 	}
 	world.WaitEvent(t, skippedOne, protocol.EventSkipped, "max-unavailable=2")
-}
-
-// settled is the metric's value once it is want, or its value after 30 s:
-// a component counts a decision once its write has returned, a moment
-// after a watch shows the object changed.
-func settled(t testing.TB, c prometheus.Collector, want float64) float64 {
-	t.Helper()
-	var got float64
-	_ = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		got = testutil.ToFloat64(c)
-		return got == want, nil
-	})
-	return got
 }

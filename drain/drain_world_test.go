@@ -334,11 +334,13 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 	testworld.Need(t)
 	t.Parallel()
 	start, term, rec := drainPDBBlocked(t, "drain-pdb-0", 4*time.Second, 10*time.Second)
-	// Deleted at deadline - grace (6 s in), not before; with its 4 s grace.
+	// Deleted at deadline - margin - grace (4 s in), not before; with its
+	// 4 s grace, which then ends the margin before the VM stops.
 	// deletionTimestamp - grace is when the delete happened (to the second).
 	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
-	if term.grace != 4 || deletedAt.Before(start.Add(6*time.Second-time.Second)) {
-		t.Errorf("deleted %s after the drain began with grace %d; want at 6 s (deadline - grace) with grace 4", deletedAt.Sub(start), term.grace)
+	due := 10*time.Second - drain.DefaultMargin - 4*time.Second
+	if term.grace != 4 || deletedAt.Before(start.Add(due-time.Second)) {
+		t.Errorf("deleted %s after the drain began with grace %d; want at %s (deadline - margin - grace) with grace 4", deletedAt.Sub(start), term.grace, due)
 	}
 	if rec.count(drain.OutcomeBlocked) < 2 || rec.count(drain.OutcomeEscalated) != 1 {
 		t.Errorf("outcomes %v, want repeated 429s then one delete", rec.outcomes)
@@ -350,14 +352,15 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 
 // TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits: a 20 s grace
 // and 5 s left (a preemption): the refused pod is deleted at once with
-// what is left, and the Event says so.
+// what is left before the margin, and the Event says so.
 func TestDrainDeletesPDBBlockedPodNowWhenItsGraceNoLongerFits(t *testing.T) {
 	testworld.Need(t)
 	t.Parallel()
 	start, term, rec := drainPDBBlocked(t, "drain-pdb-1", 20*time.Second, 5*time.Second)
 	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
-	if term.grace < 4 || term.grace > 5 || deletedAt.After(start.Add(3*time.Second)) {
-		t.Errorf("deleted %s after the drain began with grace %d; want at once with the 5 s left", deletedAt.Sub(start), term.grace)
+	left := int64((5*time.Second - drain.DefaultMargin) / time.Second)
+	if term.grace < left-1 || term.grace > left || deletedAt.After(start.Add(3*time.Second)) {
+		t.Errorf("deleted %s after the drain began with grace %d; want at once with the %d s left before the margin", deletedAt.Sub(start), term.grace, left)
 	}
 	if len(rec.messages) == 0 || !strings.Contains(rec.messages[0], "grace period no longer fits before the VM stops; deleting it now") {
 		t.Errorf("the blocked Event says %q, want that the pod is deleted now", rec.messages)

@@ -24,7 +24,9 @@ import (
 // container engine, the image the Dockerfile describes (its binaries, build
 // flags, binary folder, user and entrypoint, and what the distroless base
 // gives them: CA certificates, time zone data, the nonroot user), for both
-// platforms, and the same digest twice.
+// platforms (static binaries of the right architecture), and the same
+// digest twice. The host's binaries from the image print the stamped
+// version, and every flag they take is in the README.
 func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the image twice")
@@ -113,13 +115,18 @@ func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 			t.Errorf("%s: no time zone data for Europe/Berlin: %v", arch, err)
 		}
 		if arch == runtime.GOARCH {
-			// The agent from the image runs here and says its version.
-			path := filepath.Join(t.TempDir(), "agent")
-			if err := os.WriteFile(path, files[Spec.BinDir+"agent"].body, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := exec.Command(path, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "maintenance-handler agent v9.9.9-test" {
-				t.Errorf("the image's agent --version: %q %v", out, err)
+			// The binaries from the image run here, say their version, and
+			// every flag they take is in the README.
+			for _, pkg := range Spec.Binaries {
+				name := filepath.Base(pkg)
+				path := filepath.Join(t.TempDir(), name)
+				if err := os.WriteFile(path, files[Spec.BinDir+name].body, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if out, err := exec.Command(path, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "maintenance-handler "+name+" v9.9.9-test" {
+					t.Errorf("the image's %s --version: %q %v", name, out, err)
+				}
+				checkFlagsDocumented(t, path, name)
 			}
 		}
 		size := int64(0)
@@ -226,4 +233,24 @@ func contents(t *testing.T, img v1.Image) map[string]*entry {
 		rc.Close()
 	}
 	return out
+}
+
+// checkFlagsDocumented checks that every flag the binary's --help lists is
+// in the README's configuration reference.
+func checkFlagsDocumented(t *testing.T, bin, name string) {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, _ := exec.Command(bin, "--help").CombinedOutput() // pflag's --help exits 0 or 2 depending on the caller
+	flags := regexp.MustCompile(`(?m)^\s+(--[a-z][a-z-]*)\b`).FindAllStringSubmatch(string(help), -1)
+	if len(flags) < 5 {
+		t.Fatalf("%s --help lists %d flags:\n%s", name, len(flags), help)
+	}
+	for _, f := range flags {
+		if !strings.Contains(string(readme), "`"+f[1]+"`") {
+			t.Errorf("%s's flag %s is not in the README", name, f[1])
+		}
+	}
 }

@@ -1,15 +1,19 @@
 package testworld
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -191,4 +195,18 @@ func describe(obj runtime.Object) string {
 		return "(none)"
 	}
 	return fmt.Sprintf("%+v", obj)
+}
+
+// Settled is the metric's value once it is want, or its value after
+// WaitTimeout: a component counts a decision once its write has returned,
+// a moment after a watch shows the object changed. (An in-process counter
+// has no watch; it is read again every 20 ms.)
+func Settled(t testing.TB, c prometheus.Collector, want float64) float64 {
+	t.Helper()
+	var got float64
+	_ = wait.PollUntilContextTimeout(Ctx(t, WaitTimeout), 20*time.Millisecond, WaitTimeout, true, func(context.Context) (bool, error) {
+		got = testutil.ToFloat64(c)
+		return got == want, nil
+	})
+	return got
 }
