@@ -13,9 +13,11 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
 	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
-test: testworld prometheus verify ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache)
-	MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./...
-	$(GO) run ./test/cmd/testworld leaks
+test: testworld prometheus verify ## run every test (builds the test world and fetches Prometheus once; later runs reuse the cache); then kill and name any process of this run left behind
+	run=$$(date +%s%N); \
+	MH_TESTWORLD_RUN=$$run MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./...; rc=$$?; \
+	MH_TESTWORLD_RUN=$$run $(GO) run ./test/cmd/testworld leaks || rc=1; \
+	exit $$rc
 
 unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds; it starts no process of the test world and stops none
 	$(GO) test -short -count=1 ./...

@@ -5,7 +5,8 @@
 //
 //	testworld build   build once, reuse afterwards
 //	testworld dir     print the cache directory
-//	testworld leaks   fail (and kill them) if processes of the world still run
+//	testworld leaks   fail (and kill them) if processes of a world still run
+//	                  (only this run's when MH_TESTWORLD_RUN is set)
 package main
 
 import (
