@@ -119,6 +119,8 @@ type Options struct {
 // Drainer empties one node.
 type Drainer struct {
 	opts Options
+	// timing is opts.Timing(): the defaults filled in, "none" made zero.
+	timing Timing
 }
 
 // New returns a Drainer.
@@ -126,7 +128,6 @@ func New(opts Options) *Drainer {
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = DefaultRetryInterval
 	}
-	opts.Reserve, opts.Margin = opts.Timing().Reserve, opts.Timing().Margin
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -139,7 +140,7 @@ func New(opts Options) *Drainer {
 	if opts.Events == nil {
 		opts.Events = nopRecorder{}
 	}
-	return &Drainer{opts: opts}
+	return &Drainer{opts: opts, timing: opts.Timing()}
 }
 
 type nopRecorder struct{}
@@ -174,12 +175,12 @@ type podState struct {
 // then DaemonSet pods), each group only after every pod of the previous one
 // is gone or the previous group's share of the deadline ran out.
 //
-// Deadlines: the workload group ends by deadline minus a reserve for the
-// later groups, the system group by deadline minus the DaemonSet group's
-// share, the DaemonSet group by deadline minus Options.Margin (see
-// Options.Reserve). Every pod
-// gets its own terminationGracePeriodSeconds, capped so that it ends by its
-// group's deadline, and never less than GraceFloor.
+// Deadlines: counted from deadline minus Options.Margin, the workload
+// group ends by that minus a reserve for the later groups, the system group
+// by that minus the DaemonSet group's share, the DaemonSet group by that
+// (see Options.Reserve and GroupDeadlines). Every pod gets its own
+// terminationGracePeriodSeconds, capped so that it ends by its group's
+// deadline, and never less than GraceFloor.
 //
 // Refusals: each pod is retried on its own schedule, RetryInterval after
 // its last refusal, whatever the other pods' calls are doing. A pod whose
@@ -221,7 +222,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (R
 	for _, p := range d.opts.Pods.List() {
 		began[p.UID] = true
 	}
-	deadlines := GroupDeadlines(d.members(began), d.opts.Timing(), d.opts.Clock.Now(), deadline)
+	deadlines := GroupDeadlines(d.members(began), d.timing, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
 		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], escalate, &res)
 		if err != nil {

@@ -174,3 +174,48 @@ type outcomes chan string
 
 func (o outcomes) Eviction(outcome string) { o <- outcome }
 func (o outcomes) Escalation()             {}
+
+// TestDrainerKeepsNoneAsNone: a Drainer's reserve and margin are zero when
+// its options say none (negative) and the defaults when they say nothing:
+// the first eviction of a 60 s workload pod beside a kube-system pod, 30 s
+// before the deadline, asks for 30 s with neither and for 14 s with the
+// defaults (28 s to the margin, 14 s of it kept for the system pod).
+func TestDrainerKeepsNoneAsNone(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		reserve, margin time.Duration
+		want            int64
+	}{
+		{"defaults", 0, 0, 14},
+		{"none", -1, -1, 30},
+		{"a margin alone", -1, 0, 28},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
+			graces := make(chan int64, 4)
+			client := acceptingClient(func(e *policyv1.Eviction) { graces <- *e.DeleteOptions.GracePeriodSeconds })
+			d := New(Options{Client: client, Pods: staticPods{pod("ml", "trainer", 60, ""), pod("kube-system", "dns", 30, "")},
+				Reserve: tc.reserve, Margin: tc.margin, Clock: clk})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = d.Drain(ctx, clk.Now().Add(30*time.Second))
+			}()
+			got := <-graces
+			cancel()
+			<-done
+			if got != tc.want {
+				t.Errorf("the trainer was asked to stop with %d s, want %d s", got, tc.want)
+			}
+		})
+	}
+}
+
+// acceptingClient accepts every eviction and hands it to seen.
+type acceptingClient func(*policyv1.Eviction)
+
+func (c acceptingClient) Evict(_ context.Context, e *policyv1.Eviction) error { c(e); return nil }
+func (c acceptingClient) DeletePod(context.Context, string, string, metav1.DeleteOptions) error {
+	return nil
+}
