@@ -137,15 +137,21 @@ func GroupDeadlines(pods []*corev1.Pod, timing Timing, now, deadline time.Time) 
 // EvictAt is when a drain that began at start asks pod p to stop: at
 // once, or, for a pod annotated with a checkpoint lead
 // (protocol.PodAnnotationCheckpointLead), that lead later, but no later
-// than leaves it its whole grace period before deadline.
+// than leaves it its whole grace period before deadline. A later time is a
+// whole second (the lead's end rounded up, or the latest rounded down), so
+// that the pod, told it in whole seconds, is asked to stop at the very
+// time it was told.
 func EvictAt(p *corev1.Pod, start, deadline time.Time) time.Time {
 	lead, ok, err := protocol.CheckpointLead(p.Annotations)
 	if !ok || err != nil {
 		return start
 	}
 	at := start.Add(lead)
+	if whole := at.Truncate(time.Second); whole.Before(at) {
+		at = whole.Add(time.Second)
+	}
 	if latest := deadline.Add(-PodGrace(p)); latest.Before(at) {
-		at = latest
+		at = latest.Truncate(time.Second)
 	}
 	if at.Before(start) {
 		at = start

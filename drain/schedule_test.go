@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 func TestCappedGrace(t *testing.T) {
@@ -28,6 +30,40 @@ func TestCappedGrace(t *testing.T) {
 	} {
 		if got := CappedGrace(tc.grace, now, now.Add(tc.left)); got != tc.want {
 			t.Errorf("CappedGrace(%s, %s left) = %s, want %s", tc.grace, tc.left, got, tc.want)
+		}
+	}
+}
+
+// A pod with a checkpoint lead is asked to stop on a whole second, the
+// second it is told (the notice gives whole seconds), and still has its
+// whole grace before the deadline.
+func TestEvictAtIsAWholeSecondThatLeavesTheGrace(t *testing.T) {
+	start := time.Date(2026, 11, 1, 0, 0, 0, 300*int(time.Millisecond), time.UTC)
+	withLead := func(lead string, grace int64) *corev1.Pod {
+		p := pod("ml", "trainer", grace, "")
+		if lead != "" {
+			p.Annotations = map[string]string{protocol.PodAnnotationCheckpointLead: lead}
+		}
+		return p
+	}
+	sec := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		deadline time.Time
+		want     time.Time
+	}{
+		{"no lead: at once", withLead("", 10), sec(30), start},
+		{"lead ends within the time: rounded up", withLead("5s", 10), sec(3600), sec(5.7)},          // 00:00:06
+		{"lead past the latest: the latest, rounded down", withLead("5m", 4), sec(26.5), sec(21.7)}, // 22.5 s after start is 00:00:22.8
+		{"no time for the grace: at once", withLead("5m", 40), sec(26.5), start},
+	} {
+		got := EvictAt(tc.pod, start, tc.deadline)
+		if !got.Equal(tc.want) {
+			t.Errorf("%s: EvictAt = %s, want %s", tc.name, got.Format(time.StampMilli), tc.want.Format(time.StampMilli))
+		}
+		if got.After(start) && (got.Nanosecond() != 0 || got.Add(PodGrace(tc.pod)).After(tc.deadline)) {
+			t.Errorf("%s: EvictAt = %s: not a whole second, or the grace ends after the deadline %s", tc.name, got.Format(time.StampMilli), tc.deadline.Format(time.StampMilli))
 		}
 	}
 }
