@@ -135,7 +135,7 @@ func Binaries() (string, error) {
 		if buildErr != nil {
 			return
 		}
-		root, err := moduleRoot()
+		root, err := testworld.ModuleRoot(context.Background())
 		if err != nil {
 			buildErr = err
 			return
@@ -182,19 +182,4 @@ func RemoveBinaries() {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := string(out)
-	for len(mod) > 0 && (mod[len(mod)-1] == '\n' || mod[len(mod)-1] == '\r') {
-		mod = mod[:len(mod)-1]
-	}
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside the module")
-	}
-	return filepath.Dir(mod), nil
 }

@@ -212,16 +212,19 @@ func (b builder) etcd(ctx context.Context) error {
 // whose go.mod replaces every staging module with ./staging/src; each is
 // restated as the same path at StagingVersion.
 func (b builder) kubernetes(ctx context.Context) error {
-	ldflags := "-s -w" +
-		" -X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
-		" -X k8s.io/component-base/version.gitMajor=1" +
-		" -X k8s.io/component-base/version.gitMinor=36"
-	return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, ldflags, map[string]string{
+	return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags, map[string]string{
 		"k8s.io/kubernetes/cmd/kube-apiserver":          binAPIServer,
 		"k8s.io/kubernetes/cmd/kube-controller-manager": binControllerManager,
 		"k8s.io/kubernetes/cmd/kube-scheduler":          binScheduler,
 	})
 }
+
+// kubernetesLDFlags strip the binaries and give them the pinned version
+// (else a Node reports v0.0.0-master).
+const kubernetesLDFlags = "-s -w" +
+	" -X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
+	" -X k8s.io/component-base/version.gitMajor=1" +
+	" -X k8s.io/component-base/version.gitMinor=36"
 
 // scratchBuild builds main packages of module mod@version in a scratch
 // module that requires it and copies its replace directives, turning each

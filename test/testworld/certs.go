@@ -24,6 +24,73 @@ type pki struct {
 	servingKey   string
 	saPublicKey  string
 	saPrivateKey string
+	// The API server's client certificate towards kubelets.
+	kubeletClientCert string
+	kubeletClientKey  string
+
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
+}
+
+// issue signs a new key's certificate from tmpl with the CA and writes
+// both, PEM-encoded, to certPath and keyPath.
+func (p *pki) issue(tmpl *x509.Certificate, certPath, keyPath string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return err
+	}
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		return fmt.Errorf("create certificate %s: %w", tmpl.Subject.CommonName, err)
+	}
+	if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return writePEM(keyPath, "EC PRIVATE KEY", keyDER)
+}
+
+// nodeCertFiles are a kubelet's client and serving certificates.
+type nodeCertFiles struct {
+	clientCert, clientKey   string
+	servingCert, servingKey string
+}
+
+// nodeCerts issues node name's kubelet a client certificate as
+// system:node:NAME in system:nodes (the Node authorizer's subject) and a
+// serving certificate for ip, into dir.
+func (p *pki) nodeCerts(dir, name, ip string) (nodeCertFiles, error) {
+	f := nodeCertFiles{
+		clientCert: filepath.Join(dir, "client.crt"), clientKey: filepath.Join(dir, "client.key"),
+		servingCert: filepath.Join(dir, "serving.crt"), servingKey: filepath.Join(dir, "serving.key"),
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return f, err
+	}
+	if err := p.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, f.clientCert, f.clientKey); err != nil {
+		return f, err
+	}
+	err := p.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP(ip)},
+		DNSNames:    []string{name},
+	}, f.servingCert, f.servingKey)
+	return f, err
 }
 
 func writePEM(path, typ string, der []byte) error {
@@ -39,6 +106,9 @@ func newPKI(dir string) (*pki, error) {
 		servingKey:   filepath.Join(dir, "serving.key"),
 		saPublicKey:  filepath.Join(dir, "sa.pub"),
 		saPrivateKey: filepath.Join(dir, "sa.key"),
+
+		kubeletClientCert: filepath.Join(dir, "kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "kubelet-client.key"),
 	}
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -66,6 +136,13 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.ca, p.caKey = ca, caKey
+	if err := p.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, p.kubeletClientCert, p.kubeletClientKey); err != nil {
+		return nil, err
+	}
 
 	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -78,8 +155,9 @@ func newPKI(dir string) (*pki, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		// 10.96.0.1: the kubernetes Service, which a real node's pods dial.
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	}
 	servingDER, err := x509.CreateCertificate(rand.Reader, servingTmpl, ca, &servingKey.PublicKey, caKey)
 	if err != nil {

@@ -27,7 +27,9 @@ const RunEnv = "MH_TESTWORLD_RUN"
 // bin directory (a component of some world that outlived its test) or in a
 // test's build directory of the project's binaries, and that belong to
 // this run ($MH_TESTWORLD_RUN, see RunEnv), kills them, and returns an
-// error naming them. `make test` runs it after the tests.
+// error naming them; it also removes a real node that outlived its test
+// (its root, cgroups and bridges) when no other runs. `make test` runs it
+// after the tests.
 func CheckLeaks(dir string, out io.Writer) error {
 	run := os.Getenv(RunEnv)
 	bin := filepath.Join(dir, "bin") + string(filepath.Separator)
@@ -52,10 +54,17 @@ func CheckLeaks(dir string, out io.Writer) error {
 		leaked = append(leaked, fmt.Sprintf("%d %s", pid, filepath.Base(exe)))
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	left, err := SweepRealNodeLeftovers()
+	if err != nil {
+		return fmt.Errorf("a real node outlived the tests (%s) and could not be removed: %w", strings.Join(left, ", "), err)
+	}
 	if len(leaked) > 0 {
 		return fmt.Errorf("%d test-world processes outlived the tests (killed now): %s", len(leaked), strings.Join(leaked, ", "))
 	}
-	fmt.Fprintln(out, "testworld: no test-world process left running")
+	if len(left) > 0 {
+		return fmt.Errorf("a real node outlived the tests (removed now): %s", strings.Join(left, ", "))
+	}
+	fmt.Fprintln(out, "testworld: no test-world process or real node left")
 	return nil
 }
 

@@ -58,6 +58,11 @@ type proc struct {
 }
 
 func startProc(name, logPath string, bin string, args ...string) (*proc, error) {
+	return startProcEnv(name, logPath, nil, bin, args...)
+}
+
+// startProcEnv is startProc with env added to this process's environment.
+func startProcEnv(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
@@ -65,7 +70,7 @@ func startProc(name, logPath string, bin string, args ...string) (*proc, error) 
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	if err := startChild(cmd); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

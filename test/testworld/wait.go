@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -104,6 +105,32 @@ func (w *World) WaitNodes(t testing.TB, names []string, what string, cond func(*
 		}
 		return len(failing) == 0
 	}, func() string { return fmt.Sprintf("nodes %v: %s; not yet on %v", names, what, failing) })
+}
+
+// WaitPods waits until cond holds for the pods of namespace ns that
+// selector (a label selector) selects.
+func (w *World) WaitPods(t testing.TB, ns, selector, what string, cond func([]*corev1.Pod) bool) {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(w.Client.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	var seen int
+	watchUntil(t, lw, &corev1.Pod{}, func(store cache.Store, _ *watch.Event) bool {
+		var pods []*corev1.Pod
+		for _, obj := range store.List() {
+			pods = append(pods, obj.(*corev1.Pod))
+		}
+		seen = len(pods)
+		return cond(pods)
+	}, func() string { return fmt.Sprintf("pods %s in %s: %s; %d pods seen", selector, ns, what, seen) })
+}
+
+// WaitNamespaceGone waits until the namespace name does not exist (an
+// earlier test's, being deleted, would refuse new objects).
+func (w *World) WaitNamespaceGone(t testing.TB, name string) {
+	t.Helper()
+	lw := cache.NewListWatchFromClient(w.Client.CoreV1().RESTClient(), "namespaces", "", fields.OneTermEqualSelector("metadata.name", name))
+	watchUntil(t, lw, &corev1.Namespace{}, func(store cache.Store, _ *watch.Event) bool {
+		return len(store.List()) == 0
+	}, func() string { return "namespace " + name + " gone" })
 }
 
 // WaitRunning waits until at least n pods bound to node are Running and

@@ -32,6 +32,9 @@ import (
 var Controllers = []string{
 	"disruption", "garbagecollector", "namespace", "serviceaccount", "serviceaccount-token",
 	"replicaset", "deployment", "daemonset", "statefulset", "job", "nodelifecycle", "podgc",
+	// kube-root-ca.crt in every namespace: a real node's pods mount it with
+	// their service-account token.
+	"root-ca-cert-publisher",
 }
 
 // Annotation kwok manages nodes by; AddNode sets it.
@@ -71,6 +74,7 @@ type World struct {
 	StartupTime time.Duration
 
 	keepDir bool
+	pki     *pki
 	procs   []*proc // in start order
 	mu      sync.Mutex
 	stopped bool
@@ -118,6 +122,7 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 	if err != nil {
 		return w, fmt.Errorf("make certificates: %w", err)
 	}
+	w.pki = p
 	ports, err := freePorts(6)
 	if err != nil {
 		return w, err
@@ -161,7 +166,12 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		"--client-ca-file", p.caFile,
 		"--cert-dir", filepath.Join(tmp, "apiserver-certs"),
 		"--token-auth-file", tokens,
-		"--authorization-mode", "RBAC",
+		"--authorization-mode", "Node,RBAC",
+		// A real node (StartRealNode) is reached at its InternalIP, with
+		// a client certificate its kubelet trusts.
+		"--kubelet-preferred-address-types", "InternalIP",
+		"--kubelet-client-certificate", p.kubeletClientCert,
+		"--kubelet-client-key", p.kubeletClientKey,
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", p.saPublicKey,
 		"--service-account-signing-key-file", p.saPrivateKey,
@@ -276,10 +286,16 @@ func (w *World) start(name, logPath, bin string, args ...string) (*proc, error) 
 	if err != nil {
 		return nil, err
 	}
+	w.track(p)
+	return p, nil
+}
+
+// track makes p one of the world's processes: listed by Pids and stopped
+// by Stop.
+func (w *World) track(p *proc) {
 	w.mu.Lock()
 	w.procs = append(w.procs, p)
 	w.mu.Unlock()
-	return p, nil
 }
 
 // Pids lists the process ids of the world's components.
@@ -396,12 +412,12 @@ func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
 	}
 }
 
-// WriteKubeconfig writes a kubeconfig for cfg's server, CA and bearer
-// token to path.
+// WriteKubeconfig writes a kubeconfig for cfg's server and CA, and its
+// bearer token or client certificate files, to path.
 func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testworld"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
 	kc.Contexts["testworld"] = &clientcmdapi.Context{Cluster: "testworld", AuthInfo: "admin"}
 	kc.CurrentContext = "testworld"
 	return clientcmd.WriteToFile(*kc, path)

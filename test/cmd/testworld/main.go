@@ -3,10 +3,12 @@
 // modules) into a cache directory outside the repository, and prints where
 // it is.
 //
-//	testworld build   build once, reuse afterwards
-//	testworld dir     print the cache directory
-//	testworld leaks   fail (and kill them) if processes of a world still run
-//	                  (only this run's when MH_TESTWORLD_RUN is set)
+//	testworld build       build once, reuse afterwards
+//	testworld build-node  build a real node's kubelet, containerd, runc and
+//	                      CNI plugins once, reuse afterwards
+//	testworld dir         print the cache directory
+//	testworld leaks       fail (and kill them) if processes of a world still
+//	                      run (only this run's when MH_TESTWORLD_RUN is set)
 package main
 
 import (
@@ -30,7 +32,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) != 1 {
-		return fmt.Errorf("usage: testworld build|dir|leaks")
+		return fmt.Errorf("usage: testworld build|build-node|dir|leaks")
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -39,6 +41,12 @@ func run(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "build":
 		return testworld.Build(ctx, dir, os.Stdout)
+	case "build-node":
+		nodeDir, err := testworld.NodeDir()
+		if err != nil {
+			return err
+		}
+		return testworld.BuildNode(ctx, nodeDir, os.Stdout)
 	case "dir":
 		fmt.Println(dir)
 		return nil
