@@ -2,7 +2,6 @@ package manifests_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +15,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -164,8 +165,113 @@ func TestShippedManifestsOnARealNode(t *testing.T) {
 	world.WaitNamespaceGone(t, "maintenance-handler")
 	apply(t, renderForRealNode(t, emu.Host()))
 
-	t.Run("Preemption", func(t *testing.T) { realPreemption(t, emu, layout) })
-	emu.Clear()
+	for _, sc := range []struct {
+		name string
+		run  func(*testing.T, *gceemu.Server, string)
+	}{
+		{"AgentAndAggregatorAsShipped", realAgentAndAggregator},
+		{"NoticeReachesTheContainer", realNoticeLatency},
+		{"Preemption", realPreemption},
+		{"HostMaintenanceHonoursTheBudget", realHostMaintenancePDB},
+		{"AgentKilledMidDrain", realAgentKilledMidDrain},
+	} {
+		emu.Clear()
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, emu, layout) })
+	}
+}
+
+// realAgentAndAggregator: the agent runs in its pod as the manifest says
+// (user 65532, read-only root) and writes its own Node; the aggregator's
+// Deployment runs its two replicas with the image's aggregator entrypoint
+// and its RBAC, and one of them leads.
+func realAgentAndAggregator(t *testing.T, emu *gceemu.Server, layout string) {
+	n, agent := realGPUNode(t, "real-gpu-shipped", layout)
+	procs := n.Processes("/usr/local/bin/agent")
+	if len(procs) != 1 {
+		t.Fatalf("agent processes on the node: %v, want one", procs)
+	}
+	if p := procs[0]; p.UID != 65532 || !p.ReadOnlyRoot {
+		t.Errorf("agent process %d: uid %d, read-only root %t; want 65532 and true", p.Pid, p.UID, p.ReadOnlyRoot)
+	}
+	if !agent.Spec.HostNetwork {
+		t.Errorf("agent pod %s is not on the host network", agent.Name)
+	}
+	// A scheduled notice: the agent, with its pod-bound token, labels its
+	// own Node (the admission policy lets it).
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(3*time.Hour), time.Hour))
+	world.WaitNode(t, n.Name, "the scheduled maintenance mirrored by the agent", func(node *corev1.Node) bool {
+		return node.Annotations[protocol.AnnotationUpcomingMaintenance] != ""
+	})
+
+	var leaders []string
+	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=aggregator", "both aggregator replicas running on "+n.Name, func(pods []*corev1.Pod) bool {
+		leaders = leaders[:0]
+		for _, p := range pods {
+			if p.Spec.NodeName == n.Name && p.Status.Phase == corev1.PodRunning && podReady(p) {
+				leaders = append(leaders, p.Name)
+			}
+		}
+		return len(leaders) == 2
+	})
+	lease := testworld.WaitFor(t, world.Client.CoordinationV1().RESTClient(), "leases", "maintenance-handler", "maintenance-handler-aggregator", "held by a replica",
+		func(l *coordinationv1.Lease) bool {
+			return l.Spec.HolderIdentity != nil && (*l.Spec.HolderIdentity == leaders[0] || *l.Spec.HolderIdentity == leaders[1])
+		})
+	t.Logf("aggregator replicas %v; leader %s", leaders, *lease.Spec.HolderIdentity)
+	// The other scenarios drain the node: without the aggregator there.
+	scale, err := world.Client.AppsV1().Deployments("maintenance-handler").GetScale(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 0
+	if _, err := world.Client.AppsV1().Deployments("maintenance-handler").UpdateScale(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=aggregator", "no aggregator replica", func(pods []*corev1.Pod) bool { return len(pods) == 0 })
+}
+
+// realNoticeLatency: each change of the VM's upcoming maintenance reaches
+// the file a container reads (the downward API over the agent's pod
+// annotation); the latency from the metadata change to the container
+// seeing it, over 20 changes.
+func realNoticeLatency(t *testing.T, emu *gceemu.Server, layout string) {
+	n, _ := realGPUNode(t, "real-gpu-notice", layout)
+	ns := world.Namespace(t)
+	createWorkload(t, n, testworld.Workload{Namespace: ns, Name: "reader", Grace: 1, ExitOnSIGTERM: true})
+	n.WaitRecord(t, ns, "reader", "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
+	latencies := noticeLatencies(t, n, emu, ns, "reader", 20)
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	t.Logf("notice in the container's file after the metadata change, over %d changes: p50 %s, max %s",
+		len(latencies), latencies[len(latencies)/2].Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
+}
+
+// noticeLatencies moves the VM's scheduled maintenance count times and
+// returns, for each, how long after the change the workload ns/name saw
+// its new window start in its notice file.
+func noticeLatencies(t testing.TB, n *testworld.RealNode, emu *gceemu.Server, ns, name string, count int) []time.Duration {
+	base := time.Now().Add(2 * time.Hour).Truncate(time.Minute)
+	var out []time.Duration
+	for i := range count {
+		start := base.Add(time.Duration(i) * time.Minute)
+		want := "MAINTENANCE_WINDOW_START=" + strconv.FormatInt(start.Unix(), 10)
+		changed := time.Now()
+		emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
+		rec := n.WaitRecord(t, ns, name, "the notice with "+want, func(r []testworld.RecordEvent) bool {
+			return seen(r, want) != nil
+		})
+		out = append(out, seen(rec, want).At.Sub(changed))
+	}
+	return out
+}
+
+// seen is the first notice event that holds want, or nil.
+func seen(rec []testworld.RecordEvent, want string) *testworld.RecordEvent {
+	for i, e := range rec {
+		if e.Event == "notice" && strings.Contains(";"+e.Detail+";", ";"+want+";") {
+			return &rec[i]
+		}
+	}
+	return nil
 }
 
 // realPreemption: under a 30 s preemption every process gets SIGTERM in
@@ -173,7 +279,7 @@ func TestShippedManifestsOnARealNode(t *testing.T) {
 // the VM's stop, and a pod with a checkpoint lead checkpoints when told
 // and gets SIGTERM within a second after the time it was told.
 func realPreemption(t *testing.T, emu *gceemu.Server, layout string) {
-	n, agent := realGPUNode(t, "real-gpu-preempt", layout)
+	n, _ := realGPUNode(t, "real-gpu-preempt", layout)
 	ns := world.Namespace(t)
 	pods := []testworld.Workload{
 		{Namespace: ns, Name: "quick", Grace: 3, ExitOnSIGTERM: true},
@@ -231,7 +337,136 @@ func realPreemption(t *testing.T, emu *gceemu.Server, layout string) {
 	} else {
 		t.Logf("lead: told %s, SIGTERM %.3fs after it", at.Format(time.TimeOnly), late.Seconds())
 	}
-	_ = agent
+}
+
+// realHostMaintenancePDB: under host maintenance a PodDisruptionBudget
+// holds: of two replicas allowed one disruption, whose replacements cannot
+// start (the node is cordoned), one gets SIGTERM and the other keeps
+// running while the agent says it is blocked.
+func realHostMaintenancePDB(t *testing.T, emu *gceemu.Server, layout string) {
+	n, _ := realGPUNode(t, "real-gpu-pdb", layout)
+	ns := world.Namespace(t)
+	labels := map[string]string{"app": "guarded"}
+	tmpl := n.WorkloadPod(testworld.Workload{Namespace: ns, Name: "guarded", Grace: 2, ExitOnSIGTERM: true, Labels: labels})
+	tmpl.Spec.NodeName = ""
+	tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name}
+	two := int32(2)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guarded"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &two,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: tmpl.Spec},
+		},
+	}
+	if _, err := world.Client.AppsV1().Deployments(ns).Create(testworld.Ctx(t, 10*time.Second), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guarded"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var original []*corev1.Pod
+	world.WaitPods(t, ns, "app=guarded", "two replicas ready", func(pods []*corev1.Pod) bool {
+		original = original[:0]
+		for _, p := range pods {
+			if podReady(p) {
+				original = append(original, p)
+			}
+		}
+		return len(original) == 2
+	})
+	testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", ns, "guarded", "one disruption allowed",
+		func(p *policyv1.PodDisruptionBudget) bool { return p.Status.DisruptionsAllowed == 1 })
+
+	emu.SetMaintenanceEvent("TERMINATE_ON_HOST_MAINTENANCE")
+	world.WaitEvent(t, n.Name, protocol.EventBlocked)
+	// The budget let one eviction through: that replica is being deleted
+	// and gets SIGTERM; the other is not, and does not.
+	var evicted, held []string
+	world.WaitPods(t, ns, "app=guarded", "one of the two replicas evicted", func(pods []*corev1.Pod) bool {
+		evicted, held = evicted[:0], held[:0]
+		for _, p := range pods {
+			if p.Name != original[0].Name && p.Name != original[1].Name {
+				continue // a replacement, which cannot start on the cordoned node
+			}
+			if p.DeletionTimestamp != nil {
+				evicted = append(evicted, p.Name)
+			} else {
+				held = append(held, p.Name)
+			}
+		}
+		return len(evicted) == 1 && len(held) == 1
+	})
+	n.WaitRecord(t, ns, evicted[0], "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
+	rec, err := n.Record(ns, held[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := testworld.First(rec, "sigterm"); ok {
+		t.Errorf("replica %s, held by the budget, got SIGTERM: %v", held[0], rec)
+	}
+}
+
+// realAgentKilledMidDrain: the agent's container is killed while the
+// drain is under way; the kubelet restarts it and the drain finishes once:
+// each process gets one SIGTERM and the Node one completion.
+func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
+	n, agent := realGPUNode(t, "real-gpu-restart", layout)
+	ns := world.Namespace(t)
+	pods := []testworld.Workload{
+		{Namespace: ns, Name: "first", Grace: 6},
+		{Namespace: ns, Name: "second", Grace: 10},
+	}
+	for _, w := range pods {
+		createWorkload(t, n, w)
+		n.WaitRecord(t, ns, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
+	}
+	emu.SetMaintenanceEvent("TERMINATE_ON_HOST_MAINTENANCE")
+	n.WaitRecord(t, ns, "first", "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
+	procs := n.Processes("/usr/local/bin/agent")
+	if len(procs) != 1 {
+		t.Fatalf("agent processes: %v, want one", procs)
+	}
+	if err := syscall.Kill(procs[0].Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitPod(t, agent.Namespace, agent.Name, "restarted by the kubelet and Ready", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 && podReady(p)
+	})
+	world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
+		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	for _, w := range pods {
+		rec := n.WaitRecord(t, ns, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
+		if c := testworld.Count(rec, "sigterm"); c != 1 {
+			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
+		}
+	}
+	world.WaitEvent(t, n.Name, protocol.EventEvictionComplete)
+	if c := eventCount(t, n.Name, protocol.EventEvictionComplete); c != 1 {
+		t.Errorf("%d %s Events on %s, want 1", c, protocol.EventEvictionComplete, n.Name)
+	}
+}
+
+// eventCount sums the counts of node's Events with reason.
+func eventCount(t *testing.T, node, reason string) int {
+	t.Helper()
+	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, e := range list.Items {
+		total += int(max(e.Count, 1))
+	}
+	return total
 }
 
 // createWorkload creates w's pod on n and deletes it when t ends.
@@ -245,12 +480,3 @@ func createWorkload(t *testing.T, n *testworld.RealNode, w testworld.Workload) {
 		_ = world.Client.CoreV1().Pods(w.Namespace).Delete(context.Background(), w.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
 }
-
-var (
-	_ = fmt.Sprint
-	_ = sort.Strings
-	_ = strings.Cut
-	_ = syscall.Kill
-	_ appsv1.DaemonSet
-	_ coordinationv1.Lease
-)

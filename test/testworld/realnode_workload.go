@@ -50,7 +50,8 @@ func (n *RealNode) recordPath(ns, name string) string {
 
 // WorkloadPod is w's pod on this node: the notice annotation as a
 // downward-API file where examples/checkpoint reads it, and its record in
-// a host folder of the node.
+// a host folder of the node, named after the pod (Record). Its spec also
+// serves as a controller's pod template.
 func (n *RealNode) WorkloadPod(w Workload) *corev1.Pod {
 	if err := os.MkdirAll(filepath.Join(n.Root, "records"), 0o755); err != nil {
 		panic(err) // the node's root is ours and exists while it runs
@@ -72,7 +73,10 @@ func (n *RealNode) WorkloadPod(w Workload) *corev1.Pod {
 				Image:           WorkloadImage,
 				ImagePullPolicy: corev1.PullNever,
 				Env: []corev1.EnvVar{
-					{Name: "RECORD", Value: "/records/" + w.Namespace + "_" + w.Name + ".log"},
+					// One record per pod, also for a controller's pods.
+					{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+					{Name: "RECORD", Value: "/records/$(POD_NAMESPACE)_$(POD_NAME).log"},
 					{Name: "ON_SIGTERM", Value: onTerm},
 				},
 				VolumeMounts: []corev1.VolumeMount{
@@ -193,4 +197,61 @@ func (n *RealNode) WaitRecord(t testing.TB, ns, name, what string, cond func([]R
 			}
 		}
 	}
+}
+
+// ContainerProcess is a process running in one of the node's containers.
+type ContainerProcess struct {
+	Pid int
+	// Exe is its executable as the container sees it.
+	Exe string
+	// UID is its real user id.
+	UID int
+	// ReadOnlyRoot: its root filesystem is mounted read-only.
+	ReadOnlyRoot bool
+}
+
+// Processes lists the processes in the node's containers whose executable
+// is exe (as the container sees it, such as /usr/local/bin/agent).
+func (n *RealNode) Processes(exe string) []ContainerProcess {
+	var out []ContainerProcess
+	seen := map[int]bool{}
+	for _, root := range cgroupDirs() {
+		for _, d := range cgroupTree(root) {
+			data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || seen[pid] {
+					continue
+				}
+				seen[pid] = true
+				proc := filepath.Join("/proc", f)
+				if got, err := os.Readlink(filepath.Join(proc, "exe")); err != nil || got != exe {
+					continue
+				}
+				p := ContainerProcess{Pid: pid, Exe: exe, UID: -1}
+				if status, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+					for _, line := range strings.Split(string(status), "\n") {
+						if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+							if fields := strings.Fields(v); len(fields) > 0 {
+								p.UID, _ = strconv.Atoi(fields[0])
+							}
+						}
+					}
+				}
+				if mounts, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil {
+					for _, line := range strings.Split(string(mounts), "\n") {
+						// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ...
+						if fields := strings.Fields(line); len(fields) > 5 && fields[4] == "/" {
+							p.ReadOnlyRoot = strings.HasPrefix(fields[5], "ro")
+						}
+					}
+				}
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

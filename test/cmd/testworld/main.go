@@ -5,7 +5,8 @@
 //
 //	testworld build       build once, reuse afterwards
 //	testworld build-node  build a real node's kubelet, containerd, runc and
-//	                      CNI plugins once, reuse afterwards
+//	                      CNI plugins once, reuse afterwards (nothing where
+//	                      the machine cannot run one)
 //	testworld dir         print the cache directory
 //	testworld leaks       fail (and kill them) if processes of a world still
 //	                      run (only this run's when MH_TESTWORLD_RUN is set)
@@ -42,6 +43,10 @@ func run(ctx context.Context, args []string) error {
 	case "build":
 		return testworld.Build(ctx, dir, os.Stdout)
 	case "build-node":
+		if err := testworld.RealNodeSupport(); err != nil {
+			fmt.Printf("testworld: no real node on this machine (%v); its tests will be skipped\n", err)
+			return nil
+		}
 		nodeDir, err := testworld.NodeDir()
 		if err != nil {
 			return err
