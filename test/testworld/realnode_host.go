@@ -134,9 +134,8 @@ func killCgroupProcs() int {
 	return len(killed)
 }
 
-// killByExe SIGKILLs every process whose executable lies under prefix and
-// waits until they are gone.
-func killByExe(prefix string) {
+// processesByExe lists the processes whose executable lies under prefix.
+func processesByExe(prefix string) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -145,10 +144,19 @@ func killByExe(prefix string) {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err == nil && strings.HasPrefix(exe, prefix) {
+		if err == nil && strings.HasPrefix(exe, prefix) && !zombie(pid) {
 			pids = append(pids, pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+	return pids
+}
+
+// killByExe SIGKILLs every process whose executable lies under prefix and
+// waits until they are gone.
+func killByExe(prefix string) {
+	pids := processesByExe(prefix)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {

@@ -71,3 +71,44 @@ func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		t.Errorf("Node %s after stop: %v, want NotFound", n.Name, err)
 	}
 }
+
+// A real node whose test binary died (the kernel killed its kubelet and
+// containerd; shims, containers, mounts, cgroups and bridges stay) is
+// found and removed by the leak check, which names what it removed.
+func TestRealNodeLeftBehindIsSwept(t *testing.T) {
+	testworld.Need(t)
+	n := world.RealNodeT(t, testworld.RealNodeOptions{Name: "real-node-abandoned"})
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "left-behind", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:   n.Name,
+			Containers: []corev1.Container{{Name: "main", Image: testworld.PauseImage, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := world.Client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	world.WaitPod(t, "default", pod.Name, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	n.Abandon()
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+	if testworld.ShimsRunning() == 0 {
+		t.Fatal("no shim outlived the abandoned node: the test shows nothing")
+	}
+	left, err := testworld.SweepRealNodeLeftovers()
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if len(left) == 0 {
+		t.Error("the sweep reported nothing left behind")
+	}
+	if after := testworld.RealNodeLeftovers(); len(after) > 0 {
+		t.Errorf("after the sweep: %v", after)
+	}
+	if c := testworld.ShimsRunning(); c > 0 {
+		t.Errorf("%d shims still running after the sweep", c)
+	}
+	t.Logf("swept: %v", left)
+}
