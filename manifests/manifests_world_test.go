@@ -66,7 +66,7 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 
 // apply server-side applies every object, as kubectl apply --server-side
 // -k would, and deletes them when the test ends.
-func apply(t *testing.T, objs []*unstructured.Unstructured) {
+func apply(t testing.TB, objs []*unstructured.Unstructured) {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(world.Config)
 	if err != nil {

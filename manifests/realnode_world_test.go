@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -36,7 +37,7 @@ const shippedImage = "docker.io/library/maintenance-handler:dev"
 // GCE_METADATA_HOST, which the official client honours). The overlay is a
 // kustomization of its own over a copy of the base, rendered as
 // `kubectl apply -k` renders it.
-func renderForRealNode(t *testing.T, metadataHost string) []*unstructured.Unstructured {
+func renderForRealNode(t testing.TB, metadataHost string) []*unstructured.Unstructured {
 	t.Helper()
 	fs := filesys.MakeFsInMemory()
 	files, err := filepath.Glob("base/*.yaml")
@@ -86,7 +87,7 @@ patches:
 
 // shippedImageLayout builds the project's image for this machine's
 // platform as make image does, into a temp folder.
-func shippedImageLayout(t *testing.T) string {
+func shippedImageLayout(t testing.TB) string {
 	t.Helper()
 	root, err := testworld.ModuleRoot(context.Background())
 	if err != nil {
@@ -104,7 +105,7 @@ func shippedImageLayout(t *testing.T) string {
 // realGPUNode starts a real node labelled as a GKE GPU node of pool
 // real-pool, holding the shipped image and the workload's, and waits
 // until the shipped DaemonSet's agent is Ready on it.
-func realGPUNode(t *testing.T, name, layout string) (*testworld.RealNode, *corev1.Pod) {
+func realGPUNode(t testing.TB, name, layout string) (*testworld.RealNode, *corev1.Pod) {
 	t.Helper()
 	n := world.RealNodeT(t, testworld.RealNodeOptions{Name: name, Labels: map[string]string{
 		testworld.LabelGPUAccelerator: "nvidia-h100-80gb",
@@ -122,7 +123,7 @@ func realGPUNode(t *testing.T, name, layout string) (*testworld.RealNode, *corev
 
 // agentPodOn waits until the agent DaemonSet's pod on node is Ready and
 // returns it.
-func agentPodOn(t *testing.T, node string) *corev1.Pod {
+func agentPodOn(t testing.TB, node string) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
 	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=agent", "the agent Ready on "+node, func(pods []*corev1.Pod) bool {
@@ -146,24 +147,34 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
+// shippedOnRealNodes applies the base with the test overlay, its agents
+// pointed at an emulated metadata server, and builds the image that real
+// nodes (realGPUNode) then hold. It skips tb with one line where the
+// machine cannot run a real node.
+func shippedOnRealNodes(tb testing.TB) (*gceemu.Server, string) {
+	tb.Helper()
+	testworld.Need(tb)
+	if err := testworld.RealNodeSupport(); err != nil {
+		tb.Skipf("real node: skipped: %v", err)
+	}
+	emu := gceemu.New(gceemu.Config{Name: "real-gpu", Project: "p", Zone: "z"})
+	if err := emu.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = emu.Close() })
+	layout := shippedImageLayout(tb)
+	world.WaitNamespaceGone(tb, "maintenance-handler")
+	apply(tb, renderForRealNode(tb, emu.Host()))
+	return emu, layout
+}
+
 // TestShippedManifestsOnARealNode runs the kustomize base as it ships, with
 // the image built without a container engine, on a real kubelet and
 // container runtime: the agent's DaemonSet pod (hostNetwork, probes,
 // limits, user 65532, read-only root, its pod-bound token) and the
 // aggregator's Deployment come up, and real processes meet our drain.
 func TestShippedManifestsOnARealNode(t *testing.T) {
-	testworld.Need(t)
-	if err := testworld.RealNodeSupport(); err != nil {
-		t.Skipf("real node: skipped: %v", err)
-	}
-	emu := gceemu.New(gceemu.Config{Name: "real-gpu", Project: "p", Zone: "z"})
-	if err := emu.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = emu.Close() })
-	layout := shippedImageLayout(t)
-	world.WaitNamespaceGone(t, "maintenance-handler")
-	apply(t, renderForRealNode(t, emu.Host()))
+	emu, layout := shippedOnRealNodes(t)
 
 	for _, sc := range []struct {
 		name string
@@ -219,12 +230,24 @@ func realAgentAndAggregator(t *testing.T, emu *gceemu.Server, layout string) {
 		})
 	t.Logf("aggregator replicas %v; leader %s", leaders, *lease.Spec.HolderIdentity)
 	// The other scenarios drain the node: without the aggregator there.
-	scale, err := world.Client.AppsV1().Deployments("maintenance-handler").GetScale(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", metav1.GetOptions{})
+	scaleAggregatorToZero(t)
+}
+
+// scaleAggregatorToZero scales the aggregator's Deployment to no replica
+// and waits until none is left.
+func scaleAggregatorToZero(t testing.TB) {
+	t.Helper()
+	deployments := world.Client.AppsV1().Deployments("maintenance-handler")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := deployments.GetScale(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 0
+		_, err = deployments.UpdateScale(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", scale, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 0
-	if _, err := world.Client.AppsV1().Deployments("maintenance-handler").UpdateScale(testworld.Ctx(t, 10*time.Second), "maintenance-handler-aggregator", scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=aggregator", "no aggregator replica", func(pods []*corev1.Pod) bool { return len(pods) == 0 })
@@ -274,68 +297,102 @@ func seen(rec []testworld.RecordEvent, want string) *testworld.RecordEvent {
 	return nil
 }
 
-// realPreemption: under a 30 s preemption every process gets SIGTERM in
-// drain order (workloads, then kube-system), each one's grace ends before
-// the VM's stop, and a pod with a checkpoint lead checkpoints when told
-// and gets SIGTERM within a second after the time it was told.
-func realPreemption(t *testing.T, emu *gceemu.Server, layout string) {
-	n, _ := realGPUNode(t, "real-gpu-preempt", layout)
+// preemptionRun is what the processes of a real node met under a 30 s
+// preemption: a workload that exits on SIGTERM, one that uses its whole
+// grace, one with a checkpoint lead, and a kube-system pod.
+type preemptionRun struct {
+	pods     []testworld.Workload
+	deadline time.Time
+	sigterm  map[string]time.Time
+	sigterms map[string]int
+	// The pod with a lead: when it checkpointed, and the time it was told.
+	checkpoint, told time.Time
+}
+
+// runPreemption preempts n's VM with those pods on it and reads their
+// records once the drain is over.
+func runPreemption(t testing.TB, n *testworld.RealNode, emu *gceemu.Server) preemptionRun {
+	t.Helper()
 	ns := world.Namespace(t)
-	pods := []testworld.Workload{
+	r := preemptionRun{sigterm: map[string]time.Time{}, sigterms: map[string]int{}, pods: []testworld.Workload{
 		{Namespace: ns, Name: "quick", Grace: 3, ExitOnSIGTERM: true},
 		{Namespace: ns, Name: "whole-grace", Grace: 8},
 		{Namespace: ns, Name: "lead", Grace: 4, Annotations: map[string]string{protocol.PodAnnotationCheckpointLead: "5m"}},
 		{Namespace: "kube-system", Name: "sys-" + ns, Grace: 2},
-	}
-	for _, w := range pods {
+	}}
+	for _, w := range r.pods {
 		createWorkload(t, n, w)
 	}
-	for _, w := range pods {
+	for _, w := range r.pods {
 		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
 	}
 	emu.SetPreempted(true)
 	node := world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
-	deadline, err := time.Parse(time.RFC3339Nano, node.Annotations[protocol.AnnotationDeadline])
-	if err != nil {
+	var err error
+	if r.deadline, err = time.Parse(time.RFC3339Nano, node.Annotations[protocol.AnnotationDeadline]); err != nil {
 		t.Fatalf("deadline: %v", err)
 	}
-	sigterm := map[string]time.Time{}
-	for _, w := range pods {
+	for _, w := range r.pods {
 		rec := n.WaitRecord(t, w.Namespace, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
 		got, _ := testworld.First(rec, "sigterm")
-		sigterm[w.Name] = got.At
-		end := got.At.Add(time.Duration(w.Grace) * time.Second)
-		t.Logf("%-12s SIGTERM at deadline-%.2fs, grace %ds ends at deadline-%.2fs", w.Name, deadline.Sub(got.At).Seconds(), w.Grace, deadline.Sub(end).Seconds())
-		if end.After(deadline) {
-			t.Errorf("%s: SIGTERM at %s with grace %ds: still inside its grace at the VM's stop %s", w.Name, got.At.Format(time.StampMilli), w.Grace, deadline.Format(time.StampMilli))
+		r.sigterm[w.Name] = got.At
+		r.sigterms[w.Name] = testworld.Count(rec, "sigterm")
+		if w.Name == "lead" {
+			cp, ok := testworld.First(rec, "checkpoint")
+			if !ok {
+				t.Fatalf("the pod with a lead never saw the maintenance start: %v", rec)
+			}
+			told, err := strconv.ParseInt(cp.Detail, 10, 64)
+			if err != nil {
+				t.Fatalf("MAINTENANCE_EVICT_AT %q: %v", cp.Detail, err)
+			}
+			r.checkpoint, r.told = cp.At, time.Unix(told, 0)
 		}
-		if c := testworld.Count(rec, "sigterm"); c != 1 {
+	}
+	return r
+}
+
+// margin is how long before the VM's stop the last grace ended.
+func (r preemptionRun) margin() time.Duration {
+	least := time.Duration(1<<62 - 1)
+	for _, w := range r.pods {
+		least = min(least, r.deadline.Sub(r.sigterm[w.Name].Add(time.Duration(w.Grace)*time.Second)))
+	}
+	return least
+}
+
+// realPreemption: under a 30 s preemption every process gets SIGTERM in
+// drain order (workloads, then kube-system), each one's grace ends before
+// the VM's stop, and a pod with a checkpoint lead checkpoints when told
+// and gets SIGTERM within a second after the time it was told.
+func realPreemption(t *testing.T, emu *gceemu.Server, layout string) {
+	n, _ := realGPUNode(t, "real-gpu-preempt", layout)
+	r := runPreemption(t, n, emu)
+	for _, w := range r.pods {
+		at := r.sigterm[w.Name]
+		end := at.Add(time.Duration(w.Grace) * time.Second)
+		t.Logf("%-12s SIGTERM at deadline-%.2fs, grace %ds ends at deadline-%.2fs", w.Name, r.deadline.Sub(at).Seconds(), w.Grace, r.deadline.Sub(end).Seconds())
+		if end.After(r.deadline) {
+			t.Errorf("%s: SIGTERM at %s with grace %ds: still inside its grace at the VM's stop %s", w.Name, at.Format(time.StampMilli), w.Grace, r.deadline.Format(time.StampMilli))
+		}
+		if c := r.sigterms[w.Name]; c != 1 {
 			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
 		}
 	}
-	sys := sigterm["sys-"+ns]
-	for _, w := range pods[:3] {
-		if !sigterm[w.Name].Before(sys) {
-			t.Errorf("workload %s got SIGTERM at %s, not before the kube-system pod's at %s", w.Name, sigterm[w.Name].Format(time.StampMilli), sys.Format(time.StampMilli))
+	sys := r.sigterm[r.pods[3].Name]
+	for _, w := range r.pods[:3] {
+		if !r.sigterm[w.Name].Before(sys) {
+			t.Errorf("workload %s got SIGTERM at %s, not before the kube-system pod's at %s", w.Name, r.sigterm[w.Name].Format(time.StampMilli), sys.Format(time.StampMilli))
 		}
 	}
-	rec, _ := n.Record(ns, "lead")
-	cp, ok := testworld.First(rec, "checkpoint")
-	if !ok {
-		t.Fatalf("the pod with a lead never saw the maintenance start: %v", rec)
-	}
-	told, err := strconv.ParseInt(cp.Detail, 10, 64)
-	if err != nil {
-		t.Fatalf("MAINTENANCE_EVICT_AT %q: %v", cp.Detail, err)
-	}
-	at := time.Unix(told, 0)
-	if late := sigterm["lead"].Sub(at); late < 0 || late >= time.Second || !cp.At.Before(sigterm["lead"]) {
+	lead := r.sigterm["lead"]
+	if late := lead.Sub(r.told); late < 0 || late >= time.Second || !r.checkpoint.Before(lead) {
 		t.Errorf("the pod with a lead checkpointed at %s, was told %s and got SIGTERM at %s: want the checkpoint first and SIGTERM within a second after the time told",
-			cp.At.Format(time.StampMilli), at.Format(time.StampMilli), sigterm["lead"].Format(time.StampMilli))
+			r.checkpoint.Format(time.StampMilli), r.told.Format(time.StampMilli), lead.Format(time.StampMilli))
 	} else {
-		t.Logf("lead: told %s, SIGTERM %.3fs after it", at.Format(time.TimeOnly), late.Seconds())
+		t.Logf("lead: told %s, SIGTERM %.3fs after it; the last grace ended %.2fs before the stop", r.told.Format(time.TimeOnly), late.Seconds(), r.margin().Seconds())
 	}
 }
 
@@ -454,7 +511,7 @@ func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
 }
 
 // eventCount sums the counts of node's Events with reason.
-func eventCount(t *testing.T, node, reason string) int {
+func eventCount(t testing.TB, node, reason string) int {
 	t.Helper()
 	list, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{
 		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason,
@@ -470,7 +527,7 @@ func eventCount(t *testing.T, node, reason string) int {
 }
 
 // createWorkload creates w's pod on n and deletes it when t ends.
-func createWorkload(t *testing.T, n *testworld.RealNode, w testworld.Workload) {
+func createWorkload(t testing.TB, n *testworld.RealNode, w testworld.Workload) {
 	t.Helper()
 	if _, err := world.Client.CoreV1().Pods(w.Namespace).Create(testworld.Ctx(t, 10*time.Second), n.WorkloadPod(w), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
