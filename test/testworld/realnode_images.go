@@ -133,3 +133,36 @@ func tarDir(dir, path string) error {
 	}
 	return f.Close()
 }
+
+// ShellImage is a shell and the usual commands (Debian's busybox-static),
+// for containers that run a script such as examples/checkpoint/loop.sh.
+const ShellImage = "registry.test/mh/shell:1"
+
+// shellCommands are linked to busybox in ShellImage's /bin.
+var shellCommands = []string{"sh", "sleep", "date", "echo", "cat", "test", "["}
+
+// ImportShell builds ShellImage from Debian's busybox-static (fetched by
+// scripts/fetch-deb.sh) and imports it into the node.
+func (n *RealNode) ImportShell(ctx context.Context) error {
+	dir, err := FetchDeb(ctx, "busybox-static")
+	if err != nil {
+		return err
+	}
+	busybox, err := os.ReadFile(filepath.Join(dir, "bin", "busybox"))
+	if err != nil {
+		return err
+	}
+	files := []oci.File{{Path: "/bin/busybox", Mode: 0o755, Body: busybox}, {Path: "/tmp", Dir: true, Mode: 0o1777}}
+	for _, c := range shellCommands {
+		files = append(files, oci.File{Path: "/bin/" + c, Link: "busybox"})
+	}
+	img, err := oci.Build(oci.Image{
+		Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH},
+		Layers:   [][]oci.File{files},
+		Config:   v1.Config{Entrypoint: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}},
+	})
+	if err != nil {
+		return err
+	}
+	return n.ImportImage(ctx, ShellImage, img)
+}

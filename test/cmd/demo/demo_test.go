@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // The demo is checked as a user runs it: the binary, built as `make demo`
@@ -175,7 +176,7 @@ func checkCleanedUp(t *testing.T, r *demoRun, started []int, tempDir string) {
 	if err := r.cmd.Wait(); err != nil {
 		t.Fatalf("demo exit: %v", err)
 	}
-	if !contains(lines, "demo: stopping the agents, the control plane and the metadata emulators") {
+	if !contains(lines, "demo: stopping the agents, the real node, the control plane and the metadata emulators") {
 		t.Error("the demo did not say it stopped the world")
 	}
 	for _, pid := range started {
@@ -327,7 +328,7 @@ func TestDemoShort(t *testing.T) {
 		`^     MAINTENANCE_WINDOW_START=\d{10}$`, `^== 2\. `)
 	inOrder(t, lines, `^== 4\. `, `^   trainer-\S+: checkpointed at a step boundary: maintenance starting, eviction at \S+Z$`,
 		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n1+`\)$`, `^== 5\. `)
-	if c := count(lines, `checkpointed at a step boundary`); c != 1 {
+	if c := count(lines, `^   trainer-\S+: checkpointed at a step boundary`); c != 1 {
 		t.Errorf("the trainer's loop checkpointed %d times, want once", c)
 	}
 	// 5. Preemption of the Spot node.
@@ -373,6 +374,22 @@ func TestDemoShort(t *testing.T) {
 			`^   gke-v5p-slice-1 is back: every host of the slice is back in service$`)
 	}
 	inOrder(t, lines, `^== 6\. `, `^gke-v5p-slice-1: the VM stops and boots again$`, `^node gke-v5p-slice-1: in service$`)
+	// 7. The real node, where the machine runs one: the trainer's own
+	// output shows the checkpoint when told, then the real SIGTERM.
+	if err := testworld.RealNodeSupport(); err != nil {
+		inOrder(t, lines, `^demo: no real node on this machine`)
+		return
+	}
+	inOrder(t, lines,
+		`^== 7\. A real node: gke-a3-real-0 runs a kubelet and containerd`,
+		`^event gke-a3-real-0 TerminateOnHostMaintenance: `,
+		`^   real-trainer \(container output\): checkpointed at a step boundary: maintenance starting, eviction at `,
+		`^   real-trainer \(container output\): SIGTERM received: stopping, the checkpoint is saved$`,
+		`^event gke-a3-real-0 PodEvictionComplete: `)
+	inOrder(t, lines, `^== 7\. `, `^pod ml/real-trainer: SIGTERM, 10 s to stop \(on gke-a3-real-0\)$`, `^node gke-a3-real-0: active-node-maintenance=terminating`)
+	if c := count(lines, `^   real-trainer \(container output\): checkpointed at a step boundary`); c != 1 {
+		t.Errorf("the real trainer checkpointed %d times, want once", c)
+	}
 }
 
 // TestDemoCtrlC interrupts the demo in the middle of its scenario, as a

@@ -17,6 +17,13 @@
 //  4. Compute Engine starts host maintenance on a busy node: taint, ordered
 //     and graceful drain, terminating; the VM stops and comes back.
 //  5. A Spot node is preempted: drained within 30 s; it comes back.
+//  6. One host of a multi-host TPU slice is preempted: the slice is
+//     drained as one and comes back as one.
+//  7. Where the machine allows (root, overlayfs, a memory cgroup), one real
+//     node (a kubelet and containerd) runs a real trainer container with
+//     examples/checkpoint/loop.sh: host maintenance there, and its own
+//     output shows it checkpoint when told and stop on a real SIGTERM.
+//     Elsewhere the demo says why and runs without it.
 //
 // At the end it prints what each agent's /metrics counted.
 //
@@ -88,13 +95,21 @@ func run(ctx context.Context, opts options) error {
 		d.grace = 10
 	}
 	defer func() {
-		fmt.Println("demo: stopping the agents, the control plane and the metadata emulators")
+		fmt.Println("demo: stopping the agents, the real node, the control plane and the metadata emulators")
+		if d.real != nil {
+			if err := d.real.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "demo: stop the real node:", err)
+			}
+		}
 		if err := world.Stop(); err != nil { // agents first: they run as part of the world
 			fmt.Fprintln(os.Stderr, "demo: stop:", err)
 		}
 		d.fleet.Close()
 	}()
 	if err := d.setUp(ctx); err != nil {
+		return err
+	}
+	if err := d.setUpRealNode(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("\ndemo: cluster ready. In another terminal:\n  export KUBECONFIG=%s\n  kubectl get nodes -L %s -L %s\n", world.Kubeconfig,

@@ -44,6 +44,10 @@ type demo struct {
 	vms             []*fleet.VM
 	slice           []*fleet.VM // the hosts of the multi-host TPU slice
 	grace           int         // the trainer's checkpoint-on-SIGTERM budget, seconds
+	// The real node, where the machine allows one (setUpRealNode).
+	real    *testworld.RealNode
+	realVM  *fleet.VM
+	realPod *corev1.Pod
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -337,7 +341,10 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.reboot(ctx, spot, false); err != nil {
 		return err
 	}
-	return d.sliceScenario(ctx)
+	if err := d.sliceScenario(ctx); err != nil {
+		return err
+	}
+	return d.realScenario(ctx)
 }
 
 // sliceScenario: one host of the multi-host TPU slice is preempted; the
