@@ -469,19 +469,22 @@ func realHostMaintenancePDB(t *testing.T, emu *gceemu.Server, layout string) {
 	}
 }
 
-// realAgentKilledMidDrain: the agent's container is killed while the
-// drain is under way; the kubelet restarts it and the drain finishes once:
-// each process gets one SIGTERM and the Node one completion.
+// realAgentKilledMidDrain: under host maintenance the workloads get
+// SIGTERM, then the kube-system pod; the agent's container is killed while
+// the drain is under way; the kubelet restarts it and the drain finishes
+// once: each process gets one SIGTERM, in order, and the Node one
+// completion.
 func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
 	n, agent := realGPUNode(t, "real-gpu-restart", layout)
 	ns := world.Namespace(t)
 	pods := []testworld.Workload{
 		{Namespace: ns, Name: "first", Grace: 6},
 		{Namespace: ns, Name: "second", Grace: 10},
+		{Namespace: "kube-system", Name: "sys-" + ns, Grace: 2},
 	}
 	for _, w := range pods {
 		createWorkload(t, n, w)
-		n.WaitRecord(t, ns, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
+		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
 	}
 	emu.SetMaintenanceEvent("TERMINATE_ON_HOST_MAINTENANCE")
 	n.WaitRecord(t, ns, "first", "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
@@ -498,11 +501,19 @@ func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
 	world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
+	sigterm := map[string]time.Time{}
 	for _, w := range pods {
-		rec := n.WaitRecord(t, ns, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
+		rec := n.WaitRecord(t, w.Namespace, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
 		if c := testworld.Count(rec, "sigterm"); c != 1 {
 			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
 		}
+		at, _ := testworld.First(rec, "sigterm")
+		sigterm[w.Name] = at.At
+	}
+	// The system group starts when the workloads are gone: after the
+	// longest grace, which the second one uses whole.
+	if sys, second := sigterm[pods[2].Name], sigterm["second"]; sys.Sub(second) < 10*time.Second {
+		t.Errorf("the kube-system pod got SIGTERM %s after the workload with a 10 s grace; want after that workload was gone", sys.Sub(second))
 	}
 	world.WaitEvent(t, n.Name, protocol.EventEvictionComplete)
 	if c := eventCount(t, n.Name, protocol.EventEvictionComplete); c != 1 {
