@@ -36,6 +36,9 @@ type Metrics interface {
 	ManualTrigger(outcome string)
 	SetNode(drainDeadline, scheduled time.Time, busy bool)
 	SetFailures(n int)
+	// PermissionDenied counts a Compute Engine call refused for lack of
+	// the IAM permission.
+	PermissionDenied(permission string)
 }
 
 // Events records Kubernetes Events on the agent's Node.
@@ -223,6 +226,7 @@ func (nopMetrics) TaintLatency(time.Duration)                  {}
 func (nopMetrics) DrainDuration(time.Duration)                 {}
 func (nopMetrics) SetPhase(protocol.Phase)                     {}
 func (nopMetrics) ManualTrigger(string)                        {}
+func (nopMetrics) PermissionDenied(string)                     {}
 func (nopMetrics) SetNode(time.Time, time.Time, bool)          {}
 func (nopMetrics) SetFailures(int)                             {}
 func (nopMetrics) NodeEvent(bool, string, string)              {}

@@ -363,6 +363,27 @@ func TestManualTriggerPermissionDenied(t *testing.T) {
 	if calls := v.emu.Calls(); len(calls) != 1 || calls[0].Status != http.StatusForbidden {
 		t.Errorf("calls %+v, want one 403 (no retry)", calls)
 	}
+	world.WaitEvent(t, v.name, protocol.EventPermissionDenied, compute.Permission)
+	if got := testworld.Settled(t, r.metrics.PermissionDenials.WithLabelValues(compute.Permission), 1); got != 1 {
+		t.Errorf("compute_permission_denied_total{%s} = %v, want 1", compute.Permission, got)
+	}
+}
+
+// TestManualTriggerOperationUnreadable: a role without
+// compute.zoneOperations.get. The call is accepted, and reading its
+// operation is refused: a Warning Event and the metric name the missing
+// permission at once, without retrying the read.
+func TestManualTriggerOperationUnreadable(t *testing.T) {
+	testworld.Need(t)
+	v, r := manualVM(t, "agent-manual-op403")
+	v.emu.SetPerformMaintenanceDelay(time.Hour) // the maintenance does not begin while the test runs
+	v.emu.Deny(gceemu.PermissionGetOperation, true)
+	setTrigger(t, v.name, protocol.TriggerValue, true)
+	world.WaitEvent(t, v.name, protocol.EventManualAccepted)
+	world.WaitEvent(t, v.name, protocol.EventPermissionDenied, compute.OperationPermission, v.emu.Config().ServiceAccount)
+	if got := testworld.Settled(t, r.metrics.PermissionDenials.WithLabelValues(compute.OperationPermission), 1); got != 1 {
+		t.Errorf("compute_permission_denied_total{%s} = %v, want 1", compute.OperationPermission, got)
+	}
 }
 
 // killedAfterCall makes the call, then never returns: the agent is killed

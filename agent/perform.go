@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/compute"
@@ -60,6 +61,9 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 		}
 		if res.Err != nil {
 			a.log.Warn("performMaintenance failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
+			if res.Outcome == protocol.ManualPermissionDenied {
+				a.permissionDenied(compute.Permission, res.Err)
+			}
 		} else {
 			a.log.Info("performMaintenance accepted", "request_id", st.RequestID, "operation", res.Operation)
 		}
@@ -74,6 +78,11 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 		cancel()
 		switch {
 		case ctx.Err() != nil:
+		case errors.Is(err, compute.ErrPermissionDenied):
+			// Not followed: whether the maintenance begins is then seen
+			// on the metadata server alone, within the start timeout.
+			a.log.Warn("performMaintenance operation cannot be read", "request_id", st.RequestID, "operation", res.Operation, "err", err)
+			a.permissionDenied(compute.OperationPermission, err)
 		case errors.Is(err, compute.ErrOperationFailed):
 			a.log.Warn("performMaintenance operation failed", "request_id", st.RequestID, "operation", res.Operation, "err", err)
 			failed := *res
@@ -92,4 +101,16 @@ func (a *Agent) setPerformResult(res *PerformResult) {
 	a.performResult = res
 	a.mu.Unlock()
 	a.poke()
+}
+
+// permissionDenied says that Compute Engine refused a call for lack of
+// permission: a Warning Event naming it, and the metric.
+func (a *Agent) permissionDenied(permission string, err error) {
+	a.opts.Metrics.PermissionDenied(permission)
+	what := "the maintenance was not started"
+	if permission == compute.OperationPermission {
+		what = "the maintenance's operation cannot be followed, so a failed one is seen only when --manual-start-timeout ends without the maintenance"
+	}
+	a.opts.Events.NodeEvent(true, protocol.EventPermissionDenied, fmt.Sprintf(
+		"Compute Engine refused a call: the node's service account lacks the IAM permission %s (grant the role the README documents): %s. %v", permission, what, err))
 }

@@ -9,9 +9,10 @@
 // Transient failures (429, 5xx, transport errors) are retried with
 // exponential backoff and jitter until the caller's context ends, sending the
 // same requestId each time so that Compute Engine applies a retried call
-// once. A refusal (400, 404) is returned at once. Permission denied (403) is
-// ErrPermissionDenied, with a message that names the missing permission and
-// the service account.
+// once. A refusal (400, 404) is returned at once. Permission denied (403),
+// on either call, is ErrPermissionDenied at once, with a message that names
+// the missing permission and the service account. Methods lists both calls
+// and their permissions.
 //
 // VM is the agent's view: its own VM, identified when first needed from the
 // metadata server (project, zone, name, service account email), else from

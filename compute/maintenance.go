@@ -19,8 +19,27 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 )
 
-// Permission is the IAM permission performMaintenance needs.
-const Permission = "compute.instances.performMaintenance"
+// The IAM permissions of the two Compute Engine methods the agent calls.
+const (
+	// Permission is what instances.performMaintenance needs.
+	Permission = "compute.instances.performMaintenance"
+	// OperationPermission is what zoneOperations.get needs, to follow the
+	// operation a performMaintenance call returns.
+	OperationPermission = "compute.zoneOperations.get"
+)
+
+// Method is one Compute Engine method the agent calls.
+type Method struct {
+	Name, Permission string
+}
+
+// Methods are every Compute Engine method this package calls, with the
+// IAM permission each needs: the role the README documents grants these
+// (a test keeps the two in step).
+var Methods = []Method{
+	{"instances.performMaintenance", Permission},
+	{"zoneOperations.get", OperationPermission},
+}
 
 // Instance names a VM.
 type Instance struct {
@@ -252,8 +271,18 @@ const operationPoll = 10 * time.Second
 
 // WaitOperation reads inst's zonal operation name until it is DONE and
 // returns nil, or ErrOperationFailed with Compute Engine's errors. Failed
-// reads are retried until ctx ends.
+// reads are retried until ctx ends, but for a 403: ErrPermissionDenied,
+// naming OperationPermission, at once.
 func (m *Maintainer) WaitOperation(ctx context.Context, inst Instance, name string) error {
+	return m.waitOperation(ctx, inst, name, "")
+}
+
+// waitOperation is WaitOperation; account, when set, names the caller in a
+// permission error instead of Options.ServiceAccount.
+func (m *Maintainer) waitOperation(ctx context.Context, inst Instance, name, account string) error {
+	if account == "" {
+		account = m.opts.ServiceAccount
+	}
 	path := "projects/" + url.PathEscape(inst.Project) + "/zones/" + url.PathEscape(inst.Zone) + "/operations/" + url.PathEscape(name)
 	failures := 0
 	for {
@@ -262,6 +291,10 @@ func (m *Maintainer) WaitOperation(ctx context.Context, inst Instance, name stri
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("wait for operation %s on %s: %w", name, inst, err)
+		case isForbidden(err):
+			// No retry turns a missing permission into one.
+			return fmt.Errorf("wait for operation %s on %s: %w: %s lacks the IAM permission %s: %v",
+				name, inst, ErrPermissionDenied, account, OperationPermission, err)
 		case err != nil:
 			failures++
 			delay = m.opts.Backoff.Delay(failures)
@@ -281,4 +314,10 @@ func (m *Maintainer) WaitOperation(ctx context.Context, inst Instance, name stri
 			return fmt.Errorf("wait for operation %s on %s: %w", name, inst, err)
 		}
 	}
+}
+
+// isForbidden: err is Compute Engine's 403.
+func isForbidden(err error) bool {
+	var aerr *apiError
+	return errors.As(err, &aerr) && aerr.Code == http.StatusForbidden
 }

@@ -138,4 +138,31 @@ func TestWaitOperation(t *testing.T) {
 	if err := m.WaitOperation(ctxT(t, 300*time.Millisecond), inst, "no-such-operation"); err == nil {
 		t.Error("an unknown operation: no error once the context ended")
 	}
+	// A role without zoneOperations.get: said at once, naming the
+	// permission, not retried until the context ends.
+	emu.Clear()
+	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC), time.Hour))
+	op, err = m.PerformMaintenance(ctxT(t, 30*time.Second), inst, "req-unfollowed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu.Deny(gceemu.PermissionGetOperation, true)
+	err = m.WaitOperation(ctxT(t, 10*time.Second), inst, op)
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), OperationPermission) || !strings.Contains(err.Error(), "node@p1.iam.gserviceaccount.com") {
+		t.Errorf("operation read denied: %v, want ErrPermissionDenied naming %s and the service account", err, OperationPermission)
+	}
+}
+
+// TestMethodsArePermissionsTheEmulatorChecks: every method the client calls
+// names the permission Compute Engine checks for it.
+func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
+	want := map[string]string{"instances.performMaintenance": gceemu.PermissionPerformMaintenance, "zoneOperations.get": gceemu.PermissionGetOperation}
+	if len(Methods) != len(want) {
+		t.Errorf("Methods %v, want %v", Methods, want)
+	}
+	for _, m := range Methods {
+		if want[m.Name] != m.Permission {
+			t.Errorf("method %s needs %s, not %s", m.Name, want[m.Name], m.Permission)
+		}
+	}
 }

@@ -40,11 +40,11 @@ func (v *VM) PerformMaintenance(ctx context.Context, requestID string) (string, 
 // WaitOperation waits for the VM's operation name to end (see
 // Maintainer.WaitOperation).
 func (v *VM) WaitOperation(ctx context.Context, name string) error {
-	inst, _, err := v.identity(ctx)
+	inst, account, err := v.identity(ctx)
 	if err != nil {
 		return err
 	}
-	return v.Maintainer.WaitOperation(ctx, inst, name)
+	return v.Maintainer.waitOperation(ctx, inst, name, account)
 }
 
 func (v *VM) identity(ctx context.Context) (Instance, string, error) {

@@ -8,10 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gosrc"
@@ -228,6 +230,28 @@ func TestLayering(t *testing.T) {
 	for pkg := range deps("./cmd/kubectl-maintenance") {
 		if strings.HasPrefix(pkg, "golang.org/x/oauth2/google") {
 			t.Errorf("kubectl-maintenance links %s", pkg)
+		}
+	}
+}
+
+// TestREADMERoleCoversEveryComputeMethod: every role the README tells
+// users to create grants exactly the permissions of the Compute Engine
+// methods the agent calls.
+func TestREADMERoleCoversEveryComputeMethod(t *testing.T) {
+	var want []string
+	for _, m := range compute.Methods {
+		want = append(want, m.Permission)
+	}
+	sort.Strings(want)
+	roles := regexp.MustCompile(`--permissions=(\S+)`).FindAllStringSubmatch(readme(t), -1)
+	if len(roles) == 0 {
+		t.Fatal("the README creates no IAM role")
+	}
+	for _, r := range roles {
+		got := strings.Split(r[1], ",")
+		sort.Strings(got)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("the README's role grants %v; the agent calls %v, which need %v", got, compute.Methods, want)
 		}
 	}
 }

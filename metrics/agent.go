@@ -35,6 +35,9 @@ type Agent struct {
 	// VoluntaryFailures counts the node's voluntary maintenances that
 	// failed in a row.
 	VoluntaryFailures prometheus.Gauge
+	// PermissionDenials counts Compute Engine calls refused for a missing
+	// IAM permission, by permission.
+	PermissionDenials *prometheus.CounterVec
 }
 
 // NewAgent creates the agent's metrics and registers them with reg.
@@ -93,10 +96,14 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
 			Help: "The " + protocol.LabelPerformMaintenance + " label, by outcome: started, accepted (Compute Engine started the maintenance), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown, and for an opportunistic trigger not_idle, stale_trigger, notice_changed (the label was rejected and removed); abandoned (the voluntary drain could not finish by its deadline; the node went back in service).",
 		}, []string{"outcome"}),
+		PermissionDenials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: sub, Name: "compute_permission_denied_total",
+			Help: "Compute Engine calls refused (403) because the node's service account lacks an IAM permission, by the permission: compute.instances.performMaintenance (the maintenance was not started) or compute.zoneOperations.get (its operation could not be followed).",
+		}, []string{"permission"}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
 		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers,
-		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy, m.VoluntaryFailures)
+		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy, m.VoluntaryFailures, m.PermissionDenials)
 	// Every series exists from the start at 0, so that the first one is
 	// seen as an increase.
 	for _, i := range protocol.Interruptions {
@@ -177,6 +184,12 @@ func (m *Agent) DrainDuration(d time.Duration) { m.DrainDurationSeconds.Observe(
 
 // ManualTrigger counts one outcome of the perform-maintenance label.
 func (m *Agent) ManualTrigger(outcome string) { m.ManualTriggers.WithLabelValues(outcome).Inc() }
+
+// PermissionDenied counts a Compute Engine call refused for lack of
+// permission.
+func (m *Agent) PermissionDenied(permission string) {
+	m.PermissionDenials.WithLabelValues(permission).Inc()
+}
 
 func joinTypes() string {
 	var names []string

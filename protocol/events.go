@@ -41,6 +41,9 @@ const (
 	EventManualFailed     = "PerformMaintenanceFailed"
 	EventManualNotStarted = "PerformMaintenanceNotStarted"
 	EventManualAbandoned  = "PerformMaintenanceAbandoned"
+	// EventPermissionDenied: Compute Engine refused a call for lack of an
+	// IAM permission, named in the message (agent).
+	EventPermissionDenied = "ComputePermissionDenied"
 
 	// The drain (agent).
 	EventEscalated = "EvictionEscalatedToDelete"
@@ -110,6 +113,7 @@ var EventReasons = []EventReason{
 	{EventManualFailed, agentOnly, true},
 	{EventManualAbandoned, agentOnly, true},
 	{EventManualNotStarted, agentOnly, true},
+	{EventPermissionDenied, agentOnly, true},
 	{EventUnexpectedReboot, agentOnly, true},
 	{EventNodeUpgraded, agentOnly, false},
 	{EventCheckpointLeadInvalid, agentOnly, true},

@@ -24,8 +24,9 @@ type computeState struct {
 	calls []Call
 	// delay between an accepted call and the notice turning ONGOING.
 	delay time.Duration
-	// denied answers 403 for a missing IAM permission.
-	denied bool
+	// denied are the IAM permissions the caller lacks: the methods that
+	// need them answer 403.
+	denied map[string]bool
 	ops    map[string]operation
 	opSeq  int
 	// byRequestID remembers accepted calls by requestId, so that a retried
@@ -65,12 +66,31 @@ func (s *Server) SetPerformMaintenanceDelay(d time.Duration) {
 	s.compute.delay = d
 }
 
+// The IAM permissions of the Compute Engine methods the emulator serves.
+const (
+	PermissionPerformMaintenance = "compute.instances.performMaintenance"
+	PermissionGetOperation       = "compute.zoneOperations.get"
+)
+
 // SetPermissionDenied makes performMaintenance answer 403, as when the
 // service account lacks compute.instances.performMaintenance.
-func (s *Server) SetPermissionDenied(denied bool) {
+func (s *Server) SetPermissionDenied(denied bool) { s.Deny(PermissionPerformMaintenance, denied) }
+
+// Deny makes the method that needs permission (PermissionPerformMaintenance
+// or PermissionGetOperation) answer 403 while denied, as Compute Engine
+// answers a service account whose roles lack it.
+func (s *Server) Deny(permission string, denied bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.compute.denied = denied
+	if s.compute.denied == nil {
+		s.compute.denied = map[string]bool{}
+	}
+	s.compute.denied[permission] = denied
+}
+
+// forbidden answers Compute Engine's 403 for permission on resource.
+func forbidden(w http.ResponseWriter, permission, resource string) {
+	computeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", permission, resource))
 }
 
 // Calls returns the performMaintenance requests received so far, including
@@ -154,8 +174,8 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.compute.denied {
-		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required 'compute.instances.performMaintenance' permission for '%s'", resource), op
+	if s.compute.denied[PermissionPerformMaintenance] {
+		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", PermissionPerformMaintenance, resource), op
 	}
 	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
 		return http.StatusOK, "", "", s.compute.ops[name]
@@ -239,7 +259,12 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 func (s *Server) getOperation(w http.ResponseWriter, project, zone, name string) {
 	s.mu.Lock()
 	op, ok := s.compute.ops[name]
+	denied := s.compute.denied[PermissionGetOperation]
 	s.mu.Unlock()
+	if denied {
+		forbidden(w, PermissionGetOperation, fmt.Sprintf("projects/%s/zones/%s/operations/%s", project, zone, name))
+		return
+	}
 	if !ok || project != s.cfg.Project || zone != s.cfg.Zone {
 		computeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource 'projects/%s/zones/%s/operations/%s' was not found", project, zone, name))
 		return
