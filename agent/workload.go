@@ -27,8 +27,8 @@ import (
 // noticeTarget is the node's side of the notice, set by the loop after
 // each decision.
 type noticeTarget struct {
-	phase       string // "" for none
-	windowStart time.Time
+	phase                  string // "" for none
+	windowStart, windowEnd time.Time
 	// drainStart and deadline, while starting: a pod is asked to stop when
 	// the drain's plan says (drain.Plan).
 	drainStart, deadline time.Time
@@ -37,15 +37,17 @@ type noticeTarget struct {
 // targetOf is the notice a node in state st gives its pods; drainStart is
 // when the running drain began.
 func targetOf(st State, drainStart time.Time) noticeTarget {
-	var window time.Time
-	if n, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
-		window = n.WindowStart
-	}
+	n, present, err := metadata.ParseNotice(st.Notice)
+	present = present && err == nil
 	switch {
 	case st.Active():
-		return noticeTarget{phase: protocol.NoticeStarting, windowStart: window, drainStart: drainStart, deadline: st.Deadline}
+		return noticeTarget{phase: protocol.NoticeStarting, windowStart: n.WindowStart, drainStart: drainStart, deadline: st.Deadline}
 	case st.ScheduledTime != "":
-		return noticeTarget{phase: protocol.NoticePending, windowStart: window}
+		return noticeTarget{phase: protocol.NoticePending, windowStart: n.WindowStart}
+	case present && n.Status == metadata.StatusOngoing:
+		// The window is open and the VM may stop within it, though the
+		// drain waits for the stop's own signal: not "no maintenance".
+		return noticeTarget{phase: protocol.NoticeOngoing, windowStart: n.WindowStart, windowEnd: n.WindowEnd}
 	}
 	return noticeTarget{}
 }
@@ -63,7 +65,7 @@ func (t noticeTarget) noticeFor(p *corev1.Pod, evictAt time.Time) string {
 	if _, lead, err := protocol.CheckpointLead(p.Annotations); t.phase == protocol.NoticeStarting && (!lead || err != nil) {
 		return p.Annotations[protocol.PodAnnotationNotice]
 	}
-	n := protocol.WorkloadNotice{Phase: t.phase, WindowStart: t.windowStart}
+	n := protocol.WorkloadNotice{Phase: t.phase, WindowStart: t.windowStart, WindowEnd: t.windowEnd}
 	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
 		n.EvictAt = evictAt
 	}
@@ -154,8 +156,11 @@ func (a *Agent) writeNotice(ctx context.Context, p *corev1.Pod, text string) err
 	if text != "" {
 		n, _ := protocol.ParseWorkloadNotice(text)
 		reason := "Pending"
-		if n.Phase == protocol.NoticeStarting {
+		switch n.Phase {
+		case protocol.NoticeStarting:
 			reason = "Starting"
+		case protocol.NoticeOngoing:
+			reason = "Ongoing"
 		}
 		cond = map[string]any{"type": protocol.PodConditionMaintenance, "status": corev1.ConditionTrue, "reason": reason,
 			"message": text, "lastTransitionTime": a.opts.Clock.Now().UTC().Format(time.RFC3339)}

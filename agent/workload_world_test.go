@@ -188,3 +188,34 @@ func TestToldTheTimeTheDrainAsks(t *testing.T) {
 	t.Logf("trainer told %s, asked at %s with grace %ds (its grace ends at %s)", n.EvictAt.Format(time.RFC3339), at.Format(time.RFC3339),
 		*asked.DeletionGracePeriodSeconds, deadline.Format(time.RFC3339))
 }
+
+// TestWorkloadsKeepTheNoticeWhileTheWindowIsOpen: when the notice turns
+// ONGOING at the window's start, a GPU VM's drain waits for
+// TERMINATE_ON_HOST_MAINTENANCE, but the VM may stop at any moment: the
+// pods keep a notice, ongoing, with the window's end, until the drain.
+// (Before, the notice was removed exactly then: "no maintenance".)
+func TestWorkloadsKeepTheNoticeWhileTheWindowIsOpen(t *testing.T) {
+	testworld.Need(t)
+	v := newVMWith(t, "agent-notice-ongoing-0", gceemu.Config{})
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
+	startAgent(t, v, agent.DefaultConfig)
+	start := time.Now().Add(time.Hour).Truncate(time.Second)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
+	waitNotice(t, ns, "trainer", "told the maintenance is pending", func(text string, _ *corev1.PodCondition) bool {
+		return contains(text, "MAINTENANCE_PHASE="+protocol.NoticePending)
+	})
+	if !v.emu.SetNoticeStatus(gceemu.StatusOngoing) {
+		t.Fatal("no notice to open")
+	}
+	text := waitNotice(t, ns, "trainer", "told the window is open", func(text string, cond *corev1.PodCondition) bool {
+		return cond != nil && cond.Reason == "Ongoing" && cond.Message == text && contains(text, "MAINTENANCE_PHASE="+protocol.NoticeOngoing)
+	})
+	n, err := protocol.ParseWorkloadNotice(text)
+	if err != nil || !n.WindowEnd.Equal(start.Add(2*time.Hour)) || !n.WindowStart.Equal(start) {
+		t.Errorf("notice %q (%v): want ongoing from %s to %s", text, err, start, start.Add(2*time.Hour))
+	}
+	if p, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "trainer", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the trainer is being stopped (%v) before the stop's own signal", err)
+	}
+}

@@ -19,6 +19,10 @@ const (
 	// NoticeStarting: the maintenance begins: the pod is evicted at its
 	// EvictAt (now, or after its checkpoint lead).
 	NoticeStarting = "starting"
+	// NoticeOngoing: the maintenance window is open (the notice is
+	// ONGOING) and the VM may stop at any moment until its end, though
+	// the drain has not begun: the time to have a checkpoint.
+	NoticeOngoing = "ongoing"
 )
 
 // WorkloadNotice is what a pod is told.
@@ -27,6 +31,9 @@ type WorkloadNotice struct {
 	// WindowStart is the maintenance window's start (zero when the
 	// maintenance has no window: a preemption).
 	WindowStart time.Time
+	// WindowEnd, while ongoing, is the window's end (zero when the
+	// platform gives none).
+	WindowEnd time.Time
 	// EvictAt, while starting, is when the pod is evicted.
 	EvictAt time.Time
 }
@@ -38,6 +45,10 @@ func (n WorkloadNotice) Encode() string {
 	if !n.WindowStart.IsZero() {
 		lines = append(lines, "MAINTENANCE_WINDOW_START="+strconv.FormatInt(n.WindowStart.Unix(), 10),
 			"MAINTENANCE_WINDOW_START_TIME="+n.WindowStart.UTC().Format(time.RFC3339))
+	}
+	if !n.WindowEnd.IsZero() {
+		lines = append(lines, "MAINTENANCE_WINDOW_END="+strconv.FormatInt(n.WindowEnd.Unix(), 10),
+			"MAINTENANCE_WINDOW_END_TIME="+n.WindowEnd.UTC().Format(time.RFC3339))
 	}
 	if !n.EvictAt.IsZero() {
 		lines = append(lines, "MAINTENANCE_EVICT_AT="+strconv.FormatInt(n.EvictAt.Unix(), 10),
@@ -63,6 +74,12 @@ func ParseWorkloadNotice(s string) (WorkloadNotice, error) {
 				return n, err
 			}
 			n.WindowStart = t
+		case "MAINTENANCE_WINDOW_END_TIME":
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return n, err
+			}
+			n.WindowEnd = t
 		case "MAINTENANCE_EVICT_AT_TIME":
 			t, err := time.Parse(time.RFC3339, v)
 			if err != nil {
@@ -71,8 +88,8 @@ func ParseWorkloadNotice(s string) (WorkloadNotice, error) {
 			n.EvictAt = t
 		}
 	}
-	if n.Phase != NoticePending && n.Phase != NoticeStarting {
-		return n, fmt.Errorf("MAINTENANCE_PHASE %q: want %s or %s", n.Phase, NoticePending, NoticeStarting)
+	if n.Phase != NoticePending && n.Phase != NoticeOngoing && n.Phase != NoticeStarting {
+		return n, fmt.Errorf("MAINTENANCE_PHASE %q: want %s, %s or %s", n.Phase, NoticePending, NoticeOngoing, NoticeStarting)
 	}
 	return n, nil
 }

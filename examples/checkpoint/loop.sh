@@ -8,7 +8,9 @@ while train_one_step; do
   MAINTENANCE_PHASE= MAINTENANCE_WINDOW_START= MAINTENANCE_EVICT_AT_TIME=
   [ -s "$NOTICE" ] && . "$NOTICE"
   near=$(( ${MAINTENANCE_WINDOW_START:-0} - $(date +%s) < 600 ))
-  if [ "$MAINTENANCE_PHASE" = starting ] || { [ "$MAINTENANCE_PHASE" = pending ] && [ "$near" = 1 ]; }; then
+  # starting: the eviction comes at MAINTENANCE_EVICT_AT; ongoing: the window
+  # is open and the VM may stop before the drain; pending: checkpoint when near.
+  if [ "$MAINTENANCE_PHASE" = starting ] || [ "$MAINTENANCE_PHASE" = ongoing ] || { [ "$MAINTENANCE_PHASE" = pending ] && [ "$near" = 1 ]; }; then
     [ "$saved" = "$MAINTENANCE_PHASE" ] || { save_checkpoint; saved=$MAINTENANCE_PHASE; }
   fi
 done

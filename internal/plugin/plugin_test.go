@@ -91,3 +91,29 @@ pools:
 		}
 	}
 }
+
+// TestStatusShowsTheOpenWindow: a node whose notice is ONGOING shows its
+// window as open, until its end, not as no maintenance.
+func TestStatusShowsTheOpenWindow(t *testing.T) {
+	node := func(name, status string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: "p"}, Annotations: map[string]string{
+			protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":false,"maintenance_status":"` + status + `","window_start_time":"2026-11-23T11:00:00Z","window_end_time":"2026-11-23T15:00:00Z"}`,
+		}}}
+	}
+	st := BuildStatus(Input{Now: now, Nodes: []*corev1.Node{node("open", "ONGOING"), node("pending", "PENDING")}, PoolLabel: protocol.LabelNodePool})
+	var out strings.Builder
+	if err := st.WriteTable(&out, now, time.UTC, false); err != nil {
+		t.Fatal(err)
+	}
+	for node, want := range map[string]string{"open": "open until 2026-11-23 15:00 (in 3h0m)", "pending": "2026-11-23 11:00 (1h0m ago)"} {
+		var line string
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, node+" ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, want) || (node == "pending" && strings.Contains(line, "open")) {
+			t.Errorf("status of %s: %q, want its window %q", node, line, want)
+		}
+	}
+}

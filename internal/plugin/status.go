@@ -43,8 +43,12 @@ type Input struct {
 type NodeStatus struct {
 	Node string `json:"node"`
 	Pool string `json:"pool"`
-	// WindowStart is the pending maintenance's window start.
+	// WindowStart is the pending or open maintenance's window start;
+	// WindowOpen is true once the window has opened (the notice is
+	// ONGOING: the VM may stop until WindowEnd, when the platform gives it).
 	WindowStart *time.Time `json:"windowStart,omitempty"`
+	WindowOpen  bool       `json:"windowOpen,omitempty"`
+	WindowEnd   *time.Time `json:"windowEnd,omitempty"`
 	Phase       string     `json:"phase"`
 	Reason      string     `json:"reason,omitempty"`
 	Deadline    *time.Time `json:"deadline,omitempty"`
@@ -126,9 +130,15 @@ func BuildStatus(in Input) Status {
 func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 	a := protocol.ReadAgentState(n)
 	ns := NodeStatus{Node: n.Name, Pool: n.Labels[in.PoolLabel], Phase: string(a.Phase), Reason: string(a.Reason), Busy: a.Busy}
-	if notice, present, err := metadata.ParseNotice(a.Notice); err == nil && present && notice.Status == metadata.StatusPending {
+	if notice, present, err := metadata.ParseNotice(a.Notice); err == nil && present &&
+		(notice.Status == metadata.StatusPending || notice.Status == metadata.StatusOngoing) {
 		t := notice.WindowStart
 		ns.WindowStart = &t
+		ns.WindowOpen = notice.Status == metadata.StatusOngoing
+		if ns.WindowOpen && !notice.WindowEnd.IsZero() {
+			end := notice.WindowEnd
+			ns.WindowEnd = &end
+		}
 	}
 	if a.Active() {
 		d := a.Deadline
@@ -231,7 +241,14 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 			counts = append(counts, fmt.Sprintf("%s=%d", k, v))
 		}
 		sort.Strings(counts)
-		row := []string{n.Node, dash(n.Pool), at(n.WindowStart), n.Phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
+		window := at(n.WindowStart)
+		switch {
+		case n.WindowOpen && n.WindowEnd != nil:
+			window = "open until " + at(n.WindowEnd)
+		case n.WindowOpen:
+			window = "open since " + at(n.WindowStart)
+		}
+		row := []string{n.Node, dash(n.Pool), window, n.Phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
 		if wide {
 			row = append(row, dash(n.DecisionWhy))
 		}
