@@ -93,6 +93,8 @@ type Watcher struct {
 
 	mu       sync.Mutex
 	lastGood map[string]time.Time
+	// unhealthy: the keys Health was last told are unhealthy.
+	unhealthy map[string]bool
 }
 
 // NewClient returns a metadata client for long polls. Its HTTP client
@@ -144,7 +146,7 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 		client: opts.Client, timeout: opts.Timeout, hangAfter: opts.HangAfter, backoff: opts.Backoff,
 		unhealthyAfter: opts.UnhealthyAfter, health: opts.Health,
 		clock: opts.Clock, log: opts.Logger, recorder: opts.Recorder,
-		lastGood: map[string]time.Time{},
+		lastGood: map[string]time.Time{}, unhealthy: map[string]bool{},
 	}
 }
 
@@ -295,16 +297,19 @@ type Handler func(ctx context.Context, a Answer) bool
 // up. Health hears when the key turns unhealthy and recovers.
 func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 	var (
-		etag      string
-		seen      *Answer // the last answer, understood or not
-		last      *Answer // the last answer passed on and understood
-		failures  int
-		unhealthy bool
+		etag     string
+		seen     *Answer // the last answer, understood or not
+		last     *Answer // the last answer passed on and understood
+		failures int
 	)
 	started := w.clock.Now()
 	for {
 		began := w.clock.Now()
+		// A request that hangs past the key's health limit is told when
+		// the limit passes, as /healthz tells it, not when it gives up.
+		stopTimer := w.healthTimer(key, started)
 		a, newETag, err := w.get(ctx, key, etag)
+		stopTimer()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -312,7 +317,7 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			failures++
 			delay := w.backoff.Delay(failures)
 			w.log.Warn("metadata request failed", "key", key, "err", err, "failures", failures, "retry_in", delay)
-			unhealthy = w.checkHealth(key, started, unhealthy, err)
+			w.checkHealth(key, started, err)
 			etag, seen = "", nil // start over with a plain GET: the server may have restarted
 			if err := w.sleepUntil(ctx, w.clock.Now().Add(delay)); err != nil {
 				return err
@@ -337,15 +342,11 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			}
 		}
 		if good {
-			w.markGood(key)
-			if unhealthy {
-				unhealthy = false
-				if w.health != nil {
-					w.health.KeyRecovered(key)
-				}
+			if w.markGood(key) && w.health != nil {
+				w.health.KeyRecovered(key)
 			}
 		} else {
-			unhealthy = w.checkHealth(key, started, unhealthy, fmt.Errorf("%w: %s answers %q", ErrUnrecognized, key, Excerpt(a.Value)))
+			w.checkHealth(key, started, fmt.Errorf("%w: %s answers %q", ErrUnrecognized, key, Excerpt(a.Value)))
 		}
 		if !changed {
 			if err := w.sleepUntil(ctx, began.Add(w.timeout)); err != nil {
@@ -356,24 +357,56 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 }
 
 // checkHealth tells Health once when key has had no good answer for
-// UnhealthyAfter, and returns whether it is unhealthy now.
-func (w *Watcher) checkHealth(key string, started time.Time, unhealthy bool, cause error) bool {
-	if unhealthy {
-		return true
-	}
-	since := w.LastGood(key)
+// UnhealthyAfter (counted from started when it never had one).
+func (w *Watcher) checkHealth(key string, started time.Time, cause error) {
+	w.mu.Lock()
+	since := w.lastGood[key]
 	if since.IsZero() {
 		since = started
 	}
 	age := w.clock.Since(since)
-	if age <= w.unhealthyAfter {
-		return false
+	tell := !w.unhealthy[key] && age > w.unhealthyAfter
+	if tell {
+		w.unhealthy[key] = true
 	}
-	if w.health != nil {
+	w.mu.Unlock()
+	if tell && w.health != nil {
 		w.health.KeyUnhealthy(key, cause, age)
 	}
-	return true
 }
+
+// healthTimer arms a check of key's health for the moment its limit
+// passes, while a request is under way, and returns its stop.
+func (w *Watcher) healthTimer(key string, started time.Time) (stop func()) {
+	w.mu.Lock()
+	since := w.lastGood[key]
+	unhealthy := w.unhealthy[key]
+	w.mu.Unlock()
+	if unhealthy {
+		return func() {}
+	}
+	if since.IsZero() {
+		since = started
+	}
+	asked := w.clock.Now()
+	due := since.Add(w.unhealthyAfter).Sub(asked) + time.Millisecond
+	timer := w.clock.NewTimer(max(due, 0))
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-timer.C():
+			w.checkHealth(key, started, fmt.Errorf("%w: a request for %s has had no answer since %s", ErrNoAnswer, key, asked.UTC().Format(time.RFC3339)))
+		case <-done:
+		}
+	}()
+	return func() {
+		timer.Stop()
+		close(done)
+	}
+}
+
+// ErrNoAnswer: a request to the metadata server is still waiting.
+var ErrNoAnswer = errors.New("no answer")
 
 func (w *Watcher) sleepUntil(ctx context.Context, t time.Time) error {
 	d := t.Sub(w.clock.Now())
@@ -387,10 +420,15 @@ func (w *Watcher) sleep(ctx context.Context, d time.Duration) error {
 	return backoff.Wait(ctx, w.clock, d)
 }
 
-func (w *Watcher) markGood(key string) {
+// markGood records a good answer for key and reports whether the key was
+// unhealthy until now.
+func (w *Watcher) markGood(key string) (recovered bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lastGood[key] = w.clock.Now()
+	recovered = w.unhealthy[key]
+	w.unhealthy[key] = false
+	return recovered
 }
 
 // LastGood returns when key last got a good, understood answer (zero if

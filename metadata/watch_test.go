@@ -350,3 +350,44 @@ func TestWatchMakesOneRequestPerAttempt(t *testing.T) {
 		t.Errorf("%d requests answered by a fault, %d failures counted; want 4 and 4 (one request per attempt)", served, failed)
 	}
 }
+
+// healthLog records what a HealthListener hears, and how many requests
+// for the key had ended by then.
+type healthLog struct {
+	rec       *countingRecorder
+	unhealthy chan int // requests ended when KeyUnhealthy came
+	recovered chan struct{}
+}
+
+func (h *healthLog) KeyUnhealthy(key string, _ error, _ time.Duration) {
+	ended := 0
+	for _, r := range []string{ResultOK, ResultServerError, ResultTransport, ResultUnparseable, ResultNoNotice, ResultNotDefined} {
+		ended += h.rec.get(key, r)
+	}
+	h.unhealthy <- ended
+}
+func (h *healthLog) KeyRecovered(string) { h.recovered <- struct{}{} }
+
+// TestWatchTellsAHangWhenItsLimitPasses: a request that hangs is told
+// unhealthy when the key's limit passes, as /healthz says it, not when
+// the request gives up (a whole poll timeout and more later).
+func TestWatchTellsAHangWhenItsLimitPasses(t *testing.T) {
+	f := setup(t, gceemu.Config{}, time.Second, 10*time.Minute)
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC))
+	health := &healthLog{rec: f.recorder, unhealthy: make(chan int, 4), recovered: make(chan struct{}, 4)}
+	f.watcher.health, f.watcher.unhealthyAfter, f.watcher.clock = health, time.Minute, clk
+	f.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + KeyMaintenanceEvent, Kind: gceemu.FaultHang, Times: 1})
+	f.watch(t, KeyMaintenanceEvent, eventParser)
+	waitUntil(t, f, "the first request to hang", func() bool { return f.emu.FaultsServed() == 1 })
+	waitUntil(t, f, "the health timer", clk.HasWaiters)
+	clk.Step(time.Minute + time.Second)
+	select {
+	case ended := <-health.unhealthy:
+		if ended != 0 {
+			t.Errorf("told unhealthy after %d requests ended, want while the first still hangs", ended)
+		}
+	case <-f.ctx.Done():
+		t.Fatal("never told the key is unhealthy while its request hangs")
+	}
+	f.emu.ClearFaults()
+}
