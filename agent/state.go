@@ -353,7 +353,12 @@ func (d *Decision) backInService(obs Observation) {
 	if booted {
 		// The maintenance that took the VM down is over, and so is its
 		// notice; a value still served after the reboot is a new one (a
-		// notice still pending is mirrored again later in the step).
+		// notice still pending is mirrored again later in the step), but
+		// for the ONGOING notice of the maintenance that stopped it, which
+		// a TPU VM may serve for a while after: that one is done.
+		if n, present, err := metadata.ParseNotice(st.Notice); err == nil && present && n.Status == metadata.StatusOngoing {
+			d.State.NoticeDone = noticeID(n)
+		}
 		d.State.LastEvent = metadata.EventNone
 		d.State.ScheduledTime, d.State.Notice = "", ""
 	}
@@ -391,7 +396,8 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 			Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 	case (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.EventKnown && sig.Event == metadata.EventTerminate:
 		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
-	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing:
+	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing &&
+		noticeID(sig.Notice) != d.State.NoticeDone:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
 		// window's start.
@@ -533,6 +539,9 @@ func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.
 
 func (d *Decision) mirrorNotice(sig Signals) {
 	prevTime := d.State.ScheduledTime
+	if sig.NoticeKnown && (!sig.NoticePresent || noticeID(sig.Notice) != d.State.NoticeDone) {
+		d.State.NoticeDone = "" // that notice is gone: another is another maintenance
+	}
 	if !sig.NoticePresent {
 		if d.State.Notice != "" || prevTime != "" {
 			d.State.Notice, d.State.ScheduledTime = "", ""
@@ -563,3 +572,7 @@ func (d *Decision) mirrorNotice(sig Signals) {
 			Message: fmt.Sprintf("Maintenance was rescheduled to %s", when)})
 	}
 }
+
+// noticeID names a notice by its window start: a reboot does not change
+// it, another maintenance does.
+func noticeID(n metadata.Notice) string { return strconv.FormatInt(n.WindowStart.Unix(), 10) }

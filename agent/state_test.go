@@ -788,6 +788,56 @@ func TestStepAccounting(t *testing.T) {
 	}
 }
 
+// TestStepTPUNoticeStillOngoingAfterTheStop: a TPU VM (maintenance-event
+// not served) is drained when its notice turns ONGOING and stops; after
+// the reboot the same notice is still served ONGOING for a while: no second
+// drain, no second count. A new maintenance (another window) is one.
+func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
+	served := func(start time.Time) metadata.Notice {
+		raw := `{"maintenance_status":"ONGOING","window_start_time":"` + start.Format(time.RFC3339) + `"}`
+		n, _, err := metadata.ParseNotice(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ongoing := served(window)
+	tpu := func(boot string, n *metadata.Notice) Observation {
+		s := with(func(s *Signals) {
+			s.EventNotServed, s.EventKnown, s.Event = true, false, ""
+			if n != nil {
+				s.Notice, s.NoticePresent = *n, true
+			}
+		})
+		return Observation{Now: t0, Signals: s, BootID: boot}
+	}
+	d := stepChecked(t, cfg, State{}, tpu(bootA, &ongoing))
+	if d.State.Phase != protocol.PhaseDraining || d.Interruption == nil {
+		t.Fatalf("window opens: phase %s, interruption %v; want a drain, counted", d.State.Phase, d.Interruption)
+	}
+	done := d.State
+	done.Phase = protocol.PhaseTerminating
+	// Back with another boot ID, the notice still ONGOING.
+	d = stepChecked(t, cfg, done, tpu(bootB, &ongoing))
+	if d.State.Phase != protocol.PhaseIdle || d.Interruption != nil || !d.Drain.IsZero() {
+		t.Errorf("after the reboot, the same notice: phase %s, interruption %v, drain %+v; want idle, nothing counted", d.State.Phase, d.Interruption, d.Drain)
+	}
+	d = stepChecked(t, cfg, d.State, tpu(bootB, &ongoing))
+	if d.State.Phase != protocol.PhaseIdle || d.Interruption != nil {
+		t.Errorf("a step later: phase %s, interruption %v; want idle, nothing counted", d.State.Phase, d.Interruption)
+	}
+	if target := targetOf(d.State, time.Time{}); target.phase != "" {
+		t.Errorf("pods are told %q of a maintenance that is over", target.phase)
+	}
+	// The notice goes; a new maintenance later is drained and counted.
+	d = stepChecked(t, cfg, d.State, tpu(bootB, nil))
+	next := served(window.Add(30 * 24 * time.Hour))
+	d = stepChecked(t, cfg, d.State, tpu(bootB, &next))
+	if d.State.Phase != protocol.PhaseDraining || d.Interruption == nil {
+		t.Errorf("a new maintenance: phase %s, interruption %v; want a drain, counted", d.State.Phase, d.Interruption)
+	}
+}
+
 // TestStepLifecycleEdges: paths a real fleet meets where the state machine
 // once went wrong.
 func TestStepLifecycleEdges(t *testing.T) {

@@ -44,7 +44,7 @@ func targetOf(st State, drainStart time.Time) noticeTarget {
 		return noticeTarget{phase: protocol.NoticeStarting, windowStart: n.WindowStart, drainStart: drainStart, deadline: st.Deadline}
 	case st.ScheduledTime != "":
 		return noticeTarget{phase: protocol.NoticePending, windowStart: n.WindowStart}
-	case present && n.Status == metadata.StatusOngoing:
+	case present && n.Status == metadata.StatusOngoing && noticeID(n) != st.NoticeDone:
 		// The window is open and the VM may stop within it, though the
 		// drain waits for the stop's own signal: not "no maintenance".
 		return noticeTarget{phase: protocol.NoticeOngoing, windowStart: n.WindowStart, windowEnd: n.WindowEnd}

@@ -82,6 +82,11 @@ const (
 	AnnotationRequested = "maintenance-handler.io/maintenance-requested"
 	// AnnotationLastEvent is the last maintenance-event value acted on.
 	AnnotationLastEvent = "maintenance-handler.io/last-event"
+	// AnnotationNoticeDone is the window start (Unix seconds) of the
+	// ONGOING notice whose maintenance already stopped the VM: while the
+	// same notice is still served after the reboot (as on TPU VMs), it
+	// starts no drain and is not counted again.
+	AnnotationNoticeDone = "maintenance-handler.io/stopped-window"
 	// AnnotationIdleSince is when the node last became idle (RFC 3339);
 	// absent while the node is busy.
 	AnnotationIdleSince = "maintenance-handler.io/idle-since"
@@ -188,6 +193,7 @@ var Keys = []Key{
 	{Name: AnnotationRequestID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationRequested, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationLastEvent, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationNoticeDone, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationIdleSince, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
 	{Name: AnnotationBusy, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
 	{Name: AnnotationInterruptions, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},

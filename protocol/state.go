@@ -27,6 +27,9 @@ type AgentState struct {
 	Notice string
 	// LastEvent is the last maintenance-event value acted on.
 	LastEvent metadata.Event
+	// NoticeDone is the window start (Unix seconds) of the ONGOING notice
+	// whose maintenance already stopped the VM ("" when none).
+	NoticeDone string
 	// RequestID is the performMaintenance requestId of a manual
 	// maintenance, chosen when it starts.
 	RequestID string
@@ -91,6 +94,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		ScheduledTime:  n.Labels[LabelScheduledMaintenanceTime],
 		Notice:         a[AnnotationUpcomingMaintenance],
 		LastEvent:      metadata.Event(a[AnnotationLastEvent]),
+		NoticeDone:     a[AnnotationNoticeDone],
 		RequestID:      a[AnnotationRequestID],
 		Busy:           a[AnnotationBusy],
 		Started:        readTime(a[AnnotationStarted]),
@@ -165,6 +169,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationRequestID, whileActive(st.RequestID))
 	set(a, AnnotationRequested, whileActive(writeTime(st.Requested)))
 	set(a, AnnotationLastEvent, string(st.LastEvent))
+	set(a, AnnotationNoticeDone, st.NoticeDone)
 	set(a, AnnotationUpcomingMaintenance, st.Notice)
 	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
 	set(a, AnnotationBusy, st.Busy)
