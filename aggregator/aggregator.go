@@ -279,6 +279,9 @@ func (a *Aggregator) lead(lctx context.Context) {
 	// under way when the lease was lost may still have set some).
 	defer a.opts.Metrics.Pools.Set(nil)
 	a.log.Info("started leading", "identity", a.opts.Identity)
+	if !a.fence(lctx) {
+		return
+	}
 	for {
 		a.pass(lctx)
 		if lctx.Err() != nil {
@@ -298,6 +301,31 @@ func (a *Aggregator) lead(lctx context.Context) {
 			return
 		case <-a.wake:
 			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// fence writes the claims Lease once on taking over, before the first
+// pass, retrying every second until it succeeds; false when the lead ends
+// first. Until it succeeds the replica triggers nothing.
+func (a *Aggregator) fence(lctx context.Context) bool {
+	for {
+		by := a.opts.Identity + " at " + a.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
+		_, err := fenceClaims(lctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), by)
+		if err == nil {
+			a.warnOnce("fence", "", nil)
+			return true
+		}
+		if lctx.Err() != nil {
+			return false
+		}
+		a.warnOnce("fence", "cannot fence the claims on taking over; no opportunistic trigger until it can", err)
+		t := a.opts.Clock.NewTimer(time.Second)
+		select {
+		case <-lctx.Done():
+			t.Stop()
+			return false
 		case <-t.C():
 		}
 	}

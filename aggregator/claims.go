@@ -32,12 +32,22 @@ import (
 //     the Lease; a claim it made before it was deposed is counted by the
 //     new leader until it is resolved.
 //
+//   - a new leader writes the claims Lease once when it takes over, before
+//     its first pass (fence), so that a deposed leader's claim made on
+//     what it read before fails even when the new leader has nothing to
+//     claim itself.
+//
 // The claims Lease is never renewed and holds no holder: it is only a
-// versioned record, in annotationClaims.
+// versioned record, in annotationClaims (and annotationFence, the last
+// takeover).
 
 // annotationClaims holds the claims, as JSON {"node": "resourceVersion"}.
 // It is on the claims Lease, not on a Node.
 const annotationClaims = "maintenance-handler.io/voluntary-claims"
+
+// annotationFence records the last leader to take over the claims, as
+// "identity at time": writing it changes the Lease's version.
+const annotationFence = "maintenance-handler.io/claims-fenced-by"
 
 // ClaimsLeaseName is the claims Lease's name for a leader-election Lease.
 func ClaimsLeaseName(leaseName string) string { return leaseName + "-claims" }
@@ -76,9 +86,35 @@ func readClaims(ctx context.Context, c kubernetes.Interface, namespace, name str
 // writeClaims replaces the claims with nodes, conditional on the Lease
 // being at prev.version. It returns ErrFenced when it is not.
 func writeClaims(ctx context.Context, c kubernetes.Interface, namespace, name string, prev claims, nodes map[string]string) (claims, error) {
+	return putClaims(ctx, c, namespace, name, prev, nodes, "")
+}
+
+// fenceClaims writes the claims Lease as it is (its claims kept) with
+// fencedBy, so that its version changes: every claim conditional on an
+// earlier read fails from then on. It returns the claims as written, or
+// ErrFenced when another replica wrote between the read and the write.
+func fenceClaims(ctx context.Context, c kubernetes.Interface, namespace, name, fencedBy string) (claims, error) {
+	cl, err := readClaims(ctx, c, namespace, name)
+	if err != nil {
+		if cl.nodes == nil {
+			return cl, err // not read
+		}
+		// Unreadable claims are replaced by none: the passes then count
+		// what the Nodes say.
+		cl.nodes = map[string]string{}
+	}
+	return putClaims(ctx, c, namespace, name, cl, cl.nodes, fencedBy)
+}
+
+// putClaims writes nodes (and fencedBy when set) conditional on
+// prev.version.
+func putClaims(ctx context.Context, c kubernetes.Interface, namespace, name string, prev claims, nodes map[string]string, fencedBy string) (claims, error) {
 	raw, _ := json.Marshal(nodes)
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, ResourceVersion: prev.version,
 		Annotations: map[string]string{annotationClaims: string(raw)}}}
+	if fencedBy != "" {
+		l.Annotations[annotationFence] = fencedBy
+	}
 	var err error
 	if prev.version == "" {
 		l, err = c.CoordinationV1().Leases(namespace).Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})

@@ -101,3 +101,48 @@ func countTriggered(t *testing.T, names []string) []string {
 	}
 	return out
 }
+
+// TestNewLeaderFencesBeforeItsFirstPass: leader A read the claims and
+// decided to trigger fence2-00, then paused before claiming; meanwhile
+// fence2-01 went into voluntary maintenance, so B, leading now, has
+// nothing to trigger (max-unavailable=1). B fenced the claims when it took
+// over, so A's late claim, conditional on what it read, fails, and one
+// node stays in voluntary maintenance. (Before, B never wrote the claims,
+// A's claim succeeded and its trigger landed: two nodes with a cap of 1.)
+func TestNewLeaderFencesBeforeItsFirstPass(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	names := idlePool(t, "fenced2", "fence2", 4, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
+	claimsLease := aggregator.ClaimsLeaseName("aggregator")
+
+	// A decides on fence2-00 from the claims and the node as they are.
+	seenByA, err := world.Client.CoreV1().Nodes().Get(ctx, "fence2-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versionA, _, err := aggregator.ReadClaims(ctx, world.Client, ns, claimsLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fence2-01 goes into voluntary maintenance (a trigger that landed
+	// and was resolved); B takes over and finds the cap full.
+	busy, err := world.Client.CoreV1().Nodes().Get(ctx, "fence2-01", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocol.WriteTrigger(busy, protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredBy: "earlier"})
+	if _, err := world.Client.CoreV1().Nodes().Update(ctx, busy, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := startAggregator(t, ns, "")
+	waitPasses(t, r.agg, 2)
+	if got := countTriggered(t, names); len(got) != 1 {
+		t.Fatalf("B triggered: %v, want only fence2-01 (the cap is full)", got)
+	}
+
+	// A wakes: its claim, conditional on the claims it read, fails.
+	if _, err := aggregator.WriteClaims(ctx, world.Client, ns, claimsLease, versionA, map[string]string{"fence2-00": seenByA.ResourceVersion}); !errors.Is(err, aggregator.ErrFenced) {
+		t.Fatalf("A's late claim: %v, want ErrFenced (B fenced when it took over)", err)
+	}
+}
