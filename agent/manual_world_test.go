@@ -526,6 +526,17 @@ func TestManualTriggerOperationFails(t *testing.T) {
 	if calls := v.emu.Calls(); len(calls) != 1 {
 		t.Errorf("calls %+v, want exactly one", calls)
 	}
+	// No VM stopped: a failure, not an interruption (before, the
+	// acceptance was counted, and cleared the failure memory).
+	if got := testworld.Settled(t, r.metrics.Interruptions.WithLabelValues(protocol.HostMaintenance.Labels()...), 0); got != 0 {
+		t.Errorf("interruptions{MaintenanceEvent} = %v for a maintenance that never began, want 0", got)
+	}
+	n := world.WaitNode(t, v.name, "one voluntary failure remembered", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Failures.Count == 1
+	})
+	if c := protocol.NodeInterruptions(n); len(c) != 0 {
+		t.Errorf("the Node counts %v for a maintenance that never began", c)
+	}
 }
 
 // TestOpportunisticTriggerRecheckedBeforeActing: the agent acts on a

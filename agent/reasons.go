@@ -27,13 +27,13 @@ type reasonRule struct {
 // reasonRules: host maintenance and preemption are announced by the
 // metadata server and end when it withdraws them; a manual (or
 // opportunistic) one is started by the perform-maintenance label and
-// counted once Compute Engine accepts it; a slice's drain follows the
+// counted once Compute Engine begins it or the VM stops for it; a slice's drain follows the
 // aggregator's ask and is never counted (the host that stops counts
 // itself).
 var reasonRules = map[protocol.Reason]reasonRule{
 	protocol.ReasonHostMaintenance: {over: signalsWithdrawn, counted: alwaysCounted, yields: neverYields, voluntary: forced},
 	protocol.ReasonPreemption:      {over: signalsWithdrawn, counted: alwaysCounted, yields: neverYields, voluntary: forced},
-	protocol.ReasonManual: {over: manualWithdrawn, counted: acceptedByCompute, yields: manualYields, voluntary: voluntary,
+	protocol.ReasonManual: {over: manualWithdrawn, counted: underWayByCompute, yields: manualYields, voluntary: voluntary,
 		asksCompute: true},
 	// A slice drains as its cause does: voluntarily for a manual or
 	// opportunistic maintenance.
@@ -81,9 +81,9 @@ func manualWithdrawn(st State, obs Observation) bool {
 // slice that stopped is back).
 func sliceAskWithdrawn(_ State, obs Observation) bool { return !obs.SliceAskSet }
 
-// acceptedByCompute: a manual maintenance is counted when Compute Engine
-// accepts it.
-func acceptedByCompute(st State) bool { return st.Phase == protocol.PhaseTerminating }
+// underWayByCompute: a manual maintenance is counted when Compute Engine
+// is seen to begin it (manualHappened).
+func underWayByCompute(st State) bool { return manualUnderWay(st) }
 
 // manualYields: a preemption takes a manual maintenance over in any
 // phase; a host maintenance only while Compute Engine has not been asked.

@@ -301,6 +301,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	if obs.Signals.NoticeKnown {
 		d.mirrorNotice(obs.Signals)
 	}
+	d.manualHappened(st, obs) // trigger.go
 	d.count(obs)
 	d.drainOrder(cfg, st, obs)
 	d.rememberFailure(cfg, obs.Now) // trigger.go

@@ -345,9 +345,8 @@ func acceptedDecision(requested State, how string) Decision {
 	s := requested
 	s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
 	return Decision{
-		State:        s,
-		Interruption: counted(protocol.HostMaintenance),
-		Drained:      true, Manual: protocol.ManualAccepted,
+		State:   s,
+		Drained: true, Manual: protocol.ManualAccepted,
 		Events: []EventRecord{{Reason: protocol.EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (" + how + "); the node is drained, awaiting node termination"}},
 	}
 }
@@ -572,7 +571,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{State: manualDraining()},
 		},
 		{
-			name:  "the call succeeded: terminating, counted as host maintenance",
+			name:  "the call succeeded: terminating, not counted until it happens",
 			state: requested,
 			obs: func() Observation {
 				o := labelled(obs(noticed), "true")
@@ -673,7 +672,7 @@ func TestStepManualTrigger(t *testing.T) {
 			},
 		},
 		{
-			name: "back from a manual maintenance: the label goes too",
+			name: "back from a manual maintenance not seen under way: counted now, and the label goes too",
 			state: func() State {
 				s := requested
 				s.Phase = protocol.PhaseTerminating
@@ -681,8 +680,9 @@ func TestStepManualTrigger(t *testing.T) {
 			}(),
 			obs: labelled(Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB}, "true"),
 			want: Decision{
-				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
-				Uncordon: true, RemoveTrigger: true,
+				State:        State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				Interruption: counted(protocol.HostMaintenance),
+				Uncordon:     true, RemoveTrigger: true,
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from manual (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
@@ -1035,12 +1035,63 @@ func TestStepFailureMemory(t *testing.T) {
 	if d.Manual != protocol.ManualInvalidValue || d.State.Failures != idle.Failures {
 		t.Errorf("a rejected label changed the record: %+v", d.State.Failures)
 	}
-	// One that goes through clears it.
+	// Accepted, it is not yet done: the record stays; once the
+	// maintenance is under way it is cleared.
 	st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, t0, t0, t0.Add(time.Hour)
 	d = stepChecked(t, cfg, st, Observation{Now: t0, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
 		Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}})
-	if d.Manual != protocol.ManualAccepted || d.State.Failures.Count != 0 {
-		t.Errorf("accepted: outcome %q, failures %+v; want the record cleared", d.Manual, d.State.Failures)
+	if d.Manual != protocol.ManualAccepted || d.State.Failures.Count != 7 {
+		t.Errorf("accepted: outcome %q, failures %+v; want the record kept until the maintenance happens", d.Manual, d.State.Failures)
+	}
+	underWay := noticed
+	underWay.Event = metadata.EventTerminate
+	d = stepChecked(t, cfg, d.State, Observation{Now: t0.Add(time.Minute), Signals: underWay, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true})
+	if d.State.Failures.Count != 0 || d.Interruption == nil {
+		t.Errorf("under way: failures %+v, interruption %v; want the record cleared and the maintenance counted", d.State.Failures, d.Interruption)
+	}
+}
+
+// TestStepManualCountedWhenItHappens: an accepted manual maintenance is
+// counted once, when Compute Engine begins it, and not again when the VM
+// comes back; one whose operation fails is a failure and never counted;
+// one not seen under way is counted when the VM comes back.
+func TestStepManualCountedWhenItHappens(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	asked := draining(protocol.ReasonManual, time.Hour)
+	asked.RequestID, asked.Requested = "req-1", t0
+	accept := func() State {
+		d := stepChecked(t, cfg, asked, Observation{Now: t0, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
+			Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}})
+		if d.Manual != protocol.ManualAccepted || d.Interruption != nil {
+			t.Fatalf("accepted: outcome %q, interruption %v; want accepted, nothing counted", d.Manual, d.Interruption)
+		}
+		return d.State
+	}
+	// Under way, then back: counted once.
+	terminate := noticed
+	terminate.Event = metadata.EventTerminate
+	counts := 0
+	st := accept()
+	for _, o := range []Observation{
+		{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true},
+		{Now: t0.Add(2 * time.Minute), Signals: terminate, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true},
+		{Now: t0.Add(10 * time.Minute), Signals: quiet(), BootID: bootB},
+	} {
+		d := stepChecked(t, cfg, st, o)
+		if d.Interruption != nil {
+			counts++
+		}
+		st = d.State
+	}
+	if counts != 1 || st.Phase != protocol.PhaseIdle {
+		t.Errorf("under way and back: counted %d times, phase %s; want once, idle", counts, st.Phase)
+	}
+	// The operation fails: not counted, one failure.
+	st = accept()
+	d := stepChecked(t, cfg, st, Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true,
+		Perform: &PerformResult{RequestID: "req-1", Operation: "op-1", OperationErr: errors.New("operation failed")}})
+	if d.Manual != protocol.ManualNotStarted || d.Interruption != nil || d.State.Failures.Count != 1 {
+		t.Errorf("operation failed: outcome %q, interruption %v, failures %d; want not_started, not counted, one failure", d.Manual, d.Interruption, d.State.Failures.Count)
 	}
 }
 

@@ -171,7 +171,6 @@ func (d *Decision) accept(cfg Config, now time.Time, how string) {
 	d.State.Deadline = now.Add(cfg.HostMaintenanceDeadline)
 	d.Drained = true
 	d.Manual = protocol.ManualAccepted
-	d.Interruption = countedAs(protocol.ReasonManual)
 	d.Events = append(d.Events, EventRecord{Reason: protocol.EventManualAccepted,
 		Message: fmt.Sprintf("Compute Engine accepted the request to start the maintenance now (%s); the node is drained, awaiting node termination", how)})
 }
@@ -217,12 +216,36 @@ func nextFailures(cfg Config, f protocol.Failures, outcome string, now time.Time
 }
 
 // rememberFailure: a voluntary maintenance that failed is remembered, for
-// the aggregator's cool-down; one that went through clears the record.
+// the aggregator's cool-down; one that happened (manualHappened) clears
+// the record. Compute Engine's acceptance alone does neither.
 func (d *Decision) rememberFailure(cfg Config, now time.Time) {
-	switch {
-	case voluntaryFailure(d.Manual):
+	if voluntaryFailure(d.Manual) {
 		d.State.Failures = nextFailures(cfg, d.State.Failures, d.Manual, now)
-	case d.Manual == protocol.ManualAccepted:
-		d.State.Failures = protocol.Failures{}
 	}
+}
+
+// manualUnderWay: Compute Engine has begun the manual maintenance st
+// waits for (TERMINATE_ON_HOST_MAINTENANCE, or the notice ONGOING, seen
+// after the call), as the state recorded it.
+func manualUnderWay(st State) bool {
+	if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseTerminating {
+		return false
+	}
+	n, present, err := metadata.ParseNotice(st.Notice)
+	return st.LastEvent == metadata.EventTerminate || err == nil && present && n.Status == metadata.StatusOngoing
+}
+
+// manualHappened counts a manual (or opportunistic) maintenance once, when
+// it happens: when Compute Engine is seen to begin it, or, where that was
+// not seen, when the VM comes back from the stop. An accepted call whose
+// operation fails or that never begins is a failure, not an interruption.
+// It clears the failure memory.
+func (d *Decision) manualHappened(before State, obs Observation) {
+	booted := obs.BootID != "" && before.BootID != "" && obs.BootID != before.BootID
+	stoppedUnseen := booted && before.Reason == protocol.ReasonManual && before.Phase == protocol.PhaseTerminating && !manualUnderWay(before)
+	if !stoppedUnseen && (manualUnderWay(before) || !manualUnderWay(d.State)) {
+		return
+	}
+	d.Interruption = countedAs(protocol.ReasonManual)
+	d.State.Failures = protocol.Failures{}
 }
