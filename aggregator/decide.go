@@ -69,8 +69,9 @@ type PoolPlan struct {
 	Decisions   []Decision
 	// Trigger lists the nodes to trigger now.
 	Trigger []string
-	// For the pool's gauges.
-	Nodes, Pending, Idle, InMaintenance int
+	// For the pool's gauges; Voluntary are the nodes in voluntary
+	// (manual or opportunistic) maintenance, which the caps count.
+	Nodes, Pending, Idle, InMaintenance, Voluntary int
 	// NextMaintenance is the earliest pending window start (zero if none).
 	NextMaintenance time.Time
 	// Autoscaled: the cluster autoscaler manages the pool (detected or
@@ -117,7 +118,7 @@ func countVoluntary(nodes []Node) int {
 
 func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clusterLeft *int) PoolPlan {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	plan := PoolPlan{Pool: pool, Nodes: len(nodes)}
+	plan := PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)}
 	available := 0
 	for _, n := range nodes {
 		if n.Ready && !n.InMaintenance {

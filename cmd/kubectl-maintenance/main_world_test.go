@@ -100,7 +100,9 @@ func TestNotInstalledIsSaid(t *testing.T) {
 }
 
 // TestStatusGolden: a scripted pool, as the agents and the aggregator
-// publish it; the table and the pool's line are as the golden file says.
+// publish it; the table, the pool's line (the cap beside the voluntary
+// maintenances it bounds) and the cluster's cap are as the golden file
+// says; PODS LEFT counts the pods the drain will stop, not the agent's own.
 func TestStatusGolden(t *testing.T) {
 	testworld.Need(t)
 	for _, name := range []string{"km-0", "km-1", "km-2"} {
@@ -134,6 +136,16 @@ func TestStatusGolden(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
+	// The agent's own pod, which its drain never stops: not a pod left.
+	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-km-1", Namespace: "default",
+		Labels: map[string]string{"app.kubernetes.io/name": "maintenance-handler", "app.kubernetes.io/component": "agent"}},
+		Spec: corev1.PodSpec{NodeName: "km-1", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+	if _, err := world.Client.CoreV1().Pods("default").Create(testworld.Ctx(t, 10*time.Second), agentPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), agentPod.Name, metav1.DeleteOptions{})
 	})
 	event(t, "km-0", protocol.EventSourceAggregator, protocol.EventSkipped, "Not picked for opportunistic maintenance: the pool golden must keep min-nodes=1 nodes Ready and out of maintenance (1 are)", t0.Add(-time.Minute))
 
@@ -305,11 +317,26 @@ func TestTriggerChecksFirst(t *testing.T) {
 	// count: delete it, so that the drain can finish.
 	_ = world.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "server", metav1.DeleteOptions{})
 	code, out = kubectl(t, true, "", "trigger", "tr-ok", "--yes", "--timeout", "2m")
-	if code != exitOK || !strings.Contains(out, protocol.EventManualStarted) || !strings.Contains(out, "tr-ok is drained and Compute Engine starts its maintenance") {
+	if code != exitOK || !strings.Contains(out, protocol.EventManualStarted) || !strings.Contains(out, "Compute Engine has begun the maintenance of tr-ok") {
 		t.Errorf("trigger --yes: exit %d:\n%s", code, out)
 	}
 	if calls := len(v.Emu.Calls()); calls != 1 {
 		t.Errorf("%d performMaintenance calls, want 1", calls)
+	}
+
+	// Accepted, then its operation fails: the node was terminating (drained)
+	// but the maintenance never begins; trigger says so and exits 3, not 0.
+	w, err := f.Add(ctx, testworld.NodeSpec{Name: "tr-opfail", Pool: "trig"}, gceemu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Emu.SetPerformMaintenanceDelay(time.Second)
+	w.Emu.SetOperationFailure("the host is not available for maintenance now")
+	w.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+	world.WaitNode(t, "tr-opfail", "the notice mirrored", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	code, out = kubectl(t, true, "", "trigger", "tr-opfail", "--yes", "--timeout", "2m")
+	if code != exitRefused || !strings.Contains(out, protocol.EventManualNotStarted) || strings.Contains(out, "Compute Engine has begun") {
+		t.Errorf("trigger whose operation fails: exit %d, want 3 with %s:\n%s", code, protocol.EventManualNotStarted, out)
 	}
 }
 

@@ -26,6 +26,7 @@ func (o *readOptions) addFlags(cmd *cobra.Command, output bool) {
 	cmd.Flags().StringVar(&o.Pool, "pool", "", "Only the nodes of this pool.")
 	cmd.Flags().StringVar(&o.Policy, "policy", "maintenance-handler/maintenance-handler", "The policy ConfigMap, namespace/name (its policy.yaml: windows, exclusions, caps); empty for none.")
 	cmd.Flags().StringVar(&o.PoolLabel, "pool-label", protocol.LabelNodePool, "The Node label naming a node's pool.")
+	cmd.Flags().StringVar(&o.SliceLabel, "slice-label", "", "A Node label whose value names the node's multi-host slice, as the aggregator's --slice-label; empty: GKE's rule.")
 	if output {
 		cmd.Flags().StringVarP(&o.output, "output", "o", "", "json, yaml or wide.")
 	}
@@ -55,6 +56,27 @@ func (a *app) statusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [NODE...]",
 		Short: "Every node's maintenance, and every pool's: pending, in maintenance, caps, windows",
+		Long: `Every node's maintenance, and every pool's: pending, in maintenance, caps, windows.
+
+A line per node:
+  WINDOW         the pending maintenance's window start, in local time and how far;
+                 once the window has opened, "open until" its end: the VM may stop within it
+  PHASE          Idle, Draining (workloads being stopped) or Terminating (drained; the VM may stop)
+  REASON         why it is in maintenance: host-maintenance, preemption, manual (or opportunistic), slice
+  DEADLINE       when the VM is expected to stop, while in maintenance
+  PODS LEFT      the pods the drain has still to stop (not the agent's own, mirror or finished pods)
+  IDLE           idle since when, or why busy (accelerators in use, safe-to-evict=false)
+  DECISION       the aggregator's last Event about the node (-o wide adds its words)
+  INTERRUPTIONS  the interruptions the agent counted, by type and reason
+A line per pool:
+  PENDING        nodes with a pending notice
+  IN MAINTENANCE nodes in maintenance, of any reason
+  VOLUNTARY      of those, the manual or opportunistic ones, which CAP bounds
+  CAP            the most nodes the pool may have in voluntary maintenance at once
+  MIN-NODES      the nodes the pool keeps Ready and out of maintenance (opportunistic)
+  NEXT WINDOW    the earliest pending window
+  CONFIG         none, valid, or why the pool's opportunistic configuration is invalid
+Then the cluster's cap on voluntary maintenance, which the pools share.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if o.output != "" && o.output != "json" && o.output != "yaml" && o.output != "wide" {
 				return fmt.Errorf("%w: --output %q: want json, yaml or wide", errUsage, o.output)

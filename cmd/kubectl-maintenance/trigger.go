@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -114,11 +115,15 @@ func (a *app) showPlan(ctx context.Context, c kubernetes.Interface, node string)
 	return nil
 }
 
-// follow prints the agent's Events on node until the node is terminating
-// (the maintenance is starting), or the label is answered with a refusal.
+// follow prints the agent's Events on node until Compute Engine has begun
+// the maintenance (the agent recorded TERMINATE_ON_HOST_MAINTENANCE or the
+// notice ONGOING after the drain, or the VM stopped and came back), or the
+// label is answered with a refusal. A node that is terminating is drained
+// and only waits: Compute Engine may still not begin (not_started).
 func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, timeout time.Duration) error {
 	seen := map[types.UID]bool{}
 	var outcome error
+	var drained, before *corev1.Node
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + protocol.EventSourceAgent})
 		if err == nil {
@@ -133,17 +138,40 @@ func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, t
 			}
 		}
 		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+		if err != nil || outcome != nil {
+			return outcome != nil, nil
 		}
-		if n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating {
-			fmt.Fprintf(a.out, "%s is drained and Compute Engine starts its maintenance (%s=%s).\n", node, protocol.LabelActiveMaintenance, protocol.ValueTerminating)
+		if before == nil {
+			before = n
+		}
+		if n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && drained == nil {
+			drained = n
+			fmt.Fprintf(a.out, "%s is drained (%s=%s); waiting for Compute Engine to begin the maintenance.\n", node, protocol.LabelActiveMaintenance, protocol.ValueTerminating)
+		}
+		if begun(before, n) {
+			fmt.Fprintf(a.out, "Compute Engine has begun the maintenance of %s.\n", node)
 			return true, nil
 		}
-		return outcome != nil, nil
+		return false, nil
 	})
 	if outcome != nil {
 		return outcome
 	}
 	return err
+}
+
+// begun: the maintenance the trigger asked for has begun on n, which was
+// before when the trigger was followed: the agent recorded the signal of
+// it, or the VM stopped and came back (another boot ID).
+func begun(before, n *corev1.Node) bool {
+	st := protocol.ReadAgentState(n)
+	if st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating {
+		if st.LastEvent == metadata.EventTerminate {
+			return true
+		}
+		if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present && notice.Status == metadata.StatusOngoing {
+			return true
+		}
+	}
+	return n.Status.NodeInfo.BootID != "" && n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID
 }

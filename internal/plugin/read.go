@@ -22,13 +22,16 @@ type ReadOptions struct {
 	// Policy is the policy ConfigMap, namespace/name ("" for none).
 	Policy    string
 	PoolLabel string
+	// SliceLabel names a node's multi-host slice, as the aggregator's
+	// --slice-label ("" for GKE's rule).
+	SliceLabel string
 }
 
 // Read reads what the plugin shows, at now: every node (pools are whole),
 // the names asked for (all when none), the project's Events, the pods of
 // the nodes in maintenance, and the policy.
 func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOptions, names []string) (Input, error) {
-	in := Input{Now: now, PoolLabel: o.PoolLabel}
+	in := Input{Now: now, PoolLabel: o.PoolLabel, SliceLabel: o.SliceLabel}
 	list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, Explain(err, "list Nodes")

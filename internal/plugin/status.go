@@ -37,6 +37,7 @@ type Input struct {
 	// PolicySource names where Config was read ("ConfigMap ns/name").
 	PolicySource string
 	PoolLabel    string
+	SliceLabel   string
 }
 
 // NodeStatus is one node's line.
@@ -52,7 +53,9 @@ type NodeStatus struct {
 	Phase       string     `json:"phase"`
 	Reason      string     `json:"reason,omitempty"`
 	Deadline    *time.Time `json:"deadline,omitempty"`
-	// PodsLeft are the pods still on the node while it drains.
+	// PodsLeft are the pods the drain has still to stop while the node
+	// drains (not the agent's own, mirror or finished pods, which it never
+	// stops).
 	PodsLeft int `json:"podsLeft"`
 	// IdleSince, or Busy: why the node is not idle.
 	IdleSince *time.Time `json:"idleSince,omitempty"`
@@ -66,33 +69,51 @@ type NodeStatus struct {
 
 // PoolStatus is one pool's line.
 type PoolStatus struct {
-	Pool          string     `json:"pool"`
-	Nodes         int        `json:"nodes"`
-	Pending       int        `json:"pending"`
-	InMaintenance int        `json:"inMaintenance"`
-	Cap           int        `json:"cap"`
-	MinNodes      *int       `json:"minNodes,omitempty"`
-	NextWindow    *time.Time `json:"nextWindow,omitempty"`
+	Pool          string `json:"pool"`
+	Nodes         int    `json:"nodes"`
+	Pending       int    `json:"pending"`
+	InMaintenance int    `json:"inMaintenance"`
+	// Voluntary are the pool's nodes in voluntary (manual or
+	// opportunistic) maintenance, which Cap bounds.
+	Voluntary  int        `json:"voluntary"`
+	Cap        int        `json:"cap"`
+	MinNodes   *int       `json:"minNodes,omitempty"`
+	NextWindow *time.Time `json:"nextWindow,omitempty"`
 	// Config: "none", "valid" or the error.
 	Config string `json:"config"`
 }
 
+// ClusterStatus is the cluster's cap on voluntary maintenance, which the
+// pools share.
+type ClusterStatus struct {
+	Nodes     int `json:"nodes"`
+	Voluntary int `json:"voluntary"`
+	Cap       int `json:"cap"`
+}
+
 // Status is the fleet at a glance.
 type Status struct {
-	Nodes []NodeStatus `json:"nodes"`
-	Pools []PoolStatus `json:"pools"`
+	Nodes   []NodeStatus  `json:"nodes"`
+	Pools   []PoolStatus  `json:"pools"`
+	Cluster ClusterStatus `json:"cluster"`
 }
 
 // BuildStatus is the status of in's nodes and of their pools.
 func BuildStatus(in Input) Status {
 	views := make([]aggregator.Node, 0, len(in.Nodes))
 	for _, n := range in.Nodes {
-		views = append(views, aggregator.NodeOf(n, in.PoolLabel, ""))
+		views = append(views, aggregator.NodeOf(n, in.PoolLabel, in.SliceLabel))
 	}
 	cfg := in.Config
 	plans := aggregator.Decide(in.Now, cfg, views)
 	shownPools := map[string]bool{}
 	var st Status
+	st.Cluster = ClusterStatus{Nodes: len(views), Cap: cfg.ClusterBudget().Of(len(views))}
+	for _, v := range views {
+		if v.Voluntary {
+			st.Cluster.Voluntary++
+		}
+	}
 	for _, n := range in.Nodes {
 		if in.Shown != nil && !in.Shown[n.Name] {
 			continue
@@ -106,7 +127,7 @@ func BuildStatus(in Input) Status {
 		if !shownPools[p.Pool] {
 			continue
 		}
-		ps := PoolStatus{Pool: p.Pool, Nodes: p.Nodes, Pending: p.Pending, InMaintenance: p.InMaintenance,
+		ps := PoolStatus{Pool: p.Pool, Nodes: p.Nodes, Pending: p.Pending, InMaintenance: p.InMaintenance, Voluntary: p.Voluntary,
 			Cap: cfg.PoolBudget(p.Pool, p.Setting).Of(p.Nodes), Config: "none"}
 		if !p.NextMaintenance.IsZero() {
 			t := p.NextMaintenance
@@ -143,11 +164,13 @@ func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 	if a.Active() {
 		d := a.Deadline
 		ns.Deadline = &d
+		var on []*corev1.Pod
 		for _, p := range in.Pods {
-			if p.Spec.NodeName == n.Name && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-				ns.PodsLeft++
+			if p.Spec.NodeName == n.Name {
+				on = append(on, p)
 			}
 		}
+		ns.PodsLeft = len(DrainPlan(on, nil, in.Now))
 	}
 	if !a.IdleSince.IsZero() {
 		t := a.IdleSince
@@ -255,15 +278,19 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
+	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tVOLUNTARY\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
 	for _, p := range st.Pools {
 		min := "-"
 		if p.MinNodes != nil {
 			min = fmt.Sprint(*p.MinNodes)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", dash(p.Pool), p.Nodes, p.Pending, p.InMaintenance, p.Cap, min, at(p.NextWindow), p.Config)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", dash(p.Pool), p.Nodes, p.Pending, p.InMaintenance, p.Voluntary, p.Cap, min, at(p.NextWindow), p.Config)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nCluster: %d of %d nodes in voluntary maintenance (cap %d, which the pools share).\n", st.Cluster.Voluntary, st.Cluster.Nodes, st.Cluster.Cap)
+	return err
 }
 
 func dash(s string) string {
