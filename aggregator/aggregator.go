@@ -61,6 +61,11 @@ type Options struct {
 	// within it was repaired (AutoRepair); one deleted while NotReady and
 	// not created again within it vanished.
 	RecreateWindow time.Duration
+	// TriggerAnswerTimeout: an opportunistic trigger no agent has answered
+	// within it (the agent down, the node NotReady) is withdrawn, with an
+	// Event, and its place under the caps freed. It is longer than the
+	// agents' own limit on a trigger's age, so a live agent answers first.
+	TriggerAnswerTimeout time.Duration
 	// AdoptGKEConfig: act on the opportunistic-config annotation of nodes
 	// where GKE's own maintenance handler does too (GKE 1.31 and later).
 	// False: those are left to GKE; a pool configured in the policy
@@ -87,7 +92,7 @@ var Default = Options{
 	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 	PoolLabel: protocol.LabelNodePool,
 	Interval:  30 * time.Second, MinInterval: time.Second,
-	RecreateWindow: time.Hour,
+	RecreateWindow: time.Hour, TriggerAnswerTimeout: 10 * time.Minute,
 }
 
 // withDefaults fills every zero optional field.
@@ -103,6 +108,7 @@ func (o Options) withDefaults() Options {
 	fill(&o.Interval, Default.Interval)
 	fill(&o.MinInterval, Default.MinInterval)
 	fill(&o.RecreateWindow, Default.RecreateWindow)
+	fill(&o.TriggerAnswerTimeout, Default.TriggerAnswerTimeout)
 	if o.LeaseName == "" {
 		o.LeaseName = Default.LeaseName
 	}
@@ -139,6 +145,9 @@ type Aggregator struct {
 	// pass goroutine only.
 	views  map[string]cachedView
 	landed map[string]string
+	// unanswered: when this replica withdrew each node's unanswered
+	// trigger; the node cools down as after a failed maintenance.
+	unanswered map[string]time.Time
 
 	// Guarded by mu; reset when leadership begins.
 	mu          sync.Mutex
@@ -171,7 +180,8 @@ func New(opts Options) (*Aggregator, error) {
 		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
 	opts = opts.withDefaults()
-	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), landed: map[string]string{}}, nil
+	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), landed: map[string]string{},
+		unanswered: map[string]time.Time{}}, nil
 }
 
 func (a *Aggregator) poke() {
@@ -360,6 +370,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		return nil
 	}
 	a.warnOnce("claims", "", nil)
+	a.withdrawUnanswered(ctx, decidedOn)
 	live := a.liveClaims(ctx, cl, decidedOn)
 	resumed := a.opts.Clock.Now()
 	groups := a.scaler.groups()
@@ -369,6 +380,9 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 			views[i].Voluntary, views[i].InMaintenance = true, true
 		}
 		views[i].AutoscalerGroup = nodeGroupOf(views[i].Name, groups)
+		if at, ok := a.unanswered[views[i].Name]; ok {
+			views[i].Failures = unansweredFailure(views[i].Failures, at)
+		}
 	}
 	cfg, cfgErr := a.config()
 	plans := Decide(start, cfg, views)
@@ -475,6 +489,55 @@ func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) (string, 
 		a.log.Warn("trigger failed", "node", name, "err", err)
 	}
 	return "", false
+}
+
+// withdrawUnanswered removes the opportunistic triggers that no agent
+// answered within TriggerAnswerTimeout (its agent down, the node NotReady:
+// the agent neither started nor refused), each with a Warning Event; the
+// next pass no longer counts them against the caps. A write that
+// conflicts is tried again next pass.
+func (a *Aggregator) withdrawUnanswered(ctx context.Context, nodes map[string]*corev1.Node) {
+	now := a.opts.Clock.Now()
+	for name, at := range a.unanswered {
+		if now.Sub(at) > unansweredCooldown {
+			delete(a.unanswered, name)
+		}
+	}
+	for _, cached := range nodes {
+		_, set, ms := protocol.ReadTrigger(cached)
+		if !set || !ms.OpportunisticTriggered || protocol.ReadAgentState(cached).Active() {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339, ms.TriggeredAt)
+		if err != nil || now.Sub(at) <= a.opts.TriggerAnswerTimeout {
+			continue
+		}
+		n := cached.DeepCopy()
+		protocol.ConsumeTrigger(n)
+		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			a.log.Info("unanswered trigger not withdrawn; next pass tries again", "node", n.Name, "err", err)
+			continue
+		}
+		a.unanswered[n.Name] = now
+		a.nodeEvent(n.Name, n.UID, true, protocol.EventTriggerWithdrawn, fmt.Sprintf(
+			"No agent answered the opportunistic trigger written at %s by %s within %s (the agent is down or the node NotReady): withdrawn; the node no longer counts against the caps, and is not picked again for %s.",
+			ms.TriggeredAt, ms.TriggeredBy, a.opts.TriggerAnswerTimeout, unansweredCooldown))
+	}
+}
+
+// unansweredCooldown is how long a node whose trigger went unanswered is
+// not picked again, as after a failed voluntary maintenance (the agents'
+// first cool-down).
+const unansweredCooldown = time.Hour
+
+// unansweredFailure is f with the unanswered trigger withdrawn at at
+// counted as one more failure, when that is the later news.
+func unansweredFailure(f protocol.Failures, at time.Time) protocol.Failures {
+	if retry := at.Add(unansweredCooldown); retry.After(f.RetryAfter) {
+		f.Count++
+		f.Reason, f.Last, f.RetryAfter = "unanswered", at, retry
+	}
+	return f
 }
 
 // awaitCache waits until the node cache shows every write of this pass, so

@@ -146,3 +146,33 @@ func TestNewLeaderFencesBeforeItsFirstPass(t *testing.T) {
 		t.Fatalf("A's late claim: %v, want ErrFenced (B fenced when it took over)", err)
 	}
 }
+
+// TestUnansweredTriggerFreesItsSlot: an opportunistic trigger written 11
+// minutes ago that no agent answered (the agent is down) held the pool's
+// only place under max-unavailable=1 for ever. The aggregator withdraws it
+// with a Warning Event and, the place free, triggers another node (not the
+// silent one again: it cools down as after a failure).
+func TestUnansweredTriggerFreesItsSlot(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	names := idlePool(t, "unanswered", "unans", 3, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
+	stuck, err := world.Client.CoreV1().Nodes().Get(ctx, "unans-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocol.WriteTrigger(stuck, protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredBy: "earlier",
+		TriggeredAt: time.Now().Add(-11 * time.Minute).UTC().Format(time.RFC3339), ScheduledTime: protocol.ReadAgentState(stuck).ScheduledTime})
+	if _, err := world.Client.CoreV1().Nodes().Update(ctx, stuck, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startAggregator(t, ns, "")
+	world.WaitEvent(t, "unans-00", protocol.EventTriggerWithdrawn, "No agent answered")
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got := countTriggered(t, names)
+		return len(got) == 1 && got[0] != "unans-00", nil
+	})
+	if err != nil {
+		t.Errorf("triggered %v, want one node other than unans-00 (its place freed)", countTriggered(t, names))
+	}
+}

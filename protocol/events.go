@@ -67,9 +67,12 @@ const (
 	EventSliceBack        = "SliceMaintenanceOver"
 
 	// Opportunistic maintenance and accounting (aggregator).
-	EventTriggered     = "OpportunisticMaintenanceTriggered"
-	EventSkipped       = "OpportunisticMaintenanceSkipped"
-	EventInvalidConfig = "InvalidOpportunisticConfig"
+	EventTriggered = "OpportunisticMaintenanceTriggered"
+	// EventTriggerWithdrawn: no agent answered an opportunistic trigger in
+	// time; the aggregator removed it and freed its place under the caps.
+	EventTriggerWithdrawn = "OpportunisticTriggerWithdrawn"
+	EventSkipped          = "OpportunisticMaintenanceSkipped"
+	EventInvalidConfig    = "InvalidOpportunisticConfig"
 	// EventRecreated: a Node deleted and created again, counted as a
 	// repair.
 	EventRecreated = "NodeRecreated"
@@ -121,6 +124,7 @@ var EventReasons = []EventReason{
 	{EventSliceDeadline, agentOnly, true},
 	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
 	{EventTriggered, aggregatorOnly, false},
+	{EventTriggerWithdrawn, aggregatorOnly, true},
 	{EventSkipped, aggregatorOnly, false},
 	{EventInvalidConfig, aggregatorOnly, true},
 	{EventRecreated, aggregatorOnly, true},

@@ -29,6 +29,8 @@ type Options struct {
 	PoolLabel      string
 	Interval       time.Duration
 	RecreateWindow time.Duration
+	// TriggerAnswerTimeout: see aggregator.Options.
+	TriggerAnswerTimeout time.Duration
 	// GKEConfig is leave or adopt (see aggregator.Options.AdoptGKEConfig).
 	GKEConfig        string
 	AutoscalerStatus string
@@ -44,20 +46,21 @@ func NewOptions() *Options {
 		id = host
 	}
 	return &Options{
-		Namespace:        os.Getenv("POD_NAMESPACE"),
-		Identity:         id,
-		ListenAddress:    ":9103",
-		ConfigMap:        "maintenance-handler",
-		LeaseName:        aggregator.Default.LeaseName,
-		LeaseDuration:    aggregator.Default.LeaseDuration,
-		RenewDeadline:    aggregator.Default.RenewDeadline,
-		RetryPeriod:      aggregator.Default.RetryPeriod,
-		PoolLabel:        aggregator.Default.PoolLabel,
-		Interval:         aggregator.Default.Interval,
-		RecreateWindow:   aggregator.Default.RecreateWindow,
-		GKEConfig:        "leave",
-		AutoscalerStatus: aggregator.DefaultAutoscalerStatus,
-		LogLevel:         "info",
+		Namespace:            os.Getenv("POD_NAMESPACE"),
+		Identity:             id,
+		ListenAddress:        ":9103",
+		ConfigMap:            "maintenance-handler",
+		LeaseName:            aggregator.Default.LeaseName,
+		LeaseDuration:        aggregator.Default.LeaseDuration,
+		RenewDeadline:        aggregator.Default.RenewDeadline,
+		RetryPeriod:          aggregator.Default.RetryPeriod,
+		PoolLabel:            aggregator.Default.PoolLabel,
+		Interval:             aggregator.Default.Interval,
+		RecreateWindow:       aggregator.Default.RecreateWindow,
+		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
+		GKEConfig:            "leave",
+		AutoscalerStatus:     aggregator.DefaultAutoscalerStatus,
+		LogLevel:             "info",
 	}
 }
 
@@ -77,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "A Node label whose value names the node's multi-host slice (for clusters whose nodes do not carry GKE's labels); empty: GKE's rule, a TPU pool whose "+protocol.LabelTPUTopology+" has more chips than one node.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
+	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "An opportunistic trigger no agent answered within this time (the agent down, the node NotReady) is withdrawn with a Warning Event, and its place under the caps freed; longer than the agents' limit on a trigger's age (5m).")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
@@ -95,6 +99,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
 		errs = append(errs, fmt.Errorf("want 0 < --retry-period (%s) < --renew-deadline (%s) < --lease-duration (%s)", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.TriggerAnswerTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--trigger-answer-timeout %s: want a positive duration", o.TriggerAnswerTimeout))
 	}
 	if o.RecreateWindow <= 0 {
 		errs = append(errs, fmt.Errorf("--recreate-window %s: want a positive duration", o.RecreateWindow))
