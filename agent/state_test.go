@@ -619,7 +619,7 @@ func TestStepManualTrigger(t *testing.T) {
 			want: Decision{
 				State: func() State {
 					s := requested
-					s.Phase, s.Deadline, s.LastEvent = protocol.PhaseTerminating, t0.Add(time.Hour), metadata.EventTerminate
+					s.Phase, s.Deadline, s.LastEvent, s.Begun = protocol.PhaseTerminating, t0.Add(time.Hour), metadata.EventTerminate, true
 					return s
 				}(),
 				Interruption: counted(protocol.HostMaintenance),

@@ -224,26 +224,27 @@ func (d *Decision) rememberFailure(cfg Config, now time.Time) {
 	}
 }
 
-// manualUnderWay: Compute Engine has begun the manual maintenance st
-// waits for (TERMINATE_ON_HOST_MAINTENANCE, or the notice ONGOING, seen
-// after the call), as the state recorded it.
+// manualUnderWay: Compute Engine was seen to begin the manual maintenance
+// st waits for (and it was counted).
 func manualUnderWay(st State) bool {
-	if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseTerminating {
-		return false
-	}
-	n, present, err := metadata.ParseNotice(st.Notice)
-	return st.LastEvent == metadata.EventTerminate || err == nil && present && n.Status == metadata.StatusOngoing
+	return st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && st.Begun
 }
 
 // manualHappened counts a manual (or opportunistic) maintenance once, when
-// it happens: when Compute Engine is seen to begin it, or, where that was
-// not seen, when the VM comes back from the stop. An accepted call whose
-// operation fails or that never begins is a failure, not an interruption.
-// It clears the failure memory.
+// it happens: when Compute Engine is seen to begin it
+// (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING after the call,
+// recorded as Begun), or, where that was not seen, when the VM comes back
+// from the stop. An accepted call whose operation fails or that never
+// begins is a failure, not an interruption. It clears the failure memory.
 func (d *Decision) manualHappened(before State, obs Observation) {
 	booted := obs.BootID != "" && before.BootID != "" && obs.BootID != before.BootID
-	stoppedUnseen := booted && before.Reason == protocol.ReasonManual && before.Phase == protocol.PhaseTerminating && !manualUnderWay(before)
-	if !stoppedUnseen && (manualUnderWay(before) || !manualUnderWay(d.State)) {
+	stoppedUnseen := booted && before.Reason == protocol.ReasonManual && before.Phase == protocol.PhaseTerminating && !before.Begun
+	st := &d.State
+	seen := st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && !st.Begun && underWay(obs.Signals)
+	if seen {
+		st.Begun = true
+	}
+	if !stoppedUnseen && !seen {
 		return
 	}
 	d.Interruption = countedAs(protocol.ReasonManual)

@@ -82,6 +82,10 @@ const (
 	AnnotationRequested = "maintenance-handler.io/maintenance-requested"
 	// AnnotationLastEvent is the last maintenance-event value acted on.
 	AnnotationLastEvent = "maintenance-handler.io/last-event"
+	// AnnotationBegun ("true") is set while a manual or opportunistic
+	// maintenance waits for the VM's stop once Compute Engine has been seen
+	// to begin it (and it was counted); absent otherwise.
+	AnnotationBegun = "maintenance-handler.io/begun"
 	// AnnotationNoticeDone is the window start (Unix seconds) of the
 	// ONGOING notice whose maintenance already stopped the VM: while the
 	// same notice is still served after the reboot (as on TPU VMs), it
@@ -193,6 +197,7 @@ var Keys = []Key{
 	{Name: AnnotationRequestID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationRequested, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationLastEvent, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationBegun, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationNoticeDone, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationIdleSince, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},
 	{Name: AnnotationBusy, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator}},

@@ -27,6 +27,9 @@ type AgentState struct {
 	Notice string
 	// LastEvent is the last maintenance-event value acted on.
 	LastEvent metadata.Event
+	// Begun: Compute Engine was seen to begin the manual maintenance under
+	// way (it is counted); set only while active.
+	Begun bool
 	// NoticeDone is the window start (Unix seconds) of the ONGOING notice
 	// whose maintenance already stopped the VM ("" when none).
 	NoticeDone string
@@ -95,6 +98,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		Notice:         a[AnnotationUpcomingMaintenance],
 		LastEvent:      metadata.Event(a[AnnotationLastEvent]),
 		NoticeDone:     a[AnnotationNoticeDone],
+		Begun:          a[AnnotationBegun] == "true",
 		RequestID:      a[AnnotationRequestID],
 		Busy:           a[AnnotationBusy],
 		Started:        readTime(a[AnnotationStarted]),
@@ -170,6 +174,11 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationRequested, whileActive(writeTime(st.Requested)))
 	set(a, AnnotationLastEvent, string(st.LastEvent))
 	set(a, AnnotationNoticeDone, st.NoticeDone)
+	begun := ""
+	if st.Begun {
+		begun = "true"
+	}
+	set(a, AnnotationBegun, whileActive(begun))
 	set(a, AnnotationUpcomingMaintenance, st.Notice)
 	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
 	set(a, AnnotationBusy, st.Busy)

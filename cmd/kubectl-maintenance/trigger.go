@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
-	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -162,16 +161,11 @@ func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, t
 
 // begun: the maintenance the trigger asked for has begun on n, which was
 // before when the trigger was followed: the agent recorded the signal of
-// it, or the VM stopped and came back (another boot ID).
+// it (maintenance-handler.io/begun), or the VM stopped and came back
+// (another boot ID).
 func begun(before, n *corev1.Node) bool {
-	st := protocol.ReadAgentState(n)
-	if st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating {
-		if st.LastEvent == metadata.EventTerminate {
-			return true
-		}
-		if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present && notice.Status == metadata.StatusOngoing {
-			return true
-		}
+	if st := protocol.ReadAgentState(n); st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && st.Begun {
+		return true
 	}
 	return n.Status.NodeInfo.BootID != "" && n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID
 }
