@@ -33,7 +33,7 @@ type reasonRule struct {
 var reasonRules = map[protocol.Reason]reasonRule{
 	protocol.ReasonHostMaintenance: {over: signalsWithdrawn, counted: alwaysCounted, yields: neverYields, voluntary: forced},
 	protocol.ReasonPreemption:      {over: signalsWithdrawn, counted: alwaysCounted, yields: neverYields, voluntary: forced},
-	protocol.ReasonManual: {over: manualWithdrawn, counted: underWayByCompute, yields: manualYields, voluntary: voluntary,
+	protocol.ReasonManual: {over: manualWithdrawn, counted: State.ManualBegun, yields: manualYields, voluntary: voluntary,
 		asksCompute: true},
 	// A slice drains as its cause does: voluntarily for a manual or
 	// opportunistic maintenance.
@@ -80,10 +80,6 @@ func manualWithdrawn(st State, obs Observation) bool {
 // sliceAskWithdrawn: the aggregator withdrew the ask (every host of the
 // slice that stopped is back).
 func sliceAskWithdrawn(_ State, obs Observation) bool { return !obs.SliceAskSet }
-
-// underWayByCompute: a manual maintenance is counted when Compute Engine
-// is seen to begin it (manualHappened).
-func underWayByCompute(st State) bool { return manualUnderWay(st) }
 
 // manualYields: a preemption takes a manual maintenance over in any
 // phase; a host maintenance only while Compute Engine has not been asked.

@@ -224,12 +224,6 @@ func (d *Decision) rememberFailure(cfg Config, now time.Time) {
 	}
 }
 
-// manualUnderWay: Compute Engine was seen to begin the manual maintenance
-// st waits for (and it was counted).
-func manualUnderWay(st State) bool {
-	return st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && st.Begun
-}
-
 // manualHappened counts a manual (or opportunistic) maintenance once, when
 // it happens: when Compute Engine is seen to begin it
 // (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING after the call,

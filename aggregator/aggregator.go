@@ -370,7 +370,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		return nil
 	}
 	a.warnOnce("claims", "", nil)
-	a.withdrawUnanswered(ctx, decidedOn)
+	a.withdrawUnanswered(ctx, views, decidedOn)
 	live := a.liveClaims(ctx, cl, decidedOn)
 	resumed := a.opts.Clock.Now()
 	groups := a.scaler.groups()
@@ -496,22 +496,19 @@ func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) (string, 
 // the agent neither started nor refused), each with a Warning Event; the
 // next pass no longer counts them against the caps. A write that
 // conflicts is tried again next pass.
-func (a *Aggregator) withdrawUnanswered(ctx context.Context, nodes map[string]*corev1.Node) {
+func (a *Aggregator) withdrawUnanswered(ctx context.Context, views []Node, nodes map[string]*corev1.Node) {
 	now := a.opts.Clock.Now()
 	for name, at := range a.unanswered {
 		if now.Sub(at) > unansweredCooldown {
 			delete(a.unanswered, name)
 		}
 	}
-	for _, cached := range nodes {
-		_, set, ms := protocol.ReadTrigger(cached)
-		if !set || !ms.OpportunisticTriggered || protocol.ReadAgentState(cached).Active() {
+	for _, v := range views {
+		cached := nodes[v.Name]
+		if !v.Asked || !v.Triggered || v.Phase != protocol.PhaseIdle || v.TriggeredAt.IsZero() || now.Sub(v.TriggeredAt) <= a.opts.TriggerAnswerTimeout || cached == nil {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339, ms.TriggeredAt)
-		if err != nil || now.Sub(at) <= a.opts.TriggerAnswerTimeout {
-			continue
-		}
+		_, _, ms := protocol.ReadTrigger(cached)
 		n := cached.DeepCopy()
 		protocol.ConsumeTrigger(n)
 		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {

@@ -61,8 +61,10 @@ type Node struct {
 	// impending-termination taint).
 	InMaintenance bool
 	// Triggered: the aggregator started its maintenance (an opportunistic
-	// trigger); Asked: the perform-maintenance label is on the node.
+	// trigger), at TriggeredAt (zero when unreadable); Asked: the
+	// perform-maintenance label is on the node.
 	Triggered, Asked bool
+	TriggeredAt      time.Time
 	// Voluntary: a manual or opportunistic maintenance is under way or
 	// asked for (it counts against the caps).
 	Voluntary bool
@@ -116,6 +118,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	v.InMaintenance = protocol.InMaintenance(n)
 	_, _, ms := protocol.ReadTrigger(n)
 	v.Triggered = ms.OpportunisticTriggered
+	v.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
 	if st.Notice != "" {
 		if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
 			v.Notice, v.NoticePresent = notice, true

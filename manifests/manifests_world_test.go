@@ -43,9 +43,15 @@ func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
 
 // render builds the kustomization in dir as `kubectl apply -k` does (the
 // same kustomize library) and returns its objects.
-func render(t *testing.T, dir string) []*unstructured.Unstructured {
+func render(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	return renderFS(t, filesys.MakeFsOnDisk(), dir)
+}
+
+// renderFS is render for the kustomization in dir on fs.
+func renderFS(t testing.TB, fs filesys.FileSystem, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
 	if err != nil {
 		t.Fatalf("kustomize %s: %v", dir, err)
 	}

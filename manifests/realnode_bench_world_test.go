@@ -17,8 +17,9 @@ import (
 )
 
 // BenchmarkRealNode prints what processes in containers meet on a real
-// node with the shipped manifests and image: how soon the notice reaches a
-// container's file, how soon SIGTERM follows an accepted eviction, how
+// node with the shipped manifests and image: how soon the notice reaches
+// the pod's annotation (the agent's part) and a container's file (the
+// kubelet's after it), how soon SIGTERM follows an accepted eviction, how
 // much time a 30 s preemption's drain leaves before the stop, and the
 // agent's memory by its container's cgroup with 30 pods on the node.
 func BenchmarkRealNode(b *testing.B) {
@@ -30,8 +31,9 @@ func BenchmarkRealNode(b *testing.B) {
 		emu.Clear()
 		createWorkload(b, n, testworld.Workload{Namespace: ns, Name: "reader", Grace: 1, ExitOnSIGTERM: true})
 		n.WaitRecord(b, ns, "reader", "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
-		lat := noticeLatencies(b, n, emu, ns, "reader", max(20, b.N))
-		reportQuantiles(b, lat, "ms")
+		toPod, toFile := noticeLatencies(b, n, emu, ns, "reader", max(20, b.N))
+		reportQuantiles(b, toPod, "pod-", "ms")
+		reportQuantiles(b, toFile, "", "ms")
 	})
 	b.Run("SIGTERMAfterEviction", func(b *testing.B) {
 		n, _ := realGPUNode(b, "real-bench-evict", layout)
@@ -50,7 +52,7 @@ func BenchmarkRealNode(b *testing.B) {
 			at, _ := testworld.First(rec, "sigterm")
 			delays = append(delays, at.At.Sub(accepted))
 		}
-		reportQuantiles(b, delays, "ms")
+		reportQuantiles(b, delays, "", "ms")
 	})
 	b.Run("PreemptionMargin", func(b *testing.B) {
 		n, _ := realGPUNode(b, "real-bench-preempt", layout)
@@ -93,11 +95,12 @@ func BenchmarkRealNode(b *testing.B) {
 	})
 }
 
-// reportQuantiles reports the median and the largest of ds in unit.
-func reportQuantiles(b *testing.B, ds []time.Duration, unit string) {
+// reportQuantiles reports the median and the largest of ds in unit, the
+// metrics' names starting with prefix.
+func reportQuantiles(b *testing.B, ds []time.Duration, prefix, unit string) {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-"+unit)
-	b.ReportMetric(float64(ds[len(ds)-1].Microseconds())/1000, "max-"+unit)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, prefix+"p50-"+unit)
+	b.ReportMetric(float64(ds[len(ds)-1].Microseconds())/1000, prefix+"max-"+unit)
 }
 
 // cgroupMemory is the memory the cgroup of process pid holds (v1:

@@ -85,6 +85,12 @@ func decodeFailures(raw string) Failures {
 // Active: maintenance is under way.
 func (st AgentState) Active() bool { return st.Phase == PhaseDraining || st.Phase == PhaseTerminating }
 
+// ManualBegun: a manual (or opportunistic) maintenance waits for the VM's
+// stop, and Compute Engine was seen to begin it (it is counted).
+func (st AgentState) ManualBegun() bool {
+	return st.Reason == ReasonManual && st.Phase == PhaseTerminating && st.Begun
+}
+
 // ReadAgentState reads the agent's state from n. A phase it does not know
 // reads as PhaseIdle; a time it cannot parse, as zero.
 func ReadAgentState(n *corev1.Node) AgentState {

@@ -164,7 +164,7 @@ func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, t
 // it (maintenance-handler.io/begun), or the VM stopped and came back
 // (another boot ID).
 func begun(before, n *corev1.Node) bool {
-	if st := protocol.ReadAgentState(n); st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && st.Begun {
+	if protocol.ReadAgentState(n).ManualBegun() {
 		return true
 	}
 	return n.Status.NodeInfo.BootID != "" && n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID

@@ -81,6 +81,28 @@ func Built(dir string) bool {
 // progress, one line per step, so that a cold build (about a quarter of an
 // hour on two cores) never sits silent.
 func Build(ctx context.Context, dir string, progress io.Writer) error {
+	return buildSteps(ctx, dir, progress, "test world",
+		fmt.Sprintf("cold build into %s (kubernetes %s, etcd %s, kwok %s); this takes a while on a small machine", dir, KubernetesVersion, EtcdVersion, KwokVersion),
+		func(b builder) []buildStep {
+			return []buildStep{
+				{"kwok " + KwokVersion, b.kwok},
+				{"kwok stages", func(ctx context.Context) error { return b.stages(ctx, filepath.Join(dir, "stages")) }},
+				{"etcd " + EtcdVersion, b.etcd},
+				{"kube-apiserver, kube-controller-manager, kube-scheduler " + KubernetesVersion, b.kubernetes},
+			}
+		})
+}
+
+// buildStep is one step of a build.
+type buildStep struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// buildSteps runs what is built into dir (its bin folder), unless a
+// complete build is there: under a file lock, so that concurrent callers
+// build once, one progress line per step, the complete marker last.
+func buildSteps(ctx context.Context, dir string, progress io.Writer, what, intro string, steps func(builder) []buildStep) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -98,34 +120,24 @@ func Build(ctx context.Context, dir string, progress io.Writer) error {
 		return nil
 	}
 	start := time.Now()
-	fmt.Fprintf(progress, "testworld: cold build into %s (kubernetes %s, etcd %s, kwok %s); this takes a while on a small machine\n",
-		dir, KubernetesVersion, EtcdVersion, KwokVersion)
+	fmt.Fprintf(progress, "testworld: %s\n", intro)
 	bin := filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", bin, err)
 	}
-	b := builder{progress: progress, bin: bin}
-	steps := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"kwok " + KwokVersion, b.kwok},
-		{"kwok stages", func(ctx context.Context) error { return b.stages(ctx, filepath.Join(dir, "stages")) }},
-		{"etcd " + EtcdVersion, b.etcd},
-		{"kube-apiserver, kube-controller-manager, kube-scheduler " + KubernetesVersion, b.kubernetes},
-	}
-	for i, s := range steps {
+	list := steps(builder{progress: progress, bin: bin})
+	for i, s := range list {
 		stepStart := time.Now()
-		fmt.Fprintf(progress, "testworld: [%d/%d] building %s\n", i+1, len(steps), s.name)
+		fmt.Fprintf(progress, "testworld: [%s %d/%d] building %s\n", what, i+1, len(list), s.name)
 		if err := s.fn(ctx); err != nil {
 			return fmt.Errorf("build %s: %w", s.name, err)
 		}
-		fmt.Fprintf(progress, "testworld: [%d/%d] %s done in %s\n", i+1, len(steps), s.name, time.Since(stepStart).Round(time.Second))
+		fmt.Fprintf(progress, "testworld: [%s %d/%d] %s done in %s\n", what, i+1, len(list), s.name, time.Since(stepStart).Round(time.Second))
 	}
 	if err := os.WriteFile(filepath.Join(dir, completeMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("mark build complete: %w", err)
 	}
-	fmt.Fprintf(progress, "testworld: built in %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(progress, "testworld: %s built in %s\n", what, time.Since(start).Round(time.Second))
 	return nil
 }
 

@@ -9,9 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Pinned versions of a real node's pieces besides the kubelet, which is
@@ -54,51 +51,15 @@ func NodeDir() (string, error) {
 // proxy), and unpacks Debian's runc and CNI plugins, into dir unless they
 // are there. Like Build it holds a file lock and reports each step.
 func BuildNode(ctx context.Context, dir string, progress io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return fmt.Errorf("open build lock: %w", err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("take build lock: %w", err)
-	}
-	defer unix.Flock(int(lock.Fd()), unix.LOCK_UN) //nolint:errcheck // released on close anyway
-	if Built(dir) {
-		fmt.Fprintf(progress, "testworld: reusing %s\n", dir)
-		return nil
-	}
-	start := time.Now()
-	fmt.Fprintf(progress, "testworld: building a real node into %s (kubelet %s, containerd %s, Debian's runc and CNI plugins)\n",
-		dir, KubernetesVersion, ContainerdVersion)
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return err
-	}
-	b := builder{progress: progress, bin: bin}
-	steps := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"runc and the CNI plugins (Debian)", func(ctx context.Context) error { return b.debs(ctx, dir) }},
-		{"containerd " + ContainerdVersion, b.containerd},
-		{"kubelet " + KubernetesVersion, b.kubelet},
-	}
-	for i, s := range steps {
-		stepStart := time.Now()
-		fmt.Fprintf(progress, "testworld: [node %d/%d] building %s\n", i+1, len(steps), s.name)
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("build %s: %w", s.name, err)
-		}
-		fmt.Fprintf(progress, "testworld: [node %d/%d] %s done in %s\n", i+1, len(steps), s.name, time.Since(stepStart).Round(time.Second))
-	}
-	if err := os.WriteFile(filepath.Join(dir, completeMarker), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("mark build complete: %w", err)
-	}
-	fmt.Fprintf(progress, "testworld: real node built in %s\n", time.Since(start).Round(time.Second))
-	return nil
+	return buildSteps(ctx, dir, progress, "real node",
+		fmt.Sprintf("building a real node into %s (kubelet %s, containerd %s, Debian's runc and CNI plugins)", dir, KubernetesVersion, ContainerdVersion),
+		func(b builder) []buildStep {
+			return []buildStep{
+				{"runc and the CNI plugins (Debian)", func(ctx context.Context) error { return b.debs(ctx, dir) }},
+				{"containerd " + ContainerdVersion, b.containerd},
+				{"kubelet " + KubernetesVersion, b.kubelet},
+			}
+		})
 }
 
 func (b builder) kubelet(ctx context.Context) error {

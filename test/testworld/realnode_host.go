@@ -101,6 +101,27 @@ func cgroupTree(dir string) []string {
 	return dirs
 }
 
+// cgroupPids lists the processes in the node's cgroups, each once.
+func cgroupPids() []int {
+	var pids []int
+	seen := map[int]bool{}
+	for _, root := range cgroupDirs() {
+		for _, d := range cgroupTree(root) {
+			data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return pids
+}
+
 // killCgroupProcs SIGKILLs every process in the node's cgroups until none
 // is left (a process may fork while it is being killed) and returns how
 // many it killed.
@@ -108,26 +129,13 @@ func killCgroupProcs() int {
 	killed := map[int]bool{}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		alive := 0
-		for _, root := range cgroupDirs() {
-			for _, d := range cgroupTree(root) {
-				data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-				if err != nil {
-					continue
-				}
-				for _, f := range strings.Fields(string(data)) {
-					pid, err := strconv.Atoi(f)
-					if err != nil {
-						continue
-					}
-					alive++
-					killed[pid] = true
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
-		if alive == 0 {
+		pids := cgroupPids()
+		if len(pids) == 0 {
 			break
+		}
+		for _, pid := range pids {
+			killed[pid] = true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -214,44 +214,30 @@ type ContainerProcess struct {
 // is exe (as the container sees it, such as /usr/local/bin/agent).
 func (n *RealNode) Processes(exe string) []ContainerProcess {
 	var out []ContainerProcess
-	seen := map[int]bool{}
-	for _, root := range cgroupDirs() {
-		for _, d := range cgroupTree(root) {
-			data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-			if err != nil {
-				continue
-			}
-			for _, f := range strings.Fields(string(data)) {
-				pid, err := strconv.Atoi(f)
-				if err != nil || seen[pid] {
-					continue
-				}
-				seen[pid] = true
-				proc := filepath.Join("/proc", f)
-				if got, err := os.Readlink(filepath.Join(proc, "exe")); err != nil || got != exe {
-					continue
-				}
-				p := ContainerProcess{Pid: pid, Exe: exe, UID: -1}
-				if status, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
-					for _, line := range strings.Split(string(status), "\n") {
-						if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-							if fields := strings.Fields(v); len(fields) > 0 {
-								p.UID, _ = strconv.Atoi(fields[0])
-							}
-						}
+	for _, pid := range cgroupPids() {
+		proc := filepath.Join("/proc", strconv.Itoa(pid))
+		if got, err := os.Readlink(filepath.Join(proc, "exe")); err != nil || got != exe {
+			continue
+		}
+		p := ContainerProcess{Pid: pid, Exe: exe, UID: -1}
+		if status, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+			for _, line := range strings.Split(string(status), "\n") {
+				if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+					if fields := strings.Fields(v); len(fields) > 0 {
+						p.UID, _ = strconv.Atoi(fields[0])
 					}
 				}
-				if mounts, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil {
-					for _, line := range strings.Split(string(mounts), "\n") {
-						// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ...
-						if fields := strings.Fields(line); len(fields) > 5 && fields[4] == "/" {
-							p.ReadOnlyRoot = strings.HasPrefix(fields[5], "ro")
-						}
-					}
-				}
-				out = append(out, p)
 			}
 		}
+		if mounts, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil {
+			for _, line := range strings.Split(string(mounts), "\n") {
+				// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ...
+				if fields := strings.Fields(line); len(fields) > 5 && fields[4] == "/" {
+					p.ReadOnlyRoot = strings.HasPrefix(fields[5], "ro")
+				}
+			}
+		}
+		out = append(out, p)
 	}
 	return out
 }
