@@ -334,7 +334,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 		sig.EventNotServed = false
 		var ev metadata.Event
 		if ev, err = metadata.ParseEvent(ans.Value); err == nil {
-			sig.Event, sig.EventKnown = ev, true
+			sig.Event, sig.EventKnown, sig.EventSince = ev, true, ans.Since
 		}
 	case metadata.KeyPreempted:
 		if ans.Absent {
@@ -343,7 +343,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 		}
 		var p bool
 		if p, err = metadata.ParsePreempted(ans.Value); err == nil {
-			sig.Preempted, sig.PreemptedKnown = p, true
+			sig.Preempted, sig.PreemptedKnown, sig.PreemptedSince = p, true, ans.Since
 		}
 	case metadata.KeyUpcomingMaintenance:
 		if ans.Absent {

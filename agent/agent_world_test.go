@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -192,6 +193,8 @@ type podEnd struct {
 	// terminated: the pod was seen terminating (deletionTimestamp set)
 	// before it was deleted.
 	terminated bool
+	// ends is its deletionTimestamp: when its grace ends.
+	ends time.Time
 }
 
 // podWatch follows one pod through a watch.
@@ -222,7 +225,7 @@ func watchPod(t *testing.T, ns, name string) *podWatch {
 				return
 			}
 			if p.DeletionTimestamp != nil && !end.terminated {
-				end.terminated = true
+				end.terminated, end.ends = true, p.DeletionTimestamp.Time
 				if p.DeletionGracePeriodSeconds != nil {
 					end.grace = *p.DeletionGracePeriodSeconds
 				}
@@ -871,4 +874,73 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 	if got := nodeEvents(t, tpu.name)[protocol.EventUnrecognizedValue]; got != 0 {
 		t.Errorf("%d %s Events for a key the VM does not serve", got, protocol.EventUnrecognizedValue)
 	}
+}
+
+// TestAgentStartedLateDrainsByThePlatformsDeadline: an agent that starts
+// (after a crash, or installed) when TERMINATE_ON_HOST_MAINTENANCE has been
+// showing for a while does not take the hour for its own: the signal came
+// inside the maintenance window, which opened 59 min 20 s ago, so the VM
+// stops 40 s from now. Every pod gets SIGTERM with a grace that ends before
+// then: the one a PodDisruptionBudget holds, the one with a 10 min
+// checkpoint lead, the system pod and the DaemonSet pod.
+func TestAgentStartedLateDrainsByThePlatformsDeadline(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-late-1")
+	ns := world.Namespace(t)
+	held := makePod(ns, "held", v.name, 5, time.Second)
+	held.Labels = map[string]string{"app": "held"}
+	lead := makePod(ns, "lead", v.name, 5, time.Second)
+	lead.Annotations[protocol.PodAnnotationCheckpointLead] = "10m"
+	system := makePod(metav1.NamespaceSystem, "system-"+v.name, v.name, 3, time.Second)
+	for _, p := range []*corev1.Pod{held, lead, system} {
+		createPod(t, p)
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "held"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: held.Labels}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dsLabels := map[string]string{"app": "exporter"}
+	tmpl := makePod(ns, "", "", 2, time.Second)
+	tmpl.Labels, tmpl.Spec.NodeName, tmpl.Spec.NodeSelector = dsLabels, "", map[string]string{corev1.LabelHostname: v.name}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "exporter"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: dsLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}}}
+	if _, err := world.Client.AppsV1().DaemonSets(ns).Create(testworld.Ctx(t, 10*time.Second), ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitRunning(t, v.name, 4)
+	waitPDB(t, ns, "held", 1)
+	pods, err := world.Client.CoreV1().Pods(ns).List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{LabelSelector: "app=exporter"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("DaemonSet pods: %v %v, want 1", len(pods.Items), err)
+	}
+	watches := map[string]*podWatch{}
+	for _, p := range []*corev1.Pod{held, lead, system, &pods.Items[0]} {
+		watches[p.Namespace+"/"+p.Name] = watchPod(t, p.Namespace, p.Name)
+	}
+
+	opened := time.Now().Add(-59*time.Minute - 20*time.Second).Truncate(time.Second)
+	n := gceemu.ScheduledNotice(opened, 4*time.Hour)
+	n.MaintenanceStatus, n.CanReschedule = gceemu.StatusOngoing, false
+	v.emu.ScheduleNotice(n)
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	startAgent(t, v, agent.DefaultConfig)
+
+	stop := opened.Add(time.Hour)
+	node := world.WaitNode(t, v.name, "draining", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationDeadline] != "" })
+	if got, err := time.Parse(time.RFC3339Nano, node.Annotations[protocol.AnnotationDeadline]); err != nil || !got.Equal(stop) {
+		t.Errorf("deadline %s (%v), want %s: an hour from the window's opening, the earliest the signal can have come", node.Annotations[protocol.AnnotationDeadline], err, stop)
+	}
+	for ref, w := range watches {
+		end := w.gone(t)
+		// deletionTimestamp has whole seconds; a grace rounded up to whole
+		// seconds ends at most 1 s past the deadline.
+		if !end.terminated || end.grace < 1 || end.ends.After(stop.Add(time.Second)) {
+			t.Errorf("%s: terminated %t with a %d s grace ending %s, want SIGTERM with a grace ending by the VM's stop at %s",
+				ref, end.terminated, end.grace, end.ends.UTC().Format(time.RFC3339), stop.UTC().Format(time.RFC3339))
+		}
+	}
+	world.WaitEvent(t, v.name, protocol.EventEscalated)
 }

@@ -92,8 +92,15 @@ type Signals struct {
 	// ONGOING is the only sign that a host maintenance begins.
 	EventNotServed bool
 
+	// EventSince is the last moment the watcher knows maintenance-event
+	// held another value (metadata.Answer.Since); zero when it does not
+	// know: the value was the first it saw.
+	EventSince time.Time
+
 	Preempted      bool
 	PreemptedKnown bool
+	// PreemptedSince is EventSince for preempted.
+	PreemptedSince time.Time
 
 	Notice        metadata.Notice
 	NoticePresent bool
@@ -172,7 +179,15 @@ type Config struct {
 	// GPU VMs.
 	HostMaintenanceDeadline time.Duration
 	// PreemptionDeadline is how long after preempted=TRUE the VM stops: 30 s.
+	// It is also what a drain gets whose estimated stop has already passed
+	// (see stopAt).
 	PreemptionDeadline time.Duration
+	// OngoingDeadline is how long after its window opens a VM that drains
+	// on the notice turning ONGOING (a TPU VM, which serves no
+	// maintenance-event) is expected to stop: 5 min, the longest Cloud TPU
+	// waits for a process to exit after SIGTERM before it maintains the
+	// host.
+	OngoingDeadline time.Duration
 	// ManualDrainTimeout is the drain deadline of a manual maintenance,
 	// counted from the label being accepted (1 h, as for node upgrades).
 	ManualDrainTimeout time.Duration
@@ -196,7 +211,7 @@ type Config struct {
 }
 
 // DefaultConfig is what Compute Engine documents.
-var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, ManualDrainTimeout: protocol.DefaultManualDrainTimeout,
+var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, OngoingDeadline: 5 * time.Minute, ManualDrainTimeout: protocol.DefaultManualDrainTimeout,
 	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
 
 // withDefaults fills every zero field from DefaultConfig: a zero deadline
@@ -205,6 +220,7 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&c.HostMaintenanceDeadline, &DefaultConfig.HostMaintenanceDeadline},
 		{&c.PreemptionDeadline, &DefaultConfig.PreemptionDeadline},
+		{&c.OngoingDeadline, &DefaultConfig.OngoingDeadline},
 		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
 		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
 		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
@@ -375,12 +391,12 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 	rule := ruleOf(d.State.Reason)
 	switch {
 	case sig.PreemptedKnown && sig.Preempted:
-		deadline := now.Add(cfg.PreemptionDeadline)
+		deadline, how := stopAt(cfg, now, cfg.PreemptionDeadline, sig.PreemptedSince, time.Time{}, time.Time{})
 		if idle {
 			d.start(obs, protocol.ReasonPreemption, deadline)
 			d.Interruption = countedAs(protocol.ReasonPreemption)
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
-				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s", deadline.UTC().Format(time.RFC3339))})
+				Message: fmt.Sprintf("The VM was preempted; draining before it stops at %s%s", deadline.UTC().Format(time.RFC3339), how)})
 			return
 		}
 		if d.State.Reason == protocol.ReasonPreemption || !deadline.Before(d.State.Deadline) && !rule.yields(d.State, protocol.ReasonPreemption) {
@@ -396,14 +412,63 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
 			Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 	case (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.EventKnown && sig.Event == metadata.EventTerminate:
-		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s")
+		// TERMINATE_ON_HOST_MAINTENANCE comes inside the window: an open
+		// window bounds when it appeared, and its end when the VM stops.
+		after, closes := sig.EventSince, time.Time{}
+		if n := sig.Notice; sig.NoticeKnown && sig.NoticePresent && n.Status == metadata.StatusOngoing {
+			if n.WindowStart.After(after) && !n.WindowStart.After(now) {
+				after = n.WindowStart
+			}
+			closes = n.WindowEnd
+		}
+		deadline, how := stopAt(cfg, now, cfg.HostMaintenanceDeadline, after, time.Time{}, closes)
+		d.hostMaintenance(obs, deadline, protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s"+how)
 	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing &&
 		noticeID(sig.Notice) != d.State.NoticeDone:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
-		// window's start.
-		d.hostMaintenance(obs, now.Add(cfg.HostMaintenanceDeadline), protocol.EventMaintenanceStarted, "The maintenance window has started; draining before %s")
+		// window's start. Where it is not (TPU VMs), the window's opening
+		// is the signal, and the platform says when it was.
+		deadline, how := stopAt(cfg, now, cfg.OngoingDeadline, time.Time{}, sig.Notice.WindowStart, sig.Notice.WindowEnd)
+		d.hostMaintenance(obs, deadline, protocol.EventMaintenanceStarted, "The maintenance window has started; draining before %s"+how)
 	}
+}
+
+// stopAt is when the VM stops after a signal that the platform gives
+// notice ahead of the stop, and how it was found, for the Event. It counts
+// the notice from when the signal appeared, so that a drain never plans
+// with time the VM does not have: at opened where the platform says when
+// (the window's start, for a notice turning ONGOING), otherwise at the
+// earliest moment it may have: after the watcher's last other answer or
+// the platform's bound (after), but no earlier than notice ago (it would
+// have stopped by now). When nothing says more than that (the agent was
+// not watching when the signal appeared: it just started), the notice
+// counts from now, and the Event says so. The stop comes no later than
+// closes (the window's end) while that is ahead. An estimate already past
+// (the VM outlived what the platform documents) becomes what a preemption
+// gets: it may stop at any moment.
+func stopAt(cfg Config, now time.Time, notice time.Duration, after, opened, closes time.Time) (time.Time, string) {
+	appeared, how := now, "; the agent did not see the signal appear, so its notice counts from now"
+	switch {
+	case !opened.IsZero() && !opened.After(now):
+		appeared, how = opened, ""
+		if now.Sub(opened) > time.Second {
+			how = fmt.Sprintf("; the window opened at %s, and the %s the VM is given counts from then", opened.UTC().Format(time.RFC3339), notice)
+		}
+	case after.After(now.Add(-notice)) && !after.After(now):
+		appeared, how = after, ""
+		if now.Sub(after) > time.Second {
+			how = fmt.Sprintf("; the signal came at %s or later (the agent was not watching then), and its notice of %s counts from then", after.UTC().Format(time.RFC3339), notice)
+		}
+	}
+	deadline := appeared.Add(notice)
+	if closes.After(now) && closes.Before(deadline) {
+		deadline, how = closes, "; the maintenance window closes then"
+	}
+	if !deadline.After(now) {
+		deadline, how = now.Add(cfg.PreemptionDeadline), fmt.Sprintf("; the VM outlived the %s the platform gives from %s, so it may stop at any moment: drained as for a preemption", notice, appeared.UTC().Format(time.RFC3339))
+	}
+	return deadline, how
 }
 
 // hostMaintenance starts a host maintenance on an idle node, or over a

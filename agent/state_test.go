@@ -114,13 +114,14 @@ func TestStepDrainOrder(t *testing.T) {
 }
 
 func TestStep(t *testing.T) {
-	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
-	preempted := with(func(s *Signals) { s.Preempted = true })
+	// The agent was watching when the signals appeared, at t0.
+	terminate := with(func(s *Signals) { s.Event, s.EventSince = metadata.EventTerminate, t0 })
+	preempted := with(func(s *Signals) { s.Preempted, s.PreemptedSince = true, t0 })
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	rescheduled := pending
 	rescheduled.WindowStart = window.Add(48 * time.Hour)
 	ongoing := pending
-	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
+	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = metadata.StatusOngoing, "ONGOING", t0
 	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
 	terminating := draining(protocol.ReasonHostMaintenance, time.Hour)
 	terminating.Phase, terminating.LastEvent = protocol.PhaseTerminating, metadata.EventTerminate
@@ -213,10 +214,10 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
-				Events:       []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"}},
+				Events:       []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T10:05:00Z"}},
 			},
 		},
 		{
@@ -307,7 +308,8 @@ func TestStep(t *testing.T) {
 				Cordon:       true,
 				Events: []EventRecord{
 					{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"},
-					{Warning: true, Reason: protocol.EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T13:00:00Z"},
+					// The agent restarted with the VM: it did not see the signal come.
+					{Warning: true, Reason: protocol.EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T13:00:00Z; the agent did not see the signal appear, so its notice counts from now"},
 				},
 			},
 		},
@@ -407,7 +409,7 @@ func TestStepManualTrigger(t *testing.T) {
 	fixed := pending
 	fixed.CanReschedule = false
 	ongoing := pending
-	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
+	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = metadata.StatusOngoing, "ONGOING", t0
 	accepted := with(func(s *Signals) { s.Notice, s.NoticePresent = fixed, true })
 	requested := manualDraining()
 	requested.Requested = t0.Add(5 * time.Minute)
@@ -465,11 +467,11 @@ func TestStepManualTrigger(t *testing.T) {
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })), "true"),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{
-					{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T11:00:00Z"},
+					{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T10:05:00Z"},
 					{Warning: true, Reason: protocol.EventManualRejected, Message: "A host-maintenance is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."},
 				},
 			},
@@ -646,7 +648,10 @@ func TestStepManualTrigger(t *testing.T) {
 		{
 			name:  "TERMINATE during a manual drain not yet asked for: host maintenance, no call",
 			state: manualDraining(),
-			obs:   labelled(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = pending, true })), "true"),
+			obs: labelled(obs(with(func(s *Signals) {
+				s.Event, s.EventSince = metadata.EventTerminate, t0
+				s.Notice, s.NoticePresent = pending, true
+			})), "true"),
 			want: Decision{
 				State: func() State {
 					s := manualDraining()
@@ -1164,5 +1169,83 @@ func TestStepSlice(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, stepChecked(t, cfg, tc.state, tc.obs)) })
+	}
+}
+
+// TestStepDeadlineFromThePlatform: the drain's deadline counts the
+// platform's notice from when the signal appeared, as far as the agent can
+// know it, never from when the agent happened to see it; a deadline already
+// past is what a preemption gets.
+func TestStepDeadlineFromThePlatform(t *testing.T) {
+	now := t0
+	ongoingAt := func(opened, closes time.Time) metadata.Notice {
+		n := pending
+		n.Status, n.RawStatus, n.CanReschedule, n.WindowStart, n.WindowEnd = metadata.StatusOngoing, "ONGOING", false, opened, closes
+		return n
+	}
+	for _, tc := range []struct {
+		name     string
+		sig      Signals
+		deadline time.Time
+		says     string
+	}{
+		{"TERMINATE seen as it came: 60 min from then",
+			with(func(s *Signals) { s.Event, s.EventSince = metadata.EventTerminate, now.Add(-200*time.Millisecond) }),
+			now.Add(time.Hour - 200*time.Millisecond), "draining before 2026-11-22T10:59:59Z"},
+		{"TERMINATE after 20 min of metadata errors: 60 min from the last NONE",
+			with(func(s *Signals) { s.Event, s.EventSince = metadata.EventTerminate, now.Add(-20*time.Minute) }),
+			now.Add(40 * time.Minute), "the signal came at 2026-11-22T09:40:00Z or later (the agent was not watching then), and its notice of 1h0m0s counts from then"},
+		{"TERMINATE seen by an agent that just started, nothing else known: 60 min from now, said",
+			with(func(s *Signals) { s.Event = metadata.EventTerminate }),
+			now.Add(time.Hour), "the agent did not see the signal appear, so its notice counts from now"},
+		{"TERMINATE seen by an agent that just started, the window open for 45 min: it came inside the window",
+			with(func(s *Signals) {
+				s.Event = metadata.EventTerminate
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-45*time.Minute), now.Add(3*time.Hour)), true
+			}),
+			now.Add(15 * time.Minute), "the signal came at 2026-11-22T09:15:00Z or later"},
+		{"TERMINATE in a window open for 3 h: the window says nothing more, 60 min from now",
+			with(func(s *Signals) {
+				s.Event = metadata.EventTerminate
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-3*time.Hour), now.Add(time.Hour)), true
+			}),
+			now.Add(time.Hour), "the agent did not see the signal appear"},
+		{"TERMINATE in a window that closes in 10 min: its close",
+			with(func(s *Signals) {
+				s.Event, s.EventSince = metadata.EventTerminate, now
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-time.Hour), now.Add(10*time.Minute)), true
+			}),
+			now.Add(10 * time.Minute), "the maintenance window closes then"},
+		{"TERMINATE in a window whose end passed: the end says nothing",
+			with(func(s *Signals) {
+				s.Event, s.EventSince = metadata.EventTerminate, now
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-3*time.Hour), now.Add(-time.Minute)), true
+			}),
+			now.Add(time.Hour), "draining before 2026-11-22T11:00:00Z"},
+		{"TPU: the window opened 2 min ago: 5 min from its opening",
+			with(func(s *Signals) {
+				s.EventNotServed = true
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-2*time.Minute), now.Add(time.Hour)), true
+			}),
+			now.Add(3 * time.Minute), "the window opened at 2026-11-22T09:58:00Z, and the 5m0s the VM is given counts from then"},
+		{"TPU: the window opened 10 min ago: past the estimate, drained as for a preemption",
+			with(func(s *Signals) {
+				s.EventNotServed = true
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-10*time.Minute), now.Add(time.Hour)), true
+			}),
+			now.Add(30 * time.Second), "the VM outlived the 5m0s the platform gives from 2026-11-22T09:50:00Z, so it may stop at any moment: drained as for a preemption"},
+		{"preempted 20 s after the last FALSE, seen late: 10 s left",
+			with(func(s *Signals) { s.Preempted, s.PreemptedSince = true, now.Add(-20*time.Second) }),
+			now.Add(10 * time.Second), "the signal came at 2026-11-22T09:59:40Z or later"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: tc.sig, BootID: bootA})
+			if d.State.Phase != protocol.PhaseDraining || !d.State.Deadline.Equal(tc.deadline) || !d.Drain.Deadline.Equal(tc.deadline) {
+				t.Errorf("phase %s, deadline %s, drain's %s; want draining by %s", d.State.Phase, d.State.Deadline, d.Drain.Deadline, tc.deadline)
+			}
+			if len(d.Events) != 1 || !strings.Contains(d.Events[0].Message, tc.says) {
+				t.Errorf("events %+v, want one saying %q", d.Events, tc.says)
+			}
+		})
 	}
 }

@@ -225,6 +225,18 @@ type Answer struct {
 	// which is weaker than "nothing is scheduled" (see Signals in package
 	// agent for where that matters).
 	NotYet bool
+	// Since is the last moment this watcher knows the key held another
+	// value: when the latest answer with another value arrived. The value
+	// appeared after it (for a long-poll that was waiting, at about the
+	// time this answer came). Zero when the watcher never saw another
+	// value (the first answer since it started): when the value appeared is
+	// then unknown.
+	Since time.Time
+}
+
+// sameValue: a and b say the same (Since aside).
+func sameValue(a, b Answer) bool {
+	return a.Value == b.Value && a.Absent == b.Absent && a.NotYet == b.NotYet
 }
 
 // get fetches key once. With etag set it long-polls: the server answers
@@ -301,6 +313,11 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 		seen     *Answer // the last answer, understood or not
 		last     *Answer // the last answer passed on and understood
 		failures int
+		// latest is the latest answer, arrived at latestAt, and since its
+		// Since: unlike seen, errors do not forget them, for an answer
+		// after a gap still appeared after latestAt.
+		latest          *Answer
+		latestAt, since time.Time
 	)
 	started := w.clock.Now()
 	for {
@@ -325,15 +342,20 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			continue
 		}
 		failures = 0
+		if latest != nil && !sameValue(*latest, a) {
+			since = latestAt
+		}
+		latest, latestAt = &a, w.clock.Now()
+		a.Since = since
 		etag = newETag
 		if etag == "" {
 			// No ETag to wait on: any last_etag makes a long-polling
 			// server answer at once, and pacing spaces the requests.
 			etag = "0"
 		}
-		changed := seen == nil || *seen != a
+		changed := seen == nil || !sameValue(*seen, a)
 		seen = &a
-		good := last != nil && *last == a
+		good := last != nil && sameValue(*last, a)
 		if changed && !good {
 			if good = h(ctx, a); good {
 				last = &a

@@ -391,3 +391,36 @@ func TestWatchTellsAHangWhenItsLimitPasses(t *testing.T) {
 	}
 	f.emu.ClearFaults()
 }
+
+// Since tells how long a value may have been there: unknown for the first
+// answer, the latest answer of the value before it otherwise, however long
+// the server failed in between (an agent that was backing off when a signal
+// appeared must not take it for new).
+func TestWatchTellsSinceWhenAValueMayHaveHeld(t *testing.T) {
+	f := setup(t, gceemu.Config{}, time.Second, 300*time.Millisecond)
+	key := gceemu.MetadataPrefix + KeyMaintenanceEvent
+	start := time.Now()
+	ch := f.watch(t, KeyMaintenanceEvent, eventParser)
+	if a := next(t, f, ch); a.Value != "NONE" || !a.Since.IsZero() {
+		t.Fatalf("first answer %+v, want NONE with no Since (nothing was seen before it)", a)
+	}
+
+	f.emu.InjectFault(gceemu.Fault{Path: key, Kind: gceemu.FaultStatus, Status: 503})
+	waitUntil(t, f, "two failed requests", func() bool { return f.recorder.get(KeyMaintenanceEvent, ResultServerError) >= 2 })
+	failed := time.Now()
+	f.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	f.emu.ClearFaults()
+	a := next(t, f, ch)
+	if a.Value != gceemu.EventTerminate || a.Since.Before(start) || a.Since.After(failed) {
+		t.Fatalf("after the failures: %+v, want %s with Since between the watch's start %s and the failures %s (the last NONE, before the gap)",
+			a, gceemu.EventTerminate, start.Format(time.StampMilli), failed.Format(time.StampMilli))
+	}
+
+	set := time.Now()
+	f.emu.SetMaintenanceEvent(gceemu.EventNone)
+	b := next(t, f, ch)
+	if b.Value != gceemu.EventNone || b.Since.Before(a.Since) || b.Since.Before(failed) || b.Since.After(set) {
+		t.Errorf("after the next change: %+v, want NONE with Since between the TERMINATE answer (after %s) and the change %s",
+			b, failed.Format(time.StampMilli), set.Format(time.StampMilli))
+	}
+}

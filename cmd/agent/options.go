@@ -36,6 +36,10 @@ type Options struct {
 	UnhealthyAfter          time.Duration
 	HostMaintenanceDeadline time.Duration
 	PreemptionDeadline      time.Duration
+	// OngoingDeadline is the time from a maintenance window's opening to
+	// the VM stopping, where the drain starts on the notice turning
+	// ONGOING (TPU VMs).
+	OngoingDeadline time.Duration
 	// ManualDrainTimeout is the drain deadline of a manual maintenance.
 	ManualDrainTimeout time.Duration
 	// ManualStartTimeout bounds the wait for an accepted manual
@@ -81,6 +85,7 @@ func NewOptions() *Options {
 		UnhealthyAfter:          3 * time.Minute,
 		HostMaintenanceDeadline: agent.DefaultConfig.HostMaintenanceDeadline,
 		PreemptionDeadline:      agent.DefaultConfig.PreemptionDeadline,
+		OngoingDeadline:         agent.DefaultConfig.OngoingDeadline,
 		ManualDrainTimeout:      agent.DefaultConfig.ManualDrainTimeout,
 		ManualStartTimeout:      agent.DefaultConfig.ManualStartTimeout,
 		TriggerMaxAge:           agent.DefaultConfig.TriggerMaxAge,
@@ -106,8 +111,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
 	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout (timeout_sec), 1s to 1h.")
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
-	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM stopping (60m for GPU VMs).")
-	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM stopping.")
+	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE appearing to the VM stopping (60m for GPU VMs); counted from when the signal appeared, as far as the agent can tell, and never past the maintenance window's end.")
+	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE appearing to the VM stopping; also the drain of a VM that outlived its estimated stop.")
+	fs.DurationVar(&o.OngoingDeadline, "ongoing-deadline", o.OngoingDeadline, "Where maintenance-event is not served (TPU VMs) and the drain starts on the notice turning ONGOING: time from the window's opening to the VM stopping (5m: Cloud TPU waits at most that long for a process to exit after SIGTERM).")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
 	fs.BoolVar(&o.ManualDrainEscalate, "manual-drain-escalate", o.ManualDrainEscalate, "Let a manual (or opportunistic) drain delete a pod its PodDisruptionBudget still protects at the drain deadline minus the pod's grace, as host maintenance and preemption do. Off: a manual maintenance is voluntary, budgets hold to the end, and a drain that cannot finish by --manual-drain-timeout is given up (the node goes back in service).")
 	fs.DurationVar(&o.FailureCooldown, "voluntary-failure-cooldown", o.FailureCooldown, "After a manual or opportunistic maintenance fails (Compute Engine refuses, or the drain is given up), the aggregator leaves the node alone this long; it doubles with each failure in a row, up to 24h, and a maintenance that goes through resets it.")
@@ -146,6 +152,7 @@ func (o *Options) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"--host-maintenance-deadline":     o.HostMaintenanceDeadline,
 		"--preemption-deadline":           o.PreemptionDeadline,
+		"--ongoing-deadline":              o.OngoingDeadline,
 		"--manual-drain-timeout":          o.ManualDrainTimeout,
 		"--manual-start-timeout":          o.ManualStartTimeout,
 		"--opportunistic-trigger-max-age": o.TriggerMaxAge,
