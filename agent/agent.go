@@ -421,6 +421,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		st := protocol.ReadAgentState(node)
+		obs.GKEHandling = protocol.GKEHandling(node, st)
 		obs.DrainDone = st.Phase == protocol.PhaseDraining && a.drainDone.Equal(st.Started)
 		if obs.DrainDone {
 			obs.DrainLeft = a.drainLeft

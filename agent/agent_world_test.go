@@ -944,3 +944,74 @@ func TestAgentStartedLateDrainsByThePlatformsDeadline(t *testing.T) {
 	}
 	world.WaitEvent(t, v.name, protocol.EventEscalated)
 }
+
+// TestAgentLeavesGKEsMaintenanceToIt: on a GKE node whose own handler
+// mirrors the notice and handles the maintenance, an agent whose VM does
+// not serve the notice (404) leaves GKE's notice keys alone and says
+// nothing was cancelled; when TERMINATE_ON_HOST_MAINTENANCE comes while
+// GKE's handler holds the node (its passthrough label and taint), the
+// agent leaves the maintenance to it: no pod is evicted, GKE's keys stay,
+// and the interruption is counted once, when the VM comes back as well.
+func TestAgentLeavesGKEsMaintenanceToIt(t *testing.T) {
+	testworld.Need(t)
+	v := newVMWith(t, "agent-gke-defer-0", gceemu.Config{Absence: gceemu.AbsentNotFound})
+	gkeWrites := func(change func(n *corev1.Node)) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n := getNode(t, v.name)
+			change(n)
+			_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: "gpu-maintenance-handler"})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const notice = `{"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-24T03:00:00+00:00"}`
+	gkeWrites(func(n *corev1.Node) {
+		n.Labels[protocol.LabelScheduledMaintenanceTime] = "1798081200"
+		n.Annotations[protocol.AnnotationUpcomingMaintenance] = notice
+	})
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "trainer", v.name, 5, time.Second))
+	world.WaitRunning(t, v.name, 1)
+	pod := watchPod(t, ns, "trainer")
+	r := startAgent(t, v, agent.DefaultConfig)
+	// The agent's first write (what the VM runs): it would have removed
+	// GKE's notice in the same update.
+	n := world.WaitNode(t, v.name, "the agent's first write", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
+	if n.Labels[protocol.LabelScheduledMaintenanceTime] != "1798081200" || n.Annotations[protocol.AnnotationUpcomingMaintenance] != notice {
+		t.Errorf("an agent with no notice of its own removed GKE's: labels %v, annotations %v", n.Labels, n.Annotations)
+	}
+
+	gkeWrites(func(n *corev1.Node) {
+		n.Labels[protocol.LabelActiveMaintenance] = "passthrough"
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
+	})
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	world.WaitEvent(t, v.name, protocol.EventLeftToGKE)
+	n = world.WaitNode(t, v.name, "the maintenance recorded as GKE's", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLeftToGKE] == "true" })
+	if n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "passthrough" {
+		t.Errorf("left to GKE, yet cordoned %t, label %q", n.Spec.Unschedulable, n.Labels[protocol.LabelActiveMaintenance])
+	}
+
+	reboot(t, v, r)
+	n = world.WaitNode(t, v.name, "back in service", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationPhase] == "" })
+	if n.Labels[protocol.LabelActiveMaintenance] != "passthrough" || !protocol.HasTaint(n) {
+		t.Errorf("back in service, the agent removed GKE's keys: labels %v, taints %v", n.Labels, n.Spec.Taints)
+	}
+	if got := protocol.ReadAgentState(n).Interruptions; len(got) != 1 || got[protocol.HostMaintenance.Key()] != 1 {
+		t.Errorf("interruptions %v, want one host maintenance", got)
+	}
+	if podGone(t, ns, "trainer") {
+		t.Errorf("the agent evicted a pod of a maintenance it left to GKE's handler")
+	}
+	select {
+	case end := <-pod.end:
+		t.Errorf("the pod ended: %+v", end)
+	default:
+	}
+	if got := nodeEvents(t, v.name)[protocol.EventMaintenanceCancelled]; got != 0 {
+		t.Errorf("%d %s Events for a notice the agent never had", got, protocol.EventMaintenanceCancelled)
+	}
+}

@@ -156,6 +156,9 @@ type Observation struct {
 	// the Node carries one.
 	SliceAsk    protocol.SliceAsk
 	SliceAskSet bool
+	// GKEHandling says how the Node shows GKE's own maintenance handler
+	// handling it (protocol.GKEHandling); "" when it does not.
+	GKEHandling string
 }
 
 // PerformResult is how a performMaintenance call ended.
@@ -208,6 +211,10 @@ type Config struct {
 	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
 	// an older one was decided about a node that may have changed since.
 	TriggerMaxAge time.Duration
+	// IgnoreGKEHandler: the agent handles every maintenance itself, even
+	// one GKE's own handler is seen handling. False (the default): such a
+	// maintenance is left to GKE's handler (leaveToGKE).
+	IgnoreGKEHandler bool
 }
 
 // DefaultConfig is what Compute Engine documents.
@@ -313,6 +320,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	d.migration(obs.Signals)
 	d.manual(cfg, obs) // trigger.go
 	d.followSlice(obs)
+	d.leaveToGKE(cfg, st, obs)
 	d.drained(obs)
 	if obs.Signals.NoticeKnown {
 		d.mirrorNotice(obs.Signals)
@@ -353,7 +361,10 @@ func (d *Decision) backInService(obs Observation) {
 		return
 	}
 	booted := obs.BootID != "" && st.BootID != "" && obs.BootID != st.BootID
-	if !booted && !ruleOf(st.Reason).over(st, obs) {
+	// A maintenance left to GKE's handler is also over when GKE's handler
+	// let go of the node with nothing under way.
+	gkeLetGo := st.LeftToGKE && obs.GKEHandling == "" && signalsWithdrawn(st, obs)
+	if !booted && !ruleOf(st.Reason).over(st, obs) && !gkeLetGo {
 		return
 	}
 	reason, msg, warning := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID), false
@@ -377,7 +388,9 @@ func (d *Decision) backInService(obs Observation) {
 			d.State.NoticeDone = noticeID(n)
 		}
 		d.State.LastEvent = metadata.EventNone
-		d.State.ScheduledTime, d.State.Notice = "", ""
+		if !d.State.NoticeForeign {
+			d.State.ScheduledTime, d.State.Notice = "", ""
+		}
 	}
 }
 
@@ -524,6 +537,31 @@ func (d *Decision) followSlice(obs Observation) {
 	}
 }
 
+// leaveToGKE: GKE's own maintenance handler is seen handling the node
+// (Observation.GKEHandling), so the maintenance under way, or starting
+// now, is left to it, unless the configuration says to ignore GKE's
+// handler: two handlers would drain the same pods in different orders and
+// call Compute Engine twice. The agent stops its drain, makes no call,
+// does not cordon (a cordon it made stays its own to undo), and leaves
+// the active-maintenance label and the taint to GKE's handler; it still
+// counts the interruption, and the maintenance ends as any does.
+func (d *Decision) leaveToGKE(cfg Config, before State, obs Observation) {
+	if cfg.IgnoreGKEHandler || obs.GKEHandling == "" || !d.State.Active() || d.State.LeftToGKE {
+		return
+	}
+	d.State.LeftToGKE = true
+	// A call this step was about to make is not made.
+	d.Perform, d.State.Requested = false, before.Requested
+	if d.Cordon {
+		// Started in this very step: the agent never cordons it, so it
+		// is not the agent's to uncordon either.
+		d.Cordon, d.State.CordonedBefore = false, true
+	}
+	d.Events = append(d.Events, EventRecord{Reason: protocol.EventLeftToGKE,
+		Message: fmt.Sprintf("GKE's maintenance handler is handling this node (%s), so the %s is left to it: the agent does not drain or cordon the node, does not call Compute Engine, and leaves GKE's label and taint; it counts the interruption (--gke-handler=defer)",
+			obs.GKEHandling, d.State.Reason)})
+}
+
 // drained: the drain finished, and the node waits for the VM to stop. A
 // maintenance that asks Compute Engine (reasonRule.asksCompute) is
 // finished when Compute Engine accepts it (trigger.go).
@@ -561,7 +599,7 @@ func (d *Decision) count(obs Observation) {
 // again); voluntary as its reason says (reasonRule.voluntary), unless
 // the configuration escalates manual drains.
 func (d *Decision) drainOrder(cfg Config, before State, obs Observation) {
-	if d.State.Phase != protocol.PhaseDraining || obs.DrainDone && d.State.Started.Equal(before.Started) {
+	if d.State.Phase != protocol.PhaseDraining || d.State.LeftToGKE || obs.DrainDone && d.State.Started.Equal(before.Started) {
 		return
 	}
 	voluntary := ruleOf(d.State.Reason).voluntary(obs)
@@ -587,7 +625,7 @@ func (d *Decision) idleness(obs Observation) {
 func idleState(st State) State {
 	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
 		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
-		Failures: st.Failures}
+		Failures: st.Failures, NoticeForeign: st.NoticeForeign}
 }
 
 func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.Time) {
@@ -607,6 +645,14 @@ func (d *Decision) mirrorNotice(sig Signals) {
 	prevTime := d.State.ScheduledTime
 	if sig.NoticeKnown && (!sig.NoticePresent || noticeID(sig.Notice) != d.State.NoticeDone) {
 		d.State.NoticeDone = "" // that notice is gone: another is another maintenance
+	}
+	if d.State.NoticeForeign {
+		// Another controller's (GKE's handler's): never the agent's to
+		// remove; a notice of the agent's own replaces it.
+		if !sig.NoticePresent {
+			return
+		}
+		d.State.NoticeForeign, prevTime = false, ""
 	}
 	if !sig.NoticePresent {
 		if d.State.Notice != "" || prevTime != "" {

@@ -54,6 +54,9 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			answer := triggerCheck(cfg, st, obs).Answer()
 			d.reject(answer.Outcome, answer.Message)
 		}
+	case st.LeftToGKE:
+		// GKE's handler has the maintenance the label started: it drains
+		// and calls; the label is its to consume.
 	default: // a maintenance the label started
 		if obs.TriggerSet && obs.Trigger != protocol.TriggerValue {
 			d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
@@ -232,7 +235,9 @@ func (d *Decision) rememberFailure(cfg Config, now time.Time) {
 // begins is a failure, not an interruption. It clears the failure memory.
 func (d *Decision) manualHappened(before State, obs Observation) {
 	booted := obs.BootID != "" && before.BootID != "" && obs.BootID != before.BootID
-	stoppedUnseen := booted && before.Reason == protocol.ReasonManual && before.Phase == protocol.PhaseTerminating && !before.Begun
+	// The VM stopped for a manual maintenance the agent had asked for, or
+	// had left to GKE's handler, and had not seen begin.
+	stoppedUnseen := booted && before.Reason == protocol.ReasonManual && (before.Phase == protocol.PhaseTerminating || before.LeftToGKE) && !before.Begun
 	st := &d.State
 	seen := st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && !st.Begun && underWay(obs.Signals)
 	if seen {

@@ -28,6 +28,9 @@ const (
 	EventUnexpectedReboot       = "UnexpectedReboot"
 	EventNodeUpgraded           = "NodeUpgraded"
 	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
+	// EventLeftToGKE: GKE's own maintenance handler is seen handling the
+	// node, and the maintenance is left to it (agent).
+	EventLeftToGKE = "MaintenanceLeftToGKEHandler"
 
 	// The metadata watch's health (agent).
 	EventMetadataUnhealthy = "MetadataUnhealthy"
@@ -119,6 +122,7 @@ var EventReasons = []EventReason{
 	{EventPermissionDenied, agentOnly, true},
 	{EventUnexpectedReboot, agentOnly, true},
 	{EventNodeUpgraded, agentOnly, false},
+	{EventLeftToGKE, agentOnly, false},
 	{EventCheckpointLeadInvalid, agentOnly, true},
 	{EventSliceDrain, agentOnly, true},
 	{EventSliceDeadline, agentOnly, true},

@@ -109,7 +109,24 @@ const (
 	// opportunistic) maintenances that failed in a row, as Failures' JSON:
 	// the aggregator does not pick the node again before its retry-after.
 	AnnotationVoluntaryFailures = "maintenance-handler.io/voluntary-failures"
+	// AnnotationNoticeMirrored ("true") is set while the scheduled-
+	// maintenance-time label and the upcoming-maintenance annotation on
+	// the Node are the agent's mirror of its VM's notice. GKE's own
+	// handler writes the same keys; the agent removes them only while
+	// this says they are its own.
+	AnnotationNoticeMirrored = "maintenance-handler.io/mirrored-notice"
+	// AnnotationLeftToGKE ("true") is set while the maintenance under way
+	// is left to GKE's own maintenance handler, which was seen handling
+	// the node (GKEHandling): the agent does not drain, cordon or call
+	// Compute Engine for it, and leaves the active-maintenance label and
+	// the taint to GKE's handler.
+	AnnotationLeftToGKE = "maintenance-handler.io/left-to-gke"
 )
+
+// TaintMaintenanceWindowStarted is the taint GKE's own maintenance
+// handler sets when a maintenance window starts (read only: a sign that
+// GKE's handler handles the node).
+const TaintMaintenanceWindowStarted = "cloud.google.com/maintenance-window-started"
 
 // The aggregator's own keys besides the trigger.
 const (
@@ -205,4 +222,7 @@ var Keys = []Key{
 	{Name: AnnotationLastBootID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationKubeletVersion, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationVoluntaryFailures, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
+	{Name: AnnotationNoticeMirrored, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationLeftToGKE, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
+	{Name: TaintMaintenanceWindowStarted, Kind: Taint, Writer: GKE, Readers: []Component{Agent}},
 }

@@ -258,6 +258,73 @@ func TestAgentLeavesGKEsKeysAlone(t *testing.T) {
 	}
 }
 
+// TestAgentRemovesOnlyTheNoticeItMirrored: GKE's handler mirrors the
+// notice on the same keys. An agent that mirrored none (its VM answers 404,
+// or "not yet") reads none and leaves GKE's keys; one that mirrored a notice
+// removes it when the notice ends.
+func TestAgentRemovesOnlyTheNoticeItMirrored(t *testing.T) {
+	gke := func() *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Labels:      map[string]string{LabelScheduledMaintenanceTime: "1797732000"},
+			Annotations: map[string]string{AnnotationUpcomingMaintenance: `{"maintenance_status":"PENDING"}`}}}
+	}
+	n := gke()
+	st := ReadAgentState(n)
+	if !st.NoticeForeign || st.ScheduledTime != "1797732000" {
+		t.Errorf("GKE's notice read as the agent's: %+v", st)
+	}
+	WriteAgentState(n, AgentState{Phase: PhaseIdle, NoticeForeign: true})
+	if n.Labels[LabelScheduledMaintenanceTime] != "1797732000" || n.Annotations[AnnotationUpcomingMaintenance] == "" {
+		t.Errorf("an agent with no notice removed GKE's: labels %v, annotations %v", n.Labels, n.Annotations)
+	}
+
+	n = gke()
+	WriteAgentState(n, AgentState{Phase: PhaseIdle, ScheduledTime: "1797735600", Notice: `{"maintenance_status":"PENDING","window_start_time":"x"}`})
+	if st := ReadAgentState(n); st.ScheduledTime != "1797735600" || st.NoticeForeign || n.Annotations[AnnotationNoticeMirrored] != "true" {
+		t.Errorf("the agent's mirror reads %+v, annotations %v", st, n.Annotations)
+	}
+	WriteAgentState(n, AgentState{Phase: PhaseIdle})
+	_, label := n.Labels[LabelScheduledMaintenanceTime]
+	_, notice := n.Annotations[AnnotationUpcomingMaintenance]
+	_, marker := n.Annotations[AnnotationNoticeMirrored]
+	if label || notice || marker {
+		t.Errorf("the agent's own mirror outlived its notice: labels %v, annotations %v", n.Labels, n.Annotations)
+	}
+}
+
+// TestMaintenanceLeftToGKE: while a maintenance is left to GKE's handler,
+// the agent writes neither the active-maintenance label nor the taint, and
+// back in service it removes neither; GKEHandling tells GKE's keys from the
+// agent's own.
+func TestMaintenanceLeftToGKE(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelActiveMaintenance: "passthrough"}}}
+	setTaint(n, true)
+	if got := GKEHandling(n, AgentState{Phase: PhaseIdle}); got != "label "+LabelActiveMaintenance+"=passthrough" {
+		t.Errorf("idle agent, GKE's label: GKEHandling %q", got)
+	}
+	if got := GKEHandling(n, AgentState{Phase: PhaseDraining}); got == "" {
+		t.Error("draining agent, GKE's passthrough over its ONGOING: not seen")
+	}
+	left := AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance, LeftToGKE: true}
+	WriteAgentState(n, left)
+	if n.Labels[LabelActiveMaintenance] != "passthrough" || !HasTaint(n) || !ReadAgentState(n).LeftToGKE {
+		t.Errorf("left to GKE: labels %v, taints %v, state %+v", n.Labels, n.Spec.Taints, ReadAgentState(n))
+	}
+	WriteAgentState(n, AgentState{Phase: PhaseIdle})
+	if n.Labels[LabelActiveMaintenance] != "passthrough" || !HasTaint(n) || n.Annotations[AnnotationLeftToGKE] != "" {
+		t.Errorf("back from a maintenance left to GKE, the agent removed GKE's keys: labels %v, taints %v, annotations %v", n.Labels, n.Spec.Taints, n.Annotations)
+	}
+	ours := &corev1.Node{}
+	WriteAgentState(ours, AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance})
+	if got := GKEHandling(ours, ReadAgentState(ours)); got != "" {
+		t.Errorf("the agent's own maintenance taken for GKE's: %q", got)
+	}
+	ours.Spec.Taints = append(ours.Spec.Taints, corev1.Taint{Key: TaintMaintenanceWindowStarted, Effect: corev1.TaintEffectPreferNoSchedule})
+	if got := GKEHandling(ours, ReadAgentState(ours)); got != "taint "+TaintMaintenanceWindowStarted {
+		t.Errorf("GKE's window taint: GKEHandling %q", got)
+	}
+}
+
 // TestEventReasonsListed: every Event reason the package declares is in
 // EventReasons once, with a known source, and every trigger refusal is an
 // agent's Warning.

@@ -51,6 +51,14 @@ type AgentState struct {
 	LastBootID, LastKubelet string
 	// Failures are the voluntary maintenances that failed in a row.
 	Failures Failures
+	// LeftToGKE: the maintenance under way is left to GKE's own handler
+	// (AnnotationLeftToGKE); set only while active.
+	LeftToGKE bool
+	// NoticeForeign: ScheduledTime and Notice were written by another
+	// controller (GKE's handler mirrors the notice on the same keys), not
+	// by the agent (AnnotationNoticeMirrored is absent): the agent leaves
+	// them as they are until it mirrors a notice of its own.
+	NoticeForeign bool
 }
 
 // Failures is the JSON of AnnotationVoluntaryFailures.
@@ -100,8 +108,6 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		Reason:         Reason(a[AnnotationReason]),
 		BootID:         a[AnnotationBootID],
 		CordonedBefore: a[AnnotationCordonedBefore] == "true",
-		ScheduledTime:  n.Labels[LabelScheduledMaintenanceTime],
-		Notice:         a[AnnotationUpcomingMaintenance],
 		LastEvent:      metadata.Event(a[AnnotationLastEvent]),
 		NoticeDone:     a[AnnotationNoticeDone],
 		Begun:          a[AnnotationBegun] == "true",
@@ -115,11 +121,44 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		LastBootID:     a[AnnotationLastBootID],
 		LastKubelet:    a[AnnotationKubeletVersion],
 		Failures:       decodeFailures(a[AnnotationVoluntaryFailures]),
+		LeftToGKE:      a[AnnotationLeftToGKE] == "true",
 	}
 	if !st.Active() {
-		st.Phase = PhaseIdle
+		st.Phase, st.LeftToGKE = PhaseIdle, false
 	}
+	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], a[AnnotationUpcomingMaintenance]
+	// The notice keys are the agent's only while it mirrors them: GKE's
+	// handler writes the same keys.
+	st.NoticeForeign = (st.ScheduledTime != "" || st.Notice != "") && a[AnnotationNoticeMirrored] != "true"
 	return st
+}
+
+// GKEHandling says how n shows that GKE's own maintenance handler is
+// handling it ("" when it does not), given the agent's state st on n: the
+// active-maintenance label with a value the agent did not write (any value
+// while it is idle; passthrough, as GKE's handler writes for a
+// perform-maintenance label it acts on, while the agent drains), or GKE's
+// maintenance-window-started taint.
+func GKEHandling(n *corev1.Node, st AgentState) string {
+	if v, ok := n.Labels[LabelActiveMaintenance]; ok {
+		var ours string
+		switch {
+		case st.LeftToGKE: // the agent writes none
+		case st.Phase == PhaseDraining:
+			ours = ValueOngoing
+		case st.Phase == PhaseTerminating:
+			ours = ValueTerminating
+		}
+		if v != ours {
+			return "label " + LabelActiveMaintenance + "=" + v
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintMaintenanceWindowStarted {
+			return "taint " + TaintMaintenanceWindowStarted
+		}
+	}
+	return ""
 }
 
 func readTime(s string) time.Time {
@@ -159,10 +198,11 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	}
 	active := st.Active()
 	// The agent owns the active-maintenance label and the taint only
-	// while its own phase is on the Node (or is being written now): GKE's
-	// own handler writes the same keys, and the agent never strips what
-	// another controller set.
-	owned := active || n.Annotations[AnnotationPhase] != ""
+	// while its own phase is on the Node (or is being written now), and
+	// the maintenance is not left to GKE's handler: GKE's own handler
+	// writes the same keys, and the agent never strips what another
+	// controller set.
+	owned := active && !st.LeftToGKE || !active && n.Annotations[AnnotationPhase] != "" && n.Annotations[AnnotationLeftToGKE] != "true"
 	whileActive := func(v string) string {
 		if !active {
 			return ""
@@ -185,23 +225,35 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 		begun = "true"
 	}
 	set(a, AnnotationBegun, whileActive(begun))
-	set(a, AnnotationUpcomingMaintenance, st.Notice)
+	left := ""
+	if st.LeftToGKE {
+		left = "true"
+	}
+	set(a, AnnotationLeftToGKE, whileActive(left))
+	// The notice keys: the agent's mirror, unless another controller's.
+	if !st.NoticeForeign {
+		set(a, AnnotationUpcomingMaintenance, st.Notice)
+		set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
+		mirrored := ""
+		if st.Notice != "" || st.ScheduledTime != "" {
+			mirrored = "true"
+		}
+		set(a, AnnotationNoticeMirrored, mirrored)
+	}
 	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
 	set(a, AnnotationBusy, st.Busy)
 	set(a, AnnotationInterruptions, st.Interruptions.encode())
 	set(a, AnnotationLastBootID, st.LastBootID)
 	set(a, AnnotationKubeletVersion, st.LastKubelet)
 	set(a, AnnotationVoluntaryFailures, st.Failures.encode())
-	set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
-	switch st.Phase {
-	case PhaseDraining:
+	switch {
+	case !owned:
+	case st.Phase == PhaseDraining:
 		n.Labels[LabelActiveMaintenance] = ValueOngoing
-	case PhaseTerminating:
+	case st.Phase == PhaseTerminating:
 		n.Labels[LabelActiveMaintenance] = ValueTerminating
 	default:
-		if owned {
-			delete(n.Labels, LabelActiveMaintenance)
-		}
+		delete(n.Labels, LabelActiveMaintenance)
 	}
 	if owned {
 		setTaint(n, active)

@@ -129,7 +129,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Watcher:  watcher,
 		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName)),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
-			OngoingDeadline:    opts.OngoingDeadline,
+			OngoingDeadline: opts.OngoingDeadline, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
 			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),

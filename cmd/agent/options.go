@@ -36,6 +36,9 @@ type Options struct {
 	UnhealthyAfter          time.Duration
 	HostMaintenanceDeadline time.Duration
 	PreemptionDeadline      time.Duration
+	// GKEHandler is "defer" (a maintenance GKE's own handler is seen
+	// handling is left to it) or "ignore" (the agent handles it too).
+	GKEHandler string
 	// OngoingDeadline is the time from a maintenance window's opening to
 	// the VM stopping, where the drain starts on the notice turning
 	// ONGOING (TPU VMs).
@@ -86,6 +89,7 @@ func NewOptions() *Options {
 		HostMaintenanceDeadline: agent.DefaultConfig.HostMaintenanceDeadline,
 		PreemptionDeadline:      agent.DefaultConfig.PreemptionDeadline,
 		OngoingDeadline:         agent.DefaultConfig.OngoingDeadline,
+		GKEHandler:              gkeHandlerDefer,
 		ManualDrainTimeout:      agent.DefaultConfig.ManualDrainTimeout,
 		ManualStartTimeout:      agent.DefaultConfig.ManualStartTimeout,
 		TriggerMaxAge:           agent.DefaultConfig.TriggerMaxAge,
@@ -113,6 +117,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE appearing to the VM stopping (60m for GPU VMs); counted from when the signal appeared, as far as the agent can tell, and never past the maintenance window's end.")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE appearing to the VM stopping; also the drain of a VM that outlived its estimated stop.")
+	fs.StringVar(&o.GKEHandler, "gke-handler", o.GKEHandler, "What to do where GKE's own maintenance handler is seen handling the node (its active-node-maintenance label with a value this agent did not write, or its maintenance-window-started taint): defer (leave the maintenance to it: no drain, cordon or Compute Engine call; the interruption is still counted) or ignore (handle it too).")
 	fs.DurationVar(&o.OngoingDeadline, "ongoing-deadline", o.OngoingDeadline, "Where maintenance-event is not served (TPU VMs) and the drain starts on the notice turning ONGOING: time from the window's opening to the VM stopping (5m: Cloud TPU waits at most that long for a process to exit after SIGTERM).")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
 	fs.BoolVar(&o.ManualDrainEscalate, "manual-drain-escalate", o.ManualDrainEscalate, "Let a manual (or opportunistic) drain delete a pod its PodDisruptionBudget still protects at the drain deadline minus the pod's grace, as host maintenance and preemption do. Off: a manual maintenance is voluntary, budgets hold to the end, and a drain that cannot finish by --manual-drain-timeout is given up (the node goes back in service).")
@@ -142,6 +147,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MetadataTimeout < time.Second || o.MetadataTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want 1s to 1h", o.MetadataTimeout))
+	}
+	if o.GKEHandler != gkeHandlerDefer && o.GKEHandler != gkeHandlerIgnore {
+		errs = append(errs, fmt.Errorf("--gke-handler %q: want %s or %s", o.GKEHandler, gkeHandlerDefer, gkeHandlerIgnore))
 	}
 	if o.MetadataTimeout%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want whole seconds", o.MetadataTimeout))
@@ -198,3 +206,9 @@ func resourceStrings(names []corev1.ResourceName) []string {
 	}
 	return out
 }
+
+// The values of --gke-handler.
+const (
+	gkeHandlerDefer  = "defer"
+	gkeHandlerIgnore = "ignore"
+)

@@ -223,6 +223,16 @@ func TestWhySaysEachReason(t *testing.T) {
 	if _, out := kubectl(t, false, "", "why", "why-draining"); !strings.Contains(out, "is in maintenance: Draining for slice") || !strings.Contains(out, "Host host-b of its multi-host slice v5p stops (preemption)") {
 		t.Errorf("why a slice host drains: %q", out)
 	}
+	world.NodeT(t, testworld.NodeSpec{Name: "why-gke", Pool: "why"})
+	publish(t, "why-gke", func(n *corev1.Node) {
+		n.Labels[protocol.LabelActiveMaintenance] = "passthrough"
+		n.Annotations[protocol.AnnotationPhase] = string(protocol.PhaseDraining)
+		n.Annotations[protocol.AnnotationReason] = string(protocol.ReasonHostMaintenance)
+		n.Annotations[protocol.AnnotationLeftToGKE] = "true"
+	})
+	if _, out := kubectl(t, false, "", "why", "why-gke"); !strings.Contains(out, "is left to GKE's own maintenance handler, seen handling the node (label cloud.google.com/active-node-maintenance=passthrough)") {
+		t.Errorf("why a maintenance left to GKE: %q", out)
+	}
 	world.NodeT(t, testworld.NodeSpec{Name: "why-cooling", Pool: "why"})
 	publish(t, "why-cooling", func(n *corev1.Node) {
 		n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(48*time.Hour), true)

@@ -38,6 +38,12 @@ func Why(in Input, n *corev1.Node) string {
 	default:
 		say("%s has no maintenance scheduled (the metadata server reports no notice), and is in service.", n.Name)
 	}
+	switch h := protocol.GKEHandling(n, st); {
+	case st.LeftToGKE:
+		say("The maintenance is left to GKE's own maintenance handler, seen handling the node (%s): the agent does not drain or cordon it or call Compute Engine, and counts the interruption (agent flag --gke-handler=defer).", orNone(h, "its keys since removed"))
+	case h != "":
+		say("GKE's own maintenance handler is handling the node (%s): a maintenance that starts now is left to it (agent flag --gke-handler=defer).", h)
+	}
 	if v, set := n.Labels[protocol.LabelPerformMaintenance]; set && !st.Active() {
 		say("%s=%s is set and not answered yet by the node's agent (is it running?).", protocol.LabelPerformMaintenance, v)
 	}
@@ -55,4 +61,12 @@ func Why(in Input, n *corev1.Node) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// orNone is s, or none when s is empty.
+func orNone(s, none string) string {
+	if s == "" {
+		return none
+	}
+	return s
 }
