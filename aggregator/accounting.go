@@ -113,23 +113,37 @@ func repairOf(n *corev1.Node, d deletedNode) (protocol.Repairs, bool) {
 	return protocol.Repairs{RecreatedFrom: d.uid, Interruptions: d.counts.Add(protocol.Repair, 1)}, true
 }
 
-// begun is the interruption that began on a node between old and cur: a
-// maintenance or preemption started (a new start time), counted by its
-// reason. A manual maintenance is not counted here: the agent counts it
-// when Compute Engine accepts it.
-func begun(old, cur *corev1.Node) (protocol.Interruption, bool) {
-	started := cur.Annotations[protocol.AnnotationStarted]
-	if started == "" || started == old.Annotations[protocol.AnnotationStarted] {
-		return protocol.Interruption{}, false
+// begun lists the interruptions the node's agent counted between old and
+// cur (its counts grew), each by its reason, but a host maintenance that was
+// a manual or opportunistic one (the agent counts it when Compute Engine
+// begins it, or when the VM comes back from it), which is counted under
+// its own reason. A slice's drain is never counted by the host that
+// follows it: the host that stops counts itself.
+func begun(old, cur *corev1.Node) []protocol.Interruption {
+	before, after := protocol.ReadAgentState(old), protocol.ReadAgentState(cur)
+	var out []protocol.Interruption
+	for key, n := range after.Interruptions {
+		i, ok := protocol.ParseInterruptionKey(key)
+		if !ok {
+			continue
+		}
+		if i == protocol.HostMaintenance && voluntary(before, after) {
+			i = protocol.ManualMaintenance
+			if _, _, ms := protocol.ReadTrigger(old); ms.OpportunisticTriggered {
+				i = protocol.OpportunisticMaintenance
+			}
+		}
+		for range n - before.Interruptions[key] {
+			out = append(out, i)
+		}
 	}
-	reason := protocol.Reason(cur.Annotations[protocol.AnnotationReason])
-	if reason == protocol.ReasonManual {
-		return protocol.Interruption{}, false
-	}
-	if i, ok := reason.Interruption(); ok {
-		return i, true
-	}
-	return protocol.HostMaintenance, true
+	return out
+}
+
+// voluntary: the maintenance the agent counts between before and after is a
+// manual (or opportunistic) one: under way, or the one that ended with it.
+func voluntary(before, after protocol.AgentState) bool {
+	return after.Reason == protocol.ReasonManual || !after.Active() && before.Reason == protocol.ReasonManual
 }
 
 // removedOnPurpose: a node cordoned, or tainted by the cluster autoscaler,
@@ -161,8 +175,8 @@ func (a *Aggregator) nodeAdded(o any) {
 	a.ledger.added(n, a.opts.Clock.Now())
 }
 
-// observeNode counts a maintenance or preemption beginning on a node, per
-// pool (the leader only, so that replicas do not count twice).
+// observeNode counts, per pool, the interruptions a node's agent counts
+// (the leader only, so that replicas do not count twice).
 func (a *Aggregator) observeNode(old, cur any) {
 	if !a.leading.Load() {
 		return
@@ -172,7 +186,7 @@ func (a *Aggregator) observeNode(old, cur any) {
 	if !ok1 || !ok2 {
 		return
 	}
-	if i, ok := begun(o, n); ok {
+	for _, i := range begun(o, n) {
 		a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], i)
 	}
 }

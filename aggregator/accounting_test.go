@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -137,31 +138,40 @@ func TestRepairOf(t *testing.T) {
 
 // TestBegun: a maintenance counts when its start appears or changes, by its
 // reason; a manual one counts when Compute Engine accepts it (the agent).
+// TestBegun: the pool counts what the node's agent counts, once, by its
+// reason; a manual or opportunistic maintenance under its own reason, when
+// the agent counts it; a slice's drain never.
 func TestBegun(t *testing.T) {
-	at := func(started string, reason protocol.Reason) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
-		if started != "" {
-			n.Annotations[protocol.AnnotationStarted] = started
-			n.Annotations[protocol.AnnotationReason] = string(reason)
+	at := func(phase protocol.Phase, reason protocol.Reason, counts protocol.Counts, opportunistic bool) *corev1.Node {
+		n := &corev1.Node{}
+		protocol.WriteAgentState(n, protocol.AgentState{Phase: phase, Reason: reason, Started: time.Unix(1, 0), Interruptions: counts})
+		if opportunistic {
+			protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true})
 		}
 		return n
 	}
+	none := protocol.Counts{}
+	host := none.Add(protocol.HostMaintenance, 1)
+	idle, draining, terminating := protocol.PhaseIdle, protocol.PhaseDraining, protocol.PhaseTerminating
 	for _, tc := range []struct {
 		name     string
 		old, cur *corev1.Node
-		want     protocol.Interruption
-		ok       bool
+		want     []protocol.Interruption
 	}{
-		{"host maintenance starts", at("", ""), at("t1", protocol.ReasonHostMaintenance), protocol.HostMaintenance, true},
-		{"preemption starts", at("", ""), at("t1", protocol.ReasonPreemption), protocol.Preemption, true},
-		{"a preemption during maintenance: the same start", at("t1", protocol.ReasonHostMaintenance), at("t1", protocol.ReasonPreemption), protocol.Interruption{}, false},
-		{"manual: not here", at("", ""), at("t1", protocol.ReasonManual), protocol.Interruption{}, false},
-		{"a second maintenance", at("t1", protocol.ReasonHostMaintenance), at("t2", protocol.ReasonHostMaintenance), protocol.HostMaintenance, true},
-		{"maintenance over", at("t1", protocol.ReasonHostMaintenance), at("", ""), protocol.Interruption{}, false},
+		{"host maintenance starts", at(idle, "", none, false), at(draining, protocol.ReasonHostMaintenance, host, false), []protocol.Interruption{protocol.HostMaintenance}},
+		{"preemption starts", at(idle, "", none, false), at(draining, protocol.ReasonPreemption, none.Add(protocol.Preemption, 1), false), []protocol.Interruption{protocol.Preemption}},
+		{"the same maintenance written again", at(draining, protocol.ReasonHostMaintenance, host, false), at(terminating, protocol.ReasonHostMaintenance, host, false), nil},
+		{"preempted during a manual drain", at(draining, protocol.ReasonManual, none, false), at(draining, protocol.ReasonPreemption, none.Add(protocol.Preemption, 1), false), []protocol.Interruption{protocol.Preemption}},
+		{"a manual drain begins: not yet", at(idle, "", none, false), at(draining, protocol.ReasonManual, none, false), nil},
+		{"Compute Engine begins a manual maintenance", at(terminating, protocol.ReasonManual, none, false), at(terminating, protocol.ReasonManual, host, false), []protocol.Interruption{protocol.ManualMaintenance}},
+		{"the VM comes back from an opportunistic one not seen begin", at(terminating, protocol.ReasonManual, none, true), at(idle, "", host, false), []protocol.Interruption{protocol.OpportunisticMaintenance}},
+		{"TERMINATE takes a manual drain over: a host maintenance", at(draining, protocol.ReasonManual, none, false), at(draining, protocol.ReasonHostMaintenance, host, false), []protocol.Interruption{protocol.HostMaintenance}},
+		{"a slice's drain", at(idle, "", none, false), at(draining, protocol.ReasonSlice, none, false), nil},
+		{"an unannounced reboot", at(idle, "", none, false), at(idle, "", none.Add(protocol.UnannouncedReboot, 1), false), []protocol.Interruption{protocol.UnannouncedReboot}},
+		{"maintenance over", at(terminating, protocol.ReasonHostMaintenance, host, false), at(idle, "", host, false), nil},
 	} {
-		got, ok := begun(tc.old, tc.cur)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("%s: %v, %t; want %v, %t", tc.name, got, ok, tc.want, tc.ok)
+		if got := begun(tc.old, tc.cur); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

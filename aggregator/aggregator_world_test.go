@@ -194,6 +194,41 @@ func TestGKEExample(t *testing.T) {
 	if !r.agg.Leading() || testutil.ToFloat64(r.metrics.Leader) != 1 {
 		t.Error("the only aggregator is not leading")
 	}
+
+	// The picked node's agent drains it and Compute Engine begins the
+	// maintenance: the agent counts it, and so does the pool, under its
+	// own reason.
+	answer := func(change func(*protocol.AgentState)) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), picked, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			st := protocol.ReadAgentState(n)
+			change(&st)
+			protocol.WriteAgentState(n, st)
+			_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer(func(st *protocol.AgentState) {
+		st.Phase, st.Reason, st.Started, st.Deadline = protocol.PhaseDraining, protocol.ReasonManual, time.Now(), time.Now().Add(time.Hour)
+	})
+	answer(func(st *protocol.AgentState) { st.Phase = protocol.PhaseTerminating })
+	answer(func(st *protocol.AgentState) {
+		st.Begun, st.Interruptions = true, st.Interruptions.Add(protocol.HostMaintenance, 1)
+	})
+	opportunistic := r.metrics.PoolInterruptions.WithLabelValues(append([]string{"gke-ex"}, protocol.OpportunisticMaintenance.Labels()...)...)
+	if got := testworld.Settled(t, opportunistic, 1); got != 1 {
+		t.Errorf("pool_interruptions_total{gke-ex, Opportunistic} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues(append([]string{"gke-ex"}, protocol.HostMaintenance.Labels()...)...)); got != 0 {
+		t.Errorf("pool_interruptions_total{gke-ex, HW/SW Maintenance} = %v, want 0: the maintenance was opportunistic", got)
+	}
 }
 
 func configMap(t *testing.T, ns, text string) {

@@ -51,6 +51,14 @@ var (
 	Repair            = Interruption{TerminationEvent, AutoRepair}
 )
 
+// A manual or opportunistic maintenance is a host maintenance started
+// early; the pool metric counts it under a reason of its own (the agent's
+// node counts under HostMaintenance).
+var (
+	ManualMaintenance        = Interruption{MaintenanceEvent, "Manual"}
+	OpportunisticMaintenance = Interruption{MaintenanceEvent, "Opportunistic"}
+)
+
 // Interruptions lists the taxonomy, for metrics that show every series
 // from the start.
 var Interruptions = []Interruption{HostMaintenance, Upgrade, Preemption, UnannouncedReboot, Repair}
