@@ -42,10 +42,17 @@ package agent
 //
 // Interruptions are counted on the Node (protocol.AnnotationInterruptions)
 // once each: a host maintenance or preemption when it starts, a manual one
-// when Compute Engine accepts it, a reboot nothing announced when the node
-// comes back; a slice's drain is not (the host that stops counts itself).
-// The VM's own maintenance or preemption takes over a slice's drain or a
-// manual drain not yet asked for, and is counted then.
+// when Compute Engine is seen to begin it (or the VM comes back from it), a
+// reboot nothing announced when the node comes back; a slice's drain is not
+// (the host that stops counts itself). The VM's own maintenance or
+// preemption takes over a slice's drain or a manual drain not yet asked
+// for, and is counted then. A drain's deadline counts the platform's notice
+// from when the signal appeared (stopAt).
+//
+// Where GKE's own maintenance handler is seen handling the node, a
+// maintenance is left to it (leaveToGKE): recorded and counted, never
+// drained, cordoned or asked for; the notice keys are removed only if the
+// agent mirrored them.
 //
 // The workload notice (workload.go) follows the state: every pod is told
 // the pending window, and, once the maintenance starts, when it will be
@@ -262,7 +269,7 @@ type Decision struct {
 	State  State
 	Events []EventRecord
 	// Interruption is set when a new maintenance or preemption began (or
-	// Compute Engine accepted a manual one).
+	// Compute Engine was seen to begin a manual one).
 	Interruption *protocol.Interruption
 	// Unannounced is set when the node rebooted with nothing announced
 	// (HostError, or NodeUpgrade when the kubelet version changed).
