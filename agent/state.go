@@ -432,17 +432,16 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
 			Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 	case (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.EventKnown && sig.Event == metadata.EventTerminate:
-		// TERMINATE_ON_HOST_MAINTENANCE comes inside the window: an open
-		// window bounds when it appeared, and its end when the VM stops.
-		after, closes := sig.EventSince, time.Time{}
-		if n := sig.Notice; sig.NoticeKnown && sig.NoticePresent && n.Status == metadata.StatusOngoing {
-			if n.WindowStart.After(after) && !n.WindowStart.After(now) {
-				after = n.WindowStart
-			}
-			closes = n.WindowEnd
-		}
-		deadline, how := stopAt(cfg, now, cfg.HostMaintenanceDeadline, after, time.Time{}, closes)
+		deadline, how := terminateStop(cfg, sig, now)
 		d.hostMaintenance(obs, deadline, protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s"+how)
+	case d.State.Reason == protocol.ReasonHostMaintenance && sig.EventKnown && sig.Event == metadata.EventTerminate:
+		// Under way: the metadata server's keys answer in any order, so
+		// the window that bounds the stop may come after the signal.
+		if deadline, how := terminateStop(cfg, sig, now); deadline.Before(d.State.Deadline) {
+			d.State.Deadline = deadline
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventTerminateOnHost,
+				Message: fmt.Sprintf("The drain deadline moves to %s%s", deadline.UTC().Format(time.RFC3339), how)})
+		}
 	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing &&
 		noticeID(sig.Notice) != d.State.NoticeDone:
 		// Where maintenance-event is served, the drain starts on
@@ -452,6 +451,20 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 		deadline, how := stopAt(cfg, now, cfg.OngoingDeadline, time.Time{}, sig.Notice.WindowStart, sig.Notice.WindowEnd)
 		d.hostMaintenance(obs, deadline, protocol.EventMaintenanceStarted, "The maintenance window has started; draining before %s"+how)
 	}
+}
+
+// terminateStop is when the VM stops after TERMINATE_ON_HOST_MAINTENANCE
+// (stopAt): it comes inside the window, so an open window bounds when it
+// appeared, and its end when the VM stops.
+func terminateStop(cfg Config, sig Signals, now time.Time) (time.Time, string) {
+	after, closes := sig.EventSince, time.Time{}
+	if n := sig.Notice; sig.NoticeKnown && sig.NoticePresent && n.Status == metadata.StatusOngoing {
+		if n.WindowStart.After(after) && !n.WindowStart.After(now) {
+			after = n.WindowStart
+		}
+		closes = n.WindowEnd
+	}
+	return stopAt(cfg, now, cfg.HostMaintenanceDeadline, after, time.Time{}, closes)
 }
 
 // stopAt is when the VM stops after a signal that the platform gives

@@ -1253,6 +1253,22 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 			}
 		})
 	}
+	// The keys answer in any order: the window read after TERMINATE moves
+	// the deadline of the drain under way earlier, once.
+	t.Run("the open window read after TERMINATE: the deadline moves earlier", func(t *testing.T) {
+		first := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: with(func(s *Signals) { s.Event = metadata.EventTerminate }), BootID: bootA})
+		later := Observation{Now: now.Add(time.Second), BootID: bootA, Signals: with(func(s *Signals) {
+			s.Event = metadata.EventTerminate
+			s.Notice, s.NoticePresent = ongoingAt(now.Add(-59*time.Minute), now.Add(3*time.Hour)), true
+		})}
+		d := stepChecked(t, cfg, first.State, later)
+		if want := now.Add(time.Minute); !d.State.Deadline.Equal(want) || !d.Drain.Deadline.Equal(want) || len(d.Events) != 1 {
+			t.Errorf("deadline %s, drain's %s, events %+v; want both %s, said once", d.State.Deadline, d.Drain.Deadline, d.Events, want)
+		}
+		if again := stepChecked(t, cfg, d.State, later); !again.State.Deadline.Equal(d.State.Deadline) || len(again.Events) != 0 {
+			t.Errorf("stepped again: deadline %s, events %+v; want no change", again.State.Deadline, again.Events)
+		}
+	})
 }
 
 // TestStepLeavesToGKE: where GKE's own handler is seen handling the node,
