@@ -59,6 +59,9 @@ type API interface {
 	UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error)
 	// NodeListWatch lists and watches the one Node named name.
 	NodeListWatch(name string) cache.ListerWatcher
+	// LabelledNodesListWatch lists and watches the Nodes whose label key
+	// has value (the hosts of the agent's multi-host slice).
+	LabelledNodesListWatch(key, value string) cache.ListerWatcher
 	// PatchPod patches a pod on the node (the workload notice), or its
 	// subresource ("status") when given.
 	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
@@ -89,6 +92,10 @@ type Options struct {
 	// manual trigger on the node now (a Manual* outcome and a detail; ""
 	// when it does not).
 	ManualGate func(node *corev1.Node, now time.Time) (reason, detail string)
+	// PoolLabel and SliceLabel say which multi-host slice the node belongs
+	// to (protocol.SliceOf); PoolLabel "" means protocol.LabelNodePool.
+	// The agent follows the other hosts of its slice (slice.go).
+	PoolLabel, SliceLabel string
 	// AcceleratorResources make a pod accelerator work (see idleness); nil
 	// means DefaultAcceleratorResources.
 	AcceleratorResources []corev1.ResourceName
@@ -115,6 +122,11 @@ type Agent struct {
 	log  *slog.Logger
 
 	wake chan struct{}
+
+	// slice is the node's multi-host slice ("" for none), and siblings
+	// the watch of its hosts (slice.go); set before the loop starts.
+	slice    string
+	siblings cache.SharedIndexInformer
 
 	mu      sync.Mutex
 	signals Signals
@@ -196,6 +208,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Events == nil {
 		opts.Events = nopMetrics{}
 	}
+	if opts.PoolLabel == "" {
+		opts.PoolLabel = protocol.LabelNodePool
+	}
 	if opts.AcceleratorResources == nil {
 		opts.AcceleratorResources = DefaultAcceleratorResources
 	}
@@ -254,6 +269,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("watch pods of node %q: %w", a.opts.NodeName, err)
 	}
 	if err := a.watchNode(ctx); err != nil {
+		return err
+	}
+	if err := a.watchSlice(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -413,7 +431,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
 		obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
 		obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
-		obs.SliceAsk, obs.SliceAskSet = protocol.ReadSliceAsk(node)
+		obs.SliceAsk, obs.SliceAskSet = a.sliceAsk(node)
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}

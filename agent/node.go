@@ -74,7 +74,7 @@ func (a *Agent) watchNode(ctx context.Context) error {
 }
 
 // slimNode drops what the agent never reads from its cached Node: the
-// managed fields and the status but for nodeInfo (the image list alone is
+// managed fields and the status but for nodeInfo and the TPU chips (the image list alone is
 // often tens of kilobytes). The agent updates the Node from this copy; an
 // update leaves the status as it is (it is a subresource) and omitted
 // managed fields as they are.
@@ -84,7 +84,11 @@ func slimNode(obj any) (any, error) {
 		return obj, nil
 	}
 	n.ManagedFields = nil
-	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo}
+	var allocatable corev1.ResourceList
+	if tpu, ok := n.Status.Allocatable[protocol.ResourceTPU]; ok {
+		allocatable = corev1.ResourceList{protocol.ResourceTPU: tpu} // slice membership
+	}
+	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable}
 	return n, nil
 }
 

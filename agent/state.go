@@ -16,13 +16,13 @@ package agent
 //	Idle ──(TERMINATE_ON_HOST_MAINTENANCE, preempted TRUE)──▶ Draining
 //	Idle ──(notice ONGOING, where maintenance-event is not served: TPU)──▶ Draining
 //	Idle ──(perform-maintenance=true, notice PENDING and can_reschedule)──▶ Draining (manual)
-//	Idle ──(the aggregator's slice ask: another host of the slice stops)──▶ Draining (slice)
+//	Idle ──(the slice's ask: another host of the slice stops)──▶ Draining (slice)
 //	Draining ──(drain finished)──▶ Terminating
 //	Draining (manual) ──(drain finished, performMaintenance accepted)──▶ Terminating
 //	Draining (manual) ──(performMaintenance failed)──▶ Idle
 //	Draining, Terminating ──(new boot ID: the VM stopped and came back)──▶ Idle
 //	Draining, Terminating ──(every signal cleared, same boot: cancelled)──▶ Idle
-//	Draining, Terminating (slice) ──(the aggregator withdrew the ask)──▶ Idle
+//	Draining, Terminating (slice) ──(the ask is withdrawn)──▶ Idle
 //
 //	| phase       | active-node-maintenance | taint | cordoned          |
 //	|-------------|-------------------------|-------|-------------------|
@@ -158,9 +158,10 @@ type Observation struct {
 	PodsKnown bool
 	Idle      bool
 	Busy      string
-	// SliceAsk is the aggregator's ask that this host drain with its
-	// multi-host slice, another host of which stops; SliceAskSet whether
-	// the Node carries one.
+	// SliceAsk is the ask that this host drain with its multi-host slice,
+	// another host of which stops: what the agent works out from its
+	// slice's hosts, or the aggregator's on the Node (slice.go);
+	// SliceAskSet whether there is one.
 	SliceAsk    protocol.SliceAsk
 	SliceAskSet bool
 	// GKEHandling says how the Node shows GKE's own maintenance handler
@@ -377,7 +378,7 @@ func (d *Decision) backInService(obs Observation) {
 	reason, msg, warning := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID), false
 	switch {
 	case !booted && st.Reason == protocol.ReasonSlice:
-		reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (the aggregator withdrew its ask); so is this host"
+		reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (no host of it is in a maintenance of its own, and the aggregator asks nothing); so is this host"
 	case !booted:
 		reason, msg, warning = protocol.EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
 	}

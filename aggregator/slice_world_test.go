@@ -24,47 +24,54 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
-// TestSliceDrainedAsOne: a multi-host TPU slice of 4 hosts (topology
-// 2x2x4, 4 chips each) runs a 4-pod job, one pod per host; real agents on
-// three hosts (the fourth's agent is down) and a real aggregator. Host 1
-// is preempted: every host with an agent is tainted and drained by host
-// 1's deadline, each pod stopped with a grace period that ends by it; the
-// host without an agent carries the ask and the slice-down taint, so no new
-// pod lands there, and is told why. The slice interruption is counted once.
-// When host 1 is back, every host goes back in service.
-func TestSliceDrainedAsOne(t *testing.T) {
-	testworld.Need(t)
+// slice is a multi-host TPU slice of 4 hosts (topology 2x2x4, 4 chips
+// each, TPU VMs that do not serve maintenance-event) with a real agent on
+// each, running a 4-pod job, one pod per host with 20 s of grace; and what
+// happens to it, as it happens: when each Node is first tainted, and when
+// and with what grace each pod is told to stop.
+type slice struct {
+	p     *procs
+	hosts []string
+	vms   map[string]*fleet.VM
+
+	mu      sync.Mutex
+	tainted map[string]time.Time
+	stopped map[string]podStop
+}
+
+type podStop struct {
+	at    time.Time // when its grace ends (its deletionTimestamp)
+	grace int64
+}
+
+func newSlice(t *testing.T, ctx context.Context, pool string) *slice {
+	t.Helper()
 	p := newProcs(t, "--eviction-retry-interval", "1s")
-	ns, f := p.ns, p.f
-	ctx := testworld.Ctx(t, 5*time.Minute)
-	const pool = "v5p-slice"
-	var hosts []string
-	vms := map[string]*fleet.VM{}
+	s := &slice{p: p, vms: map[string]*fleet.VM{}, tainted: map[string]time.Time{}, stopped: map[string]podStop{}}
 	for i := range 4 {
-		name := fmt.Sprintf("slice-%d", i)
-		hosts = append(hosts, name)
-		v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool, TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}},
+		name := fmt.Sprintf("%s-%d", pool, i)
+		s.hosts = append(s.hosts, name)
+		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool, TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}},
 			gceemu.Config{NoMaintenanceEvent: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		vms[name] = v
+		s.vms[name] = v
 		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
-	// The job: one pod per host, 20 s of grace.
-	for i, host := range hosts {
+	for i, host := range s.hosts {
 		grace := int64(20)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: ns, Labels: map[string]string{"job": "train"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: p.ns, Labels: map[string]string{"job": "train"}},
 			Spec: corev1.PodSpec{NodeName: host, TerminationGracePeriodSeconds: &grace,
 				Tolerations: []corev1.Toleration{{Key: "google.com/tpu", Operator: corev1.TolerationOpExists}},
 				Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}, Limits: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}}}}}}
-		if _, err := world.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := world.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		list, err := world.Client.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
 		running := 0
 		for _, p := range list.Items {
 			if p.Status.Phase == corev1.PodRunning {
@@ -77,31 +84,18 @@ func TestSliceDrainedAsOne(t *testing.T) {
 		t.Fatal("the job's 4 pods never ran")
 	}
 	// The agents have read their Nodes: each publishes its host busy.
-	world.WaitNodes(t, hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
-	// The fourth host's agent is down.
-	if err := vms["slice-3"].Agent.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	world.WaitNodes(t, s.hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
 
-	// What happens, as it happens: when each Node is first tainted, and
-	// when and with what grace each pod is told to stop.
-	var mu sync.Mutex
-	tainted := map[string]time.Time{}
-	type stop struct {
-		at    time.Time
-		grace int64
-	}
-	stopped := map[string]stop{}
-	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(ns))
+	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(p.ns))
 	podInf := factory.Core().V1().Pods().Informer()
 	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
 		p := o.(*corev1.Pod)
 		if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil {
-			mu.Lock()
-			if _, ok := stopped[p.Name]; !ok {
-				stopped[p.Name] = stop{at: p.DeletionTimestamp.Time, grace: *p.DeletionGracePeriodSeconds}
+			s.mu.Lock()
+			if _, ok := s.stopped[p.Name]; !ok {
+				s.stopped[p.Name] = podStop{at: p.DeletionTimestamp.Time, grace: *p.DeletionGracePeriodSeconds}
 			}
-			mu.Unlock()
+			s.mu.Unlock()
 		}
 	}})
 	nodeFactory := informers.NewSharedInformerFactory(world.Client, 0)
@@ -109,26 +103,28 @@ func TestSliceDrainedAsOne(t *testing.T) {
 	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
 		n := o.(*corev1.Node)
 		if protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown) {
-			mu.Lock()
-			if _, ok := tainted[n.Name]; !ok && strings.HasPrefix(n.Name, "slice-") {
-				tainted[n.Name] = time.Now()
+			s.mu.Lock()
+			if _, ok := s.tainted[n.Name]; !ok && strings.HasPrefix(n.Name, pool+"-") {
+				s.tainted[n.Name] = time.Now()
 			}
-			mu.Unlock()
+			s.mu.Unlock()
 		}
 	}})
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
+	t.Cleanup(stopWatch)
 	go podInf.Run(watchCtx.Done())
 	go nodeInf.Run(watchCtx.Done())
 	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced, nodeInf.HasSynced)
+	return s
+}
 
-	metricsAddr := testworld.FreeAddrT(t)
-	p.aggregator("agg-slice", metricsAddr)
-
-	vms["slice-1"].Emu.SetPreempted(true)
+// preempt preempts host and returns its drain's deadline.
+func (s *slice) preempt(t *testing.T, ctx context.Context, host string) time.Time {
+	t.Helper()
+	s.vms[host].Emu.SetPreempted(true)
 	var deadline time.Time
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := world.Client.CoreV1().Nodes().Get(ctx, "slice-1", metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, host, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -136,11 +132,18 @@ func TestSliceDrainedAsOne(t *testing.T) {
 		return !deadline.IsZero(), nil
 	})
 	if err != nil {
-		t.Fatal("slice-1 never started draining on its preemption")
+		t.Fatalf("%s never started draining on its preemption", host)
 	}
-	// Every host with an agent drains, by slice-1's deadline.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, h := range []string{"slice-0", "slice-2"} {
+	return deadline
+}
+
+// drainedWith waits until every one of hosts drains with its slice, by
+// deadline, and every one of pods is told to stop with a grace that ends
+// by it (to the second: deletion timestamps are).
+func (s *slice) drainedWith(t *testing.T, ctx context.Context, deadline time.Time, hosts, pods []string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, h := range hosts {
 			n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -150,65 +153,106 @@ func TestSliceDrainedAsOne(t *testing.T) {
 				return false, nil
 			}
 			if !st.Deadline.Equal(deadline) {
-				return false, fmt.Errorf("%s drains by %s, want slice-1's deadline %s", h, st.Deadline, deadline)
+				return false, fmt.Errorf("%s drains by %s, want the cause's deadline %s", h, st.Deadline, deadline)
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("the hosts with an agent did not drain with slice-1: %v", err)
+		t.Fatalf("the hosts did not drain with their slice: %v", err)
 	}
-	// Every pod on a host with an agent is told to stop, with its grace,
-	// ending by the deadline (to the second: deletion timestamps are).
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(stopped) >= 3, nil
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.stopped) >= len(pods), nil
 	})
 	if err != nil {
-		t.Fatalf("the pods were not all stopped: %v", stopped)
+		t.Fatalf("the pods were not all stopped: %v", s.stopped)
 	}
-	mu.Lock()
-	for _, pod := range []string{"job-0", "job-1", "job-2"} {
-		s, ok := stopped[pod]
-		if !ok || s.grace < 1 || s.at.After(deadline.Add(time.Second)) {
-			t.Errorf("%s stopped %+v (told: %t); want a grace of 1 s or more ending by the deadline %s", pod, s, ok, deadline)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pod := range pods {
+		st, ok := s.stopped[pod]
+		if !ok || st.grace < 1 || st.at.After(deadline.Add(time.Second)) {
+			t.Errorf("%s stopped %+v (told: %t); want a grace of 1 s or more ending by the deadline %s", pod, st, ok, deadline)
 		}
 	}
-	if s, ok := stopped["job-3"]; ok {
-		t.Errorf("job-3, on the host without an agent, was stopped: %+v", s)
-	}
-	first, last := tainted["slice-1"], time.Time{}
-	for _, h := range hosts {
-		if tainted[h].After(last) {
-			last = tainted[h]
+	first, last := s.tainted[s.hosts[1]], time.Time{}
+	for _, h := range s.hosts {
+		if s.tainted[h].After(last) {
+			last = s.tainted[h]
 		}
 	}
-	t.Logf("slice-1 tainted at %s; every host tainted %s later", first.Format(time.RFC3339Nano), last.Sub(first))
-	mu.Unlock()
+	t.Logf("%s tainted at %s; every host tainted %s later", s.hosts[1], first.Format(time.RFC3339Nano), last.Sub(first))
+}
 
-	// The host without an agent: the ask and the slice-down taint, and
-	// the aggregator's Event naming the cause.
-	n3, err := world.Client.CoreV1().Nodes().Get(ctx, "slice-3", metav1.GetOptions{})
-	if err != nil {
+// TestSliceDrainedAsOne: real agents on three hosts of the slice (the
+// fourth's agent is down) and a real aggregator. Host 1 is preempted:
+// every host with an agent is tainted and drained by host 1's deadline,
+// each pod stopped with a grace period that ends by it; the host without
+// an agent carries the ask and the slice-down taint, so no new pod lands
+// there, and is told why. The slice interruption is counted once. When
+// host 1 is back, every host goes back in service.
+func TestSliceDrainedAsOne(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	s := newSlice(t, ctx, "slice")
+	if err := s.vms["slice-3"].Agent.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if ask, ok := protocol.ReadSliceAsk(n3); !ok || ask.Cause != "slice-1" || !protocol.HasTaintKey(n3, protocol.TaintSliceDown) {
-		t.Errorf("slice-3: ask %+v (%t), taints %v; want the ask naming slice-1 and the slice-down taint", ask, ok, n3.Spec.Taints)
+	metricsAddr := testworld.FreeAddrT(t)
+	s.p.aggregator("agg-slice", metricsAddr)
+
+	deadline := s.preempt(t, ctx, "slice-1")
+	s.drainedWith(t, ctx, deadline, []string{"slice-0", "slice-2"}, []string{"job-0", "job-1", "job-2"})
+	s.mu.Lock()
+	if st, ok := s.stopped["job-3"]; ok {
+		t.Errorf("job-3, on the host without an agent, was stopped: %+v", st)
 	}
-	world.WaitEvent(t, "slice-3", protocol.EventSliceMaintenance, "Host slice-1 of the multi-host slice v5p-slice stops (preemption)")
+	s.mu.Unlock()
+
+	// The host without an agent: the ask and the slice-down taint (the
+	// hosts with an agent may have drained before the aggregator's pass),
+	// and the aggregator's Event naming the cause.
+	world.WaitNodes(t, []string{"slice-3"}, "the ask naming slice-1 and the slice-down taint", func(n *corev1.Node) bool {
+		ask, ok := protocol.ReadSliceAsk(n)
+		return ok && ask.Cause == "slice-1" && protocol.HasTaintKey(n, protocol.TaintSliceDown)
+	})
+	world.WaitEvent(t, "slice-3", protocol.EventSliceMaintenance, "Host slice-1 of the multi-host slice slice stops (preemption)")
 	world.WaitEvent(t, "slice-0", protocol.EventSliceMaintenance, "Host slice-1")
-	if got := metricSum(t, metricsAddr, `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="`+string(protocol.Preemption.Reason)+`",interruption_type="`+string(protocol.Preemption.Type)+`",slice="v5p-slice"}`); got != 1 {
+	if got := metricSum(t, metricsAddr, `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="`+string(protocol.Preemption.Reason)+`",interruption_type="`+string(protocol.Preemption.Type)+`",slice="slice"}`); got != 1 {
 		t.Errorf("slice_interruptions_total = %v, want 1", got)
 	}
 
 	// slice-1 comes back: every host goes back in service.
-	if err := f.Reboot(ctx, vms["slice-1"]); err != nil {
+	if err := s.p.f.Reboot(ctx, s.vms["slice-1"]); err != nil {
 		t.Fatal(err)
 	}
-	world.WaitNodes(t, hosts, "went back in service after slice-1 came back", func(n *corev1.Node) bool {
+	world.WaitNodes(t, s.hosts, "went back in service after slice-1 came back", func(n *corev1.Node) bool {
 		_, asked := protocol.ReadSliceAsk(n)
 		return !asked && !protocol.HasTaintKey(n, protocol.TaintSliceDown) && (n.Name == "slice-3" || !protocol.HasTaint(n) && !n.Spec.Unschedulable)
+	})
+}
+
+// TestSliceFollowedWithNoAggregator: the same slice with an agent on every
+// host and no aggregator at all (as during a failover, or while its node is
+// down). Host 1 is preempted: every other host's agent, following its
+// slice's Nodes, drains its host by host 1's deadline, each pod stopped
+// with a grace that ends by it; when host 1 is back, every host goes back in
+// service.
+func TestSliceFollowedWithNoAggregator(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	s := newSlice(t, ctx, "lone")
+	deadline := s.preempt(t, ctx, "lone-1")
+	s.drainedWith(t, ctx, deadline, []string{"lone-0", "lone-2", "lone-3"}, []string{"job-0", "job-1", "job-2", "job-3"})
+	world.WaitEvent(t, "lone-0", protocol.EventSliceDrain, "Host lone-1 of the multi-host slice lone stops (preemption)")
+
+	if err := s.p.f.Reboot(ctx, s.vms["lone-1"]); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNodes(t, s.hosts, "went back in service after lone-1 came back", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Phase == protocol.PhaseIdle && !protocol.HasTaint(n) && !n.Spec.Unschedulable
 	})
 }
 

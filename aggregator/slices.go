@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -52,36 +53,19 @@ func SliceTriggers(nodes []Node) map[string]string {
 	return out
 }
 
-// SliceAsks is what every host of every multi-host slice must carry: for
-// a slice with a host in a maintenance of its own (host maintenance,
-// preemption, or a manual or opportunistic one), every other host is asked
-// to drain with it, by the earliest deadline of those hosts; the host with
-// that deadline is the cause. A slice with no such host carries no ask:
-// its hosts go back in service. The result names every host of every
-// slice (nil: no ask).
+// SliceAsks is what every host of every multi-host slice must carry
+// (protocol.SliceAsks, slice by slice). The result names every host of
+// every slice (nil: no ask).
 func SliceAsks(nodes []Node) map[string]*protocol.SliceAsk {
-	bySlice := map[string][]Node{}
+	bySlice := map[string][]protocol.SliceHost{}
 	for _, n := range nodes {
 		if n.Slice != "" {
-			bySlice[n.Slice] = append(bySlice[n.Slice], n)
+			bySlice[n.Slice] = append(bySlice[n.Slice], protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
 		}
 	}
 	out := map[string]*protocol.SliceAsk{}
-	for slice, members := range bySlice {
-		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-		var cause *Node
-		for i, n := range members {
-			own := active(n) && n.Reason != protocol.ReasonSlice && !n.Deadline.IsZero()
-			if own && (cause == nil || n.Deadline.Before(cause.Deadline)) {
-				cause = &members[i]
-			}
-		}
-		for _, n := range members {
-			out[n.Name] = nil
-			if cause != nil && n.Name != cause.Name {
-				out[n.Name] = &protocol.SliceAsk{Slice: slice, Cause: cause.Name, Reason: cause.Reason, Started: cause.Started.UTC(), Deadline: cause.Deadline.UTC()}
-			}
-		}
+	for slice, hosts := range bySlice {
+		maps.Copy(out, protocol.SliceAsks(slice, hosts))
 	}
 	return out
 }

@@ -103,3 +103,45 @@ func WriteSliceAsk(n *corev1.Node, ask *SliceAsk) {
 	}
 	n.Spec.Taints = taints
 }
+
+// SliceHost is one host of a slice, as its slice's ask is decided: the
+// maintenance its agent has under way (Phase, Reason, Started, Deadline of
+// its AgentState).
+type SliceHost struct {
+	Name              string
+	Phase             Phase
+	Reason            Reason
+	Started, Deadline time.Time
+}
+
+// SliceHostOf is n as a host of its slice.
+func SliceHostOf(n *corev1.Node) SliceHost {
+	st := ReadAgentState(n)
+	return SliceHost{Name: n.Name, Phase: st.Phase, Reason: st.Reason, Started: st.Started, Deadline: st.Deadline}
+}
+
+// SliceAsks is what every host of one slice must carry, by host name (nil:
+// no ask): when a host is in a maintenance of its own (host maintenance,
+// preemption, or a manual or opportunistic one; not a drain with its
+// slice), every other host drains with it, by the earliest deadline of
+// those hosts; the host with that deadline (the first by name on a tie)
+// is the cause. The aggregator writes these asks on every host; each
+// host's agent works its own out from the same Nodes, so that a slice
+// needs no aggregator to go down as one.
+func SliceAsks(slice string, hosts []SliceHost) map[string]*SliceAsk {
+	var cause *SliceHost
+	for i, h := range hosts {
+		own := (h.Phase == PhaseDraining || h.Phase == PhaseTerminating) && h.Reason != ReasonSlice && !h.Deadline.IsZero()
+		if own && (cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name) {
+			cause = &hosts[i]
+		}
+	}
+	out := make(map[string]*SliceAsk, len(hosts))
+	for _, h := range hosts {
+		out[h.Name] = nil
+		if cause != nil && h.Name != cause.Name {
+			out[h.Name] = &SliceAsk{Slice: slice, Cause: cause.Name, Reason: cause.Reason, Started: cause.Started.UTC(), Deadline: cause.Deadline.UTC()}
+		}
+	}
+	return out
+}

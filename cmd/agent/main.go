@@ -132,6 +132,8 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 			OngoingDeadline: opts.OngoingDeadline, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
 			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},
+		PoolLabel:            opts.PoolLabel,
+		SliceLabel:           opts.SliceLabel,
 		AcceleratorResources: resourceNames(opts.AcceleratorResources),
 		ManualGate:           manualGate,
 		Maintainer: &compute.VM{

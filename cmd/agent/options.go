@@ -70,7 +70,10 @@ type Options struct {
 	// may gate manual triggers; empty means none.
 	PolicyConfigMap string
 	PoolLabel       string
-	LogLevel        string
+	// SliceLabel, when set, names the label whose value is the node's
+	// multi-host slice.
+	SliceLabel string
+	LogLevel   string
 	// KubeAPIQPS and KubeAPIBurst size the agent's API client for a
 	// drain: one eviction per pod, at once, on a node of 110 pods.
 	KubeAPIQPS   float32
@@ -126,7 +129,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
-	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy).")
+	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy, and, as on GKE, a multi-host TPU slice's pool is its slice).")
+	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "Node label whose value names the node's multi-host slice, where the pool does not (a self-managed cluster); the same as the aggregator's. The agent follows the other hosts of its slice.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own).")
 	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace period and the VM's stop: the drain plans each pod to end this much before the deadline, for the eviction call and the kubelet's delivery of SIGTERM, and a grace rounded up to whole seconds. 0 keeps none.")

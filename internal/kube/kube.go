@@ -8,6 +8,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -75,6 +76,14 @@ func (c *Client) UpdateNode(ctx context.Context, n *corev1.Node, fieldManager st
 // NodeListWatch lists and watches the one Node named name.
 func (c *Client) NodeListWatch(name string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.core, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", name))
+}
+
+// LabelledNodesListWatch lists and watches the Nodes whose label key has
+// value.
+func (c *Client) LabelledNodesListWatch(key, value string) cache.ListerWatcher {
+	return cache.NewFilteredListWatchFromClient(c.core, "nodes", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.Set{key: value}.String()
+	})
 }
 
 // PodListWatch lists and watches the pods bound to the Node named node, in

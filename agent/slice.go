@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// A host of a multi-host slice follows its slice itself: the agent watches
+// the Nodes of its own slice (read only; it still writes only its own Node
+// and pods) and works out from their agents' states the ask the aggregator
+// would write (protocol.SliceAsks), so that the slice goes down as one
+// with no aggregator leading (a failover, or its node down). The
+// aggregator's ask on the Node still counts: it covers what only a cluster
+// view knows (a host whose agent is down, a cause whose Node was deleted).
+// The host follows the earlier deadline of the two.
+
+// watchSlice starts, where the node is a host of a multi-host slice, one
+// watch of the slice's Nodes and waits for it. Membership is read once,
+// at start: the labels that make it are set when the node is created.
+func (a *Agent) watchSlice(ctx context.Context) error {
+	node, err := a.cachedNode()
+	if err != nil {
+		return err
+	}
+	slice := protocol.SliceOf(node, a.opts.PoolLabel, a.opts.SliceLabel)
+	if slice == "" {
+		return nil
+	}
+	key := a.opts.SliceLabel
+	if key == "" {
+		key = a.opts.PoolLabel
+	}
+	inf := cache.NewSharedIndexInformer(a.opts.Client.LabelledNodesListWatch(key, slice), &corev1.Node{}, 0, cache.Indexers{})
+	_ = inf.SetTransform(slimNode)
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.poke() },
+		UpdateFunc: func(any, any) { a.poke() },
+		DeleteFunc: func(any) { a.poke() },
+	})
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("watch the slice %q of node %q: %w", slice, a.opts.NodeName, ctx.Err())
+	}
+	a.slice, a.siblings = slice, inf
+	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.GetStore().List()))
+	return nil
+}
+
+// sliceHosts is every host of the slice as its watch has it, but node (the
+// agent's own, as it reads it now).
+func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
+	hosts := []protocol.SliceHost{protocol.SliceHostOf(node)}
+	for _, o := range a.siblings.GetStore().List() {
+		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel) == a.slice {
+			hosts = append(hosts, protocol.SliceHostOf(n))
+		}
+	}
+	return hosts
+}
+
+// sliceAsk is the ask the agent follows on node: the one it works out from
+// its slice's hosts, or the aggregator's on the Node (see followedAsk).
+//
+// The agent works out the asks of the stops no one chose: a host
+// maintenance or a preemption of another host. A manual or opportunistic
+// maintenance of a slice is the aggregator's to coordinate (it takes the
+// other hosts' pending maintenances with it, so that the slice stops once),
+// and is followed through its ask.
+func (a *Agent) sliceAsk(node *corev1.Node) (protocol.SliceAsk, bool) {
+	written, set := protocol.ReadSliceAsk(node)
+	if a.siblings == nil {
+		return written, set
+	}
+	hosts := a.sliceHosts(node)
+	forced := make([]protocol.SliceHost, 0, len(hosts))
+	for _, h := range hosts {
+		if h.Reason == protocol.ReasonManual {
+			h.Phase = protocol.PhaseIdle // not a cause the agent follows by itself
+		}
+		forced = append(forced, h)
+	}
+	return followedAsk(protocol.SliceAsks(a.slice, forced)[node.Name], written, set, hosts)
+}
+
+// followedAsk is the ask a host follows: its own reading of its slice's
+// hosts (own, nil for none) or the aggregator's (written, when set), the
+// earlier deadline of the two. The aggregator's is stale, and ignored,
+// once its cause is among hosts with no maintenance of its own started
+// then under way: the aggregator withdraws it on its next pass, or never
+// while none leads.
+func followedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, hosts []protocol.SliceHost) (protocol.SliceAsk, bool) {
+	if set {
+		for _, h := range hosts {
+			if h.Name != written.Cause {
+				continue
+			}
+			active := (h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating) && h.Reason != protocol.ReasonSlice
+			if !active || !h.Started.Equal(written.Started) {
+				set = false
+			}
+		}
+	}
+	switch {
+	case own != nil && (!set || own.Deadline.Before(written.Deadline)):
+		return *own, true
+	case set:
+		return written, true
+	}
+	return protocol.SliceAsk{}, false
+}
