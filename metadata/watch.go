@@ -226,13 +226,21 @@ type Answer struct {
 	// agent for where that matters).
 	NotYet bool
 	// Since is the last moment this watcher knows the key held another
-	// value: when the latest answer with another value arrived. The value
-	// appeared after it (for a long-poll that was waiting, at about the
-	// time this answer came). Zero when the watcher never saw another
-	// value (the first answer since it started): when the value appeared is
-	// then unknown.
+	// value: when the latest answer with another value arrived, or, for a
+	// long poll on that value that the server held until the change, a
+	// moment (answerDelay) before this answer came. The value appeared
+	// after it. Zero when the watcher never saw another value (the first
+	// answer since it started): when the value appeared is then unknown.
 	Since time.Time
 }
+
+// A long poll the server held at least heldLongPoll before it answered
+// with a changed value was answered for the change, at most answerDelay
+// after it (the local metadata server answers within milliseconds).
+const (
+	heldLongPoll = 2 * time.Second
+	answerDelay  = time.Second
+)
 
 // sameValue: a and b say the same (Since aside).
 func sameValue(a, b Answer) bool {
@@ -342,10 +350,16 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 			continue
 		}
 		failures = 0
+		arrived := w.clock.Now()
 		if latest != nil && !sameValue(*latest, a) {
 			since = latestAt
+			// A long poll on the old value that the server held answers
+			// when the value changes: it changed about when the answer came.
+			if changedAt := arrived.Add(-answerDelay); etag != "" && arrived.Sub(began) >= heldLongPoll && changedAt.After(since) {
+				since = changedAt
+			}
 		}
-		latest, latestAt = &a, w.clock.Now()
+		latest, latestAt = &a, arrived
 		a.Since = since
 		etag = newETag
 		if etag == "" {

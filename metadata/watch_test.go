@@ -424,3 +424,28 @@ func TestWatchTellsSinceWhenAValueMayHaveHeld(t *testing.T) {
 			b, failed.Format(time.StampMilli), set.Format(time.StampMilli))
 	}
 }
+
+// A long poll on the old value that the server held until the value
+// changed tells the change came about when its answer did, however long the
+// poll was held: a preemption seen that way has its 30 s.
+func TestWatchTellsAChangeALongPollWaitedFor(t *testing.T) {
+	emu := gceemu.StartT(t, gceemu.Config{})
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	w := NewWatcher(WatcherOptions{Client: NewClient(time.Minute, emu.Host()), Timeout: time.Minute, Clock: clk})
+	f := &fixture{emu: emu, watcher: w, recorder: &countingRecorder{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	f.ctx = ctx
+	ch := f.watch(t, KeyPreempted, func(a Answer) bool { _, err := ParsePreempted(a.Value); return err == nil })
+	if a := next(t, f, ch); a.Value != "FALSE" {
+		t.Fatalf("first answer %+v, want FALSE", a)
+	}
+	first := clk.Now()
+	waitUntil(t, f, "the long poll held by the server", func() bool { return emu.Waiting() >= 1 })
+	clk.Step(20 * time.Second) // the poll is held 20 s
+	emu.SetPreempted(true)
+	a := next(t, f, ch)
+	if want := first.Add(20*time.Second - answerDelay); a.Value != "TRUE" || !a.Since.Equal(want) {
+		t.Errorf("after a held poll: %+v, want TRUE with Since %s (a moment before the answer), not the poll's start %s", a, want, first)
+	}
+}
