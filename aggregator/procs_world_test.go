@@ -11,7 +11,7 @@ import (
 // procs starts real agent and aggregator processes for a test, and stops
 // them when it ends.
 type procs struct {
-	t    *testing.T
+	t    testing.TB
 	bins string
 	ns   string
 	f    *fleet.Fleet
@@ -19,7 +19,7 @@ type procs struct {
 
 // newProcs returns the test's processes: agents started with agentArgs
 // (and --log-level warn), in the test's namespace.
-func newProcs(t *testing.T, agentArgs ...string) *procs {
+func newProcs(t testing.TB, agentArgs ...string) *procs {
 	t.Helper()
 	f := fleet.ForTest(t, world, agentArgs...)
 	bins, err := fleet.Binaries()

@@ -24,9 +24,9 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
-// slice is a multi-host TPU slice of 4 hosts (topology 2x2x4, 4 chips
-// each, TPU VMs that do not serve maintenance-event) with a real agent on
-// each, running a 4-pod job, one pod per host with 20 s of grace; and what
+// slice is a multi-host TPU slice (topology 2x2x4, 4 chips each, TPU VMs
+// that do not serve maintenance-event) with a real agent on each host,
+// running a job of one pod per host with 20 s of grace; and what
 // happens to it, as it happens: when each Node is first tainted, and when
 // and with what grace each pod is told to stop.
 type slice struct {
@@ -42,13 +42,14 @@ type slice struct {
 type podStop struct {
 	at    time.Time // when its grace ends (its deletionTimestamp)
 	grace int64
+	told  time.Time // when its deletion was seen
 }
 
-func newSlice(t *testing.T, ctx context.Context, pool string) *slice {
+func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	t.Helper()
 	p := newProcs(t, "--eviction-retry-interval", "1s")
 	s := &slice{p: p, vms: map[string]*fleet.VM{}, tainted: map[string]time.Time{}, stopped: map[string]podStop{}}
-	for i := range 4 {
+	for i := range size {
 		name := fmt.Sprintf("%s-%d", pool, i)
 		s.hosts = append(s.hosts, name)
 		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool, TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}},
@@ -78,10 +79,10 @@ func newSlice(t *testing.T, ctx context.Context, pool string) *slice {
 				running++
 			}
 		}
-		return err == nil && running == 4, nil
+		return err == nil && running == size, nil
 	})
 	if err != nil {
-		t.Fatal("the job's 4 pods never ran")
+		t.Fatalf("the job's %d pods never ran", size)
 	}
 	// The agents have read their Nodes: each publishes its host busy.
 	world.WaitNodes(t, s.hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
@@ -93,7 +94,7 @@ func newSlice(t *testing.T, ctx context.Context, pool string) *slice {
 		if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil {
 			s.mu.Lock()
 			if _, ok := s.stopped[p.Name]; !ok {
-				s.stopped[p.Name] = podStop{at: p.DeletionTimestamp.Time, grace: *p.DeletionGracePeriodSeconds}
+				s.stopped[p.Name] = podStop{at: p.DeletionTimestamp.Time, grace: *p.DeletionGracePeriodSeconds, told: time.Now()}
 			}
 			s.mu.Unlock()
 		}
@@ -119,7 +120,7 @@ func newSlice(t *testing.T, ctx context.Context, pool string) *slice {
 }
 
 // preempt preempts host and returns its drain's deadline.
-func (s *slice) preempt(t *testing.T, ctx context.Context, host string) time.Time {
+func (s *slice) preempt(t testing.TB, ctx context.Context, host string) time.Time {
 	t.Helper()
 	s.vms[host].Emu.SetPreempted(true)
 	var deadline time.Time
@@ -196,7 +197,7 @@ func (s *slice) drainedWith(t *testing.T, ctx context.Context, deadline time.Tim
 func TestSliceDrainedAsOne(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	s := newSlice(t, ctx, "slice")
+	s := newSlice(t, ctx, "slice", 4)
 	if err := s.vms["slice-3"].Agent.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestSliceDrainedAsOne(t *testing.T) {
 func TestSliceFollowedWithNoAggregator(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	s := newSlice(t, ctx, "lone")
+	s := newSlice(t, ctx, "lone", 4)
 	deadline := s.preempt(t, ctx, "lone-1")
 	s.drainedWith(t, ctx, deadline, []string{"lone-0", "lone-2", "lone-3"}, []string{"job-0", "job-1", "job-2", "job-3"})
 	world.WaitEvent(t, "lone-0", protocol.EventSliceDrain, "Host lone-1 of the multi-host slice lone stops (preemption)")

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,10 +83,14 @@ func sameAsk(a, b *protocol.SliceAsk) bool {
 	return a.Slice == b.Slice && a.Cause == b.Cause && a.Reason == b.Reason && a.Started.Equal(b.Started) && a.Deadline.Equal(b.Deadline)
 }
 
+// askWriters bounds the slice asks written at once: a 64-host slice is
+// asked in a few round trips, within the API client's rate.
+const askWriters = 16
+
 // applySliceAsks writes every ask that differs from what its host carries,
-// conditional on the host being as the pass saw it (a conflict is retried
-// by the next pass), and counts a slice interruption when a slice is
-// newly taken down.
+// up to askWriters at once, conditional on the host being as the pass saw it
+// (a conflict is retried by the next pass), and counts a slice
+// interruption when a slice is newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
 	want := SliceAsks(views)
 	take := SliceTriggers(views)
@@ -93,34 +98,46 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 	for _, v := range views {
 		current[v.Name] = v
 	}
-	counted := map[string]bool{} // slice -> counted in this pass
-	names := make([]string, 0, len(want))
-	for name := range want {
-		names = append(names, name)
+	var names []string
+	for name, ask := range want {
+		v := current[name]
+		if !sameAsk(ask, v.Ask) || (ask != nil) != v.SliceTaint || take[name] != "" {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		ask, v := want[name], current[name]
-		takenWith := take[name]
-		if sameAsk(ask, v.Ask) && (ask != nil) == v.SliceTaint && takenWith == "" {
-			continue
-		}
-		if ctx.Err() != nil {
-			return // leadership lost
-		}
-		n := decidedOn[name].DeepCopy()
-		protocol.WriteSliceAsk(n, ask)
-		if takenWith != "" {
-			protocol.WriteTrigger(n, protocol.MaintenanceState{TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339),
-				TriggeredBy: a.opts.Identity + ", with " + takenWith, ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
-		}
-		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-			if !apierrors.IsConflict(err) {
-				a.log.Warn("slice ask not written", "node", name, "err", err)
+	written := make([]bool, len(names))
+	var g errgroup.Group
+	g.SetLimit(askWriters)
+	for i, name := range names {
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				return nil // leadership lost
 			}
-			a.poke()
+			n := decidedOn[name].DeepCopy()
+			protocol.WriteSliceAsk(n, want[name])
+			if takenWith := take[name]; takenWith != "" {
+				protocol.WriteTrigger(n, protocol.MaintenanceState{TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339),
+					TriggeredBy: a.opts.Identity + ", with " + takenWith, ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
+			}
+			if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+				if !apierrors.IsConflict(err) {
+					a.log.Warn("slice ask not written", "node", name, "err", err)
+				}
+				a.poke()
+				return nil
+			}
+			written[i] = true
+			return nil
+		})
+	}
+	_ = g.Wait()
+	counted := map[string]bool{} // slice -> counted in this pass
+	for i, name := range names {
+		if !written[i] {
 			continue
 		}
+		ask, v, takenWith := want[name], current[name], take[name]
 		if takenWith != "" {
 			a.log.Info("pending maintenance taken with the slice's", "node", name, "slice", v.Slice, "with", takenWith)
 			a.nodeEvent(name, v.UID, true, protocol.EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s started its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",

@@ -29,7 +29,7 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	cfg, err := cli.Config(opts.Kubeconfig, "maintenance-handler-aggregator", 0, 0)
+	cfg, err := cli.Config(opts.Kubeconfig, "maintenance-handler-aggregator", opts.KubeAPIQPS, opts.KubeAPIBurst)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	AutoscalerStatus string
 	SliceLabel       string
 	LogLevel         string
+	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
+	// slice going down is one write per host at once.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 }
 
 // NewOptions returns the defaults.
@@ -58,6 +62,8 @@ func NewOptions() *Options {
 		Interval:             aggregator.Default.Interval,
 		RecreateWindow:       aggregator.Default.RecreateWindow,
 		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
+		KubeAPIQPS:           50,
+		KubeAPIBurst:         100,
 		GKEConfig:            "leave",
 		AutoscalerStatus:     aggregator.DefaultAutoscalerStatus,
 		LogLevel:             "info",
@@ -77,6 +83,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Time between leader-election attempts; less than --renew-deadline.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming a node's pool.")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "Longest time between decision passes (a pass also follows every Node change).")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second the aggregator may send to the API server; a multi-host slice going down is one write per host, up to 16 at once.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests above --kube-api-qps.")
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "A Node label whose value names the node's multi-host slice (for clusters whose nodes do not carry GKE's labels); empty: GKE's rule, a TPU pool whose "+protocol.LabelTPUTopology+" has more chips than one node.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
@@ -96,6 +104,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LeaseName == "" || o.PoolLabel == "" {
 		errs = append(errs, errors.New("--lease-name and --pool-label must not be empty"))
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
 	}
 	if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
 		errs = append(errs, fmt.Errorf("want 0 < --retry-period (%s) < --renew-deadline (%s) < --lease-duration (%s)", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
