@@ -37,9 +37,18 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	}
 	inf := cache.NewSharedIndexInformer(a.opts.Client.LabelledNodesListWatch(key, slice), &corev1.Node{}, 0, cache.Indexers{})
 	_ = inf.SetTransform(slimNode)
+	// Only a change of what an ask is decided from wakes the agent: the
+	// other hosts write their Nodes for many other reasons, and a slice of
+	// 64 hosts is 64 watchers of each write.
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
+		AddFunc: func(any) { a.poke() },
+		UpdateFunc: func(o, n any) {
+			old, ok1 := o.(*corev1.Node)
+			cur, ok2 := n.(*corev1.Node)
+			if !ok1 || !ok2 || protocol.SliceHostOf(old) != protocol.SliceHostOf(cur) {
+				a.poke()
+			}
+		},
 		DeleteFunc: func(any) { a.poke() },
 	})
 	go inf.Run(ctx.Done())

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -365,5 +366,28 @@ func TestEventReasonsListed(t *testing.T) {
 		if e := listed[r]; !e.Warning || len(e.Sources) != 1 || e.Sources[0] != EventSourceAgent {
 			t.Errorf("trigger refusal %s: %+v, want an agent's Warning", r, e)
 		}
+	}
+}
+
+// TestSliceHostOfReadsAsTheState: a slice host is read as its agent's
+// state is, from the four keys alone.
+func TestSliceHostOfReadsAsTheState(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, st := range []AgentState{
+		{Phase: PhaseIdle},
+		{Phase: PhaseDraining, Reason: ReasonPreemption, Started: at, Deadline: at.Add(30 * time.Second), Interruptions: Counts{}.Add(Preemption, 1)},
+		{Phase: PhaseTerminating, Reason: ReasonSlice, Started: at, Deadline: at.Add(time.Hour)},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h"}}
+		WriteAgentState(n, st)
+		read := ReadAgentState(n)
+		want := SliceHost{Name: "h", Phase: read.Phase, Reason: read.Reason, Started: read.Started, Deadline: read.Deadline}
+		if got := SliceHostOf(n); got != want {
+			t.Errorf("%s: SliceHostOf %+v, want %+v", st.Phase, got, want)
+		}
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h", Annotations: map[string]string{AnnotationPhase: "Bogus", AnnotationReason: "x"}}}
+	if got := SliceHostOf(n); got.Phase != PhaseIdle {
+		t.Errorf("an unknown phase reads %q, want Idle", got.Phase)
 	}
 }

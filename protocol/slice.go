@@ -114,10 +114,18 @@ type SliceHost struct {
 	Started, Deadline time.Time
 }
 
-// SliceHostOf is n as a host of its slice.
+// SliceHostOf is n as a host of its slice: the four keys of its agent's
+// state an ask is decided from, read as ReadAgentState reads them (and
+// only those: every host reads every other host of its slice on every
+// change of one).
 func SliceHostOf(n *corev1.Node) SliceHost {
-	st := ReadAgentState(n)
-	return SliceHost{Name: n.Name, Phase: st.Phase, Reason: st.Reason, Started: st.Started, Deadline: st.Deadline}
+	a := n.Annotations
+	h := SliceHost{Name: n.Name, Phase: Phase(a[AnnotationPhase]), Reason: Reason(a[AnnotationReason]),
+		Started: readTime(a[AnnotationStarted]), Deadline: readTime(a[AnnotationDeadline])}
+	if h.Phase != PhaseDraining && h.Phase != PhaseTerminating {
+		h.Phase = PhaseIdle
+	}
+	return h
 }
 
 // SliceAsks is what every host of one slice must carry, by host name (nil:
