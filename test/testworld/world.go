@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -362,7 +364,14 @@ func FreeAddrT(t testing.TB) string {
 	return addr
 }
 
-// freePorts reserves n distinct free loopback ports and releases them.
+// freePorts reserves n distinct free loopback ports and releases them, for
+// servers that bind them a moment later. The ports come from outside the
+// kernel's ephemeral range: a port the kernel handed out for ":0" is also
+// what it hands out as the local port of the next outgoing connection, and
+// with many test binaries connecting at once one of them could take it
+// before the server binds it ("address already in use"). Outside that
+// range only another listener can, which would have to pick the same port
+// at random in that very moment.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -370,16 +379,43 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
+	low, high := listenRange()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("find a free port in %d-%d: none free in 1000 tries", low, high)
+		}
+		port := low + mathrand.IntN(high-low)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+			continue // taken
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// listenRange is where freePorts picks: below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768-60999 by default), above the ports
+// services usually listen on, or above the ephemeral range when it starts
+// too low to leave room below.
+func listenRange() (low, high int) {
+	ephemeralLow, ephemeralHigh := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if l, err := strconv.Atoi(f[0]); err == nil {
+				ephemeralLow = l
+			}
+			if h, err := strconv.Atoi(f[1]); err == nil {
+				ephemeralHigh = h
+			}
+		}
+	}
+	if ephemeralLow-20000 >= 4000 {
+		return 20000, ephemeralLow
+	}
+	return ephemeralHigh + 1, 65535
 }
 
 // httpOK returns a probe that GETs url (with cfg's credentials and CA if
