@@ -429,19 +429,27 @@ func TestPreemptionMovesTheDeadlineOfTheDrainUnderWay(t *testing.T) {
 	p := makePod(ns, "guarded", v.name, 10, time.Second)
 	p.Labels = map[string]string{"app": "guarded"}
 	createPod(t, p)
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guarded"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitPDB(t, ns, "guarded", 1)
+	guard(t, p)
 	startAgent(t, v, agent.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	world.WaitEvent(t, v.name, protocol.EventBlocked)
 
 	preemptUntilTerminating(t, v, ns, "guarded")
 	world.WaitEvent(t, v.name, protocol.EventEscalated)
+}
+
+// guard puts pod p, which must be running or about to, under a
+// PodDisruptionBudget of its own that allows no eviction (minAvailable 1),
+// and waits until the budget counts it.
+func guard(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(p.Namespace).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPDB(t, p.Namespace, p.Name, 1)
 }
 
 // preemptUntilTerminating preempts v's VM and waits for its node to be
@@ -895,12 +903,7 @@ func TestAgentStartedLateDrainsByThePlatformsDeadline(t *testing.T) {
 	for _, p := range []*corev1.Pod{held, lead, system} {
 		createPod(t, p)
 	}
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "held"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: held.Labels}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	guard(t, held)
 	dsLabels := map[string]string{"app": "exporter"}
 	tmpl := makePod(ns, "", "", 2, time.Second)
 	tmpl.Labels, tmpl.Spec.NodeName, tmpl.Spec.NodeSelector = dsLabels, "", map[string]string{corev1.LabelHostname: v.name}
@@ -911,7 +914,6 @@ func TestAgentStartedLateDrainsByThePlatformsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	world.WaitRunning(t, v.name, 4)
-	waitPDB(t, ns, "held", 1)
 	pods, err := world.Client.CoreV1().Pods(ns).List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{LabelSelector: "app=exporter"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("DaemonSet pods: %v %v, want 1", len(pods.Items), err)
