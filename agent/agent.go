@@ -431,7 +431,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
 		obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
 		obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
-		obs.SliceAsk, obs.SliceAskSet = a.sliceAsk(node)
+		a.observeSlice(node, &obs)
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}

@@ -88,7 +88,13 @@ func slimNode(obj any) (any, error) {
 	if tpu, ok := n.Status.Allocatable[protocol.ResourceTPU]; ok {
 		allocatable = corev1.ResourceList{protocol.ResourceTPU: tpu} // slice membership
 	}
-	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable}
+	var ready []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}} // a slice's host that is down
+		}
+	}
+	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable, Conditions: ready}
 	return n, nil
 }
 

@@ -63,7 +63,9 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 // sliceHosts is every host of the slice as its watch has it, but node (the
 // agent's own, as it reads it now).
 func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
-	hosts := []protocol.SliceHost{protocol.SliceHostOf(node)}
+	own := protocol.SliceHostOf(node)
+	own.Ready = true // the agent runs
+	hosts := []protocol.SliceHost{own}
 	for _, o := range a.siblings.GetStore().List() {
 		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel) == a.slice {
 			hosts = append(hosts, protocol.SliceHostOf(n))
@@ -72,28 +74,23 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	return hosts
 }
 
-// sliceAsk is the ask the agent follows on node: the one it works out from
-// its slice's hosts, or the aggregator's on the Node (see followedAsk).
-//
-// The agent works out the asks of the stops no one chose: a host
-// maintenance or a preemption of another host. A manual or opportunistic
-// maintenance of a slice is the aggregator's to coordinate (it takes the
-// other hosts' pending maintenances with it, so that the slice stops once),
-// and is followed through its ask.
-func (a *Agent) sliceAsk(node *corev1.Node) (protocol.SliceAsk, bool) {
+// observeSlice fills what obs knows of node's multi-host slice: the ask
+// the agent follows (its own reading of its slice's hosts, or the
+// aggregator's on the Node: followedAsk) and, for a voluntary maintenance
+// of the slice, which host calls Compute Engine and which hosts still
+// drain.
+func (a *Agent) observeSlice(node *corev1.Node, obs *Observation) {
 	written, set := protocol.ReadSliceAsk(node)
 	if a.siblings == nil {
-		return written, set
+		obs.SliceAsk, obs.SliceAskSet = written, set
+		return
 	}
 	hosts := a.sliceHosts(node)
-	forced := make([]protocol.SliceHost, 0, len(hosts))
-	for _, h := range hosts {
-		if h.Reason == protocol.ReasonManual {
-			h.Phase = protocol.PhaseIdle // not a cause the agent follows by itself
-		}
-		forced = append(forced, h)
-	}
-	return followedAsk(protocol.SliceAsks(a.slice, forced)[node.Name], written, set, hosts)
+	obs.Slice = a.slice
+	obs.SliceAsk, obs.SliceAskSet = followedAsk(protocol.SliceAsks(a.slice, hosts)[node.Name], written, set, hosts)
+	caller := protocol.SliceCaller(hosts)
+	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
+	obs.SliceWaiting, obs.SliceIncomplete = protocol.SliceDrained(hosts, caller)
 }
 
 // followedAsk is the ask a host follows: its own reading of its slice's

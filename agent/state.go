@@ -164,6 +164,17 @@ type Observation struct {
 	// SliceAskSet whether there is one.
 	SliceAsk    protocol.SliceAsk
 	SliceAskSet bool
+	// Slice names the node's multi-host slice ("" for none). For a
+	// voluntary maintenance of it, SliceCaller says whether this host
+	// makes the slice's one performMaintenance call
+	// (protocol.SliceCaller); SliceWaiting names the other hosts that
+	// still drain, and SliceIncomplete those whose voluntary drain ended
+	// with pods left (protocol.SliceDrained).
+	Slice string
+	// SliceVoluntary: a host of the slice has a manual or opportunistic
+	// maintenance under way (protocol.SliceCaller names one).
+	SliceVoluntary, SliceCaller   bool
+	SliceWaiting, SliceIncomplete []string
 	// GKEHandling says how the Node shows GKE's own maintenance handler
 	// handling it (protocol.GKEHandling); "" when it does not.
 	GKEHandling string
@@ -329,7 +340,7 @@ func Step(cfg Config, st State, obs Observation) Decision {
 	d.manual(cfg, obs) // trigger.go
 	d.followSlice(obs)
 	d.leaveToGKE(cfg, st, obs)
-	d.drained(obs)
+	d.drained(cfg, obs)
 	if obs.Signals.NoticeKnown {
 		d.mirrorNotice(obs.Signals)
 	}
@@ -507,7 +518,15 @@ func stopAt(cfg Config, now time.Time, notice time.Duration, after, opened, clos
 
 // hostMaintenance starts a host maintenance on an idle node, or over a
 // maintenance that yields to it (keeping the earlier deadline).
+//
+// On a host of a multi-host slice that drains for a voluntary maintenance
+// of its slice that another host asks for, the host maintenance that
+// begins is that one: starting maintenance on one instance of a slice
+// starts it on every instance. It is counted once, by the host that asked
+// (manualHappened), not again here.
 func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, format string) {
+	ofSlice := obs.SliceVoluntary && !obs.SliceCaller && d.State.Active() &&
+		(d.State.Reason == protocol.ReasonSlice || d.State.Reason == protocol.ReasonManual && d.State.Requested.IsZero())
 	if d.State.Phase == protocol.PhaseIdle {
 		d.start(obs, protocol.ReasonHostMaintenance, deadline)
 	} else {
@@ -516,9 +535,13 @@ func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, 
 			d.State.Deadline = deadline
 		}
 	}
-	d.Interruption = countedAs(protocol.ReasonHostMaintenance)
-	d.Events = append(d.Events, EventRecord{Warning: true, Reason: reason,
-		Message: fmt.Sprintf(format, d.State.Deadline.UTC().Format(time.RFC3339))})
+	msg := fmt.Sprintf(format, d.State.Deadline.UTC().Format(time.RFC3339))
+	if ofSlice {
+		msg += fmt.Sprintf(". It is the maintenance of the multi-host slice %s, which another host of it asked for: counted once, by that host", obs.Slice)
+	} else {
+		d.Interruption = countedAs(protocol.ReasonHostMaintenance)
+	}
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: reason, Message: msg})
 }
 
 // migration: live migration is recorded, once per announcement, and
@@ -586,8 +609,19 @@ func (d *Decision) leaveToGKE(cfg Config, before State, obs Observation) {
 // drained: the drain finished, and the node waits for the VM to stop. A
 // maintenance that asks Compute Engine (reasonRule.asksCompute) is
 // finished when Compute Engine accepts it (trigger.go).
-func (d *Decision) drained(obs Observation) {
+func (d *Decision) drained(cfg Config, obs Observation) {
 	if d.State.Phase != protocol.PhaseDraining || ruleOf(d.State.Reason).asksCompute || !obs.DrainDone {
+		return
+	}
+	if d.State.Reason == protocol.ReasonSlice && len(obs.DrainLeft) > 0 && voluntaryDrain(cfg, d.State, obs) {
+		// A voluntary maintenance of the slice: the host that asks for it
+		// reads this and gives the slice up, which withdraws the ask.
+		if d.State.Drain != protocol.DrainIncomplete {
+			d.State.Drain = protocol.DrainIncomplete
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
+				Message: fmt.Sprintf("The drain for the multi-host slice %s could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. The slice's maintenance is voluntary, so no pod was deleted; it is given up on every host.",
+					obs.SliceAsk.Slice, d.State.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5))})
+		}
 		return
 	}
 	d.State.Phase = protocol.PhaseTerminating
@@ -623,8 +657,14 @@ func (d *Decision) drainOrder(cfg Config, before State, obs Observation) {
 	if d.State.Phase != protocol.PhaseDraining || d.State.LeftToGKE || obs.DrainDone && d.State.Started.Equal(before.Started) {
 		return
 	}
-	voluntary := ruleOf(d.State.Reason).voluntary(obs)
-	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntary && !cfg.ManualDrainEscalate}
+	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntaryDrain(cfg, d.State, obs)}
+}
+
+// voluntaryDrain: st's drain keeps to the PodDisruptionBudgets to its end,
+// as its reason says (reasonRule.voluntary), unless the configuration
+// escalates manual drains.
+func voluntaryDrain(cfg Config, st State, obs Observation) bool {
+	return ruleOf(st.Reason).voluntary(obs) && !cfg.ManualDrainEscalate
 }
 
 // idleness, for the aggregator: since when no workload runs, or what runs.

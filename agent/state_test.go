@@ -1177,6 +1177,88 @@ func TestStepSlice(t *testing.T) {
 	}
 }
 
+// TestStepSliceCallsOnce: a voluntary maintenance of a multi-host slice
+// asks Compute Engine once, from its caller, after every other host is
+// drained; a drain that cannot finish on one host gives it up on every
+// host; the maintenance that begins on every host is the slice's, counted
+// by the caller alone.
+func TestStepSliceCallsOnce(t *testing.T) {
+	manual := draining(protocol.ReasonManual, time.Hour)
+	manual.RequestID = "req-1"
+	inSlice := func(o Observation, caller bool, waiting, incomplete []string) Observation {
+		o.Slice, o.SliceVoluntary, o.SliceCaller, o.SliceWaiting, o.SliceIncomplete = "v5p", true, caller, waiting, incomplete
+		return o
+	}
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	manual.ScheduledTime, manual.Notice = strconv.FormatInt(window.Unix(), 10), pending.Raw
+	drained := func(o Observation) Observation { o.DrainDone = true; return o }
+	manualAsk := protocol.SliceAsk{Slice: "v5p", Cause: "host-a", Reason: protocol.ReasonManual, Started: t0, Deadline: t0.Add(time.Hour)}
+	follower := draining(protocol.ReasonSlice, time.Hour)
+	following := func(o Observation) Observation { o.SliceAsk, o.SliceAskSet = manualAsk, true; return inSlice(o, false, nil, nil) }
+	ongoing := with(func(s *Signals) {
+		s.Notice, s.NoticePresent = pending, true
+		s.Notice.Status, s.Notice.WindowStart = metadata.StatusOngoing, t0
+		s.EventNotServed = true
+	})
+	for _, tc := range []struct {
+		name  string
+		state State
+		obs   Observation
+		check func(t *testing.T, d Decision)
+	}{
+		{"the caller, drained, another host still draining: waits, no call", manual, drained(inSlice(obs(noticed), true, []string{"host-b"}, nil)), func(t *testing.T, d Decision) {
+			if d.Perform || d.State.Phase != protocol.PhaseDraining || d.State.Drain != protocol.DrainDone || !d.WakeAt.Equal(manual.Deadline) {
+				t.Errorf("perform %t, state %+v, wake %s", d.Perform, d.State, d.WakeAt)
+			}
+		}},
+		{"the caller, every host drained: asks, once", manual, drained(inSlice(obs(noticed), true, nil, nil)), func(t *testing.T, d Decision) {
+			if !d.Perform || d.State.Requested.IsZero() {
+				t.Errorf("perform %t, state %+v", d.Perform, d.State)
+			}
+		}},
+		{"the caller, another host still draining at the deadline: given up on every host", manual,
+			func() Observation { o := drained(inSlice(obs(noticed), true, []string{"host-b"}, nil)); o.Now = manual.Deadline; return o }(), func(t *testing.T, d Decision) {
+				if d.Perform || d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualAbandoned || !d.RemoveTrigger || !strings.Contains(d.Events[0].Message, "host-b") {
+					t.Errorf("perform %t, state %+v, manual %q, events %+v", d.Perform, d.State, d.Manual, d.Events)
+				}
+			}},
+		{"the caller, a host's drain incomplete: given up at once, drained or not", manual, inSlice(obs(noticed), true, nil, []string{"host-c"}), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualAbandoned || !strings.Contains(d.Events[0].Message, "given up on every host") {
+				t.Errorf("state %+v, manual %q, events %+v", d.State, d.Manual, d.Events)
+			}
+		}},
+		{"a second asked host: drains, never calls", manual, drained(inSlice(obs(noticed), false, nil, nil)), func(t *testing.T, d Decision) {
+			if d.Perform || d.State.Phase != protocol.PhaseDraining || d.State.Drain != protocol.DrainDone {
+				t.Errorf("perform %t, state %+v", d.Perform, d.State)
+			}
+		}},
+		{"a follower whose voluntary drain left pods: says so, and stays", follower,
+			func() Observation { o := drained(following(obs(quiet()))); o.DrainLeft = []string{"ns/held"}; return o }(), func(t *testing.T, d Decision) {
+				if d.State.Phase != protocol.PhaseDraining || d.State.Drain != protocol.DrainIncomplete || len(d.Events) != 1 || !strings.Contains(d.Events[0].Message, "ns/held") || !d.Drain.IsZero() {
+					t.Errorf("state %+v, events %+v, drain %+v", d.State, d.Events, d.Drain)
+				}
+			}},
+		{"a follower drained: terminating", follower, drained(following(obs(quiet()))), func(t *testing.T, d Decision) {
+			if d.State.Phase != protocol.PhaseTerminating || len(d.Events) != 1 || d.Events[0].Message != "All pods were stopped; the host waits for its multi-host slice to come back" {
+				t.Errorf("state %+v, events %+v", d.State, d.Events)
+			}
+		}},
+		{"the slice's maintenance begins on a follower: its own, not counted", func() State { s := follower; s.Phase = protocol.PhaseTerminating; return s }(), following(obs(ongoing)), func(t *testing.T, d Decision) {
+			if d.State.Reason != protocol.ReasonHostMaintenance || d.Interruption != nil || !strings.Contains(d.Events[0].Message, "maintenance of the multi-host slice v5p") {
+				t.Errorf("state %+v, interruption %v, events %+v", d.State, d.Interruption, d.Events)
+			}
+		}},
+		{"a host maintenance of a host of a slice nobody asked for: counted", func() State { s := follower; s.Phase = protocol.PhaseTerminating; return s }(),
+			func() Observation { o := following(obs(ongoing)); o.SliceVoluntary = false; return o }(), func(t *testing.T, d Decision) {
+				if d.Interruption == nil || *d.Interruption != protocol.HostMaintenance {
+					t.Errorf("interruption %v", d.Interruption)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, stepChecked(t, cfg, tc.state, tc.obs)) })
+	}
+}
+
 // TestStepDeadlineFromThePlatform: the drain's deadline counts the
 // platform's notice from when the signal appeared, as far as the agent can
 // know it, never from when the agent happened to see it; a deadline already

@@ -69,6 +69,9 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 		if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseDraining {
 			return
 		}
+		if st.Requested.IsZero() && obs.Slice != "" && d.sliceWaits(cfg, obs) {
+			return
+		}
 		switch r := obs.Perform; {
 		case r != nil && r.RequestID == st.RequestID && r.Err == nil:
 			d.accept(cfg, obs.Now, "operation "+r.Operation)
@@ -99,13 +102,12 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			d.State = idleState(st)
 		case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
 			// Voluntary: the budgets held to the end, or pods are stuck.
-			d.Manual = protocol.ManualAbandoned
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
-				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; the node is back in service (taint, maintenance label and %s removed).",
-					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), protocol.LabelPerformMaintenance)})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = true
-			d.State = idleState(st)
+			what := "the node is"
+			if obs.Slice != "" {
+				what = fmt.Sprintf("it is given up on every host of the multi-host slice %s, and the slice is", obs.Slice)
+			}
+			d.giveUp(fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; %s back in service (taint, maintenance label and %s removed).",
+				st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), what, protocol.LabelPerformMaintenance))
 		case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
 			d.Perform = true
 			if st.Requested.IsZero() {
@@ -113,6 +115,72 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			}
 		}
 	}
+}
+
+// sliceWaits: a manual (or opportunistic) maintenance of a host of a
+// multi-host slice, not yet asked for, waits for its slice; false when
+// the maintenance goes on as any other (the caller, every other host
+// drained). Starting maintenance on one instance of a slice starts it on
+// every instance, so the slice makes one call (its caller's,
+// protocol.SliceCaller), and only once every other host is drained: the
+// others follow this host's maintenance (protocol.SliceAsks) and drain
+// voluntarily by its deadline. A drain that could not finish on any host
+// gives the maintenance up on every host: the caller goes back in
+// service, which withdraws the slice's asks. A host with a manual
+// maintenance that is not the caller (a person labelled two hosts)
+// drains and waits for the slice's maintenance to begin on its own VM
+// (maintenanceStarts), bounded by ManualStartTimeout past its deadline.
+func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
+	st := d.State
+	if len(obs.SliceIncomplete) > 0 {
+		d.giveUp(fmt.Sprintf("The drain of host(s) %s of the multi-host slice %s could not finish by the deadline %s (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating). A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host, no pod was deleted and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
+			excerpt(obs.SliceIncomplete, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+		return true
+	}
+	if !obs.DrainDone {
+		return !obs.SliceCaller
+	}
+	if len(obs.DrainLeft) > 0 {
+		if obs.SliceCaller {
+			return false // given up as on any node
+		}
+		// The caller gives the slice up when it reads this.
+		if st.Drain != protocol.DrainIncomplete {
+			d.State.Drain = protocol.DrainIncomplete
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
+				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node: %s. No pod was deleted; the maintenance of the multi-host slice %s is given up on every host.",
+					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), obs.Slice)})
+		}
+		return true
+	}
+	d.State.Drain = protocol.DrainDone
+	switch {
+	case !obs.SliceCaller:
+		if startBy := st.Deadline.Add(cfg.ManualStartTimeout); obs.Now.Before(startBy) {
+			d.WakeAt = startBy
+			return true
+		}
+		d.giveUp(fmt.Sprintf("The maintenance of the multi-host slice %s, which another host of it asks for, has not begun %s after this host's deadline %s. The node is back in service (taint, maintenance label and %s removed).",
+			obs.Slice, cfg.ManualStartTimeout, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+	case len(obs.SliceWaiting) == 0:
+		return false // every host is drained: ask
+	case obs.Now.Before(st.Deadline):
+		d.WakeAt = st.Deadline // the hosts still draining wake the loop
+	default:
+		d.giveUp(fmt.Sprintf("Host(s) %s of the multi-host slice %s had not finished draining by the deadline %s. A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
+			excerpt(obs.SliceWaiting, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+	}
+	return true
+}
+
+// giveUp ends a voluntary maintenance not asked for: the node goes back
+// in service, and the failure is remembered.
+func (d *Decision) giveUp(msg string) {
+	d.Manual = protocol.ManualAbandoned
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned, Message: msg})
+	d.Uncordon = !d.State.CordonedBefore
+	d.RemoveTrigger = true
+	d.State = idleState(d.State)
 }
 
 // triggerCheck is what the agent knows of the trigger, for

@@ -335,28 +335,46 @@ cluster:
 	}
 }
 
-// TestTPUSliceWholeOrNothing: a 2-host TPU slice pool is triggered whole,
-// only once both hosts are idle.
-func TestTPUSliceWholeOrNothing(t *testing.T) {
+// TestSliceCountsAgainstTheCaps: an idle 4-host TPU slice (pool
+// a-slice) and two pools of three idle GPU nodes, with a cluster cap of 6
+// nodes in voluntary maintenance. The slice goes first and takes 4 of the
+// 6 (one trigger, on its first host, which asks Compute Engine for the
+// slice); b-gpu takes the 2 left; c-gpu none, and is told why. Further
+// passes take nothing more.
+func TestSliceCountsAgainstTheCaps(t *testing.T) {
 	testworld.Need(t)
 	ns := world.Namespace(t)
-	slice := []string{"tpu-slice-0", "tpu-slice-1"}
-	for _, name := range slice {
-		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "v5p-16", TPU: true, Labels: map[string]string{testworld.LabelTPUTopology: "2x2x2"}})
-	}
+	cfg := "node-idle-time=60s,min-nodes=0,window=604800s,max-unavailable=3"
 	soon := time.Now().Add(24 * time.Hour)
-	cfg := "node-idle-time=60s,min-nodes=0,window=604800s"
-	publish(t, slice[0], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
-	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: -1, busy: protocol.BusyAccelerators, config: cfg})
-	startAggregator(t, ns, "")
-	world.WaitEvent(t, slice[0], protocol.EventSkipped, "maintained whole")
-	for _, name := range slice {
-		if n, _ := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); triggered(n) {
-			t.Fatalf("%s triggered while the other host is busy", name)
+	var all []string
+	for i := range 4 {
+		name := fmt.Sprintf("a-slice-%d", i)
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "a-slice", TPU: true, Labels: map[string]string{testworld.LabelTPUTopology: "2x2x4"}})
+		publish(t, name, published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=60s,min-nodes=0,window=604800s"})
+		all = append(all, name)
+	}
+	all = append(all, idlePool(t, "b-gpu", "b-gpu", 3, cfg)...)
+	all = append(all, idlePool(t, "c-gpu", "c-gpu", 3, cfg)...)
+	configMap(t, ns, "cluster: {maxVoluntaryMaintenance: \"6\"}\n")
+	r := startAggregator(t, ns, "maintenance-handler")
+	world.WaitNodes(t, []string{"a-slice-0"}, "triggered for the whole slice", triggered)
+	world.WaitEvent(t, "c-gpu-00", protocol.EventSkipped, "maxVoluntaryMaintenance=6")
+	waitPasses(t, r.agg, 3)
+	var got []string
+	for _, name := range all {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if triggered(n) {
+			got = append(got, name)
 		}
 	}
-	publish(t, slice[1], published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: cfg})
-	world.WaitNodes(t, slice, "were triggered whole (the idle slice)", triggered)
+	// a-slice-0 takes its slice's 4 nodes; two of b-gpu the rest.
+	if len(got) != 3 || got[0] != "a-slice-0" || !strings.HasPrefix(got[1], "b-gpu-") || !strings.HasPrefix(got[2], "b-gpu-") {
+		t.Errorf("triggered %v; want a-slice-0 (4 nodes with its slice) and two of b-gpu: 6 nodes, the cluster's cap", got)
+	}
+	world.WaitEvent(t, "a-slice-0", protocol.EventTriggered, "with the whole multi-host TPU slice a-slice (4 nodes, all idle)")
 }
 
 // TestRecreatedNodeCountedAsAutoRepair: a Node deleted and created again

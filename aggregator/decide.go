@@ -77,6 +77,9 @@ type PoolPlan struct {
 	// Autoscaled: the cluster autoscaler manages the pool (detected or
 	// declared).
 	Autoscaled bool
+	// Budget is the pool's cap on nodes in voluntary maintenance
+	// (policy.Config.PoolBudget).
+	Budget policy.Budget
 }
 
 // Decide is one pass over every node: for each pool, which nodes to trigger
@@ -106,10 +109,19 @@ func pending(n Node) bool {
 	return n.NoticePresent && n.Notice.Status == metadata.StatusPending
 }
 
+// countVoluntary counts the nodes in voluntary maintenance: a multi-host
+// slice one host of which is in one counts every host, since the slice
+// goes down whole.
 func countVoluntary(nodes []Node) int {
 	n := 0
+	down := map[string]bool{}
 	for _, v := range nodes {
-		if v.Voluntary {
+		if v.Voluntary && v.Slice != "" {
+			down[v.Slice] = true
+		}
+	}
+	for _, v := range nodes {
+		if v.Voluntary || down[v.Slice] {
 			n++
 		}
 	}
@@ -139,6 +151,8 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 	}
 	setting, configured, err := poolSetting(cfg, pool, nodes, &plan)
 	plan.Configured, plan.Setting = configured, setting
+	slices := sliceMembers(nodes)
+	plan.Budget = cfg.PoolBudget(pool, setting, len(slices) > 0)
 	groups := groupNames(nodes)
 	plan.Autoscaled = cfg.Autoscaled(pool, len(groups) > 0)
 	decide := func(n Node, reason, msg string) {
@@ -212,11 +226,11 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 		plan.Trigger = append(plan.Trigger, n.Name)
 		decide(n, ReasonTriggered, msg)
 	}
-	spare := available - setting.MinNodes
-
-	if slices := sliceMembers(nodes); len(slices) > 0 {
+	c := caps{spare: available - setting.MinNodes, poolLeft: plan.Budget.Of(len(nodes)) - plan.Voluntary, clusterLeft: clusterLeft,
+		pool: pool, minNodes: setting.MinNodes, available: available, poolBudget: plan.Budget, nodes: len(nodes), clusterBudget: cfg.ClusterBudget()}
+	if len(slices) > 0 {
 		for _, members := range slices {
-			decideSlice(members, eligible, skip, trigger, &spare)
+			decideSlice(members, eligible, skip, trigger, &c)
 		}
 		return plan
 	}
@@ -233,27 +247,45 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 	}
 	// The longest idle first.
 	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].IdleSince.Before(candidates[j].IdleSince) })
-	poolBudget := cfg.PoolBudget(pool, setting)
-	poolLeft := poolBudget.Of(len(nodes)) - countVoluntary(nodes)
 	for _, n := range candidates {
-		switch {
-		case spare <= 0:
-			skip(n, ReasonMinNodes, fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", pool, setting.MinNodes, available))
-			continue
-		case poolLeft <= 0:
-			skip(n, ReasonMaxVoluntary, fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", pool, poolBudget, len(nodes)))
-			continue
-		case *clusterLeft <= 0:
-			skip(n, ReasonMaxVoluntary, fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", cfg.ClusterBudget()))
+		if reason, detail := c.take(1); reason != "" {
+			skip(n, reason, detail)
 			continue
 		}
-		spare--
-		poolLeft--
-		*clusterLeft--
 		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
 			n.IdleSince.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), n.Notice.WindowStart.UTC().Format(time.RFC3339), setting.MinNodes))
 	}
 	return plan
+}
+
+// caps is what a pool may still take in one pass: the nodes min-nodes
+// spares, and what is left of the pool's and the cluster's caps on nodes
+// in voluntary maintenance (the cluster's shared by the pools in order).
+type caps struct {
+	spare, poolLeft int
+	clusterLeft     *int
+
+	pool                      string
+	minNodes, available       int
+	poolBudget, clusterBudget policy.Budget
+	nodes                     int
+}
+
+// take takes k nodes (a node, or every host of a slice) from every cap,
+// or says which cap refuses them ("" when none does).
+func (c *caps) take(k int) (reason, detail string) {
+	switch {
+	case c.spare < k:
+		return ReasonMinNodes, fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", c.pool, c.minNodes, c.available)
+	case c.poolLeft < k:
+		return ReasonMaxVoluntary, fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", c.pool, c.poolBudget, c.nodes)
+	case *c.clusterLeft < k:
+		return ReasonMaxVoluntary, fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", c.clusterBudget)
+	}
+	c.spare -= k
+	c.poolLeft -= k
+	*c.clusterLeft -= k
+	return "", ""
 }
 
 // sliceMembers groups the nodes of multi-host TPU slices, by slice.
@@ -277,33 +309,20 @@ func sliceMembers(nodes []Node) [][]Node {
 	return out
 }
 
-// decideSlice triggers every node of a slice or none. A slice some of whose
-// nodes were already triggered (a pass cut short) is completed.
-func decideSlice(members []Node, eligible func(Node) (string, string), skip func(Node, string, string), trigger func(Node, string), spare *int) {
-	started := false
-	for _, n := range members {
-		started = started || n.Triggered
-	}
-	var waiting []Node
-	for _, n := range members {
-		if !n.InMaintenance {
-			waiting = append(waiting, n)
-		}
-	}
-	if started {
-		for _, n := range waiting {
-			if pending(n) && n.Notice.CanReschedule {
-				trigger(n, "Picked for opportunistic maintenance with the rest of its multi-host TPU slice "+n.Slice)
-			}
-		}
-		return
-	}
+// decideSlice takes a slice whole or not at all: every host must be
+// eligible and out of maintenance, and the slice takes as many nodes of
+// min-nodes' spare and of the pool's and the cluster's caps as it has
+// hosts. Only its first host by name is triggered: its agent asks Compute
+// Engine once, for the whole slice, after every other host, following
+// it, is drained (protocol.SliceCaller).
+func decideSlice(members []Node, eligible func(Node) (string, string), skip func(Node, string, string), trigger func(Node, string), c *caps) {
 	var blocked []string
 	for _, n := range members {
-		if n.InMaintenance {
-			blocked = append(blocked, n.Name+" is in maintenance")
-			continue
+		if n.InMaintenance || n.Voluntary {
+			return // the slice is down, or going down: nothing to decide
 		}
+	}
+	for _, n := range members {
 		if !pending(n) {
 			blocked = append(blocked, n.Name+" has no pending maintenance")
 			continue
@@ -314,7 +333,7 @@ func decideSlice(members []Node, eligible func(Node) (string, string), skip func
 		}
 	}
 	if len(blocked) > 0 {
-		for _, n := range waiting {
+		for _, n := range members {
 			if pending(n) {
 				if r, _ := eligible(n); r == "" {
 					skip(n, ReasonSliceIncomplete, fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", n.Slice, strings.Join(blocked, "; ")))
@@ -323,16 +342,14 @@ func decideSlice(members []Node, eligible func(Node) (string, string), skip func
 		}
 		return
 	}
-	if len(members) > *spare {
+	if reason, detail := c.take(len(members)); reason != "" {
 		for _, n := range members {
-			skip(n, ReasonMinNodes, fmt.Sprintf("the slice %s has %d nodes and the pool can spare %d", n.Slice, len(members), *spare))
+			skip(n, reason, fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", n.Slice, len(members), detail))
 		}
 		return
 	}
-	*spare -= len(members)
-	for _, n := range members {
-		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle)", n.Slice, len(members)))
-	}
+	lead := members[0] // sorted by name
+	trigger(lead, fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", lead.Slice, len(members)))
 }
 
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else

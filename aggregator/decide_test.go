@@ -3,6 +3,7 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,10 +146,12 @@ func tpuNode(name string, idleFor time.Duration) Node {
 
 func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 	slice := policy.Opportunistic{NodeIdleTime: 600 * time.Second, Window: 2419200 * time.Second}
-	cfg := policy.Config{Pools: map[string]policy.PoolConfig{"tpu-slice": {Opportunistic: &slice}}}
+	cfg := policy.Config{Pools: map[string]policy.PoolConfig{"tpu-slice": {Opportunistic: &slice}}, MaxVoluntary: policy.Budget{Count: 4}}
 	all := []Node{tpuNode("t0", time.Hour), tpuNode("t1", time.Hour), tpuNode("t2", time.Hour), tpuNode("t3", time.Hour)}
-	if p := Decide(now, cfg, all)[0]; len(p.Trigger) != 4 {
-		t.Errorf("an idle slice: trigger %v, reasons %v", p.Trigger, reasons(p))
+	// An idle slice: one trigger, on its first host, which asks Compute
+	// Engine once for the slice; the others follow it.
+	if p := Decide(now, cfg, all)[0]; !slices.Equal(p.Trigger, []string{"t0"}) || p.Budget.Of(4) != 4 {
+		t.Errorf("an idle slice: trigger %v, reasons %v, pool cap %d", p.Trigger, reasons(p), p.Budget.Of(4))
 	}
 	oneBusy := append([]Node(nil), all...)
 	oneBusy[2] = tpuNode("t2", -1)
@@ -156,12 +159,27 @@ func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 	if len(p.Trigger) != 0 || reasons(p)["t0"] != ReasonSliceIncomplete || reasons(p)["t2"] != ReasonNotIdle {
 		t.Errorf("one busy node: trigger %v, reasons %v", p.Trigger, reasons(p))
 	}
-	// A pass cut short: two nodes triggered; the next pass completes it.
-	partial := append([]Node(nil), all...)
-	partial[0].InMaintenance, partial[0].Triggered = true, true
-	partial[1].InMaintenance, partial[1].Triggered = true, true
-	if p := Decide(now, cfg, partial)[0]; len(p.Trigger) != 2 {
-		t.Errorf("completing a slice: trigger %v", p.Trigger)
+	// A slice going down already (its first host triggered, the others
+	// following): nothing more to decide, and it counts whole.
+	down := append([]Node(nil), all...)
+	down[0].InMaintenance, down[0].Triggered, down[0].Voluntary = true, true, true
+	if p := Decide(now, cfg, down)[0]; len(p.Trigger) != 0 || len(p.Decisions) != 0 || p.Voluntary != 4 {
+		t.Errorf("a slice going down: trigger %v, decisions %v, voluntary %d", p.Trigger, p.Decisions, p.Voluntary)
+	}
+	// A host opted out, or cooling down, keeps the whole slice.
+	for _, f := range []func(*Node){func(n *Node) { n.OptOut = true }, func(n *Node) { n.Failures.RetryAfter = now.Add(time.Hour) }, func(n *Node) { n.Ready = false }} {
+		held := append([]Node(nil), all...)
+		f(&held[3])
+		if p := Decide(now, cfg, held)[0]; len(p.Trigger) != 0 || reasons(p)["t0"] != ReasonSliceIncomplete {
+			t.Errorf("one host not eligible: trigger %v, reasons %v", p.Trigger, reasons(p))
+		}
+	}
+	// The caps count the slice as its hosts: a cluster cap of 3 never
+	// lets a 4-host slice go, and says why.
+	small := cfg
+	small.MaxVoluntary = policy.Budget{Count: 3}
+	if p := Decide(now, small, all)[0]; len(p.Trigger) != 0 || reasons(p)["t0"] != ReasonMaxVoluntary {
+		t.Errorf("cluster cap 3: trigger %v, reasons %v", p.Trigger, reasons(p))
 	}
 	// min-nodes must be 0 for a slice.
 	bad := slice

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -276,66 +279,176 @@ func metricSum(t *testing.T, addr, series string) float64 {
 	return 0
 }
 
-// TestSliceManualTriggerTakesTheSliceOnce: a person asks one host of a
-// 3-host slice for its pending maintenance now. The other host with a
-// pending maintenance is asked too, so that the slice stops once: both
-// ask Compute Engine, once each; the host with none drains with them.
-func TestSliceManualTriggerTakesTheSliceOnce(t *testing.T) {
+// TestSliceManualTriggerCallsOnceWhenEveryHostIsDrained: a person asks
+// one host of a 4-host slice for its pending maintenance now, with the
+// aggregator running. Every other host follows it and drains voluntarily:
+// one's pod has a checkpoint lead, another's is held by a
+// PodDisruptionBudget until the test lifts it. Compute Engine is asked
+// once for the whole slice, by the host the person asked, only after the
+// last host is drained; the call puts every instance into maintenance,
+// which every host recognises as the slice's: counted once, as the
+// person's maintenance.
+func TestSliceManualTriggerCallsOnceWhenEveryHostIsDrained(t *testing.T) {
 	testworld.Need(t)
-	p := newProcs(t)
-	f := p.f
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	vms := map[string]*fleet.VM{}
-	window := time.Now().Add(72 * time.Hour)
-	for i := range 3 {
-		name := fmt.Sprintf("taken-%d", i)
-		v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "v5e-slice", TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x3"}},
-			gceemu.Config{NoMaintenanceEvent: true})
+	s := newSlice(t, ctx, "taken", 4)
+	var emus []*gceemu.Server
+	for _, h := range s.hosts {
+		emus = append(emus, s.vms[h].Emu)
+		s.vms[h].Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+	}
+	gceemu.JoinSlice(emus...)
+	world.WaitNodes(t, s.hosts, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	// job-1 checkpoints for 3 s before it is evicted; job-2 is held by a
+	// budget.
+	patchPod(t, ctx, s.p.ns, "job-1", func(p *corev1.Pod) { p.Annotations = map[string]string{protocol.PodAnnotationCheckpointLead: "3s"} })
+	patchPod(t, ctx, s.p.ns, "job-2", func(p *corev1.Pod) { p.Labels["guard"] = "yes" })
+	pdb := holdOne(t, ctx, s.p.ns, map[string]string{"guard": "yes"})
+	metricsAddr := testworld.FreeAddrT(t)
+	s.p.aggregator("agg-taken", metricsAddr)
+
+	setLabel(t, ctx, "taken-0", protocol.LabelPerformMaintenance, protocol.TriggerValue)
+	// The others follow, voluntarily: the lead drained, the hosts without
+	// a budget drained, job-2's host still draining; nobody called.
+	world.WaitNodes(t, []string{"taken-0"}, "drained, waiting for its slice", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseDraining && st.Drain == protocol.DrainDone
+	})
+	world.WaitNodes(t, []string{"taken-1", "taken-3"}, "drained with the slice", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonSlice && st.Phase == protocol.PhaseTerminating
+	})
+	held := world.WaitNode(t, "taken-2", "draining with the slice", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
+	})
+	if st := protocol.ReadAgentState(held); st.Phase != protocol.PhaseDraining || st.Drain != "" {
+		t.Fatalf("taken-2 is %s (drain %q) while its budget holds its pod", st.Phase, st.Drain)
+	}
+	if n := callsTo(emus); n != 0 {
+		t.Fatalf("%d performMaintenance calls while taken-2 still drains, want none", n)
+	}
+	s.mu.Lock()
+	lead0, lead1 := s.stopped["job-0"].told, s.stopped["job-1"].told
+	s.mu.Unlock()
+	if lead1.Sub(lead0) < 2*time.Second {
+		t.Errorf("job-1 was told to stop %s after job-0; want its 3 s checkpoint lead", lead1.Sub(lead0))
+	}
+
+	if err := world.Client.PolicyV1().PodDisruptionBudgets(s.p.ns).Delete(ctx, pdb, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// One call, after job-2 was evicted; every instance in maintenance,
+	// which every other host takes as the slice's.
+	world.WaitNodes(t, []string{"taken-1", "taken-2", "taken-3"}, "in the slice's maintenance", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Reason == protocol.ReasonHostMaintenance
+	})
+	world.WaitNodes(t, []string{"taken-0"}, "asked, and its maintenance begun", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Phase == protocol.PhaseTerminating && st.Begun
+	})
+	var calls []gceemu.Call
+	for _, e := range emus {
+		calls = append(calls, e.Calls()...)
+	}
+	s.mu.Lock()
+	evicted := s.stopped["job-2"].told
+	s.mu.Unlock()
+	if len(calls) != 1 || calls[0].Instance != "taken-0" || !calls[0].At.After(evicted) {
+		t.Fatalf("calls %+v; want one, for taken-0, after job-2 was evicted at %s", calls, evicted.Format(time.RFC3339Nano))
+	}
+	t.Logf("job-2 evicted at %s; the slice's one call %s later", evicted.Format(time.RFC3339Nano), calls[0].At.Sub(evicted))
+	world.WaitEvent(t, "taken-2", protocol.EventMaintenanceStarted, "It is the maintenance of the multi-host slice taken")
+	manual, _ := protocol.ReasonManual.Interruption()
+	for _, h := range s.hosts {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		vms[name] = v
-		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		if i < 2 {
-			v.Emu.ScheduleNotice(gceemu.ScheduledNotice(window, 4*time.Hour))
+		want := protocol.Counts{}
+		if h == "taken-0" {
+			want = want.Add(manual, 1)
+		}
+		if got := protocol.ReadAgentState(n).Interruptions; !maps.Equal(got, want) {
+			t.Errorf("%s counted %v, want %v", h, got, want)
 		}
 	}
-	world.WaitNodes(t, []string{"taken-0", "taken-1"}, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
-	p.aggregator("agg-taken", testworld.FreeAddrT(t))
+	if got := metricSum(t, metricsAddr, `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="`+string(manual.Reason)+`",interruption_type="`+string(manual.Type)+`",slice="taken"}`); got != 1 {
+		t.Errorf("slice_interruptions_total = %v, want 1", got)
+	}
+	for _, h := range s.hosts {
+		if err := s.p.f.Reboot(ctx, s.vms[h]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	world.WaitNodes(t, s.hosts, "back in service", func(n *corev1.Node) bool {
+		_, asked := protocol.ReadSliceAsk(n)
+		return protocol.ReadAgentState(n).Phase == protocol.PhaseIdle && !asked && !protocol.HasTaint(n) && !n.Spec.Unschedulable
+	})
+	if n := callsTo(emus); n != 1 {
+		t.Errorf("%d performMaintenance calls in all, want 1", n)
+	}
+}
 
-	// A person asks taken-0.
+// callsTo counts the performMaintenance calls the emulators received.
+func callsTo(emus []*gceemu.Server) int {
+	n := 0
+	for _, e := range emus {
+		n += len(e.Calls())
+	}
+	return n
+}
+
+// patchPod changes pod name in ns with f.
+func patchPod(t *testing.T, ctx context.Context, ns, name string, f func(*corev1.Pod)) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(ctx, "taken-0", metav1.GetOptions{})
+		p, err := world.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue
+		f(p)
+		_, err = world.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setLabel sets a label on a Node, as a person would.
+func setLabel(t *testing.T, ctx context.Context, node, key, value string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[key] = value
 		_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return len(vms["taken-0"].Emu.Calls()) >= 1 && len(vms["taken-1"].Emu.Calls()) >= 1, nil
+}
+
+// holdAll puts the one pod of ns that matches selector under a
+// PodDisruptionBudget that allows no eviction, once its controller says
+// so; it returns the budget's name.
+func holdOne(t *testing.T, ctx context.Context, ns string, selector map[string]string) string {
+	t.Helper()
+	one := intstr.FromInt32(1) // one pod: a percentage needs the pods' controller
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "hold", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: selector}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, pdb.Name, metav1.GetOptions{})
+		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.ExpectedPods > 0 && got.Status.DisruptionsAllowed == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("Compute Engine was not asked for both pending maintenances: %d and %d calls", len(vms["taken-0"].Emu.Calls()), len(vms["taken-1"].Emu.Calls()))
+		t.Fatalf("the budget never held: %v", err)
 	}
-	world.WaitNodes(t, []string{"taken-2"}, "drained with the slice (no maintenance of its own)", func(n *corev1.Node) bool {
-		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
-	})
-	world.WaitEvent(t, "taken-1", protocol.EventSliceTaken, "Host taken-0 of the multi-host slice v5e-slice started its pending maintenance now")
-	for _, h := range []string{"taken-0", "taken-1"} {
-		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := protocol.ReadAgentState(n); st.Reason != protocol.ReasonManual {
-			t.Errorf("%s: %s for %s, want its own manual maintenance", h, st.Phase, st.Reason)
-		}
-		if calls := len(vms[h].Emu.Calls()); calls != 1 {
-			t.Errorf("%s: %d performMaintenance calls, want 1", h, calls)
-		}
-	}
+	return pdb.Name
 }

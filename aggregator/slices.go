@@ -15,45 +15,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// SliceTriggers are the hosts whose pending maintenance is taken with
-// their slice's: where a host of a multi-host slice is in a maintenance a
-// person asked for by the perform-maintenance label (not an opportunistic
-// trigger, which takes the whole slice already), every other host that is
-// Ready, in service and not asked, with a pending notice that can be
-// rescheduled, is asked too (by cause, the first such host by name).
-func SliceTriggers(nodes []Node) map[string]string {
-	bySlice := map[string][]Node{}
-	for _, n := range nodes {
-		if n.Slice != "" {
-			bySlice[n.Slice] = append(bySlice[n.Slice], n)
-		}
-	}
-	out := map[string]string{}
-	for _, members := range bySlice {
-		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-		// A host whose agent accepted a person's label: its maintenance
-		// is under way, so the asks go out with the labels, and a host
-		// that refuses its label drains with the slice instead of being
-		// asked again.
-		cause := ""
-		for _, n := range members {
-			if n.Asked && !n.Triggered && active(n) && n.Reason == protocol.ReasonManual {
-				cause = n.Name
-				break
-			}
-		}
-		if cause == "" {
-			continue
-		}
-		for _, n := range members {
-			if !n.Asked && !n.InMaintenance && !active(n) && n.Ready && pending(n) && n.Notice.CanReschedule {
-				out[n.Name] = cause
-			}
-		}
-	}
-	return out
-}
-
 // SliceAsks is what every host of every multi-host slice must carry
 // (protocol.SliceAsks, slice by slice). The result names every host of
 // every slice (nil: no ask).
@@ -93,15 +54,18 @@ const askWriters = 16
 // interruption when a slice is newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
 	want := SliceAsks(views)
-	take := SliceTriggers(views)
 	current := map[string]Node{}
+	down := map[string]bool{} // slices one host of which carries an ask
 	for _, v := range views {
 		current[v.Name] = v
+		if v.Ask != nil {
+			down[v.Slice] = true
+		}
 	}
 	var names []string
 	for name, ask := range want {
 		v := current[name]
-		if !sameAsk(ask, v.Ask) || (ask != nil) != v.SliceTaint || take[name] != "" {
+		if !sameAsk(ask, v.Ask) || (ask != nil) != v.SliceTaint {
 			names = append(names, name)
 		}
 	}
@@ -116,10 +80,6 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 			}
 			n := decidedOn[name].DeepCopy()
 			protocol.WriteSliceAsk(n, want[name])
-			if takenWith := take[name]; takenWith != "" {
-				protocol.WriteTrigger(n, protocol.MaintenanceState{TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339),
-					TriggeredBy: a.opts.Identity + ", with " + takenWith, ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
-			}
 			if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 				if !apierrors.IsConflict(err) {
 					a.log.Warn("slice ask not written", "node", name, "err", err)
@@ -132,21 +92,17 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 		})
 	}
 	_ = g.Wait()
-	counted := map[string]bool{} // slice -> counted in this pass
 	for i, name := range names {
 		if !written[i] {
 			continue
 		}
-		ask, v, takenWith := want[name], current[name], take[name]
-		if takenWith != "" {
-			a.log.Info("pending maintenance taken with the slice's", "node", name, "slice", v.Slice, "with", takenWith)
-			a.nodeEvent(name, v.UID, true, protocol.EventSliceTaken, fmt.Sprintf("Host %s of the multi-host slice %s started its pending maintenance now (%s=true); this host's pending maintenance is asked for with it, so that the slice stops once",
-				takenWith, v.Slice, protocol.LabelPerformMaintenance))
-		}
+		ask, v := want[name], current[name]
 		switch {
 		case ask != nil && (v.Ask == nil || v.Ask.Cause != ask.Cause || !v.Ask.Started.Equal(ask.Started)):
-			if !counted[ask.Slice] && !a.sliceCounted(ask, views) {
-				counted[ask.Slice] = true
+			// One outage of a slice is one interruption, whatever its
+			// cause becomes while the slice is down.
+			if !down[ask.Slice] {
+				down[ask.Slice] = true
 				if i, ok := ask.Reason.Interruption(); ok {
 					a.opts.Metrics.SliceInterruptions.WithLabelValues(ask.Slice, string(i.Type), string(i.Reason)).Inc()
 				}
@@ -159,15 +115,4 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 			a.nodeEvent(name, v.UID, false, protocol.EventSliceBack, fmt.Sprintf("Every host of the multi-host slice %s that stopped is back (%s was the cause); this host goes back in service", v.Ask.Slice, v.Ask.Cause))
 		}
 	}
-}
-
-// sliceCounted: another host of ask's slice already carries an ask for the
-// same cause and start (a pass before this one counted it).
-func (a *Aggregator) sliceCounted(ask *protocol.SliceAsk, views []Node) bool {
-	for _, v := range views {
-		if v.Ask != nil && v.Ask.Slice == ask.Slice && v.Ask.Cause == ask.Cause && v.Ask.Started.Equal(ask.Started) {
-			return true
-		}
-	}
-	return false
 }

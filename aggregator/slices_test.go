@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"maps"
 	"testing"
 	"time"
 
@@ -49,37 +48,5 @@ func TestSliceAsks(t *testing.T) {
 	}
 	if got := SliceAsks([]Node{{Name: "single-host"}}); len(got) != 0 {
 		t.Errorf("a node of no slice: %v", got)
-	}
-}
-
-func TestSliceTriggers(t *testing.T) {
-	host := func(name string, f func(*Node)) Node {
-		n := node(name, time.Hour)
-		n.Slice = "v5p"
-		if f != nil {
-			f(&n)
-		}
-		return n
-	}
-	asked := func(n *Node) { n.Asked, n.InMaintenance = true, true }
-	// accepted: a person's label its agent accepted.
-	accepted := func(n *Node) { asked(n); n.Phase, n.Reason = protocol.PhaseDraining, protocol.ReasonManual }
-	for _, tc := range []struct {
-		name  string
-		nodes []Node
-		want  map[string]string
-	}{
-		{"nobody asked: nothing", []Node{host("a", nil), host("b", nil)}, map[string]string{}},
-		{"a person's label not accepted yet: nothing", []Node{host("a", asked), host("b", nil)}, map[string]string{}},
-		{"a person's label accepted on one host: the others with a pending notice too", []Node{host("a", accepted), host("b", nil),
-			host("c", func(n *Node) { n.NoticePresent = false }), host("d", func(n *Node) { n.Notice.CanReschedule = false })},
-			map[string]string{"b": "a"}},
-		{"an opportunistic trigger takes the slice already", []Node{host("a", func(n *Node) { accepted(n); n.Triggered = true }), host("b", nil)}, map[string]string{}},
-		{"a host in maintenance or not Ready is left alone", []Node{host("a", accepted), host("b", func(n *Node) { n.InMaintenance = true }),
-			host("c", func(n *Node) { n.Ready = false })}, map[string]string{}},
-	} {
-		if got := SliceTriggers(tc.nodes); !maps.Equal(got, tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }

@@ -143,13 +143,17 @@ type Config struct {
 
 // PoolBudget is the cap on pool's nodes in voluntary maintenance: the
 // ConfigMap's, else the pool setting's max-unavailable, else
-// DefaultPoolBudget.
-func (c Config) PoolBudget(pool string, o Opportunistic) Budget {
+// DefaultPoolBudget, or, for a pool of multi-host slices (slices), every
+// node: a slice goes down whole, so a cap of one node would never let it.
+func (c Config) PoolBudget(pool string, o Opportunistic, slices bool) Budget {
 	if pc, ok := c.Pools[pool]; ok && pc.MaxVoluntary != nil {
 		return *pc.MaxVoluntary
 	}
 	if o.MaxUnavailable != nil {
 		return *o.MaxUnavailable
+	}
+	if slices {
+		return Budget{Percent: 100}
 	}
 	return DefaultPoolBudget
 }

@@ -61,12 +61,10 @@ const (
 
 	// Multi-host slices: the agent drains with its slice (Drain), moves
 	// its deadline to the slice's (Deadline); the aggregator asks every
-	// host (Maintenance), takes a person's trigger to the other hosts
-	// (Taken); both say when the slice is back (Back).
+	// host (Maintenance); both say when the slice is back (Back).
 	EventSliceDrain       = "SliceMaintenanceDrain"
 	EventSliceDeadline    = "SliceMaintenanceDeadline"
 	EventSliceMaintenance = "SliceMaintenance"
-	EventSliceTaken       = "SliceMaintenanceTaken"
 	EventSliceBack        = "SliceMaintenanceOver"
 
 	// Opportunistic maintenance and accounting (aggregator).
@@ -133,7 +131,6 @@ var EventReasons = []EventReason{
 	{EventInvalidConfig, aggregatorOnly, true},
 	{EventRecreated, aggregatorOnly, true},
 	{EventSliceMaintenance, aggregatorOnly, true},
-	{EventSliceTaken, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

@@ -121,6 +121,12 @@ const (
 	// Compute Engine for it, and leaves the active-maintenance label and
 	// the taint to GKE's handler.
 	AnnotationLeftToGKE = "maintenance-handler.io/left-to-gke"
+	// AnnotationDrain says how the drain of the maintenance under way
+	// ended (a DrainEnd: "done", or "incomplete" for a voluntary drain
+	// whose budgets held to its deadline); absent while it runs. The hosts
+	// of a multi-host slice read it: the slice's one performMaintenance
+	// call waits for every host's drain.
+	AnnotationDrain = "maintenance-handler.io/drain"
 )
 
 // TaintMaintenanceWindowStarted is the taint GKE's own maintenance
@@ -224,5 +230,6 @@ var Keys = []Key{
 	{Name: AnnotationVoluntaryFailures, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: AnnotationNoticeMirrored, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationLeftToGKE, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
+	{Name: AnnotationDrain, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: TaintMaintenanceWindowStarted, Kind: Taint, Writer: GKE, Readers: []Component{Agent}},
 }

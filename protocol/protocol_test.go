@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -377,11 +378,14 @@ func TestSliceHostOfReadsAsTheState(t *testing.T) {
 		{Phase: PhaseIdle},
 		{Phase: PhaseDraining, Reason: ReasonPreemption, Started: at, Deadline: at.Add(30 * time.Second), Interruptions: Counts{}.Add(Preemption, 1)},
 		{Phase: PhaseTerminating, Reason: ReasonSlice, Started: at, Deadline: at.Add(time.Hour)},
+		{Phase: PhaseDraining, Reason: ReasonSlice, Started: at, Deadline: at.Add(time.Hour), Drain: DrainIncomplete},
+		{Phase: PhaseIdle, Drain: DrainDone},
 	} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h"}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h"},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 		WriteAgentState(n, st)
 		read := ReadAgentState(n)
-		want := SliceHost{Name: "h", Phase: read.Phase, Reason: read.Reason, Started: read.Started, Deadline: read.Deadline}
+		want := SliceHost{Name: "h", Phase: read.Phase, Reason: read.Reason, Started: read.Started, Deadline: read.Deadline, Drain: read.Drain, Ready: true}
 		if got := SliceHostOf(n); got != want {
 			t.Errorf("%s: SliceHostOf %+v, want %+v", st.Phase, got, want)
 		}
@@ -389,5 +393,38 @@ func TestSliceHostOfReadsAsTheState(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h", Annotations: map[string]string{AnnotationPhase: "Bogus", AnnotationReason: "x"}}}
 	if got := SliceHostOf(n); got.Phase != PhaseIdle {
 		t.Errorf("an unknown phase reads %q, want Idle", got.Phase)
+	}
+}
+
+// TestSliceCallerAndDrained: the one host that asks Compute Engine for a
+// slice's voluntary maintenance, and which other hosts it waits for.
+func TestSliceCallerAndDrained(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	h := func(name string, phase Phase, reason Reason, started time.Duration, drain DrainEnd, ready bool) SliceHost {
+		return SliceHost{Name: name, Phase: phase, Reason: reason, Started: at.Add(started), Deadline: at.Add(time.Hour), Drain: drain, Ready: ready}
+	}
+	idle := func(name string) SliceHost { return SliceHost{Name: name, Phase: PhaseIdle, Ready: true} }
+	for _, tc := range []struct {
+		name                string
+		hosts               []SliceHost
+		caller              string
+		waiting, incomplete []string
+	}{
+		{"no voluntary maintenance: no caller", []SliceHost{h("a", PhaseDraining, ReasonPreemption, 0, "", true), idle("b")}, "", []string{"a", "b"}, nil},
+		{"the host a person asked calls, once the others are drained",
+			[]SliceHost{idle("a"), h("b", PhaseDraining, ReasonManual, 0, "", true), h("c", PhaseDraining, ReasonSlice, time.Second, "", true), h("d", PhaseTerminating, ReasonSlice, time.Second, "", true)},
+			"b", []string{"a", "c"}, nil},
+		{"two asked: the first to start calls; the other's drain done counts",
+			[]SliceHost{h("a", PhaseDraining, ReasonManual, time.Second, DrainDone, true), h("b", PhaseDraining, ReasonManual, 0, "", true)}, "b", nil, nil},
+		{"the same start: the first by name", []SliceHost{h("b", PhaseDraining, ReasonManual, 0, "", true), h("a", PhaseDraining, ReasonManual, 0, "", true)}, "a", []string{"b"}, nil},
+		{"a host whose drain gave up, and one not Ready",
+			[]SliceHost{h("a", PhaseDraining, ReasonManual, 0, "", true), h("b", PhaseDraining, ReasonSlice, 0, DrainIncomplete, true), idle("c"), {Name: "d", Phase: PhaseIdle}},
+			"a", []string{"c"}, []string{"b"}},
+	} {
+		caller := SliceCaller(tc.hosts)
+		waiting, incomplete := SliceDrained(tc.hosts, caller)
+		if caller != tc.caller || !slices.Equal(waiting, tc.waiting) || !slices.Equal(incomplete, tc.incomplete) {
+			t.Errorf("%s: caller %q, waiting %v, incomplete %v; want %q, %v, %v", tc.name, caller, waiting, incomplete, tc.caller, tc.waiting, tc.incomplete)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -104,28 +105,80 @@ func WriteSliceAsk(n *corev1.Node, ask *SliceAsk) {
 	n.Spec.Taints = taints
 }
 
-// SliceHost is one host of a slice, as its slice's ask is decided: the
-// maintenance its agent has under way (Phase, Reason, Started, Deadline of
-// its AgentState).
+// SliceHost is one host of a slice, as its slice's ask and its one
+// performMaintenance call are decided: the maintenance its agent has
+// under way (Phase, Reason, Started, Deadline of its AgentState), how its
+// drain ended, and whether its Node is Ready.
 type SliceHost struct {
 	Name              string
 	Phase             Phase
 	Reason            Reason
 	Started, Deadline time.Time
+	Drain             DrainEnd
+	Ready             bool
 }
 
-// SliceHostOf is n as a host of its slice: the four keys of its agent's
-// state an ask is decided from, read as ReadAgentState reads them (and
+// SliceHostOf is n as a host of its slice: the keys of its agent's state
+// that the slice is decided from, read as ReadAgentState reads them (and
 // only those: every host reads every other host of its slice on every
-// change of one).
+// change of one), and its Ready condition.
 func SliceHostOf(n *corev1.Node) SliceHost {
 	a := n.Annotations
 	h := SliceHost{Name: n.Name, Phase: Phase(a[AnnotationPhase]), Reason: Reason(a[AnnotationReason]),
-		Started: readTime(a[AnnotationStarted]), Deadline: readTime(a[AnnotationDeadline])}
+		Started: readTime(a[AnnotationStarted]), Deadline: readTime(a[AnnotationDeadline]), Drain: readDrainEnd(a[AnnotationDrain])}
 	if h.Phase != PhaseDraining && h.Phase != PhaseTerminating {
-		h.Phase = PhaseIdle
+		h.Phase, h.Drain = PhaseIdle, ""
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			h.Ready = c.Status == corev1.ConditionTrue
+		}
 	}
 	return h
+}
+
+// active: the host has a maintenance under way.
+func (h SliceHost) active() bool { return h.Phase == PhaseDraining || h.Phase == PhaseTerminating }
+
+// SliceCaller names the host of a slice that asks Compute Engine for the
+// slice's voluntary maintenance ("" for none): of the hosts with a manual
+// (or opportunistic) maintenance under way, the first to start it (the
+// first by name on a tie). Starting maintenance on one instance of a
+// multi-host TPU slice starts it on every instance, so a slice makes one
+// call, whichever hosts a person asked; the others drain and wait.
+func SliceCaller(hosts []SliceHost) string {
+	var caller *SliceHost
+	for i, h := range hosts {
+		if h.active() && h.Reason == ReasonManual &&
+			(caller == nil || h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
+			caller = &hosts[i]
+		}
+	}
+	if caller == nil {
+		return ""
+	}
+	return caller.Name
+}
+
+// SliceDrained says, for the slice's voluntary maintenance, which hosts
+// other than caller still drain (waiting) and whose voluntary drain
+// ended with pods still on them (incomplete). A host drained
+// (Terminating, or its drain done) is ready; so is a host whose Node is
+// not Ready: nothing runs there to drain.
+func SliceDrained(hosts []SliceHost, caller string) (waiting, incomplete []string) {
+	for _, h := range hosts {
+		switch {
+		case h.Name == caller || !h.Ready:
+		case h.active() && h.Drain == DrainIncomplete:
+			incomplete = append(incomplete, h.Name)
+		case h.Phase == PhaseTerminating || h.active() && h.Drain == DrainDone:
+		default:
+			waiting = append(waiting, h.Name)
+		}
+	}
+	sort.Strings(waiting)
+	sort.Strings(incomplete)
+	return waiting, incomplete
 }
 
 // SliceAsks is what every host of one slice must carry, by host name (nil:

@@ -59,7 +59,22 @@ type AgentState struct {
 	// by the agent (AnnotationNoticeMirrored is absent): the agent leaves
 	// them as they are until it mirrors a notice of its own.
 	NoticeForeign bool
+	// Drain says how the drain of the maintenance under way ended (""
+	// while it runs); set only while active, for the hosts of a
+	// multi-host slice, which wait for each other (AnnotationDrain).
+	Drain DrainEnd
 }
+
+// DrainEnd is how a drain ended: the value of AnnotationDrain.
+type DrainEnd string
+
+const (
+	// DrainDone: every pod the drain stops is gone.
+	DrainDone DrainEnd = "done"
+	// DrainIncomplete: a voluntary drain reached its deadline with pods
+	// its PodDisruptionBudgets still held (or stuck terminating).
+	DrainIncomplete DrainEnd = "incomplete"
+)
 
 // Failures is the JSON of AnnotationVoluntaryFailures.
 type Failures struct {
@@ -122,9 +137,10 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		LastKubelet:    a[AnnotationKubeletVersion],
 		Failures:       decodeFailures(a[AnnotationVoluntaryFailures]),
 		LeftToGKE:      a[AnnotationLeftToGKE] == "true",
+		Drain:          readDrainEnd(a[AnnotationDrain]),
 	}
 	if !st.Active() {
-		st.Phase, st.LeftToGKE = PhaseIdle, false
+		st.Phase, st.LeftToGKE, st.Drain = PhaseIdle, false, ""
 	}
 	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], a[AnnotationUpcomingMaintenance]
 	// The notice keys are the agent's only while it mirrors them: GKE's
@@ -157,6 +173,14 @@ func GKEHandling(n *corev1.Node, st AgentState) string {
 		if t.Key == TaintMaintenanceWindowStarted {
 			return "taint " + TaintMaintenanceWindowStarted
 		}
+	}
+	return ""
+}
+
+// readDrainEnd reads AnnotationDrain; a value it does not know is none.
+func readDrainEnd(s string) DrainEnd {
+	if e := DrainEnd(s); e == DrainDone || e == DrainIncomplete {
+		return e
 	}
 	return ""
 }
@@ -230,6 +254,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 		left = "true"
 	}
 	set(a, AnnotationLeftToGKE, whileActive(left))
+	set(a, AnnotationDrain, whileActive(string(st.Drain)))
 	// The notice keys: the agent's mirror, unless another controller's.
 	if !st.NoticeForeign {
 		set(a, AnnotationUpcomingMaintenance, st.Notice)

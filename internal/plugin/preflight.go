@@ -59,7 +59,7 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 			}
 		}
 		note("pool %s: %d of %d nodes in voluntary maintenance (cap %d; a manual trigger counts, and is not held back by it)",
-			pool, voluntary, p.Nodes, in.Config.PoolBudget(pool, p.Setting).Of(p.Nodes))
+			pool, voluntary, p.Nodes, p.Budget.Of(p.Nodes))
 		if p.Configured && p.ConfigErr == nil {
 			note("after it, the pool keeps %d nodes Ready and out of maintenance (min-nodes=%d for opportunistic maintenance)", ready, p.Setting.MinNodes)
 		} else {

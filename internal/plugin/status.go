@@ -128,7 +128,7 @@ func BuildStatus(in Input) Status {
 			continue
 		}
 		ps := PoolStatus{Pool: p.Pool, Nodes: p.Nodes, Pending: p.Pending, InMaintenance: p.InMaintenance, Voluntary: p.Voluntary,
-			Cap: cfg.PoolBudget(p.Pool, p.Setting).Of(p.Nodes), Config: "none"}
+			Cap: p.Budget.Of(p.Nodes), Config: "none"}
 		if !p.NextMaintenance.IsZero() {
 			t := p.NextMaintenance
 			ps.NextWindow = &t

@@ -38,7 +38,61 @@ type computeState struct {
 	// failWith, when set, makes accepted operations end with this error
 	// and the maintenance not start.
 	failWith string
+	// slice are the other instances of this one's multi-host slice
+	// (JoinSlice): a maintenance started on one starts on every one.
+	slice []*Server
 }
+
+// JoinSlice makes servers the instances of one multi-host TPU slice:
+// starting maintenance on one instance of a multi-host slice puts every
+// instance of the slice into maintenance. A performMaintenance call that
+// one of them accepts makes every other one's notice no longer
+// reschedulable at once, and when the maintenance begins every other one
+// begins it too (its notice ONGOING from that moment, a notice of the
+// slice's maintenance where it had none; maintenance-event
+// TERMINATE_ON_HOST_MAINTENANCE); the call is recorded on the instance it
+// was made for only.
+func JoinSlice(servers ...*Server) {
+	for _, s := range servers {
+		s.mu.Lock()
+		s.compute.slice = nil
+		for _, o := range servers {
+			if o != s {
+				s.compute.slice = append(s.compute.slice, o)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// sliceFollows plays, on every other instance of s's slice, what a call
+// accepted on s does (accepted), or its maintenance beginning (begun, at
+// at). It runs without s's lock: each instance takes its own.
+func (s *Server) sliceFollows(others []*Server, begun bool, at time.Time) {
+	for _, o := range others {
+		o.mu.Lock()
+		switch {
+		case !begun && o.notice != nil:
+			n := *o.notice
+			n.CanReschedule = false
+			o.notice = &n
+		case begun:
+			n := ScheduledNotice(at, time.Hour)
+			if o.notice != nil {
+				n = *o.notice
+			}
+			n.CanReschedule = false
+			n.MaintenanceStatus = StatusOngoing
+			n.WindowStartTime = at.UTC().Format(time.RFC3339)
+			n.LatestWindowStartTime = n.WindowStartTime
+			o.notice, o.noticeRaw = &n, nil
+			o.event = EventTerminate
+		}
+		o.broadcastLocked()
+		o.mu.Unlock()
+	}
+}
+
 
 type operation struct {
 	name    string
@@ -210,7 +264,10 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 	n.CanReschedule = false
 	s.notice = &n
 	s.broadcastLocked()
+	slice := s.compute.slice
+	go s.sliceFollows(slice, false, time.Time{})
 	startLocked := func() {
+		go s.sliceFollows(slice, true, s.clock.Now())
 		if s.notice != nil {
 			n := *s.notice
 			n.MaintenanceStatus = StatusOngoing

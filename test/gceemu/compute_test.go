@@ -155,3 +155,44 @@ func TestPerformMaintenanceFaults(t *testing.T) {
 		t.Errorf("with no delay the event is %q at once, want %s", got, EventTerminate)
 	}
 }
+
+// TestSliceMaintenanceStartsOnEveryInstance: one call on one instance of
+// a multi-host slice puts every instance into maintenance, the instance
+// with no notice of its own included; the call is recorded once.
+func TestSliceMaintenanceStartsOnEveryInstance(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	var hosts []*Server
+	for i, name := range []string{"gpu-0", "gpu-1", "gpu-2"} {
+		s, _ := start(t, Config{Project: "p1", Zone: "us-central1-a", Name: name, Clock: fc, NoMaintenanceEvent: true})
+		s.SetPerformMaintenanceDelay(10 * time.Second)
+		if i < 2 {
+			s.ScheduleNotice(ScheduledNotice(fc.Now().Add(14*24*time.Hour), 4*time.Hour))
+		}
+		hosts = append(hosts, s)
+	}
+	JoinSlice(hosts...)
+	if a := post(t, hosts[0], pmPath, hosts[0].AccessToken()); a.status != 200 {
+		t.Fatalf("call: %d %v", a.status, a.body)
+	}
+	waitFor(t, "the other instance's notice to be no longer reschedulable", func() bool {
+		n, _ := hosts[1].Notice()
+		return !n.CanReschedule
+	})
+	if n, _ := hosts[1].Notice(); n.MaintenanceStatus != StatusPending {
+		t.Errorf("before the maintenance begins: %+v, want PENDING", n)
+	}
+	fc.Step(10 * time.Second)
+	for _, s := range hosts {
+		waitFor(t, s.cfg.Name+"'s notice to turn ONGOING", func() bool {
+			n, ok := s.Notice()
+			return ok && n.MaintenanceStatus == StatusOngoing && n.WindowStartTime == fc.Now().UTC().Format(time.RFC3339)
+		})
+	}
+	calls := 0
+	for _, s := range hosts {
+		calls += len(s.Calls())
+	}
+	if calls != 1 {
+		t.Errorf("%d calls recorded across the slice, want 1", calls)
+	}
+}
