@@ -1194,7 +1194,10 @@ func TestStepSliceCallsOnce(t *testing.T) {
 	drained := func(o Observation) Observation { o.DrainDone = true; return o }
 	manualAsk := protocol.SliceAsk{Slice: "v5p", Cause: "host-a", Reason: protocol.ReasonManual, Started: t0, Deadline: t0.Add(time.Hour)}
 	follower := draining(protocol.ReasonSlice, time.Hour)
-	following := func(o Observation) Observation { o.SliceAsk, o.SliceAskSet = manualAsk, true; return inSlice(o, false, nil, nil) }
+	following := func(o Observation) Observation {
+		o.SliceAsk, o.SliceAskSet = manualAsk, true
+		return inSlice(o, false, nil, nil)
+	}
 	ongoing := with(func(s *Signals) {
 		s.Notice, s.NoticePresent = pending, true
 		s.Notice.Status, s.Notice.WindowStart = metadata.StatusOngoing, t0
@@ -1217,7 +1220,11 @@ func TestStepSliceCallsOnce(t *testing.T) {
 			}
 		}},
 		{"the caller, another host still draining at the deadline: given up on every host", manual,
-			func() Observation { o := drained(inSlice(obs(noticed), true, []string{"host-b"}, nil)); o.Now = manual.Deadline; return o }(), func(t *testing.T, d Decision) {
+			func() Observation {
+				o := drained(inSlice(obs(noticed), true, []string{"host-b"}, nil))
+				o.Now = manual.Deadline
+				return o
+			}(), func(t *testing.T, d Decision) {
 				if d.Perform || d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualAbandoned || !d.RemoveTrigger || !strings.Contains(d.Events[0].Message, "host-b") {
 					t.Errorf("perform %t, state %+v, manual %q, events %+v", d.Perform, d.State, d.Manual, d.Events)
 				}

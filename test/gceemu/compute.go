@@ -93,7 +93,6 @@ func (s *Server) sliceFollows(others []*Server, begun bool, at time.Time) {
 	}
 }
 
-
 type operation struct {
 	name    string
 	started time.Time
