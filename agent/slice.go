@@ -88,6 +88,14 @@ func (a *Agent) observeSlice(node *corev1.Node, obs *Observation) {
 	hosts := a.sliceHosts(node)
 	obs.Slice = a.slice
 	obs.SliceAsk, obs.SliceAskSet = followedAsk(protocol.SliceAsks(a.slice, hosts)[node.Name], written, set, hosts)
+	if st := protocol.ReadAgentState(node); !obs.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice {
+		if want := protocol.SliceHosts(node); len(hosts) < want {
+			// A host of the slice is gone (its Node deleted, as a repair
+			// does before it recreates it): the slice is not back.
+			obs.SliceAsk, obs.SliceAskSet = protocol.SliceAsk{Slice: a.slice, Cause: fmt.Sprintf("(%d of its %d hosts are in the cluster)", len(hosts), want),
+				Reason: protocol.ReasonSlice, Started: st.Started, Deadline: st.Deadline}, true
+		}
+	}
 	caller := protocol.SliceCaller(hosts)
 	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
 	obs.SliceWaiting, obs.SliceIncomplete = protocol.SliceDrained(hosts, caller)

@@ -171,6 +171,9 @@ type Observation struct {
 	// still drain, and SliceIncomplete those whose voluntary drain ended
 	// with pods left (protocol.SliceDrained).
 	Slice string
+	// SliceAskExpired: the ask is no longer followed, its cause having
+	// started protocol.SliceDrainLimit ago (Step sets it).
+	SliceAskExpired bool
 	// SliceVoluntary: a host of the slice has a manual or opportunistic
 	// maintenance under way (protocol.SliceCaller names one).
 	SliceVoluntary, SliceCaller   bool
@@ -333,12 +336,13 @@ func Step(cfg Config, st State, obs Observation) Decision {
 		st.Phase = protocol.PhaseIdle
 	}
 	d := Decision{State: st}
+	obs = d.expireSliceAsk(obs)
 	d.unannouncedReboot(obs)
 	d.backInService(obs)
 	d.maintenanceStarts(cfg, obs)
 	d.migration(obs.Signals)
 	d.manual(cfg, obs) // trigger.go
-	d.followSlice(obs)
+	d.followSlice(cfg, obs)
 	d.leaveToGKE(cfg, st, obs)
 	d.drained(cfg, obs)
 	if obs.Signals.NoticeKnown {
@@ -388,6 +392,8 @@ func (d *Decision) backInService(obs Observation) {
 	}
 	reason, msg, warning := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID), false
 	switch {
+	case !booted && st.Reason == protocol.ReasonSlice && obs.SliceAskExpired:
+		reason, msg, warning = protocol.EventSliceBack, fmt.Sprintf("A host of the multi-host slice %s has been down for %s, the longest a host drains for its slice; this host goes back in service, though its slice is not whole", obs.SliceAsk.Slice, protocol.SliceDrainLimit), true
 	case !booted && st.Reason == protocol.ReasonSlice:
 		reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (no host of it is in a maintenance of its own, and the aggregator asks nothing); so is this host"
 	case !booted:
@@ -558,26 +564,56 @@ func (d *Decision) migration(sig Signals) {
 	d.State.LastEvent = sig.Event
 }
 
+// wakeAt asks for a step at t, or earlier if another sub-step asked so.
+func (d *Decision) wakeAt(t time.Time) {
+	if d.WakeAt.IsZero() || t.Before(d.WakeAt) {
+		d.WakeAt = t
+	}
+}
+
+// expireSliceAsk: an ask whose cause started protocol.SliceDrainLimit ago
+// or more is no longer followed (the host goes back in service, and says
+// why); until then, the step wakes at that limit.
+func (d *Decision) expireSliceAsk(obs Observation) Observation {
+	if !obs.SliceAskSet {
+		return obs
+	}
+	if limit := obs.SliceAsk.Started.Add(protocol.SliceDrainLimit); obs.Now.Before(limit) {
+		d.wakeAt(limit)
+		return obs
+	}
+	obs.SliceAskSet, obs.SliceAskExpired = false, true
+	return obs
+}
+
 // followSlice: another host of the node's multi-host slice stops (the
-// aggregator's ask): drain with it, or by its earlier deadline. It comes
-// after the trigger, so that a host whose own pending maintenance is taken
-// with the slice's starts that maintenance instead.
-func (d *Decision) followSlice(obs Observation) {
+// ask): drain with it, or by its earlier deadline. It comes after the
+// trigger, so that a host whose own pending maintenance is taken with the
+// slice's starts that maintenance instead. An ask whose deadline has
+// passed (the agent read it late: it was down, or just started) gives the
+// drain what a preemption gives: the cause's host may be gone already,
+// and a drain by a past deadline would give every pod a second.
+func (d *Decision) followSlice(cfg Config, obs Observation) {
 	ask := obs.SliceAsk
 	if !obs.SliceAskSet {
 		return
 	}
+	deadline, late := ask.Deadline, ""
+	if !deadline.After(obs.Now) {
+		deadline = obs.Now.Add(cfg.PreemptionDeadline)
+		late = fmt.Sprintf(" (its deadline %s has passed: drained as for a preemption)", ask.Deadline.UTC().Format(time.RFC3339))
+	}
 	switch {
 	case d.State.Phase == protocol.PhaseIdle:
-		d.start(obs, protocol.ReasonSlice, ask.Deadline)
+		d.start(obs, protocol.ReasonSlice, deadline)
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDrain,
-			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s",
-				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
-	case ask.Deadline.Before(d.State.Deadline):
-		d.State.Deadline = ask.Deadline
+			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops (%s); its job cannot run without it, so this host drains with it, before %s%s",
+				ask.Cause, ask.Slice, ask.Reason, deadline.UTC().Format(time.RFC3339), late)})
+	case deadline.Before(d.State.Deadline):
+		d.State.Deadline = deadline
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDeadline,
-			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s",
-				ask.Cause, ask.Slice, ask.Reason, ask.Deadline.UTC().Format(time.RFC3339))})
+			Message: fmt.Sprintf("Host %s of the multi-host slice %s stops first (%s); this host's drain deadline moves to %s%s",
+				ask.Cause, ask.Slice, ask.Reason, deadline.UTC().Format(time.RFC3339), late)})
 	}
 }
 

@@ -1172,6 +1172,24 @@ func TestStepSlice(t *testing.T) {
 				t.Errorf("state %+v", d.State)
 			}
 		}},
+		{"an ask read past its deadline: drained as for a preemption, not in a second", State{},
+			func() Observation { o := asked(obs(quiet())); o.Now = ask.Deadline.Add(time.Minute); return o }(), func(t *testing.T, d Decision) {
+				now := ask.Deadline.Add(time.Minute)
+				if d.State.Phase != protocol.PhaseDraining || !d.State.Deadline.Equal(now.Add(cfg.PreemptionDeadline)) || !strings.Contains(d.Events[0].Message, "has passed") {
+					t.Errorf("state %+v, events %+v", d.State, d.Events)
+				}
+			}},
+		{"asked: wakes at the limit of a slice drain", sliceDone, asked(obs(quiet())), func(t *testing.T, d Decision) {
+			if !d.WakeAt.Equal(ask.Started.Add(protocol.SliceDrainLimit)) {
+				t.Errorf("wake at %s", d.WakeAt)
+			}
+		}},
+		{"asked past the limit: back in service, and says the slice is not whole", sliceDone,
+			func() Observation { o := asked(obs(quiet())); o.Now = ask.Started.Add(protocol.SliceDrainLimit); return o }(), func(t *testing.T, d Decision) {
+				if d.State.Phase != protocol.PhaseIdle || len(d.Events) != 1 || !d.Events[0].Warning || !strings.Contains(d.Events[0].Message, "not whole") {
+					t.Errorf("state %+v, events %+v", d.State, d.Events)
+				}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, stepChecked(t, cfg, tc.state, tc.obs)) })
 	}

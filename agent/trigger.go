@@ -157,7 +157,7 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 	switch {
 	case !obs.SliceCaller:
 		if startBy := st.Deadline.Add(cfg.ManualStartTimeout); obs.Now.Before(startBy) {
-			d.WakeAt = startBy
+			d.wakeAt(startBy)
 			return true
 		}
 		d.giveUp(fmt.Sprintf("The maintenance of the multi-host slice %s, which another host of it asks for, has not begun %s after this host's deadline %s. The node is back in service (taint, maintenance label and %s removed).",
@@ -165,7 +165,7 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 	case len(obs.SliceWaiting) == 0:
 		return false // every host is drained: ask
 	case obs.Now.Before(st.Deadline):
-		d.WakeAt = st.Deadline // the hosts still draining wake the loop
+		d.wakeAt(st.Deadline) // the hosts still draining wake the loop
 	default:
 		d.giveUp(fmt.Sprintf("Host(s) %s of the multi-host slice %s had not finished draining by the deadline %s. A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
 			excerpt(obs.SliceWaiting, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
@@ -209,7 +209,7 @@ func (d *Decision) awaitStart(cfg Config, obs Observation) {
 	case !obs.Now.Before(startBy):
 		why = fmt.Sprintf("the maintenance has not begun %s after Compute Engine accepted the request", cfg.ManualStartTimeout)
 	default:
-		d.WakeAt = startBy
+		d.wakeAt(startBy)
 		return
 	}
 	d.Manual = protocol.ManualNotStarted

@@ -85,6 +85,9 @@ type Node struct {
 	// Slice names the multi-host TPU slice the node belongs to ("" for
 	// none): its pool, when the topology spans more chips than one node has.
 	Slice string
+	// SliceHosts is how many hosts its slice has, by its topology (0 when
+	// it cannot tell: protocol.SliceHosts).
+	SliceHosts int
 	// AutoscalerGroup is the cluster autoscaler's node group the node is
 	// in ("" for none known): set by the pass from the autoscaler's status.
 	AutoscalerGroup string
@@ -125,6 +128,9 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 		}
 	}
 	v.Slice = protocol.SliceOf(n, poolLabel, sliceLabel)
+	if v.Slice != "" {
+		v.SliceHosts = protocol.SliceHosts(n)
+	}
 	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
 	if ask, ok := protocol.ReadSliceAsk(n); ok {
 		v.Ask = &ask

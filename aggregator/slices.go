@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -17,19 +18,59 @@ import (
 
 // SliceAsks is what every host of every multi-host slice must carry
 // (protocol.SliceAsks, slice by slice). The result names every host of
-// every slice (nil: no ask).
-func SliceAsks(nodes []Node) map[string]*protocol.SliceAsk {
-	bySlice := map[string][]protocol.SliceHost{}
+// every slice (nil: no ask). A slice that is short of hosts (fewer Nodes
+// than its topology holds) because its cause's Node was deleted, as a
+// repair does before it recreates the VM, is not back: its hosts keep the
+// ask they carry, up to protocol.SliceDrainLimit after its cause started.
+func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
+	bySlice := map[string][]Node{}
 	for _, n := range nodes {
 		if n.Slice != "" {
-			bySlice[n.Slice] = append(bySlice[n.Slice], protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
+			bySlice[n.Slice] = append(bySlice[n.Slice], n)
 		}
 	}
 	out := map[string]*protocol.SliceAsk{}
-	for slice, hosts := range bySlice {
-		maps.Copy(out, protocol.SliceAsks(slice, hosts))
+	for slice, members := range bySlice {
+		hosts := make([]protocol.SliceHost, 0, len(members))
+		for _, n := range members {
+			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
+		}
+		asks := protocol.SliceAsks(slice, hosts)
+		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {
+			for _, n := range members {
+				asks[n.Name] = kept
+			}
+		}
+		maps.Copy(out, asks)
 	}
 	return out
+}
+
+func anyAsk(asks map[string]*protocol.SliceAsk) bool {
+	for _, a := range asks {
+		if a != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// keptAsk is the ask a slice's hosts keep while its cause's Node is gone
+// (see SliceAsks); nil for none.
+func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	if want := members[0].SliceHosts; want == 0 || len(members) >= want {
+		return nil
+	}
+	for _, n := range members {
+		if n.Ask == nil || !now.Before(n.Ask.Started.Add(protocol.SliceDrainLimit)) {
+			continue
+		}
+		if !slices.ContainsFunc(members, func(m Node) bool { return m.Name == n.Ask.Cause }) {
+			return n.Ask
+		}
+	}
+	return nil
 }
 
 // active: the node's agent has a maintenance under way.
@@ -53,7 +94,7 @@ const askWriters = 16
 // (a conflict is retried by the next pass), and counts a slice
 // interruption when a slice is newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
-	want := SliceAsks(views)
+	want := SliceAsks(views, a.opts.Clock.Now())
 	current := map[string]Node{}
 	down := map[string]bool{} // slices one host of which carries an ask
 	for _, v := range views {

@@ -29,7 +29,7 @@ func TestSliceAsks(t *testing.T) {
 		{"a manual maintenance takes the slice too", []Node{host("a", protocol.PhaseDraining, protocol.ReasonManual, time.Hour), idle("b")}, "a", time.Hour},
 		{"hosts drained for the slice alone cause nothing: back", []Node{host("a", protocol.PhaseTerminating, protocol.ReasonSlice, time.Minute), idle("b")}, "", 0},
 	} {
-		got := SliceAsks(tc.nodes)
+		got := SliceAsks(tc.nodes, now)
 		for _, n := range tc.nodes {
 			ask, ok := got[n.Name]
 			if !ok {
@@ -46,7 +46,38 @@ func TestSliceAsks(t *testing.T) {
 			}
 		}
 	}
-	if got := SliceAsks([]Node{{Name: "single-host"}}); len(got) != 0 {
+	if got := SliceAsks([]Node{{Name: "single-host"}}, now); len(got) != 0 {
 		t.Errorf("a node of no slice: %v", got)
+	}
+}
+
+// TestSliceAsksKeptWhileTheCauseIsGone: a slice whose preempted host's
+// Node was deleted is short of hosts, so not back: its hosts keep their
+// asks, up to the limit; a slice whole again, or one of unknown size, is.
+func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
+	ask := &protocol.SliceAsk{Slice: "v5p", Cause: "d", Reason: protocol.ReasonPreemption, Started: now.Add(-time.Hour), Deadline: now.Add(-time.Hour + 30*time.Second)}
+	host := func(name string, size int) Node {
+		return Node{Name: name, Slice: "v5p", SliceHosts: size, Phase: protocol.PhaseTerminating, Reason: protocol.ReasonSlice, Started: ask.Started, Deadline: ask.Deadline, Ask: ask}
+	}
+	three := []Node{host("a", 4), host("b", 4), host("c", 4)}
+	for name, got := range SliceAsks(three, now) {
+		if got != ask {
+			t.Errorf("3 of 4 hosts, the cause's Node gone: %s asked %+v, want the ask it carries", name, got)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		at    time.Time
+	}{
+		{"past the limit", three, ask.Started.Add(protocol.SliceDrainLimit)},
+		{"every host there", append(append([]Node(nil), three...), Node{Name: "d", Slice: "v5p", SliceHosts: 4}), now},
+		{"a slice of unknown size", []Node{host("a", 0), host("b", 0)}, now},
+	} {
+		for name, got := range SliceAsks(tc.nodes, tc.at) {
+			if got != nil {
+				t.Errorf("%s: %s asked %+v, want back in service", tc.name, name, got)
+			}
+		}
 	}
 }

@@ -34,6 +34,25 @@ func SliceOf(n *corev1.Node, poolLabel, sliceLabel string) string {
 	return ""
 }
 
+// SliceDrainLimit bounds how long a host drains for its slice: an ask
+// whose cause started longer ago is no longer followed, and the host goes
+// back in service even though a host of its slice is still down (its VM
+// not back, or its Node deleted and not recreated). A day: a slice whose
+// host is away that long is repaired or recreated by other means, and its
+// other hosts should not stay cordoned for ever.
+const SliceDrainLimit = 24 * time.Hour
+
+// SliceHosts is how many hosts n's multi-host slice has, by its TPU
+// topology: the topology's chips over n's (0 when it cannot tell).
+func SliceHosts(n *corev1.Node) int {
+	chips := TopologyChips(n.Labels[LabelTPUTopology])
+	perNode := n.Status.Allocatable[ResourceTPU]
+	if chips == 0 || perNode.Value() <= 0 || int64(chips)%perNode.Value() != 0 {
+		return 0
+	}
+	return chips / int(perNode.Value())
+}
+
 // TopologyChips is the number of chips a TPU topology such as 2x2x4 has
 // (0 when it is empty or not a topology).
 func TopologyChips(topology string) int {
