@@ -68,10 +68,14 @@ A line per node:
   IDLE           idle since when, or why busy (accelerators in use, safe-to-evict=false)
   DECISION       the aggregator's last Event about the node (-o wide adds its words)
   INTERRUPTIONS  the interruptions the agent counted, by type and reason
+A line per multi-host slice, instead of one per host (they go down and come back together):
+  HOSTS          how many, "3 of 4" when a host's Node is gone, and their names
+  PHASES         the hosts by phase
+  CAUSE          the host whose maintenance takes the slice down, and that maintenance
 A line per pool:
   PENDING        nodes with a pending notice
   IN MAINTENANCE nodes in maintenance, of any reason
-  VOLUNTARY      of those, the manual or opportunistic ones, which CAP bounds
+  VOLUNTARY      of those, the manual or opportunistic ones, which CAP bounds (a slice's, every host)
   CAP            the most nodes the pool may have in voluntary maintenance at once
   MIN-NODES      the nodes the pool keeps Ready and out of maintenance (opportunistic)
   NEXT WINDOW    the earliest pending window

@@ -117,3 +117,40 @@ func TestStatusShowsTheOpenWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestPreflightNamesTheSlice: a trigger on one host of a multi-host slice
+// says that the whole slice goes down, names every host, and counts what
+// the pool keeps without any of them.
+func TestPreflightNamesTheSlice(t *testing.T) {
+	var nodes []*corev1.Node
+	for _, name := range []string{"v5p-0", "v5p-1", "v5p-2", "v5p-3", "other"} {
+		pool := "v5p"
+		if name == "other" {
+			pool = "gpu"
+		}
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: pool, "slice": pool}, Annotations: map[string]string{
+			protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","window_start_time":"2026-11-30T00:00:00Z"}`}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+	}
+	nodes[4].Labels["slice"] = ""
+	in := Input{Now: now, Nodes: nodes, PoolLabel: protocol.LabelNodePool, SliceLabel: "slice"}
+	problems, notes := Preflight(in, nodes[1])
+	joined := strings.Join(notes, "; ")
+	for _, want := range []string{"the multi-host slice v5p: the trigger takes the whole slice down, its 4 hosts v5p-0, v5p-1, v5p-2, v5p-3",
+		"v5p-1 asks Compute Engine once", "counts, as the slice's 4 hosts", "the pool keeps 0 nodes"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("notes %q, want %q", joined, want)
+		}
+	}
+	if len(problems) != 0 {
+		t.Errorf("problems %q", problems)
+	}
+	st := BuildStatus(in)
+	var out strings.Builder
+	if err := st.WriteTable(&out, now, time.UTC, false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "\nv5p-1 ") || !strings.Contains(out.String(), "v5p     v5p    4: v5p-0,v5p-1,v5p-2,v5p-3") || !strings.Contains(out.String(), "\nother ") {
+		t.Errorf("status shows the slice's hosts one by one, or not as one line:\n%s", out.String())
+	}
+}

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,23 +45,38 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	}
 	views := make([]aggregator.Node, 0, len(in.Nodes))
 	for _, m := range in.Nodes {
-		views = append(views, aggregator.NodeOf(m, in.PoolLabel, ""))
+		views = append(views, aggregator.NodeOf(m, in.PoolLabel, in.SliceLabel))
+	}
+	// What goes down: the node, or its whole multi-host slice.
+	down := map[string]bool{n.Name: true}
+	if slice := aggregator.NodeOf(n, in.PoolLabel, in.SliceLabel).Slice; slice != "" {
+		var hosts []string
+		for _, v := range views {
+			if v.Slice == slice {
+				down[v.Name] = true
+				hosts = append(hosts, v.Name)
+			}
+		}
+		sort.Strings(hosts)
+		note("%s is a host of the multi-host slice %s: the trigger takes the whole slice down, its %d hosts %s. Every other host drains with it (voluntarily: budgets hold), and %s asks Compute Engine once, for the slice, after the last host is drained",
+			n.Name, slice, len(hosts), strings.Join(hosts, ", "), n.Name)
 	}
 	for _, p := range aggregator.Decide(in.Now, in.Config, views) {
 		if p.Pool != pool {
 			continue
 		}
-		voluntary, ready := 0, 0
+		ready := 0
 		for _, v := range views {
-			if v.Pool == pool && v.Voluntary {
-				voluntary++
-			}
-			if v.Pool == pool && v.Ready && !v.InMaintenance && v.Name != n.Name {
+			if v.Pool == pool && v.Ready && !v.InMaintenance && !down[v.Name] {
 				ready++
 			}
 		}
-		note("pool %s: %d of %d nodes in voluntary maintenance (cap %d; a manual trigger counts, and is not held back by it)",
-			pool, voluntary, p.Nodes, p.Budget.Of(p.Nodes))
+		counts := "a manual trigger counts"
+		if len(down) > 1 {
+			counts = fmt.Sprintf("a manual trigger counts, as the slice's %d hosts", len(down))
+		}
+		note("pool %s: %d of %d nodes in voluntary maintenance (cap %d; %s, and is not held back by it)",
+			pool, p.Voluntary, p.Nodes, p.Budget.Of(p.Nodes), counts)
 		if p.Configured && p.ConfigErr == nil {
 			note("after it, the pool keeps %d nodes Ready and out of maintenance (min-nodes=%d for opportunistic maintenance)", ready, p.Setting.MinNodes)
 		} else {

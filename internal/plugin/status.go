@@ -91,9 +91,33 @@ type ClusterStatus struct {
 	Cap       int `json:"cap"`
 }
 
-// Status is the fleet at a glance.
+// SliceStatus is one multi-host slice's line: its hosts go down and come
+// back together, so the table shows them as one.
+type SliceStatus struct {
+	Slice string   `json:"slice"`
+	Pool  string   `json:"pool"`
+	Hosts []string `json:"hosts"`
+	// Size is how many hosts its topology holds (0: unknown); fewer Hosts
+	// means a host's Node is gone.
+	Size int `json:"size,omitempty"`
+	// Phases counts the hosts by phase.
+	Phases map[string]int `json:"phases"`
+	// Cause is the host whose maintenance takes the slice down, and
+	// Reason that maintenance's ("" while it is in service); Deadline
+	// the slice's.
+	Cause    string     `json:"cause,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// WindowStart is the earliest pending window of its hosts.
+	WindowStart *time.Time `json:"windowStart,omitempty"`
+	PodsLeft    int        `json:"podsLeft"`
+}
+
+// Status is the fleet at a glance. Nodes has every shown node, the hosts
+// of multi-host slices too; the table shows those as their Slices' lines.
 type Status struct {
 	Nodes   []NodeStatus  `json:"nodes"`
+	Slices  []SliceStatus `json:"slices,omitempty"`
 	Pools   []PoolStatus  `json:"pools"`
 	Cluster ClusterStatus `json:"cluster"`
 }
@@ -109,20 +133,33 @@ func BuildStatus(in Input) Status {
 	shownPools := map[string]bool{}
 	var st Status
 	st.Cluster = ClusterStatus{Nodes: len(views), Cap: cfg.ClusterBudget().Of(len(views))}
-	for _, v := range views {
-		if v.Voluntary {
-			st.Cluster.Voluntary++
-		}
+	for _, p := range plans {
+		st.Cluster.Voluntary += p.Voluntary
 	}
-	for _, n := range in.Nodes {
+	slices := map[string]*SliceStatus{}
+	asks := aggregator.SliceAsks(views, in.Now)
+	for i, n := range in.Nodes {
 		if in.Shown != nil && !in.Shown[n.Name] {
 			continue
 		}
 		ns := nodeStatus(in, n)
 		shownPools[ns.Pool] = true
 		st.Nodes = append(st.Nodes, ns)
+		if v := views[i]; v.Slice != "" {
+			ss := slices[v.Slice]
+			if ss == nil {
+				ss = &SliceStatus{Slice: v.Slice, Pool: v.Pool, Size: v.SliceHosts, Phases: map[string]int{}}
+				slices[v.Slice] = ss
+			}
+			ss.add(ns, asks[v.Name])
+		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Node < st.Nodes[j].Node })
+	for _, ss := range slices {
+		sort.Strings(ss.Hosts)
+		st.Slices = append(st.Slices, *ss)
+	}
+	sort.Slice(st.Slices, func(i, j int) bool { return st.Slices[i].Slice < st.Slices[j].Slice })
 	for _, p := range plans {
 		if !shownPools[p.Pool] {
 			continue
@@ -146,6 +183,25 @@ func BuildStatus(in Input) Status {
 		st.Pools = append(st.Pools, ps)
 	}
 	return st
+}
+
+// add counts host ns, asked ask (nil: none), into its slice's line.
+func (ss *SliceStatus) add(ns NodeStatus, ask *protocol.SliceAsk) {
+	ss.Hosts = append(ss.Hosts, ns.Node)
+	ss.Phases[ns.Phase]++
+	ss.PodsLeft += ns.PodsLeft
+	if ns.WindowStart != nil && !ns.WindowOpen && (ss.WindowStart == nil || ns.WindowStart.Before(*ss.WindowStart)) {
+		ss.WindowStart = ns.WindowStart
+	}
+	switch {
+	case ask != nil:
+		ss.Cause, ss.Reason = ask.Cause, string(ask.Reason)
+		d := ask.Deadline
+		ss.Deadline = &d
+	case ns.Phase != string(protocol.PhaseIdle) && ns.Reason != string(protocol.ReasonSlice) && ss.Cause == "":
+		// The cause itself carries no ask.
+		ss.Cause, ss.Reason, ss.Deadline = ns.Node, ns.Reason, ns.Deadline
+	}
 }
 
 func nodeStatus(in Input, n *corev1.Node) NodeStatus {
@@ -248,7 +304,16 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 		header += "\tWHY"
 	}
 	fmt.Fprintln(tw, header)
+	inSlice := map[string]bool{}
+	for _, ss := range st.Slices {
+		for _, h := range ss.Hosts {
+			inSlice[h] = true
+		}
+	}
 	for _, n := range st.Nodes {
+		if inSlice[n.Node] {
+			continue // on its slice's line
+		}
 		idle := "busy: " + n.Busy
 		if n.IdleSince != nil {
 			idle = "idle " + short(now.Sub(*n.IdleSince))
@@ -277,6 +342,26 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
+	if len(st.Slices) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "SLICE\tPOOL\tHOSTS\tWINDOW\tPHASES\tCAUSE\tDEADLINE\tPODS LEFT")
+		for _, ss := range st.Slices {
+			hosts := fmt.Sprintf("%d: %s", len(ss.Hosts), hostList(ss.Hosts))
+			if ss.Size > len(ss.Hosts) {
+				hosts = fmt.Sprintf("%d of %d: %s", len(ss.Hosts), ss.Size, hostList(ss.Hosts))
+			}
+			var phases []string
+			for ph, k := range ss.Phases {
+				phases = append(phases, fmt.Sprintf("%s=%d", ph, k))
+			}
+			sort.Strings(phases)
+			cause := "-"
+			if ss.Cause != "" {
+				cause = ss.Cause + " (" + ss.Reason + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", ss.Slice, dash(ss.Pool), hosts, at(ss.WindowStart), strings.Join(phases, ","), cause, at(ss.Deadline), ss.PodsLeft)
+		}
+	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tVOLUNTARY\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
 	for _, p := range st.Pools {
@@ -291,6 +376,14 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 	}
 	_, err := fmt.Fprintf(w, "\nCluster: %d of %d nodes in voluntary maintenance (cap %d, which the pools share).\n", st.Cluster.Voluntary, st.Cluster.Nodes, st.Cluster.Cap)
 	return err
+}
+
+// hostList names hosts, the first and last of a long list only.
+func hostList(hosts []string) string {
+	if len(hosts) <= 4 {
+		return strings.Join(hosts, ",")
+	}
+	return hosts[0] + ",...," + hosts[len(hosts)-1]
 }
 
 func dash(s string) string {
