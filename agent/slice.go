@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -37,15 +38,15 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	}
 	inf := cache.NewSharedIndexInformer(a.opts.Client.LabelledNodesListWatch(key, slice), &corev1.Node{}, 0, cache.Indexers{})
 	_ = inf.SetTransform(slimNode)
-	// Only a change of what an ask is decided from wakes the agent: the
-	// other hosts write their Nodes for many other reasons, and a slice of
-	// 64 hosts is 64 watchers of each write.
+	// Only a change of what another host acts on wakes the agent
+	// (sliceSignal): the other hosts write their Nodes for many other
+	// reasons, and a slice of 64 hosts is 64 watchers of each write.
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { a.poke() },
 		UpdateFunc: func(o, n any) {
 			old, ok1 := o.(*corev1.Node)
 			cur, ok2 := n.(*corev1.Node)
-			if !ok1 || !ok2 || protocol.SliceHostOf(old) != protocol.SliceHostOf(cur) {
+			if !ok1 || !ok2 || sliceSignal(protocol.SliceHostOf(old)) != sliceSignal(protocol.SliceHostOf(cur)) {
 				a.poke()
 			}
 		},
@@ -58,6 +59,22 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	a.slice, a.siblings = slice, inf
 	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.GetStore().List()))
 	return nil
+}
+
+// sliceSignal is what of host h another host of its slice acts on: a
+// maintenance of its own (which makes it a cause), whether its drain is
+// over (which the caller of a voluntary maintenance waits for: drained or
+// incomplete), and whether its Node is Ready. A host that starts to drain
+// for its slice changes none of it, so the hosts of a 64-host slice that
+// follow one host do not wake each other 63 times each.
+func sliceSignal(h protocol.SliceHost) protocol.SliceHost {
+	if h.Phase == protocol.PhaseIdle || h.Reason == protocol.ReasonSlice {
+		h.Reason, h.Started, h.Deadline = "", time.Time{}, time.Time{}
+		if h.Phase != protocol.PhaseTerminating {
+			h.Phase = ""
+		}
+	}
+	return h
 }
 
 // sliceHosts is every host of the slice as its watch has it, but node (the

@@ -81,3 +81,26 @@ func TestObserveSliceWithAHostGone(t *testing.T) {
 		t.Errorf("every host back: asked %+v", obs.SliceAsk)
 	}
 }
+
+// TestSliceSignal: a host that starts to drain for its slice wakes no
+// other host; one whose own maintenance starts, whose drain ends, or whose
+// Node turns NotReady does.
+func TestSliceSignal(t *testing.T) {
+	idle := protocol.SliceHost{Name: "h", Phase: protocol.PhaseIdle, Ready: true}
+	following := protocol.SliceHost{Name: "h", Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Started: t0, Deadline: t0.Add(time.Minute), Ready: true}
+	drained := following
+	drained.Phase = protocol.PhaseTerminating
+	incomplete := following
+	incomplete.Drain = protocol.DrainIncomplete
+	preempted := protocol.SliceHost{Name: "h", Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), Ready: true}
+	down := idle
+	down.Ready = false
+	if sliceSignal(idle) != sliceSignal(following) {
+		t.Errorf("following its slice wakes the other hosts")
+	}
+	for name, h := range map[string]protocol.SliceHost{"drained": drained, "incomplete": incomplete, "preempted": preempted, "NotReady": down} {
+		if sliceSignal(h) == sliceSignal(following) || sliceSignal(h) == sliceSignal(idle) {
+			t.Errorf("%s wakes no other host", name)
+		}
+	}
+}

@@ -263,9 +263,23 @@ func TestSliceFollowedWithNoAggregator(t *testing.T) {
 // metricSum reads one series from a /metrics endpoint (0 when absent).
 func metricSum(t *testing.T, addr, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	v, err := readMetric(addr, series)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// metricSumQuiet is metricSum, 0 while the endpoint does not answer.
+func metricSumQuiet(addr, series string) float64 {
+	v, _ := readMetric(addr, series)
+	return v
+}
+
+func readMetric(addr, series string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
@@ -273,10 +287,10 @@ func metricSum(t *testing.T, addr, series string) float64 {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			var f float64
 			_, _ = fmt.Sscan(v, &f)
-			return f
+			return f, nil
 		}
 	}
-	return 0
+	return 0, nil
 }
 
 // TestSliceManualTriggerCallsOnceWhenEveryHostIsDrained: a person asks
@@ -451,4 +465,93 @@ func holdOne(t *testing.T, ctx context.Context, ns string, selector map[string]s
 		t.Fatalf("the budget never held: %v", err)
 	}
 	return pdb.Name
+}
+
+// TestSliceFailoverMidDrain: one host of a 4-host slice is preempted with
+// an aggregator leading and another standing by; the leader has written
+// its asks and counted the slice when it is killed. Every host still
+// drains by the preempted host's deadline, each pod with a grace that
+// ends by it; the new leader finds the asks written and undoes nothing,
+// writes no ask again and counts nothing again; when the host is back,
+// the new leader puts the slice back in service.
+func TestSliceFailoverMidDrain(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	s := newSlice(t, ctx, "fail", 4)
+	addrA, addrB := testworld.FreeAddrT(t), testworld.FreeAddrT(t)
+	a := s.p.aggregator("agg-a", addrA)
+	waitMetric(t, ctx, addrA, "maintenance_handler_aggregator_leader", 1)
+	s.p.aggregator("agg-b", addrB)
+
+	// Every change of an ask, or a host back in service, from now on.
+	var mu sync.Mutex
+	var undone []string
+	inf := informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+		old, cur := o.(*corev1.Node), n.(*corev1.Node)
+		if !strings.HasPrefix(cur.Name, "fail-") {
+			return
+		}
+		was, _ := protocol.ReadSliceAsk(old)
+		is, _ := protocol.ReadSliceAsk(cur)
+		mu.Lock()
+		defer mu.Unlock()
+		if was.Cause != "" && (was.Cause != is.Cause || !was.Started.Equal(is.Started) || !was.Deadline.Equal(is.Deadline)) {
+			undone = append(undone, fmt.Sprintf("%s: ask %+v became %+v", cur.Name, was, is))
+		}
+		if protocol.ReadAgentState(old).Active() && !protocol.ReadAgentState(cur).Active() {
+			undone = append(undone, cur.Name+" went back in service")
+		}
+	}})
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go inf.Run(watchCtx.Done())
+	cache.WaitForCacheSync(watchCtx.Done(), inf.HasSynced)
+
+	deadline := s.preempt(t, ctx, "fail-1")
+	others := []string{"fail-0", "fail-2", "fail-3"}
+	world.WaitNodes(t, others, "asked by the leader", func(n *corev1.Node) bool {
+		ask, ok := protocol.ReadSliceAsk(n)
+		return ok && ask.Cause == "fail-1"
+	})
+	series := `maintenance_handler_aggregator_slice_interruptions_total{interruption_reason="` + string(protocol.Preemption.Reason) + `",interruption_type="` + string(protocol.Preemption.Type) + `",slice="fail"}`
+	waitMetric(t, ctx, addrA, series, 1)
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.drainedWith(t, ctx, deadline, others, []string{"job-0", "job-1", "job-2", "job-3"})
+
+	// The new leader's passes: three after it leads.
+	waitMetric(t, ctx, addrB, "maintenance_handler_aggregator_leader", 1)
+	passes := metricSum(t, addrB, "maintenance_handler_aggregator_pass_duration_seconds_count")
+	waitMetric(t, ctx, addrB, "maintenance_handler_aggregator_pass_duration_seconds_count", passes+3)
+	if got := metricSum(t, addrB, series); got != 0 {
+		t.Errorf("the new leader counted the slice again: %v", got)
+	}
+	mu.Lock()
+	if len(undone) > 0 {
+		t.Errorf("undone during the failover: %v", undone)
+	}
+	mu.Unlock()
+
+	if err := s.p.f.Reboot(ctx, s.vms["fail-1"]); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNodes(t, s.hosts, "back in service", func(n *corev1.Node) bool {
+		_, asked := protocol.ReadSliceAsk(n)
+		return protocol.ReadAgentState(n).Phase == protocol.PhaseIdle && !asked && !protocol.HasTaintKey(n, protocol.TaintSliceDown) && !protocol.HasTaint(n)
+	})
+}
+
+// waitMetric waits until series on addr's /metrics reaches at least want.
+func waitMetric(t *testing.T, ctx context.Context, addr, series string, want float64) {
+	t.Helper()
+	var got float64
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		got = metricSumQuiet(addr, series)
+		return got >= want, nil
+	})
+	if err != nil {
+		t.Fatalf("%s on %s is %v, want %v", series, addr, got, want)
+	}
 }

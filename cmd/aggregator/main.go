@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
@@ -33,6 +34,10 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Protobuf: the aggregator watches every Node of the cluster, and
+	// writes the asks of a 64-host slice at once.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
