@@ -1185,7 +1185,11 @@ func TestStepSlice(t *testing.T) {
 			}
 		}},
 		{"asked past the limit: back in service, and says the slice is not whole", sliceDone,
-			func() Observation { o := asked(obs(quiet())); o.Now = ask.Started.Add(protocol.SliceDrainLimit); return o }(), func(t *testing.T, d Decision) {
+			func() Observation {
+				o := asked(obs(quiet()))
+				o.Now = ask.Started.Add(protocol.SliceDrainLimit)
+				return o
+			}(), func(t *testing.T, d Decision) {
 				if d.State.Phase != protocol.PhaseIdle || len(d.Events) != 1 || !d.Events[0].Warning || !strings.Contains(d.Events[0].Message, "not whole") {
 					t.Errorf("state %+v, events %+v", d.State, d.Events)
 				}

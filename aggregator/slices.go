@@ -73,11 +73,6 @@ func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
 	return nil
 }
 
-// active: the node's agent has a maintenance under way.
-func active(n Node) bool {
-	return n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating
-}
-
 func sameAsk(a, b *protocol.SliceAsk) bool {
 	if a == nil || b == nil {
 		return a == b
