@@ -379,16 +379,28 @@ func (d *Drainer) pending(g Group, began map[types.UID]bool) []*corev1.Pod {
 
 // wait blocks until the pod cache changes, a call returns (handled by
 // done), t comes, or ctx ends.
+//
+// A time already come fires at once, without a timer: a clock's timer of
+// no duration may fire only when its clock next moves (a fake clock's
+// does).
 func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action, done func(*action)) error {
-	timer := d.opts.Clock.NewTimer(max(t.Sub(d.opts.Clock.Now()), 0))
-	defer timer.Stop()
+	var fire <-chan time.Time
+	if left := t.Sub(d.opts.Clock.Now()); left > 0 {
+		timer := d.opts.Clock.NewTimer(left)
+		defer timer.Stop()
+		fire = timer.C()
+	} else {
+		now := make(chan time.Time, 1)
+		now <- t
+		fire = now
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-d.opts.Pods.Changed():
 	case a := <-results:
 		done(a)
-	case <-timer.C():
+	case <-fire:
 	}
 	return nil
 }
