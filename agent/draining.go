@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
@@ -12,7 +13,7 @@ import (
 type Drainer interface {
 	// Drain empties the node by deadline, deleting a pod a
 	// PodDisruptionBudget still protects at deadline minus its grace.
-	Drain(ctx context.Context, deadline time.Time) (drain.Result, error)
+	Drain(ctx context.Context, deadline time.Time, why drain.Disruption) (drain.Result, error)
 	// DrainVoluntary never deletes such a pod: it is left (Result.Left).
 	DrainVoluntary(ctx context.Context, deadline time.Time) (drain.Result, error)
 }
@@ -46,11 +47,13 @@ func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
 	go func() {
 		defer a.drainGroup.Done()
 		a.log.Info("drain started", "maintenance_started", order.For, "deadline", order.Deadline)
-		run := a.opts.Drainer.Drain
+		var res drain.Result
+		var err error
 		if order.Voluntary {
-			run = a.opts.Drainer.DrainVoluntary
+			res, err = a.opts.Drainer.DrainVoluntary(dctx, order.Deadline)
+		} else {
+			res, err = a.opts.Drainer.Drain(dctx, order.Deadline, disruption(order))
 		}
-		res, err := run(dctx, order.Deadline)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
 				a.log.Warn("drain ended early", "err", err)
@@ -74,4 +77,11 @@ func (a *Agent) stopDrain() {
 		stop()
 	}
 	a.drainGroup.Wait()
+}
+
+// disruption is what a pod the drain of order deletes is told (its
+// DisruptionTarget condition).
+func disruption(order DrainOrder) drain.Disruption {
+	return drain.Disruption{Reason: order.Reason.DisruptionReason(),
+		Message: fmt.Sprintf("maintenance-handler: the node drains for %s; the VM is expected to stop by %s", order.Reason, order.Deadline.UTC().Format(time.RFC3339))}
 }

@@ -317,6 +317,9 @@ type Decision struct {
 type DrainOrder struct {
 	For, Deadline time.Time
 	Voluntary     bool
+	// Reason is the maintenance's: what a pod the drain deletes is told.
+	// A change of it alone does not restart the drain.
+	Reason protocol.Reason
 }
 
 // IsZero: no drain.
@@ -693,7 +696,7 @@ func (d *Decision) drainOrder(cfg Config, before State, obs Observation) {
 	if d.State.Phase != protocol.PhaseDraining || d.State.LeftToGKE || obs.DrainDone && d.State.Started.Equal(before.Started) {
 		return
 	}
-	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntaryDrain(cfg, d.State, obs)}
+	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntaryDrain(cfg, d.State, obs), Reason: d.State.Reason}
 }
 
 // voluntaryDrain: st's drain keeps to the PodDisruptionBudgets to its end,

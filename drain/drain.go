@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -77,8 +78,22 @@ const GraceFloor = time.Second
 type API interface {
 	// Evict asks the Eviction API to evict a pod.
 	Evict(ctx context.Context, e *policyv1.Eviction) error
+	// PatchPod patches a pod, or its subresource ("status") when given.
+	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
 	// DeletePod deletes a pod.
 	DeletePod(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error
+}
+
+// Disruption is what the drain tells a pod before it deletes it, in the
+// pod's DisruptionTarget condition, as Kubernetes' own deleters do (the
+// taint manager, the scheduler's preemption, the kubelet's shutdown): a
+// Job's podFailurePolicy can then tell the node's maintenance from its
+// own failure. The Eviction API sets the condition on the evictions it
+// admits; a delete sets nothing, so the drain sets it first.
+type Disruption struct {
+	// Reason is the condition's reason (a protocol.DisruptionReasons
+	// value), Message says which maintenance.
+	Reason, Message string
 }
 
 // Options configure a Drainer.
@@ -201,8 +216,8 @@ type podState struct {
 // returns with Result.Left set.
 //
 // Drain returns when every group is done, or with ctx's error.
-func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error) {
-	return d.run(ctx, deadline, true)
+func (d *Drainer) Drain(ctx context.Context, deadline time.Time, why Disruption) (Result, error) {
+	return d.run(ctx, deadline, &why)
 }
 
 // DrainVoluntary is Drain for a maintenance that did not have to happen
@@ -212,10 +227,12 @@ func (d *Drainer) Drain(ctx context.Context, deadline time.Time) (Result, error)
 // terminating), and the caller decides what a drain that could not finish
 // means.
 func (d *Drainer) DrainVoluntary(ctx context.Context, deadline time.Time) (Result, error) {
-	return d.run(ctx, deadline, false)
+	return d.run(ctx, deadline, nil)
 }
 
-func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (Result, error) {
+// run drains by deadline; why is nil for a voluntary drain, which never
+// deletes.
+func (d *Drainer) run(ctx context.Context, deadline time.Time, why *Disruption) (Result, error) {
 	var res Result
 	start := d.opts.Clock.Now()
 	began := make(map[types.UID]bool)
@@ -224,7 +241,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, escalate bool) (R
 	}
 	deadlines := GroupDeadlines(d.members(began), d.timing, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
-		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], escalate, &res)
+		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], why, &res)
 		if err != nil {
 			return res, err
 		}
@@ -259,7 +276,8 @@ type action struct {
 }
 
 // drainGroup drains group g by its deadline and returns the pods it left.
-func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, start, deadline time.Time, escalate bool, res *Result) ([]string, error) {
+func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, start, deadline time.Time, why *Disruption, res *Result) ([]string, error) {
+	escalate := why != nil
 	log := d.opts.Logger.With("group", g, "group_deadline", deadline)
 	states := map[types.UID]*podState{}
 	results := make(chan *action, parallelism)
@@ -298,7 +316,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			a.st.inFlight = true
 			go func() {
 				if a.escalate {
-					a.outcome = d.delete(ctx, a.pod, a.grace)
+					a.outcome = d.delete(ctx, a.pod, a.grace, *why)
 				} else {
 					a.outcome = d.evict(ctx, a.pod, a.grace)
 				}
@@ -426,8 +444,16 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 }
 
 // delete deletes a pod whose eviction kept being refused until
-// deadline - grace.
-func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
+// deadline - grace, after setting its DisruptionTarget condition (why). A
+// condition that cannot be set does not hold the delete back: the pod
+// must stop before the VM does.
+func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration, why Disruption) string {
+	if err := d.opts.Client.PatchPod(ctx, p.Namespace, p.Name, types.StrategicMergePatchType, disruptionPatch(p, why, d.opts.Clock.Now()), "status"); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return OutcomeGone
+		}
+		d.opts.Logger.Warn("DisruptionTarget condition not set before the delete", "pod", klogRef(p), "err", err)
+	}
 	secs := int64(grace / time.Second)
 	err := d.opts.Client.DeletePod(ctx, p.Namespace, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID},
@@ -437,6 +463,17 @@ func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration
 		return OutcomeError
 	}
 	return OutcomeEscalated
+}
+
+// disruptionPatch sets p's DisruptionTarget condition to True with why, on
+// p's UID only (a pod recreated under its name is another pod).
+func disruptionPatch(p *corev1.Pod, why Disruption, now time.Time) []byte {
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": p.UID},
+		"status": map[string]any{"conditions": []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: why.Reason, Message: why.Message, LastTransitionTime: metav1.NewTime(now)}}},
+	})
+	return patch
 }
 
 // excerptList joins at most n names, saying how many more there are.

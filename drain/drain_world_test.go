@@ -108,7 +108,13 @@ type step struct {
 	at    time.Time
 	grace int64 // deletionGracePeriodSeconds when terminating
 	delTS time.Time
+	// disruption is the pod's DisruptionTarget condition when it was
+	// seen terminating (nil: none).
+	disruption *corev1.PodCondition
 }
+
+// hostMaintenance is what the tests' drains tell a pod they delete.
+var hostMaintenance = drain.Disruption{Reason: protocol.DisruptionHostMaintenance, Message: "the test's host maintenance"}
 
 // observe watches the node's pods and records when each starts terminating
 // and when it is deleted, in the API server's order.
@@ -142,7 +148,13 @@ func observe(t *testing.T, node string) func() []step {
 				if p.DeletionGracePeriodSeconds != nil {
 					g = *p.DeletionGracePeriodSeconds
 				}
-				steps = append(steps, step{pod: ref, kind: "terminating", at: time.Now(), grace: g, delTS: p.DeletionTimestamp.Time})
+				var disruption *corev1.PodCondition
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.DisruptionTarget {
+						disruption = &c
+					}
+				}
+				steps = append(steps, step{pod: ref, kind: "terminating", at: time.Now(), grace: g, delTS: p.DeletionTimestamp.Time, disruption: disruption})
 			}
 			mu.Unlock()
 		}
@@ -200,7 +212,7 @@ func TestDrainOrderAndWhatIsLeftAlone(t *testing.T) {
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), Skip: types.NamespacedName{Namespace: ns, Name: "agent"},
 		RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
-	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), time.Now().Add(time.Minute))
+	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), time.Now().Add(time.Minute), hostMaintenance)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +269,7 @@ func TestDrainGivesEachPodItsGrace(t *testing.T) {
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
-	if _, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline); err != nil {
+	if _, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline, hostMaintenance); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]step{}
@@ -311,7 +323,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})
 	start := time.Now()
-	res, err := d.Drain(testworld.Ctx(t, time.Minute), start.Add(within))
+	res, err := d.Drain(testworld.Ctx(t, time.Minute), start.Add(within), hostMaintenance)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +338,10 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 	}
 	if want := []string{protocol.EventBlocked, protocol.EventEscalated}; fmt.Sprint(rec.events) != fmt.Sprint(want) {
 		t.Errorf("events %v, want %v", rec.events, want)
+	}
+	// Told, as Kubernetes' own deleters tell a pod, before the delete.
+	if c := term.disruption; c == nil || c.Status != corev1.ConditionTrue || c.Reason != hostMaintenance.Reason || c.Message != hostMaintenance.Message {
+		t.Errorf("the deleted pod's DisruptionTarget condition: %+v, want True, %s", c, hostMaintenance.Reason)
 	}
 	return start, term, rec
 }
@@ -383,7 +399,7 @@ func TestDrainKeepsTimeForSystemPods(t *testing.T) {
 	steps := observe(t, node)
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node)})
 	deadline := time.Now().Add(30 * time.Second)
-	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline)
+	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), deadline, hostMaintenance)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +456,7 @@ func TestDrainEndsAtItsDeadline(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := d.Drain(ctx, deadline)
+		res, err := d.Drain(ctx, deadline, hostMaintenance)
 		done <- result{res, err}
 	}()
 	// Once the stuck pod is terminating, a pod that tolerates everything

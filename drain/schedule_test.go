@@ -146,7 +146,7 @@ func TestRefusedPodRetriedOnItsOwnSchedule(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = d.Drain(ctx, clk.Now().Add(time.Hour))
+		_, _ = d.Drain(ctx, clk.Now().Add(time.Hour), Disruption{})
 	}()
 	defer func() { close(release); cancel(); <-done }()
 	seen := map[string]bool{}
@@ -205,6 +205,10 @@ func (c slowClient) DeletePod(context.Context, string, string, metav1.DeleteOpti
 	return nil
 }
 
+func (c slowClient) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
+	return nil
+}
+
 // outcomes is a Recorder that hands each outcome on.
 type outcomes chan string
 
@@ -236,7 +240,7 @@ func TestDrainerKeepsNoneAsNone(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				_, _ = d.Drain(ctx, clk.Now().Add(30*time.Second))
+				_, _ = d.Drain(ctx, clk.Now().Add(30*time.Second), Disruption{})
 			}()
 			got := <-graces
 			cancel()
@@ -253,5 +257,9 @@ type acceptingClient func(*policyv1.Eviction)
 
 func (c acceptingClient) Evict(_ context.Context, e *policyv1.Eviction) error { c(e); return nil }
 func (c acceptingClient) DeletePod(context.Context, string, string, metav1.DeleteOptions) error {
+	return nil
+}
+
+func (c acceptingClient) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
 	return nil
 }

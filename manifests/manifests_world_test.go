@@ -253,13 +253,15 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{})
 		})
 	}
+	var conditionWith func(pod, typ, status, reason string) error
 	notice := func(pod, key string) error {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"MAINTENANCE_PHASE=pending\n"}}}`, key)
 		_, err := as.CoreV1().Pods("default").Patch(testworld.Ctx(t, 10*time.Second), pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
-	condition := func(pod, typ string) error {
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":"Pending"}]}}`, typ)
+	condition := func(pod, typ string) error { return conditionWith(pod, typ, "True", "Pending") }
+	conditionWith = func(pod, typ, status, reason string) error {
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q}]}}`, typ, status, reason)
 		_, err := as.CoreV1().Pods("default").Patch(testworld.Ctx(t, 10*time.Second), pod, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
 		return err
 	}
@@ -273,6 +275,16 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	denied("a condition on a pod on another node", condition("elsewhere", protocol.PodConditionMaintenance), "only the pods on its own Node")
 	denied("another annotation of a pod on its node", notice("told", "example.com/owner"), "only the notice annotation")
 	denied("another condition of a pod on its node", condition("told", "Ready"), "only the notice condition")
+	// DisruptionTarget, before a delete: True, with a reason of its own,
+	// on its own node's pods only.
+	for _, reason := range protocol.DisruptionReasons {
+		if err := conditionWith("told", string(corev1.DisruptionTarget), "True", reason); err != nil {
+			t.Errorf("the agent could not set DisruptionTarget (%s) on a pod on its node: %v", reason, err)
+		}
+	}
+	denied("DisruptionTarget with another reason", conditionWith("told", string(corev1.DisruptionTarget), "True", "EvictionByEvictionAPI"), "a reason of its own")
+	denied("DisruptionTarget False", conditionWith("told", string(corev1.DisruptionTarget), "False", protocol.DisruptionPreemption), "a reason of its own")
+	denied("DisruptionTarget on a pod on another node", conditionWith("elsewhere", string(corev1.DisruptionTarget), "True", protocol.DisruptionPreemption), "only the pods on its own Node")
 
 	// Nothing else.
 	checkAccess(t, as, []access{

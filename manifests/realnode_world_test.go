@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -168,6 +170,7 @@ func TestShippedManifestsOnARealNode(t *testing.T) {
 		{"Preemption", realPreemption},
 		{"HostMaintenanceHonoursTheBudget", realHostMaintenancePDB},
 		{"AgentKilledMidDrain", realAgentKilledMidDrain},
+		{"JobIgnoresTheDisruption", realJobDisruption},
 	} {
 		emu.Clear()
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, emu, layout) })
@@ -538,4 +541,96 @@ func createWorkload(t testing.TB, n *testworld.RealNode, w testworld.Workload) {
 		zero := int64(0)
 		_ = world.Client.CoreV1().Pods(w.Namespace).Delete(context.Background(), w.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
+}
+
+// realJobDisruption: two Jobs of one pod each, backoffLimit 0, each pod
+// held by a PodDisruptionBudget, on a node that is preempted: the drain
+// deletes each pod when its budget still holds at deadline - grace, and
+// sets its DisruptionTarget condition first, as Kubernetes' own deleters
+// do. The Job whose podFailurePolicy ignores DisruptionTarget keeps its
+// backoffLimit whole and makes a replacement pod; the Job without such a
+// rule fails, as Kubernetes documents.
+func realJobDisruption(t *testing.T, emu *gceemu.Server, layout string) {
+	n, _ := realGPUNode(t, "real-gpu-job", layout)
+	ns := world.Namespace(t)
+	ignore := &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{Action: batchv1.PodFailurePolicyActionIgnore,
+		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}}}
+	for name, policy := range map[string]*batchv1.PodFailurePolicy{"ignores": ignore, "counts": nil} {
+		labels := map[string]string{"job": name}
+		tmpl := n.WorkloadPod(testworld.Workload{Namespace: ns, Name: name, Grace: 2, Labels: labels})
+		tmpl.Spec.NodeName = ""
+		tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name}
+		tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+		zero := int32(0)
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: batchv1.JobSpec{
+			BackoffLimit: &zero, PodFailurePolicy: policy,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: tmpl.Spec}}}
+		if _, err := world.Client.BatchV1().Jobs(ns).Create(testworld.Ctx(t, 10*time.Second), job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		one := intstr.FromInt32(1)
+		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+		if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		world.WaitPods(t, ns, "job="+name, "the job's pod running", func(pods []*corev1.Pod) bool { return len(pods) == 1 && podReady(pods[0]) })
+		testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", ns, name, "holding its pod",
+			func(p *policyv1.PodDisruptionBudget) bool {
+				return p.Status.ExpectedPods == 1 && p.Status.DisruptionsAllowed == 0
+			})
+	}
+	first := map[string]string{}
+	for _, name := range []string{"ignores", "counts"} {
+		pods, err := world.Client.CoreV1().Pods(ns).List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{LabelSelector: "job=" + name})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the %s job's pods: %v", name, err)
+		}
+		first[name] = pods.Items[0].Name
+	}
+
+	emu.SetPreempted(true)
+	// Each pod: deleted by the drain (the budget held), failed, and told
+	// why before.
+	for name, pod := range first {
+		failed := testworld.WaitFor(t, world.Client.CoreV1().RESTClient(), "pods", ns, pod, "failed after the drain deleted it", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodFailed
+		})
+		var told *corev1.PodCondition
+		for _, c := range failed.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget {
+				told = &c
+			}
+		}
+		if told == nil || told.Status != corev1.ConditionTrue || told.Reason != protocol.DisruptionPreemption {
+			t.Errorf("%s's pod %s failed with DisruptionTarget %+v, want True, %s", name, pod, told, protocol.DisruptionPreemption)
+		}
+	}
+	world.WaitEvent(t, n.Name, protocol.EventEscalated)
+	testworld.WaitFor(t, world.Client.BatchV1().RESTClient(), "jobs", ns, "counts", "failed: its backoffLimit of 0 used up", func(j *batchv1.Job) bool {
+		return jobCondition(j, batchv1.JobFailed) == "BackoffLimitExceeded"
+	})
+	// The Job controller has taken in the failure it ignores: a
+	// replacement pod, and the Job not failed.
+	world.WaitPods(t, ns, "job=ignores", "a replacement for the disrupted pod", func(pods []*corev1.Pod) bool {
+		return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.Name != first["ignores"] })
+	})
+	j, err := world.Client.BatchV1().Jobs(ns).Get(testworld.Ctx(t, 10*time.Second), "ignores", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := jobCondition(j, batchv1.JobFailed); c != "" {
+		t.Errorf("the job whose podFailurePolicy ignores DisruptionTarget failed (%s): status %+v", c, j.Status)
+	}
+}
+
+// jobCondition is the reason of j's condition typ when it is True ("" when
+// it is not).
+func jobCondition(j *batchv1.Job, typ batchv1.JobConditionType) string {
+	for _, c := range j.Status.Conditions {
+		if c.Type == typ && c.Status == corev1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
 }

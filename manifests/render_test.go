@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // TestOverlaysRender: every overlay builds as `kubectl apply -k` builds it;
@@ -140,5 +142,29 @@ func TestMonitorsFindTheMetricsPorts(t *testing.T) {
 	}
 	if selected != 2 {
 		t.Errorf("the ServiceMonitor selects %d Services, want the agent's and the aggregator's", selected)
+	}
+}
+
+// TestAdmissionPolicyKnowsTheDisruptionReasons: the agent's admission
+// policy lets it set DisruptionTarget with exactly the reasons its drain
+// uses.
+func TestAdmissionPolicyKnowsTheDisruptionReasons(t *testing.T) {
+	policy := kinds(render(t, "base"))["ValidatingAdmissionPolicy /maintenance-handler-agent-own-pods"]
+	if policy == nil {
+		t.Fatal("the base has no agent pod policy")
+	}
+	variables, _, _ := unstructured.NestedSlice(policy.Object, "spec", "variables")
+	var got string
+	for _, v := range variables {
+		if v := v.(map[string]any); v["name"] == "disruptionReasons" {
+			got = v["expression"].(string)
+		}
+	}
+	quoted := make([]string, 0, len(protocol.DisruptionReasons))
+	for _, r := range protocol.DisruptionReasons {
+		quoted = append(quoted, "'"+r+"'")
+	}
+	if want := "[" + strings.Join(quoted, ", ") + "]"; got != want {
+		t.Errorf("the policy's disruptionReasons are %s, want %s", got, want)
 	}
 }

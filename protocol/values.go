@@ -55,6 +55,37 @@ func (r Reason) Interruption() (Interruption, bool) {
 	return Interruption{}, false
 }
 
+// The reasons of the DisruptionTarget condition the agent's drain sets on
+// a pod before it deletes it (drain.Disruption), by the maintenance's
+// Reason: a Job's podFailurePolicy rule on DisruptionTarget matches them
+// as it matches Kubernetes' own (EvictionByEvictionAPI,
+// DeletionByTaintManager, TerminationByKubelet, ...).
+const (
+	DisruptionHostMaintenance = "TerminationByHostMaintenance"
+	DisruptionPreemption      = "TerminationByPreemption"
+	DisruptionManual          = "TerminationByManualMaintenance"
+	DisruptionSlice           = "TerminationBySliceMaintenance"
+)
+
+// DisruptionReasons lists them: the admission policy lets the agent set
+// DisruptionTarget with these reasons and no other.
+var DisruptionReasons = []string{DisruptionHostMaintenance, DisruptionPreemption, DisruptionManual, DisruptionSlice}
+
+// DisruptionReason is the DisruptionTarget reason of a pod deleted for a
+// maintenance of reason r (a reason this version does not know is a host
+// maintenance, as the agent takes it).
+func (r Reason) DisruptionReason() string {
+	switch r {
+	case ReasonPreemption:
+		return DisruptionPreemption
+	case ReasonManual:
+		return DisruptionManual
+	case ReasonSlice:
+		return DisruptionSlice
+	}
+	return DisruptionHostMaintenance
+}
+
 // Outcomes of a manual trigger: the agent's answer to
 // LabelPerformMaintenance (the outcome label of manual_triggers_total).
 const (

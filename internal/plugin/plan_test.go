@@ -81,15 +81,15 @@ func TestPreviewIsTheDrainsPlan(t *testing.T) {
 	d := drain.New(drain.Options{Client: src, Pods: src, Clock: clk, Skip: types.NamespacedName{Namespace: agentPod.Namespace, Name: agentPod.Name}})
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.Drain(context.Background(), start.Add(protocol.DefaultManualDrainTimeout))
+		_, err := d.Drain(context.Background(), start.Add(protocol.DefaultManualDrainTimeout), drain.Disruption{})
 		done <- err
 	}()
 	var got [][]string
 	for i, b := range want {
 		if lead := leads[i]; lead > 0 {
 			// The calls before it are in: the drain waits for this
-			// batch's lead on the clock (a timer set after this step
-			// fires at once).
+			// batch's lead on the clock (a wait for a time that has come
+			// by then does not wait: drain's wait).
 			clk.SetTime(start.Add(lead))
 		}
 		var batch []string
@@ -154,6 +154,10 @@ func (v *vanishingPods) Evict(_ context.Context, e *policyv1.Eviction) error {
 	case v.changed <- struct{}{}:
 	default:
 	}
+	return nil
+}
+
+func (v *vanishingPods) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
 	return nil
 }
 
