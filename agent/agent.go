@@ -62,6 +62,9 @@ type API interface {
 	// LabelledNodesListWatch lists and watches the Nodes whose label key
 	// has value (the hosts of the agent's multi-host slice).
 	LabelledNodesListWatch(key, value string) cache.ListerWatcher
+	// PatchNodeStatus patches the Node's status: the node lifecycle
+	// conditions the agent keeps (protocol.NodeConditions).
+	PatchNodeStatus(ctx context.Context, name string, data []byte) error
 	// PatchPod patches a pod on the node (the workload notice), or its
 	// subresource ("status") when given.
 	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
@@ -159,6 +162,10 @@ type Agent struct {
 	// wakeAt is when the last decision asked to step again (zero: only on
 	// change). Used by the loop goroutine only.
 	wakeAt time.Time
+	// conditionsFrom is the resourceVersion of the cached Node the last
+	// write of the node lifecycle conditions was decided on
+	// (syncConditions).
+	conditionsFrom string
 
 	// counted is what the interruption counters hold, by InterruptionKey:
 	// they follow the Node's counts (the agent's own, a previous agent's,
@@ -481,6 +488,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Counts, latency time.Duration) {
 	st := dec.State
 	a.wakeAt = dec.WakeAt
+	a.syncConditions(ctx, st)
 	for _, e := range dec.Events {
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)

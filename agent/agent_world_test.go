@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -507,6 +508,77 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	}
 	if !podGone(t, ns, "slow") || !podGone(t, ns, "slower") {
 		t.Error("terminating while pods remain")
+	}
+}
+
+// TestNodeConditionsFollowTheMaintenance: the node lifecycle conditions,
+// watched over a whole host maintenance whose agent is restarted mid-drain:
+// each goes False, True, False once (MaintenancePlanned with the notice,
+// the others with the drain and the VM's return), and the restart flips
+// none.
+func TestNodeConditionsFollowTheMaintenance(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-conditions-0")
+	ns := world.Namespace(t)
+	var mu sync.Mutex
+	seen := map[corev1.NodeConditionType][]corev1.ConditionStatus{}
+	w, err := world.Client.CoreV1().Nodes().Watch(testworld.Ctx(t, 3*time.Minute), metav1.ListOptions{FieldSelector: "metadata.name=" + v.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			for _, c := range n.Status.Conditions {
+				if got := seen[c.Type]; slices.Contains(protocol.NodeConditionTypes, c.Type) && (len(got) == 0 || got[len(got)-1] != c.Status) {
+					seen[c.Type] = append(got, c.Status)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	createPod(t, makePod(ns, "slow", v.name, 6, 6*time.Second))
+	first := startAgent(t, v, agent.DefaultConfig)
+	hasCondition := func(typ corev1.NodeConditionType, status corev1.ConditionStatus) func(*corev1.Node) bool {
+		return func(n *corev1.Node) bool {
+			for _, c := range n.Status.Conditions {
+				if c.Type == typ {
+					return c.Status == status
+				}
+			}
+			return false
+		}
+	}
+	world.WaitNode(t, v.name, "no maintenance planned", hasCondition(protocol.ConditionMaintenancePlanned, corev1.ConditionFalse))
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), time.Hour))
+	world.WaitNode(t, v.name, "maintenance planned", hasCondition(protocol.ConditionMaintenancePlanned, corev1.ConditionTrue))
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	world.WaitNode(t, v.name, "draining", hasCondition(protocol.ConditionDrainInProgress, corev1.ConditionTrue))
+	first.stop() // mid-drain: the pod takes 6 s to go
+	second := startAgent(t, v, agent.DefaultConfig)
+	world.WaitNode(t, v.name, "drained", hasCondition(protocol.ConditionDrained, corev1.ConditionTrue))
+	reboot(t, v, second)
+	world.WaitNode(t, v.name, "back: no maintenance in progress, none planned", func(n *corev1.Node) bool {
+		return hasCondition(protocol.ConditionMaintenanceInProgress, corev1.ConditionFalse)(n) && hasCondition(protocol.ConditionDrained, corev1.ConditionFalse)(n) &&
+			hasCondition(protocol.ConditionMaintenancePlanned, corev1.ConditionFalse)(n)
+	})
+	// This test's own watch has seen it too.
+	_ = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen[protocol.ConditionMaintenanceInProgress]) >= 3 && len(seen[protocol.ConditionDrained]) >= 3 && len(seen[protocol.ConditionMaintenancePlanned]) >= 3, nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, typ := range protocol.NodeConditionTypes {
+		if got := fmt.Sprint(seen[typ]); got != "[False True False]" {
+			t.Errorf("%s went %s, want [False True False]", typ, got)
+		}
 	}
 }
 

@@ -48,6 +48,8 @@ func (nopAPI) PatchPod(context.Context, string, string, types.PatchType, []byte,
 	return nil
 }
 
+func (nopAPI) PatchNodeStatus(context.Context, string, []byte) error { return nil }
+
 func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, error) {
 	return nil, nil
 }

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,8 +76,9 @@ func (a *Agent) watchNode(ctx context.Context) error {
 }
 
 // slimNode drops what the agent never reads from its cached Node: the
-// managed fields and the status but for nodeInfo and the TPU chips (the image list alone is
-// often tens of kilobytes). The agent updates the Node from this copy; an
+// managed fields and the status but for nodeInfo, the TPU chips, Ready and
+// the lifecycle conditions the agent keeps (the image list alone is often
+// tens of kilobytes). The agent updates the Node from this copy; an
 // update leaves the status as it is (it is a subresource) and omitted
 // managed fields as they are.
 func slimNode(obj any) (any, error) {
@@ -88,13 +91,17 @@ func slimNode(obj any) (any, error) {
 	if tpu, ok := n.Status.Allocatable[protocol.ResourceTPU]; ok {
 		allocatable = corev1.ResourceList{protocol.ResourceTPU: tpu} // slice membership
 	}
-	var ready []corev1.NodeCondition
+	// Ready (a slice's host that is down), and the lifecycle conditions the
+	// agent keeps.
+	var kept []corev1.NodeCondition
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			ready = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}} // a slice's host that is down
+			kept = append(kept, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+		} else if slices.Contains(protocol.NodeConditionTypes, c.Type) {
+			kept = append(kept, c)
 		}
 	}
-	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable, Conditions: ready}
+	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable, Conditions: kept}
 	return n, nil
 }
 
@@ -155,4 +162,27 @@ func WaitForNode(ctx context.Context, c NodeGetter, name string, clk clock.Clock
 			return nil, err
 		}
 	}
+}
+
+// syncConditions writes, through nodes/status, the node lifecycle
+// conditions that st says and the Node does not carry
+// (protocol.NodeConditions). A write that fails is logged and tried again
+// on the next step: the conditions never hold a maintenance back. Until
+// the Node cache shows a newer Node than the one a write was decided on,
+// no other write is made (the cache is behind that write).
+func (a *Agent) syncConditions(ctx context.Context, st State) {
+	node, err := a.cachedNode()
+	if err != nil || node.ResourceVersion == a.conditionsFrom {
+		return
+	}
+	changed := protocol.NodeConditionsChanged(node, protocol.NodeConditions(st), a.opts.Clock.Now())
+	if len(changed) == 0 {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": changed}})
+	if err := a.opts.Client.PatchNodeStatus(ctx, a.opts.NodeName, patch); err != nil {
+		a.log.Warn("node conditions not written", "err", err)
+		return
+	}
+	a.conditionsFrom = node.ResourceVersion
 }

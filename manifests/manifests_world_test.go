@@ -224,6 +224,20 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}), "only its own taint")
 	denied("deleting its node", as.CoreV1().Nodes().Delete(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.DeleteOptions{}), "forbidden")
 
+	// Its node lifecycle conditions, through nodes/status: on its own
+	// node, those types only.
+	status := func(node, patch string) error {
+		_, err := as.CoreV1().Nodes().Patch(testworld.Ctx(t, 10*time.Second), node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
+	}
+	own := `{"status":{"conditions":[{"type":"MaintenancePlanned","status":"True","reason":"MaintenanceScheduled"},{"type":"Drained","status":"False","reason":"NotDrained"}]}}`
+	if err := status("rbac-gpu-a", own); err != nil {
+		t.Errorf("the agent could not set its own node's lifecycle conditions: %v", err)
+	}
+	denied("lifecycle conditions on another node", status("rbac-tpu-b", own), "only its own Node")
+	denied("another condition of its node", status("rbac-gpu-a", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Faked"}]}}`), "only its own conditions")
+	denied("its node's capacity", status("rbac-gpu-a", `{"status":{"capacity":{"nvidia.com/gpu":"64"}}}`), "only its own conditions")
+
 	// What the drain needs: list pods, evict one.
 	if _, err := as.CoreV1().Pods("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "spec.nodeName=rbac-gpu-a"}); err != nil {
 		t.Errorf("list pods: %v", err)
@@ -295,6 +309,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"create", "", "events", "default", "", true},
 		{"patch", "", "nodes", "", "", false},
 		{"update", "", "nodes", "", "status", false},
+		{"patch", "", "nodes", "", "status", true},
 		{"delete", "", "nodes", "", "", false},
 		{"create", "", "pods", "default", "", false},
 		{"update", "", "pods", "default", "", false},

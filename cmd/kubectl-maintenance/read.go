@@ -68,6 +68,8 @@ A line per node:
   IDLE           idle since when, or why busy (accelerators in use, safe-to-evict=false)
   DECISION       the aggregator's last Event about the node (-o wide adds its words)
   INTERRUPTIONS  the interruptions the agent counted, by type and reason
+  CONDITIONS     (-o wide) the node lifecycle conditions the agent keeps that are True:
+                 MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained
 A line per multi-host slice, instead of one per host (they go down and come back together):
   HOSTS          how many, "3 of 4" when a host's Node is gone, and their names
   PHASES         the hosts by phase

@@ -95,6 +95,12 @@ func (c *Client) PodListWatch(node string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.core, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
 }
 
+// PatchNodeStatus patches a Node's status (a strategic merge patch: the
+// conditions it names, by type).
+func (c *Client) PatchNodeStatus(ctx context.Context, name string, data []byte) error {
+	return c.core.Patch(types.StrategicMergePatchType).Resource("nodes").Name(name).SubResource("status").Body(data).Do(ctx).Error()
+}
+
 // PatchPod patches a pod, or its subresource ("status") when given.
 func (c *Client) PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error {
 	req := c.core.Patch(pt).Namespace(namespace).Resource("pods").Name(name)

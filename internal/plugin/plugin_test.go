@@ -154,3 +154,31 @@ func TestPreflightNamesTheSlice(t *testing.T) {
 		t.Errorf("status shows the slice's hosts one by one, or not as one line:\n%s", out.String())
 	}
 }
+
+// TestStatusAndWhyReadTheNodeConditions: the node lifecycle conditions the
+// agent keeps are in status's JSON and wide table, and why names the True
+// ones.
+func TestStatusAndWhyReadTheNodeConditions(t *testing.T) {
+	st := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: now.Add(-10 * time.Second), Deadline: now.Add(20 * time.Second)}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{protocol.LabelNodePool: "p"}}}
+	protocol.WriteAgentState(n, st)
+	for _, c := range protocol.NodeConditions(st) {
+		c.LastTransitionTime = metav1.NewTime(now.Add(-10 * time.Second))
+		n.Status.Conditions = append(n.Status.Conditions, c)
+	}
+	in := Input{Now: now, Nodes: []*corev1.Node{n}, PoolLabel: protocol.LabelNodePool}
+	status := BuildStatus(in)
+	if c := status.Nodes[0].Conditions; c["DrainInProgress"] != "True" || c["Drained"] != "False" || len(c) != 4 {
+		t.Errorf("status conditions %v", c)
+	}
+	var out strings.Builder
+	if err := status.WriteTable(&out, now, time.UTC, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "MaintenanceInProgress,DrainInProgress") {
+		t.Errorf("wide status:\n%s", out.String())
+	}
+	if why := Why(in, n); !strings.Contains(why, "Its node conditions: MaintenanceInProgress (Preemption, since 2026-11-23T11:59:50Z (10s ago)), DrainInProgress (Preemption") {
+		t.Errorf("why: %s", why)
+	}
+}

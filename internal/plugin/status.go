@@ -6,6 +6,7 @@ package plugin
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -65,6 +66,9 @@ type NodeStatus struct {
 	Decision      string         `json:"decision,omitempty"`
 	DecisionWhy   string         `json:"decisionMessage,omitempty"`
 	Interruptions map[string]int `json:"interruptions,omitempty"`
+	// Conditions are the node lifecycle conditions its agent keeps
+	// (protocol.NodeConditionTypes), by type: True or False.
+	Conditions map[string]string `json:"conditions,omitempty"`
 }
 
 // PoolStatus is one pool's line.
@@ -235,6 +239,14 @@ func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 	if e := lastEvent(in.Events, n.Name, protocol.EventSourceAggregator); e != nil {
 		ns.Decision, ns.DecisionWhy = e.Reason, e.Message
 	}
+	for _, c := range n.Status.Conditions {
+		if slices.Contains(protocol.NodeConditionTypes, c.Type) {
+			if ns.Conditions == nil {
+				ns.Conditions = map[string]string{}
+			}
+			ns.Conditions[string(c.Type)] = string(c.Status)
+		}
+	}
 	counts := protocol.NodeInterruptions(n)
 	if len(counts) > 0 {
 		ns.Interruptions = map[string]int(counts)
@@ -301,7 +313,7 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 	}
 	header := "NODE\tPOOL\tWINDOW\tPHASE\tREASON\tDEADLINE\tPODS LEFT\tIDLE\tDECISION\tINTERRUPTIONS"
 	if wide {
-		header += "\tWHY"
+		header += "\tCONDITIONS\tWHY"
 	}
 	fmt.Fprintln(tw, header)
 	inSlice := map[string]bool{}
@@ -338,7 +350,13 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 		}
 		row := []string{n.Node, dash(n.Pool), window, n.Phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
 		if wide {
-			row = append(row, dash(n.DecisionWhy))
+			var on []string
+			for _, typ := range protocol.NodeConditionTypes {
+				if n.Conditions[string(typ)] == string(corev1.ConditionTrue) {
+					on = append(on, string(typ))
+				}
+			}
+			row = append(row, dash(strings.Join(on, ",")), dash(n.DecisionWhy))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,15 @@ func Why(in Input, n *corev1.Node) string {
 		say("%s has a maintenance notice with status %s, and is in service.", n.Name, notice.RawStatus)
 	default:
 		say("%s has no maintenance scheduled (the metadata server reports no notice), and is in service.", n.Name)
+	}
+	var conds []string
+	for _, c := range n.Status.Conditions {
+		if slices.Contains(protocol.NodeConditionTypes, c.Type) && c.Status == corev1.ConditionTrue {
+			conds = append(conds, fmt.Sprintf("%s (%s, since %s)", c.Type, c.Reason, at(c.LastTransitionTime.Time)))
+		}
+	}
+	if len(conds) > 0 {
+		say("Its node conditions: %s.", strings.Join(conds, ", "))
 	}
 	switch h := protocol.GKEHandling(n, st); {
 	case st.LeftToGKE:
