@@ -83,8 +83,11 @@ type Options struct {
 	// Self is the agent's own pod, never evicted.
 	Self    types.NamespacedName
 	Watcher Watcher
-	Pods    *drain.NodePods
-	Config  Config
+	// Mirror, when set, serves on the node the keys as the agent reads
+	// them, and the drain's deadline (metadata.Mirror).
+	Mirror *metadata.Mirror
+	Pods   *drain.NodePods
+	Config Config
 	// Maintainer starts a manual maintenance once the node is drained; nil
 	// fails every manual maintenance (the node goes back in service).
 	Maintainer Maintainer
@@ -295,6 +298,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			_ = a.opts.Watcher.Watch(ctx, key, func(ctx context.Context, ans metadata.Answer) bool {
+				if a.opts.Mirror != nil {
+					a.opts.Mirror.Set(key, ans) // served as read, understood or not
+				}
 				return a.observe(key, ans)
 			})
 		}()
@@ -489,6 +495,13 @@ func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Coun
 	st := dec.State
 	a.wakeAt = dec.WakeAt
 	a.syncConditions(ctx, st)
+	if a.opts.Mirror != nil {
+		deadline := st.Deadline
+		if !st.Active() {
+			deadline = time.Time{}
+		}
+		a.opts.Mirror.SetDeadline(deadline)
+	}
 	for _, e := range dec.Events {
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)

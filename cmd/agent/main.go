@@ -122,7 +122,17 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Logger:         logger.With("component", "metadata"),
 		Recorder:       m,
 	})
+	var mirror *metadata.Mirror
+	if opts.NoticeListenAddress != "" {
+		mirror = metadata.NewMirror(keys...)
+		addr, err := cli.ServeBounded(ctx, opts.NoticeListenAddress, mirror, noticeConnections)
+		if err != nil {
+			return err
+		}
+		logger.Info("serving the maintenance keys to the node's pods", "listen", addr.String())
+	}
 	a, err := agent.New(agent.Options{
+		Mirror:   mirror,
 		Client:   client,
 		NodeName: opts.NodeName,
 		Self:     types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
@@ -169,6 +179,10 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	}))
 	return a.Start(ctx)
 }
+
+// noticeConnections bounds the connections to the notice endpoint: a
+// node's pods, each long-polling a few keys.
+const noticeConnections = 256
 
 // zeroIsNone maps --drain-reserve and --drain-margin, where 0 keeps none,
 // to drain.Options.Reserve and Margin, where 0 means the default and a

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/fleet"
@@ -652,5 +653,73 @@ func BenchmarkAgentIdleNoNotice(b *testing.B) {
 			fmt.Printf("idle agent, no notice as %s: %.1f metadata requests per poll timeout for 3 keys (= per minute at the default 60 s), CPU %.2f%% of one core\n",
 				form.name, perTimeout, cpu)
 		})
+	}
+}
+
+// TestServesTheNoticeToThePods: the agent binary, with
+// --notice-listen-address, serves the maintenance keys as it reads them:
+// a client on the node that long-polls them with the official metadata
+// client, unchanged (the agent's own watcher, pointed at the agent by
+// GCE_METADATA_HOST), hears the notice, its change to ONGOING and the
+// preemption as the metadata server shows them; and the drain's deadline
+// once the agent drains.
+func TestServesTheNoticeToThePods(t *testing.T) {
+	testworld.Need(t)
+	const node = "agent-serves-notice"
+	world.NodeT(t, testworld.NodeSpec{Name: node})
+	emu := gceemu.StartT(t, gceemu.Config{Name: node})
+	notice := testworld.FreeAddrT(t)
+	runAgent(t, node, emu, "--notice-listen-address", notice)
+	t.Setenv("GCE_METADATA_HOST", notice)
+	w := metadata.NewWatcher(metadata.WatcherOptions{Timeout: 5 * time.Second, Backoff: backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}})
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	heard := func(key string) <-chan metadata.Answer {
+		ch := make(chan metadata.Answer, 16)
+		go func() {
+			_ = w.Watch(ctx, key, func(_ context.Context, a metadata.Answer) bool { ch <- a; return true })
+		}()
+		return ch
+	}
+	wait := func(ch <-chan metadata.Answer, what string, ok func(metadata.Answer) bool) {
+		t.Helper()
+		for {
+			select {
+			case a := <-ch:
+				if ok(a) {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("the pod's client never heard %s", what)
+			}
+		}
+	}
+	upcoming, preempted, deadline := heard(metadata.KeyUpcomingMaintenance), heard(metadata.KeyPreempted), heard(metadata.KeyDeadline)
+	start := time.Now().Add(time.Hour).Truncate(time.Second)
+	emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
+	wait(upcoming, "the notice", func(a metadata.Answer) bool {
+		n, present, err := metadata.ParseNotice(a.Value)
+		return err == nil && present && n.Status == metadata.StatusPending && n.WindowStart.Equal(start)
+	})
+	emu.SetNoticeStatus(gceemu.StatusOngoing)
+	wait(upcoming, "the notice ONGOING", func(a metadata.Answer) bool {
+		n, present, err := metadata.ParseNotice(a.Value)
+		return err == nil && present && n.Status == metadata.StatusOngoing
+	})
+	emu.SetPreempted(true)
+	wait(preempted, "the preemption", func(a metadata.Answer) bool { p, err := metadata.ParsePreempted(a.Value); return err == nil && p })
+	wait(deadline, "the drain's deadline", func(a metadata.Answer) bool {
+		_, err := time.Parse(time.RFC3339, a.Value)
+		return !a.Absent && err == nil
+	})
+	// Nothing else is served.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+notice+metadata.MirrorPrefix+"instance/service-accounts/default/token", nil)
+	req.Header.Set("Metadata-Flavor", "Google")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the token: %d, want 404", resp.StatusCode)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -26,6 +27,9 @@ type Options struct {
 	Kubeconfig   string
 	// ListenAddress serves /metrics and /healthz.
 	ListenAddress string
+	// NoticeListenAddress, when set, serves the maintenance keys to the
+	// node's pods (metadata.Mirror).
+	NoticeListenAddress string
 	// MetadataHost replaces the metadata server's address (host:port); empty
 	// means 169.254.169.254 or GCE_METADATA_HOST.
 	MetadataHost string
@@ -115,6 +119,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of the agent's pod, never evicted (default $POD_NAME).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
+	fs.StringVar(&o.NoticeListenAddress, "notice-listen-address", o.NoticeListenAddress, "host:port on which to serve the node's pods the metadata server's maintenance keys (instance/maintenance-event, instance/upcoming-maintenance, instance/preempted) as the agent reads them, and the drain's deadline ("+metadata.KeyDeadline+"), with the metadata server's paths, header and wait_for_change contract; for the node's address only (the manifests give $(HOST_IP):8189). Empty: not served.")
 	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
 	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout (timeout_sec), 1s to 1h.")
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")

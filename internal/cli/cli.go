@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -90,6 +91,28 @@ func Config(kubeconfig, userAgent string, qps float32, burst int) (*rest.Config,
 
 // Serve listens on addr and serves h in g until ctx ends, then shuts the
 // server down (bounded). It returns the address it listens on.
+// ServeBounded serves h on addr until ctx ends, for clients that are not
+// trusted: at most maxConns connections at once, headers of at most 8 KiB
+// read within 5 s (no read timeout past them: the request context would end
+// with it), idle connections closed after a minute. A long poll
+// may hold a connection as long as h lets it.
+func ServeBounded(ctx context.Context, addr string, h http.Handler, maxConns int) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 8 << 10}
+	go func() { _ = srv.Serve(netutil.LimitListener(ln, maxConns)) }()
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		_ = srv.Close() // long polls
+	}()
+	return ln.Addr(), nil
+}
+
 func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
