@@ -359,11 +359,20 @@ func (r preemptionRun) margin() time.Duration {
 
 // realPreemption: under a 30 s preemption every process gets SIGTERM in
 // drain order (workloads, then kube-system), each one's grace ends before
-// the VM's stop, and a pod with a checkpoint lead checkpoints when told
-// and gets SIGTERM within a second after the time it was told.
+// the VM's stop, the node says Drained beside the kubelet's conditions,
+// and a pod with a checkpoint lead checkpoints when told and gets SIGTERM
+// within a second after the time it was told.
 func realPreemption(t *testing.T, emu *gceemu.Server, layout string) {
 	n, _ := realGPUNode(t, "real-gpu-preempt", layout)
 	r := runPreemption(t, n, emu)
+	// The node lifecycle conditions, beside the real kubelet's own.
+	world.WaitNode(t, n.Name, "Drained and MaintenanceInProgress beside the kubelet's conditions", func(node *corev1.Node) bool {
+		on := map[corev1.NodeConditionType]bool{}
+		for _, c := range node.Status.Conditions {
+			on[c.Type] = c.Status == corev1.ConditionTrue
+		}
+		return on[protocol.ConditionDrained] && on[protocol.ConditionMaintenanceInProgress] && on[corev1.NodeReady]
+	})
 	for _, w := range r.pods {
 		at := r.sigterm[w.Name]
 		end := at.Add(time.Duration(w.Grace) * time.Second)

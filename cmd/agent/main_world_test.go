@@ -711,10 +711,28 @@ func TestServesTheNoticeToThePods(t *testing.T) {
 		_, err := time.Parse(time.RFC3339, a.Value)
 		return !a.Absent && err == nil
 	})
-	// Nothing else is served.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+notice+metadata.MirrorPrefix+"instance/service-accounts/default/token", nil)
+	// The VM's metadata server hangs: the node still answers, at once,
+	// with what the agent last read.
+	emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + metadata.KeyUpcomingMaintenance, Kind: gceemu.FaultHang})
+	emu.ResetETags() // the agent's long poll answers, and its next one hangs
+	quick, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(quick, http.MethodGet, "http://"+notice+metadata.MirrorPrefix+metadata.KeyUpcomingMaintenance+"?alt=json", nil)
 	req.Header.Set("Metadata-Flavor", "Google")
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("with the metadata server hung: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n, present, err := metadata.ParseNotice(string(body)); resp.StatusCode != http.StatusOK || err != nil || !present || n.Status != metadata.StatusOngoing {
+		t.Errorf("with the metadata server hung: %d %q, want the ONGOING notice", resp.StatusCode, body)
+	}
+
+	// Nothing else is served.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://"+notice+metadata.MirrorPrefix+"instance/service-accounts/default/token", nil)
+	req.Header.Set("Metadata-Flavor", "Google")
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
