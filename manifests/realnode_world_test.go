@@ -107,19 +107,29 @@ func realGPUNode(t testing.TB, name, layout string) (*testworld.RealNode, *corev
 }
 
 // agentPodOn waits until the agent DaemonSet's pod on node is Ready and
-// returns it.
+// returns it; it logs how long after its container was seen running.
 func agentPodOn(t testing.TB, node string) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
+	var running time.Time
 	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=agent", "the agent Ready on "+node, func(pods []*corev1.Pod) bool {
 		for _, p := range pods {
-			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && podReady(p) {
+			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+				continue
+			}
+			if running.IsZero() && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+				running = time.Now()
+			}
+			if podReady(p) {
 				found = p
 				return true
 			}
 		}
 		return false
 	})
+	if !running.IsZero() {
+		t.Logf("the agent on %s was Ready %.2fs after its container was seen running", node, time.Since(running).Seconds())
+	}
 	return found
 }
 
