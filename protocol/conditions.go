@@ -83,7 +83,7 @@ func conditionReason(r Reason) string {
 	case ReasonManual:
 		return "ManualMaintenance"
 	case ReasonSlice:
-		return "SliceMaintenance"
+		return "MultiHostSlice"
 	}
 	return "Maintenance"
 }
