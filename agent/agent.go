@@ -444,14 +444,14 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
 		obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
 		obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
-		a.observeSlice(node, &obs)
+		st := protocol.ReadAgentState(node)
+		a.observeSlice(node, st, &obs)
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}
 		obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
 		obs.PodsKnown = true
 		changedAt := a.changedAt
-		st := protocol.ReadAgentState(node)
 		obs.GKEHandling = protocol.GKEHandling(node, st)
 		obs.DrainDone = st.Phase == protocol.PhaseDraining && a.drainDone.Equal(st.Started)
 		if obs.DrainDone {

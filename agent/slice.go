@@ -91,12 +91,13 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	return hosts
 }
 
-// observeSlice fills what obs knows of node's multi-host slice: the ask
+// observeSlice fills what obs knows of node's multi-host slice (st is the
+// agent's state on it): the ask
 // the agent follows (its own reading of its slice's hosts, or the
 // aggregator's on the Node: followedAsk) and, for a voluntary maintenance
 // of the slice, which host calls Compute Engine and which hosts still
 // drain.
-func (a *Agent) observeSlice(node *corev1.Node, obs *Observation) {
+func (a *Agent) observeSlice(node *corev1.Node, st State, obs *Observation) {
 	written, set := protocol.ReadSliceAsk(node)
 	if a.siblings == nil {
 		obs.SliceAsk, obs.SliceAskSet = written, set
@@ -105,7 +106,7 @@ func (a *Agent) observeSlice(node *corev1.Node, obs *Observation) {
 	hosts := a.sliceHosts(node)
 	obs.Slice = a.slice
 	obs.SliceAsk, obs.SliceAskSet = followedAsk(protocol.SliceAsks(a.slice, hosts)[node.Name], written, set, hosts)
-	if st := protocol.ReadAgentState(node); !obs.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice {
+	if !obs.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice {
 		if want := protocol.SliceHosts(node); len(hosts) < want {
 			// A host of the slice is gone (its Node deleted, as a repair
 			// does before it recreates it): the slice is not back.

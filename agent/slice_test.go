@@ -68,7 +68,7 @@ func TestObserveSliceWithAHostGone(t *testing.T) {
 		}
 	}
 	var obs Observation
-	a.observeSlice(own, &obs)
+	a.observeSlice(own, protocol.ReadAgentState(own), &obs)
 	if !obs.SliceAskSet || !obs.SliceAsk.Deadline.Equal(drained.Deadline) || !strings.Contains(obs.SliceAsk.Cause, "3 of its 4 hosts") {
 		t.Errorf("3 of 4 hosts: ask %+v (set %t), want the drain kept", obs.SliceAsk, obs.SliceAskSet)
 	}
@@ -76,7 +76,7 @@ func TestObserveSliceWithAHostGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs = Observation{}
-	a.observeSlice(own, &obs)
+	a.observeSlice(own, protocol.ReadAgentState(own), &obs)
 	if obs.SliceAskSet {
 		t.Errorf("every host back: asked %+v", obs.SliceAsk)
 	}

@@ -12,10 +12,13 @@ import (
 
 // A multi-host TPU slice is one machine: its job runs on every host, and
 // when one host stops the whole job fails. So a slice is maintained as one
-// unit: when one host begins a maintenance (or is preempted), the
-// aggregator asks every host of the slice to drain with it, by the
-// earliest deadline, and the slice returns to service when every host is
-// back.
+// unit: when one host begins a maintenance (or is preempted), every other
+// host drains with it, by the earliest deadline (SliceAsks: each host's
+// agent works it out from its slice's Nodes, and the aggregator writes it
+// for hosts whose agent is down), and the slice returns to service when
+// every host is back. A voluntary maintenance of a slice asks Compute
+// Engine once, from one host (SliceCaller), once every other host is
+// drained (SliceDrained).
 
 // SliceOf names the multi-host slice n belongs to ("" for none): the value
 // of its sliceLabel label, when that is given (a self-managed cluster says

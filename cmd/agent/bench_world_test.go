@@ -1,12 +1,11 @@
 package main
 
 import (
-	"context"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -18,18 +17,9 @@ import (
 // of the notice, p50 and p99.
 func BenchmarkNoticeThroughTheNode(b *testing.B) {
 	testworld.Need(b)
-	const node = "agent-bench-notice"
-	world.NodeT(b, testworld.NodeSpec{Name: node})
-	emu := gceemu.StartT(b, gceemu.Config{Name: node})
-	notice := testworld.FreeAddrT(b)
-	runAgent(b, node, emu, "--notice-listen-address", notice)
-	b.Setenv("GCE_METADATA_HOST", notice)
-	w := metadata.NewWatcher(metadata.WatcherOptions{Timeout: time.Minute, Backoff: backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}})
+	emu, _, heard := servingNotice(b, "agent-bench-notice", time.Minute)
 	ctx := testworld.Ctx(b, 5*time.Minute)
-	heard := make(chan metadata.Answer, 16)
-	go func() {
-		_ = w.Watch(ctx, metadata.KeyUpcomingMaintenance, func(_ context.Context, a metadata.Answer) bool { heard <- a; return true })
-	}()
+	notices := heard(ctx, metadata.KeyUpcomingMaintenance)
 	base := time.Now().Add(24 * time.Hour).Truncate(time.Second)
 	var lat []time.Duration
 	b.ResetTimer()
@@ -37,17 +27,10 @@ func BenchmarkNoticeThroughTheNode(b *testing.B) {
 		start := base.Add(time.Duration(i) * time.Minute)
 		changed := time.Now()
 		emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
-		for {
-			var a metadata.Answer
-			select {
-			case a = <-heard:
-			case <-ctx.Done():
-				b.Fatalf("change %d never reached the client", i)
-			}
-			if n, present, err := metadata.ParseNotice(a.Value); err == nil && present && n.WindowStart.Equal(start) {
-				break
-			}
-		}
+		awaitAnswer(b, ctx, notices, fmt.Sprintf("change %d", i), func(a metadata.Answer) bool {
+			n, present, err := metadata.ParseNotice(a.Value)
+			return err == nil && present && n.WindowStart.Equal(start)
+		})
 		if i > 0 { // the first is the client's first answer, not a change
 			lat = append(lat, time.Since(changed))
 		}

@@ -665,49 +665,23 @@ func BenchmarkAgentIdleNoNotice(b *testing.B) {
 // once the agent drains.
 func TestServesTheNoticeToThePods(t *testing.T) {
 	testworld.Need(t)
-	const node = "agent-serves-notice"
-	world.NodeT(t, testworld.NodeSpec{Name: node})
-	emu := gceemu.StartT(t, gceemu.Config{Name: node})
-	notice := testworld.FreeAddrT(t)
-	runAgent(t, node, emu, "--notice-listen-address", notice)
-	t.Setenv("GCE_METADATA_HOST", notice)
-	w := metadata.NewWatcher(metadata.WatcherOptions{Timeout: 5 * time.Second, Backoff: backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}})
+	emu, notice, heard := servingNotice(t, "agent-serves-notice", 5*time.Second)
 	ctx := testworld.Ctx(t, 2*time.Minute)
-	heard := func(key string) <-chan metadata.Answer {
-		ch := make(chan metadata.Answer, 16)
-		go func() {
-			_ = w.Watch(ctx, key, func(_ context.Context, a metadata.Answer) bool { ch <- a; return true })
-		}()
-		return ch
-	}
-	wait := func(ch <-chan metadata.Answer, what string, ok func(metadata.Answer) bool) {
-		t.Helper()
-		for {
-			select {
-			case a := <-ch:
-				if ok(a) {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("the pod's client never heard %s", what)
-			}
-		}
-	}
-	upcoming, preempted, deadline := heard(metadata.KeyUpcomingMaintenance), heard(metadata.KeyPreempted), heard(metadata.KeyDeadline)
+	upcoming, preempted, deadline := heard(ctx, metadata.KeyUpcomingMaintenance), heard(ctx, metadata.KeyPreempted), heard(ctx, metadata.KeyDeadline)
 	start := time.Now().Add(time.Hour).Truncate(time.Second)
 	emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
-	wait(upcoming, "the notice", func(a metadata.Answer) bool {
+	awaitAnswer(t, ctx, upcoming, "the notice", func(a metadata.Answer) bool {
 		n, present, err := metadata.ParseNotice(a.Value)
 		return err == nil && present && n.Status == metadata.StatusPending && n.WindowStart.Equal(start)
 	})
 	emu.SetNoticeStatus(gceemu.StatusOngoing)
-	wait(upcoming, "the notice ONGOING", func(a metadata.Answer) bool {
+	awaitAnswer(t, ctx, upcoming, "the notice ONGOING", func(a metadata.Answer) bool {
 		n, present, err := metadata.ParseNotice(a.Value)
 		return err == nil && present && n.Status == metadata.StatusOngoing
 	})
 	emu.SetPreempted(true)
-	wait(preempted, "the preemption", func(a metadata.Answer) bool { p, err := metadata.ParsePreempted(a.Value); return err == nil && p })
-	wait(deadline, "the drain's deadline", func(a metadata.Answer) bool {
+	awaitAnswer(t, ctx, preempted, "the preemption", func(a metadata.Answer) bool { p, err := metadata.ParsePreempted(a.Value); return err == nil && p })
+	awaitAnswer(t, ctx, deadline, "the drain's deadline", func(a metadata.Answer) bool {
 		_, err := time.Parse(time.RFC3339, a.Value)
 		return !a.Absent && err == nil
 	})
@@ -739,5 +713,42 @@ func TestServesTheNoticeToThePods(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("the token: %d, want 404", resp.StatusCode)
+	}
+}
+
+// servingNotice runs the agent binary for a new node with the notice
+// endpoint, and returns the node's emulator, the endpoint's address and a
+// pod's client of it: heard long-polls a key with the official client,
+// unchanged (the agent's own watcher, with a long poll of timeout, pointed
+// at the endpoint by GCE_METADATA_HOST), and hands on every answer.
+func servingNotice(tb testing.TB, node string, timeout time.Duration) (*gceemu.Server, string, func(context.Context, string) <-chan metadata.Answer) {
+	tb.Helper()
+	world.NodeT(tb, testworld.NodeSpec{Name: node})
+	emu := gceemu.StartT(tb, gceemu.Config{Name: node})
+	notice := testworld.FreeAddrT(tb)
+	runAgent(tb, node, emu, "--notice-listen-address", notice)
+	tb.Setenv("GCE_METADATA_HOST", notice)
+	w := metadata.NewWatcher(metadata.WatcherOptions{Timeout: timeout, Backoff: backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}})
+	return emu, notice, func(ctx context.Context, key string) <-chan metadata.Answer {
+		ch := make(chan metadata.Answer, 16)
+		go func() {
+			_ = w.Watch(ctx, key, func(_ context.Context, a metadata.Answer) bool { ch <- a; return true })
+		}()
+		return ch
+	}
+}
+
+// awaitAnswer waits on ch for an answer that ok accepts.
+func awaitAnswer(tb testing.TB, ctx context.Context, ch <-chan metadata.Answer, what string, ok func(metadata.Answer) bool) {
+	tb.Helper()
+	for {
+		select {
+		case a := <-ch:
+			if ok(a) {
+				return
+			}
+		case <-ctx.Done():
+			tb.Fatalf("the pod's client never heard %s", what)
+		}
 	}
 }

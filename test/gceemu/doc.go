@@ -27,6 +27,8 @@
 //     to ONGOING and maintenance-event to TERMINATE_ON_HOST_MAINTENANCE. It
 //     refuses with a Google-style error when nothing is pending or the notice
 //     cannot be rescheduled. GET .../operations/{name} reports the operation.
+//     Servers joined as one multi-host slice (JoinSlice) go into maintenance
+//     together when one of them accepts a call.
 //
 // Faults: per path prefix, a number of 503s (or any status), hung requests,
 // dropped connections and garbage bodies; ResetETags changes every ETag
