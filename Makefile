@@ -25,9 +25,10 @@ test: testworld prometheus verify ## run every test (builds the test world and a
 unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds; it starts no process of the test world and stops none
 	$(GO) test -short -count=1 ./...
 
-testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache, and a real node's kubelet, containerd, runc and CNI plugins where the machine can run one
+testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache, a real node's kubelet, containerd, runc and CNI plugins where the machine can run one, and the pinned helm
 	$(GO) run ./test/cmd/testworld build
 	$(GO) run ./test/cmd/testworld build-node
+	$(GO) run ./test/cmd/testworld build-helm
 
 prometheus: ## fetch prometheus and promtool from Debian's package into the cache (no system install)
 	scripts/install-prometheus.sh >/dev/null

@@ -77,6 +77,9 @@ const (
 	// EventRecreated: a Node deleted and created again, counted as a
 	// repair.
 	EventRecreated = "NodeRecreated"
+	// EventUninstallLeftNode: the product was uninstalled while a
+	// maintenance was under way on the node, which keeps its keys.
+	EventUninstallLeftNode = "UninstallLeftNodeInMaintenance"
 )
 
 // EventReason is one reason with the components that record it and its
@@ -131,6 +134,7 @@ var EventReasons = []EventReason{
 	{EventInvalidConfig, aggregatorOnly, true},
 	{EventRecreated, aggregatorOnly, true},
 	{EventSliceMaintenance, aggregatorOnly, true},
+	{EventUninstallLeftNode, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
@@ -40,6 +41,11 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
+		return err
+	}
+	if opts.Uninstall {
+		done, err := aggregator.Uninstall(ctx, client, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
+		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
 	reg := prometheus.NewRegistry()

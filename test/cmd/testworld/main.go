@@ -7,6 +7,7 @@
 //	testworld build-node  build a real node's kubelet, containerd, runc and
 //	                      CNI plugins once, reuse afterwards (nothing where
 //	                      the machine cannot run one)
+//	testworld build-helm  build the pinned helm once, reuse afterwards
 //	testworld dir         print the cache directory
 //	testworld leaks       fail (and kill them) if processes of a world still
 //	                      run (only this run's when MH_TESTWORLD_RUN is set)
@@ -33,7 +34,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) != 1 {
-		return fmt.Errorf("usage: testworld build|build-node|dir|leaks")
+		return fmt.Errorf("usage: testworld build|build-node|build-helm|dir|leaks")
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -52,6 +53,12 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return testworld.BuildNode(ctx, nodeDir, os.Stdout)
+	case "build-helm":
+		helmDir, err := testworld.HelmDir()
+		if err != nil {
+			return err
+		}
+		return testworld.BuildHelm(ctx, helmDir, os.Stdout)
 	case "dir":
 		fmt.Println(dir)
 		return nil

@@ -1,0 +1,27 @@
+{{/* Labels on every object: the kustomize base's, and Helm's own. */}}
+{{- define "mh.labels" -}}
+app.kubernetes.io/name: maintenance-handler
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* The image of the agent and the aggregator. */}}
+{{- define "mh.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The agent's service account as the API server names its user. */}}
+{{- define "mh.agentUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-agent
+{{- end }}
+
+{{/* The container security context of both. */}}
+{{- define "mh.securityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities: {drop: ["ALL"]}
+{{- end }}

@@ -1,0 +1,352 @@
+package manifests_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/chartdoc"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+)
+
+// chart is the chart's directory, from this package's.
+const chart = "../charts/maintenance-handler"
+
+// helmLabels are the labels the chart adds to the base's: Helm's own.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+// helmTemplate renders the chart as release maintenance-handler in the
+// namespace maintenance-handler with args added, as `helm template`
+// does; it returns the objects, or helm's error with what it printed.
+func helmTemplate(t testing.TB, args ...string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	cmd := exec.Command(testworld.Helm(t), append([]string{"template", "maintenance-handler", chart, "--namespace", "maintenance-handler"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, errors.New(strings.TrimSpace(stderr.String()))
+	}
+	return decodeYAML(t, out), nil
+}
+
+// decodeYAML decodes a stream of YAML documents into objects.
+func decodeYAML(t testing.TB, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err == io.EOF {
+			return objs
+		} else if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(raw); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		objs = append(objs, o)
+	}
+}
+
+// mustTemplate is helmTemplate that fails t on an error.
+func mustTemplate(t testing.TB, args ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	objs, err := helmTemplate(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", args, err)
+	}
+	return kinds(objs)
+}
+
+// TestChartLints: helm lint --strict finds nothing in the chart.
+func TestChartLints(t *testing.T) {
+	out, err := exec.Command(testworld.Helm(t), "lint", "--strict", chart).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm lint --strict: %v\n%s", err, out)
+	}
+}
+
+// TestChartRendersTheBase: the chart with its default values renders the
+// kustomize base's objects, field by field, less the base's Namespace
+// (helm install --create-namespace makes it), with Helm's labels besides
+// the base's and its uninstall hook besides; so neither drifts from the
+// other.
+func TestChartRendersTheBase(t *testing.T) {
+	chartObjs, err := helmTemplate(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*unstructured.Unstructured{}
+	for name, o := range kinds(chartObjs) {
+		if o.GetAnnotations()["helm.sh/hook"] != "" {
+			continue
+		}
+		stripHelmLabels(o)
+		got[name] = o
+	}
+	want := kinds(render(t, "base"))
+	delete(want, "Namespace /maintenance-handler")
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("the chart's default render differs from the kustomize base (-base +chart):\n%s", d)
+	}
+}
+
+// stripHelmLabels removes Helm's labels from o and its pod template.
+func stripHelmLabels(o *unstructured.Unstructured) {
+	for _, path := range [][]string{{"metadata", "labels"}, {"spec", "template", "metadata", "labels"}} {
+		labels, ok, _ := unstructured.NestedStringMap(o.Object, path...)
+		if !ok {
+			continue
+		}
+		for _, l := range helmLabels {
+			delete(labels, l)
+		}
+		_ = unstructured.SetNestedStringMap(o.Object, labels, path...)
+	}
+}
+
+// TestChartCopiesOfTheMonitoring: the chart carries monitoring/'s rules and
+// dashboard as they are (a chart cannot read outside its folder).
+func TestChartCopiesOfTheMonitoring(t *testing.T) {
+	for src, cp := range map[string]string{
+		"../monitoring/rules.yaml":                       chart + "/files/rules.yaml",
+		"../monitoring/grafana/maintenance-handler.json": chart + "/files/dashboard.json",
+	} {
+		a, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs from %s: copy it (cp %s %s)", cp, src, src, cp)
+		}
+	}
+}
+
+// TestChartSchemaRejects: a value of the wrong type, or a key values.yaml
+// does not have, is refused with a message that names it.
+func TestChartSchemaRejects(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"--set", "agent.noticeport=8190"}, "'noticeport' not allowed"},
+		{[]string{"--set", "agent.noticePort=high"}, "/agent/noticePort"},
+		{[]string{"--set", "aggregator.replicas=-1"}, "/aggregator/replicas"},
+		{[]string{"--set", "image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+		{[]string{"--set", "agent.maxUnavailable=ten"}, "/agent/maxUnavailable"},
+		{[]string{"--set", "monitoring.serviceMonitor.interval=often"}, "/monitoring/serviceMonitor/interval"},
+		{[]string{"--set", "bogus=true"}, "'bogus' not allowed"},
+		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
+	} {
+		_, err := helmTemplate(t, tc.set...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("helm template %v: %v; want an error naming %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// TestChartOptions: each value of values.yaml changes what its description
+// says, in the rendered objects. A value missing from the table fails the
+// test, so a new value comes with its check.
+func TestChartOptions(t *testing.T) {
+	const (
+		ns  = "maintenance-handler"
+		ds  = "DaemonSet " + ns + "/maintenance-handler-agent"
+		dep = "Deployment " + ns + "/maintenance-handler-aggregator"
+	)
+	agentPod := func(o map[string]*unstructured.Unstructured) map[string]any {
+		return field(t, o[ds], "spec", "template", "spec").(map[string]any)
+	}
+	aggPod := func(o map[string]*unstructured.Unstructured) map[string]any {
+		return field(t, o[dep], "spec", "template", "spec").(map[string]any)
+	}
+	agent := func(o map[string]*unstructured.Unstructured) map[string]any {
+		return agentPod(o)["containers"].([]any)[0].(map[string]any)
+	}
+	agg := func(o map[string]*unstructured.Unstructured) map[string]any {
+		return aggPod(o)["containers"].([]any)[0].(map[string]any)
+	}
+	cases := []struct {
+		key  string
+		set  []string
+		want func(o map[string]*unstructured.Unstructured) (got, want any)
+	}{
+		{"image.repository", []string{"--set", "image.repository=r.example/mh"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{agent(o)["image"], agg(o)["image"]}, []any{"r.example/mh:dev", "r.example/mh:dev"}
+		}},
+		{"image.tag", []string{"--set", "image.tag=v9"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{agent(o)["image"], agg(o)["image"]}, []any{"maintenance-handler:v9", "maintenance-handler:v9"}
+		}},
+		{"image.pullPolicy", []string{"--set", "image.pullPolicy=Always"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{agent(o)["imagePullPolicy"], agg(o)["imagePullPolicy"]}, []any{"Always", "Always"}
+		}},
+		{"imagePullSecrets", []string{"--set", "imagePullSecrets[0].name=pull"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{agentPod(o)["imagePullSecrets"], aggPod(o)["imagePullSecrets"]}, []any{[]any{map[string]any{"name": "pull"}}, []any{map[string]any{"name": "pull"}}}
+		}},
+		{"agent.nodeSelectorTerms", []string{"--set-json", `agent.nodeSelectorTerms=[{"matchExpressions":[{"key":"example.com/gpu","operator":"Exists"}]}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[ds], "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"),
+				[]any{map[string]any{"matchExpressions": []any{map[string]any{"key": "example.com/gpu", "operator": "Exists"}}}}
+		}},
+		{"agent.tolerations", []string{"--set-json", `agent.tolerations=[{"key":"example.com/t","operator":"Exists"}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return agentPod(o)["tolerations"], []any{map[string]any{"key": "example.com/t", "operator": "Exists"}}
+		}},
+		{"agent.resources", []string{"--set", "agent.resources.limits.memory=64Mi"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return agent(o)["resources"].(map[string]any)["limits"], map[string]any{"memory": "64Mi"}
+		}},
+		{"agent.priorityClassName", []string{"--set", "agent.priorityClassName=gpu-critical"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return agentPod(o)["priorityClassName"], "gpu-critical"
+		}},
+		{"agent.terminationGracePeriodSeconds", []string{"--set", "agent.terminationGracePeriodSeconds=45"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return agentPod(o)["terminationGracePeriodSeconds"], int64(45)
+		}},
+		{"agent.maxUnavailable", []string{"--set", "agent.maxUnavailable=25%"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[ds], "spec", "updateStrategy", "rollingUpdate", "maxUnavailable"), "25%"
+		}},
+		{"agent.metricsPort", []string{"--set", "agent.metricsPort=9300"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{agent(o)["args"].([]any)[0], agent(o)["ports"].([]any)[0].(map[string]any)["containerPort"], field(t, o["Service "+ns+"/maintenance-handler-agent-metrics"], "spec", "ports").([]any)[0].(map[string]any)["port"]},
+				[]any{"--listen-address=:9300", int64(9300), int64(9300)}
+		}},
+		{"agent.noticePort", []string{"--set", "agent.noticePort=0"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{strings.Contains(strings.Join(anyStrings(agent(o)["args"]), " "), "--notice-listen-address"), len(agent(o)["ports"].([]any))}, []any{false, 1}
+		}},
+		{"agent.extraArgs", []string{"--set", "agent.extraArgs[0]=--manual-drain-timeout=2h"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			args := anyStrings(agent(o)["args"])
+			return args[len(args)-1], "--manual-drain-timeout=2h"
+		}},
+		{"agent.extraEnv", []string{"--set", "agent.extraEnv[0].name=GCE_METADATA_HOST", "--set", "agent.extraEnv[0].value=10.0.0.1:80"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			env := agent(o)["env"].([]any)
+			return env[len(env)-1], map[string]any{"name": "GCE_METADATA_HOST", "value": "10.0.0.1:80"}
+		}},
+		{"agent.podAnnotations", []string{"--set", "agent.podAnnotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[ds], "spec", "template", "metadata", "annotations"), map[string]any{"a": "b"}
+		}},
+		{"aggregator.enabled", []string{"--set", "aggregator.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{o[dep] == nil, o["ClusterRole /maintenance-handler-aggregator"] == nil, o["DaemonSet "+ns+"/maintenance-handler-agent"] != nil}, []any{true, true, true}
+		}},
+		{"aggregator.replicas", []string{"--set", "aggregator.replicas=3"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[dep], "spec", "replicas"), int64(3)
+		}},
+		{"aggregator.metricsPort", []string{"--set", "aggregator.metricsPort=9301"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{agg(o)["args"].([]any)[0], agg(o)["ports"].([]any)[0].(map[string]any)["containerPort"]}, []any{"--listen-address=:9301", int64(9301)}
+		}},
+		{"aggregator.resources", []string{"--set", "aggregator.resources.limits.memory=1Gi"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return agg(o)["resources"].(map[string]any)["limits"], map[string]any{"memory": "1Gi"}
+		}},
+		{"aggregator.nodeSelector", []string{"--set", "aggregator.nodeSelector.pool=system"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return aggPod(o)["nodeSelector"], map[string]any{"pool": "system"}
+		}},
+		{"aggregator.tolerations", []string{"--set-json", `aggregator.tolerations=[{"key":"system","operator":"Exists"}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return aggPod(o)["tolerations"], []any{map[string]any{"key": "system", "operator": "Exists"}}
+		}},
+		{"aggregator.extraArgs", []string{"--set", "aggregator.extraArgs[0]=--interval=10s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			args := anyStrings(agg(o)["args"])
+			return args[len(args)-1], "--interval=10s"
+		}},
+		{"aggregator.extraEnv", []string{"--set", "aggregator.extraEnv[0].name=A", "--set", "aggregator.extraEnv[0].value=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			env := agg(o)["env"].([]any)
+			return env[len(env)-1], map[string]any{"name": "A", "value": "b"}
+		}},
+		{"aggregator.podAnnotations", []string{"--set", "aggregator.podAnnotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[dep], "spec", "template", "metadata", "annotations"), map[string]any{"a": "b"}
+		}},
+		{"policy", []string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenance":2}}}`}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o["ConfigMap "+ns+"/maintenance-handler"], "data"), map[string]any{"policy.yaml": "pools:\n  gpu:\n    maxVoluntaryMaintenance: 2\n"}
+		}},
+		{"admissionPolicy.enabled", []string{"--set", "admissionPolicy.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{o["ValidatingAdmissionPolicy /maintenance-handler-agent-own-node"] == nil, o["ValidatingAdmissionPolicyBinding /maintenance-handler-agent-own-pods"] == nil}, []any{true, true}
+		}},
+		{"monitoring.serviceMonitor.enabled", []string{"--set", "monitoring.serviceMonitor.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["ServiceMonitor "+ns+"/maintenance-handler"] != nil, true
+		}},
+		{"monitoring.serviceMonitor.interval", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.interval=15s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "endpoints").([]any)[0].(map[string]any)["interval"], "15s"
+		}},
+		{"monitoring.podMonitoring.enabled", []string{"--set", "monitoring.podMonitoring.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["PodMonitoring "+ns+"/maintenance-handler"] != nil, true
+		}},
+		{"monitoring.podMonitoring.interval", []string{"--set", "monitoring.podMonitoring.enabled=true", "--set", "monitoring.podMonitoring.interval=1m"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o["PodMonitoring "+ns+"/maintenance-handler"], "spec", "endpoints").([]any)[0].(map[string]any)["interval"], "1m"
+		}},
+		{"monitoring.prometheusRule.enabled", []string{"--set", "monitoring.prometheusRule.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o["PrometheusRule "+ns+"/maintenance-handler"], "spec"), field(t, kinds(render(t, "overlays/prometheus-operator"))["PrometheusRule "+ns+"/maintenance-handler"], "spec")
+		}},
+		{"monitoring.rules.enabled", []string{"--set", "monitoring.rules.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o["Rules "+ns+"/maintenance-handler"], "spec"), field(t, kinds(render(t, "overlays/gke-managed-prometheus"))["Rules "+ns+"/maintenance-handler"], "spec")
+		}},
+		{"monitoring.grafanaDashboard.enabled", []string{"--set", "monitoring.grafanaDashboard.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			dashboard, _ := os.ReadFile("../monitoring/grafana/maintenance-handler.json")
+			return field(t, o["ConfigMap "+ns+"/maintenance-handler-dashboard"], "data", "maintenance-handler.json"), string(dashboard)
+		}},
+		{"monitoring.grafanaDashboard.labels", []string{"--set", "monitoring.grafanaDashboard.enabled=true", "--set", "monitoring.grafanaDashboard.labels.dash=yes"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["ConfigMap "+ns+"/maintenance-handler-dashboard"].GetLabels()["dash"], "yes"
+		}},
+		{"uninstall.cleanNodes", []string{"--set", "uninstall.cleanNodes=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{o["Job "+ns+"/maintenance-handler-uninstall"] == nil, mustTemplate(t)["Job "+ns+"/maintenance-handler-uninstall"] != nil}, []any{true, true}
+		}},
+	}
+	values, err := os.ReadFile(chart + "/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented, err := chartdoc.Values(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys, checked []string
+	for _, v := range documented {
+		keys = append(keys, v.Key)
+	}
+	for _, tc := range cases {
+		checked = append(checked, tc.key)
+	}
+	if d := cmp.Diff(keys, checked); d != "" {
+		t.Errorf("the values of values.yaml (-) and the values this test checks (+) differ:\n%s", d)
+	}
+	for _, tc := range cases {
+		t.Run(tc.key, func(t *testing.T) {
+			got, want := tc.want(mustTemplate(t, tc.set...))
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("%v (-want +got):\n%s", tc.set, d)
+			}
+		})
+	}
+}
+
+// field is o's field at path, failing t when it is absent.
+func field(t testing.TB, o *unstructured.Unstructured, path ...string) any {
+	t.Helper()
+	if o == nil {
+		t.Fatalf("no such object (for %v)", path)
+	}
+	v, ok, err := unstructured.NestedFieldNoCopy(o.Object, path...)
+	if !ok || err != nil {
+		t.Fatalf("%s %s has no %v (%v)", o.GetKind(), o.GetName(), path, err)
+	}
+	return v
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	for _, s := range v.([]any) {
+		out = append(out, s.(string))
+	}
+	return out
+}
