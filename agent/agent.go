@@ -147,8 +147,10 @@ type Agent struct {
 	drainStart   time.Time // when the running drain began
 
 	// The workload notice (workload.go): the node's side, guarded by mu.
-	notice     noticeTarget
-	notifyWake chan struct{}
+	notice noticeTarget
+	// noticeKnown: the loop has decided once, and notice says so.
+	noticeKnown bool
+	notifyWake  chan struct{}
 	// badLead: the pods whose checkpoint lead was said to be invalid;
 	// used by the notifier goroutine only.
 	badLead map[types.UID]bool

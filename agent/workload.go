@@ -73,11 +73,11 @@ func (t noticeTarget) noticeFor(p *corev1.Pod, evictAt time.Time) string {
 }
 
 // setNotice records the node's side of the notice and wakes the notifier
-// when it changed.
+// when it changed, or was not known before (the first decision).
 func (a *Agent) setNotice(t noticeTarget) {
 	a.mu.Lock()
-	changed := t != a.notice
-	a.notice = t
+	changed := !a.noticeKnown || t != a.notice
+	a.notice, a.noticeKnown = t, true
 	a.mu.Unlock()
 	if changed {
 		a.pokeNotifier()
@@ -110,11 +110,16 @@ func (a *Agent) notify(ctx context.Context) {
 	}
 }
 
-// notifyPods writes the notice on every pod whose annotation differs.
+// notifyPods writes the notice on every pod whose annotation differs. Until
+// the first decision it writes nothing: a restarted agent (an upgrade, a
+// crash) must not take its pods' notice away before it has read the VM's.
 func (a *Agent) notifyPods(ctx context.Context) error {
 	a.mu.Lock()
-	t := a.notice
+	t, known := a.notice, a.noticeKnown
 	a.mu.Unlock()
+	if !known {
+		return nil
+	}
 	var firstErr error
 	pods := a.opts.Pods.List()
 	// The time each pod is told is the time the drain asks it to stop: the

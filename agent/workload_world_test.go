@@ -2,11 +2,13 @@ package agent_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -217,5 +219,45 @@ func TestWorkloadsKeepTheNoticeWhileTheWindowIsOpen(t *testing.T) {
 	}
 	if p, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "trainer", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the trainer is being stopped (%v) before the stop's own signal", err)
+	}
+}
+
+// TestARestartedAgentKeepsThePodsNotice: an agent replaced while a notice
+// is pending (an upgrade, a crash) leaves its pods' notice as it is until
+// it has read the VM's own: the new agent, whose metadata server does not
+// answer at first, never takes the notice away.
+func TestARestartedAgentKeepsThePodsNotice(t *testing.T) {
+	testworld.Need(t)
+	v := newVMWith(t, "agent-notice-restart-0", gceemu.Config{})
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
+	first := startAgent(t, v, agent.DefaultConfig)
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), 2*time.Hour))
+	waitNotice(t, ns, "trainer", "told the maintenance is pending", func(text string, _ *corev1.PodCondition) bool {
+		return contains(text, "MAINTENANCE_PHASE="+protocol.NoticePending)
+	})
+	first.stop()
+	log := followNotice(t, ns, "trainer")
+
+	v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix})
+	second := startAgent(t, v, agent.DefaultConfig)
+	if err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return v.emu.FaultsServed() >= 5, nil
+	}); err != nil {
+		t.Fatalf("the new agent asked the metadata server %d times", v.emu.FaultsServed())
+	}
+	v.emu.ClearFaults()
+	if err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(second.metrics.ScheduledMaintenance) > 0, nil
+	}); err != nil {
+		t.Fatal("the new agent never read the notice")
+	}
+	waitNotice(t, ns, "trainer", "told the maintenance is pending", func(text string, _ *corev1.PodCondition) bool {
+		return contains(text, "MAINTENANCE_PHASE="+protocol.NoticePending)
+	})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if slices.Contains(log.notices, "") {
+		t.Errorf("the pod's notice went away while the agent restarted: %q", log.notices)
 	}
 }
