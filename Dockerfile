@@ -16,6 +16,10 @@ ARG TARGETARCH
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/agent ./cmd/aggregator
 
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="maintenance-handler" \
+      org.opencontainers.image.source="https://github.com/maintenance-handler/maintenance-handler" \
+      org.opencontainers.image.version="${VERSION}"
 COPY --from=build /out/ /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/agent"]

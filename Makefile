@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test unit testworld prometheus vet verify build image bench
+.PHONY: help demo test unit testworld prometheus vet verify build image release bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -46,6 +46,14 @@ build: ## build the static binaries into bin/ (the agent and the aggregator as t
 
 image: ## the container image without a container engine: an OCI image layout in bin/image for linux/amd64 and linux/arm64 (push it with crane push --index)
 	$(GO) run ./build/image -o bin/image -version $(VERSION)
+
+# The repository the release's all-in-one YAML names (the chart's
+# image.repository is set at install).
+IMAGE ?= maintenance-handler
+RELEASE_DIR ?= _output/release/$(VERSION)
+
+release: ## one version's artefacts into RELEASE_DIR, by default _output/release/VERSION (VERSION=vX.Y.Z, IMAGE=the image's repository): the image (OCI layout), the chart, the all-in-one YAML, the plugin's archives and krew manifest, the CHANGELOG entry, SBOMs and SHA256SUMS
+	$(GO) run ./build/release -version $(VERSION) -image $(IMAGE) -o $(RELEASE_DIR)
 
 bench: ## run the benchmarks and print their figures
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...

@@ -79,6 +79,9 @@ func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 		if cf.OS != "linux" || cf.Architecture != arch || cf.Config.User != Spec.User || strings.Join(cf.Config.Entrypoint, " ") != strings.Join(Spec.Entrypoint, " ") {
 			t.Errorf("%s: config os %s arch %s user %q entrypoint %q", arch, cf.OS, cf.Architecture, cf.Config.User, cf.Config.Entrypoint)
 		}
+		if v := cf.Config.Labels["org.opencontainers.image.version"]; v != "v9.9.9-test" {
+			t.Errorf("%s: the image is labelled version %q, want v9.9.9-test", arch, v)
+		}
 		files := contents(t, img)
 		for _, pkg := range Spec.Binaries {
 			name := filepath.Base(pkg)
@@ -162,6 +165,11 @@ func checkDockerfile(t *testing.T) {
 	for _, line := range want {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(line) + `$`).MatchString(df) {
 			t.Errorf("the Dockerfile has no line %q, which make image builds", line)
+		}
+	}
+	for k, v := range Spec.Labels {
+		if !regexp.MustCompile(`(?m)^(LABEL |\s+)` + regexp.QuoteMeta(k+`="`+v+`"`) + `( \\)?$`).MatchString(df) {
+			t.Errorf("the Dockerfile does not label the image %s=%q, as make image does", k, v)
 		}
 	}
 	e := regexp.MustCompile(`(?m)^ENTRYPOINT (.*)$`).FindStringSubmatch(df)

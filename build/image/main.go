@@ -54,12 +54,28 @@ var Spec = struct {
 	LDFlags    string // with VERSION for the version
 	User       string
 	Entrypoint []string
+	// Labels are the image's OCI labels, with VERSION for the version.
+	Labels map[string]string
 }{
 	Binaries:   []string{"./cmd/agent", "./cmd/aggregator"},
 	BinDir:     "/usr/local/bin/",
 	LDFlags:    "-s -w -X main.version=${VERSION}",
 	User:       "65532:65532",
 	Entrypoint: []string{"/usr/local/bin/agent"},
+	Labels: map[string]string{
+		"org.opencontainers.image.title":   "maintenance-handler",
+		"org.opencontainers.image.source":  "https://github.com/maintenance-handler/maintenance-handler",
+		"org.opencontainers.image.version": "${VERSION}",
+	},
+}
+
+// labels are Spec.Labels for version.
+func labels(version string) map[string]string {
+	out := map[string]string{}
+	for k, v := range Spec.Labels {
+		out[k] = strings.ReplaceAll(v, "${VERSION}", version)
+	}
+	return out
 }
 
 // build writes the image for platforms (os/arch) of the module at root into
@@ -86,6 +102,7 @@ func build(ctx context.Context, root, out, version string, platforms []string) (
 				User:       Spec.User,
 				Entrypoint: Spec.Entrypoint,
 				WorkingDir: "/home/nonroot",
+				Labels:     labels(version),
 				Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"},
 			},
 		})

@@ -31,6 +31,10 @@ const (
 	exitRefused = 3
 )
 
+// version is stamped at build time: -ldflags "-X main.version=...";
+// --version prints it as the agent and the aggregator do.
+var version = "dev"
+
 // errRefused marks a trigger refused by the pre-flight check or the agent.
 var errRefused = errors.New("refused")
 
@@ -82,7 +86,9 @@ func (a *app) command() *cobra.Command {
 		Short:         "The maintenance of GPU and TPU nodes on Compute Engine, as maintenance-handler runs it",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
+	root.SetVersionTemplate("maintenance-handler kubectl-maintenance {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	a.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand())
