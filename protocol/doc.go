@@ -19,6 +19,14 @@
 // Keys GKE users already know keep their exact strings; everything else
 // lives under Prefix.
 //
+// Versions: a key keeps its meaning across releases, so that an agent or
+// an aggregator of one release reads what another wrote, and an upgrade or
+// a downgrade replaces them at any moment. A value may gain new words (a
+// reader takes a word it does not know as the safest one, as
+// Reason.DisruptionReason does); a change of a key's meaning instead comes
+// under a new key name, the old one still read for one release, which
+// CHANGELOG.md then marks as not to be skipped.
+//
 // What it does not do: talk to the API server, decide anything beyond a
 // trigger's acceptance, or know about pods beyond the keys it names. It
 // imports only the Kubernetes API types and package metadata (the
