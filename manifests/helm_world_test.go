@@ -3,6 +3,7 @@ package manifests_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -57,12 +58,14 @@ func packageChart(t testing.TB, version, appVersion string) string {
 // TestHelmOnARealNode installs the chart with helm on a real node (the
 // image built without a container engine), and upgrades it twice: once
 // while the node has a pending notice, once while it drains for host
-// maintenance. The notice stays through the upgrade; the drain finishes
-// once, in order, each pod with its whole grace, and the maintenance is
-// counted once. helm uninstall, with the node's maintenance under way,
-// then removes every object the chart made, leaves that node cordoned and
-// tainted with a Warning Event, and removes the product's keys from an
-// idle node.
+// maintenance and another node has a pending notice. Each notice stays
+// through the upgrade, on the Node and its pods; the drain finishes once,
+// in order, each pod with its whole grace, and the maintenance is counted
+// once. The chart's versions differ in their image tags, so that each
+// upgrade replaces every pod. helm uninstall, with the node's maintenance
+// under way, then removes every object the chart made, leaves that node
+// cordoned and tainted with a Warning Event, and removes the product's
+// keys from the other node.
 func TestHelmOnARealNode(t *testing.T) {
 	testworld.Need(t)
 	if err := testworld.RealNodeSupport(); err != nil {
@@ -151,6 +154,16 @@ func TestHelmOnARealNode(t *testing.T) {
 		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
 	}
 	graces := deletionGraces(t, ns, "kube-system")
+	// Another node has a pending notice while the real node drains and
+	// the chart is upgraded: what an agent writes for one (copied from
+	// the real node's), with an agent pod that kwok plays. No component
+	// of either version may change it.
+	idle := world.NodeT(t, testworld.NodeSpec{Name: "helm-idle"})
+	copyKeys(t, pending, idle.Name)
+	noticed, err := world.Client.CoreV1().Nodes().Get(ctx, idle.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	emu.SetMaintenanceEvent("TERMINATE_ON_HOST_MAINTENANCE")
 	n.WaitRecord(t, ns, "first", "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
 	helmRun(t, append([]string{"upgrade", helmRelease, charts["v3"], "--namespace", helmRelease}, values...)...)
@@ -175,6 +188,11 @@ func TestHelmOnARealNode(t *testing.T) {
 			t.Errorf("%s was deleted with a grace of %d s (seen: %t), want its own %d s", w.Name, got, ok, w.Grace)
 		}
 	}
+	if still, err := world.Client.CoreV1().Nodes().Get(ctx, idle.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if before, after := productValues(noticed), productValues(still); !maps.Equal(before, after) {
+		t.Errorf("the other node's pending notice changed during the upgrade: %v, then %v", before, after)
+	}
 	world.WaitEvent(t, name, protocol.EventEvictionComplete)
 	if c := eventCount(t, name, protocol.EventEvictionComplete); c != 1 {
 		t.Errorf("%d %s Events, want 1", c, protocol.EventEvictionComplete)
@@ -182,11 +200,6 @@ func TestHelmOnARealNode(t *testing.T) {
 	if got := protocol.ReadAgentState(drained).Interruptions; len(got) != 1 || got[protocol.HostMaintenance.Key()] != 1 {
 		t.Errorf("interruptions counted on the Node: %v, want one %s", got, protocol.HostMaintenance.Key())
 	}
-
-	// An idle node with what an agent writes for a pending notice (copied
-	// from the real node's), whose agent pod kwok plays.
-	idle := world.NodeT(t, testworld.NodeSpec{Name: "helm-idle"})
-	copyKeys(t, pending, idle.Name)
 
 	helmRun(t, "uninstall", helmRelease, "--namespace", helmRelease, "--timeout", "3m")
 	after, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -364,6 +377,21 @@ func productKeys(n *corev1.Node) []string {
 		out = append(out, string(c))
 	}
 	slices.Sort(out)
+	return out
+}
+
+// productValues are the values of the product's labels and annotations on
+// n, by key.
+func productValues(n *corev1.Node) map[string]string {
+	out := map[string]string{}
+	for _, k := range productKeys(n) {
+		if v, ok := n.Labels[k]; ok {
+			out["label "+k] = v
+		}
+		if v, ok := n.Annotations[k]; ok {
+			out["annotation "+k] = v
+		}
+	}
 	return out
 }
 
