@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -235,7 +236,7 @@ func stampChart(chart []byte, version, appVersion string) ([]byte, error) {
 		out = append(out, line)
 	}
 	if !set["version"] || !set["appVersion"] {
-		return nil, fmt.Errorf("Chart.yaml has no top-level version or appVersion to stamp")
+		return nil, errors.New("the chart's Chart.yaml has no top-level version or appVersion to stamp")
 	}
 	return []byte(strings.Join(out, "\n")), nil
 }
