@@ -429,7 +429,8 @@ func releaseObjects(t testing.TB) []string {
 }
 
 // cleanUpRelease removes what a failed test left of the release, and its
-// namespace.
+// namespace, and waits until the namespace is gone: the next test of the
+// shipped manifests installs into a namespace of the same name.
 func cleanUpRelease(t testing.TB) {
 	cmd := exec.Command(testworld.Helm(t), "uninstall", helmRelease, "--namespace", helmRelease, "--no-hooks", "--ignore-not-found", "--kubeconfig", world.Kubeconfig)
 	_ = cmd.Run()
@@ -437,4 +438,5 @@ func cleanUpRelease(t testing.TB) {
 	_ = rbac.ClusterRoles().Delete(context.Background(), "maintenance-handler-uninstall", metav1.DeleteOptions{})
 	_ = rbac.ClusterRoleBindings().Delete(context.Background(), "maintenance-handler-uninstall", metav1.DeleteOptions{})
 	_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), helmRelease, metav1.DeleteOptions{})
+	world.WaitNamespaceGone(t, helmRelease)
 }
