@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test unit testworld prometheus vet verify build image release bench
+.PHONY: help demo test unit testworld prometheus vet verify build image release bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,7 +20,15 @@ test: testworld prometheus verify ## run every test (builds the test world and a
 	skipped=$$(grep -c 'real node: skipped:' $$log); rm -f $$log; \
 	if [ "$$skipped" -gt 0 ]; then echo "make test: $$skipped real-node tests skipped on this machine (see 'real node: skipped:' above)"; else echo "make test: every real-node test ran"; fi; \
 	MH_TESTWORLD_RUN=$$run $(GO) run ./test/cmd/testworld leaks || rc=1; \
+	scripts/fuzz.sh $(TEST_FUZZTIME) || rc=1; \
 	exit $$rc
+
+# How long make test searches each fuzz target, after every test.
+TEST_FUZZTIME ?= 3s
+FUZZTIME ?= 1m
+
+fuzz: ## search every parser's fuzz target for FUZZTIME each (default 1m); make test runs their seeds and checked-in corpus, then searches each for TEST_FUZZTIME (3s)
+	scripts/fuzz.sh $(FUZZTIME)
 
 unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds; it starts no process of the test world and stops none
 	$(GO) test -short -count=1 ./...

@@ -113,6 +113,11 @@ func repairOf(n *corev1.Node, d deletedNode) (protocol.Repairs, bool) {
 	return protocol.Repairs{RecreatedFrom: d.uid, Interruptions: d.counts.Add(protocol.Repair, 1)}, true
 }
 
+// maxCountStep is the most one interruption's count on a Node may grow in
+// one update and be counted: the agent counts one at a time, and a watch
+// that missed updates may see a few at once.
+const maxCountStep = 8
+
 // begun lists the interruptions the node's agent counted between old and
 // cur (its counts grew), each by its reason, but a host maintenance that was
 // a manual or opportunistic one (the agent counts it when Compute Engine
@@ -133,8 +138,12 @@ func begun(old, cur *corev1.Node) []protocol.Interruption {
 				i = protocol.OpportunisticMaintenance
 			}
 		}
-		for range n - before.Interruptions[key] {
-			out = append(out, i)
+		// An agent counts one interruption at a time: a count that jumps
+		// further in one update is not believed.
+		if step := n - before.Interruptions[key]; step <= maxCountStep {
+			for range step {
+				out = append(out, i)
+			}
 		}
 	}
 	return out

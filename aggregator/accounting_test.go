@@ -136,11 +136,10 @@ func TestRepairOf(t *testing.T) {
 	}
 }
 
-// TestBegun: a maintenance counts when its start appears or changes, by its
-// reason; a manual one counts when Compute Engine accepts it (the agent).
 // TestBegun: the pool counts what the node's agent counts, once, by its
 // reason; a manual or opportunistic maintenance under its own reason, when
-// the agent counts it; a slice's drain never.
+// the agent counts it; a slice's drain never; a count that a hostile or
+// broken agent wrote (a jump, a huge value, an unknown key) not at all.
 func TestBegun(t *testing.T) {
 	at := func(phase protocol.Phase, reason protocol.Reason, counts protocol.Counts, opportunistic bool) *corev1.Node {
 		n := &corev1.Node{}
@@ -169,6 +168,10 @@ func TestBegun(t *testing.T) {
 		{"a slice's drain", at(idle, "", none, false), at(draining, protocol.ReasonSlice, none, false), nil},
 		{"an unannounced reboot", at(idle, "", none, false), at(idle, "", none.Add(protocol.UnannouncedReboot, 1), false), []protocol.Interruption{protocol.UnannouncedReboot}},
 		{"maintenance over", at(terminating, protocol.ReasonHostMaintenance, host, false), at(idle, "", host, false), nil},
+		{"a missed update: two at once", at(idle, "", none, false), at(idle, "", none.Add(protocol.UnannouncedReboot, 2), false), []protocol.Interruption{protocol.UnannouncedReboot, protocol.UnannouncedReboot}},
+		{"a count that jumps is not believed", at(idle, "", none, false), at(idle, "", none.Add(protocol.UnannouncedReboot, maxCountStep+1), false), nil},
+		{"a count past MaxCount is not read", at(idle, "", none, false), at(idle, "", none.Add(protocol.Preemption, protocol.MaxCount+1), false), nil},
+		{"a key of no interruption is not read", at(idle, "", none, false), at(idle, "", protocol.Counts{"MaintenanceEvent/Invented": 1}, false), nil},
 	} {
 		if got := begun(tc.old, tc.cur); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

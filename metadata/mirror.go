@@ -191,7 +191,10 @@ func mirrorQuery(q map[string][]string) (wait bool, hang time.Duration, alt stri
 			if err != nil || n < 0 {
 				return false, 0, "", fmt.Errorf("timeout_sec=%q: want a whole number of seconds", v)
 			}
-			hang = min(time.Duration(n)*time.Second, MaxMirrorHang)
+			hang = MaxMirrorHang
+			if n < int(MaxMirrorHang/time.Second) {
+				hang = time.Duration(n) * time.Second
+			}
 		case "alt":
 			if v != "text" && v != "json" {
 				return false, 0, "", fmt.Errorf("alt=%q: want text or json", v)

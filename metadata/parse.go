@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrUnrecognized marks a value the parser does not understand. Callers
@@ -130,12 +131,12 @@ func (b *flexBool) UnmarshalJSON(data []byte) error {
 	case string:
 		p, err := strconv.ParseBool(strings.ToLower(strings.TrimSpace(x)))
 		if err != nil {
-			return fmt.Errorf("can_reschedule %q is not a boolean", x)
+			return fmt.Errorf("can_reschedule %q is not a boolean", Excerpt(x))
 		}
 		*b = flexBool{true, p}
 	case nil:
 	default:
-		return fmt.Errorf("can_reschedule %s is not a boolean", data)
+		return fmt.Errorf("can_reschedule %q is not a boolean", Excerpt(string(data)))
 	}
 	return nil
 }
@@ -147,13 +148,24 @@ func first(a, b string) string {
 	return b
 }
 
+// The years a notice's times may fall in.
+const (
+	minYear = 2000
+	maxYear = 9999
+)
+
 func parseTime(field, v string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%s %q is not an RFC 3339 time: %w", field, v, ErrUnrecognized)
+		return time.Time{}, fmt.Errorf("%s %q is not an RFC 3339 time: %w", field, Excerpt(v), ErrUnrecognized)
+	}
+	// A time the Node's labels cannot carry (Unix seconds before 1970) or
+	// that no maintenance has is not understood.
+	if t.Year() < minYear || t.Year() > maxYear {
+		return time.Time{}, fmt.Errorf("%s %q is not between the years %d and %d: %w", field, Excerpt(v), minYear, maxYear, ErrUnrecognized)
 	}
 	return t.UTC(), nil
 }
@@ -228,7 +240,10 @@ func ParseNotice(raw string) (n Notice, present bool, err error) {
 		return Notice{}, false, err
 	}
 	compact, _ := json.Marshal(json.RawMessage(s))
-	n.Raw = string(compact)
+	// The notice is mirrored on the Node, where an annotation holds valid
+	// UTF-8 only: bytes that are not become U+FFFD, as the API server's
+	// JSON would make them.
+	n.Raw = strings.ToValidUTF8(string(compact), "\uFFFD")
 	return n, true, nil
 }
 
@@ -238,11 +253,18 @@ func (n Notice) Reschedulable() bool {
 	return n.Status == StatusPending && n.CanReschedule
 }
 
-// Excerpt shortens a served value for logs and error messages.
+// ExcerptMax is the most bytes of a value Excerpt keeps.
+const ExcerptMax = 200
+
+// Excerpt shortens a served value for logs and error messages: at most
+// ExcerptMax bytes of it, cut between characters, then "...".
 func Excerpt(s string) string {
-	const max = 200
-	if len(s) > max {
-		return s[:max] + "..."
+	if len(s) <= ExcerptMax {
+		return s
 	}
-	return s
+	cut := ExcerptMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
@@ -41,7 +42,17 @@ func (o Opportunistic) String() string {
 
 // Seconds writes d as the gcloud syntax does: "600s", "1.5s".
 func Seconds(d time.Duration) string {
-	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+	s := strconv.FormatInt(int64(d/time.Second), 10)
+	if frac := d % time.Second; frac != 0 {
+		if frac < 0 {
+			frac = -frac
+			if d > -time.Second {
+				s = "-" + s
+			}
+		}
+		s += "." + strings.TrimRight(fmt.Sprintf("%09d", int64(frac)), "0")
+	}
+	return s + "s"
 }
 
 // ErrConfig wraps every configuration error.
@@ -54,11 +65,11 @@ var secondsRE = regexp.MustCompile(`^([0-9]+)(\.([0-9]{1,9}))?s$`)
 func parseSeconds(key, v string) (time.Duration, error) {
 	m := secondsRE.FindStringSubmatch(v)
 	if m == nil {
-		return 0, fmt.Errorf("%s=%s: want seconds with up to nine fractional digits and a trailing s, such as 600s", key, v)
+		return 0, fmt.Errorf("%s=%q: want seconds with up to nine fractional digits and a trailing s, such as 600s", key, metadata.Excerpt(v))
 	}
 	whole, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil || whole > int64(1<<62/time.Second) {
-		return 0, fmt.Errorf("%s=%s: too large", key, v)
+		return 0, fmt.Errorf("%s=%q: too large", key, metadata.Excerpt(v))
 	}
 	d := time.Duration(whole) * time.Second
 	if m[3] != "" {
@@ -67,6 +78,9 @@ func parseSeconds(key, v string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// maxProblems is how many problems of one value an error names.
+const maxProblems = 5
 
 // ParseOpportunistic parses the gcloud syntax. All three keys are required
 // (an omitted min-nodes must never mean zero); unknown or repeated keys are
@@ -78,11 +92,11 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
 		key, val, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
-			errs = append(errs, fmt.Errorf("%q is not key=value", part))
+			errs = append(errs, fmt.Errorf("%q is not key=value", metadata.Excerpt(part)))
 			continue
 		}
 		if seen[key] {
-			errs = append(errs, fmt.Errorf("%s given twice", key))
+			errs = append(errs, fmt.Errorf("%s given twice", metadata.Excerpt(key)))
 			continue
 		}
 		seen[key] = true
@@ -95,7 +109,7 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 		case "min-nodes":
 			o.MinNodes, err = strconv.Atoi(val)
 			if err != nil || o.MinNodes < 0 {
-				err = fmt.Errorf("min-nodes=%s: want a whole number, 0 or more", val)
+				err = fmt.Errorf("min-nodes=%q: want a whole number, 0 or more", metadata.Excerpt(val))
 			}
 		case "max-unavailable":
 			var b Budget
@@ -103,7 +117,7 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 				o.MaxUnavailable = &b
 			}
 		default:
-			err = fmt.Errorf("unknown key %q (node-idle-time, min-nodes, window and max-unavailable are known)", key)
+			err = fmt.Errorf("unknown key %q (node-idle-time, min-nodes, window and max-unavailable are known)", metadata.Excerpt(key))
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -115,7 +129,10 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return Opportunistic{}, fmt.Errorf("%w: opportunistic maintenance %q: %w (want node-idle-time=600s,min-nodes=3,window=2419200s)", ErrConfig, s, errors.Join(errs...))
+		if len(errs) > maxProblems {
+			errs = append(errs[:maxProblems:maxProblems], fmt.Errorf("and %d more", len(errs)-maxProblems))
+		}
+		return Opportunistic{}, fmt.Errorf("%w: opportunistic maintenance %q: %w (want node-idle-time=600s,min-nodes=3,window=2419200s)", ErrConfig, metadata.Excerpt(s), errors.Join(errs...))
 	}
 	return o, nil
 }
@@ -359,6 +376,9 @@ func parseTime(field, v string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
+// minYear is the earliest year a maintenance window may start in.
+const minYear = 2000
+
 func parseScope(where string, s scopeFile) (window.Policy, error) {
 	var p window.Policy
 	var errs []error
@@ -367,6 +387,8 @@ func parseScope(where string, s scopeFile) (window.Policy, error) {
 		var err error
 		if rw.Start, err = parseTime(where+".maintenanceWindow.startTime", w.StartTime); err != nil {
 			errs = append(errs, err)
+		} else if y := rw.Start.Year(); y < minYear || y >= window.Horizon {
+			errs = append(errs, fmt.Errorf("%s.maintenanceWindow.startTime %s: want a time from the year %d to %d", where, w.StartTime, minYear, window.Horizon-1))
 		}
 		switch {
 		case (w.EndTime == "") == (w.Duration == ""):
@@ -389,6 +411,9 @@ func parseScope(where string, s scopeFile) (window.Policy, error) {
 			if rw.Rule, err = window.ParseRule(w.Recurrence); err != nil {
 				errs = append(errs, fmt.Errorf("%s.maintenanceWindow.recurrence: %w", where, err))
 			}
+		}
+		if len(errs) == 0 {
+			rw.Resolve()
 		}
 		p.Window = rw
 	}

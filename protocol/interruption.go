@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,14 +78,23 @@ func InterruptionTypes() []InterruptionType {
 // Key is i's key in Counts: "type/reason".
 func (i Interruption) Key() string { return string(i.Type) + "/" + string(i.Reason) }
 
-// ParseInterruptionKey reads a Key; false when it has no type.
+// ParseInterruptionKey reads a Key; false when it is not the key of one
+// of Interruptions (what a Node counts): a key this version does not know
+// is never a metric's label.
 func ParseInterruptionKey(key string) (Interruption, bool) {
 	typ, reason, ok := strings.Cut(key, "/")
-	if !ok || typ == "" || reason == "" {
+	i := Interruption{InterruptionType(typ), InterruptionReason(reason)}
+	if !ok || !slices.Contains(Interruptions, i) {
 		return Interruption{}, false
 	}
-	return Interruption{InterruptionType(typ), InterruptionReason(reason)}, true
+	return i, true
 }
+
+// MaxCount is the most interruptions of one kind a Node's counts may
+// hold: a count above it, below zero or of a key this version does not
+// know is not read (a Node's keys are written by its own agent, which a
+// compromised node controls).
+const MaxCount = 1 << 20
 
 // Counts counts interruptions by Interruption.Key. Counts only grow.
 type Counts map[string]int
@@ -125,6 +135,20 @@ func decodeCounts(raw string) Counts {
 	}
 	var c Counts
 	if json.Unmarshal([]byte(raw), &c) != nil {
+		return nil
+	}
+	return c.readable()
+}
+
+// readable is c less the counts that are not read (MaxCount); nil when
+// none is left.
+func (c Counts) readable() Counts {
+	for k, v := range c {
+		if _, ok := ParseInterruptionKey(k); !ok || v < 0 || v > MaxCount {
+			delete(c, k)
+		}
+	}
+	if len(c) == 0 {
 		return nil
 	}
 	return c

@@ -56,8 +56,12 @@ func SliceHosts(n *corev1.Node) int {
 	return chips / int(perNode.Value())
 }
 
+// MaxTopologyChips is the most chips a topology may have: more than any
+// TPU slice (the largest have some nine thousand).
+const MaxTopologyChips = 1 << 16
+
 // TopologyChips is the number of chips a TPU topology such as 2x2x4 has
-// (0 when it is empty or not a topology).
+// (0 when it is empty, not a topology, or larger than MaxTopologyChips).
 func TopologyChips(topology string) int {
 	if topology == "" {
 		return 0
@@ -65,7 +69,7 @@ func TopologyChips(topology string) int {
 	chips := 1
 	for _, d := range strings.Split(topology, "x") {
 		n, err := strconv.Atoi(d)
-		if err != nil || n < 1 {
+		if err != nil || n < 1 || n > MaxTopologyChips || chips*n > MaxTopologyChips {
 			return 0
 		}
 		chips *= n

@@ -99,7 +99,7 @@ func (f Failures) encode() string {
 
 func decodeFailures(raw string) Failures {
 	var f Failures
-	if raw == "" || json.Unmarshal([]byte(raw), &f) != nil || f.Count < 0 {
+	if raw == "" || json.Unmarshal([]byte(raw), &f) != nil || f.Count <= 0 {
 		return Failures{}
 	}
 	return f
@@ -115,7 +115,8 @@ func (st AgentState) ManualBegun() bool {
 }
 
 // ReadAgentState reads the agent's state from n. A phase it does not know
-// reads as PhaseIdle; a time it cannot parse, as zero.
+// reads as PhaseIdle, and an idle node has no maintenance's keys; a time it
+// cannot parse reads as zero.
 func ReadAgentState(n *corev1.Node) AgentState {
 	a := n.Annotations
 	st := AgentState{
@@ -140,7 +141,10 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		Drain:          readDrainEnd(a[AnnotationDrain]),
 	}
 	if !st.Active() {
+		// The keys of a maintenance under way mean nothing without one.
 		st.Phase, st.LeftToGKE, st.Drain = PhaseIdle, false, ""
+		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
+		st.RequestID, st.Requested, st.Begun = "", time.Time{}, false
 	}
 	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], a[AnnotationUpcomingMaintenance]
 	// The notice keys are the agent's only while it mirrors them: GKE's
@@ -400,6 +404,7 @@ func ReadRepairs(n *corev1.Node) Repairs {
 	if raw := n.Annotations[AnnotationRepairs]; raw != "" && json.Unmarshal([]byte(raw), &r) != nil {
 		return Repairs{}
 	}
+	r.Interruptions = r.Interruptions.readable()
 	return r
 }
 

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
 )
 
 // Workloads are told of a maintenance before SIGTERM: every pod on a node
@@ -104,7 +106,7 @@ func CheckpointLead(annotations map[string]string) (lead time.Duration, ok bool,
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
 	if err != nil || d <= 0 {
-		return 0, true, fmt.Errorf("%s=%q: want a positive duration such as 5m", PodAnnotationCheckpointLead, v)
+		return 0, true, fmt.Errorf("%s=%q: want a positive duration such as 5m", PodAnnotationCheckpointLead, metadata.Excerpt(v))
 	}
 	return d, true, nil
 }

@@ -333,3 +333,60 @@ func weeksBetween(a, b time.Time, wkst time.Weekday) int {
 	}
 	return daysBetween(startOfWeek(a), startOfWeek(b)) / 7
 }
+
+// String writes r as an RRULE that ParseRule reads back to r: its parts in
+// a fixed order, defaults (INTERVAL=1, WKST=MO) left out.
+func (r Rule) String() string {
+	parts := []string{"FREQ=" + string(r.Freq)}
+	add := func(key string, vals []string) {
+		if len(vals) > 0 {
+			parts = append(parts, key+"="+strings.Join(vals, ","))
+		}
+	}
+	ints := func(ns []int) []string {
+		out := make([]string, len(ns))
+		for i, n := range ns {
+			out[i] = strconv.Itoa(n)
+		}
+		return out
+	}
+	if r.Interval != 1 {
+		parts = append(parts, "INTERVAL="+strconv.Itoa(r.Interval))
+	}
+	var days []string
+	for _, d := range r.ByDay {
+		s := weekdayNames[d.Day]
+		if d.N != 0 {
+			s = strconv.Itoa(d.N) + s
+		}
+		days = append(days, s)
+	}
+	add("BYDAY", days)
+	add("BYMONTHDAY", ints(r.ByMonthDay))
+	var months []int
+	for _, m := range r.ByMonth {
+		months = append(months, int(m))
+	}
+	add("BYMONTH", ints(months))
+	add("BYYEARDAY", ints(r.ByYearDay))
+	add("BYSETPOS", ints(r.BySetPos))
+	switch u := r.Until.UTC(); {
+	case r.Until.IsZero():
+	case u.Add(time.Nanosecond).Equal(civilDay(u).AddDate(0, 0, 1)):
+		// A date: the whole day.
+		parts = append(parts, "UNTIL="+u.Format("20060102"))
+	default:
+		parts = append(parts, "UNTIL="+u.Format("20060102T150405Z"))
+	}
+	if r.Count > 0 {
+		parts = append(parts, "COUNT="+strconv.Itoa(r.Count))
+	}
+	if r.WeekStart != time.Monday {
+		parts = append(parts, "WKST="+weekdayNames[r.WeekStart])
+	}
+	return strings.Join(parts, ";")
+}
+
+// weekdayNames are RRULE's weekdays.
+var weekdayNames = map[time.Weekday]string{time.Monday: "MO", time.Tuesday: "TU", time.Wednesday: "WE",
+	time.Thursday: "TH", time.Friday: "FR", time.Saturday: "SA", time.Sunday: "SU"}

@@ -14,6 +14,34 @@ type Recurring struct {
 	Rule     Rule
 	// Recurrence is the RRULE as written, for messages.
 	Recurrence string
+	// lastStart is when the last occurrence a COUNT allows starts (zero:
+	// not worked out, see Resolve).
+	lastStart time.Time
+}
+
+// Horizon is the last year Resolve looks for a COUNT's last occurrence
+// in: a rule whose COUNT is not reached by then has no end before it.
+const Horizon = 2200
+
+// Resolve works out, once, when the last occurrence a COUNT allows
+// starts, so that asking whether a moment is inside the window does not
+// count the occurrences from the window's start each time.
+func (w *Recurring) Resolve() {
+	if w.Rule.Freq == "" || w.Rule.Count <= 0 {
+		return
+	}
+	start := w.Start.UTC()
+	timeOfDay := start.Sub(civilDay(start))
+	n := 0
+	for day := civilDay(start); day.Year() < Horizon; day = day.AddDate(0, 0, 1) {
+		if occ := day.Add(timeOfDay); w.Rule.matchesDay(start, occ) {
+			if n++; n == w.Rule.Count {
+				w.lastStart = occ
+				return
+			}
+		}
+	}
+	w.lastStart = time.Date(Horizon, 1, 1, 0, 0, 0, 0, time.UTC)
 }
 
 // Contains reports whether t is inside an occurrence of w.
@@ -48,6 +76,8 @@ func (w Recurring) occursAt(occ time.Time) bool {
 		return false
 	case !w.Rule.Until.IsZero() && occ.After(w.Rule.Until):
 		return false
+	case w.Rule.Count > 0 && !w.lastStart.IsZero():
+		return !occ.After(w.lastStart)
 	case w.Rule.Count > 0 && w.index(occ) >= w.Rule.Count:
 		return false
 	}
