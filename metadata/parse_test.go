@@ -123,6 +123,8 @@ func TestParseNotice(t *testing.T) {
 		{name: "garbage", raw: "\x00\xff<html>garbage", wantErr: true},
 		{name: "JSON array", raw: `["PENDING"]`, wantErr: true},
 		{name: "no window start", raw: `{"maintenance_status":"PENDING","type":"SCHEDULED"}`, wantErr: true},
+		{name: "a window start before 2000", raw: `{"maintenance_status":"PENDING","window_start_time":"1969-12-31T23:00:00Z"}`, wantErr: true},
+		{name: "a window end in the year 0", raw: `{"window_start_time":"2026-12-01T19:00:01Z","window_end_time":"0000-01-01T00:00:00Z"}`, wantErr: true},
 		{name: "bad time", raw: `{"maintenance_status":"PENDING","window_start_time":"tomorrow"}`, wantErr: true},
 		{name: "bad bool", raw: `{"can_reschedule":"maybe","window_start_time":"2026-02-01T00:00:00Z"}`, wantErr: true},
 	}

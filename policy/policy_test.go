@@ -164,6 +164,10 @@ func TestGKELimitsNameTheField(t *testing.T) {
 			t.Errorf("error does not say %q: %v", want, err)
 		}
 	}
+	_, err := ParseConfig(`cluster: {maintenanceWindow: {startTime: "1999-12-31T00:00:00Z", duration: 4h, recurrence: "FREQ=DAILY;COUNT=100000000"}}`)
+	if want := "cluster.maintenanceWindow.startTime 1999-12-31T00:00:00Z: want a time from the year 2000 to 2199"; !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error does not say %q: %v", want, err)
+	}
 	cfg, err := ParseConfig(`
 cluster:
   exclusions:
