@@ -17,7 +17,8 @@ import (
 )
 
 // BenchmarkRealNode prints what processes in containers meet on a real
-// node with the shipped manifests and image: how soon the notice reaches
+// node with the shipped manifests and image: how soon the agent's pod is
+// Ready once its container runs, how soon the notice reaches
 // the pod's annotation (the agent's part) and a container's file (the
 // kubelet's after it), how soon SIGTERM follows an accepted eviction, how
 // much time a 30 s preemption's drain leaves before the stop, and the
@@ -25,6 +26,31 @@ import (
 func BenchmarkRealNode(b *testing.B) {
 	emu, layout := shippedOnRealNodes(b)
 	scaleAggregatorToZero(b)
+	b.Run("AgentReady", func(b *testing.B) {
+		// As a DaemonSet rollout meets it: the agent's pod replaced on a
+		// node whose kubelet has run longer than a readiness period (a new
+		// kubelet delays each first probe by a random part of its period).
+		const name = "real-bench-ready"
+		_, first := realGPUNode(b, name, layout)
+		up := time.Now()
+		var samples []time.Duration
+		for i := range max(3, b.N) {
+			if i == 0 {
+				time.Sleep(time.Until(up.Add(11 * time.Second)))
+			}
+			readyAfter.Delete(name)
+			if err := world.Client.CoreV1().Pods(first.Namespace).Delete(testworld.Ctx(b, 10*time.Second), first.Name, metav1.DeleteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			first = agentPodOn(b, name)
+			d, ok := readyAfter.Load(name)
+			if !ok {
+				b.Fatal("the agent's container was never seen running before Ready")
+			}
+			samples = append(samples, d.(time.Duration))
+		}
+		reportQuantiles(b, samples, "Ready-after-running-", "ms")
+	})
 	b.Run("NoticeInContainer", func(b *testing.B) {
 		n, _ := realGPUNode(b, "real-bench-notice", layout)
 		ns := world.Namespace(b)

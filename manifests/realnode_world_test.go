@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -128,10 +129,16 @@ func agentPodOn(t testing.TB, node string) *corev1.Pod {
 		return false
 	})
 	if !running.IsZero() {
-		t.Logf("the agent on %s was Ready %.2fs after its container was seen running", node, time.Since(running).Seconds())
+		d := time.Since(running)
+		readyAfter.Store(node, d)
+		t.Logf("the agent on %s was Ready %.2fs after its container was seen running", node, d.Seconds())
 	}
 	return found
 }
+
+// readyAfter holds, by node, how long after its container was seen
+// running the agent's pod was seen Ready (agentPodOn).
+var readyAfter sync.Map
 
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

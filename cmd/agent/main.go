@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,12 +56,29 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	var health atomic.Pointer[func() error]
 	setHealth := func(f func() error) { health.Store(&f) }
 	setHealth(func() error { return fmt.Errorf("%w %q: starting", agent.ErrNoNode, opts.NodeName) })
+	// running is closed once the agent runs on its Node (setRunning).
+	running := make(chan struct{})
+	markRunning := sync.OnceFunc(func() { close(running) })
+	setRunning := func(f func() error) { setHealth(f); markRunning() }
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := (*health.Load())(); err != nil {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		err := (*health.Load())()
+		if err != nil {
+			// Starting, not unhealthy: a probe that comes while the agent
+			// starts waits a moment for it, so that the kubelet's first
+			// readiness probe finds it running, rather than a moment
+			// early, to ask again a probe period later.
+			select {
+			case <-running:
+			case <-r.Context().Done():
+			case <-time.After(startingHold):
+			}
+			err = (*health.Load())()
+		}
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -77,14 +95,14 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("wait for node %q: %w", opts.NodeName, err)
 		}
-		return runOnNode(ctx, opts, logger, client, node, reg, clk, setHealth)
+		return runOnNode(ctx, opts, logger, client, node, reg, clk, setRunning)
 	})
 	return g.Wait()
 }
 
 // runOnNode runs the agent once its Node is known.
 func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *kube.Client, node *corev1.Node,
-	reg *prometheus.Registry, clk clock.Clock, setHealth func(func() error)) error {
+	reg *prometheus.Registry, clk clock.Clock, setRunning func(func() error)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
 	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
@@ -167,7 +185,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	healthy := func() error {
 		return errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter))
 	}
-	setHealth(healthy)
+	setRunning(healthy)
 	nodeLabels.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "maintenance_handler_agent_healthy",
 		Help: "1 when /healthz answers ok (every watched metadata key answered and the Node updated within --unhealthy-after), 0 otherwise.",
@@ -179,6 +197,11 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	}))
 	return a.Start(ctx)
 }
+
+// startingHold is how long /healthz holds a request that comes while the
+// agent starts: less than the readiness probe's timeout in the manifests
+// (5 s).
+const startingHold = 4 * time.Second
 
 // noticeConnections bounds the connections to the notice endpoint: a
 // node's pods, each long-polling a few keys.
