@@ -62,6 +62,9 @@ type API interface {
 	// LabelledNodesListWatch lists and watches the Nodes whose label key
 	// has value (the hosts of the agent's multi-host slice).
 	LabelledNodesListWatch(key, value string) cache.ListerWatcher
+	// BudgetListWatch lists and watches a namespace's
+	// PodDisruptionBudgets: the drain follows those that refuse it.
+	BudgetListWatch(namespace string) cache.ListerWatcher
 	// PatchNodeStatus patches the Node's status: the node lifecycle
 	// conditions the agent keeps (protocol.NodeConditions).
 	PatchNodeStatus(ctx context.Context, name string, data []byte) error
@@ -105,7 +108,8 @@ type Options struct {
 	// AcceleratorResources make a pod accelerator work (see idleness); nil
 	// means DefaultAcceleratorResources.
 	AcceleratorResources []corev1.ResourceName
-	// RetryInterval is the delay between refused evictions.
+	// RetryInterval is the delay between refused evictions when the
+	// budgets that refused them do not change (drain.Options).
 	RetryInterval time.Duration
 	// DrainReserve bounds the time kept for system and DaemonSet pods at
 	// the end of a drain (drain.Options.Reserve).
@@ -229,7 +233,7 @@ func New(opts Options) (*Agent, error) {
 	opts.Config = opts.Config.withDefaults()
 	if opts.Drainer == nil {
 		opts.Drainer = drain.New(drain.Options{
-			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Reserve: opts.DrainReserve,
+			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Budgets: opts.Client.BudgetListWatch, Reserve: opts.DrainReserve,
 			Margin: opts.DrainMargin, TaintKey: protocol.TaintImpendingTermination,
 			Clock: opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
 		})

@@ -55,6 +55,7 @@ func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, e
 }
 func (nopAPI) NodeListWatch(string) cache.ListerWatcher                              { return nil }
 func (nopAPI) LabelledNodesListWatch(string, string) cache.ListerWatcher             { return nil }
+func (nopAPI) BudgetListWatch(string) cache.ListerWatcher                            { return nil }
 func (nopAPI) Evict(context.Context, *policyv1.Eviction) error                       { return nil }
 func (nopAPI) DeletePod(context.Context, string, string, metav1.DeleteOptions) error { return nil }
 

@@ -2,8 +2,10 @@
 // policy: workload pods first, then kube-system pods, then DaemonSet pods,
 // each group only after the previous one is gone; always the Eviction API
 // first, so PodDisruptionBudgets hold; each pod's own grace period, capped
-// to end by the deadline; refused evictions retried after a delay (never a
-// hot loop) and turned into a delete at deadline - grace, so the pod still
+// to end by the deadline; a refused eviction tried again the moment the
+// budgets covering the pod allow (budgets.go follows them while the drain
+// runs, once per change), or after a delay (never a hot loop), and turned
+// into a delete at deadline - grace, so the pod still
 // gets SIGTERM with its whole grace before the VM goes. Mirror pods, finished
 // pods and the agent's own pod are never touched.
 //

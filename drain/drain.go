@@ -104,8 +104,16 @@ type Options struct {
 	Skip types.NamespacedName
 	// RetryInterval is the delay before a refused (429) or failed eviction
 	// of one pod is tried again, counted for each pod on its own; zero
-	// means 5 s.
+	// means 5 s. With Budgets, a refused pod is tried again as soon as
+	// its budgets allow, and the interval is only the fallback.
 	RetryInterval time.Duration
+	// Budgets, when set, lists and watches a namespace's
+	// PodDisruptionBudgets: a pod whose eviction a budget refused is tried
+	// again the moment every budget covering it allows a disruption, once
+	// per change of those budgets (never a request per pod more than the
+	// budgets change). A namespace is watched from its first refusal to
+	// the drain's end.
+	Budgets BudgetSource
 	// Reserve bounds the time kept, at the end of the deadline, for the
 	// system and DaemonSet groups: the workload group must end by
 	// deadline - reserve, the system group by deadline minus the DaemonSet
@@ -184,6 +192,10 @@ type podState struct {
 	evicted bool
 	// inFlight: a call for the pod has not returned yet.
 	inFlight bool
+	// budgets is the version of the budgets covering the pod when it was
+	// last refused or tried (budgets.allows): it is tried before nextTry
+	// only once they have changed since and allow.
+	budgets string
 }
 
 // Drain evicts the node's pods group by group (workloads, then kube-system,
@@ -234,6 +246,9 @@ func (d *Drainer) DrainVoluntary(ctx context.Context, deadline time.Time) (Resul
 // deletes.
 func (d *Drainer) run(ctx context.Context, deadline time.Time, why *Disruption) (Result, error) {
 	var res Result
+	ctx, stop := context.WithCancel(ctx)
+	defer stop() // the budgets' watches
+	pdbs := newBudgets(ctx, d.opts.Budgets)
 	start := d.opts.Clock.Now()
 	began := make(map[types.UID]bool)
 	for _, p := range d.opts.Pods.List() {
@@ -241,7 +256,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, why *Disruption) 
 	}
 	deadlines := GroupDeadlines(d.members(began), d.timing, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
-		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], why, &res)
+		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], why, pdbs, &res)
 		if err != nil {
 			return res, err
 		}
@@ -276,7 +291,7 @@ type action struct {
 }
 
 // drainGroup drains group g by its deadline and returns the pods it left.
-func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, start, deadline time.Time, why *Disruption, res *Result) ([]string, error) {
+func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]bool, start, deadline time.Time, why *Disruption, pdbs *budgets, res *Result) ([]string, error) {
 	escalate := why != nil
 	log := d.opts.Logger.With("group", g, "group_deadline", deadline)
 	states := map[types.UID]*podState{}
@@ -307,6 +322,18 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			log.Warn("drain group deadline passed with pods left", "left", left)
 			return left, nil
 		}
+		if pdbs != nil {
+			// A refused pod whose budgets changed and now allow: now.
+			for _, p := range pods {
+				st := states[p.UID]
+				if st == nil || !st.refused || st.evicted || st.inFlight || !now.Before(st.nextTry) {
+					continue
+				}
+				if ok, v := pdbs.allows(p); ok && v != st.budgets {
+					st.budgets, st.nextTry = v, now
+				}
+			}
+		}
 		due, wake := planRound(now, start, deadline, escalate, pods, states)
 		for _, a := range due {
 			if inFlight >= parallelism {
@@ -323,10 +350,10 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 				results <- a
 			}()
 		}
-		if err := d.wait(ctx, wake, results, func(a *action) {
+		if err := d.wait(ctx, wake, results, pdbs.Changed(), func(a *action) {
 			inFlight--
 			a.st.inFlight = false
-			d.record(log, a, res)
+			d.record(log, a, pdbs, res)
 		}); err != nil {
 			return nil, err
 		}
@@ -335,7 +362,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 
 // record takes in the outcome of one call. The metric is counted last, once
 // the pod's state (its next try) is set.
-func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
+func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result) {
 	p, st := a.pod, a.st
 	defer d.opts.Recorder.Eviction(a.outcome)
 	if a.escalate {
@@ -374,6 +401,8 @@ func (d *Drainer) record(log *slog.Logger, a *action, res *Result) {
 		}
 		st.refused = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
+		pdbs.follow(p.Namespace)
+		_, st.budgets = pdbs.allows(p)
 	case OutcomeError:
 		st.refused = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
@@ -396,12 +425,12 @@ func (d *Drainer) pending(g Group, began map[types.UID]bool) []*corev1.Pod {
 }
 
 // wait blocks until the pod cache changes, a call returns (handled by
-// done), t comes, or ctx ends.
+// done), a followed budget changes, t comes, or ctx ends.
 //
 // A time already come fires at once, without a timer: a clock's timer of
 // no duration may fire only when its clock next moves (a fake clock's
 // does).
-func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action, done func(*action)) error {
+func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action, budgetChanged <-chan struct{}, done func(*action)) error {
 	var fire <-chan time.Time
 	if left := t.Sub(d.opts.Clock.Now()); left > 0 {
 		timer := d.opts.Clock.NewTimer(left)
@@ -416,6 +445,7 @@ func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action,
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-d.opts.Pods.Changed():
+	case <-budgetChanged:
 	case a := <-results:
 		done(a)
 	case <-fire:

@@ -31,7 +31,7 @@ var world *testworld.World
 func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
 
 // apiClient is the agent's API client (what the drain uses in the agent).
-func apiClient(t *testing.T) *kube.Client {
+func apiClient(t testing.TB) *kube.Client {
 	t.Helper()
 	c, err := kube.New(world.Config)
 	if err != nil {
@@ -118,7 +118,7 @@ var hostMaintenance = drain.Disruption{Reason: protocol.DisruptionHostMaintenanc
 
 // observe watches the node's pods and records when each starts terminating
 // and when it is deleted, in the API server's order.
-func observe(t *testing.T, node string) func() []step {
+func observe(t testing.TB, node string) func() []step {
 	t.Helper()
 	w, err := world.Client.CoreV1().Pods("").Watch(testworld.Ctx(t, 5*time.Minute), metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
@@ -167,7 +167,7 @@ func observe(t *testing.T, node string) func() []step {
 	}
 }
 
-func startPods(t *testing.T, node string) *drain.NodePods {
+func startPods(t testing.TB, node string) *drain.NodePods {
 	t.Helper()
 	pods := drain.NewNodePods(apiClient(t).PodListWatch(node))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -47,8 +47,9 @@ var PodAnnotations = []string{
 	protocol.PodAnnotationNotice,
 }
 
-// SlimPod keeps of a pod only what the agent reads: its identity, owners,
-// creation and deletion times, the annotations in PodAnnotations, its
+// SlimPod keeps of a pod only what the agent reads: its identity, labels
+// (the budgets that cover it select by them), owners, creation and
+// deletion times, the annotations in PodAnnotations, its
 // grace period, tolerations, each container's resources, and its phase. A
 // node's 110 pods then cost a few kilobytes each in the cache instead of
 // their whole spec, status and managed fields. It is a cache.TransformFunc.
@@ -60,7 +61,7 @@ func SlimPod(obj any) (any, error) {
 	slim := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels,
 			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds, OwnerReferences: p.OwnerReferences,
 		},

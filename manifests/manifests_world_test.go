@@ -307,6 +307,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"list", "", "pods", "", "", true},
 		{"create", "", "pods", "default", "eviction", true},
 		{"create", "", "events", "default", "", true},
+		{"watch", "policy", "poddisruptionbudgets", "default", "", true},
+		{"update", "policy", "poddisruptionbudgets", "default", "", false},
 		{"patch", "", "nodes", "", "", false},
 		{"update", "", "nodes", "", "status", false},
 		{"patch", "", "nodes", "", "status", true},

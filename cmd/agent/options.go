@@ -137,7 +137,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy, and, as on GKE, a multi-host TPU slice's pool is its slice).")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "Node label whose value names the node's multi-host slice, where the pool does not (a self-managed cluster); the same as the aggregator's. The agent follows the other hosts of its slice.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
-	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own).")
+	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own), when the budgets covering the pod do not allow it first.")
 	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace period and the VM's stop: the drain plans each pod to end this much before the deadline, for the eviction call and the kubelet's delivery of SIGTERM, and a grace rounded up to whole seconds. 0 keeps none.")
 	fs.DurationVar(&o.DrainReserve, "drain-reserve", o.DrainReserve, "Most time kept at the end of a drain for kube-system and DaemonSet pods: workload pods must stop by the deadline minus what those pods need (their longest grace), at most this and at most half the time left. 0 keeps none.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")

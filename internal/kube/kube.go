@@ -34,7 +34,8 @@ func init() {
 
 // Client makes the agent's calls.
 type Client struct {
-	core rest.Interface // /api/v1
+	core   rest.Interface // /api/v1
+	policy rest.Interface // /apis/policy/v1
 }
 
 // New returns a Client for cfg (its QPS and Burst bound every call).
@@ -57,7 +58,14 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Client{core: core}, nil
+	// The same limits and transport for the budgets' group.
+	pc := rest.CopyConfig(c)
+	pc.GroupVersion, pc.APIPath = &policyv1.SchemeGroupVersion, "/apis"
+	policy, err := rest.RESTClientForConfigAndClient(pc, core.Client)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Client{core: core, policy: policy}, nil
 }
 
 // GetNode reads a Node.
@@ -87,6 +95,12 @@ func (c *Client) LabelledNodesListWatch(key, value string) cache.ListerWatcher {
 	return cache.NewFilteredListWatchFromClient(c.core, "nodes", metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.Set{key: value}.String()
 	})
+}
+
+// BudgetListWatch lists and watches the PodDisruptionBudgets of
+// namespace (a drain follows those that refuse its evictions).
+func (c *Client) BudgetListWatch(namespace string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.policy, "poddisruptionbudgets", namespace, fields.Everything())
 }
 
 // PodListWatch lists and watches the pods bound to the Node named node, in
