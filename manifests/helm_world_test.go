@@ -171,15 +171,7 @@ func TestHelmOnARealNode(t *testing.T) {
 	drained := world.WaitNode(t, name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
-	sigterm := map[string]time.Time{}
-	for _, w := range pods {
-		rec := n.WaitRecord(t, w.Namespace, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
-		if c := testworld.Count(rec, "sigterm"); c != 1 {
-			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
-		}
-		at, _ := testworld.First(rec, "sigterm")
-		sigterm[w.Name] = at.At
-	}
+	sigterm := sigtermOnce(t, n, pods)
 	if sys, second := sigterm[pods[2].Name], sigterm["second"]; sys.Sub(second) < 12*time.Second {
 		t.Errorf("the kube-system pod got SIGTERM %s after the workload with a 12 s grace; want after that workload was gone", sys.Sub(second))
 	}

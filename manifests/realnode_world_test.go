@@ -521,15 +521,7 @@ func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
 	world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
-	sigterm := map[string]time.Time{}
-	for _, w := range pods {
-		rec := n.WaitRecord(t, w.Namespace, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
-		if c := testworld.Count(rec, "sigterm"); c != 1 {
-			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
-		}
-		at, _ := testworld.First(rec, "sigterm")
-		sigterm[w.Name] = at.At
-	}
+	sigterm := sigtermOnce(t, n, pods)
 	// The system group starts when the workloads are gone: after the
 	// longest grace, which the second one uses whole.
 	if sys, second := sigterm[pods[2].Name], sigterm["second"]; sys.Sub(second) < 10*time.Second {
@@ -659,4 +651,20 @@ func jobCondition(j *batchv1.Job, typ batchv1.JobConditionType) string {
 		}
 	}
 	return ""
+}
+
+// sigtermOnce waits until each of pods got SIGTERM, checks that each got
+// it once, and returns when, by name.
+func sigtermOnce(t testing.TB, n *testworld.RealNode, pods []testworld.Workload) map[string]time.Time {
+	t.Helper()
+	sigterm := map[string]time.Time{}
+	for _, w := range pods {
+		rec := n.WaitRecord(t, w.Namespace, w.Name, "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
+		if c := testworld.Count(rec, "sigterm"); c != 1 {
+			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
+		}
+		at, _ := testworld.First(rec, "sigterm")
+		sigterm[w.Name] = at.At
+	}
+	return sigterm
 }

@@ -65,11 +65,11 @@ var secondsRE = regexp.MustCompile(`^([0-9]+)(\.([0-9]{1,9}))?s$`)
 func parseSeconds(key, v string) (time.Duration, error) {
 	m := secondsRE.FindStringSubmatch(v)
 	if m == nil {
-		return 0, fmt.Errorf("%s=%q: want seconds with up to nine fractional digits and a trailing s, such as 600s", key, metadata.Excerpt(v))
+		return 0, fmt.Errorf("%s=%s: want seconds with up to nine fractional digits and a trailing s, such as 600s", key, excerpt(v))
 	}
 	whole, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil || whole > int64(1<<62/time.Second) {
-		return 0, fmt.Errorf("%s=%q: too large", key, metadata.Excerpt(v))
+		return 0, fmt.Errorf("%s=%s: too large", key, excerpt(v))
 	}
 	d := time.Duration(whole) * time.Second
 	if m[3] != "" {
@@ -78,6 +78,10 @@ func parseSeconds(key, v string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// excerpt is at most metadata.ExcerptMax bytes of v, in valid UTF-8, for
+// a message that shows the value as written.
+func excerpt(v string) string { return strings.ToValidUTF8(metadata.Excerpt(v), "\uFFFD") }
 
 // maxProblems is how many problems of one value an error names.
 const maxProblems = 5
@@ -96,7 +100,7 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 			continue
 		}
 		if seen[key] {
-			errs = append(errs, fmt.Errorf("%s given twice", metadata.Excerpt(key)))
+			errs = append(errs, fmt.Errorf("%s given twice", excerpt(key)))
 			continue
 		}
 		seen[key] = true
@@ -109,7 +113,7 @@ func ParseOpportunistic(s string) (Opportunistic, error) {
 		case "min-nodes":
 			o.MinNodes, err = strconv.Atoi(val)
 			if err != nil || o.MinNodes < 0 {
-				err = fmt.Errorf("min-nodes=%q: want a whole number, 0 or more", metadata.Excerpt(val))
+				err = fmt.Errorf("min-nodes=%s: want a whole number, 0 or more", excerpt(val))
 			}
 		case "max-unavailable":
 			var b Budget
