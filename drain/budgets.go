@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -27,8 +28,9 @@ type budgets struct {
 	source BudgetSource
 	ctx    context.Context
 	// changed is signalled (without blocking) on every change of a
-	// watched budget.
+	// watched budget, and gen counts those changes.
 	changed chan struct{}
+	gen     atomic.Uint64
 
 	mu     sync.Mutex
 	stores map[string]cache.Store // by namespace
@@ -54,6 +56,15 @@ func (b *budgets) Changed() <-chan struct{} {
 	return b.changed
 }
 
+// generation counts the changes of the watched budgets: the drain looks
+// at its refused pods' budgets again only when it moved.
+func (b *budgets) generation() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.gen.Load()
+}
+
 // follow starts watching namespace's budgets, once.
 func (b *budgets) follow(namespace string) {
 	if b == nil {
@@ -65,6 +76,7 @@ func (b *budgets) follow(namespace string) {
 		return
 	}
 	poke := func() {
+		b.gen.Add(1)
 		select {
 		case b.changed <- struct{}{}:
 		default:

@@ -295,6 +295,9 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 	escalate := why != nil
 	log := d.opts.Logger.With("group", g, "group_deadline", deadline)
 	states := map[types.UID]*podState{}
+	// seen is the budgets' generation the refused pods were last looked
+	// at in.
+	var seen uint64
 	results := make(chan *action, parallelism)
 	inFlight := 0
 	// Calls still running when the group ends return into results, which
@@ -322,8 +325,9 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			log.Warn("drain group deadline passed with pods left", "left", left)
 			return left, nil
 		}
-		if pdbs != nil {
+		if gen := pdbs.generation(); gen != seen {
 			// A refused pod whose budgets changed and now allow: now.
+			seen = gen
 			for _, p := range pods {
 				st := states[p.UID]
 				if st == nil || !st.refused || st.evicted || st.inFlight || !now.Before(st.nextTry) {

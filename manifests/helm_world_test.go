@@ -149,10 +149,7 @@ func TestHelmOnARealNode(t *testing.T) {
 		{Namespace: ns, Name: "second", Grace: 12},
 		{Namespace: "kube-system", Name: "sys-" + ns, Grace: 2},
 	}
-	for _, w := range pods {
-		createWorkload(t, n, w)
-		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
-	}
+	startWorkloads(t, n, pods...)
 	graces := deletionGraces(t, ns, "kube-system")
 	// Another node has a pending notice while the real node drains and
 	// the chart is upgraded: what an agent writes for one (copied from
@@ -361,7 +358,7 @@ func productKeys(n *corev1.Node) []string {
 		}
 	}
 	for k := range n.Annotations {
-		if strings.HasPrefix(k, "maintenance-handler.io/") && !slices.Contains(out, k) {
+		if strings.HasPrefix(k, protocol.Prefix) && !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}

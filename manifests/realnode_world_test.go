@@ -331,12 +331,7 @@ func runPreemption(t testing.TB, n *testworld.RealNode, emu *gceemu.Server) pree
 		{Namespace: ns, Name: "lead", Grace: 4, Annotations: map[string]string{protocol.PodAnnotationCheckpointLead: "5m"}},
 		{Namespace: "kube-system", Name: "sys-" + ns, Grace: 2},
 	}}
-	for _, w := range r.pods {
-		createWorkload(t, n, w)
-	}
-	for _, w := range r.pods {
-		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
-	}
+	startWorkloads(t, n, r.pods...)
 	emu.SetPreempted(true)
 	node := world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
@@ -502,10 +497,7 @@ func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
 		{Namespace: ns, Name: "second", Grace: 10},
 		{Namespace: "kube-system", Name: "sys-" + ns, Grace: 2},
 	}
-	for _, w := range pods {
-		createWorkload(t, n, w)
-		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
-	}
+	startWorkloads(t, n, pods...)
 	emu.SetMaintenanceEvent("TERMINATE_ON_HOST_MAINTENANCE")
 	n.WaitRecord(t, ns, "first", "SIGTERM", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "sigterm"); return ok })
 	procs := n.Processes("/usr/local/bin/agent")
@@ -559,6 +551,17 @@ func createWorkload(t testing.TB, n *testworld.RealNode, w testworld.Workload) {
 		zero := int64(0)
 		_ = world.Client.CoreV1().Pods(w.Namespace).Delete(context.Background(), w.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
+}
+
+// startWorkloads creates pods on n and waits until each has started.
+func startWorkloads(t testing.TB, n *testworld.RealNode, pods ...testworld.Workload) {
+	t.Helper()
+	for _, w := range pods {
+		createWorkload(t, n, w)
+	}
+	for _, w := range pods {
+		n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
+	}
 }
 
 // realJobDisruption: two Jobs of one pod each, backoffLimit 0, each pod

@@ -34,7 +34,7 @@ func Forget(n *corev1.Node) (changed, underWay bool) {
 		ConsumeTrigger(n)
 	}
 	for k := range n.Annotations {
-		if strings.HasPrefix(k, annotationPrefix) {
+		if strings.HasPrefix(k, Prefix) {
 			delete(n.Annotations, k)
 		}
 	}
@@ -56,9 +56,6 @@ func ForgetConditions(n *corev1.Node) []corev1.NodeConditionType {
 	}
 	return out
 }
-
-// annotationPrefix starts the annotations only this product writes.
-const annotationPrefix = "maintenance-handler.io/"
 
 func equalKeys(a, b *corev1.Node) bool {
 	return maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) && len(a.Spec.Taints) == len(b.Spec.Taints)

@@ -14,8 +14,7 @@ type Recurring struct {
 	Rule     Rule
 	// Recurrence is the RRULE as written, for messages.
 	Recurrence string
-	// lastStart is when the last occurrence a COUNT allows starts (zero:
-	// not worked out, see Resolve).
+	// lastStart is countEnd, once Resolve worked it out (zero: not yet).
 	lastStart time.Time
 }
 
@@ -25,10 +24,19 @@ const Horizon = 2200
 
 // Resolve works out, once, when the last occurrence a COUNT allows
 // starts, so that asking whether a moment is inside the window does not
-// count the occurrences from the window's start each time.
-func (w *Recurring) Resolve() {
+// count the occurrences from the window's start each time. A window not
+// resolved works it out on each question.
+func (w *Recurring) Resolve() { w.lastStart = w.countEnd() }
+
+// countEnd is when the last occurrence a COUNT allows starts (Horizon's
+// first moment when the COUNT is not reached before it); zero without a
+// COUNT.
+func (w Recurring) countEnd() time.Time {
 	if w.Rule.Freq == "" || w.Rule.Count <= 0 {
-		return
+		return time.Time{}
+	}
+	if !w.lastStart.IsZero() {
+		return w.lastStart
 	}
 	start := w.Start.UTC()
 	timeOfDay := start.Sub(civilDay(start))
@@ -36,12 +44,11 @@ func (w *Recurring) Resolve() {
 	for day := civilDay(start); day.Year() < Horizon; day = day.AddDate(0, 0, 1) {
 		if occ := day.Add(timeOfDay); w.Rule.matchesDay(start, occ) {
 			if n++; n == w.Rule.Count {
-				w.lastStart = occ
-				return
+				return occ
 			}
 		}
 	}
-	w.lastStart = time.Date(Horizon, 1, 1, 0, 0, 0, 0, time.UTC)
+	return time.Date(Horizon, 1, 1, 0, 0, 0, 0, time.UTC)
 }
 
 // Contains reports whether t is inside an occurrence of w.
@@ -76,25 +83,10 @@ func (w Recurring) occursAt(occ time.Time) bool {
 		return false
 	case !w.Rule.Until.IsZero() && occ.After(w.Rule.Until):
 		return false
-	case w.Rule.Count > 0 && !w.lastStart.IsZero():
-		return !occ.After(w.lastStart)
-	case w.Rule.Count > 0 && w.index(occ) >= w.Rule.Count:
+	case w.Rule.Count > 0 && occ.After(w.countEnd()):
 		return false
 	}
 	return true
-}
-
-// index is how many occurrences start before occ.
-func (w Recurring) index(occ time.Time) int {
-	start := w.Start.UTC()
-	timeOfDay := start.Sub(civilDay(start))
-	n := 0
-	for day := civilDay(start); day.Add(timeOfDay).Before(occ); day = day.AddDate(0, 0, 1) {
-		if w.Rule.matchesDay(start, day.Add(timeOfDay)) {
-			n++
-		}
-	}
-	return n
 }
 
 func (w Recurring) String() string {
