@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -99,8 +97,8 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, restCfg *rest.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.NewAgent(prometheus.NewRegistry())
-	events := kube.NewNodeEvents(client.EventSink(), v.name, node.UID)
+	m := metrics.NewAgent(metrics.NewRegistry())
+	events := kube.NewNodeEvents(client, v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
@@ -341,14 +339,15 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	if got := testworld.Settled(t, r.metrics.Evictions.WithLabelValues(drain.OutcomeEvicted), 2); got != 2 {
 		t.Errorf("evictions{evicted} = %v, want 2", got)
 	}
-	if got := testutil.CollectAndCount(r.metrics.TaintLatencySeconds); got != 1 {
-		t.Errorf("taint latency observations = %d, want 1", got)
-	}
-	if got := testutil.CollectAndCount(r.metrics.DrainDurationSeconds); got != 1 {
-		t.Errorf("drain duration observations = %d, want 1", got)
-	}
 	if got := testworld.Settled(t, r.metrics.Phase.WithLabelValues("Terminating"), 1); got != 1 {
 		t.Errorf("phase{Terminating} = %v, want 1", got)
+	}
+	// The drain's duration is observed before the phase is set.
+	if got := r.metrics.TaintLatencySeconds.Count(); got != 1 {
+		t.Errorf("taint latency observations = %d, want 1", got)
+	}
+	if got := r.metrics.DrainDurationSeconds.Count(); got != 1 {
+		t.Errorf("drain duration observations = %d, want 1", got)
 	}
 
 	// The VM comes back: back in service, and the waiting pod lands there.
@@ -592,7 +591,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	r := startAgent(t, v, agent.DefaultConfig)
 	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError)) >= 2, nil
+		return r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError).Value() >= 2, nil
 	})
 	if err != nil {
 		t.Fatal("no failed metadata requests counted")
@@ -828,7 +827,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.Repair.Labels()...)) == 1, nil
+		return r.metrics.Interruptions.WithLabelValues(protocol.Repair.Labels()...).Value() == 1, nil
 	})
 	if err != nil {
 		t.Error("a repair counted on the Node never reached the agent's counters")
@@ -845,7 +844,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-events-0")
 	node := getNode(t, v.name)
-	events := kube.NewNodeEvents(kubeClient(t, world.Config).EventSink(), v.name, node.UID)
+	events := kube.NewNodeEvents(kubeClient(t, world.Config), v.name, node.UID)
 	defer events.Shutdown()
 	for i := range 40 {
 		events.NodeEvent(true, protocol.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))
@@ -862,7 +861,7 @@ func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 	v := newVM(t, "agent-events-1")
 	r := startAgent(t, v, agent.DefaultConfig)
 	counted := func() float64 {
-		return testutil.ToFloat64(r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent))
+		return r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent).Value()
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -248,7 +247,7 @@ func TestARestartedAgentKeepsThePodsNotice(t *testing.T) {
 	}
 	v.emu.ClearFaults()
 	if err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(second.metrics.ScheduledMaintenance) > 0, nil
+		return second.metrics.ScheduledMaintenance.Value() > 0, nil
 	}); err != nil {
 		t.Fatal("the new agent never read the notice")
 	}

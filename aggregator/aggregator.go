@@ -11,21 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -116,7 +114,7 @@ func (o Options) withDefaults() Options {
 		o.PoolLabel = Default.PoolLabel
 	}
 	if o.Metrics == nil {
-		o.Metrics = metrics.NewAggregator(prometheus.NewRegistry())
+		o.Metrics = metrics.NewAggregator(metrics.NewRegistry())
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -137,7 +135,7 @@ type Aggregator struct {
 	nodes    cache.SharedIndexInformer
 	policy   *policy.Source
 	scaler   *autoscalerSource
-	recorder record.EventRecorder
+	recorder *kube.Recorder
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
 	// Nodes that changed. landed holds, for this replica's claims whose
@@ -201,10 +199,9 @@ func (a *Aggregator) Leading() bool { return a.leading.Load() }
 // Start watches the Nodes and the ConfigMap, and runs for leadership until
 // ctx ends; while leading it decides and triggers. It returns ctx's error.
 func (a *Aggregator) Start(ctx context.Context) error {
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.opts.Client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: protocol.EventSourceAggregator})
+	a.recorder = kube.NewRecorder(clientsetEvents{a.opts.Client}, corev1.EventSource{Component: protocol.EventSourceAggregator},
+		kube.RecorderOptions{Logger: a.log})
+	defer a.recorder.Shutdown()
 
 	factory := informers.NewSharedInformerFactory(a.opts.Client, 0)
 	a.nodes = factory.Core().V1().Nodes().Informer()
@@ -555,4 +552,17 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 	if err != nil && ctx.Err() == nil {
 		a.log.Warn("node cache did not show this pass's writes", "err", err)
 	}
+}
+
+// clientsetEvents writes the aggregator's Events (kube.EventWriter).
+type clientsetEvents struct{ c kubernetes.Interface }
+
+func (w clientsetEvents) CreateEvent(ctx context.Context, e *corev1.Event) error {
+	_, err := w.c.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
+	return err
+}
+
+func (w clientsetEvents) PatchEvent(ctx context.Context, namespace, name string, mergePatch []byte) error {
+	_, err := w.c.CoreV1().Events(namespace).Patch(ctx, name, types.MergePatchType, mergePatch, metav1.PatchOptions{})
+	return err
 }

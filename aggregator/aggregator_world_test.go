@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -97,7 +97,7 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 // Lease, identity, timings and metrics are the tests'.
 func startAggregatorOpts(t *testing.T, o aggregator.Options) *running {
 	t.Helper()
-	m := metrics.NewAggregator(prometheus.NewRegistry())
+	m := metrics.NewAggregator(metrics.NewRegistry())
 	o.Client, o.LeaseName, o.Identity, o.Metrics = world.Client, "aggregator", "test-"+t.Name(), m
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
 	o.Interval, o.MinInterval = time.Second, 100*time.Millisecond
@@ -191,7 +191,7 @@ func TestGKEExample(t *testing.T) {
 	if got, ok := poolGauge(t, r.metrics, "pool_nodes_in_maintenance", "gke-ex"); got != 1 {
 		t.Errorf("pool_nodes_in_maintenance{gke-ex} = %v (exported: %t), want 1", got, ok)
 	}
-	if !r.agg.Leading() || testutil.ToFloat64(r.metrics.Leader) != 1 {
+	if !r.agg.Leading() || r.metrics.Leader.Value() != 1 {
 		t.Error("the only aggregator is not leading")
 	}
 
@@ -226,7 +226,7 @@ func TestGKEExample(t *testing.T) {
 	if got := testworld.Settled(t, opportunistic, 1); got != 1 {
 		t.Errorf("pool_interruptions_total{gke-ex, Opportunistic} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues(append([]string{"gke-ex"}, protocol.HostMaintenance.Labels()...)...)); got != 0 {
+	if got := r.metrics.PoolInterruptions.WithLabelValues(append([]string{"gke-ex"}, protocol.HostMaintenance.Labels()...)...).Value(); got != 0 {
 		t.Errorf("pool_interruptions_total{gke-ex, HW/SW Maintenance} = %v, want 0: the maintenance was opportunistic", got)
 	}
 }
@@ -481,7 +481,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 	}
 	counter := r.metrics.VanishedNodes.WithLabelValues(append([]string{"vanish-lost", "vanish"}, protocol.UnannouncedReboot.Labels()...)...)
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(counter) == 1, nil
+		return counter.Value() == 1, nil
 	})
 	if err != nil {
 		t.Fatal("the vanished node was never counted")
@@ -490,7 +490,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 	if got := testworld.Settled(t, counter, 1); got != 1 {
 		t.Errorf("vanished node counted %v times", got)
 	}
-	if got := testutil.CollectAndCount(r.metrics.VanishedNodes); got != 1 {
+	if got := r.metrics.VanishedNodes.Len(); got != 1 {
 		t.Errorf("%d vanished series, want 1 (a Ready node deleted, or one the autoscaler tainted, is a scale-down, not an interruption)", got)
 	}
 }
@@ -498,11 +498,20 @@ func TestVanishedNodeCounted(t *testing.T) {
 // poolFamilies gathers m's pool gauges.
 func poolFamilies(t *testing.T, m *metrics.Aggregator) []*dto.MetricFamily {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
+	reg := metrics.NewRegistry()
 	reg.MustRegister(m.Pools)
-	families, err := reg.Gather()
+	var b strings.Builder
+	if err := reg.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	byName, err := parser.TextToMetricFamilies(strings.NewReader(b.String()))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var families []*dto.MetricFamily
+	for _, f := range byName {
+		families = append(families, f)
 	}
 	return families
 }
@@ -557,7 +566,7 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 		publish(t, name, published{windowStart: time.Now().Add(72 * time.Hour), canReschedule: true, idleFor: -1, busy: "accelerators"})
 	}
 	start := func(identity string) (*metrics.Aggregator, func()) {
-		m := metrics.NewAggregator(prometheus.NewRegistry())
+		m := metrics.NewAggregator(metrics.NewRegistry())
 		a, err := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 			Interval: time.Second, MinInterval: 100 * time.Millisecond})
@@ -580,12 +589,12 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 	}
 	first, stopFirst := start("first")
 	waitFor("the first replica leads and exports both pools", func() bool {
-		return testutil.ToFloat64(first.Leader) == 1 && fmt.Sprint(poolSeries(t, first)) == "[pool-a pool-b]"
+		return first.Leader.Value() == 1 && fmt.Sprint(poolSeries(t, first)) == "[pool-a pool-b]"
 	})
 	second, _ := start("second")
 	stopFirst()
 	waitFor("the second replica leads and exports both pools", func() bool {
-		return testutil.ToFloat64(second.Leader) == 1 && fmt.Sprint(poolSeries(t, second)) == "[pool-a pool-b]"
+		return second.Leader.Value() == 1 && fmt.Sprint(poolSeries(t, second)) == "[pool-a pool-b]"
 	})
 	if got := poolSeries(t, first); len(got) != 0 {
 		t.Errorf("the replica that stopped leading still exports pools %v", got)
@@ -647,10 +656,10 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	names := idlePool(t, "capped", "cap", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2")
 	r := startAggregator(t, ns, "")
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)) == 18, nil
+		return r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary).Value() == 18, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)))
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary).Value())
 	}
 	waitPasses(t, r.agg, 3)
 	count := 0

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -75,7 +74,7 @@ pools:
 			t.Errorf("pool_autoscaled{%s} = %v (exported: %t), want %v", pool, got, ok, wantScaled)
 		}
 	}
-	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("skipped", aggregator.ReasonAutoscaled)); got != 2 {
+	if got := m.Decisions.WithLabelValues("skipped", aggregator.ReasonAutoscaled).Value(); got != 2 {
 		t.Errorf("decisions{skipped,cluster_autoscaler} = %v, want 2", got)
 	}
 }

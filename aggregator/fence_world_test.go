@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -45,10 +44,10 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	// A pauses; B leads.
 	r := startAggregator(t, ns, "")
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)) == 19, nil
+		return r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary).Value() == 19, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary)))
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary).Value())
 	}
 	waitPasses(t, r.agg, 3)
 	if got := countTriggered(t, names); len(got) != 0 {

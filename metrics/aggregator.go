@@ -4,21 +4,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Aggregator holds the aggregator's metrics. Pool series carry the node
 // pool's name, never a node's.
 type Aggregator struct {
-	Leader              prometheus.Gauge
-	Decisions           *prometheus.CounterVec
-	PoolInterruptions   *prometheus.CounterVec
-	PassDurationSeconds prometheus.Histogram
-	Triggers            *prometheus.CounterVec
-	VanishedNodes       *prometheus.CounterVec
-	SliceInterruptions  *prometheus.CounterVec
+	Leader              *Gauge
+	Decisions           *CounterVec
+	PoolInterruptions   *CounterVec
+	PassDurationSeconds *Histogram
+	Triggers            *CounterVec
+	VanishedNodes       *CounterVec
+	SliceInterruptions  *CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
 }
@@ -37,7 +35,7 @@ type PoolStats struct {
 // given nil (a replica that does not lead exports no pool series, so sums
 // by pool are never stale or doubled after a failover).
 type PoolCollector struct {
-	pending, idle, inMaintenance, next, valid, autoscaled *prometheus.Desc
+	pending, idle, inMaintenance, next, valid, autoscaled Opts
 
 	mu    sync.Mutex
 	pools []PoolStats
@@ -50,57 +48,54 @@ func (c *PoolCollector) Set(pools []PoolStats) {
 	c.mu.Unlock()
 }
 
-// Describe implements prometheus.Collector.
-func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.idle, c.inMaintenance, c.next, c.valid, c.autoscaled} {
-		ch <- d
+func (c *PoolCollector) families() []*family {
+	gauge := func(o Opts, read func(PoolStats) (float64, bool)) *family {
+		return &family{name: o.fullName(), help: o.Help, typ: "gauge", labels: []string{"node_pool_name"}, series: func() []series {
+			c.mu.Lock()
+			pools := c.pools
+			c.mu.Unlock()
+			var out []series
+			for _, p := range pools {
+				if v, ok := read(p); ok {
+					out = append(out, series{values: []string{p.Pool}, value: v})
+				}
+			}
+			return out
+		}}
+	}
+	count := func(n func(PoolStats) int) func(PoolStats) (float64, bool) {
+		return func(p PoolStats) (float64, bool) { return float64(n(p)), true }
+	}
+	return []*family{
+		gauge(c.pending, count(func(p PoolStats) int { return p.Pending })),
+		gauge(c.idle, count(func(p PoolStats) int { return p.Idle })),
+		gauge(c.inMaintenance, count(func(p PoolStats) int { return p.InMaintenance })),
+		gauge(c.next, func(p PoolStats) (float64, bool) {
+			return float64(p.NextMaintenance.Unix()), !p.NextMaintenance.IsZero()
+		}),
+		gauge(c.autoscaled, func(p PoolStats) (float64, bool) { return bit(p.Autoscaled), true }),
+		gauge(c.valid, func(p PoolStats) (float64, bool) { return bit(p.ConfigValid), p.Configured }),
 	}
 }
 
-// Collect implements prometheus.Collector.
-func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	pools := c.pools
-	c.mu.Unlock()
-	gauge := func(d *prometheus.Desc, v float64, pool string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, pool)
+func bit(b bool) float64 {
+	if b {
+		return 1
 	}
-	for _, p := range pools {
-		gauge(c.pending, float64(p.Pending), p.Pool)
-		gauge(c.idle, float64(p.Idle), p.Pool)
-		gauge(c.inMaintenance, float64(p.InMaintenance), p.Pool)
-		if !p.NextMaintenance.IsZero() {
-			gauge(c.next, float64(p.NextMaintenance.Unix()), p.Pool)
-		}
-		autoscaled := 0.0
-		if p.Autoscaled {
-			autoscaled = 1
-		}
-		gauge(c.autoscaled, autoscaled, p.Pool)
-		if p.Configured {
-			valid := 0.0
-			if p.ConfigValid {
-				valid = 1
-			}
-			gauge(c.valid, valid, p.Pool)
-		}
-	}
+	return 0
 }
 
 // NewAggregator creates the aggregator's metrics and registers them with reg.
-func NewAggregator(reg prometheus.Registerer) *Aggregator {
+func NewAggregator(reg Registerer) *Aggregator {
 	const sub = "aggregator"
-	pool := []string{"node_pool_name"}
-	gauge := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, name), help, pool, nil)
-	}
+	gauge := func(name, help string) Opts { return Opts{Subsystem: sub, Name: name, Help: help} }
 	m := &Aggregator{
-		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "leader",
+		Leader: NewGauge(Opts{Subsystem: sub, Name: "leader",
 			Help: "1 while this replica holds the lease and acts, 0 otherwise."}),
-		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "decisions_total",
+		Decisions: NewCounterVec(Opts{Subsystem: sub, Name: "decisions_total",
 			Help: "Opportunistic maintenance decisions about nodes with a pending notice, counted when a node's decision changes, by outcome (triggered, skipped) and reason."},
 			[]string{"outcome", "reason"}),
-		PoolInterruptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "pool_interruptions_total",
+		PoolInterruptions: NewCounterVec(Opts{Subsystem: sub, Name: "pool_interruptions_total",
 			Help: "Maintenances and preemptions that began on a node of the pool, seen by the leader, by interruption_type and interruption_reason."},
 			[]string{"node_pool_name", "interruption_type", "interruption_reason"}),
 		Pools: &PoolCollector{
@@ -111,15 +106,15 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 			valid:         gauge("pool_config_valid", "1 when the pool's opportunistic configuration is valid, 0 when it is invalid (no opportunistic action)."),
 			autoscaled:    gauge("pool_autoscaled", "1 when the cluster autoscaler manages the pool (its status lists the pool's node group, or the policy says so): no opportunistic maintenance there unless the policy opts in."),
 		},
-		PassDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "pass_duration_seconds",
-			Help: "Time of one decision pass over every node: reading the node cache and deciding, not the API calls around them.", Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}),
-		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "triggers_total",
+		PassDurationSeconds: NewHistogram(Opts{Subsystem: sub, Name: "pass_duration_seconds",
+			Help: "Time of one decision pass over every node: reading the node cache and deciding, not the API calls around them."}, []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
+		Triggers: NewCounterVec(Opts{Subsystem: sub, Name: "triggers_total",
 			Help: "Writes of an opportunistic trigger to a Node, by result (ok, conflict, error; fenced: not written, another leader claimed since the pass read the claims)."}, []string{"result"}),
 	}
-	m.VanishedNodes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "vanished_nodes_total",
+	m.VanishedNodes = NewCounterVec(Opts{Subsystem: sub, Name: "vanished_nodes_total",
 		Help: "Nodes deleted while NotReady and outside maintenance, and not created again within the recreate window: interruptions no agent could report (" + protocol.UnannouncedReboot.Key() + "), counted by the leader that saw them."},
 		[]string{"node_name", "node_pool_name", "interruption_type", "interruption_reason"})
-	m.SliceInterruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "slice_interruptions_total",
+	m.SliceInterruptions = NewCounterVec(Opts{Subsystem: sub, Name: "slice_interruptions_total",
 		Help: "Multi-host slices taken down as one because one host stopped (its maintenance or preemption), by slice and by the interruption of the host that caused it: counted once per slice, beside the hosts' own interruptions."},
 		[]string{"slice", "interruption_type", "interruption_reason"})
 	reg.MustRegister(m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)

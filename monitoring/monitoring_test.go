@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"sigs.k8s.io/yaml"
 
 	"github.com/maintenance-handler/maintenance-handler/metrics"
@@ -119,8 +117,9 @@ func TestRuleObjectsMatchRulesFile(t *testing.T) {
 // TestMetricsPassPromtool: what the agent and the aggregator export follows
 // Prometheus's conventions (promtool check metrics), with values in it.
 func TestMetricsPassPromtool(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	a := metrics.NewAgent(prometheus.WrapRegistererWith(prometheus.Labels{"node_name": "gpu-0", "node_pool_name": "a3"}, reg))
+	reg := metrics.NewRegistry()
+	metrics.RegisterProcess(reg)
+	a := metrics.NewAgent(reg.With("node_name", "gpu-0", "node_pool_name", "a3"))
 	a.AddInterruptions(protocol.HostMaintenance, 1)
 	a.Eviction("evicted")
 	a.DrainDuration(90 * time.Second)
@@ -134,15 +133,9 @@ func TestMetricsPassPromtool(t *testing.T) {
 	g.Pools.Set([]metrics.PoolStats{{Pool: "a3", Pending: 3, Configured: true, ConfigValid: true, NextMaintenance: time.Now()}})
 	g.PassDuration(20 * time.Millisecond)
 	g.Triggers.WithLabelValues("ok").Inc()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var buf bytes.Buffer
-	for _, f := range families {
-		if _, err := expfmt.MetricFamilyToText(&buf, f); err != nil {
-			t.Fatal(err)
-		}
+	if err := reg.Write(&buf); err != nil {
+		t.Fatal(err)
 	}
 	cmd := exec.Command(promtool(t), "check", "metrics")
 	cmd.Stdin = &buf

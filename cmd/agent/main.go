@@ -14,9 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -60,10 +57,10 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	running := make(chan struct{})
 	markRunning := sync.OnceFunc(func() { close(running) })
 	setRunning := func(f func() error) { setHealth(f); markRunning() }
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := metrics.NewRegistry()
+	metrics.RegisterProcess(reg)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", reg)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		err := (*health.Load())()
 		if err != nil {
@@ -102,12 +99,12 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 
 // runOnNode runs the agent once its Node is known.
 func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *kube.Client, node *corev1.Node,
-	reg *prometheus.Registry, clk clock.Clock, setRunning func(func() error)) error {
+	reg *metrics.Registry, clk clock.Clock, setRunning func(func() error)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
-	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
+	nodeLabels := reg.With("node_name", opts.NodeName, "node_pool_name", node.Labels[opts.PoolLabel])
 	m := metrics.NewAgent(nodeLabels)
-	events := kube.NewNodeEvents(client.EventSink(), opts.NodeName, node.UID)
+	events := kube.NewNodeEvents(client, opts.NodeName, node.UID)
 	defer events.Shutdown()
 	if opts.MetadataHost != "" {
 		// The OAuth token source reads the metadata server from here.
@@ -186,7 +183,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		return errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter))
 	}
 	setRunning(healthy)
-	nodeLabels.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	nodeLabels.MustRegister(metrics.NewGaugeFunc(metrics.Opts{
 		Name: "maintenance_handler_agent_healthy",
 		Help: "1 when /healthz answers ok (every watched metadata key answered and the Node updated within --unhealthy-after), 0 otherwise.",
 	}, func() float64 {

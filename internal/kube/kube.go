@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 )
 
@@ -139,23 +138,12 @@ func (c *Client) DeletePod(ctx context.Context, namespace, name string, opts met
 	return c.core.Delete().Namespace(namespace).Resource("pods").Name(name).Body(&opts).Do(ctx).Error()
 }
 
-// EventSink is where a record.EventBroadcaster writes Events.
-func (c *Client) EventSink() record.EventSink { return eventSink{c.core} }
-
-type eventSink struct{ core rest.Interface }
-
-func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
+// CreateEvent creates an Event (EventWriter).
+func (c *Client) CreateEvent(ctx context.Context, e *corev1.Event) error {
+	return c.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(ctx).Error()
 }
 
-func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(context.Background()).Into(out)
-}
-
-func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).
-		Body(data).Do(context.Background()).Into(out)
+// PatchEvent merge-patches an Event (EventWriter).
+func (c *Client) PatchEvent(ctx context.Context, namespace, name string, mergePatch []byte) error {
+	return c.core.Patch(types.MergePatchType).Namespace(namespace).Resource("events").Name(name).Body(mergePatch).Do(ctx).Error()
 }

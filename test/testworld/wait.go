@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -228,11 +226,11 @@ func describe(obj runtime.Object) string {
 // WaitTimeout: a component counts a decision once its write has returned,
 // a moment after a watch shows the object changed. (An in-process counter
 // has no watch; it is read again every 20 ms.)
-func Settled(t testing.TB, c prometheus.Collector, want float64) float64 {
+func Settled(t testing.TB, c interface{ Value() float64 }, want float64) float64 {
 	t.Helper()
 	var got float64
 	_ = wait.PollUntilContextTimeout(Ctx(t, WaitTimeout), 20*time.Millisecond, WaitTimeout, true, func(context.Context) (bool, error) {
-		got = testutil.ToFloat64(c)
+		got = c.Value()
 		return got == want, nil
 	})
 	return got
