@@ -51,7 +51,7 @@ func kubectl(t *testing.T, live bool, stdin string, args ...string) (int, string
 }
 
 // publish writes what an agent would on node: its state and a notice.
-func publish(t *testing.T, name string, change func(n *corev1.Node)) {
+func publish(t testing.TB, name string, change func(n *corev1.Node)) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})

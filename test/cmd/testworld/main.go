@@ -8,6 +8,8 @@
 //	                      CNI plugins once, reuse afterwards (nothing where
 //	                      the machine cannot run one)
 //	testworld build-helm  build the pinned helm once, reuse afterwards
+//	testworld build-kubectl  build kubectl at the world's Kubernetes
+//	                      version once, for the benchmark beside kubectl drain
 //	testworld dir         print the cache directory
 //	testworld leaks       fail (and kill them) if processes of a world still
 //	                      run (only this run's when MH_TESTWORLD_RUN is set)
@@ -34,7 +36,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) != 1 {
-		return fmt.Errorf("usage: testworld build|build-node|build-helm|dir|leaks")
+		return fmt.Errorf("usage: testworld build|build-node|build-helm|build-kubectl|dir|leaks")
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -59,6 +61,12 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return testworld.BuildHelm(ctx, helmDir, os.Stdout)
+	case "build-kubectl":
+		kubectlDir, err := testworld.KubectlDir()
+		if err != nil {
+			return err
+		}
+		return testworld.BuildKubectl(ctx, kubectlDir, os.Stdout)
 	case "dir":
 		fmt.Println(dir)
 		return nil

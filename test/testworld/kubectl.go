@@ -1,0 +1,66 @@
+package testworld
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// KubectlDir is the directory that holds (or will hold) kubectl at
+// KubernetesVersion, in bin/: a sibling of Dir, built once per machine.
+func KubectlDir() (string, error) {
+	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(dir), fmt.Sprintf("kubectl-%s_%s-%s", KubernetesVersion, runtime.GOOS, runtime.GOARCH)), nil
+}
+
+// BuildKubectl compiles kubectl from k8s.io/kubernetes at KubernetesVersion
+// into dir unless it is there (a few minutes on two cores, once; the
+// benchmarks that compare a drain with kubectl's build it when they first
+// run, so make test never waits for it).
+func BuildKubectl(ctx context.Context, dir string, progress io.Writer) error {
+	return buildSteps(ctx, dir, progress, "kubectl", "building kubectl "+KubernetesVersion+" into "+dir,
+		func(b builder) []buildStep {
+			return []buildStep{{"kubectl " + KubernetesVersion, func(ctx context.Context) error {
+				return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags,
+					map[string]string{"k8s.io/kubernetes/cmd/kubectl": "kubectl"})
+			}}}
+		})
+}
+
+// Kubectl is the path of kubectl at KubernetesVersion, built first if this
+// machine has none; under -short a benchmark that needs it is skipped
+// until it is built.
+func Kubectl(tb testing.TB) string {
+	tb.Helper()
+	dir, err := KubectlDir()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if testing.Short() && !Built(dir) {
+		tb.Skip("kubectl is not built yet (go run ./test/cmd/testworld build-kubectl); -short builds nothing")
+	}
+	kubectl.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		kubectl.err = BuildKubectl(ctx, dir, os.Stderr)
+	})
+	if kubectl.err != nil {
+		tb.Fatalf("kubectl: %v", kubectl.err)
+	}
+	return filepath.Join(dir, "bin", "kubectl")
+}
+
+// kubectl is this process's one build (or reuse) of kubectl.
+var kubectl struct {
+	once sync.Once
+	err  error
+}
