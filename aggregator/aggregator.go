@@ -154,6 +154,8 @@ type Aggregator struct {
 	lastCfgErr  string
 	lastWarn    map[string]string // what -> last error text logged
 	lastScaled  map[string]bool   // pool -> autoscaled, as last logged
+	// lastUnreadable: node -> its unreadable keys, as last announced.
+	lastUnreadable map[string]string
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
 }
@@ -259,6 +261,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 				// A follower exports no pool series: the leader's are the
 				// only ones, so sums by pool are not stale or doubled.
 				a.opts.Metrics.Pools.Set(nil)
+				a.opts.Metrics.Unreadable.Set(nil)
 				a.log.Info("stopped leading", "identity", a.opts.Identity)
 			},
 		},
@@ -278,13 +281,14 @@ func (a *Aggregator) Start(ctx context.Context) error {
 func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Lock()
 	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]string{}, map[string]string{}, ""
-	a.lastWarn, a.lastScaled = map[string]string{}, map[string]bool{}
+	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
 	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
 	// Once the last pass has ended, no pool series outlive the lead (a pass
 	// under way when the lease was lost may still have set some).
 	defer a.opts.Metrics.Pools.Set(nil)
+	defer a.opts.Metrics.Unreadable.Set(nil)
 	a.log.Info("started leading", "identity", a.opts.Identity)
 	if !a.fence(lctx) {
 		return
@@ -385,6 +389,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	plans := Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
+	a.announceUnreadable(views)
 	a.forgetUndecided(plans)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
 

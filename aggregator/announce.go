@@ -6,6 +6,7 @@ package aggregator
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -123,4 +124,33 @@ func (a *Aggregator) announceConfig(err error) {
 	a.log.Warn("invalid configuration; no opportunistic maintenance at all until it is fixed", "configmap", a.opts.ConfigMap, "err", err)
 	ref := &corev1.ObjectReference{Kind: "ConfigMap", Namespace: a.opts.Namespace, Name: a.opts.ConfigMap, APIVersion: "v1"}
 	a.recorder.Event(ref, corev1.EventTypeWarning, protocol.EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
+}
+
+// announceUnreadable warns, once per change, of each node whose agent wrote
+// values this aggregator cannot read (they count as absent, and the node is
+// not picked while they last), and exports them as a gauge per node.
+func (a *Aggregator) announceUnreadable(views []Node) {
+	counts := map[string]int{}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range views {
+		if len(v.Unreadable) == 0 {
+			continue
+		}
+		counts[v.Name] = len(v.Unreadable)
+		keys := strings.Join(v.Unreadable, ", ")
+		if a.lastUnreadable[v.Name] == keys {
+			continue
+		}
+		a.lastUnreadable[v.Name] = keys
+		a.log.Warn("a node's agent wrote values this aggregator cannot read; they count as absent and the node is not picked", "node", v.Name, "keys", keys)
+		a.nodeEvent(v.Name, v.UID, true, protocol.EventUnreadableState, fmt.Sprintf(
+			"The aggregator cannot read %s on this node: each counts as absent, and the node is not picked for opportunistic maintenance while they last. Its agent is broken, compromised or of a version that writes what this one does not know.", keys))
+	}
+	for name := range a.lastUnreadable {
+		if _, ok := counts[name]; !ok {
+			delete(a.lastUnreadable, name)
+		}
+	}
+	a.opts.Metrics.Unreadable.Set(counts)
 }

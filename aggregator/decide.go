@@ -43,6 +43,9 @@ const (
 	// ReasonAutoscaled: the cluster autoscaler manages the pool, and the
 	// policy does not opt in to opportunistic maintenance there.
 	ReasonAutoscaled = "cluster_autoscaler"
+	// ReasonUnreadable: the node's agent wrote values the aggregator cannot
+	// read (protocol.Unreadable).
+	ReasonUnreadable = "unreadable"
 )
 
 // Decision is what the aggregator decided about one node with a pending
@@ -195,6 +198,8 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 	// eligible checks one node; "" means it may be triggered now.
 	eligible := func(n Node) (string, string) {
 		switch {
+		case len(n.Unreadable) > 0:
+			return ReasonUnreadable, "its agent wrote values the aggregator cannot read (" + strings.Join(n.Unreadable, ", ") + ")"
 		case n.GKEHandled && !fromPolicy:
 			return ReasonGKEHandles, "GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)"
 		case !n.Ready:

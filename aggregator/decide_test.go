@@ -84,11 +84,13 @@ func TestDecideReasons(t *testing.T) {
 	failing.Failures = protocol.Failures{Count: 2, Reason: protocol.ManualPermissionDenied, Last: now.Add(-time.Hour), RetryAfter: now.Add(time.Hour)}
 	cooled := node("cooled", time.Hour)
 	cooled.Failures = protocol.Failures{Count: 1, Reason: protocol.ManualAbandoned, Last: now.Add(-2 * time.Hour), RetryAfter: now.Add(-time.Hour)}
+	garbled := node("garbled", 2*time.Hour) // idle the longest: picked first, were it readable
+	garbled.Unreadable = []string{protocol.AnnotationPhase}
 	lax := gkeLike
 	lax.MinNodes = 0
-	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady, failing, cooled})[0]
+	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady, failing, cooled, garbled})[0]
 	want := map[string]string{"fixed": ReasonNotReschedulable, "opted": ReasonOptedOut, "far": ReasonTooEarly, "pinned": ReasonNotEvictable, "down": ReasonNotReady,
-		"failing": ReasonCoolingDown, "cooled": ReasonTriggered}
+		"failing": ReasonCoolingDown, "cooled": ReasonTriggered, "garbled": ReasonUnreadable}
 	if d := cmp.Diff(want, reasons(plan)); d != "" || len(plan.Trigger) != 1 {
 		t.Errorf("reasons (-want +got):\n%s\ntrigger %v", d, plan.Trigger)
 	}

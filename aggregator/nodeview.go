@@ -99,6 +99,10 @@ type Node struct {
 	// whether the slice-down taint is on it.
 	Ask        *protocol.SliceAsk
 	SliceTaint bool
+	// Unreadable are the keys whose values could not be read
+	// (protocol.Unreadable): they count as absent, and the node is not
+	// picked while they last.
+	Unreadable []string
 }
 
 // NodeOf reads n; poolLabel names its pool, and sliceLabel, when given,
@@ -136,6 +140,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 		v.Ask = &ask
 	}
 	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
+	v.Unreadable = protocol.Unreadable(n)
 	return v
 }
 

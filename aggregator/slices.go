@@ -63,7 +63,9 @@ func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
 		return nil
 	}
 	for _, n := range members {
-		if n.Ask == nil || !now.Before(n.Ask.Started.Add(protocol.SliceDrainLimit)) {
+		// Only an ask for this slice: a host's annotation is its agent's to
+		// write, and names no other slice for the aggregator.
+		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(protocol.SliceDrainLimit)) {
 			continue
 		}
 		if !slices.ContainsFunc(members, func(m Node) bool { return m.Name == n.Ask.Cause }) {

@@ -73,6 +73,15 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 		{"past the limit", three, ask.Started.Add(protocol.SliceDrainLimit)},
 		{"every host there", append(append([]Node(nil), three...), Node{Name: "d", Slice: "v5p", SliceHosts: 4}), now},
 		{"a slice of unknown size", []Node{host("a", 0), host("b", 0)}, now},
+		{"an ask that names another slice", func() []Node {
+			other := *ask
+			other.Slice = "v6e"
+			nodes := []Node{host("a", 4), host("b", 4), host("c", 4)}
+			for i := range nodes {
+				nodes[i].Ask = &other
+			}
+			return nodes
+		}(), now},
 	} {
 		for name, got := range SliceAsks(tc.nodes, tc.at) {
 			if got != nil {

@@ -224,6 +224,68 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}), "only its own taint")
 	denied("deleting its node", as.CoreV1().Nodes().Delete(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.DeleteOptions{}), "forbidden")
 
+	// A hostile agent, rule by rule: each write breaks one of the
+	// admission policy's rules on its own Node, and that rule refuses it
+	// (RBAC alone already refuses creating or deleting a Node, and every
+	// subresource but status, so the policy's first rule is defence in
+	// depth).
+	const (
+		ruleLabels      = "only its own labels"
+		ruleAnnotations = "only its own annotations"
+		ruleTaint       = "only its own taint"
+		ruleSpec        = "only spec.unschedulable and its taint"
+	)
+	for _, tc := range []struct {
+		rule, what string
+		change     func(*corev1.Node)
+	}{
+		{ruleLabels, "moving into a slice (the TPU topology label)", func(n *corev1.Node) { n.Labels[protocol.LabelTPUTopology] = "4x4x4" }},
+		{ruleLabels, "moving to another pool", func(n *corev1.Node) { n.Labels[protocol.LabelNodePool] = "other-pool" }},
+		{ruleLabels, "removing a label it does not own", func(n *corev1.Node) { delete(n.Labels, testworld.LabelGPUAccelerator) }},
+		{ruleLabels, "opting out for the pool", func(n *corev1.Node) { n.Labels[protocol.LabelOpportunisticDisable] = "true" }},
+		{ruleAnnotations, "the pool's opportunistic configuration", func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationOpportunisticConfig] = "node-idle-time=1s,min-nodes=0,window=99999999s"
+		}},
+		{ruleAnnotations, "removing an annotation it does not own", func(n *corev1.Node) { delete(n.Annotations, testworld.KwokNodeAnnotation) }},
+		{ruleTaint, "removing another taint", func(n *corev1.Node) { n.Spec.Taints = nil }},
+		// The API server's validation refuses this before the policy does.
+		{"may not change providerID", "its provider ID", func(n *corev1.Node) { n.Spec.ProviderID = "gce://other/zone/other" }},
+		{ruleSpec, "its pod CIDR", func(n *corev1.Node) { n.Spec.PodCIDR = "10.99.0.0/24" }},
+	} {
+		if tc.what == "removing another taint" {
+			// Give node A a taint that is not the agent's, as a GPU operator does.
+			if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule})
+				_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		denied(tc.what, update("rbac-gpu-a", tc.change), tc.rule)
+	}
+	// What the policy lets it write, it may fill with garbage, up to the
+	// API server's limit: the aggregator's and the plugin's business
+	// (aggregator's TestHostileNodeCannotMoveTheFleet).
+	if err := update("rbac-gpu-a", func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationPhase] = "\x00garbage"
+		n.Annotations[protocol.AnnotationInterruptions] = strings.Repeat("9", 200<<10)
+		n.Labels[protocol.LabelPerformMaintenance] = "garbage"
+	}); err != nil {
+		t.Errorf("garbage in its own keys: %v, want allowed (the readers refuse it)", err)
+	}
+	if err := update("rbac-gpu-a", func(n *corev1.Node) {
+		delete(n.Annotations, protocol.AnnotationInterruptions)
+		n.Annotations[protocol.AnnotationPhase] = "Draining"
+		delete(n.Labels, protocol.LabelPerformMaintenance)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Its node lifecycle conditions, through nodes/status: on its own
 	// node, those types only.
 	status := func(node, patch string) error {
@@ -237,6 +299,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	denied("lifecycle conditions on another node", status("rbac-tpu-b", own), "only its own Node")
 	denied("another condition of its node", status("rbac-gpu-a", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Faked"}]}}`), "only its own conditions")
 	denied("its node's capacity", status("rbac-gpu-a", `{"status":{"capacity":{"nvidia.com/gpu":"64"}}}`), "only its own conditions")
+	denied("faking its boot ID (node status)", status("rbac-gpu-a", `{"status":{"nodeInfo":{"bootID":"forged"}}}`), "only its own conditions")
+	denied("its addresses (node status)", status("rbac-gpu-a", `{"status":{"addresses":[{"type":"InternalIP","address":"10.9.9.9"}]}}`), "only its own conditions")
 
 	// What the drain needs: list pods, evict one.
 	if _, err := as.CoreV1().Pods("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "spec.nodeName=rbac-gpu-a"}); err != nil {

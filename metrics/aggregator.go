@@ -19,6 +19,37 @@ type Aggregator struct {
 	SliceInterruptions  *CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
+	// Unreadable exports, for the leader's last pass, how many keys each
+	// node with values it cannot read has (only those nodes have series).
+	Unreadable *NodeGauge
+}
+
+// NodeGauge is a gauge per node, for the nodes of the last pass it was
+// given only (none once given nil). Its series name nodes: it is for the
+// few nodes that need a person's attention, never for every node.
+type NodeGauge struct {
+	opts   Opts
+	mu     sync.Mutex
+	values map[string]int
+}
+
+// Set replaces the nodes exported; nil exports none.
+func (g *NodeGauge) Set(values map[string]int) {
+	g.mu.Lock()
+	g.values = values
+	g.mu.Unlock()
+}
+
+func (g *NodeGauge) families() []*family {
+	return []*family{{name: g.opts.fullName(), help: g.opts.Help, typ: "gauge", labels: []string{"node_name"}, series: func() []series {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		out := make([]series, 0, len(g.values))
+		for name, v := range g.values {
+			out = append(out, series{values: []string{name}, value: float64(v)})
+		}
+		return out
+	}}}
 }
 
 // PoolStats is one pool's state in a pass, as the pool gauges show it.
@@ -117,7 +148,9 @@ func NewAggregator(reg Registerer) *Aggregator {
 	m.SliceInterruptions = NewCounterVec(Opts{Subsystem: sub, Name: "slice_interruptions_total",
 		Help: "Multi-host slices taken down as one because one host stopped (its maintenance or preemption), by slice and by the interruption of the host that caused it: counted once per slice, beside the hosts' own interruptions."},
 		[]string{"slice", "interruption_type", "interruption_reason"})
-	reg.MustRegister(m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.Unreadable = &NodeGauge{opts: Opts{Subsystem: sub, Name: "node_unreadable_keys",
+		Help: "Keys with values the aggregator cannot read on a node (its agent is broken, compromised or of an unknown version), by node; only such nodes have a series."}}
+	reg.MustRegister(m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -80,6 +80,9 @@ const (
 	// EventUninstallLeftNode: the product was uninstalled while a
 	// maintenance was under way on the node, which keeps its keys.
 	EventUninstallLeftNode = "UninstallLeftNodeInMaintenance"
+	// EventUnreadableState: the node's agent wrote values the aggregator
+	// cannot read (protocol.Unreadable), named in the message.
+	EventUnreadableState = "UnreadableNodeState"
 )
 
 // EventReason is one reason with the components that record it and its
@@ -135,6 +138,7 @@ var EventReasons = []EventReason{
 	{EventRecreated, aggregatorOnly, true},
 	{EventSliceMaintenance, aggregatorOnly, true},
 	{EventUninstallLeftNode, aggregatorOnly, true},
+	{EventUnreadableState, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

@@ -227,7 +227,9 @@ func render(all []binarySizes) string {
 		mods = append(mods, r)
 	}
 	largest := func(r row) int64 { return slices.Max(r.sizes) }
-	slices.SortFunc(mods, func(a, b row) int { return cmp.Or(cmp.Compare(largest(b), largest(a)), strings.Compare(a.name, b.name)) })
+	slices.SortFunc(mods, func(a, b row) int {
+		return cmp.Or(cmp.Compare(largest(b), largest(a)), strings.Compare(a.name, b.name))
+	})
 	others := row{name: fmt.Sprintf("%d other modules", max(len(mods)-rows, 0)), sizes: make([]int64, len(all))}
 	if len(mods) > rows {
 		for _, r := range mods[rows:] {

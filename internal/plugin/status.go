@@ -69,6 +69,9 @@ type NodeStatus struct {
 	// Conditions are the node lifecycle conditions its agent keeps
 	// (protocol.NodeConditionTypes), by type: True or False.
 	Conditions map[string]string `json:"conditions,omitempty"`
+	// Unreadable are the keys whose values cannot be read
+	// (protocol.Unreadable): they count as absent in the rest.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 // PoolStatus is one pool's line.
@@ -251,6 +254,7 @@ func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 	if len(counts) > 0 {
 		ns.Interruptions = map[string]int(counts)
 	}
+	ns.Unreadable = protocol.Unreadable(n)
 	return ns
 }
 
@@ -317,6 +321,12 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 	}
 	fmt.Fprintln(tw, header)
 	inSlice := map[string]bool{}
+	var unreadable []string
+	for _, n := range st.Nodes {
+		if len(n.Unreadable) > 0 {
+			unreadable = append(unreadable, fmt.Sprintf("%s: %s", n.Node, strings.Join(n.Unreadable, ", ")))
+		}
+	}
 	for _, ss := range st.Slices {
 		for _, h := range ss.Hosts {
 			inSlice[h] = true
@@ -348,7 +358,11 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 		case n.WindowOpen:
 			window = "open since " + at(n.WindowStart)
 		}
-		row := []string{n.Node, dash(n.Pool), window, n.Phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
+		phase := n.Phase
+		if len(n.Unreadable) > 0 {
+			phase = "unreadable"
+		}
+		row := []string{n.Node, dash(n.Pool), window, phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
 		if wide {
 			var on []string
 			for _, typ := range protocol.NodeConditionTypes {
@@ -359,6 +373,13 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 			row = append(row, dash(strings.Join(on, ",")), dash(n.DecisionWhy))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if len(unreadable) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "UNREADABLE: their agents wrote values this version cannot read; each counts as absent above, and the aggregator does not pick these nodes")
+		for _, u := range unreadable {
+			fmt.Fprintln(tw, "  "+u)
+		}
 	}
 	if len(st.Slices) > 0 {
 		fmt.Fprintln(tw)
