@@ -36,6 +36,10 @@ const fieldManager = "maintenance-handler-aggregator"
 // required; every other zero field takes its value from Default.
 type Options struct {
 	Client kubernetes.Interface
+	// EventClient writes the Events (nil: Client). A client of its own has
+	// its own rate limit, so that a flood of Events (a new leader says why
+	// of every node with a pending notice) never delays a trigger.
+	EventClient kubernetes.Interface
 	// Namespace holds the Lease and the ConfigMap.
 	Namespace string
 	// ConfigMap names the ConfigMap whose policy.yaml is the Config; empty
@@ -141,7 +145,7 @@ type Aggregator struct {
 	// Nodes that changed. landed holds, for this replica's claims whose
 	// write succeeded, the resourceVersion the write made. Both used by the
 	// pass goroutine only.
-	views  map[string]cachedView
+	views  viewCache
 	landed map[string]string
 	// unanswered: when this replica withdrew each node's unanswered
 	// trigger; the node cools down as after a failed maintenance.
@@ -201,15 +205,24 @@ func (a *Aggregator) Leading() bool { return a.leading.Load() }
 // Start watches the Nodes and the ConfigMap, and runs for leadership until
 // ctx ends; while leading it decides and triggers. It returns ctx's error.
 func (a *Aggregator) Start(ctx context.Context) error {
-	a.recorder = kube.NewRecorder(clientsetEvents{a.opts.Client}, corev1.EventSource{Component: protocol.EventSourceAggregator},
+	events := a.opts.EventClient
+	if events == nil {
+		events = a.opts.Client
+	}
+	a.recorder = kube.NewRecorder(clientsetEvents{events}, corev1.EventSource{Component: protocol.EventSourceAggregator},
 		kube.RecorderOptions{Logger: a.log})
 	defer a.recorder.Shutdown()
 
 	factory := informers.NewSharedInformerFactory(a.opts.Client, 0)
 	a.nodes = factory.Core().V1().Nodes().Informer()
 	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { a.nodeAdded(o); a.poke() },
-		UpdateFunc: func(old, cur any) { a.observeNode(old, cur); a.poke() },
+		AddFunc: func(o any) { a.nodeAdded(o); a.poke() },
+		UpdateFunc: func(old, cur any) {
+			a.observeNode(old, cur)
+			if o, ok := old.(*corev1.Node); !ok || decisiveUpdate(o, cur) {
+				a.poke()
+			}
+		},
 		DeleteFunc: func(o any) { a.nodeDeleted(o); a.poke() },
 	})
 	go a.nodes.Run(ctx.Done())
@@ -570,4 +583,11 @@ func (w clientsetEvents) CreateEvent(ctx context.Context, e *corev1.Event) error
 func (w clientsetEvents) PatchEvent(ctx context.Context, namespace, name string, mergePatch []byte) error {
 	_, err := w.c.CoreV1().Events(namespace).Patch(ctx, name, types.MergePatchType, mergePatch, metav1.PatchOptions{})
 	return err
+}
+
+// decisiveUpdate: cur (a *corev1.Node, or anything else) is an update a
+// pass must see (decisive).
+func decisiveUpdate(old *corev1.Node, cur any) bool {
+	n, ok := cur.(*corev1.Node)
+	return !ok || decisive(old, n)
 }

@@ -77,7 +77,7 @@ func (a *Aggregator) announce(p PoolPlan) {
 			outcome, reason = "triggered", protocol.EventTriggered
 		}
 		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
-		a.nodeEvent(d.Node, d.UID, false, reason, d.Message)
+		a.nodeEvent(d.Node, d.UID, false, reason, d.Message())
 	}
 }
 

@@ -127,7 +127,7 @@ func nodeGroupOf(node string, groups []string) string {
 }
 
 // groupNames lists the distinct node groups of nodes, sorted.
-func groupNames(nodes []Node) []string {
+func groupNames(nodes []*Node) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, n := range nodes {

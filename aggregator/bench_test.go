@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -38,26 +39,98 @@ func fleetNodes(n int) []*corev1.Node {
 	return out
 }
 
-// BenchmarkDecide5000Nodes is one decision pass (reading every Node and
-// deciding every pool) over 5,000 nodes in 50 pools; min-nodes and the
-// pool caps let 10 nodes of each pool go, the cluster cap all.
-func BenchmarkDecide5000Nodes(b *testing.B) {
-	objs := fleetNodes(5000)
-	var plans []PoolPlan
-	for b.Loop() {
-		views := make([]Node, 0, len(objs))
-		for _, n := range objs {
-			views = append(views, NodeOf(n, protocol.LabelNodePool, ""))
+// BenchmarkPass is the aggregator's decision pass in memory over 5,000,
+// 20,000 and 65,000 nodes in pools of 100 (min-nodes and the pools' caps
+// let 10 nodes of each pool go, the cluster's cap all):
+//   - first: the pass of a new leader, which reads every Node;
+//   - steady: a pass after 1% of the Nodes changed (an agent's write each),
+//     which reads only those again and decides every pool;
+//
+// and the interruption accounting of one Node update (two reads of the
+// agent's state and the counts compared), which the leader does for every
+// update it watches. Each prints its time and what it allocates.
+func BenchmarkPass(b *testing.B) {
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}
+	read := func(n *corev1.Node) Node { return NodeOf(n, protocol.LabelNodePool, "") }
+	for _, size := range []int{5000, 20000, 65000} {
+		objs := fleetNodes(size)
+		list := make([]any, len(objs))
+		for i, n := range objs {
+			n.ResourceVersion = "1"
+			list[i] = n
 		}
-		plans = Decide(now, policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}, views)
+		check := func(b *testing.B, plans []PoolPlan) {
+			triggers := 0
+			for _, p := range plans {
+				triggers += len(p.Trigger)
+			}
+			if len(plans) != size/100 || triggers != size/100*10 {
+				b.Fatalf("%d pools, %d triggers; want %d pools, 10 triggers each", len(plans), triggers, size/100)
+			}
+		}
+		b.Run(fmt.Sprintf("nodes=%d/first", size), func(b *testing.B) {
+			b.ReportAllocs()
+			var plans []PoolPlan
+			for b.Loop() {
+				var c viewCache
+				views, _ := c.refresh(list, read)
+				plans = Decide(now, cfg, views)
+			}
+			check(b, plans)
+			report(b, size, "a new leader's first pass (every Node read)")
+		})
+		b.Run(fmt.Sprintf("nodes=%d/steady", size), func(b *testing.B) {
+			b.ReportAllocs()
+			var c viewCache
+			c.refresh(list, read)
+			changed := size / 100
+			var plans []PoolPlan
+			version := 1
+			for b.Loop() {
+				version++
+				for i := range changed { // spread over the fleet, each a new object as an informer holds it
+					j := (i*97 + version) % size
+					n := objs[j].DeepCopy()
+					n.ResourceVersion = fmt.Sprint(version)
+					n.Annotations[protocol.AnnotationLastBootID] = fmt.Sprint("boot-", version) // an agent's write
+					objs[j], list[j] = n, n
+				}
+				views, _ := c.refresh(list, read)
+				plans = Decide(now, cfg, views)
+			}
+			check(b, plans)
+			report(b, size, fmt.Sprintf("a pass after %d Nodes changed", changed))
+			// What a leader holds: the Node objects (as its informer does)
+			// and their views.
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			runtime.KeepAlive(c)
+			runtime.KeepAlive(list)
+			b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-MiB")
+			fmt.Printf("%d nodes and their views held: %.0f MiB of heap\n", size, float64(ms.HeapAlloc)/(1<<20))
+		})
 	}
-	triggers := 0
-	for _, p := range plans {
-		triggers += len(p.Trigger)
-	}
-	if len(plans) != 50 || triggers != 50*10 {
-		b.Fatalf("%d pools, %d triggers; want 50 pools, 10 triggers each", len(plans), triggers)
-	}
-	perPass := time.Duration(b.Elapsed().Nanoseconds() / int64(b.N))
-	fmt.Printf("decision pass over 5,000 nodes in 50 pools: %s\n", perPass.Round(10*time.Microsecond))
+	b.Run("accounting", func(b *testing.B) {
+		b.ReportAllocs()
+		old := fleetNodes(1)[0]
+		old.Annotations[protocol.AnnotationInterruptions] = `{"` + protocol.Preemption.Key() + `":1}`
+		cur := old.DeepCopy()
+		cur.Annotations[protocol.AnnotationInterruptions] = `{"` + protocol.Preemption.Key() + `":2}`
+		var got []protocol.Interruption
+		for b.Loop() {
+			got = begun(old, cur)
+		}
+		if len(got) != 1 {
+			b.Fatalf("begun %v, want one preemption", got)
+		}
+		per := time.Duration(b.Elapsed().Nanoseconds() / int64(b.N))
+		fmt.Printf("accounting of one Node update: %s (65,000 updates: %s)\n", per, (per * 65000).Round(time.Millisecond))
+	})
+}
+
+// report prints the pass's time per pass.
+func report(b *testing.B, size int, what string) {
+	per := time.Duration(b.Elapsed().Nanoseconds() / int64(b.N))
+	fmt.Printf("decision pass over %d nodes, %s: %s\n", size, what, per.Round(10*time.Microsecond))
 }

@@ -54,9 +54,14 @@ type Decision struct {
 	Node   string
 	UID    types.UID
 	Reason string
-	// Message says why, for the Node's Event.
-	Message string
+	// message says why, for the Node's Event: written only when asked
+	// (Message), as a pass decides about every node with a pending notice
+	// and announces only the decisions that changed.
+	message func() string
 }
+
+// Message says why, for the Node's Event.
+func (d Decision) Message() string { return d.message() }
 
 // PoolPlan is one pool's pass.
 type PoolPlan struct {
@@ -89,18 +94,38 @@ type PoolPlan struct {
 // now and why every other node with a pending notice is not triggered. It
 // is a pure function of what is on the Nodes, the configuration and now.
 func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
-	byPool := map[string][]Node{}
-	for _, n := range nodes {
-		byPool[n.Pool] = append(byPool[n.Pool], n)
+	// The nodes grouped by pool (pointers into the caller's slice, which
+	// is left as it is), each pool's sorted by name.
+	count := map[string]int{}
+	for i := range nodes {
+		count[nodes[i].Pool]++
 	}
-	pools := make([]string, 0, len(byPool))
-	for p := range byPool {
+	pools := make([]string, 0, len(count))
+	for p := range count {
 		pools = append(pools, p)
 	}
 	sort.Strings(pools)
+	at, next := map[string]int{}, 0
+	for _, p := range pools {
+		at[p] = next
+		next += count[p]
+	}
+	grouped := make([]*Node, len(nodes))
+	filled := map[string]int{}
+	for i := range nodes {
+		p := nodes[i].Pool
+		grouped[at[p]+filled[p]] = &nodes[i]
+		filled[p]++
+	}
+	byPool := make(map[string][]*Node, len(pools))
+	for _, p := range pools {
+		members := grouped[at[p] : at[p]+count[p]]
+		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+		byPool[p] = members
+	}
 	// The cluster's cap on voluntary maintenance, shared by the pools in
 	// order.
-	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(nodes)
+	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(grouped)
 	plans := make([]PoolPlan, 0, len(pools))
 	for _, pool := range pools {
 		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft))
@@ -108,14 +133,14 @@ func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
 	return plans
 }
 
-func pending(n Node) bool {
+func pending(n *Node) bool {
 	return n.NoticePresent && n.Notice.Status == metadata.StatusPending
 }
 
 // countVoluntary counts the nodes in voluntary maintenance: a multi-host
 // slice one host of which is in one counts every host, since the slice
 // goes down whole.
-func countVoluntary(nodes []Node) int {
+func countVoluntary(nodes []*Node) int {
 	n := 0
 	down := map[string]bool{}
 	for _, v := range nodes {
@@ -131,8 +156,8 @@ func countVoluntary(nodes []Node) int {
 	return n
 }
 
-func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clusterLeft *int) PoolPlan {
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+// decidePool decides one pool's nodes, sorted by name.
+func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int) PoolPlan {
 	plan := PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)}
 	available := 0
 	for _, n := range nodes {
@@ -158,15 +183,15 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 	plan.Budget = cfg.PoolBudget(pool, setting, len(slices) > 0)
 	groups := groupNames(nodes)
 	plan.Autoscaled = cfg.Autoscaled(pool, len(groups) > 0)
-	decide := func(n Node, reason, msg string) {
-		plan.Decisions = append(plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, Message: msg})
+	decide := func(n *Node, reason string, msg func() string) {
+		plan.Decisions = append(plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: msg})
 	}
+	text := func(s string) func() string { return func() string { return s } }
 	if !configured {
 		// Said once per node: the pool's annotation is GKE's to act on.
 		for _, n := range nodes {
 			if n.GKEHandled && n.Config != "" && pending(n) && !n.InMaintenance {
-				decide(n, ReasonGKEHandles, fmt.Sprintf("Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on %s on this node (GKE 1.31 and later), and two controllers must not pick nodes. Configure the pool in the aggregator's policy ConfigMap, or run it with --gke-opportunistic-config=adopt, to have it act instead.",
-					protocol.AnnotationOpportunisticConfig))
+				decide(n, ReasonGKEHandles, text("Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on "+protocol.AnnotationOpportunisticConfig+" on this node (GKE 1.31 and later), and two controllers must not pick nodes. Configure the pool in the aggregator's policy ConfigMap, or run it with --gke-opportunistic-config=adopt, to have it act instead."))
 			}
 		}
 		return plan
@@ -175,7 +200,9 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 		plan.ConfigErr = err
 		for _, n := range nodes {
 			if pending(n) && !n.InMaintenance {
-				decide(n, ReasonInvalidConfig, fmt.Sprintf("Not picked for opportunistic maintenance: the pool's configuration is invalid: %v", err))
+				decide(n, ReasonInvalidConfig, func() string {
+					return fmt.Sprintf("Not picked for opportunistic maintenance: the pool's configuration is invalid: %v", err)
+				})
 			}
 		}
 		return plan
@@ -187,7 +214,9 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 		}
 		for _, n := range nodes {
 			if pending(n) && !n.InMaintenance {
-				decide(n, ReasonAutoscaled, fmt.Sprintf("Not picked for opportunistic maintenance: the cluster autoscaler manages the pool %s (%s) and removes idle nodes itself, and GKE documents opportunistic maintenance as incompatible with it. Set opportunisticWhenAutoscaled: true for the pool in the policy ConfigMap to have it act anyway.", pool, how))
+				decide(n, ReasonAutoscaled, func() string {
+					return fmt.Sprintf("Not picked for opportunistic maintenance: the cluster autoscaler manages the pool %s (%s) and removes idle nodes itself, and GKE documents opportunistic maintenance as incompatible with it. Set opportunisticWhenAutoscaled: true for the pool in the policy ConfigMap to have it act anyway.", pool, how)
+				})
 			}
 		}
 		return plan
@@ -196,38 +225,53 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 	pc, inPolicy := cfg.Pools[pool]
 	fromPolicy := inPolicy && pc.Opportunistic != nil
 	// eligible checks one node; "" means it may be triggered now.
-	eligible := func(n Node) (string, string) {
+	eligible := func(n *Node) (string, func() string) {
+		// Each message is written only if it is announced; what it needs of
+		// n is copied in its case alone, so that a node decided about does
+		// not cost a copy of itself.
 		switch {
 		case len(n.Unreadable) > 0:
-			return ReasonUnreadable, "its agent wrote values the aggregator cannot read (" + strings.Join(n.Unreadable, ", ") + ")"
+			keys := n.Unreadable
+			return ReasonUnreadable, func() string {
+				return "its agent wrote values the aggregator cannot read (" + strings.Join(keys, ", ") + ")"
+			}
 		case n.GKEHandled && !fromPolicy:
-			return ReasonGKEHandles, "GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)"
+			return ReasonGKEHandles, text("GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)")
 		case !n.Ready:
-			return ReasonNotReady, "the node is not Ready"
+			return ReasonNotReady, text("the node is not Ready")
 		case !n.Notice.CanReschedule:
-			return ReasonNotReschedulable, "its maintenance cannot be rescheduled (can_reschedule false)"
+			return ReasonNotReschedulable, text("its maintenance cannot be rescheduled (can_reschedule false)")
 		case n.OptOut:
-			return ReasonOptedOut, "it is labelled " + protocol.LabelOpportunisticDisable + "=true"
+			return ReasonOptedOut, text("it is labelled " + protocol.LabelOpportunisticDisable + "=true")
 		case now.Before(n.Failures.RetryAfter):
-			return ReasonCoolingDown, fmt.Sprintf("its last voluntary maintenance failed (%s, %d in a row, at %s); not picked again before %s",
-				n.Failures.Reason, n.Failures.Count, n.Failures.Last.UTC().Format(time.RFC3339), n.Failures.RetryAfter.UTC().Format(time.RFC3339))
+			f := n.Failures
+			return ReasonCoolingDown, func() string {
+				return fmt.Sprintf("its last voluntary maintenance failed (%s, %d in a row, at %s); not picked again before %s",
+					f.Reason, f.Count, f.Last.UTC().Format(time.RFC3339), f.RetryAfter.UTC().Format(time.RFC3339))
+			}
 		case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
-			return ReasonTooEarly, fmt.Sprintf("its maintenance at %s is more than window=%s away", n.Notice.WindowStart.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
+			start := n.Notice.WindowStart
+			return ReasonTooEarly, func() string {
+				return fmt.Sprintf("its maintenance at %s is more than window=%s away", start.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
+			}
 		case n.Busy == protocol.BusySafeToEvict:
-			return ReasonNotEvictable, "a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false"
+			return ReasonNotEvictable, text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
 		case n.IdleSince.IsZero() || n.Busy != "":
-			return ReasonNotIdle, "pods on it use accelerators"
+			return ReasonNotIdle, text("pods on it use accelerators")
 		case now.Sub(n.IdleSince) < setting.NodeIdleTime:
-			return ReasonIdleTooShort, fmt.Sprintf("idle for %s, less than node-idle-time=%s", now.Sub(n.IdleSince).Round(time.Second), policy.Seconds(setting.NodeIdleTime))
+			idle := now.Sub(n.IdleSince)
+			return ReasonIdleTooShort, func() string {
+				return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
+			}
 		case block != "":
-			return block, blockDetail
+			return block, text(blockDetail)
 		}
-		return "", ""
+		return "", nil
 	}
-	skip := func(n Node, reason, detail string) {
-		decide(n, reason, "Not picked for opportunistic maintenance: "+detail)
+	skip := func(n *Node, reason string, detail func() string) {
+		decide(n, reason, func() string { return "Not picked for opportunistic maintenance: " + detail() })
 	}
-	trigger := func(n Node, msg string) {
+	trigger := func(n *Node, msg func() string) {
 		plan.Trigger = append(plan.Trigger, n.Name)
 		decide(n, ReasonTriggered, msg)
 	}
@@ -239,7 +283,7 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 		}
 		return plan
 	}
-	var candidates []Node
+	var candidates []*Node
 	for _, n := range nodes {
 		if !pending(n) || n.InMaintenance {
 			continue
@@ -257,8 +301,11 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []Node, clu
 			skip(n, reason, detail)
 			continue
 		}
-		trigger(n, fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
-			n.IdleSince.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), n.Notice.WindowStart.UTC().Format(time.RFC3339), setting.MinNodes))
+		idle, start := n.IdleSince, n.Notice.WindowStart
+		trigger(n, func() string {
+			return fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
+				idle.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), start.UTC().Format(time.RFC3339), setting.MinNodes)
+		})
 	}
 	return plan
 }
@@ -278,24 +325,30 @@ type caps struct {
 
 // take takes k nodes (a node, or every host of a slice) from every cap,
 // or says which cap refuses them ("" when none does).
-func (c *caps) take(k int) (reason, detail string) {
+func (c *caps) take(k int) (reason string, detail func() string) {
 	switch {
 	case c.spare < k:
-		return ReasonMinNodes, fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", c.pool, c.minNodes, c.available)
+		return ReasonMinNodes, func() string {
+			return fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", c.pool, c.minNodes, c.available)
+		}
 	case c.poolLeft < k:
-		return ReasonMaxVoluntary, fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", c.pool, c.poolBudget, c.nodes)
+		return ReasonMaxVoluntary, func() string {
+			return fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", c.pool, c.poolBudget, c.nodes)
+		}
 	case *c.clusterLeft < k:
-		return ReasonMaxVoluntary, fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", c.clusterBudget)
+		return ReasonMaxVoluntary, func() string {
+			return fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", c.clusterBudget)
+		}
 	}
 	c.spare -= k
 	c.poolLeft -= k
 	*c.clusterLeft -= k
-	return "", ""
+	return "", nil
 }
 
 // sliceMembers groups the nodes of multi-host TPU slices, by slice.
-func sliceMembers(nodes []Node) [][]Node {
-	bySlice := map[string][]Node{}
+func sliceMembers(nodes []*Node) [][]*Node {
+	bySlice := map[string][]*Node{}
 	var names []string
 	for _, n := range nodes {
 		if n.Slice == "" {
@@ -307,7 +360,7 @@ func sliceMembers(nodes []Node) [][]Node {
 		bySlice[n.Slice] = append(bySlice[n.Slice], n)
 	}
 	sort.Strings(names)
-	out := make([][]Node, 0, len(names))
+	out := make([][]*Node, 0, len(names))
 	for _, s := range names {
 		out = append(out, bySlice[s])
 	}
@@ -320,7 +373,7 @@ func sliceMembers(nodes []Node) [][]Node {
 // hosts. Only its first host by name is triggered: its agent asks Compute
 // Engine once, for the whole slice, after every other host, following
 // it, is drained (protocol.SliceCaller).
-func decideSlice(members []Node, eligible func(Node) (string, string), skip func(Node, string, string), trigger func(Node, string), c *caps) {
+func decideSlice(members []*Node, eligible func(*Node) (string, func() string), skip func(*Node, string, func() string), trigger func(*Node, func() string), c *caps) {
 	var blocked []string
 	for _, n := range members {
 		if n.InMaintenance || n.Voluntary {
@@ -337,11 +390,14 @@ func decideSlice(members []Node, eligible func(Node) (string, string), skip func
 			blocked = append(blocked, n.Name+": "+reason)
 		}
 	}
+	slice := members[0].Slice
 	if len(blocked) > 0 {
 		for _, n := range members {
 			if pending(n) {
 				if r, _ := eligible(n); r == "" {
-					skip(n, ReasonSliceIncomplete, fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", n.Slice, strings.Join(blocked, "; ")))
+					skip(n, ReasonSliceIncomplete, func() string {
+						return fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", slice, strings.Join(blocked, "; "))
+					})
 				}
 			}
 		}
@@ -349,18 +405,23 @@ func decideSlice(members []Node, eligible func(Node) (string, string), skip func
 	}
 	if reason, detail := c.take(len(members)); reason != "" {
 		for _, n := range members {
-			skip(n, reason, fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", n.Slice, len(members), detail))
+			skip(n, reason, func() string {
+				return fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", slice, len(members), detail())
+			})
 		}
 		return
 	}
 	lead := members[0] // sorted by name
-	trigger(lead, fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", lead.Slice, len(members)))
+	hosts := len(members)
+	trigger(lead, func() string {
+		return fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", slice, hosts)
+	})
 }
 
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else
 // the nodes' annotation (which must agree). configured is false when
 // neither says anything.
-func poolSetting(cfg policy.Config, pool string, nodes []Node, plan *PoolPlan) (policy.Opportunistic, bool, error) {
+func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) (policy.Opportunistic, bool, error) {
 	var o policy.Opportunistic
 	if err := cfg.PoolErrors[pool]; err != nil {
 		return o, true, err // this pool's part of the ConfigMap is invalid

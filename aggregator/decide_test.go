@@ -95,8 +95,8 @@ func TestDecideReasons(t *testing.T) {
 		t.Errorf("reasons (-want +got):\n%s\ntrigger %v", d, plan.Trigger)
 	}
 	for _, dec := range plan.Decisions {
-		if dec.Reason != ReasonTriggered && !strings.HasPrefix(dec.Message, "Not picked for opportunistic maintenance: ") {
-			t.Errorf("%s: message %q", dec.Node, dec.Message)
+		if dec.Reason != ReasonTriggered && !strings.HasPrefix(dec.Message(), "Not picked for opportunistic maintenance: ") {
+			t.Errorf("%s: message %q", dec.Node, dec.Message())
 		}
 	}
 
@@ -361,8 +361,8 @@ func TestDecideSkipsAutoscaledPools(t *testing.T) {
 	}
 	for _, p := range plans {
 		for _, d := range p.Decisions {
-			if d.Node == "detected-0" && !strings.Contains(d.Message, "gke-c-detected-grp") {
-				t.Errorf("the message does not name the node group: %s", d.Message)
+			if d.Node == "detected-0" && !strings.Contains(d.Message(), "gke-c-detected-grp") {
+				t.Errorf("the message does not name the node group: %s", d.Message())
 			}
 		}
 	}

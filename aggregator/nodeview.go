@@ -5,11 +5,14 @@ package aggregator
 // Nodes reads again only those that changed.
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -18,35 +21,75 @@ import (
 
 // cachedView is a Node's view, for the Node version rv.
 type cachedView struct {
-	rv   string
+	obj  *corev1.Node // what node was read from, or a later object that differs in nothing decisive
 	node Node
+	pass uint64 // the last pass that saw the Node
 }
 
-// viewNodes is the view of every Node in the cache, and the Node objects
-// it was read from, by name.
-func (a *Aggregator) viewNodes() ([]Node, map[string]*corev1.Node) {
-	objs := a.nodes.GetStore().List()
-	views := make([]Node, 0, len(objs))
-	seen := make(map[string]cachedView, len(objs))
-	decidedOn := make(map[string]*corev1.Node, len(objs))
+// viewCache keeps each Node's view, so that a pass reads again only the
+// Nodes that changed in what it reads (not a heartbeat), and reuses its
+// slice of views from pass to pass: a pass over 65,000 nodes does work for
+// what changed, not for the fleet. Used by the pass goroutine only.
+type viewCache struct {
+	views map[string]*cachedView
+	objs  map[string]*corev1.Node
+	pass  uint64
+	buf   []Node
+}
+
+// refresh is the view of every Node in objs (what is not a Node is
+// skipped), read with read where it changed, and the Node objects by name.
+// Both are valid until the next refresh, and are not to be changed.
+func (c *viewCache) refresh(objs []any, read func(*corev1.Node) Node) ([]Node, map[string]*corev1.Node) {
+	if c.views == nil {
+		c.views, c.objs = map[string]*cachedView{}, map[string]*corev1.Node{}
+	}
+	c.pass++
+	views := c.buf[:0]
 	for _, o := range objs {
 		n, ok := o.(*corev1.Node)
 		if !ok {
 			continue
 		}
-		decidedOn[n.Name] = n
-		v, ok := a.views[n.Name]
-		if !ok || v.rv != n.ResourceVersion {
-			v = cachedView{rv: n.ResourceVersion, node: NodeOf(n, a.opts.PoolLabel, a.opts.SliceLabel)}
-			if a.opts.AdoptGKEConfig {
-				v.node.GKEHandled = false
-			}
+		v := c.views[n.Name]
+		if v == nil {
+			v = &cachedView{}
+			c.views[n.Name] = v
 		}
-		seen[n.Name] = v
+		switch {
+		case v.obj != nil && v.obj.ResourceVersion == n.ResourceVersion:
+			// A Node object is replaced, never changed, when its
+			// resourceVersion changes: one that did not is the one held.
+		case v.obj == nil || decisive(v.obj, n):
+			v.obj, v.node = n, read(n)
+			c.objs[n.Name] = n
+		default:
+			v.obj = n // a heartbeat: the view holds
+			c.objs[n.Name] = n
+		}
+		v.pass = c.pass
 		views = append(views, v.node)
 	}
-	a.views = seen
-	return views, decidedOn
+	for name, v := range c.views {
+		if v.pass != c.pass {
+			delete(c.views, name)
+			delete(c.objs, name)
+		}
+	}
+	c.buf = views
+	return views, c.objs
+}
+
+// viewNodes is the view of every Node in the cache, and the Node objects
+// it was read from, by name.
+func (a *Aggregator) viewNodes() ([]Node, map[string]*corev1.Node) {
+	return a.views.refresh(a.nodes.GetStore().List(), func(n *corev1.Node) Node {
+		v := NodeOf(n, a.opts.PoolLabel, a.opts.SliceLabel)
+		if a.opts.AdoptGKEConfig {
+			v.GKEHandled = false
+		}
+		return v
+	})
 }
 
 // Node is what a decision looks at, read from a Node object.
@@ -159,6 +202,26 @@ func GKEHandles(kubeletVersion string) bool {
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
+}
+
+// decisive: cur differs from old in what a pass reads of a Node (its
+// labels, annotations, taints, unschedulable, whether it is Ready, its
+// allocatable and its kubelet's version). A heartbeat, which only moves a
+// condition's times, wakes no pass: with thousands of Nodes heart-beating,
+// passes would otherwise run back to back for nothing.
+func decisive(old, cur *corev1.Node) bool {
+	return old.UID != cur.UID || !maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations) ||
+		old.Spec.Unschedulable != cur.Spec.Unschedulable || !slices.EqualFunc(old.Spec.Taints, cur.Spec.Taints, sameTaint) ||
+		nodeReady(old) != nodeReady(cur) || !sameResources(old.Status.Allocatable, cur.Status.Allocatable) ||
+		old.Status.NodeInfo.KubeletVersion != cur.Status.NodeInfo.KubeletVersion
+}
+
+func sameTaint(a, b corev1.Taint) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
+}
+
+func sameResources(a, b corev1.ResourceList) bool {
+	return maps.EqualFunc(a, b, func(x, y resource.Quantity) bool { return x.Cmp(y) == 0 })
 }
 
 // nodeReady: n's NodeReady condition is True.

@@ -1,12 +1,14 @@
 package aggregator_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,111 +18,241 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
-// BenchmarkAggregator5000Nodes runs the aggregator binary against 5,000
-// kwok nodes in 50 pools, each with a pending notice as an agent would
-// publish it, and reports the time of one full decision pass (from its own
-// histogram) and its resident memory.
-func BenchmarkAggregator5000Nodes(b *testing.B) {
+// BenchmarkAggregatorAtScale runs the aggregator binary against 5,000 and
+// then 20,000 kwok nodes in pools of 100 (kwok heart-beats every one of
+// them on the same two cores), each with a pending notice and busy, as the
+// agents publish them. At each size it reports the mean pass time (from its
+// histogram), its RSS, and its API requests per minute while nothing
+// changes; then a storm: every node's agent writes within one minute (the
+// node idle, so that 5 of each pool of 100 are picked, min-nodes being 95),
+// and it reports the API requests per minute during the storm, the pass
+// time, and how long after a node's write its trigger landed.
+func BenchmarkAggregatorAtScale(b *testing.B) {
 	testworld.Need(b)
-	const nodes, pools = 5000, 50
 	bins, err := fleet.Binaries()
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	created := 0
+	for _, size := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+			defer cancel()
+			// The nodes of the smaller size are reset to busy and kept.
+			began := time.Now()
+			parallel(b, size, 32, func(i int) error {
+				if i < created {
+					return setIdle(ctx, i, false)
+				}
+				return createScaleNode(ctx, i)
+			})
+			created = size
+			fmt.Printf("%d kwok nodes in %d pools ready in %s\n", size, size/100, time.Since(began).Round(time.Second))
+
+			addr := testworld.FreeAddrT(b)
+			p, err := world.StartProcess(fmt.Sprintf("aggregator-scale-%d", size), filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig,
+				"--namespace", "default", "--identity", fmt.Sprintf("scale-%d", size), "--lease-name", fmt.Sprintf("scale-%d", size),
+				"--config-map", "", "--interval", "30s", "--listen-address", addr, "--log-level", "warn")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = p.Kill() }()
+			for b.Loop() {
+				// Idle: the first passes over, nothing changing.
+				err = wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {
+					return scrape(addr)["maintenance_handler_aggregator_pass_duration_seconds_count"] >= 3, nil
+				})
+				if err != nil {
+					b.Fatalf("fewer than 3 passes: %v", err)
+				}
+				// A new leader says why of every node with a pending notice
+				// (an Event each, written at its client's rate, as many as its
+				// queue holds): idle begins once they are written.
+				posts := func() float64 {
+					return scrape(addr)[`maintenance_handler_aggregator_api_requests_total{code="201",method="POST"}`]
+				}
+				for last := -1.0; ; {
+					now := posts()
+					if now == last {
+						break
+					}
+					last = now
+					time.Sleep(5 * time.Second)
+				}
+				const idleFor = 30 * time.Second
+				before := scrape(addr)
+				time.Sleep(idleFor)
+				after := scrape(addr)
+				idlePerMinute := (requests(after) - requests(before)) * float64(time.Minute) / float64(idleFor)
+				rss := rssMiB(b, p)
+
+				// The storm: every node idle, within one minute.
+				w, err := world.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: protocol.LabelPerformMaintenance})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var mu sync.Mutex
+				wrote := map[string]time.Time{}
+				var delays []time.Duration
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for ev := range w.ResultChan() {
+						n, ok := ev.Object.(*corev1.Node)
+						if !ok || ev.Type != watch.Added && ev.Type != watch.Modified {
+							continue
+						}
+						mu.Lock()
+						if at, ok := wrote[n.Name]; ok {
+							delays = append(delays, time.Since(at))
+							delete(wrote, n.Name)
+						}
+						mu.Unlock()
+					}
+				}()
+				stormStart := scrape(addr)
+				t0 := time.Now()
+				tick := time.NewTicker(time.Minute / time.Duration(size))
+				parallel(b, size, 32, func(i int) error {
+					<-tick.C
+					mu.Lock()
+					wrote[scaleNodeName(i)] = time.Now()
+					mu.Unlock()
+					return setIdle(ctx, i, true)
+				})
+				tick.Stop()
+				storm := time.Since(t0)
+				want := size / 100 * 5
+				err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(delays) >= want, nil
+				})
+				w.Stop()
+				<-done
+				if err != nil {
+					b.Fatalf("%d of %d triggers after the storm", len(delays), want)
+				}
+				end := scrape(addr)
+				stormPerMinute := (requests(end) - requests(stormStart)) * float64(time.Minute) / float64(time.Since(t0))
+				passes := end["maintenance_handler_aggregator_pass_duration_seconds_count"] - stormStart["maintenance_handler_aggregator_pass_duration_seconds_count"]
+				passMean := (end["maintenance_handler_aggregator_pass_duration_seconds_sum"] - stormStart["maintenance_handler_aggregator_pass_duration_seconds_sum"]) / passes
+				idleMean := after["maintenance_handler_aggregator_pass_duration_seconds_sum"] / after["maintenance_handler_aggregator_pass_duration_seconds_count"]
+				slices.Sort(delays)
+				b.ReportMetric(idleMean*1000, "ms/pass")
+				b.ReportMetric(rss, "RSS-MiB")
+				b.ReportMetric(idlePerMinute, "idle-requests/min")
+				b.ReportMetric(stormPerMinute, "storm-requests/min")
+				b.ReportMetric(delays[len(delays)/2].Seconds(), "trigger-delay-p50-s")
+				b.ReportMetric(delays[len(delays)-1].Seconds(), "trigger-delay-max-s")
+				fmt.Printf("aggregator over %d nodes: %.1f ms per pass (mean of the first %.0f), RSS %.0f MiB, %.1f API requests per minute idle; "+
+					"storm (every node written in %s): %.0f requests per minute, %.0f passes of %.1f ms (mean), %d triggers %s (p50) and %s (max) after the node's write\n",
+					size, idleMean*1000, after["maintenance_handler_aggregator_pass_duration_seconds_count"], rss, idlePerMinute,
+					storm.Round(time.Second), stormPerMinute, passes, passMean*1000, len(delays), delays[len(delays)/2].Round(10*time.Millisecond), delays[len(delays)-1].Round(10*time.Millisecond))
+			}
+		})
+	}
+}
+
+func scaleNodeName(i int) string { return fmt.Sprintf("scale-%05d", i) }
+
+// createScaleNode creates node i of the scale fleet: busy, with a pending
+// notice, in pool i%(pools), as its agent would publish it.
+func createScaleNode(ctx context.Context, i int) error {
 	start := time.Now().Add(3 * 24 * time.Hour).UTC().Format(time.RFC3339)
-	began := time.Now()
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: scaleNodeName(i),
+			Labels: map[string]string{testworld.LabelNodePool: fmt.Sprintf("scale-pool-%03d", i/100), "type": "kwok"},
+			Annotations: map[string]string{
+				testworld.KwokNodeAnnotation:           testworld.KwokNodeValue,
+				protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=95,window=2419200s,max-unavailable=5",
+				protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
+				protocol.AnnotationBusy:                protocol.BusyAccelerators,
+			}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
+	}
+	_, err := world.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	return err
+}
+
+// setIdle writes node i idle for two hours (or busy again, its trigger
+// gone), as its agent would.
+func setIdle(ctx context.Context, i int, idle bool) error {
+	patch := `{"metadata":{"annotations":{"` + protocol.AnnotationBusy + `":"` + protocol.BusyAccelerators + `","` + protocol.AnnotationIdleSince + `":null,"` +
+		protocol.AnnotationMaintenanceState + `":null},"labels":{"` + protocol.LabelPerformMaintenance + `":null}}}`
+	if idle {
+		patch = `{"metadata":{"annotations":{"` + protocol.AnnotationBusy + `":null,"` + protocol.AnnotationIdleSince + `":"` +
+			time.Now().Add(-2*time.Hour).UTC().Format(time.RFC3339) + `"}}}`
+	}
+	_, err := world.Client.CoreV1().Nodes().Patch(ctx, scaleNodeName(i), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// parallel runs f for 0..n-1 on workers goroutines and fails b on the
+// first error.
+func parallel(b *testing.B, n, workers int, f func(int) error) {
 	work := make(chan int)
 	var wg sync.WaitGroup
-	var firstErr error
-	var errMu sync.Mutex
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	var mu sync.Mutex
+	var first error
+	for range workers {
+		wg.Go(func() {
 			for i := range work {
-				n := &corev1.Node{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%05d", i),
-						Labels: map[string]string{testworld.LabelNodePool: fmt.Sprintf("scale-pool-%02d", i%pools), "type": "kwok"},
-						Annotations: map[string]string{
-							testworld.KwokNodeAnnotation:           testworld.KwokNodeValue,
-							protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=95,window=2419200s",
-							protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
-							protocol.AnnotationBusy:                protocol.BusyAccelerators,
-						}},
-					Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
-				}
-				if _, err := world.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-					errMu.Lock()
-					firstErr = err
-					errMu.Unlock()
+				if err := f(i); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
-	for i := range nodes {
+	for i := range n {
 		work <- i
 	}
 	close(work)
 	wg.Wait()
-	if firstErr != nil {
-		b.Fatal(firstErr)
+	if first != nil {
+		b.Fatal(first)
 	}
-	fmt.Printf("created %d kwok nodes in %d pools in %s\n", nodes, pools, time.Since(began).Round(time.Second))
-
-	addr := testworld.FreeAddrT(b)
-	p, err := world.StartProcess("aggregator-scale", filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", "default",
-		"--identity", "scale", "--config-map", "", "--interval", "2s", "--listen-address", addr, "--log-level", "warn")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = p.Kill() }()
-	var passes, sum float64
-	for b.Loop() {
-		err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
-			passes, sum = passStats(addr)
-			return passes >= 5, nil
-		})
-		if err != nil {
-			b.Fatalf("fewer than 5 passes: %v", err)
-		}
-	}
-	rss := rssMiB(b, p)
-	b.ReportMetric(sum/passes*1000, "ms/pass")
-	b.ReportMetric(rss, "RSS-MiB")
-	fmt.Printf("aggregator over %d nodes in %d pools: %.1f ms per decision pass (mean of %.0f), RSS %.0f MiB\n", nodes, pools, sum/passes*1000, passes, rss)
 }
 
-// passStats reads the pass histogram's count and sum from /metrics.
-func passStats(addr string) (count, sum float64) {
+// scrape reads the aggregator's /metrics into sample -> value (labels
+// included in the sample's name).
+func scrape(addr string) map[string]float64 {
+	out := map[string]float64{}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, 0
+		return out
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(body), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "maintenance_handler_aggregator_pass_duration_seconds_count":
-			count = v
-		case "maintenance_handler_aggregator_pass_duration_seconds_sum":
-			sum = v
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			v, _ := strconv.ParseFloat(line[i+1:], 64)
+			out[line[:i]] = v
 		}
 	}
-	return count, sum
+	return out
+}
+
+// requests is the aggregator's API requests in a scrape.
+func requests(m map[string]float64) float64 {
+	sum := 0.0
+	for k, v := range m {
+		if strings.HasPrefix(k, "maintenance_handler_aggregator_api_requests_total{") {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func rssMiB(b *testing.B, p *testworld.Process) float64 {

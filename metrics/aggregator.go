@@ -19,6 +19,10 @@ type Aggregator struct {
 	SliceInterruptions  *CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
+	// APIRequests counts the aggregator's requests to the API server, by
+	// method and response code (client-go's count of each request's
+	// result; a watch counts once, when it starts).
+	APIRequests *CounterVec
 	// Unreadable exports, for the leader's last pass, how many keys each
 	// node with values it cannot read has (only those nodes have series).
 	Unreadable *NodeGauge
@@ -150,7 +154,9 @@ func NewAggregator(reg Registerer) *Aggregator {
 		[]string{"slice", "interruption_type", "interruption_reason"})
 	m.Unreadable = &NodeGauge{opts: Opts{Subsystem: sub, Name: "node_unreadable_keys",
 		Help: "Keys with values the aggregator cannot read on a node (its agent is broken, compromised or of an unknown version), by node; only such nodes have a series."}}
-	reg.MustRegister(m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.APIRequests = NewCounterVec(Opts{Subsystem: sub, Name: "api_requests_total",
+		Help: "Requests to the Kubernetes API server, by method and code (a watch counts once, when it starts)."}, []string{"method", "code"})
+	reg.MustRegister(m.APIRequests, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
@@ -40,6 +41,12 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Events through a client of their own: its own rate limit (the same
+	// QPS and burst), so that they never hold back a trigger.
+	events, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return err
+	}
 	if opts.Uninstall {
 		done, err := aggregator.Uninstall(ctx, client, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
@@ -47,13 +54,15 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	}
 	reg := metrics.NewRegistry()
 	metrics.RegisterProcess(reg)
+	m := metrics.NewAggregator(reg)
+	cli.CountAPIRequests(m.APIRequests)
 	a, err := aggregator.New(aggregator.Options{
-		Client: client, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
+		Client: client, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt",
 		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel,
-		Metrics: metrics.NewAggregator(reg), Logger: logger,
+		Metrics: m, Logger: logger,
 	})
 	if err != nil {
 		return err

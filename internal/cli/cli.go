@@ -20,7 +20,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/klog/v2"
+
+	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
 // Options are a binary's flags.
@@ -132,4 +135,17 @@ func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) 
 		return srv.Shutdown(shutdownCtx)
 	})
 	return ln.Addr(), nil
+}
+
+// CountAPIRequests counts every request the process's Kubernetes clients
+// make in c (labels method and code), from client-go's count of results.
+// Once per process.
+func CountAPIRequests(c *metrics.CounterVec) {
+	clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: requestCounter{c}})
+}
+
+type requestCounter struct{ c *metrics.CounterVec }
+
+func (r requestCounter) Increment(_ context.Context, code, method, _ string) {
+	r.c.WithLabelValues(method, code).Inc()
 }
