@@ -9,8 +9,14 @@
 // agent never makes (measured in cmd/agent's benchmarks and the README).
 // The aggregator, one replica per cluster, uses the clientset.
 //
-// What it does not do: anything but those calls; retries (the callers own
-// their retry policies; client-go's rate limiter is shared by every call).
+// Recorder (events.go) writes Events for both the agent and the
+// aggregator, as client-go's recorder does (repeats counted on one Event,
+// a burst per kind then one per five minutes, retries), without the
+// strategic merge patch and OpenAPI models that recorder brings.
+//
+// What it does not do: anything but those calls; retries of a Client's
+// calls (the callers own their retry policies; client-go's rate limiter is
+// shared by every call), the Recorder's own writes apart.
 //
 // Concurrency: a Client is safe for concurrent use.
 package kube
