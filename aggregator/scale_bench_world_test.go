@@ -148,6 +148,11 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				passMean := (end["maintenance_handler_aggregator_pass_duration_seconds_sum"] - stormStart["maintenance_handler_aggregator_pass_duration_seconds_sum"]) / passes
 				idleMean := after["maintenance_handler_aggregator_pass_duration_seconds_sum"] / after["maintenance_handler_aggregator_pass_duration_seconds_count"]
 				slices.Sort(delays)
+				var results []string
+				for _, r := range []string{"ok", "conflict", "fenced", "error"} {
+					k := `maintenance_handler_aggregator_triggers_total{result="` + r + `"}`
+					results = append(results, fmt.Sprintf("%s %.0f", r, end[k]-stormStart[k]))
+				}
 				b.ReportMetric(idleMean*1000, "ms/pass")
 				b.ReportMetric(rss, "RSS-MiB")
 				b.ReportMetric(idlePerMinute, "idle-requests/min")
@@ -155,9 +160,10 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				b.ReportMetric(delays[len(delays)/2].Seconds(), "trigger-delay-p50-s")
 				b.ReportMetric(delays[len(delays)-1].Seconds(), "trigger-delay-max-s")
 				fmt.Printf("aggregator over %d nodes: %.1f ms per pass (mean of the first %.0f), RSS %.0f MiB, %.1f API requests per minute idle; "+
-					"storm (every node written in %s): %.0f requests per minute, %.0f passes of %.1f ms (mean), %d triggers %s (p50) and %s (max) after the node's write\n",
+					"storm (every node written in %s): %.0f requests per minute, %.0f passes of %.1f ms (mean), %d triggers %s (p50) and %s (max) after the node's write; trigger writes: %s\n",
 					size, idleMean*1000, after["maintenance_handler_aggregator_pass_duration_seconds_count"], rss, idlePerMinute,
-					storm.Round(time.Second), stormPerMinute, passes, passMean*1000, len(delays), delays[len(delays)/2].Round(10*time.Millisecond), delays[len(delays)-1].Round(10*time.Millisecond))
+					storm.Round(time.Second), stormPerMinute, passes, passMean*1000, len(delays), delays[len(delays)/2].Round(10*time.Millisecond), delays[len(delays)-1].Round(10*time.Millisecond),
+					strings.Join(results, ", "))
 			}
 		})
 	}
