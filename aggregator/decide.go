@@ -96,36 +96,21 @@ type PoolPlan struct {
 func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
 	// The nodes grouped by pool (pointers into the caller's slice, which
 	// is left as it is), each pool's sorted by name.
-	count := map[string]int{}
+	all := make([]*Node, len(nodes))
+	byPool := map[string][]*Node{}
 	for i := range nodes {
-		count[nodes[i].Pool]++
+		all[i] = &nodes[i]
+		byPool[nodes[i].Pool] = append(byPool[nodes[i].Pool], all[i])
 	}
-	pools := make([]string, 0, len(count))
-	for p := range count {
+	pools := make([]string, 0, len(byPool))
+	for p, members := range byPool {
 		pools = append(pools, p)
+		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
 	}
 	sort.Strings(pools)
-	at, next := map[string]int{}, 0
-	for _, p := range pools {
-		at[p] = next
-		next += count[p]
-	}
-	grouped := make([]*Node, len(nodes))
-	filled := map[string]int{}
-	for i := range nodes {
-		p := nodes[i].Pool
-		grouped[at[p]+filled[p]] = &nodes[i]
-		filled[p]++
-	}
-	byPool := make(map[string][]*Node, len(pools))
-	for _, p := range pools {
-		members := grouped[at[p] : at[p]+count[p]]
-		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-		byPool[p] = members
-	}
 	// The cluster's cap on voluntary maintenance, shared by the pools in
 	// order.
-	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(grouped)
+	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(all)
 	plans := make([]PoolPlan, 0, len(pools))
 	for _, pool := range pools {
 		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft))

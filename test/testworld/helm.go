@@ -47,26 +47,38 @@ func BuildHelm(ctx context.Context, dir string, progress io.Writer) error {
 // built.
 func Helm(tb testing.TB) string {
 	tb.Helper()
-	dir, err := HelmDir()
+	return helm.path(tb, "helm", HelmDir, "make testworld builds it", 20*time.Minute, BuildHelm)
+}
+
+var helm builtOnce
+
+// builtOnce is a binary this process builds (or finds built) once, for
+// every test that needs it.
+type builtOnce struct {
+	once sync.Once
+	err  error
+}
+
+// path is the path of the binary name in dirOf's bin folder, built with
+// build first if this machine has none (within timeout); under -short it
+// skips tb, saying how to build it, until it is built.
+func (b *builtOnce) path(tb testing.TB, name string, dirOf func() (string, error), howToBuild string, timeout time.Duration,
+	build func(ctx context.Context, dir string, progress io.Writer) error) string {
+	tb.Helper()
+	dir, err := dirOf()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if testing.Short() && !Built(dir) {
-		tb.Skip("helm is not built yet (make testworld builds it); -short builds nothing")
+		tb.Skip(name + " is not built yet (" + howToBuild + "); -short builds nothing")
 	}
-	helm.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	b.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		helm.err = BuildHelm(ctx, dir, os.Stderr)
+		b.err = build(ctx, dir, os.Stderr)
 	})
-	if helm.err != nil {
-		tb.Fatalf("helm: %v", helm.err)
+	if b.err != nil {
+		tb.Fatalf("%s: %v", name, b.err)
 	}
-	return filepath.Join(dir, "bin", "helm")
-}
-
-// helm is this process's one build (or reuse) of helm.
-var helm struct {
-	once sync.Once
-	err  error
+	return filepath.Join(dir, "bin", name)
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 )
@@ -41,26 +39,7 @@ func BuildKubectl(ctx context.Context, dir string, progress io.Writer) error {
 // until it is built.
 func Kubectl(tb testing.TB) string {
 	tb.Helper()
-	dir, err := KubectlDir()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if testing.Short() && !Built(dir) {
-		tb.Skip("kubectl is not built yet (go run ./test/cmd/testworld build-kubectl); -short builds nothing")
-	}
-	kubectl.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		kubectl.err = BuildKubectl(ctx, dir, os.Stderr)
-	})
-	if kubectl.err != nil {
-		tb.Fatalf("kubectl: %v", kubectl.err)
-	}
-	return filepath.Join(dir, "bin", "kubectl")
+	return kubectl.path(tb, "kubectl", KubectlDir, "go run ./test/cmd/testworld build-kubectl", 30*time.Minute, BuildKubectl)
 }
 
-// kubectl is this process's one build (or reuse) of kubectl.
-var kubectl struct {
-	once sync.Once
-	err  error
-}
+var kubectl builtOnce
