@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -247,7 +246,7 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 		return nil
 	}
 	protocol.WriteRepairs(n, r)
-	if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+	if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
 		return err
 	}
 	a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], protocol.Repair)

@@ -11,19 +11,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -32,14 +28,17 @@ import (
 // fieldManager names the aggregator's writes.
 const fieldManager = "maintenance-handler-aggregator"
 
-// Options configure an Aggregator. Client, Namespace and Identity are
-// required; every other zero field takes its value from Default.
+// Options configure an Aggregator. Client, Leases, Namespace and Identity
+// are required; every other zero field takes its value from Default.
 type Options struct {
-	Client kubernetes.Interface
+	// Client reads and writes Nodes and reads ConfigMaps; Leases holds the
+	// leader Lease and the claims Lease.
+	Client *kube.Client
+	Leases *lease.Client
 	// EventClient writes the Events (nil: Client). A client of its own has
 	// its own rate limit, so that a flood of Events (a new leader says why
 	// of every node with a pending notice) never delays a trigger.
-	EventClient kubernetes.Interface
+	EventClient kube.EventWriter
 	// Namespace holds the Lease and the ConfigMap.
 	Namespace string
 	// ConfigMap names the ConfigMap whose policy.yaml is the Config; empty
@@ -47,8 +46,8 @@ type Options struct {
 	ConfigMap string
 	// LeaseName names the Lease; Identity is this replica's holder name.
 	LeaseName, Identity string
-	// LeaseDuration, RenewDeadline and RetryPeriod are client-go leader
-	// election's.
+	// LeaseDuration, RenewDeadline and RetryPeriod are the leader
+	// election's (lease.Election).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// PoolLabel names a node's pool.
 	PoolLabel string
@@ -142,11 +141,11 @@ type Aggregator struct {
 	recorder *kube.Recorder
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
-	// Nodes that changed. landed holds, for this replica's claims whose
-	// write succeeded, the resourceVersion the write made. Both used by the
-	// pass goroutine only.
-	views  viewCache
-	landed map[string]string
+	// Nodes that changed. claimedHere holds the claims this replica made,
+	// each at the resourceVersion its node cache showed (see liveClaims).
+	// Both used by the pass goroutine only.
+	views       viewCache
+	claimedHere map[string]string
 	// unanswered: when this replica withdrew each node's unanswered
 	// trigger; the node cools down as after a failed maintenance.
 	unanswered map[string]time.Time
@@ -174,6 +173,9 @@ func New(opts Options) (*Aggregator, error) {
 	if opts.Client == nil {
 		missing = append(missing, "Client")
 	}
+	if opts.Leases == nil {
+		missing = append(missing, "Leases")
+	}
 	if opts.Namespace == "" {
 		missing = append(missing, "Namespace")
 	}
@@ -184,7 +186,7 @@ func New(opts Options) (*Aggregator, error) {
 		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
 	opts = opts.withDefaults()
-	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), landed: map[string]string{},
+	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claimedHere: map[string]string{},
 		unanswered: map[string]time.Time{}}, nil
 }
 
@@ -209,12 +211,11 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	if events == nil {
 		events = a.opts.Client
 	}
-	a.recorder = kube.NewRecorder(clientsetEvents{events}, corev1.EventSource{Component: protocol.EventSourceAggregator},
+	a.recorder = kube.NewRecorder(events, corev1.EventSource{Component: protocol.EventSourceAggregator},
 		kube.RecorderOptions{Logger: a.log})
 	defer a.recorder.Shutdown()
 
-	factory := informers.NewSharedInformerFactory(a.opts.Client, 0)
-	a.nodes = factory.Core().V1().Nodes().Informer()
+	a.nodes = cache.NewSharedIndexInformer(a.opts.Client.AllNodesListWatch(), &corev1.Node{}, 0, cache.Indexers{})
 	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) { a.nodeAdded(o); a.poke() },
 		UpdateFunc: func(old, cur any) {
@@ -228,7 +229,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	go a.nodes.Run(ctx.Done())
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
 	if a.opts.ConfigMap != "" {
-		a.policy = policy.NewSource(policy.ListWatch(a.opts.Client.CoreV1().RESTClient(), a.opts.Namespace, a.opts.ConfigMap),
+		a.policy = policy.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
 			a.opts.Namespace, a.opts.ConfigMap)
 		a.policy.OnChange(a.poke)
 		if err := a.policy.Start(ctx); err != nil {
@@ -249,44 +250,28 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		}
 	}
 
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: a.opts.LeaseName},
-		Client:     a.opts.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: a.opts.Identity},
-	}
-	var leading sync.WaitGroup
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   a.opts.LeaseDuration,
-		RenewDeadline:   a.opts.RenewDeadline,
-		RetryPeriod:     a.opts.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            a.opts.LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				leading.Add(1)
-				defer leading.Done()
-				a.lead(lctx)
-			},
-			OnStoppedLeading: func() {
-				a.leading.Store(false)
-				a.opts.Metrics.Leader.Set(0)
-				// A follower exports no pool series: the leader's are the
-				// only ones, so sums by pool are not stale or doubled.
-				a.opts.Metrics.Pools.Set(nil)
-				a.opts.Metrics.Unreadable.Set(nil)
-				a.log.Info("stopped leading", "identity", a.opts.Identity)
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
+	election := &lease.Election{Client: a.opts.Leases, Namespace: a.opts.Namespace, Name: a.opts.LeaseName, Identity: a.opts.Identity,
+		LeaseDuration: a.opts.LeaseDuration, RenewDeadline: a.opts.RenewDeadline, RetryPeriod: a.opts.RetryPeriod,
+		Logger: a.log, FieldManager: fieldManager}
 	for ctx.Err() == nil {
-		elector.Run(ctx) // returns when leadership is lost or ctx ends
-		leading.Wait()
+		led := false
+		election.Run(ctx, func(lctx context.Context) { led = true; a.lead(lctx) })
+		if led {
+			a.stoppedLeading()
+		}
 	}
 	return ctx.Err()
+}
+
+// stoppedLeading: once a term is over, a follower exports no pool series
+// (the leader's are the only ones, so sums by pool are not stale or
+// doubled).
+func (a *Aggregator) stoppedLeading() {
+	a.leading.Store(false)
+	a.opts.Metrics.Leader.Set(0)
+	a.opts.Metrics.Pools.Set(nil)
+	a.opts.Metrics.Unreadable.Set(nil)
+	a.log.Info("stopped leading", "identity", a.opts.Identity)
 }
 
 // lead acts until lctx ends (leadership lost): a pass on every change,
@@ -336,7 +321,7 @@ func (a *Aggregator) lead(lctx context.Context) {
 func (a *Aggregator) fence(lctx context.Context) bool {
 	for {
 		by := a.opts.Identity + " at " + a.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
-		_, err := fenceClaims(lctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), by)
+		_, err := fenceClaims(lctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), by)
 		if err == nil {
 			a.warnOnce("fence", "", nil)
 			return true
@@ -377,7 +362,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	a.applySliceAsks(ctx, views, decidedOn)
 	a.countRecreated(ctx)
 	a.countVanished()
-	cl, err := readClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
+	cl, err := readClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
 	if err != nil {
 		// Claims not counted could exceed the caps: decide nothing.
 		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger until they can be", err)
@@ -423,7 +408,7 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 		if ctx.Err() != nil {
 			return plans // leadership lost: stop acting at once
 		}
-		if _, err := writeClaims(ctx, a.opts.Client, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), cl, claimed); err != nil {
+		if _, err := writeClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), cl, claimed); err != nil {
 			result := "error"
 			if errors.Is(err, ErrFenced) {
 				result = "fenced"
@@ -436,14 +421,28 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	for _, p := range plans {
 		a.announce(p)
 	}
-	written := map[string]string{} // node -> resourceVersion before our write
 	for _, n := range toTrigger {
-		if ctx.Err() != nil {
-			break // leadership lost: stop acting at once
-		}
-		if rv, ok := a.trigger(ctx, n); ok {
+		a.claimedHere[n.Name] = n.ResourceVersion
+	}
+	// Up to inFlight at once: after a fleet-wide storm of notices a pass
+	// picks hundreds of nodes, and one at a time the last would wait for
+	// every round trip before it.
+	landed := make([]bool, len(toTrigger))
+	var g errgroup.Group
+	g.SetLimit(inFlight)
+	for i, n := range toTrigger {
+		g.Go(func() error {
+			if ctx.Err() == nil { // else leadership lost: stop acting at once
+				landed[i] = a.trigger(ctx, n)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	written := map[string]string{} // node -> resourceVersion before our write
+	for i, n := range toTrigger {
+		if landed[i] {
 			written[n.Name] = n.ResourceVersion
-			a.landed[n.Name] = rv
 		}
 	}
 	a.awaitCache(ctx, written)
@@ -451,59 +450,76 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 }
 
 // liveClaims are the claims whose write may still land (see resolve).
+//
+// A claim this replica made itself needs no read: it claimed the node at
+// the version its cache showed, and a watch's cache only moves forward, so
+// once the cache shows another version the conditional write has landed
+// (and the cache shows it) or never will. Any other claim (a previous
+// leader's, or one whose node the cache lacks) is read from the API
+// server, up to inFlight at once: after a storm a pass may hold hundreds.
 func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[string]*corev1.Node) map[string]string {
-	live := map[string]string{}
-	for name := range a.landed {
+	for name := range a.claimedHere {
 		if _, ok := cl.nodes[name]; !ok {
-			delete(a.landed, name)
+			delete(a.claimedHere, name)
 		}
 	}
+	live := map[string]string{}
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(inFlight)
 	for name, rv := range cl.nodes {
 		c := cached[name]
-		if c != nil && a.landed[name] != "" && c.ResourceVersion == a.landed[name] {
-			continue // our own claimed write landed, and the cache shows it
+		switch {
+		case c != nil && c.ResourceVersion == rv:
+			live[name] = rv // unchanged since the claim
+			continue
+		case c != nil && a.claimedHere[name] == rv:
+			continue // ours, and the cache has moved past it: resolved
 		}
-		var current *corev1.Node
-		if c == nil || c.ResourceVersion != rv {
-			n, err := a.opts.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		g.Go(func() error {
+			state := claimLive // unknown (the read failed): counted
+			n, err := a.opts.Client.GetNode(ctx, name)
 			switch {
 			case err == nil:
-				current = n
-			case !apierrors.IsNotFound(err):
-				live[name] = rv // unknown: counted
-				continue
+				state = resolve(rv, c, n)
+			case apierrors.IsNotFound(err):
+				state = resolve(rv, c, nil)
 			}
-		}
-		if resolve(rv, c, current) == claimLive {
-			live[name] = rv
-		}
+			if state == claimLive {
+				mu.Lock()
+				live[name] = rv
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
+	_ = g.Wait()
 	return live
 }
 
 // trigger writes the opportunistic trigger onto n, conditional on the Node
-// being as the pass saw it (n, a cached object: not modified), and returns
-// the resourceVersion the write made.
-func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) (string, bool) {
+// being as the pass saw it (n, a cached object: not modified), and says
+// whether it landed.
+func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
 	n := cached.DeepCopy()
 	name := n.Name
 	// The agent re-checks the trigger: made now, for this notice.
 	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
 		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
 		ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
-	out, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err := a.opts.Client.UpdateNode(ctx, n, fieldManager)
 	switch {
 	case err == nil:
 		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
 		a.log.Info("triggered opportunistic maintenance", "node", name)
-		return out.ResourceVersion, true
+		return true
 	case apierrors.IsConflict(err):
 		a.opts.Metrics.Triggers.WithLabelValues("conflict").Inc()
 	default:
 		a.opts.Metrics.Triggers.WithLabelValues("error").Inc()
 		a.log.Warn("trigger failed", "node", name, "err", err)
 	}
-	return "", false
+	return false
 }
 
 // withdrawUnanswered removes the opportunistic triggers that no agent
@@ -526,7 +542,7 @@ func (a *Aggregator) withdrawUnanswered(ctx context.Context, views []Node, nodes
 		_, _, ms := protocol.ReadTrigger(cached)
 		n := cached.DeepCopy()
 		protocol.ConsumeTrigger(n)
-		if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
 			a.log.Info("unanswered trigger not withdrawn; next pass tries again", "node", n.Name, "err", err)
 			continue
 		}
@@ -570,19 +586,6 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 	if err != nil && ctx.Err() == nil {
 		a.log.Warn("node cache did not show this pass's writes", "err", err)
 	}
-}
-
-// clientsetEvents writes the aggregator's Events (kube.EventWriter).
-type clientsetEvents struct{ c kubernetes.Interface }
-
-func (w clientsetEvents) CreateEvent(ctx context.Context, e *corev1.Event) error {
-	_, err := w.c.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
-	return err
-}
-
-func (w clientsetEvents) PatchEvent(ctx context.Context, namespace, name string, mergePatch []byte) error {
-	_, err := w.c.CoreV1().Events(namespace).Patch(ctx, name, types.MergePatchType, mergePatch, metav1.PatchOptions{})
-	return err
 }
 
 // decisiveUpdate: cur (a *corev1.Node, or anything else) is an update a

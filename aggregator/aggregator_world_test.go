@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -93,12 +95,28 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 	return startAggregatorOpts(t, aggregator.Options{Namespace: ns, ConfigMap: configMap, RecreateWindow: recreateWindow})
 }
 
+// clients are the product's clients of the test world's API server, as
+// cmd/aggregator makes them.
+func clients(t testing.TB) (*kube.Client, *lease.Client) {
+	t.Helper()
+	c, err := kube.New(world.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lease.New(world.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, l
+}
+
 // startAggregatorOpts runs an in-process aggregator with o, whose client,
 // Lease, identity, timings and metrics are the tests'.
 func startAggregatorOpts(t *testing.T, o aggregator.Options) *running {
 	t.Helper()
 	m := metrics.NewAggregator(metrics.NewRegistry())
-	o.Client, o.LeaseName, o.Identity, o.Metrics = world.Client, "aggregator", "test-"+t.Name(), m
+	o.Client, o.Leases = clients(t)
+	o.LeaseName, o.Identity, o.Metrics = "aggregator", "test-"+t.Name(), m
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
 	o.Interval, o.MinInterval = time.Second, 100*time.Millisecond
 	a, err := aggregator.New(o)
@@ -567,7 +585,8 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 	}
 	start := func(identity string) (*metrics.Aggregator, func()) {
 		m := metrics.NewAggregator(metrics.NewRegistry())
-		a, err := aggregator.New(aggregator.Options{Client: world.Client, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
+		c, l := clients(t)
+		a, err := aggregator.New(aggregator.Options{Client: c, Leases: l, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 			Interval: time.Second, MinInterval: 100 * time.Millisecond})
 		if err != nil {

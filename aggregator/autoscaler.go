@@ -9,8 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 )
@@ -38,11 +36,11 @@ type autoscalerSource struct {
 // been read. Without permission to read it, it returns nil and why: no
 // pool is then known to be autoscaled (say so, and carry on).
 func (a *Aggregator) startAutoscalerSource(ctx context.Context, namespace, name string) (*autoscalerSource, error) {
-	_, err := a.opts.Client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	_, err := a.opts.Client.GetConfigMap(ctx, namespace, name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	lw := cache.NewListWatchFromClient(a.opts.Client.CoreV1().RESTClient(), "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))
+	lw := a.opts.Client.ConfigMapListWatch(namespace, name)
 	s := &autoscalerSource{namespace: namespace, name: name, informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() },

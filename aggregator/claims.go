@@ -11,7 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 )
 
 // Fencing. A trigger is decided from the Nodes, then written; between the
@@ -64,8 +65,8 @@ type claims struct {
 	nodes   map[string]string
 }
 
-func readClaims(ctx context.Context, c kubernetes.Interface, namespace, name string) (claims, error) {
-	l, err := c.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+func readClaims(ctx context.Context, c *lease.Client, namespace, name string) (claims, error) {
+	l, err := c.Get(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
 		return claims{nodes: map[string]string{}}, nil
 	}
@@ -85,7 +86,7 @@ func readClaims(ctx context.Context, c kubernetes.Interface, namespace, name str
 
 // writeClaims replaces the claims with nodes, conditional on the Lease
 // being at prev.version. It returns ErrFenced when it is not.
-func writeClaims(ctx context.Context, c kubernetes.Interface, namespace, name string, prev claims, nodes map[string]string) (claims, error) {
+func writeClaims(ctx context.Context, c *lease.Client, namespace, name string, prev claims, nodes map[string]string) (claims, error) {
 	return putClaims(ctx, c, namespace, name, prev, nodes, "")
 }
 
@@ -93,7 +94,7 @@ func writeClaims(ctx context.Context, c kubernetes.Interface, namespace, name st
 // fencedBy, so that its version changes: every claim conditional on an
 // earlier read fails from then on. It returns the claims as written, or
 // ErrFenced when another replica wrote between the read and the write.
-func fenceClaims(ctx context.Context, c kubernetes.Interface, namespace, name, fencedBy string) (claims, error) {
+func fenceClaims(ctx context.Context, c *lease.Client, namespace, name, fencedBy string) (claims, error) {
 	cl, err := readClaims(ctx, c, namespace, name)
 	if err != nil {
 		if cl.nodes == nil {
@@ -108,7 +109,7 @@ func fenceClaims(ctx context.Context, c kubernetes.Interface, namespace, name, f
 
 // putClaims writes nodes (and fencedBy when set) conditional on
 // prev.version.
-func putClaims(ctx context.Context, c kubernetes.Interface, namespace, name string, prev claims, nodes map[string]string, fencedBy string) (claims, error) {
+func putClaims(ctx context.Context, c *lease.Client, namespace, name string, prev claims, nodes map[string]string, fencedBy string) (claims, error) {
 	raw, _ := json.Marshal(nodes)
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, ResourceVersion: prev.version,
 		Annotations: map[string]string{annotationClaims: string(raw)}}}
@@ -117,9 +118,9 @@ func putClaims(ctx context.Context, c kubernetes.Interface, namespace, name stri
 	}
 	var err error
 	if prev.version == "" {
-		l, err = c.CoordinationV1().Leases(namespace).Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
+		l, err = c.Create(ctx, l, fieldManager)
 	} else {
-		l, err = c.CoordinationV1().Leases(namespace).Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
+		l, err = c.Update(ctx, l, fieldManager)
 	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return prev, ErrFenced

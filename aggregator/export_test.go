@@ -3,17 +3,17 @@ package aggregator
 import (
 	"context"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 )
 
 // ReadClaims and WriteClaims let a test play a replica that claims: a
 // deposed leader, whose claims the live one must count or fence.
-func ReadClaims(ctx context.Context, c kubernetes.Interface, namespace, name string) (version string, nodes map[string]string, err error) {
+func ReadClaims(ctx context.Context, c *lease.Client, namespace, name string) (version string, nodes map[string]string, err error) {
 	cl, err := readClaims(ctx, c, namespace, name)
 	return cl.version, cl.nodes, err
 }
 
-func WriteClaims(ctx context.Context, c kubernetes.Interface, namespace, name, version string, nodes map[string]string) (string, error) {
+func WriteClaims(ctx context.Context, c *lease.Client, namespace, name, version string, nodes map[string]string) (string, error) {
 	cl, err := writeClaims(ctx, c, namespace, name, claims{version: version}, nodes)
 	return cl.version, err
 }

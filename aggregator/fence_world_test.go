@@ -24,6 +24,7 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	testworld.Need(t)
 	ns := world.Namespace(t)
 	ctx := testworld.Ctx(t, 2*time.Minute)
+	_, leases := clients(t)
 	names := idlePool(t, "fenced", "fence", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
 	claimsLease := aggregator.ClaimsLeaseName("aggregator")
 
@@ -32,11 +33,11 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	versionA, _, err := aggregator.ReadClaims(ctx, world.Client, ns, claimsLease)
+	versionA, _, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	versionA, err = aggregator.WriteClaims(ctx, world.Client, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion})
+	versionA, err = aggregator.WriteClaims(ctx, leases, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion})
 	if err != nil {
 		t.Fatalf("A's claim: %v", err)
 	}
@@ -64,7 +65,7 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	// B resolves the claim (the Node now shows the maintenance) and drops
 	// it: the claims change, and A's next claim is fenced.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		v, nodes, err := aggregator.ReadClaims(ctx, world.Client, ns, claimsLease)
+		v, nodes, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
 		return err == nil && v != versionA && len(nodes) == 0, nil
 	})
 	if err != nil {
@@ -74,7 +75,7 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = aggregator.WriteClaims(ctx, world.Client, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion, "fence-01": seen01.ResourceVersion})
+	_, err = aggregator.WriteClaims(ctx, leases, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion, "fence-01": seen01.ResourceVersion})
 	if !errors.Is(err, aggregator.ErrFenced) {
 		t.Errorf("A's claim after B's: %v, want ErrFenced", err)
 	}
@@ -112,6 +113,7 @@ func TestNewLeaderFencesBeforeItsFirstPass(t *testing.T) {
 	testworld.Need(t)
 	ns := world.Namespace(t)
 	ctx := testworld.Ctx(t, 2*time.Minute)
+	_, leases := clients(t)
 	names := idlePool(t, "fenced2", "fence2", 4, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
 	claimsLease := aggregator.ClaimsLeaseName("aggregator")
 
@@ -120,7 +122,7 @@ func TestNewLeaderFencesBeforeItsFirstPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	versionA, _, err := aggregator.ReadClaims(ctx, world.Client, ns, claimsLease)
+	versionA, _, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestNewLeaderFencesBeforeItsFirstPass(t *testing.T) {
 	}
 
 	// A wakes: its claim, conditional on the claims it read, fails.
-	if _, err := aggregator.WriteClaims(ctx, world.Client, ns, claimsLease, versionA, map[string]string{"fence2-00": seenByA.ResourceVersion}); !errors.Is(err, aggregator.ErrFenced) {
+	if _, err := aggregator.WriteClaims(ctx, leases, ns, claimsLease, versionA, map[string]string{"fence2-00": seenByA.ResourceVersion}); !errors.Is(err, aggregator.ErrFenced) {
 		t.Fatalf("A's late claim: %v, want ErrFenced (B fenced when it took over)", err)
 	}
 }

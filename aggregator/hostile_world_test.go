@@ -166,7 +166,8 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 
 	// The plugin: the two unreadable nodes said to be so, with their keys;
 	// the others read.
-	in, err := plugin.Read(testworld.Ctx(t, 30*time.Second), world.Client, time.Now(), plugin.ReadOptions{Pool: "hostile-pool", PoolLabel: protocol.LabelNodePool}, nil)
+	c, _ := clients(t)
+	in, err := plugin.Read(testworld.Ctx(t, 30*time.Second), c, time.Now(), plugin.ReadOptions{Pool: "hostile-pool", PoolLabel: protocol.LabelNodePool}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

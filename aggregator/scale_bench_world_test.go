@@ -102,7 +102,11 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				}
 				var mu sync.Mutex
 				wrote := map[string]time.Time{}
-				var delays []time.Duration
+				// delays: from the node's write to the trigger seen here;
+				// decided: to when the aggregator wrote it (its triggered-at,
+				// to the second), which tells the aggregator's share of a
+				// delay from this watch's.
+				var delays, decided []time.Duration
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
@@ -115,6 +119,10 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 						if at, ok := wrote[n.Name]; ok {
 							delays = append(delays, time.Since(at))
 							delete(wrote, n.Name)
+							_, _, ms := protocol.ReadTrigger(n)
+							if t, err := time.Parse(time.RFC3339, ms.TriggeredAt); err == nil {
+								decided = append(decided, t.Sub(at.Truncate(time.Second)))
+							}
 						}
 						mu.Unlock()
 					}
@@ -148,6 +156,10 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				passMean := (end["maintenance_handler_aggregator_pass_duration_seconds_sum"] - stormStart["maintenance_handler_aggregator_pass_duration_seconds_sum"]) / passes
 				idleMean := after["maintenance_handler_aggregator_pass_duration_seconds_sum"] / after["maintenance_handler_aggregator_pass_duration_seconds_count"]
 				slices.Sort(delays)
+				slices.Sort(decided)
+				if len(decided) == 0 {
+					b.Fatal("no trigger says when it was written")
+				}
 				var results []string
 				for _, r := range []string{"ok", "conflict", "fenced", "error"} {
 					k := `maintenance_handler_aggregator_triggers_total{result="` + r + `"}`
@@ -159,6 +171,9 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				b.ReportMetric(stormPerMinute, "storm-requests/min")
 				b.ReportMetric(delays[len(delays)/2].Seconds(), "trigger-delay-p50-s")
 				b.ReportMetric(delays[len(delays)-1].Seconds(), "trigger-delay-max-s")
+				fmt.Printf("aggregator over %d nodes, idle: API requests per minute by method and code: %s\n", size, requestsBy(before, after, idleFor))
+				fmt.Printf("aggregator over %d nodes, storm: triggers written %s (p50) and %s (max) after the node's write, to the second (the rest of each delay is the watch that saw it)\n",
+					size, decided[len(decided)/2], decided[len(decided)-1])
 				fmt.Printf("aggregator over %d nodes: %.1f ms per pass (mean of the first %.0f), RSS %.0f MiB, %.1f API requests per minute idle; "+
 					"storm (every node written in %s): %.0f requests per minute, %.0f passes of %.1f ms (mean), %d triggers %s (p50) and %s (max) after the node's write; trigger writes: %s\n",
 					size, idleMean*1000, after["maintenance_handler_aggregator_pass_duration_seconds_count"], rss, idlePerMinute,
@@ -248,6 +263,40 @@ func scrape(addr string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// requestsBy is the aggregator's API requests per minute between two
+// scrapes over d, by method and code, most first ("GET 200 30, ...").
+func requestsBy(before, after map[string]float64, d time.Duration) string {
+	type count struct {
+		key string
+		n   float64
+	}
+	var counts []count
+	for k, v := range after {
+		if labels, ok := strings.CutPrefix(k, "maintenance_handler_aggregator_api_requests_total{"); ok {
+			if n := (v - before[k]) * float64(time.Minute) / float64(d); n > 0 {
+				code, method := labelValue(labels, "code"), labelValue(labels, "method")
+				counts = append(counts, count{method + " " + code, n})
+			}
+		}
+	}
+	slices.SortFunc(counts, func(a, b count) int { return cmp.Compare(b.n, a.n) })
+	var out []string
+	for _, c := range counts {
+		out = append(out, fmt.Sprintf("%s %.0f", c.key, c.n))
+	}
+	return strings.Join(out, ", ")
+}
+
+// labelValue is the value of name in a series' labels (`a="x",b="y"}`).
+func labelValue(labels, name string) string {
+	_, rest, ok := strings.Cut(labels, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
 }
 
 // requests is the aggregator's API requests in a scrape.

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -82,12 +81,14 @@ func sameAsk(a, b *protocol.SliceAsk) bool {
 	return a.Slice == b.Slice && a.Cause == b.Cause && a.Reason == b.Reason && a.Started.Equal(b.Started) && a.Deadline.Equal(b.Deadline)
 }
 
-// askWriters bounds the slice asks written at once: a 64-host slice is
-// asked in a few round trips, within the API client's rate.
-const askWriters = 16
+// inFlight bounds the API requests a pass makes at once (triggers, slice
+// asks, reads of claims): a 64-host slice is asked, and a storm's hundreds
+// of triggers written, in a few round trips each, within the API client's
+// rate.
+const inFlight = 16
 
 // applySliceAsks writes every ask that differs from what its host carries,
-// up to askWriters at once, conditional on the host being as the pass saw it
+// up to inFlight at once, conditional on the host being as the pass saw it
 // (a conflict is retried by the next pass), and counts a slice
 // interruption when a slice is newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
@@ -110,7 +111,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 	sort.Strings(names)
 	written := make([]bool, len(names))
 	var g errgroup.Group
-	g.SetLimit(askWriters)
+	g.SetLimit(inFlight)
 	for i, name := range names {
 		g.Go(func() error {
 			if ctx.Err() != nil {
@@ -118,7 +119,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 			}
 			n := decidedOn[name].DeepCopy()
 			protocol.WriteSliceAsk(n, want[name])
-			if _, err := a.opts.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
 				if !apierrors.IsConflict(err) {
 					a.log.Warn("slice ask not written", "node", name, "err", err)
 				}

@@ -12,10 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -37,12 +38,12 @@ type Uninstalled struct {
 // each Node it leaves, and deletes the aggregator's Leases (leaseName and
 // its claims Lease). Each write is retried on conflict; ctx bounds the
 // whole.
-func Uninstall(ctx context.Context, client kubernetes.Interface, clk clock.Clock, namespace, leaseName string, log *slog.Logger) (Uninstalled, error) {
+func Uninstall(ctx context.Context, client *kube.Client, leases *lease.Client, clk clock.Clock, namespace, leaseName string, log *slog.Logger) (Uninstalled, error) {
 	var done Uninstalled
 	if err := waitNoAgents(ctx, client, namespace, log); err != nil {
 		return done, err
 	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := client.ListNodes(ctx, metav1.ListOptions{})
 	if err != nil {
 		return done, fmt.Errorf("list nodes: %w", err)
 	}
@@ -65,7 +66,7 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, clk clock.Clock
 		}
 	}
 	for _, name := range []string{leaseName, ClaimsLeaseName(leaseName)} {
-		err := client.CoordinationV1().Leases(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		err := leases.Delete(ctx, namespace, name)
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("lease %s: %w", name, err))
 		}
@@ -74,10 +75,9 @@ func Uninstall(ctx context.Context, client kubernetes.Interface, clk clock.Clock
 }
 
 // waitNoAgents returns once no agent pod is left in namespace.
-func waitNoAgents(ctx context.Context, client kubernetes.Interface, namespace string, log *slog.Logger) error {
-	pods := client.CoreV1().Pods(namespace)
+func waitNoAgents(ctx context.Context, client *kube.Client, namespace string, log *slog.Logger) error {
 	for {
-		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: AgentSelector})
+		list, err := client.ListPods(ctx, namespace, metav1.ListOptions{LabelSelector: AgentSelector})
 		if err != nil {
 			return fmt.Errorf("list the agents' pods: %w", err)
 		}
@@ -85,7 +85,7 @@ func waitNoAgents(ctx context.Context, client kubernetes.Interface, namespace st
 			return nil
 		}
 		log.Info("waiting for the agents' pods to be gone", "left", len(list.Items))
-		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: AgentSelector, ResourceVersion: list.ResourceVersion})
+		w, err := client.WatchPods(ctx, namespace, metav1.ListOptions{LabelSelector: AgentSelector, ResourceVersion: list.ResourceVersion})
 		if err != nil {
 			return fmt.Errorf("watch the agents' pods: %w", err)
 		}
@@ -107,11 +107,10 @@ func waitNoAgents(ctx context.Context, client kubernetes.Interface, namespace st
 
 // forgetNode removes the product's keys from the Node name, and its node
 // lifecycle conditions, unless a maintenance is under way on it.
-func forgetNode(ctx context.Context, client kubernetes.Interface, name string) (cleaned, underWay bool, err error) {
-	nodes := client.CoreV1().Nodes()
+func forgetNode(ctx context.Context, client *kube.Client, name string) (cleaned, underWay bool, err error) {
 	var conditions []corev1.NodeConditionType
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		n, err := client.GetNode(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -124,7 +123,7 @@ func forgetNode(ctx context.Context, client kubernetes.Interface, name string) (
 			return nil
 		}
 		cleaned = true
-		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+		_, err = client.UpdateNode(ctx, n, "")
 		return err
 	})
 	if apierrors.IsNotFound(err) {
@@ -139,14 +138,14 @@ func forgetNode(ctx context.Context, client kubernetes.Interface, name string) (
 		drop = append(drop, map[string]string{"type": string(c), "$patch": "delete"})
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": drop}})
-	if _, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := client.PatchNode(ctx, name, types.StrategicMergePatchType, patch, "", "status"); err != nil && !apierrors.IsNotFound(err) {
 		return cleaned, false, fmt.Errorf("remove conditions %v: %w", conditions, err)
 	}
 	return true, false, nil
 }
 
 // nodeWarning records a Warning Event on n, from the aggregator.
-func nodeWarning(ctx context.Context, client kubernetes.Interface, clk clock.Clock, n *corev1.Node, reason, msg string) error {
+func nodeWarning(ctx context.Context, client *kube.Client, clk clock.Clock, n *corev1.Node, reason, msg string) error {
 	now := metav1.NewTime(clk.Now())
 	e := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: n.Name + ".", Namespace: metav1.NamespaceDefault},
@@ -155,6 +154,5 @@ func nodeWarning(ctx context.Context, client kubernetes.Interface, clk clock.Clo
 		Source:         corev1.EventSource{Component: protocol.EventSourceAggregator},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	_, err := client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, e, metav1.CreateOptions{})
-	return err
+	return client.CreateEvent(ctx, e)
 }

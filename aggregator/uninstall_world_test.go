@@ -88,7 +88,8 @@ func TestUninstallLeavesOnlyMaintenanceUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	done, err := aggregator.Uninstall(ctx, world.Client, clock.RealClock{}, ns, "lease", slog.New(slog.DiscardHandler))
+	c, l := clients(t)
+	done, err := aggregator.Uninstall(ctx, c, l, clock.RealClock{}, ns, "lease", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

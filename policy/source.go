@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -21,16 +20,10 @@ type Source struct {
 }
 
 // NewSource returns a Source for the ConfigMap namespace/name, fed by lw,
-// which lists and watches that ConfigMap alone (ListWatch). Call OnChange
-// before Start.
+// which lists and watches that ConfigMap alone (internal/kube's
+// ConfigMapListWatch). Call OnChange before Start.
 func NewSource(lw cache.ListerWatcher, namespace, name string) *Source {
 	return &Source{namespace: namespace, name: name, informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
-}
-
-// ListWatch lists and watches the one ConfigMap namespace/name through c,
-// a core/v1 REST client.
-func ListWatch(c cache.Getter, namespace, name string) cache.ListerWatcher {
-	return cache.NewListWatchFromClient(c, "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))
 }
 
 // OnChange calls f after every change of the ConfigMap; f must not block.

@@ -99,7 +99,7 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 					t.Errorf("kubectl-maintenance --version: %q %v", b, err)
 				}
 			}
-			checkSBOM(t, out, "kubectl-maintenance", goos, goarch, "k8s.io/cli-runtime")
+			checkSBOM(t, out, "kubectl-maintenance", goos, goarch, "github.com/spf13/cobra")
 		}
 	})
 

@@ -10,13 +10,13 @@ import (
 	"net/http"
 
 	"golang.org/x/sync/errgroup"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
@@ -33,22 +33,24 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Protobuf: the aggregator watches every Node of the cluster, and
-	// writes the asks of a 64-host slice at once.
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	client, err := kubernetes.NewForConfig(cfg)
+	// Protobuf (kube.New, lease.New): the aggregator watches every Node of
+	// the cluster, and writes the asks of a 64-host slice at once.
+	client, err := kube.New(cfg)
+	if err != nil {
+		return err
+	}
+	leases, err := lease.New(cfg)
 	if err != nil {
 		return err
 	}
 	// Events through a client of their own: its own rate limit (the same
 	// QPS and burst), so that they never hold back a trigger.
-	events, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	events, err := kube.New(rest.CopyConfig(cfg))
 	if err != nil {
 		return err
 	}
 	if opts.Uninstall {
-		done, err := aggregator.Uninstall(ctx, client, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
+		done, err := aggregator.Uninstall(ctx, client, leases, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
@@ -57,7 +59,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	m := metrics.NewAggregator(reg)
 	cli.CountAPIRequests(m.APIRequests)
 	a, err := aggregator.New(aggregator.Options{
-		Client: client, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
+		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt",

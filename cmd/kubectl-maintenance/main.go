@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
 // Exit codes.
@@ -44,7 +43,7 @@ var errUsage = errors.New("usage")
 // app is one invocation: where it reads the cluster, and its clock and
 // output (tests set them).
 type app struct {
-	flags  *genericclioptions.ConfigFlags
+	flags  *kubeFlags
 	now    func() time.Time
 	loc    *time.Location
 	out    io.Writer
@@ -55,7 +54,7 @@ type app struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	a := &app{flags: genericclioptions.NewConfigFlags(true), now: time.Now, loc: time.Local, out: os.Stdout, errOut: os.Stderr, in: os.Stdin}
+	a := &app{flags: newKubeFlags(), now: time.Now, loc: time.Local, out: os.Stdout, errOut: os.Stderr, in: os.Stdin}
 	os.Exit(a.run(ctx, os.Args[1:]))
 }
 
@@ -90,7 +89,7 @@ func (a *app) command() *cobra.Command {
 	}
 	root.SetVersionTemplate("maintenance-handler kubectl-maintenance {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
-	a.flags.AddFlags(root.PersistentFlags())
+	a.flags.addFlags(root.PersistentFlags())
 	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand())
 	return root
 }

@@ -17,7 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
@@ -41,7 +42,7 @@ var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 func kubectl(t *testing.T, live bool, stdin string, args ...string) (int, string) {
 	t.Helper()
 	var out bytes.Buffer
-	flags := genericclioptions.NewConfigFlags(true)
+	flags := newKubeFlags()
 	a := &app{flags: flags, now: func() time.Time { return t0 }, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader(stdin)}
 	if live {
 		a.now = time.Now
@@ -368,6 +369,37 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// TestKubectlFlagsChooseTheCluster: kubectl's flags say where to connect,
+// as with any kubectl command: a kubeconfig whose current context is a
+// cluster that is not there fails, and --context picks the test world's.
+func TestKubectlFlagsChooseTheCluster(t *testing.T) {
+	testworld.Need(t)
+	world.NodeT(t, testworld.NodeSpec{Name: "flags-0", Pool: "flagged"})
+	kc, err := clientcmd.LoadFromFile(world.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := kc.CurrentContext
+	kc.Clusters["gone"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	kc.Contexts["gone"] = &clientcmdapi.Context{Cluster: "gone", AuthInfo: kc.Contexts[good].AuthInfo}
+	kc.CurrentContext = "gone"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		a := &app{flags: newKubeFlags(), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
+		return a.run(testworld.Ctx(t, time.Minute), append(args, "status", "--pool", "flagged")), out.String()
+	}
+	if code, out := run("--kubeconfig", path, "--request-timeout", "5s"); code != exitError {
+		t.Errorf("the current context's cluster is not there: exit %d, %q; want 1", code, out)
+	}
+	if code, out := run("--kubeconfig", path, "--context", good); code != exitOK || !strings.Contains(out, "flags-0") {
+		t.Errorf("--context %s: exit %d, %q; want 0 and the node", good, code, out)
+	}
+}
+
 // TestStatusWatchRedrawsOnChange: status --watch prints the table again
 // when a node changes, and ends with exit 0 when interrupted.
 func TestStatusWatchRedrawsOnChange(t *testing.T) {
@@ -375,7 +407,7 @@ func TestStatusWatchRedrawsOnChange(t *testing.T) {
 	world.NodeT(t, testworld.NodeSpec{Name: "watch-0", Pool: "watched"})
 	publish(t, "watch-0", func(n *corev1.Node) { n.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators })
 	var out syncBuffer
-	a := &app{flags: genericclioptions.NewConfigFlags(true), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
+	a := &app{flags: newKubeFlags(), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -423,7 +455,7 @@ func TestNoPermissionIsSaid(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	a := &app{flags: genericclioptions.NewConfigFlags(true), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
+	a := &app{flags: newKubeFlags(), now: time.Now, loc: time.UTC, out: &out, errOut: &out, in: strings.NewReader("")}
 	if code := a.run(testworld.Ctx(t, time.Minute), []string{"--kubeconfig", kubeconfig, "status"}); code != exitError || !strings.Contains(out.String(), "no permission to list Nodes") {
 		t.Errorf("exit %d, %q; want 1 saying there is no permission", code, out.String())
 	}

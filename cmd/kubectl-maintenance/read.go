@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -32,16 +32,16 @@ func (o *readOptions) addFlags(cmd *cobra.Command, output bool) {
 	}
 }
 
-func (a *app) client() (kubernetes.Interface, error) {
-	cfg, err := a.flags.ToRESTConfig()
+func (a *app) client() (*kube.Client, error) {
+	cfg, err := a.flags.config()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return kubernetes.NewForConfig(cfg)
+	return kube.New(cfg)
 }
 
 // load connects and reads what the command shows.
-func (a *app) load(ctx context.Context, o readOptions, names []string) (kubernetes.Interface, plugin.Input, error) {
+func (a *app) load(ctx context.Context, o readOptions, names []string) (*kube.Client, plugin.Input, error) {
 	c, err := a.client()
 	if err != nil {
 		return nil, plugin.Input{}, err
@@ -123,9 +123,9 @@ func (a *app) printStatus(in plugin.Input, output string) error {
 
 // watchStatus prints the status again after every change of the Nodes,
 // at most once a second, until ctx ends.
-func (a *app) watchStatus(ctx context.Context, c kubernetes.Interface, o readOptions, names []string) error {
+func (a *app) watchStatus(ctx context.Context, c *kube.Client, o readOptions, names []string) error {
 	for ctx.Err() == nil {
-		w, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+		w, err := c.WatchNodes(ctx, metav1.ListOptions{})
 		if err != nil {
 			return plugin.Explain(err, "watch Nodes")
 		}

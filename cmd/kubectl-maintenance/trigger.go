@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -70,7 +70,7 @@ func (a *app) triggerCommand() *cobra.Command {
 				}
 			}
 			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, protocol.LabelPerformMaintenance, protocol.TriggerValue)
-			if _, err := c.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kubectl-maintenance"}); err != nil {
+			if _, err := c.PatchNode(ctx, node.Name, types.MergePatchType, []byte(patch), "kubectl-maintenance", ""); err != nil {
 				return plugin.Explain(err, "label the node")
 			}
 			fmt.Fprintf(a.out, "Labelled %s %s=%s; following it (Ctrl-C stops following, not the maintenance):\n", node.Name, protocol.LabelPerformMaintenance, protocol.TriggerValue)
@@ -85,12 +85,12 @@ func (a *app) triggerCommand() *cobra.Command {
 }
 
 // showPlan prints what the drain of node will stop, in order.
-func (a *app) showPlan(ctx context.Context, c kubernetes.Interface, node string) error {
-	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+func (a *app) showPlan(ctx context.Context, c *kube.Client, node string) error {
+	pods, err := c.ListPods(ctx, "", metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return plugin.Explain(err, "list the pods of "+node)
 	}
-	pdbs, err := c.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	pdbs, err := c.ListBudgets(ctx, "")
 	if err != nil {
 		return plugin.Explain(err, "list PodDisruptionBudgets")
 	}
@@ -119,12 +119,12 @@ func (a *app) showPlan(ctx context.Context, c kubernetes.Interface, node string)
 // notice ONGOING after the drain, or the VM stopped and came back), or the
 // label is answered with a refusal. A node that is terminating is drained
 // and only waits: Compute Engine may still not begin (not_started).
-func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, timeout time.Duration) error {
+func (a *app) follow(ctx context.Context, c *kube.Client, node string, timeout time.Duration) error {
 	seen := map[types.UID]bool{}
 	var outcome error
 	var drained, before *corev1.Node
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + protocol.EventSourceAgent})
+		events, err := c.ListEvents(ctx, "", metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + protocol.EventSourceAgent})
 		if err == nil {
 			for _, e := range events.Items {
 				if !seen[e.UID] && e.LastTimestamp.Time.After(a.now().Add(-time.Minute)) {
@@ -136,7 +136,7 @@ func (a *app) follow(ctx context.Context, c kubernetes.Interface, node string, t
 				}
 			}
 		}
-		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := c.GetNode(ctx, node)
 		if err != nil || outcome != nil {
 			return outcome != nil, nil
 		}

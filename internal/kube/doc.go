@@ -1,13 +1,16 @@
-// Package kube is the agent's client of the Kubernetes API: the few calls
-// it makes (its own Node, the pods bound to it, evictions and deletions of
-// those pods, Events, one ConfigMap), over client-go's REST client and
-// watch machinery with a scheme of the core and policy groups alone.
+// Package kube is the project's client of the Kubernetes API: the few
+// calls its binaries make (Nodes, the pods bound to a node, evictions and
+// deletions of those pods, Events, ConfigMaps, PodDisruptionBudgets), over
+// client-go's REST client and watch machinery with a scheme of the core and
+// policy groups alone. The agent, the aggregator and the kubectl plugin
+// all use it; the aggregator's Leases go through internal/lease.
 //
 // Why not client-go's typed clientset: importing it registers every API
 // group's types at start-up, which adds megabytes to the binary that every
 // accelerator node pulls and to the agent's resident memory, for calls the
 // agent never makes (measured in cmd/agent's benchmarks and the README).
-// The aggregator, one replica per cluster, uses the clientset.
+// With it the aggregator was 29 MB and the plugin 47 MB; without, 16 and
+// 18 MB.
 //
 // Recorder (events.go) writes Events for both the agent and the
 // aggregator, as client-go's recorder does (repeats counted on one Event,

@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
@@ -39,20 +41,9 @@ type Client struct {
 
 // New returns a Client for cfg (its QPS and Burst bound every call).
 func New(cfg *rest.Config) (*Client, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.NegotiatedSerializer = codecs.WithoutConversion()
 	// Protobuf, as the kubelet speaks: a host of a 64-host slice decodes
 	// every write to each of the 64 Nodes it watches.
-	c.ContentType = runtime.ContentTypeProtobuf
-	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	if c.RateLimiter == nil && c.QPS > 0 {
-		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, c.Burst)
-	}
+	c := GroupConfig(cfg, corev1.SchemeGroupVersion, "/api", codecs.WithoutConversion())
 	core, err := rest.RESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -65,6 +56,24 @@ func New(cfg *rest.Config) (*Client, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return &Client{core: core, policy: policy}, nil
+}
+
+// GroupConfig is a copy of cfg for the REST client of one group version
+// (at apiPath, "/api" or "/apis"), whose types s knows: it speaks
+// protobuf, JSON where the server cannot, and its calls are bound by cfg's
+// rate limiter or else by one of cfg's QPS and Burst.
+func GroupConfig(cfg *rest.Config, gv schema.GroupVersion, apiPath string, s runtime.NegotiatedSerializer) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion, c.APIPath, c.NegotiatedSerializer = &gv, apiPath, s
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	if c.RateLimiter == nil && c.QPS > 0 {
+		c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(c.QPS, c.Burst)
+	}
+	return c
 }
 
 // GetNode reads a Node.
@@ -81,6 +90,34 @@ func (c *Client) UpdateNode(ctx context.Context, n *corev1.Node, fieldManager st
 		VersionedParams(&metav1.UpdateOptions{FieldManager: fieldManager}, metav1.ParameterCodec).
 		Body(n).Do(ctx).Into(out)
 	return out, err
+}
+
+// ListNodes lists the Nodes that opts select.
+func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	out := &corev1.NodeList{}
+	return out, c.core.Get().Resource("nodes").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+}
+
+// WatchNodes watches the Nodes that opts select.
+func (c *Client) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.core.Get().Resource("nodes").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+}
+
+// PatchNode patches a Node, or its subresource ("status") when given, as
+// fieldManager (empty: the default).
+func (c *Client) PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, fieldManager, subresource string) (*corev1.Node, error) {
+	out := &corev1.Node{}
+	req := c.core.Patch(pt).Resource("nodes").Name(name).VersionedParams(&metav1.PatchOptions{FieldManager: fieldManager}, metav1.ParameterCodec)
+	if subresource != "" {
+		req = req.SubResource(subresource)
+	}
+	return out, req.Body(data).Do(ctx).Into(out)
+}
+
+// AllNodesListWatch lists and watches every Node.
+func (c *Client) AllNodesListWatch() cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.core, "nodes", metav1.NamespaceAll, fields.Everything())
 }
 
 // NodeListWatch lists and watches the one Node named name.
@@ -126,6 +163,39 @@ func (c *Client) PatchPod(ctx context.Context, namespace, name string, pt types.
 // ConfigMapListWatch lists and watches the one ConfigMap namespace/name.
 func (c *Client) ConfigMapListWatch(namespace, name string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.core, "configmaps", namespace, fields.OneTermEqualSelector("metadata.name", name))
+}
+
+// GetConfigMap reads a ConfigMap.
+func (c *Client) GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	out := &corev1.ConfigMap{}
+	return out, c.core.Get().Namespace(namespace).Resource("configmaps").Name(name).Do(ctx).Into(out)
+}
+
+// ListPods lists the pods of namespace (empty: every namespace) that opts
+// select.
+func (c *Client) ListPods(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.PodList, error) {
+	out := &corev1.PodList{}
+	return out, c.core.Get().Namespace(namespace).Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+}
+
+// WatchPods watches the pods of namespace that opts select.
+func (c *Client) WatchPods(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.core.Get().Namespace(namespace).Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+}
+
+// ListEvents lists the Events of namespace (empty: every namespace) that
+// opts select.
+func (c *Client) ListEvents(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.EventList, error) {
+	out := &corev1.EventList{}
+	return out, c.core.Get().Namespace(namespace).Resource("events").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+}
+
+// ListBudgets lists the PodDisruptionBudgets of namespace (empty: every
+// namespace).
+func (c *Client) ListBudgets(ctx context.Context, namespace string) (*policyv1.PodDisruptionBudgetList, error) {
+	out := &policyv1.PodDisruptionBudgetList{}
+	return out, c.policy.Get().Namespace(namespace).Resource("poddisruptionbudgets").Do(ctx).Into(out)
 }
 
 // Evict asks the Eviction API to evict a pod (PodDisruptionBudgets hold).

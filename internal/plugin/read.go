@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -30,9 +30,9 @@ type ReadOptions struct {
 // Read reads what the plugin shows, at now: every node (pools are whole),
 // the names asked for (all when none), the project's Events, the pods of
 // the nodes in maintenance, and the policy.
-func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOptions, names []string) (Input, error) {
+func Read(ctx context.Context, c *kube.Client, now time.Time, o ReadOptions, names []string) (Input, error) {
 	in := Input{Now: now, PoolLabel: o.PoolLabel, SliceLabel: o.SliceLabel}
-	list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	list, err := c.ListNodes(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, Explain(err, "list Nodes")
 	}
@@ -60,7 +60,7 @@ func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOpti
 		if o.Pool != "" {
 			sel = strings.Trim(sel+","+o.PoolLabel+"="+o.Pool, ",")
 		}
-		matching, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})
+		matching, err := c.ListNodes(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return in, Explain(err, "list Nodes")
 		}
@@ -79,7 +79,7 @@ func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOpti
 		}
 	}
 	in.Shown = shown
-	events, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
+	events, err := c.ListEvents(ctx, "", metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
 	if err != nil {
 		return in, Explain(err, "list Events")
 	}
@@ -92,7 +92,7 @@ func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOpti
 		if !protocol.ReadAgentState(byName[name]).Active() {
 			continue
 		}
-		pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+		pods, err := c.ListPods(ctx, "", metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
 		if err != nil {
 			return in, Explain(err, "list the pods of "+name)
 		}
@@ -102,7 +102,7 @@ func Read(ctx context.Context, c kubernetes.Interface, now time.Time, o ReadOpti
 	}
 	if ns, name, ok := strings.Cut(o.Policy, "/"); ok {
 		in.PolicySource = "ConfigMap " + o.Policy
-		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		cm, err := c.GetConfigMap(ctx, ns, name)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:

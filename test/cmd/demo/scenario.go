@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/fleet"
@@ -514,7 +515,11 @@ func (d *demo) summary(ctx context.Context) error {
 
 // pluginStatus prints what `kubectl maintenance status` shows now.
 func (d *demo) pluginStatus(ctx context.Context) error {
-	in, err := plugin.Read(ctx, d.world.Client, time.Now(), plugin.ReadOptions{PoolLabel: protocol.LabelNodePool}, nil)
+	c, err := kube.New(d.world.Config)
+	if err != nil {
+		return err
+	}
+	in, err := plugin.Read(ctx, c, time.Now(), plugin.ReadOptions{PoolLabel: protocol.LabelNodePool}, nil)
 	if err != nil {
 		return err
 	}
