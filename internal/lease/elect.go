@@ -16,7 +16,9 @@ import (
 // a LeaseLock and ReleaseOnCancel, so that replicas of two versions of the
 // aggregator elect one leader between them):
 //
-//   - The holder writes its identity and renewTime every RetryPeriod.
+//   - The holder writes its identity and renewTime every RetryPeriod, in
+//     one request: an update of the Lease as it last wrote it, which
+//     conflicts (and the Lease is read) if anyone wrote it since.
 //   - Another replica takes the Lease over only when it has seen the Lease
 //     unchanged for its leaseDurationSeconds (by its own clock: the
 //     replicas' clocks need not agree), or when the Lease names no holder.
@@ -41,8 +43,9 @@ type Election struct {
 	// FieldManager names this client's writes.
 	FieldManager string
 
-	observed   string    // the Lease's resourceVersion as last read or written
-	observedAt time.Time // when it last changed, by this clock
+	last       *coordinationv1.Lease // as last read or written
+	observed   string                // its resourceVersion
+	observedAt time.Time             // when it last changed, by this clock
 }
 
 // Run is one term: it tries to acquire the Lease every RetryPeriod (with
@@ -108,6 +111,17 @@ func (e *Election) renew(ctx context.Context) {
 // tryAcquireOrRenew makes one attempt to hold the Lease.
 func (e *Election) tryAcquireOrRenew(ctx context.Context) bool {
 	now := time.Now()
+	// The holder renews the Lease as it last wrote it, unread: the write is
+	// conditional on its resourceVersion, so if anyone wrote it since, it
+	// conflicts and the Lease is read.
+	if e.last != nil && deref(e.last.Spec.HolderIdentity) == e.Identity {
+		l := e.last.DeepCopy()
+		l.Spec = e.spec(now, &l.Spec)
+		if out, err := e.Client.Update(ctx, l, e.FieldManager); err == nil {
+			e.observe(out, now)
+			return true
+		}
+	}
 	l, err := e.Client.Get(ctx, e.Namespace, e.Name)
 	if apierrors.IsNotFound(err) {
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name}, Spec: e.spec(now, nil)}
@@ -159,6 +173,7 @@ func (e *Election) spec(now time.Time, prev *coordinationv1.LeaseSpec) coordinat
 func (e *Election) release(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.RenewDeadline)
 	defer cancel()
+	e.last = nil
 	l, err := e.Client.Get(ctx, e.Namespace, e.Name)
 	if err != nil || deref(l.Spec.HolderIdentity) != e.Identity {
 		return
@@ -172,7 +187,7 @@ func (e *Election) release(ctx context.Context) {
 }
 
 func (e *Election) observe(l *coordinationv1.Lease, at time.Time) {
-	e.observed, e.observedAt = l.ResourceVersion, at
+	e.last, e.observed, e.observedAt = l.DeepCopy(), l.ResourceVersion, at
 }
 
 // durationOf is how long the holder of s may go without renewing.

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
@@ -92,6 +94,28 @@ func await(t *testing.T, what string, ch <-chan struct{}) {
 // holders watches the Lease ns/leader and sends each holder it shows
 // (empty: given up), in order.
 func holders(t *testing.T, ns string) <-chan string {
+	last := "\x00"
+	return watchLease(t, ns, func(l *coordinationv1.Lease) (string, bool) {
+		h := deref(l.Spec.HolderIdentity)
+		changed := h != last
+		last = h
+		return h, changed
+	})
+}
+
+// renewals watches the Lease ns/leader and sends each renewTime it shows.
+func renewals(t *testing.T, ns string) <-chan string {
+	return watchLease(t, ns, func(l *coordinationv1.Lease) (string, bool) {
+		if l.Spec.RenewTime == nil {
+			return "", false
+		}
+		return l.Spec.RenewTime.String(), true
+	})
+}
+
+// watchLease sends what pick says of each version of the Lease ns/leader,
+// when it says to.
+func watchLease(t *testing.T, ns string, pick func(*coordinationv1.Lease) (string, bool)) <-chan string {
 	t.Helper()
 	w, err := world.Client.CoordinationV1().Leases(ns).Watch(testworld.Ctx(t, 5*time.Minute),
 		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "leader").String()})
@@ -101,15 +125,11 @@ func holders(t *testing.T, ns string) <-chan string {
 	t.Cleanup(w.Stop)
 	out := make(chan string, 100)
 	go func() {
-		last := "\x00"
 		for ev := range w.ResultChan() {
-			l, ok := ev.Object.(*coordinationv1.Lease)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			if h := deref(l.Spec.HolderIdentity); h != last {
-				last = h
-				out <- h
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Deleted {
+				if v, ok := pick(l); ok {
+					out <- v
+				}
 			}
 		}
 	}()
@@ -193,6 +213,48 @@ func TestLeaderThatCannotRenewStopsLeading(t *testing.T) {
 		t.Errorf("the Lease names %q after a stopped, want the intruder's hold kept", h)
 	}
 }
+
+// TestHolderRenewsWithOneRequest: the holder renews the Lease with one
+// write, not a read and a write: half the requests an idle aggregator
+// makes.
+func TestHolderRenewsWithOneRequest(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	cfg := rest.CopyConfig(world.Config)
+	var gets, puts atomic.Int32
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			switch r.Method {
+			case http.MethodGet:
+				gets.Add(1)
+			case http.MethodPut:
+				puts.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	c, err := lease.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := renewals(t, ns)
+	var leaders atomic.Int32
+	e := election(t, ns, "a", time.Hour)
+	e.Client = c
+	a := start(t, &leaders, e)
+	await(t, "a leads", a.started)
+	for range 5 {
+		next(t, seen)
+	}
+	a.stop()
+	if g, p := gets.Load(), puts.Load(); g > 2 || p < 4 {
+		t.Errorf("%d reads and %d writes for the first renewals, want at most 2 reads (the first, and the release's)", g, p)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestElectsOneLeaderWithClientGo: during a rollout from a version that
 // elected with client-go's leaderelection, the two versions elect one
