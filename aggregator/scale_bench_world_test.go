@@ -36,10 +36,18 @@ import (
 // node idle, so that 5 of each pool of 100 are picked, min-nodes being 95),
 // and it reports the API requests per minute during the storm, the pass
 // time, and how long after a node's write its trigger landed, with the
-// decisions that changed by reason and the nodes left NotReady (at 20,000
-// nodes kwok cannot renew every node's Lease in time on this machine).
+// decisions that changed by reason and the nodes left NotReady.
+//
+// It runs in a world of its own, whose node lifecycle controller waits an
+// hour for a heartbeat: kwok cannot heart-beat 20,000 nodes in time on this
+// machine, and with the default 50 s the controller marks nodes NotReady
+// and Ready again all along; under min-nodes=95 each such node holds its
+// pool's picks back (as it should), and the benchmark would measure kwok.
 func BenchmarkAggregatorAtScale(b *testing.B) {
-	testworld.Need(b)
+	if testing.Short() {
+		b.Skip("needs the test world")
+	}
+	world := scaleWorld(b)
 	bins, err := fleet.Binaries()
 	if err != nil {
 		b.Fatal(err)
@@ -53,9 +61,9 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 			began := time.Now()
 			parallel(b, size, 32, func(i int) error {
 				if i < created {
-					return setIdle(ctx, i, false)
+					return setIdle(ctx, world, i, false)
 				}
-				return createScaleNode(ctx, i)
+				return createScaleNode(ctx, world, i)
 			})
 			created = size
 			fmt.Printf("%d kwok nodes in %d pools ready in %s\n", size, size/100, time.Since(began).Round(time.Second))
@@ -107,11 +115,8 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				// delays: from the node's write to the trigger seen here;
 				// decided: to when the aggregator wrote it (its triggered-at,
 				// to the second), which tells the aggregator's share of a
-				// delay from this watch's; eligible: from when the node was
-				// both idle and Ready (kwok, heart-beating 20,000 nodes on a
-				// saturated machine, leaves some NotReady for minutes) to
-				// the trigger's write.
-				var delays, decided, eligible []time.Duration
+				// delay from this watch's.
+				var delays, decided []time.Duration
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
@@ -127,13 +132,6 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 							_, _, ms := protocol.ReadTrigger(n)
 							if t, err := time.Parse(time.RFC3339, ms.TriggeredAt); err == nil {
 								decided = append(decided, t.Sub(at.Truncate(time.Second)))
-								from := at.Truncate(time.Second)
-								for _, c := range n.Status.Conditions {
-									if c.Type == corev1.NodeReady && c.LastTransitionTime.After(from) {
-										from = c.LastTransitionTime.Time
-									}
-								}
-								eligible = append(eligible, t.Sub(from))
 							}
 						}
 						mu.Unlock()
@@ -147,7 +145,7 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 					mu.Lock()
 					wrote[scaleNodeName(i)] = time.Now()
 					mu.Unlock()
-					return setIdle(ctx, i, true)
+					return setIdle(ctx, world, i, true)
 				})
 				tick.Stop()
 				storm := time.Since(t0)
@@ -169,7 +167,6 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				idleMean := after["maintenance_handler_aggregator_pass_duration_seconds_sum"] / after["maintenance_handler_aggregator_pass_duration_seconds_count"]
 				slices.Sort(delays)
 				slices.Sort(decided)
-				slices.Sort(eligible)
 				if len(decided) == 0 {
 					b.Fatal("no trigger says when it was written")
 				}
@@ -187,11 +184,10 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				const requestsTotal, decisionsTotal = "maintenance_handler_aggregator_api_requests_total", "maintenance_handler_aggregator_decisions_total"
 				fmt.Printf("aggregator over %d nodes, idle: per minute, API requests by method and code: %s; decisions that changed, by reason: %s\n", size,
 					countsBy(before, after, idleFor, requestsTotal, "method", "code"), countsBy(before, after, idleFor, decisionsTotal, "reason"))
-				fmt.Printf("aggregator over %d nodes, storm: triggers written %s (p50) and %s (max) after the node's write, to the second (the rest of each delay is the watch that saw it), "+
-					"and %s (p50) and %s (max) after the node was idle and Ready; per minute, decisions that changed, by reason: %s; %d nodes not Ready at the end\n",
-					size, decided[len(decided)/2], decided[len(decided)-1], eligible[len(eligible)/2], eligible[len(eligible)-1],
-					countsBy(stormStart, end, time.Since(t0), decisionsTotal, "reason"), notReady(ctx, b))
-				b.ReportMetric(eligible[len(eligible)-1].Seconds(), "trigger-after-eligible-max-s")
+				fmt.Printf("aggregator over %d nodes, storm: triggers written %s (p50) and %s (max) after the node's write, to the second (the rest of each delay is the watch that saw it); "+
+					"per minute, decisions that changed, by reason: %s; %d nodes not Ready at the end\n",
+					size, decided[len(decided)/2], decided[len(decided)-1],
+					countsBy(stormStart, end, time.Since(t0), decisionsTotal, "reason"), notReady(ctx, b, world))
 				fmt.Printf("aggregator over %d nodes: %.1f ms per pass (mean of the first %.0f), RSS %.0f MiB, %.1f API requests per minute idle; "+
 					"storm (every node written in %s): %.0f requests per minute, %.0f passes of %.1f ms (mean), %d triggers %s (p50) and %s (max) after the node's write; trigger writes: %s\n",
 					size, idleMean*1000, after["maintenance_handler_aggregator_pass_duration_seconds_count"], rss, idlePerMinute,
@@ -202,9 +198,34 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 	}
 }
 
+// scaleWorld starts a world for BenchmarkAggregatorAtScale alone, stopped
+// when b ends.
+func scaleWorld(b *testing.B) *testworld.World {
+	b.Helper()
+	dir, err := testworld.Dir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	if err := testworld.Build(ctx, dir, os.Stderr); err != nil {
+		b.Fatal(err)
+	}
+	w, err := testworld.Start(ctx, testworld.Options{Dir: dir, NodeMonitorGracePeriod: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			b.Error(err)
+		}
+	})
+	return w
+}
+
 // notReady counts the scale fleet's nodes whose Ready condition is not
 // True (kwok heart-beats them all on the same two cores as the API server).
-func notReady(ctx context.Context, b *testing.B) int {
+func notReady(ctx context.Context, b *testing.B, world *testworld.World) int {
 	list, err := world.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})
 	if err != nil {
 		b.Fatal(err)
@@ -226,7 +247,7 @@ func scaleNodeName(i int) string { return fmt.Sprintf("scale-%05d", i) }
 
 // createScaleNode creates node i of the scale fleet: busy, with a pending
 // notice, in pool i%(pools), as its agent would publish it.
-func createScaleNode(ctx context.Context, i int) error {
+func createScaleNode(ctx context.Context, world *testworld.World, i int) error {
 	start := time.Now().Add(3 * 24 * time.Hour).UTC().Format(time.RFC3339)
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: scaleNodeName(i),
@@ -245,7 +266,7 @@ func createScaleNode(ctx context.Context, i int) error {
 
 // setIdle writes node i idle for two hours (or busy again, its trigger
 // gone), as its agent would.
-func setIdle(ctx context.Context, i int, idle bool) error {
+func setIdle(ctx context.Context, world *testworld.World, i int, idle bool) error {
 	patch := `{"metadata":{"annotations":{"` + protocol.AnnotationBusy + `":"` + protocol.BusyAccelerators + `","` + protocol.AnnotationIdleSince + `":null,"` +
 		protocol.AnnotationMaintenanceState + `":null},"labels":{"` + protocol.LabelPerformMaintenance + `":null}}}`
 	if idle {

@@ -60,6 +60,11 @@ type Options struct {
 	Progress io.Writer
 	// KeepDir keeps the world's temp directory (logs, kubeconfig) after Stop.
 	KeepDir bool
+	// NodeMonitorGracePeriod, when set, is how long the node lifecycle
+	// controller waits for a node's heartbeat before it marks the node
+	// NotReady (its default, 50 s, is too short for kwok heart-beating
+	// 20,000 nodes on two cores).
+	NodeMonitorGracePeriod time.Duration
 }
 
 // World is one running control plane with kwok. Fields are read-only.
@@ -209,7 +214,11 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 	}
 
 	// controllers, scheduler, kwok
-	kcm, err := w.start("kube-controller-manager", logPath("kube-controller-manager"), bin(binControllerManager),
+	var kcmArgs []string
+	if opts.NodeMonitorGracePeriod > 0 {
+		kcmArgs = append(kcmArgs, "--node-monitor-grace-period", opts.NodeMonitorGracePeriod.String())
+	}
+	kcm, err := w.start("kube-controller-manager", logPath("kube-controller-manager"), bin(binControllerManager), append(kcmArgs,
 		"--kubeconfig", w.Kubeconfig,
 		"--authentication-kubeconfig", w.Kubeconfig,
 		"--authorization-kubeconfig", w.Kubeconfig,
@@ -223,7 +232,7 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		"--use-service-account-credentials=false",
 		"--profiling=false",
 		"--v", "1",
-	)
+	)...)
 	if err != nil {
 		return w, err
 	}
