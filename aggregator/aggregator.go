@@ -254,24 +254,9 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		LeaseDuration: a.opts.LeaseDuration, RenewDeadline: a.opts.RenewDeadline, RetryPeriod: a.opts.RetryPeriod,
 		Logger: a.log, FieldManager: fieldManager}
 	for ctx.Err() == nil {
-		led := false
-		election.Run(ctx, func(lctx context.Context) { led = true; a.lead(lctx) })
-		if led {
-			a.stoppedLeading()
-		}
+		election.Run(ctx, a.lead)
 	}
 	return ctx.Err()
-}
-
-// stoppedLeading: once a term is over, a follower exports no pool series
-// (the leader's are the only ones, so sums by pool are not stale or
-// doubled).
-func (a *Aggregator) stoppedLeading() {
-	a.leading.Store(false)
-	a.opts.Metrics.Leader.Set(0)
-	a.opts.Metrics.Pools.Set(nil)
-	a.opts.Metrics.Unreadable.Set(nil)
-	a.log.Info("stopped leading", "identity", a.opts.Identity)
 }
 
 // lead acts until lctx ends (leadership lost): a pass on every change,
@@ -283,11 +268,17 @@ func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
-	// Once the last pass has ended, no pool series outlive the lead (a pass
-	// under way when the lease was lost may still have set some).
-	defer a.opts.Metrics.Pools.Set(nil)
-	defer a.opts.Metrics.Unreadable.Set(nil)
 	a.log.Info("started leading", "identity", a.opts.Identity)
+	// Once the last pass has ended, a follower exports no pool series (a
+	// pass under way when the lease was lost may still have set some): the
+	// leader's are the only ones, so sums by pool are not stale or doubled.
+	defer func() {
+		a.leading.Store(false)
+		a.opts.Metrics.Leader.Set(0)
+		a.opts.Metrics.Pools.Set(nil)
+		a.opts.Metrics.Unreadable.Set(nil)
+		a.log.Info("stopped leading", "identity", a.opts.Identity)
+	}()
 	if !a.fence(lctx) {
 		return
 	}

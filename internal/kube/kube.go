@@ -19,21 +19,24 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// Scheme knows the core (v1) and policy (v1) types, and no other group.
-var Scheme = runtime.NewScheme()
+// codecs know the core (v1) and policy (v1) types, and no other group.
+var codecs = Codecs(corev1.AddToScheme, policyv1.AddToScheme)
 
-var codecs = serializer.NewCodecFactory(Scheme)
-
-func init() {
-	// Both register metav1's options and Status for their group version.
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme} {
-		if err := add(Scheme); err != nil {
-			panic(fmt.Sprintf("kube: scheme: %v", err)) // a programming error, at start-up
+// Codecs is the serializer of a scheme of the groups adds register (each
+// registers metav1's options and Status for its group version too), and
+// of no other group; it panics if one cannot register (a programming
+// error, found at start-up).
+func Codecs(adds ...func(*runtime.Scheme) error) runtime.NegotiatedSerializer {
+	s := runtime.NewScheme()
+	for _, add := range adds {
+		if err := add(s); err != nil {
+			panic(fmt.Sprintf("kube: scheme: %v", err))
 		}
 	}
+	return serializer.NewCodecFactory(s).WithoutConversion()
 }
 
-// Client makes the agent's calls.
+// Client makes the binaries' calls on the core and policy groups.
 type Client struct {
 	core   rest.Interface // /api/v1
 	policy rest.Interface // /apis/policy/v1
@@ -43,7 +46,7 @@ type Client struct {
 func New(cfg *rest.Config) (*Client, error) {
 	// Protobuf, as the kubelet speaks: a host of a 64-host slice decodes
 	// every write to each of the 64 Nodes it watches.
-	c := GroupConfig(cfg, corev1.SchemeGroupVersion, "/api", codecs.WithoutConversion())
+	c := GroupConfig(cfg, corev1.SchemeGroupVersion, "/api", codecs)
 	core, err := rest.RESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

@@ -43,8 +43,7 @@ type Election struct {
 	// FieldManager names this client's writes.
 	FieldManager string
 
-	last       *coordinationv1.Lease // as last read or written
-	observed   string                // its resourceVersion
+	last       *coordinationv1.Lease // as last read or written (nil: given up)
 	observedAt time.Time             // when it last changed, by this clock
 }
 
@@ -136,7 +135,7 @@ func (e *Election) tryAcquireOrRenew(ctx context.Context) bool {
 		e.failed("read", err)
 		return false
 	}
-	if l.ResourceVersion != e.observed {
+	if e.last == nil || l.ResourceVersion != e.last.ResourceVersion {
 		e.observe(l, now)
 	}
 	holder := deref(l.Spec.HolderIdentity)
@@ -187,7 +186,7 @@ func (e *Election) release(ctx context.Context) {
 }
 
 func (e *Election) observe(l *coordinationv1.Lease, at time.Time) {
-	e.last, e.observed, e.observedAt = l.DeepCopy(), l.ResourceVersion, at
+	e.last, e.observedAt = l.DeepCopy(), at
 }
 
 // durationOf is how long the holder of s may go without renewing.

@@ -6,23 +6,13 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/kube"
 )
 
-// scheme knows coordination.k8s.io/v1 alone.
-var scheme = runtime.NewScheme()
-
-var codecs = serializer.NewCodecFactory(scheme)
-
-func init() {
-	if err := coordinationv1.AddToScheme(scheme); err != nil {
-		panic(fmt.Sprintf("lease: scheme: %v", err)) // a programming error, at start-up
-	}
-}
+// codecs know coordination.k8s.io/v1 alone.
+var codecs = kube.Codecs(coordinationv1.AddToScheme)
 
 // Client reads and writes Leases.
 type Client struct {
@@ -32,7 +22,7 @@ type Client struct {
 // New returns a Client for cfg (its QPS and Burst bound every call; a
 // RateLimiter set in cfg is shared with whoever else uses it).
 func New(cfg *rest.Config) (*Client, error) {
-	r, err := rest.RESTClientFor(kube.GroupConfig(cfg, coordinationv1.SchemeGroupVersion, "/apis", codecs.WithoutConversion()))
+	r, err := rest.RESTClientFor(kube.GroupConfig(cfg, coordinationv1.SchemeGroupVersion, "/apis", codecs))
 	if err != nil {
 		return nil, fmt.Errorf("lease client: %w", err)
 	}
