@@ -14,11 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -58,13 +58,13 @@ type API interface {
 	// UpdateNode replaces the Node, conditional on its resourceVersion.
 	UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error)
 	// NodeListWatch lists and watches the one Node named name.
-	NodeListWatch(name string) cache.ListerWatcher
+	NodeListWatch(name string) kube.ListWatch
 	// LabelledNodesListWatch lists and watches the Nodes whose label key
 	// has value (the hosts of the agent's multi-host slice).
-	LabelledNodesListWatch(key, value string) cache.ListerWatcher
+	LabelledNodesListWatch(key, value string) kube.ListWatch
 	// BudgetListWatch lists and watches a namespace's
 	// PodDisruptionBudgets: the drain follows those that refuse it.
-	BudgetListWatch(namespace string) cache.ListerWatcher
+	BudgetListWatch(namespace string) kube.ListWatch
 	// PatchNodeStatus patches the Node's status: the node lifecycle
 	// conditions the agent keeps (protocol.NodeConditions).
 	PatchNodeStatus(ctx context.Context, name string, data []byte) error
@@ -136,7 +136,7 @@ type Agent struct {
 	// slice is the node's multi-host slice ("" for none), and siblings
 	// the watch of its hosts (slice.go); set before the loop starts.
 	slice    string
-	siblings cache.SharedIndexInformer
+	siblings *kube.Informer
 
 	mu      sync.Mutex
 	signals Signals
@@ -166,7 +166,7 @@ type Agent struct {
 	performResult *PerformResult // how it ended
 	performGroup  sync.WaitGroup
 
-	nodes cache.SharedIndexInformer
+	nodes *kube.Informer
 
 	// wakeAt is when the last decision asked to step again (zero: only on
 	// change). Used by the loop goroutine only.

@@ -29,7 +29,8 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -82,11 +83,11 @@ func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
 // kubeClient is the agent's API client for restCfg.
 func kubeClient(t testing.TB, restCfg *rest.Config) *kube.Client {
 	t.Helper()
-	c, err := kube.New(restCfg)
+	c, err := kuberest.New(restCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c.Client
 }
 
 // startAgentWith runs an agent whose API client is made from restCfg.

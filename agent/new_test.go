@@ -10,9 +10,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 )
 
@@ -53,9 +53,9 @@ func (nopAPI) PatchNodeStatus(context.Context, string, []byte) error { return ni
 func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, error) {
 	return nil, nil
 }
-func (nopAPI) NodeListWatch(string) cache.ListerWatcher                              { return nil }
-func (nopAPI) LabelledNodesListWatch(string, string) cache.ListerWatcher             { return nil }
-func (nopAPI) BudgetListWatch(string) cache.ListerWatcher                            { return nil }
+func (nopAPI) NodeListWatch(string) kube.ListWatch                                   { return kube.ListWatch{} }
+func (nopAPI) LabelledNodesListWatch(string, string) kube.ListWatch                  { return kube.ListWatch{} }
+func (nopAPI) BudgetListWatch(string) kube.ListWatch                                 { return kube.ListWatch{} }
 func (nopAPI) Evict(context.Context, *policyv1.Eviction) error                       { return nil }
 func (nopAPI) DeletePod(context.Context, string, string, metav1.DeleteOptions) error { return nil }
 

@@ -10,10 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -61,15 +61,10 @@ func equalMap(a, b map[string]string) bool {
 
 // watchNode starts one watch of the agent's own Node and waits for it.
 func (a *Agent) watchNode(ctx context.Context) error {
-	a.nodes = cache.NewSharedIndexInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), &corev1.Node{}, 0, cache.Indexers{})
-	_ = a.nodes.SetTransform(slimNode)
-	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
-	})
-	go a.nodes.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), a.nodes.HasSynced) {
+	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), slimNode)
+	a.nodes.AddHandlers(kube.OnAnyChange(a.poke))
+	go a.nodes.Run(ctx)
+	if !a.nodes.WaitForSync(ctx) {
 		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, ctx.Err())
 	}
 	return nil
@@ -81,10 +76,10 @@ func (a *Agent) watchNode(ctx context.Context) error {
 // tens of kilobytes). The agent updates the Node from this copy; an
 // update leaves the status as it is (it is a subresource) and omitted
 // managed fields as they are.
-func slimNode(obj any) (any, error) {
+func slimNode(obj kube.Object) kube.Object {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
-		return obj, nil
+		return obj
 	}
 	n.ManagedFields = nil
 	var allocatable corev1.ResourceList
@@ -102,17 +97,14 @@ func slimNode(obj any) (any, error) {
 		}
 	}
 	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable, Conditions: kept}
-	return n, nil
+	return n
 }
 
 // errNodeNotFound: the Node is not (or no longer) in the API server.
 var errNodeNotFound = errors.New("node not found")
 
 func (a *Agent) cachedNode() (*corev1.Node, error) {
-	obj, ok, err := a.nodes.GetStore().GetByKey(a.opts.NodeName)
-	if err != nil {
-		return nil, err
-	}
+	obj, ok := a.nodes.Get(a.opts.NodeName)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", errNodeNotFound, a.opts.NodeName)
 	}

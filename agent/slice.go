@@ -6,8 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
 
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -36,28 +36,27 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	if key == "" {
 		key = a.opts.PoolLabel
 	}
-	inf := cache.NewSharedIndexInformer(a.opts.Client.LabelledNodesListWatch(key, slice), &corev1.Node{}, 0, cache.Indexers{})
-	_ = inf.SetTransform(slimNode)
+	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), slimNode)
 	// Only a change of what another host acts on wakes the agent
 	// (sliceSignal): the other hosts write their Nodes for many other
 	// reasons, and a slice of 64 hosts is 64 watchers of each write.
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { a.poke() },
-		UpdateFunc: func(o, n any) {
+	inf.AddHandlers(kube.Handlers{
+		Add: func(kube.Object) { a.poke() },
+		Update: func(o, n kube.Object) {
 			old, ok1 := o.(*corev1.Node)
 			cur, ok2 := n.(*corev1.Node)
 			if !ok1 || !ok2 || sliceSignal(protocol.SliceHostOf(old)) != sliceSignal(protocol.SliceHostOf(cur)) {
 				a.poke()
 			}
 		},
-		DeleteFunc: func(any) { a.poke() },
+		Delete: func(kube.Object) { a.poke() },
 	})
-	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	go inf.Run(ctx)
+	if !inf.WaitForSync(ctx) {
 		return fmt.Errorf("watch the slice %q of node %q: %w", slice, a.opts.NodeName, ctx.Err())
 	}
 	a.slice, a.siblings = slice, inf
-	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.GetStore().List()))
+	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.List()))
 	return nil
 }
 
@@ -83,7 +82,7 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	own := protocol.SliceHostOf(node)
 	own.Ready = true // the agent runs
 	hosts := []protocol.SliceHost{own}
-	for _, o := range a.siblings.GetStore().List() {
+	for _, o := range a.siblings.List() {
 		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel) == a.slice {
 			hosts = append(hosts, protocol.SliceHostOf(n))
 		}

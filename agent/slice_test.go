@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/kubetest"
 )
 
 // TestFollowedAsk: a host follows its own reading of its slice or the
@@ -59,22 +59,15 @@ func TestObserveSliceWithAHostGone(t *testing.T) {
 		return n
 	}
 	drained := protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonSlice, Started: t0, Deadline: t0.Add(30 * time.Second)}
-	a := &Agent{opts: Options{PoolLabel: protocol.LabelNodePool}, slice: "v5p",
-		siblings: cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Node{}, 0, cache.Indexers{})}
 	own := host("h0", drained)
-	for _, n := range []*corev1.Node{own, host("h2", drained), host("h3", drained)} {
-		if err := a.siblings.GetStore().Add(n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	siblings := kubetest.NewInformer(t, own, host("h2", drained), host("h3", drained))
+	a := &Agent{opts: Options{PoolLabel: protocol.LabelNodePool}, slice: "v5p", siblings: siblings.Informer}
 	var obs Observation
 	a.observeSlice(own, protocol.ReadAgentState(own), &obs)
 	if !obs.SliceAskSet || !obs.SliceAsk.Deadline.Equal(drained.Deadline) || !strings.Contains(obs.SliceAsk.Cause, "3 of its 4 hosts") {
 		t.Errorf("3 of 4 hosts: ask %+v (set %t), want the drain kept", obs.SliceAsk, obs.SliceAskSet)
 	}
-	if err := a.siblings.GetStore().Add(host("h1", protocol.AgentState{})); err != nil {
-		t.Fatal(err)
-	}
+	siblings.Add(host("h1", protocol.AgentState{}))
 	obs = Observation{}
 	a.observeSlice(own, protocol.ReadAgentState(own), &obs)
 	if obs.SliceAskSet {

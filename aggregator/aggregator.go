@@ -18,8 +18,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -33,7 +34,7 @@ const fieldManager = "maintenance-handler-aggregator"
 type Options struct {
 	// Client reads and writes Nodes and reads ConfigMaps; Leases holds the
 	// leader Lease and the claims Lease.
-	Client *kube.Client
+	Client *kuberest.Client
 	Leases *lease.Client
 	// EventClient writes the Events (nil: Client). A client of its own has
 	// its own rate limit, so that a flood of Events (a new leader says why

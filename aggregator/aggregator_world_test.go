@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -97,9 +97,9 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 
 // clients are the product's clients of the test world's API server, as
 // cmd/aggregator makes them.
-func clients(t testing.TB) (*kube.Client, *lease.Client) {
+func clients(t testing.TB) (*kuberest.Client, *lease.Client) {
 	t.Helper()
-	c, err := kube.New(world.Config)
+	c, err := kuberest.New(world.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
+
+	"github.com/maintenance-handler/maintenance-handler/kube"
 )
 
 // The cluster autoscaler removes idle nodes itself, and GKE documents
@@ -29,7 +30,7 @@ const autoscalerStatusKey = "status"
 // autoscalerSource keeps the autoscaler's status ConfigMap by one watch.
 type autoscalerSource struct {
 	namespace, name string
-	informer        cache.SharedIndexInformer
+	informer        *kube.Informer
 }
 
 // startAutoscalerSource watches namespace/name and waits until it has
@@ -41,12 +42,10 @@ func (a *Aggregator) startAutoscalerSource(ctx context.Context, namespace, name 
 		return nil, err
 	}
 	lw := a.opts.Client.ConfigMapListWatch(namespace, name)
-	s := &autoscalerSource{namespace: namespace, name: name, informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
-	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() },
-	})
-	go s.informer.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+	s := &autoscalerSource{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil)}
+	s.informer.AddHandlers(kube.OnAnyChange(a.poke))
+	go s.informer.Run(ctx)
+	if !s.informer.WaitForSync(ctx) {
 		return nil, fmt.Errorf("watch ConfigMap %s/%s: %w", namespace, name, ctx.Err())
 	}
 	return s, nil
@@ -58,7 +57,7 @@ func (s *autoscalerSource) groups() []string {
 	if s == nil {
 		return nil
 	}
-	obj, ok, _ := s.informer.GetStore().GetByKey(s.namespace + "/" + s.name)
+	obj, ok := s.informer.Get(s.namespace + "/" + s.name)
 	if !ok {
 		return nil
 	}

@@ -167,7 +167,7 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 	// The plugin: the two unreadable nodes said to be so, with their keys;
 	// the others read.
 	c, _ := clients(t)
-	in, err := plugin.Read(testworld.Ctx(t, 30*time.Second), c, time.Now(), plugin.ReadOptions{Pool: "hostile-pool", PoolLabel: protocol.LabelNodePool}, nil)
+	in, err := plugin.Read(testworld.Ctx(t, 30*time.Second), c.Client, time.Now(), plugin.ReadOptions{Pool: "hostile-pool", PoolLabel: protocol.LabelNodePool}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

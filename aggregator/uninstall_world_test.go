@@ -89,7 +89,7 @@ func TestUninstallLeavesOnlyMaintenanceUnderWay(t *testing.T) {
 	}
 
 	c, l := clients(t)
-	done, err := aggregator.Uninstall(ctx, c, l, clock.RealClock{}, ns, "lease", slog.New(slog.DiscardHandler))
+	done, err := aggregator.Uninstall(ctx, c.Client, l, clock.RealClock{}, ns, "lease", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

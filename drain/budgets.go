@@ -11,12 +11,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/kube"
 )
 
 // BudgetSource lists and watches the PodDisruptionBudgets of one
 // namespace; kube.Client's BudgetListWatch is one.
-type BudgetSource func(namespace string) cache.ListerWatcher
+type BudgetSource func(namespace string) kube.ListWatch
 
 // budgets follows, for one drain, the PodDisruptionBudgets of the
 // namespaces where an eviction was refused, so that a refused pod is tried
@@ -32,9 +33,8 @@ type budgets struct {
 	changed chan struct{}
 	gen     atomic.Uint64
 
-	mu     sync.Mutex
-	stores map[string]cache.Store // by namespace
-	synced map[string]cache.InformerSynced
+	mu        sync.Mutex
+	informers map[string]*kube.Informer // by namespace
 }
 
 // newBudgets returns a follower whose watches end with ctx; nil when
@@ -43,8 +43,7 @@ func newBudgets(ctx context.Context, source BudgetSource) *budgets {
 	if source == nil {
 		return nil
 	}
-	return &budgets{source: source, ctx: ctx, changed: make(chan struct{}, 1),
-		stores: map[string]cache.Store{}, synced: map[string]cache.InformerSynced{}}
+	return &budgets{source: source, ctx: ctx, changed: make(chan struct{}, 1), informers: map[string]*kube.Informer{}}
 }
 
 // Changed is signalled when a watched budget changes; nil (never) for no
@@ -72,27 +71,19 @@ func (b *budgets) follow(namespace string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.stores[namespace]; ok {
+	if _, ok := b.informers[namespace]; ok {
 		return
 	}
-	poke := func() {
+	inf := kube.NewInformer(b.source(namespace), nil)
+	inf.AddHandlers(kube.OnAnyChange(func() {
 		b.gen.Add(1)
 		select {
 		case b.changed <- struct{}{}:
 		default:
 		}
-	}
-	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: b.source(namespace),
-		ObjectType:    &policyv1.PodDisruptionBudget{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { poke() },
-			UpdateFunc: func(any, any) { poke() },
-			DeleteFunc: func(any) { poke() },
-		},
-	})
-	b.stores[namespace], b.synced[namespace] = store, ctrl.HasSynced
-	go ctrl.RunWithContext(b.ctx)
+	}))
+	b.informers[namespace] = inf
+	go inf.Run(b.ctx)
 }
 
 // allows reports whether every budget covering p, as last seen, allows a
@@ -105,15 +96,18 @@ func (b *budgets) allows(p *corev1.Pod) (ok bool, version string) {
 		return false, ""
 	}
 	b.mu.Lock()
-	store, synced := b.stores[p.Namespace], b.synced[p.Namespace]
+	inf := b.informers[p.Namespace]
 	b.mu.Unlock()
-	if store == nil || !synced() {
+	if inf == nil || !inf.HasSynced() {
 		return false, ""
 	}
 	ok = true
 	var versions []string
-	for _, o := range store.List() {
-		pdb := o.(*policyv1.PodDisruptionBudget)
+	for _, o := range inf.List() {
+		pdb, isBudget := o.(*policyv1.PodDisruptionBudget)
+		if !isBudget {
+			continue
+		}
 		if !covers(pdb, p) {
 			continue
 		}

@@ -6,7 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/test/kubetest"
 )
 
 // TestBudgetsAllow: a refused pod may be tried again when every budget
@@ -36,13 +38,11 @@ func TestBudgetsAllow(t *testing.T) {
 		{"no selector covers none", []*policyv1.PodDisruptionBudget{budget("b", "7", nil, 0, 2)}, true, "none"},
 		{"another app's", []*policyv1.PodDisruptionBudget{budget("b", "7", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "z"}}, 0, 2)}, true, "none"},
 	} {
-		store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-		for _, b := range tc.budgets {
-			if err := store.Add(b); err != nil {
-				t.Fatal(err)
-			}
+		objs := make([]kube.Object, len(tc.budgets))
+		for i, b := range tc.budgets {
+			objs[i] = b
 		}
-		b := &budgets{stores: map[string]cache.Store{"ns": store}, synced: map[string]cache.InformerSynced{"ns": func() bool { return true }}}
+		b := &budgets{informers: map[string]*kube.Informer{"ns": kubetest.NewInformer(t, objs...).Informer}}
 		if ok, v := b.allows(pod); ok != tc.ok || v != tc.wantVersion {
 			t.Errorf("%s: allows %t %q, want %t %q", tc.name, ok, v, tc.ok, tc.wantVersion)
 		}
@@ -51,7 +51,7 @@ func TestBudgetsAllow(t *testing.T) {
 	if ok, _ := none.allows(pod); ok || none.Changed() != nil {
 		t.Error("no follower allowed a retry")
 	}
-	unread := &budgets{stores: map[string]cache.Store{}, synced: map[string]cache.InformerSynced{}}
+	unread := &budgets{informers: map[string]*kube.Informer{}}
 	if ok, _ := unread.allows(pod); ok {
 		t.Error("a namespace not read yet allowed a retry")
 	}

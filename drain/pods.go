@@ -6,15 +6,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // NodePods is a PodSource fed by one watch of the pods bound to a node
 // (field selector spec.nodeName), in every namespace: no periodic LIST.
 type NodePods struct {
-	informer cache.SharedIndexInformer
+	informer *kube.Informer
 	changed  chan struct{}
 }
 
@@ -22,20 +22,14 @@ var _ PodSource = (*NodePods)(nil)
 
 // NewNodePods returns a NodePods fed by lw, which lists and watches the pods
 // bound to one node (kube.Client.PodListWatch). Call Start before List.
-func NewNodePods(lw cache.ListerWatcher) *NodePods {
-	n := &NodePods{informer: cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{}), changed: make(chan struct{}, 1)}
-	_ = n.informer.SetTransform(SlimPod)
-	notify := func() {
+func NewNodePods(lw kube.ListWatch) *NodePods {
+	n := &NodePods{informer: kube.NewInformer(lw, SlimPod), changed: make(chan struct{}, 1)}
+	n.informer.AddHandlers(kube.OnAnyChange(func() {
 		select {
 		case n.changed <- struct{}{}:
 		default:
 		}
-	}
-	_, _ = n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
-	})
+	}))
 	return n
 }
 
@@ -52,11 +46,12 @@ var PodAnnotations = []string{
 // deletion times, the annotations in PodAnnotations, its
 // grace period, tolerations, each container's resources, and its phase. A
 // node's 110 pods then cost a few kilobytes each in the cache instead of
-// their whole spec, status and managed fields. It is a cache.TransformFunc.
-func SlimPod(obj any) (any, error) {
+// their whole spec, status and managed fields. It is the pods' informer's
+// transform.
+func SlimPod(obj kube.Object) kube.Object {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return obj, nil // a tombstone: kept as it is
+		return obj
 	}
 	slim := &corev1.Pod{
 		TypeMeta: p.TypeMeta,
@@ -91,14 +86,14 @@ func SlimPod(obj any) (any, error) {
 	}
 	slim.Spec.InitContainers = slimContainers(p.Spec.InitContainers)
 	slim.Spec.Containers = slimContainers(p.Spec.Containers)
-	return slim, nil
+	return slim
 }
 
 // Start runs the watch until ctx ends; it returns once the cache is filled
 // (or ctx ended first).
 func (n *NodePods) Start(ctx context.Context) error {
-	go n.informer.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), n.informer.HasSynced) {
+	go n.informer.Run(ctx)
+	if !n.informer.WaitForSync(ctx) {
 		return fmt.Errorf("sync pod cache: %w", ctx.Err())
 	}
 	return nil
@@ -106,7 +101,7 @@ func (n *NodePods) Start(ctx context.Context) error {
 
 // List returns the node's pods as last seen.
 func (n *NodePods) List() []*corev1.Pod {
-	objs := n.informer.GetStore().List()
+	objs := n.informer.List()
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
 		if p, ok := o.(*corev1.Pod); ok {
@@ -119,11 +114,7 @@ func (n *NodePods) List() []*corev1.Pod {
 // OnChange calls f after every change to the node's pods. Call it before
 // Start; f must not block.
 func (n *NodePods) OnChange(f func()) {
-	_, _ = n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { f() },
-		UpdateFunc: func(any, any) { f() },
-		DeleteFunc: func(any) { f() },
-	})
+	n.informer.AddHandlers(kube.OnAnyChange(f))
 }
 
 // Changed receives a value after any change to the node's pods (coalesced).

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/kube"
 )
 
 // ConfigKey is the ConfigMap key holding the policy.
@@ -16,30 +17,28 @@ const ConfigKey = "policy.yaml"
 // ConfigMap alone.
 type Source struct {
 	namespace, name string
-	informer        cache.SharedIndexInformer
+	informer        *kube.Informer
 }
 
 // NewSource returns a Source for the ConfigMap namespace/name, fed by lw,
-// which lists and watches that ConfigMap alone (internal/kube's
+// which lists and watches that ConfigMap alone (package kube's
 // ConfigMapListWatch). Call OnChange before Start.
-func NewSource(lw cache.ListerWatcher, namespace, name string) *Source {
-	return &Source{namespace: namespace, name: name, informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
+func NewSource(lw kube.ListWatch, namespace, name string) *Source {
+	return &Source{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil)}
 }
 
 // OnChange calls f after every change of the ConfigMap; f must not block.
 func (s *Source) OnChange(f func()) {
-	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { f() }, UpdateFunc: func(any, any) { f() }, DeleteFunc: func(any) { f() },
-	})
+	s.informer.AddHandlers(kube.OnAnyChange(f))
 }
 
 // Run runs the watch until ctx ends, without waiting for it (see Synced).
-func (s *Source) Run(ctx context.Context) { go s.informer.Run(ctx.Done()) }
+func (s *Source) Run(ctx context.Context) { go s.informer.Run(ctx) }
 
 // Start runs the watch until ctx ends and returns once it has synced.
 func (s *Source) Start(ctx context.Context) error {
 	s.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+	if !s.informer.WaitForSync(ctx) {
 		return fmt.Errorf("watch ConfigMap %s/%s: %w", s.namespace, s.name, ctx.Err())
 	}
 	return nil
@@ -54,8 +53,8 @@ func (s *Source) Name() string { return s.namespace + "/" + s.name }
 // Config is the policy now: empty when the ConfigMap does not exist, an
 // error when it cannot be parsed.
 func (s *Source) Config() (Config, error) {
-	obj, ok, err := s.informer.GetStore().GetByKey(s.namespace + "/" + s.name)
-	if err != nil || !ok {
+	obj, ok := s.informer.Get(s.namespace + "/" + s.name)
+	if !ok {
 		return Config{}, nil
 	}
 	cm, ok := obj.(*corev1.ConfigMap)

@@ -23,7 +23,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -38,10 +38,11 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	cfg, err := cli.Config(opts.Kubeconfig, "maintenance-handler-agent", opts.KubeAPIQPS, opts.KubeAPIBurst)
+	cfg, err := kube.Load(opts.Kubeconfig)
 	if err != nil {
 		return err
 	}
+	cfg.UserAgent, cfg.QPS, cfg.Burst = "maintenance-handler-agent/"+version, opts.KubeAPIQPS, opts.KubeAPIBurst
 	client, err := kube.New(cfg)
 	if err != nil {
 		return err

@@ -10,12 +10,11 @@ import (
 	"net/http"
 
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
@@ -29,13 +28,16 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	cfg, err := cli.Config(opts.Kubeconfig, "maintenance-handler-aggregator", opts.KubeAPIQPS, opts.KubeAPIBurst)
+	cfg, err := kuberest.Config(opts.Kubeconfig, "maintenance-handler-aggregator", opts.KubeAPIQPS, opts.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
-	// Protobuf (kube.New, lease.New): the aggregator watches every Node of
-	// the cluster, and writes the asks of a 64-host slice at once.
-	client, err := kube.New(cfg)
+	reg := metrics.NewRegistry()
+	metrics.RegisterProcess(reg)
+	m := metrics.NewAggregator(reg)
+	kuberest.CountRequests(cfg, m.APIRequests)
+	// Protobuf for the watch of every Node of the cluster (kuberest.New).
+	client, err := kuberest.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -45,19 +47,15 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	}
 	// Events through a client of their own: its own rate limit (the same
 	// QPS and burst), so that they never hold back a trigger.
-	events, err := kube.New(rest.CopyConfig(cfg))
+	events, err := kuberest.New(cfg)
 	if err != nil {
 		return err
 	}
 	if opts.Uninstall {
-		done, err := aggregator.Uninstall(ctx, client, leases, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
+		done, err := aggregator.Uninstall(ctx, client.Client, leases, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
-	reg := metrics.NewRegistry()
-	metrics.RegisterProcess(reg)
-	m := metrics.NewAggregator(reg)
-	cli.CountAPIRequests(m.APIRequests)
 	a, err := aggregator.New(aggregator.Options{
 		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,

@@ -10,8 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -37,7 +38,11 @@ func (a *app) client() (*kube.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return kube.New(cfg)
+	c, err := kuberest.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.Client, nil
 }
 
 // load connects and reads what the command shows.

@@ -1,6 +1,6 @@
 // Package cli is what the project's binaries (cmd/agent, cmd/aggregator)
-// share: flag parsing with --version, JSON logging, the Kubernetes client,
-// and the /metrics and /healthz server.
+// share: flag parsing with --version, JSON logging (the default logger
+// too), and the /metrics and /healthz server.
 package cli
 
 import (
@@ -18,12 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/klog/v2"
-
-	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
 // Options are a binary's flags.
@@ -58,6 +53,7 @@ func Main(name, version string, opts Options, logLevel *string, run func(context
 	}
 	level, _ := ParseLevel(*logLevel)
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
 	klog.SetSlogLogger(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -74,22 +70,6 @@ func ParseLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
-}
-
-// Config is the client configuration for the cluster of kubeconfig (empty:
-// in-cluster configuration): it identifies itself as userAgent and sends
-// at most qps requests per second, with bursts of burst (zero: client-go's
-// 5 and 10).
-func Config(kubeconfig, userAgent string, qps float32, burst int) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	cfg.UserAgent = userAgent
-	cfg.QPS, cfg.Burst = qps, burst
-	return cfg, nil
 }
 
 // Serve listens on addr and serves h in g until ctx ends, then shuts the
@@ -135,17 +115,4 @@ func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) 
 		return srv.Shutdown(shutdownCtx)
 	})
 	return ln.Addr(), nil
-}
-
-// CountAPIRequests counts every request the process's Kubernetes clients
-// make in c (labels method and code), from client-go's count of results.
-// Once per process.
-func CountAPIRequests(c *metrics.CounterVec) {
-	clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: requestCounter{c}})
-}
-
-type requestCounter struct{ c *metrics.CounterVec }
-
-func (r requestCounter) Increment(_ context.Context, code, method, _ string) {
-	r.c.WithLabelValues(method, code).Inc()
 }

@@ -8,11 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kube"
+	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 )
 
 // codecs know coordination.k8s.io/v1 alone.
-var codecs = kube.Codecs(coordinationv1.AddToScheme)
+var codecs = kuberest.Codecs(coordinationv1.AddToScheme)
 
 // Client reads and writes Leases.
 type Client struct {
@@ -22,7 +22,7 @@ type Client struct {
 // New returns a Client for cfg (its QPS and Burst bound every call; a
 // RateLimiter set in cfg is shared with whoever else uses it).
 func New(cfg *rest.Config) (*Client, error) {
-	r, err := rest.RESTClientFor(kube.GroupConfig(cfg, coordinationv1.SchemeGroupVersion, "/apis", codecs))
+	r, err := rest.RESTClientFor(kuberest.GroupConfig(cfg, coordinationv1.SchemeGroupVersion, "/apis", codecs))
 	if err != nil {
 		return nil, fmt.Errorf("lease client: %w", err)
 	}

@@ -1,0 +1,49 @@
+// Package kubetest feeds a kube.Informer from a test: the objects its list
+// finds, then the watch events the test sends.
+package kubetest
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/maintenance-handler/maintenance-handler/kube"
+)
+
+// Informer is a running kube.Informer whose list found the objects given
+// to NewInformer, and whose watch brings what Add sends.
+type Informer struct {
+	*kube.Informer
+	w    *watch.FakeWatcher
+	told chan struct{}
+}
+
+// NewInformer returns an Informer that has listed objs; it stops when the
+// test ends.
+func NewInformer(t testing.TB, objs ...kube.Object) *Informer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &Informer{w: watch.NewFake(), told: make(chan struct{}, len(objs)+1)}
+	f.Informer = kube.NewInformer(kube.ListWatch{
+		List:  func(context.Context, metav1.ListOptions) ([]kube.Object, string, error) { return objs, "1", nil },
+		Watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil },
+	}, nil)
+	f.AddHandlers(kube.OnAnyChange(func() { f.told <- struct{}{} }))
+	go f.Run(ctx)
+	if !f.WaitForSync(ctx) {
+		t.Fatal("the informer did not sync")
+	}
+	for range objs {
+		<-f.told // the list's
+	}
+	return f
+}
+
+// Add sends an ADDED event of o and returns once the informer keeps it.
+func (f *Informer) Add(o kube.Object) {
+	f.w.Add(o)
+	<-f.told
+}
