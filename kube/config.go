@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 )
 
@@ -73,7 +74,7 @@ func InCluster(dir, host, port string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("in-cluster configuration: %w", err)
 	}
-	tr, err := transport(tlsSettings{caData: ca}, &fileToken{path: filepath.Join(dir, "token")})
+	tr, err := transport(tlsSettings{caData: ca}, &fileToken{path: filepath.Join(dir, "token"), clock: clock.RealClock{}})
 	if err != nil {
 		return Config{}, fmt.Errorf("in-cluster configuration: %w", err)
 	}
@@ -191,7 +192,7 @@ func LoadKubeconfig(path string) (Config, error) {
 		case us.Token != "":
 			token = staticToken(us.Token)
 		case us.TokenFile != "":
-			token = &fileToken{path: file(us.TokenFile)}
+			token = &fileToken{path: file(us.TokenFile), clock: clock.RealClock{}}
 		}
 	}
 	tr, err := transport(tl, token)
@@ -267,7 +268,8 @@ func (t staticToken) token() (string, error) { return string(t), nil }
 // fileToken is a token file, read again after tokenReread (the kubelet
 // rotates a pod's projected token in place).
 type fileToken struct {
-	path string
+	path  string
+	clock clock.Clock
 
 	mu     sync.Mutex
 	cached string
@@ -277,7 +279,7 @@ type fileToken struct {
 func (f *fileToken) token() (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.cached != "" && time.Since(f.readAt) < tokenReread {
+	if f.cached != "" && f.clock.Since(f.readAt) < tokenReread {
 		return f.cached, nil
 	}
 	b, err := os.ReadFile(f.path)
@@ -287,7 +289,7 @@ func (f *fileToken) token() (string, error) {
 		}
 		return "", fmt.Errorf("read token: %w", err)
 	}
-	f.cached, f.readAt = strings.TrimSpace(string(b)), time.Now()
+	f.cached, f.readAt = strings.TrimSpace(string(b)), f.clock.Now()
 	return f.cached, nil
 }
 

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // apiServer answers GET of the Node "n1" to a request with the bearer
@@ -156,4 +158,36 @@ func TestInCluster(t *testing.T) {
 	if _, err := InCluster(dir, "", ""); err == nil || !strings.Contains(err.Error(), "not in a cluster") {
 		t.Errorf("outside a cluster: %v", err)
 	}
+}
+
+// TestTokenFileReadAgain: a pod's token, rotated in place by the kubelet,
+// is read again after a minute, and the last one is kept while the file
+// cannot be read.
+func TestTokenFileReadAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	write := func(tok string) {
+		if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC))
+	f := &fileToken{path: path, clock: clk}
+	want := func(tok string) {
+		t.Helper()
+		if got, err := f.token(); err != nil || got != tok {
+			t.Errorf("token %q, %v; want %q", got, err, tok)
+		}
+	}
+	write("first")
+	want("first")
+	write("second")
+	clk.Step(30 * time.Second)
+	want("first")
+	clk.Step(31 * time.Second)
+	want("second")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(2 * time.Minute)
+	want("second")
 }

@@ -48,6 +48,16 @@ func BenchmarkRealNode(b *testing.B) {
 				b.Fatal("the agent's container was never seen running before Ready")
 			}
 			samples = append(samples, d.(time.Duration))
+			if d.(time.Duration) > 2*time.Second {
+				// Why: the kubelet's Events on the pod (a failed probe says
+				// what it met).
+				evs, err := world.Client.CoreV1().Events(first.Namespace).List(testworld.Ctx(b, 10*time.Second), metav1.ListOptions{FieldSelector: "involvedObject.name=" + first.Name})
+				if err == nil {
+					for _, e := range evs.Items {
+						b.Logf("slow Ready: %s %s: %s", e.Type, e.Reason, e.Message)
+					}
+				}
+			}
 		}
 		reportQuantiles(b, samples, "Ready-after-running-", "ms")
 	})

@@ -66,9 +66,9 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		err := (*health.Load())()
 		if err != nil {
 			// Starting, not unhealthy: a probe that comes while the agent
-			// starts waits a moment for it, so that the kubelet's first
-			// readiness probe finds it running, rather than a moment
-			// early, to ask again a probe period later.
+			// starts waits a moment for it, so that the kubelet's startup
+			// probe passes the moment the agent runs (and the readiness
+			// probe, asked right after it), rather than a probe later.
 			select {
 			case <-running:
 			case <-r.Context().Done():
@@ -197,8 +197,8 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 }
 
 // startingHold is how long /healthz holds a request that comes while the
-// agent starts: less than the readiness probe's timeout in the manifests
-// (5 s).
+// agent starts: less than the startup and readiness probes' timeout in the
+// manifests (5 s).
 const startingHold = 4 * time.Second
 
 // noticeConnections bounds the connections to the notice endpoint: a

@@ -117,7 +117,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of the agent's pod, never evicted (default $POD_NAMESPACE).")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of the agent's pod, never evicted (default $POD_NAME).")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig (its current context: a token, token file or client certificate; credential plugins such as exec are not supported); empty means $KUBECONFIG when set, else the pod's service account (in-cluster).")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
 	fs.StringVar(&o.NoticeListenAddress, "notice-listen-address", o.NoticeListenAddress, "host:port on which to serve the node's pods the metadata server's maintenance keys (instance/maintenance-event, instance/upcoming-maintenance, instance/preempted) as the agent reads them, and the drain's deadline ("+metadata.KeyDeadline+"), with the metadata server's paths, header and wait_for_change contract; for the node's address only (the manifests give $(HOST_IP):8189). Empty: not served.")
 	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
