@@ -192,6 +192,7 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decode %s %s: %w", r.method, r.path(), err)
 	}
+	_, _ = io.Copy(io.Discard, resp.Body) // what follows the value, so that the connection is reused
 	return nil
 }
 
@@ -311,19 +312,14 @@ func (c *Client) ListBudgets(ctx context.Context, namespace string) (*policyv1.P
 }
 
 // Evict asks the Eviction API to evict a pod (PodDisruptionBudgets hold).
+// The API server takes a body's missing apiVersion and kind from the
+// endpoint, here and in DeletePod.
 func (c *Client) Evict(ctx context.Context, e *policyv1.Eviction) error {
-	if e.Kind == "" {
-		e = e.DeepCopy()
-		e.APIVersion, e.Kind = policyv1.SchemeGroupVersion.String(), "Eviction"
-	}
 	return c.do(ctx, request{method: http.MethodPost, res: pods, namespace: e.Namespace, name: e.Name, subresource: "eviction", body: e}, nil)
 }
 
 // DeletePod deletes a pod.
 func (c *Client) DeletePod(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error {
-	if opts.Kind == "" {
-		opts.APIVersion, opts.Kind = metav1.SchemeGroupVersion.String(), "DeleteOptions"
-	}
 	return c.do(ctx, request{method: http.MethodDelete, res: pods, namespace: namespace, name: name, body: &opts}, nil)
 }
 

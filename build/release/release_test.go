@@ -73,7 +73,7 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 				t.Errorf("%s: the image's version label is %q", d.Platform, v)
 			}
 			for _, bin := range []string{"agent", "aggregator"} {
-				checkSBOM(t, out, bin, d.Platform.OS, d.Platform.Architecture, "k8s.io/client-go")
+				checkSBOM(t, out, bin, d.Platform.OS, d.Platform.Architecture, "k8s.io/apimachinery")
 			}
 		}
 		slices.Sort(platforms)
