@@ -106,7 +106,7 @@ func startAgentWith(t testing.TB, v *vm, cfg agent.Config, restCfg *rest.Config)
 	})
 	a, err := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
-		Watcher: w, Pods: drain.NewNodePods(client.PodListWatch(v.name)), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
+		Watcher: w, Pods: drain.NewNodePods(client.PodListWatch(v.name), nil), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
 	if err != nil {

@@ -466,7 +466,7 @@ pools:
 	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(testworld.Ctx(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	src := policy.NewSource(kubeClient(t, world.Config).ConfigMapListWatch(ns, "maintenance-handler"), ns, "maintenance-handler")
+	src := policy.NewSource(kubeClient(t, world.Config).ConfigMapListWatch(ns, "maintenance-handler"), ns, "maintenance-handler", nil)
 	if err := src.Start(testworld.Ctx(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func equalMap(a, b map[string]string) bool {
 
 // watchNode starts one watch of the agent's own Node and waits for it.
 func (a *Agent) watchNode(ctx context.Context) error {
-	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), slimNode)
+	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), slimNode, a.log.With("watch", "node"))
 	a.nodes.AddHandlers(kube.OnAnyChange(a.poke))
 	go a.nodes.Run(ctx)
 	if !a.nodes.WaitForSync(ctx) {

@@ -36,7 +36,7 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	if key == "" {
 		key = a.opts.PoolLabel
 	}
-	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), slimNode)
+	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), slimNode, a.log.With("watch", "slice"))
 	// Only a change of what another host acts on wakes the agent
 	// (sliceSignal): the other hosts write their Nodes for many other
 	// reasons, and a slice of 64 hosts is 64 watchers of each write.

@@ -231,7 +231,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
 	if a.opts.ConfigMap != "" {
 		a.policy = policy.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
-			a.opts.Namespace, a.opts.ConfigMap)
+			a.opts.Namespace, a.opts.ConfigMap, a.log.With("watch", "policy"))
 		a.policy.OnChange(a.poke)
 		if err := a.policy.Start(ctx); err != nil {
 			return err

@@ -42,7 +42,7 @@ func (a *Aggregator) startAutoscalerSource(ctx context.Context, namespace, name 
 		return nil, err
 	}
 	lw := a.opts.Client.ConfigMapListWatch(namespace, name)
-	s := &autoscalerSource{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil)}
+	s := &autoscalerSource{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil, a.log.With("watch", "autoscaler status"))}
 	s.informer.AddHandlers(kube.OnAnyChange(a.poke))
 	go s.informer.Run(ctx)
 	if !s.informer.WaitForSync(ctx) {

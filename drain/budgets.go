@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type BudgetSource func(namespace string) kube.ListWatch
 type budgets struct {
 	source BudgetSource
 	ctx    context.Context
+	log    *slog.Logger
 	// changed is signalled (without blocking) on every change of a
 	// watched budget, and gen counts those changes.
 	changed chan struct{}
@@ -39,11 +41,11 @@ type budgets struct {
 
 // newBudgets returns a follower whose watches end with ctx; nil when
 // source is nil (the fixed interval only).
-func newBudgets(ctx context.Context, source BudgetSource) *budgets {
+func newBudgets(ctx context.Context, source BudgetSource, log *slog.Logger) *budgets {
 	if source == nil {
 		return nil
 	}
-	return &budgets{source: source, ctx: ctx, changed: make(chan struct{}, 1), informers: map[string]*kube.Informer{}}
+	return &budgets{source: source, ctx: ctx, log: log, changed: make(chan struct{}, 1), informers: map[string]*kube.Informer{}}
 }
 
 // Changed is signalled when a watched budget changes; nil (never) for no
@@ -74,7 +76,7 @@ func (b *budgets) follow(namespace string) {
 	if _, ok := b.informers[namespace]; ok {
 		return
 	}
-	inf := kube.NewInformer(b.source(namespace), nil)
+	inf := kube.NewInformer(b.source(namespace), nil, b.log.With("watch", "budgets", "namespace", namespace))
 	inf.AddHandlers(kube.OnAnyChange(func() {
 		b.gen.Add(1)
 		select {

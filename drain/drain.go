@@ -248,7 +248,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, why *Disruption) 
 	var res Result
 	ctx, stop := context.WithCancel(ctx)
 	defer stop() // the budgets' watches
-	pdbs := newBudgets(ctx, d.opts.Budgets)
+	pdbs := newBudgets(ctx, d.opts.Budgets, d.opts.Logger)
 	start := d.opts.Clock.Now()
 	began := make(map[types.UID]bool)
 	for _, p := range d.opts.Pods.List() {

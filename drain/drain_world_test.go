@@ -170,7 +170,7 @@ func observe(t testing.TB, node string) func() []step {
 
 func startPods(t testing.TB, node string) *drain.NodePods {
 	t.Helper()
-	pods := drain.NewNodePods(apiClient(t).PodListWatch(node))
+	pods := drain.NewNodePods(apiClient(t).PodListWatch(node), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := pods.Start(ctx); err != nil {

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,9 +22,10 @@ type NodePods struct {
 var _ PodSource = (*NodePods)(nil)
 
 // NewNodePods returns a NodePods fed by lw, which lists and watches the pods
-// bound to one node (kube.Client.PodListWatch). Call Start before List.
-func NewNodePods(lw kube.ListWatch) *NodePods {
-	n := &NodePods{informer: kube.NewInformer(lw, SlimPod), changed: make(chan struct{}, 1)}
+// bound to one node (kube.Client.PodListWatch); a failed watch is logged
+// to log. Call Start before List.
+func NewNodePods(lw kube.ListWatch, log *slog.Logger) *NodePods {
+	n := &NodePods{informer: kube.NewInformer(lw, SlimPod, log), changed: make(chan struct{}, 1)}
 	n.informer.AddHandlers(kube.OnAnyChange(func() {
 		select {
 		case n.changed <- struct{}{}:

@@ -56,12 +56,15 @@ type Informer struct {
 
 // NewInformer returns an Informer of lw; transform, when not nil, is
 // applied to every object before it is kept (it may change it in place).
-// Add handlers, then Run.
-func NewInformer(lw ListWatch, transform func(Object) Object) *Informer {
+// A failed watch is logged to log (nil: nowhere). Add handlers, then Run.
+func NewInformer(lw ListWatch, transform func(Object) Object, log *slog.Logger) *Informer {
 	if transform == nil {
 		transform = func(o Object) Object { return o }
 	}
-	return &Informer{lw: lw, transform: transform, log: slog.Default(), clock: clock.RealClock{},
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Informer{lw: lw, transform: transform, log: log, clock: clock.RealClock{},
 		objects: map[string]Object{}, syncedCh: make(chan struct{})}
 }
 

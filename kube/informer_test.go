@@ -98,7 +98,7 @@ func TestInformerFollowsAndRelists(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := newScripted()
-	inf := NewInformer(s.lw(), nil)
+	inf := NewInformer(s.lw(), nil, nil)
 	c := told(inf)
 	s.list("10", pod("a", "1"), pod("b", "2"), pod("c", "3"))
 	go inf.Run(ctx)
@@ -158,7 +158,7 @@ func TestInformerTransforms(t *testing.T) {
 	inf := NewInformer(s.lw(), func(o Object) Object {
 		o.SetAnnotations(nil)
 		return o
-	})
+	}, nil)
 	c := told(inf)
 	p := pod("a", "1")
 	p.Annotations = map[string]string{"big": "x"}

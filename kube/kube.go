@@ -85,9 +85,9 @@ type request struct {
 	namespace   string
 	name        string
 	subresource string
-	query       url.Values
-	contentType string // of body; JSON by default
-	body        any    // []byte as it is, anything else in JSON
+	options     runtime.Object // ListOptions, UpdateOptions, ...: the query
+	contentType string         // of body; JSON by default
+	body        any            // []byte as it is, anything else in JSON
 }
 
 // path is the request's URL path under the API server's.
@@ -129,12 +129,18 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		}
 		body = bytes.NewReader(b)
 	}
+	u := *c.host
+	u.Path = strings.TrimSuffix(u.Path, "/") + r.path()
+	if r.options != nil {
+		q, err := metav1.ParameterCodec.EncodeParameters(r.options, metav1.SchemeGroupVersion)
+		if err != nil {
+			return nil, fmt.Errorf("encode %T: %w", r.options, err)
+		}
+		u.RawQuery = q.Encode()
+	}
 	if err := c.limiter.Wait(ctx); err != nil {
 		return nil, err
 	}
-	u := *c.host
-	u.Path = strings.TrimSuffix(u.Path, "/") + r.path()
-	u.RawQuery = r.query.Encode()
 	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
 	if err != nil {
 		return nil, err
@@ -196,15 +202,6 @@ func (c *Client) do(ctx context.Context, r request, out any) error {
 	return nil
 }
 
-// query encodes options (ListOptions, UpdateOptions, ...) as parameters.
-func query(opts runtime.Object) url.Values {
-	q, err := metav1.ParameterCodec.EncodeParameters(opts, metav1.SchemeGroupVersion)
-	if err != nil {
-		panic(fmt.Sprintf("kube: encode %T: %v", opts, err)) // a programming error
-	}
-	return q
-}
-
 // GetNode reads a Node.
 func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
 	out := &corev1.Node{}
@@ -216,13 +213,13 @@ func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error)
 func (c *Client) UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error) {
 	out := &corev1.Node{}
 	return out, c.do(ctx, request{method: http.MethodPut, res: nodes, name: n.Name,
-		query: query(&metav1.UpdateOptions{FieldManager: fieldManager}), body: n}, out)
+		options: &metav1.UpdateOptions{FieldManager: fieldManager}, body: n}, out)
 }
 
 // ListNodes lists the Nodes that opts select.
 func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
 	out := &corev1.NodeList{}
-	return out, c.do(ctx, request{method: http.MethodGet, res: nodes, query: query(&opts)}, out)
+	return out, c.do(ctx, request{method: http.MethodGet, res: nodes, options: &opts}, out)
 }
 
 // WatchNodes watches the Nodes that opts select.
@@ -235,7 +232,7 @@ func (c *Client) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch
 func (c *Client) PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, fieldManager, subresource string) (*corev1.Node, error) {
 	out := &corev1.Node{}
 	return out, c.do(ctx, request{method: http.MethodPatch, res: nodes, name: name, subresource: subresource,
-		query: query(&metav1.PatchOptions{FieldManager: fieldManager}), contentType: string(pt), body: data}, out)
+		options: &metav1.PatchOptions{FieldManager: fieldManager}, contentType: string(pt), body: data}, out)
 }
 
 // NodeListWatch lists and watches the one Node named name.
@@ -289,7 +286,7 @@ func (c *Client) GetConfigMap(ctx context.Context, namespace, name string) (*cor
 // select.
 func (c *Client) ListPods(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.PodList, error) {
 	out := &corev1.PodList{}
-	return out, c.do(ctx, request{method: http.MethodGet, res: pods, namespace: namespace, query: query(&opts)}, out)
+	return out, c.do(ctx, request{method: http.MethodGet, res: pods, namespace: namespace, options: &opts}, out)
 }
 
 // WatchPods watches the pods of namespace that opts select.
@@ -301,7 +298,7 @@ func (c *Client) WatchPods(ctx context.Context, namespace string, opts metav1.Li
 // opts select.
 func (c *Client) ListEvents(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.EventList, error) {
 	out := &corev1.EventList{}
-	return out, c.do(ctx, request{method: http.MethodGet, res: events, namespace: namespace, query: query(&opts)}, out)
+	return out, c.do(ctx, request{method: http.MethodGet, res: events, namespace: namespace, options: &opts}, out)
 }
 
 // ListBudgets lists the PodDisruptionBudgets of namespace (empty: every

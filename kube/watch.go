@@ -47,7 +47,7 @@ func listWatchOf[T any, P objectOf[T]](c *Client, res resource, namespace, field
 				Metadata metav1.ListMeta `json:"metadata"`
 				Items    []T             `json:"items"`
 			}
-			if err := c.do(ctx, request{method: http.MethodGet, res: res, namespace: namespace, query: query(&opts)}, &list); err != nil {
+			if err := c.do(ctx, request{method: http.MethodGet, res: res, namespace: namespace, options: &opts}, &list); err != nil {
 				return nil, "", err
 			}
 			out := make([]Object, len(list.Items))
@@ -66,7 +66,7 @@ func listWatchOf[T any, P objectOf[T]](c *Client, res resource, namespace, field
 // The watch ends with ctx, with Stop, or when the API server ends it.
 func watchOf[T any, P objectOf[T]](ctx context.Context, c *Client, res resource, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	resp, err := c.send(ctx, request{method: http.MethodGet, res: res, namespace: namespace, query: query(&opts)})
+	resp, err := c.send(ctx, request{method: http.MethodGet, res: res, namespace: namespace, options: &opts})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,9 +23,10 @@ type Source struct {
 
 // NewSource returns a Source for the ConfigMap namespace/name, fed by lw,
 // which lists and watches that ConfigMap alone (package kube's
-// ConfigMapListWatch). Call OnChange before Start.
-func NewSource(lw kube.ListWatch, namespace, name string) *Source {
-	return &Source{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil)}
+// ConfigMapListWatch); a failed watch is logged to log. Call OnChange
+// before Start.
+func NewSource(lw kube.ListWatch, namespace, name string, log *slog.Logger) *Source {
+	return &Source{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil, log)}
 }
 
 // OnChange calls f after every change of the ConfigMap; f must not block.

@@ -122,7 +122,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	var manualGate func(*corev1.Node, time.Time) (string, string)
 	if opts.PolicyConfigMap != "" {
 		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
-		src := policy.NewSource(client.ConfigMapListWatch(ns, name), ns, name)
+		src := policy.NewSource(client.ConfigMapListWatch(ns, name), ns, name, logger.With("watch", "policy"))
 		src.Run(ctx) // until it is read, manual triggers are refused (policy_unknown)
 		manualGate = src.ManualGate(opts.PoolLabel)
 	}
@@ -153,7 +153,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		NodeName: opts.NodeName,
 		Self:     types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
 		Watcher:  watcher,
-		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName)),
+		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName), logger.With("watch", "pods")),
 		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			OngoingDeadline: opts.OngoingDeadline, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,

@@ -1,6 +1,6 @@
 // Package cli is what the project's binaries (cmd/agent, cmd/aggregator)
-// share: flag parsing with --version, JSON logging (the default logger
-// too), and the /metrics and /healthz server.
+// share: flag parsing with --version, JSON logging, and the /metrics and
+// /healthz server.
 package cli
 
 import (
@@ -53,7 +53,6 @@ func Main(name, version string, opts Options, logLevel *string, run func(context
 	}
 	level, _ := ParseLevel(*logLevel)
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	slog.SetDefault(logger)
 	klog.SetSlogLogger(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -30,7 +30,7 @@ func NewInformer(t testing.TB, objs ...kube.Object) *Informer {
 	f.Informer = kube.NewInformer(kube.ListWatch{
 		List:  func(context.Context, metav1.ListOptions) ([]kube.Object, string, error) { return objs, "1", nil },
 		Watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil },
-	}, nil)
+	}, nil, nil)
 	f.AddHandlers(kube.OnAnyChange(func() { f.told <- struct{}{} }))
 	go f.Run(ctx)
 	if !f.WaitForSync(ctx) {
