@@ -63,9 +63,8 @@ func equalMap(a, b map[string]string) bool {
 func (a *Agent) watchNode(ctx context.Context) error {
 	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), slimNode, a.log.With("watch", "node"))
 	a.nodes.AddHandlers(kube.OnAnyChange(a.poke))
-	go a.nodes.Run(ctx)
-	if !a.nodes.WaitForSync(ctx) {
-		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, ctx.Err())
+	if err := a.nodes.Start(ctx); err != nil {
+		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, err)
 	}
 	return nil
 }

@@ -51,9 +51,8 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 		},
 		Delete: func(kube.Object) { a.poke() },
 	})
-	go inf.Run(ctx)
-	if !inf.WaitForSync(ctx) {
-		return fmt.Errorf("watch the slice %q of node %q: %w", slice, a.opts.NodeName, ctx.Err())
+	if err := inf.Start(ctx); err != nil {
+		return fmt.Errorf("watch the slice %q of node %q: %w", slice, a.opts.NodeName, err)
 	}
 	a.slice, a.siblings = slice, inf
 	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.List()))

@@ -44,9 +44,8 @@ func (a *Aggregator) startAutoscalerSource(ctx context.Context, namespace, name 
 	lw := a.opts.Client.ConfigMapListWatch(namespace, name)
 	s := &autoscalerSource{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil, a.log.With("watch", "autoscaler status"))}
 	s.informer.AddHandlers(kube.OnAnyChange(a.poke))
-	go s.informer.Run(ctx)
-	if !s.informer.WaitForSync(ctx) {
-		return nil, fmt.Errorf("watch ConfigMap %s/%s: %w", namespace, name, ctx.Err())
+	if err := s.informer.Start(ctx); err != nil {
+		return nil, fmt.Errorf("watch ConfigMap %s/%s: %w", namespace, name, err)
 	}
 	return s, nil
 }

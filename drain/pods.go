@@ -94,9 +94,8 @@ func SlimPod(obj kube.Object) kube.Object {
 // Start runs the watch until ctx ends; it returns once the cache is filled
 // (or ctx ended first).
 func (n *NodePods) Start(ctx context.Context) error {
-	go n.informer.Run(ctx)
-	if !n.informer.WaitForSync(ctx) {
-		return fmt.Errorf("sync pod cache: %w", ctx.Err())
+	if err := n.informer.Start(ctx); err != nil {
+		return fmt.Errorf("sync pod cache: %w", err)
 	}
 	return nil
 }

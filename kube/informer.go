@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,9 +48,7 @@ type Informer struct {
 	mu      sync.RWMutex
 	objects map[string]Object // by Key
 
-	synced     atomic.Bool
-	syncedOnce sync.Once
-	syncedCh   chan struct{}
+	synced chan struct{} // closed once the first list is kept and told
 }
 
 // NewInformer returns an Informer of lw; transform, when not nil, is
@@ -65,7 +62,7 @@ func NewInformer(lw ListWatch, transform func(Object) Object, log *slog.Logger) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Informer{lw: lw, transform: transform, log: log, clock: clock.RealClock{},
-		objects: map[string]Object{}, syncedCh: make(chan struct{})}
+		objects: map[string]Object{}, synced: make(chan struct{})}
 }
 
 // AddHandlers adds h; call it before Run.
@@ -85,14 +82,11 @@ func Key(o metav1.Object) string {
 }
 
 // HasSynced reports whether the first list has been kept and told.
-func (i *Informer) HasSynced() bool { return i.synced.Load() }
-
-// WaitForSync waits until HasSynced; false when ctx ended first.
-func (i *Informer) WaitForSync(ctx context.Context) bool {
+func (i *Informer) HasSynced() bool {
 	select {
-	case <-i.syncedCh:
+	case <-i.synced:
 		return true
-	case <-ctx.Done():
+	default:
 		return false
 	}
 }
@@ -114,6 +108,18 @@ func (i *Informer) Get(key string) (Object, bool) {
 	defer i.mu.RUnlock()
 	o, ok := i.objects[key]
 	return o, ok
+}
+
+// Start runs the Informer until ctx ends and returns once it has synced;
+// ctx's error when ctx ended first.
+func (i *Informer) Start(ctx context.Context) error {
+	go i.Run(ctx)
+	select {
+	case <-i.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Watch timeouts: the API server ends each watch after a random time in
@@ -290,6 +296,7 @@ func (i *Informer) replace(items []Object) {
 			}
 		}
 	}
-	i.synced.Store(true)
-	i.syncedOnce.Do(func() { close(i.syncedCh) })
+	if !i.HasSynced() { // only Run's goroutine closes it
+		close(i.synced)
+	}
 }

@@ -101,9 +101,8 @@ func TestInformerFollowsAndRelists(t *testing.T) {
 	inf := NewInformer(s.lw(), nil, nil)
 	c := told(inf)
 	s.list("10", pod("a", "1"), pod("b", "2"), pod("c", "3"))
-	go inf.Run(ctx)
-	if !inf.WaitForSync(ctx) {
-		t.Fatal("no sync")
+	if err := inf.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 	expect(t, c, "add ns/a@1", "add ns/b@2", "add ns/c@3")
 	if o := <-s.listOpts; o.ResourceVersion != "0" {

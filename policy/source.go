@@ -39,9 +39,8 @@ func (s *Source) Run(ctx context.Context) { go s.informer.Run(ctx) }
 
 // Start runs the watch until ctx ends and returns once it has synced.
 func (s *Source) Start(ctx context.Context) error {
-	s.Run(ctx)
-	if !s.informer.WaitForSync(ctx) {
-		return fmt.Errorf("watch ConfigMap %s/%s: %w", s.namespace, s.name, ctx.Err())
+	if err := s.informer.Start(ctx); err != nil {
+		return fmt.Errorf("watch ConfigMap %s/%s: %w", s.namespace, s.name, err)
 	}
 	return nil
 }

@@ -22,9 +22,9 @@ import (
 // one and the protobuf watch of every Node) are counted by method and
 // code, and so are those of a client made later from the same config.
 func TestCountRequests(t *testing.T) {
-	var agents []string
+	agents := make(chan string, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		agents = append(agents, r.UserAgent())
+		agents <- r.UserAgent()
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
 		case "/api/v1/nodes":
@@ -70,7 +70,8 @@ func TestCountRequests(t *testing.T) {
 			t.Errorf("metrics:\n%s\nwant %s", out.String(), want)
 		}
 	}
-	for _, ua := range agents {
+	close(agents)
+	for ua := range agents {
 		if ua != "aggregator/test" {
 			t.Errorf("a request as %q", ua)
 		}

@@ -32,9 +32,8 @@ func NewInformer(t testing.TB, objs ...kube.Object) *Informer {
 		Watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil },
 	}, nil, nil)
 	f.AddHandlers(kube.OnAnyChange(func() { f.told <- struct{}{} }))
-	go f.Run(ctx)
-	if !f.WaitForSync(ctx) {
-		t.Fatal("the informer did not sync")
+	if err := f.Start(ctx); err != nil {
+		t.Fatalf("the informer did not sync: %v", err)
 	}
 	for range objs {
 		<-f.told // the list's
