@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -494,36 +493,24 @@ func metricValue(t testing.TB, text, name string, want map[string]string) float6
 }
 
 // BenchmarkAgentBinaryDrain110Pods runs the agent binary as it ships (its
-// own API client settings) on a node with 110 pods: 100 workload pods with
+// own API client settings) on a node with 110 pods: 103 workload pods with
 // graces of 0-10 s, 3 of them under a PodDisruptionBudget, 5 kube-system
 // pods and 2 DaemonSet pods. It reports the idle agent's RSS with them on
 // its node, then preempts the VM (30 s) and reports when the workload pods
 // were gone and when the node was labelled terminating.
 func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 	testworld.Need(b)
-	const node = "bin-drain-110"
+	const node, workload = "bin-drain-110", 103
 	emu := setup(b, node)
 	ctx := context.Background()
 	ns := world.Namespace(b)
-	podOn := func(ns, name string, grace int64, labels map[string]string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels,
-				Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", grace)}},
-			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
-				Containers: []corev1.Container{{Name: "main", Image: "registry.invalid/app:1"}}},
-		}
-	}
-	create := func(p *corev1.Pod) {
-		if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range 100 {
+	pods := nodePods{b: b, node: node}
+	for i := range workload {
 		var labels map[string]string
 		if i < 3 {
 			labels = map[string]string{"app": "guarded"}
 		}
-		create(podOn(ns, fmt.Sprintf("work-%d", i), int64(i%11), labels))
+		pods.create(pods.pod(ns, fmt.Sprintf("work-%d", i), int64(i%11), labels))
 	}
 	one := intstr.FromInt32(1)
 	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
@@ -532,38 +519,9 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 	}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	for i := range 5 {
-		p := podOn(metav1.NamespaceSystem, fmt.Sprintf("sys-%d-%s", i, node), 5, nil)
-		create(p)
-		b.Cleanup(func() {
-			zero := int64(0)
-			_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
-	}
-	for i := range 2 {
-		labels := map[string]string{"ds": fmt.Sprintf("ds-%d", i)}
-		tmpl := podOn(ns, "", 2, labels)
-		tmpl.Spec.NodeName = ""
-		tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
-		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-		if _, err := world.Client.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ds-%d", i)},
-			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
-		}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	poll(b, "110 pods running", 3*time.Minute, func() bool {
-		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		running := 0
-		for _, p := range pods.Items {
-			if err == nil && p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running >= 107
-	})
+	pods.system(5)
+	pods.daemonSets(ns, 2)
+	pods.waitReady(workload + 5 + 2)
 	p := runAgent(b, node, emu)
 	poll(b, "agent healthy", 30*time.Second, func() bool { code, _ := p.get("/healthz"); return code == 200 })
 	const window = 10 * time.Second
@@ -590,7 +548,7 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 		gone := 0
 		for ev := range w.ResultChan() {
 			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Deleted && strings.HasPrefix(pod.Name, "work-") {
-				if gone++; gone == 100 {
+				if gone++; gone == workload {
 					workGone = time.Since(start)
 					break
 				}
@@ -610,8 +568,8 @@ func BenchmarkAgentBinaryDrain110Pods(b *testing.B) {
 	b.ReportMetric(fileKiB/1024, "idle-RSS-file-MiB")
 	b.ReportMetric(workGone.Seconds(), "workload-gone-s")
 	b.ReportMetric(terminating.Seconds(), "terminating-s")
-	fmt.Printf("agent binary, node with 110 pods: idle RSS %.1f MiB, CPU %.2f%% of one core; preempted (30 s): 100 workload pods gone after %s, terminating after %s\n",
-		rssKiB/1024, cpu, workGone.Round(10*time.Millisecond), terminating.Round(10*time.Millisecond))
+	fmt.Printf("agent binary, node with 110 pods: idle RSS %.1f MiB, CPU %.2f%% of one core; preempted (30 s): %d workload pods gone after %s, terminating after %s\n",
+		rssKiB/1024, cpu, workload, workGone.Round(10*time.Millisecond), terminating.Round(10*time.Millisecond))
 }
 
 // BenchmarkAgentIdleNoNotice runs the agent binary with nothing scheduled,

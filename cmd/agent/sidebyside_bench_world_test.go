@@ -149,46 +149,14 @@ func drainSideBySide(b *testing.B, tool, kubectl, node string) sbsRun {
 	ns := world.Namespace(b)
 	pool := map[string]string{"side-by-side": node}
 	world.NodeT(b, testworld.NodeSpec{Name: node, Labels: pool})
-	pod := func(ns, name string, g int64, labels map[string]string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels,
-				Annotations: map[string]string{testworld.PodDeleteDelayAnnotation: fmt.Sprintf("%ds", g)}},
-			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &g,
-				Containers: []corev1.Container{{Name: "main", Image: "registry.invalid/app:1"}}},
-		}
-	}
-	create := func(p *corev1.Pod) {
-		if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	pods := nodePods{b: b, node: node}
 	for i := range sbsWorkload {
-		create(pod(ns, fmt.Sprintf("work-%d", i), int64(i%11), nil))
+		pods.create(pods.pod(ns, fmt.Sprintf("work-%d", i), int64(i%11), nil))
 	}
-	for i := range sbsSystem {
-		p := pod(metav1.NamespaceSystem, fmt.Sprintf("sys-%d-%s", i, node), 5, nil)
-		create(p)
-		b.Cleanup(func() {
-			zero := int64(0)
-			_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
-	}
-	for i := range sbsDaemonSets {
-		labels := map[string]string{"ds": fmt.Sprintf("ds-%d", i)}
-		tmpl := pod(ns, "", 2, labels)
-		tmpl.Spec.NodeName = ""
-		tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
-		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
-		if _, err := world.Client.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ds-%d", i)},
-			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
-		}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	pods.system(sbsSystem)
+	pods.daemonSets(ns, sbsDaemonSets)
 	held := map[string]string{"app": "held"}
-	tmpl := pod(ns, "", 5, held)
+	tmpl := pods.pod(ns, "", 5, held)
 	tmpl.Spec.NodeName, tmpl.Spec.NodeSelector = "", pool
 	for stage, delay := range map[string]string{"pod-create": sbsCreateDelay, "pod-ready": sbsReadyDelay} {
 		tmpl.Annotations[stage+".stage.kwok.x-k8s.io/delay"] = delay
@@ -210,16 +178,7 @@ func drainSideBySide(b *testing.B, tool, kubectl, node string) sbsRun {
 		b.Fatal(err)
 	}
 	total := sbsWorkload + sbsHeld + sbsSystem + sbsDaemonSets
-	poll(b, fmt.Sprintf("%d pods running on %s", total, node), 3*time.Minute, func() bool {
-		pods, err := world.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-		running := 0
-		for _, p := range pods.Items {
-			if err == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
-				running++
-			}
-		}
-		return running == total
-	})
+	pods.waitReady(total)
 	poll(b, "the budget allowing one disruption", time.Minute, func() bool {
 		pdb, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "held", metav1.GetOptions{})
 		return err == nil && pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.DisruptionsAllowed == 1
@@ -254,15 +213,6 @@ func drainSideBySide(b *testing.B, tool, kubectl, node string) sbsRun {
 		fmt.Printf("kubectl drain said:\n%s", out)
 	}
 	return r
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // sbsWatch follows the drained node's pods and the Deployment's.
