@@ -61,10 +61,14 @@ type Options struct {
 	// KeepDir keeps the world's temp directory (logs, kubeconfig) after Stop.
 	KeepDir bool
 	// NodeMonitorGracePeriod, when set, is how long the node lifecycle
-	// controller waits for a node's heartbeat before it marks the node
-	// NotReady (its default, 50 s, is too short for kwok heart-beating
-	// 20,000 nodes on two cores).
+	// controller waits for a node's heartbeat, and for a new node's first,
+	// before it marks the node NotReady (its defaults, 50 s and 1 min, are
+	// too short for kwok heart-beating 20,000 nodes on two cores).
 	NodeMonitorGracePeriod time.Duration
+	// ControllerQPS, when set, is kube-controller-manager's rate of API
+	// requests (burst twice that); its default, 20 a second, takes minutes
+	// to lift the not-ready taint from thousands of new nodes.
+	ControllerQPS int
 }
 
 // World is one running control plane with kwok. Fields are read-only.
@@ -216,7 +220,11 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 	// controllers, scheduler, kwok
 	var kcmArgs []string
 	if opts.NodeMonitorGracePeriod > 0 {
-		kcmArgs = append(kcmArgs, "--node-monitor-grace-period", opts.NodeMonitorGracePeriod.String())
+		kcmArgs = append(kcmArgs, "--node-monitor-grace-period", opts.NodeMonitorGracePeriod.String(),
+			"--node-startup-grace-period", opts.NodeMonitorGracePeriod.String())
+	}
+	if opts.ControllerQPS > 0 {
+		kcmArgs = append(kcmArgs, "--kube-api-qps", fmt.Sprint(opts.ControllerQPS), "--kube-api-burst", fmt.Sprint(2*opts.ControllerQPS))
 	}
 	kcm, err := w.start("kube-controller-manager", logPath("kube-controller-manager"), bin(binControllerManager), append(kcmArgs,
 		"--kubeconfig", w.Kubeconfig,
