@@ -241,9 +241,10 @@ func ParseNotice(raw string) (n Notice, present bool, err error) {
 	}
 	compact, _ := json.Marshal(json.RawMessage(s))
 	// The notice is mirrored on the Node, where an annotation holds valid
-	// UTF-8 only: bytes that are not become U+FFFD, as the API server's
-	// JSON would make them.
-	n.Raw = strings.ToValidUTF8(string(compact), "\uFFFD")
+	// UTF-8 only: each byte that is not becomes U+FFFD, as the API
+	// server's JSON makes it, and as the decoder made it in n's strings,
+	// so that the mirror parses to the same notice.
+	n.Raw = string([]rune(string(compact)))
 	return n, true, nil
 }
 
