@@ -303,7 +303,7 @@ func TestPodBoundTokenCarriesNodeName(t *testing.T) {
 }
 
 // panicChildEnv makes TestPanickingTestLeavesNoProcess's child write the
-// world's pids to the named file and panic.
+// world's pids, then its directory, to the named file and panic.
 const panicChildEnv = "TESTWORLD_PANIC_CHILD_PIDFILE"
 
 func TestPanickingTestLeavesNoProcess(t *testing.T) {
@@ -313,6 +313,7 @@ func TestPanickingTestLeavesNoProcess(t *testing.T) {
 		for _, pid := range world.Pids() {
 			lines = append(lines, strconv.Itoa(pid))
 		}
+		lines = append(lines, world.TempDir)
 		if err := os.WriteFile(pidFile, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -333,9 +334,18 @@ func TestPanickingTestLeavesNoProcess(t *testing.T) {
 		t.Fatalf("child wrote no pids: %v\n%s", err, out)
 	}
 	pids := strings.Fields(string(data))
-	if len(pids) != 5 {
-		t.Fatalf("child reported pids %v, want 5 components", pids)
+	if len(pids) != 6 || !strings.HasPrefix(pids[5], os.TempDir()+"/testworld-") {
+		t.Fatalf("child reported %v, want the pids of 5 components and its world's directory", pids)
 	}
+	// A panicking test cannot remove its world's data (123 MB); this test
+	// does, once the world's processes are gone.
+	dir := pids[5]
+	pids = pids[:5]
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+	}()
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, pid := range pids {
 			if alive(pid) {
