@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,7 +68,7 @@ type API interface {
 	// PodDisruptionBudgets: the drain follows those that refuse it.
 	BudgetListWatch(namespace string) kube.ListWatch
 	// PatchNodeStatus patches the Node's status: the node lifecycle
-	// conditions the agent keeps (protocol.NodeConditions).
+	// conditions the agent keeps (lifecycle.NodeConditions).
 	PatchNodeStatus(ctx context.Context, name string, data []byte) error
 	// PatchPod patches a pod on the node (the workload notice), or its
 	// subresource ("status") when given.
@@ -90,7 +92,7 @@ type Options struct {
 	// them, and the drain's deadline (metadata.Mirror).
 	Mirror *metadata.Mirror
 	Pods   *drain.NodePods
-	Config Config
+	Config lifecycle.Config
 	// Maintainer starts a manual maintenance once the node is drained; nil
 	// fails every manual maintenance (the node goes back in service).
 	Maintainer Maintainer
@@ -139,19 +141,19 @@ type Agent struct {
 	siblings *kube.Informer
 
 	mu      sync.Mutex
-	signals Signals
+	signals lifecycle.Signals
 	// unrecognized holds the keys whose last answer was not understood.
 	unrecognized map[string]bool
-	changedAt    time.Time  // when a signal last changed
-	drainFor     DrainOrder // the running drain
-	drainDone    time.Time  // Started of the maintenance whose drain finished
-	drainLeft    []string   // the pods that drain left on the node
+	changedAt    time.Time            // when a signal last changed
+	drainFor     lifecycle.DrainOrder // the running drain
+	drainDone    time.Time            // Started of the maintenance whose drain finished
+	drainLeft    []string             // the pods that drain left on the node
 	drainStop    context.CancelFunc
 	drainGroup   sync.WaitGroup
 	drainStart   time.Time // when the running drain began
 
 	// The workload notice (workload.go): the node's side, guarded by mu.
-	notice noticeTarget
+	notice lifecycle.WorkloadTarget
 	// noticeKnown: the loop has decided once, and notice says so.
 	noticeKnown bool
 	notifyWake  chan struct{}
@@ -162,8 +164,8 @@ type Agent struct {
 	// times.
 	timing drain.Timing
 
-	performFor    string         // request ID of the call started by this process
-	performResult *PerformResult // how it ended
+	performFor    string                   // request ID of the call started by this process
+	performResult *lifecycle.PerformResult // how it ended
 	performGroup  sync.WaitGroup
 
 	nodes *kube.Informer
@@ -230,7 +232,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.AcceleratorResources == nil {
 		opts.AcceleratorResources = DefaultAcceleratorResources
 	}
-	opts.Config = opts.Config.withDefaults()
+	opts.Config = opts.Config.WithDefaults()
 	if opts.Drainer == nil {
 		opts.Drainer = drain.New(drain.Options{
 			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Budgets: opts.Client.BudgetListWatch, Reserve: opts.DrainReserve,
@@ -417,7 +419,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 // reconcile reads the Node, steps the state machine, writes the result in
 // one update, and starts or stops the drain.
 func (a *Agent) reconcile(ctx context.Context) error {
-	var dec Decision
+	var dec lifecycle.Decision
 	var latency time.Duration
 	var carried protocol.Counts // the repairs the aggregator counted on the Node
 	attempt := 0
@@ -438,7 +440,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			return err
 		}
 		a.mu.Lock()
-		obs := Observation{
+		obs := lifecycle.Observation{
 			Now:            a.opts.Clock.Now(),
 			Signals:        a.signals,
 			BootID:         node.Status.NodeInfo.BootID,
@@ -458,7 +460,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
 		obs.PodsKnown = true
 		changedAt := a.changedAt
-		obs.GKEHandling = protocol.GKEHandling(node, st)
+		obs.GKEHandling = lifecycle.GKEHandling(node, st)
 		obs.DrainDone = st.Phase == protocol.PhaseDraining && a.drainDone.Equal(st.Started)
 		if obs.DrainDone {
 			obs.DrainLeft = a.drainLeft
@@ -468,8 +470,8 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		a.mu.Unlock()
 		carried = protocol.ReadRepairs(node).Interruptions
-		dec = Step(a.opts.Config, st, obs)
-		if !applyDecision(node, dec) {
+		dec = lifecycle.Step(a.opts.Config, st, obs)
+		if !dec.Apply(node) {
 			return nil
 		}
 		if _, err := a.opts.Client.UpdateNode(ctx, node, fieldManager); err != nil {
@@ -497,7 +499,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 
 // execute records a decision that is now on the Node, and runs the drain
 // while the phase is Draining.
-func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Counts, latency time.Duration) {
+func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried protocol.Counts, latency time.Duration) {
 	st := dec.State
 	a.wakeAt = dec.WakeAt
 	a.syncConditions(ctx, st)
@@ -542,7 +544,7 @@ func (a *Agent) execute(ctx context.Context, dec Decision, carried protocol.Coun
 	a.mu.Lock()
 	drainStart := a.drainStart
 	a.mu.Unlock()
-	a.setNotice(targetOf(st, drainStart))
+	a.setNotice(lifecycle.WorkloadTargetOf(st, drainStart))
 }
 
 // syncCounts makes the interruption counters follow the Node's counts (the

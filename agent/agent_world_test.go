@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -71,11 +73,11 @@ type running struct {
 	metrics *metrics.Agent
 	watcher *metadata.Watcher
 	agent   *agent.Agent
-	cfg     agent.Config
+	cfg     lifecycle.Config
 	stop    func()
 }
 
-func startAgent(t testing.TB, v *vm, cfg agent.Config) *running {
+func startAgent(t testing.TB, v *vm, cfg lifecycle.Config) *running {
 	t.Helper()
 	return startAgentWith(t, v, cfg, world.Config)
 }
@@ -91,7 +93,7 @@ func kubeClient(t testing.TB, restCfg *rest.Config) *kube.Client {
 }
 
 // startAgentWith runs an agent whose API client is made from restCfg.
-func startAgentWith(t testing.TB, v *vm, cfg agent.Config, restCfg *rest.Config) *running {
+func startAgentWith(t testing.TB, v *vm, cfg lifecycle.Config, restCfg *rest.Config) *running {
 	t.Helper()
 	client := kubeClient(t, restCfg)
 	node, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), v.name, metav1.GetOptions{})
@@ -271,7 +273,7 @@ func reboot(t testing.TB, v *vm, r *running) *running {
 func TestNoticeScheduledRescheduledCancelled(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-notice-0")
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 	start := time.Date(2026, 12, 1, 19, 0, 1, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
 	n := world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool {
@@ -307,7 +309,7 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 3, 3*time.Second))
 	createPod(t, makePod(metav1.NamespaceSystem, "dns-"+v.name, v.name, 1, time.Second))
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "agent settled", func(*corev1.Node) bool {
 		return !r.watcher.LastGood(metadata.KeyMaintenanceEvent).IsZero()
 	})
@@ -383,7 +385,7 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
@@ -400,7 +402,7 @@ func TestPreemptionDrainsWithin30sAndMigrationDoesNot(t *testing.T) {
 	v := newVM(t, "agent-preempt-0")
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "long-grace", v.name, 600, 600*time.Second))
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 
 	v.emu.SetMaintenanceEvent(gceemu.EventMigrate)
 	world.WaitEvent(t, v.name, protocol.EventMigrateOnHost)
@@ -431,7 +433,7 @@ func TestPreemptionMovesTheDeadlineOfTheDrainUnderWay(t *testing.T) {
 	p.Labels = map[string]string{"app": "guarded"}
 	createPod(t, p)
 	guard(t, p)
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	world.WaitEvent(t, v.name, protocol.EventBlocked)
 
@@ -479,7 +481,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "slow", v.name, 6, 6*time.Second))
 	createPod(t, makePod(ns, "slower", v.name, 8, 8*time.Second))
-	first := startAgent(t, v, agent.DefaultConfig)
+	first := startAgent(t, v, lifecycle.DefaultConfig)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	world.WaitNode(t, v.name, "draining", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing
@@ -492,7 +494,7 @@ func TestAgentRestartedMidDrainDrainsOnce(t *testing.T) {
 		t.Fatal("the first agent never began the drain")
 	}
 	first.stop() // killed mid-drain
-	second := startAgent(t, v, agent.DefaultConfig)
+	second := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
@@ -543,7 +545,7 @@ func TestNodeConditionsFollowTheMaintenance(t *testing.T) {
 		}
 	}()
 	createPod(t, makePod(ns, "slow", v.name, 6, 6*time.Second))
-	first := startAgent(t, v, agent.DefaultConfig)
+	first := startAgent(t, v, lifecycle.DefaultConfig)
 	hasCondition := func(typ corev1.NodeConditionType, status corev1.ConditionStatus) func(*corev1.Node) bool {
 		return func(n *corev1.Node) bool {
 			for _, c := range n.Status.Conditions {
@@ -560,7 +562,7 @@ func TestNodeConditionsFollowTheMaintenance(t *testing.T) {
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
 	world.WaitNode(t, v.name, "draining", hasCondition(protocol.ConditionDrainInProgress, corev1.ConditionTrue))
 	first.stop() // mid-drain: the pod takes 6 s to go
-	second := startAgent(t, v, agent.DefaultConfig)
+	second := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "drained", hasCondition(protocol.ConditionDrained, corev1.ConditionTrue))
 	reboot(t, v, second)
 	world.WaitNode(t, v.name, "back: no maintenance in progress, none planned", func(n *corev1.Node) bool {
@@ -589,7 +591,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 		v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix + key, Kind: gceemu.FaultStatus, Status: 503})
 	}
 	began := time.Now()
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError).Value() >= 2, nil
@@ -663,7 +665,7 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 	log := &requestLog{}
 	cfg := rest.CopyConfig(world.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log })
-	startAgentWith(t, v, agent.DefaultConfig, cfg)
+	startAgentWith(t, v, lifecycle.DefaultConfig, cfg)
 	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	world.WaitEvent(t, v.name, protocol.EventMaintenanceScheduled)
 	var watches []string
@@ -729,7 +731,7 @@ func TestAPIServerFailuresMakeTheAgentUnhealthyNotDead(t *testing.T) {
 	fail := &failingNodeUpdates{path: "/api/v1/nodes/" + v.name}
 	cfg := rest.CopyConfig(world.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { fail.next = rt; return fail })
-	r := startAgentWith(t, v, agent.DefaultConfig, cfg)
+	r := startAgentWith(t, v, lifecycle.DefaultConfig, cfg)
 	fail.set(true)
 	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
@@ -784,11 +786,11 @@ func setNodeInfo(t *testing.T, name, bootID, kubelet string) {
 func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-reboot-0")
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "boot ID recorded", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "") // crashed and came back
-	r = startAgent(t, v, agent.DefaultConfig)
+	r = startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitEvent(t, v.name, protocol.EventUnexpectedReboot)
 	n := world.WaitNode(t, v.name, "host error counted", func(n *corev1.Node) bool {
 		return protocol.NodeInterruptions(n)[protocol.UnannouncedReboot.Key()] == 1
@@ -801,7 +803,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 	}
 	r.stop()
 	setNodeInfo(t, v.name, testworld.NewBootID(), "v1.37.0")
-	r = startAgent(t, v, agent.DefaultConfig)
+	r = startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitEvent(t, v.name, protocol.EventNodeUpgraded)
 	world.WaitNode(t, v.name, "upgrade counted", func(n *corev1.Node) bool {
 		c := protocol.NodeInterruptions(n)
@@ -860,7 +862,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-events-1")
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	counted := func() float64 {
 		return r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent).Value()
 	}
@@ -908,7 +910,7 @@ func TestAgentLeavesKeysItDidNotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC), 4*time.Hour))
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 	// The agent's write: the label of the notice, in the same update that
 	// would have stripped the rest.
 	n := world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
@@ -927,7 +929,7 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 	start := time.Date(2026, 12, 24, 3, 0, 0, 0, time.UTC)
 	gpu := newVM(t, "agent-ongoing-gpu")
 	gpu.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 4*time.Hour))
-	startAgent(t, gpu, agent.DefaultConfig)
+	startAgent(t, gpu, lifecycle.DefaultConfig)
 	world.WaitNode(t, gpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	gpu.emu.SetNoticeStatus(gceemu.StatusOngoing)
 	// The agent's write for ONGOING: the scheduled label goes, nothing else.
@@ -942,7 +944,7 @@ func TestONGOINGDrainsOnlyWhereMaintenanceEventIsNotServed(t *testing.T) {
 
 	tpu := newVMWith(t, "agent-ongoing-tpu", gceemu.Config{NoMaintenanceEvent: true})
 	tpu.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 4*time.Hour))
-	startAgent(t, tpu, agent.DefaultConfig)
+	startAgent(t, tpu, lifecycle.DefaultConfig)
 	world.WaitNode(t, tpu.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	tpu.emu.SetNoticeStatus(gceemu.StatusOngoing)
 	world.WaitNode(t, tpu.name, "drained on ONGOING", func(n *corev1.Node) bool {
@@ -1000,7 +1002,7 @@ func TestAgentStartedLateDrainsByThePlatformsDeadline(t *testing.T) {
 	n.MaintenanceStatus, n.CanReschedule = gceemu.StatusOngoing, false
 	v.emu.ScheduleNotice(n)
 	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 
 	stop := opened.Add(time.Hour)
 	// The keys answer in any order: the deadline may first count from now,
@@ -1052,7 +1054,7 @@ func TestAgentLeavesGKEsMaintenanceToIt(t *testing.T) {
 	createPod(t, makePod(ns, "trainer", v.name, 5, time.Second))
 	world.WaitRunning(t, v.name, 1)
 	pod := watchPod(t, ns, "trainer")
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	// The agent's first write (what the VM runs): it would have removed
 	// GKE's notice in the same update.
 	n := world.WaitNode(t, v.name, "the agent's first write", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })

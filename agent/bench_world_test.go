@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -71,7 +72,7 @@ func BenchmarkTaintLatency(b *testing.B) {
 	name := "bench-taint-0"
 	v := newVM(b, name)
 	emu := v.emu
-	r := startAgent(b, v, agent.DefaultConfig)
+	r := startAgent(b, v, lifecycle.DefaultConfig)
 	nodes := watchNode(b, name)
 	var lat []time.Duration
 	var cold time.Duration
@@ -120,7 +121,7 @@ func BenchmarkDrain110Pods(b *testing.B) {
 		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
 	testworld.WaitFor(b, world.Client.CoreV1().RESTClient(), "serviceaccounts", ns, "default", "exists", func(*corev1.ServiceAccount) bool { return true })
-	r := startAgent(b, v, agent.DefaultConfig)
+	r := startAgent(b, v, lifecycle.DefaultConfig)
 	nodes := watchNode(b, name)
 	var past []time.Duration
 	for b.Loop() {

@@ -6,17 +6,15 @@
 // now (through Maintainer, once per maintenance).
 //
 // The Node protocol (every key the agent reads or writes, how its state is
-// encoded there, the Event reasons and the trigger's acceptance rules) is
-// package protocol. The state machine is the pure function Step in
-// state.go, whose file header documents the lifecycle; what sets each
-// maintenance reason apart is the table in reasons.go, and the trigger
-// sub-machine is trigger.go. The loop around it (agent.go) observes and
-// executes: Node writes (node.go), the drain (draining.go), the
-// performMaintenance call (perform.go), the workload notice on every pod of
-// the node (workload.go), idleness (idle.go), the metadata watch's health
-// (health.go). A host of a multi-host slice drains with its slice when the
-// aggregator asks (protocol.SliceAsk). Everything the agent needs to
-// continue after a restart lives on the Node.
+// encoded there, the Event reasons) is package protocol. The rules are
+// package lifecycle: the pure state machine Step, one file per kind of
+// maintenance. This package is the runtime around it (agent.go): it
+// observes and executes: Node writes (node.go), the drain (draining.go),
+// the performMaintenance call (perform.go), the workload notice on every
+// pod of the node (workload.go), idleness (idle.go), the metadata watch's
+// health (health.go), and the watch of its multi-host slice's Nodes
+// (slice.go). Everything the agent needs to continue after a restart
+// lives on the Node.
 //
 // What it does not do: it never touches another Node or another node's
 // pods, never decides about other nodes (that is the aggregator's), and

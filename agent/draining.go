@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	"github.com/maintenance-handler/maintenance-handler/drain"
 )
 
@@ -23,7 +25,7 @@ var _ Drainer = (*drain.Drainer)(nil)
 // followDrain makes the running drain the one the decision orders: it
 // starts it, restarts it when the order changed (a preemption moved the
 // deadline), and stops it when none must run.
-func (a *Agent) followDrain(ctx context.Context, order DrainOrder) {
+func (a *Agent) followDrain(ctx context.Context, order lifecycle.DrainOrder) {
 	a.mu.Lock()
 	running := a.drainFor
 	a.mu.Unlock()
@@ -36,7 +38,7 @@ func (a *Agent) followDrain(ctx context.Context, order DrainOrder) {
 	}
 }
 
-func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
+func (a *Agent) startDrain(ctx context.Context, order lifecycle.DrainOrder) {
 	dctx, cancel := context.WithCancel(ctx)
 	a.mu.Lock()
 	a.drainFor = order
@@ -71,7 +73,7 @@ func (a *Agent) startDrain(ctx context.Context, order DrainOrder) {
 func (a *Agent) stopDrain() {
 	a.mu.Lock()
 	stop := a.drainStop
-	a.drainStop, a.drainFor, a.drainStart = nil, DrainOrder{}, time.Time{}
+	a.drainStop, a.drainFor, a.drainStart = nil, lifecycle.DrainOrder{}, time.Time{}
 	a.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -81,7 +83,7 @@ func (a *Agent) stopDrain() {
 
 // disruption is what a pod the drain of order deletes is told (its
 // DisruptionTarget condition).
-func disruption(order DrainOrder) drain.Disruption {
+func disruption(order lifecycle.DrainOrder) drain.Disruption {
 	return drain.Disruption{Reason: order.Reason.DisruptionReason(),
 		Message: fmt.Sprintf("maintenance-handler: the node drains for %s; the VM is expected to stop by %s", order.Reason, order.Deadline.UTC().Format(time.RFC3339))}
 }

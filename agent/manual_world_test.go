@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -55,7 +57,7 @@ func manualVMWith(t *testing.T, name string, cfg gceemu.Config) (*vm, *running) 
 	v := newVMWith(t, name, cfg)
 	withCompute(t, v)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	return v, r
 }
@@ -414,7 +416,7 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	v.emu.SetPerformMaintenanceDelay(3 * time.Second)
 	k := &killedAfterCall{next: real, made: make(chan struct{})}
 	v.compute = k
-	first := startAgent(t, v, agent.DefaultConfig)
+	first := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	// From now on the first agent hears nothing new from the metadata
 	// server: it dies before it can learn that its call went through.
@@ -434,7 +436,7 @@ func TestManualTriggerAgentKilledAfterCall(t *testing.T) {
 	}
 	v.emu.ClearFaults()
 	v.compute = real
-	second := startAgent(t, v, agent.DefaultConfig)
+	second := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "terminating", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
 	})
@@ -474,7 +476,7 @@ pools:
 	withCompute(t, v)
 	v.gate = src.ManualGate(testworld.LabelNodePool)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
@@ -615,7 +617,7 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	v := newVM(t, "agent-voluntary-0")
 	withCompute(t, v)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
-	cfg := agent.DefaultConfig
+	cfg := lifecycle.DefaultConfig
 	cfg.ManualDrainTimeout = 20 * time.Second
 	r := startAgent(t, v, cfg)
 	world.WaitNode(t, v.name, "scheduled label", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })

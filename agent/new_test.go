@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,8 +35,8 @@ func TestNewRejectsOrDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.opts.Config != DefaultConfig {
-		t.Errorf("zero Config became %+v, want %+v", a.opts.Config, DefaultConfig)
+	if a.opts.Config != lifecycle.DefaultConfig {
+		t.Errorf("zero Config became %+v, want %+v", a.opts.Config, lifecycle.DefaultConfig)
 	}
 	if a.opts.Drainer == nil || a.opts.Metrics == nil || a.opts.Events == nil || a.opts.Clock == nil {
 		t.Error("a default is missing")

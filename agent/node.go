@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
@@ -16,48 +18,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
-
-// applyDecision writes d onto n: the state and its consequences (package
-// protocol), the trigger consumed when d says so, and the cordon. It
-// reports whether n changed.
-func applyDecision(n *corev1.Node, d Decision) bool {
-	before := n.DeepCopy()
-	protocol.WriteAgentState(n, d.State)
-	if d.RemoveTrigger {
-		protocol.ConsumeTrigger(n)
-	}
-	if d.Cordon {
-		n.Spec.Unschedulable = true
-	}
-	if d.Uncordon {
-		n.Spec.Unschedulable = false
-	}
-	return !equalNode(before, n)
-}
-
-func equalNode(a, b *corev1.Node) bool {
-	if a.Spec.Unschedulable != b.Spec.Unschedulable || len(a.Spec.Taints) != len(b.Spec.Taints) {
-		return false
-	}
-	for i := range a.Spec.Taints {
-		if a.Spec.Taints[i].Key != b.Spec.Taints[i].Key || a.Spec.Taints[i].Effect != b.Spec.Taints[i].Effect {
-			return false
-		}
-	}
-	return equalMap(a.Labels, b.Labels) && equalMap(a.Annotations, b.Annotations)
-}
-
-func equalMap(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
-}
 
 // watchNode starts one watch of the agent's own Node and waits for it.
 func (a *Agent) watchNode(ctx context.Context) error {
@@ -157,16 +117,16 @@ func WaitForNode(ctx context.Context, c NodeGetter, name string, clk clock.Clock
 
 // syncConditions writes, through nodes/status, the node lifecycle
 // conditions that st says and the Node does not carry
-// (protocol.NodeConditions). A write that fails is logged and tried again
+// (lifecycle.NodeConditions). A write that fails is logged and tried again
 // on the next step: the conditions never hold a maintenance back. Until
 // the Node cache shows a newer Node than the one a write was decided on,
 // no other write is made (the cache is behind that write).
-func (a *Agent) syncConditions(ctx context.Context, st State) {
+func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
 	node, err := a.cachedNode()
 	if err != nil || node.ResourceVersion == a.conditionsFrom {
 		return
 	}
-	changed := protocol.NodeConditionsChanged(node, protocol.NodeConditions(st), a.opts.Clock.Now())
+	changed := lifecycle.NodeConditionsChanged(node, lifecycle.NodeConditions(st), a.opts.Clock.Now())
 	if len(changed) == 0 {
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -26,7 +28,7 @@ const performMinimum = time.Minute
 // startPerform runs the performMaintenance call for st's request ID, unless
 // this process has already started it. The call is retried until st's
 // deadline (at least performMinimum from now); its result wakes the loop.
-func (a *Agent) startPerform(ctx context.Context, st State) {
+func (a *Agent) startPerform(ctx context.Context, st lifecycle.State) {
 	a.mu.Lock()
 	if a.performFor == st.RequestID {
 		a.mu.Unlock()
@@ -39,7 +41,7 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 	go func() {
 		defer a.performGroup.Done()
 		a.log.Info("asking Compute Engine to start the maintenance", "request_id", st.RequestID, "timeout", timeout)
-		res := &PerformResult{RequestID: st.RequestID}
+		res := &lifecycle.PerformResult{RequestID: st.RequestID}
 		if a.opts.Maintainer == nil {
 			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
 		} else {
@@ -96,7 +98,7 @@ func (a *Agent) startPerform(ctx context.Context, st State) {
 	}()
 }
 
-func (a *Agent) setPerformResult(res *PerformResult) {
+func (a *Agent) setPerformResult(res *lifecycle.PerformResult) {
 	a.mu.Lock()
 	a.performResult = res
 	a.mu.Unlock()

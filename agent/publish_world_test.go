@@ -4,11 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -20,7 +21,7 @@ func TestIdlenessPublished(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-idle-pub-0")
 	ns := world.Namespace(t)
-	r := startAgent(t, v, agent.DefaultConfig)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
 	n := world.WaitNode(t, v.name, "idle since", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
 	since := n.Annotations[protocol.AnnotationIdleSince]
 
@@ -41,7 +42,7 @@ func TestIdlenessPublished(t *testing.T) {
 	}
 
 	r.stop()
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 	// A notice the new agent mirrors: it has reconciled the Node.
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), time.Hour))
 	world.WaitNode(t, v.name, "restarted agent at work", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })

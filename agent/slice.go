@@ -3,7 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -14,7 +15,7 @@ import (
 // A host of a multi-host slice follows its slice itself: the agent watches
 // the Nodes of its own slice (read only; it still writes only its own Node
 // and pods) and works out from their agents' states the ask the aggregator
-// would write (protocol.SliceAsks), so that the slice goes down as one
+// would write (lifecycle.SliceAsks), so that the slice goes down as one
 // with no aggregator leading (a failover, or its node down). The
 // aggregator's ask on the Node still counts: it covers what only a cluster
 // view knows (a host whose agent is down, a cause whose Node was deleted).
@@ -38,14 +39,14 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	}
 	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), slimNode, a.log.With("watch", "slice"))
 	// Only a change of what another host acts on wakes the agent
-	// (sliceSignal): the other hosts write their Nodes for many other
+	// (SliceSignal): the other hosts write their Nodes for many other
 	// reasons, and a slice of 64 hosts is 64 watchers of each write.
 	inf.AddHandlers(kube.Handlers{
 		Add: func(kube.Object) { a.poke() },
 		Update: func(o, n kube.Object) {
 			old, ok1 := o.(*corev1.Node)
 			cur, ok2 := n.(*corev1.Node)
-			if !ok1 || !ok2 || sliceSignal(protocol.SliceHostOf(old)) != sliceSignal(protocol.SliceHostOf(cur)) {
+			if !ok1 || !ok2 || lifecycle.SliceSignal(protocol.SliceHostOf(old)) != lifecycle.SliceSignal(protocol.SliceHostOf(cur)) {
 				a.poke()
 			}
 		},
@@ -57,22 +58,6 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	a.slice, a.siblings = slice, inf
 	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.List()))
 	return nil
-}
-
-// sliceSignal is what of host h another host of its slice acts on: a
-// maintenance of its own (which makes it a cause), whether its drain is
-// over (which the caller of a voluntary maintenance waits for: drained or
-// incomplete), and whether its Node is Ready. A host that starts to drain
-// for its slice changes none of it, so the hosts of a 64-host slice that
-// follow one host do not wake each other 63 times each.
-func sliceSignal(h protocol.SliceHost) protocol.SliceHost {
-	if h.Phase == protocol.PhaseIdle || h.Reason == protocol.ReasonSlice {
-		h.Reason, h.Started, h.Deadline = "", time.Time{}, time.Time{}
-		if h.Phase != protocol.PhaseTerminating {
-			h.Phase = ""
-		}
-	}
-	return h
 }
 
 // sliceHosts is every host of the slice as its watch has it, but node (the
@@ -92,10 +77,10 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 // observeSlice fills what obs knows of node's multi-host slice (st is the
 // agent's state on it): the ask
 // the agent follows (its own reading of its slice's hosts, or the
-// aggregator's on the Node: followedAsk) and, for a voluntary maintenance
+// aggregator's on the Node: FollowedAsk) and, for a voluntary maintenance
 // of the slice, which host calls Compute Engine and which hosts still
 // drain.
-func (a *Agent) observeSlice(node *corev1.Node, st State, obs *Observation) {
+func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecycle.Observation) {
 	written, set := protocol.ReadSliceAsk(node)
 	if a.siblings == nil {
 		obs.SliceAsk, obs.SliceAskSet = written, set
@@ -103,7 +88,7 @@ func (a *Agent) observeSlice(node *corev1.Node, st State, obs *Observation) {
 	}
 	hosts := a.sliceHosts(node)
 	obs.Slice = a.slice
-	obs.SliceAsk, obs.SliceAskSet = followedAsk(protocol.SliceAsks(a.slice, hosts)[node.Name], written, set, hosts)
+	obs.SliceAsk, obs.SliceAskSet = lifecycle.FollowedAsk(lifecycle.SliceAsks(a.slice, hosts)[node.Name], written, set, hosts)
 	if !obs.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice {
 		if want := protocol.SliceHosts(node); len(hosts) < want {
 			// A host of the slice is gone (its Node deleted, as a repair
@@ -112,34 +97,7 @@ func (a *Agent) observeSlice(node *corev1.Node, st State, obs *Observation) {
 				Reason: protocol.ReasonSlice, Started: st.Started, Deadline: st.Deadline}, true
 		}
 	}
-	caller := protocol.SliceCaller(hosts)
+	caller := lifecycle.SliceCaller(hosts)
 	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
-	obs.SliceWaiting, obs.SliceIncomplete = protocol.SliceDrained(hosts, caller)
-}
-
-// followedAsk is the ask a host follows: its own reading of its slice's
-// hosts (own, nil for none) or the aggregator's (written, when set), the
-// earlier deadline of the two. The aggregator's is stale, and ignored,
-// once its cause is among hosts with no maintenance of its own started
-// then under way: the aggregator withdraws it on its next pass, or never
-// while none leads.
-func followedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, hosts []protocol.SliceHost) (protocol.SliceAsk, bool) {
-	if set {
-		for _, h := range hosts {
-			if h.Name != written.Cause {
-				continue
-			}
-			active := (h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating) && h.Reason != protocol.ReasonSlice
-			if !active || !h.Started.Equal(written.Started) {
-				set = false
-			}
-		}
-	}
-	switch {
-	case own != nil && (!set || own.Deadline.Before(written.Deadline)):
-		return *own, true
-	case set:
-		return written, true
-	}
-	return protocol.SliceAsk{}, false
+	obs.SliceWaiting, obs.SliceIncomplete = lifecycle.SliceDrained(hosts, caller)
 }

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -24,57 +25,9 @@ import (
 // node are written, and on them only the notice (the admission policy
 // holds the agent to it).
 
-// noticeTarget is the node's side of the notice, set by the loop after
-// each decision.
-type noticeTarget struct {
-	phase                  string // "" for none
-	windowStart, windowEnd time.Time
-	// drainStart and deadline, while starting: a pod is asked to stop when
-	// the drain's plan says (drain.Plan).
-	drainStart, deadline time.Time
-}
-
-// targetOf is the notice a node in state st gives its pods; drainStart is
-// when the running drain began.
-func targetOf(st State, drainStart time.Time) noticeTarget {
-	n, present, err := metadata.ParseNotice(st.Notice)
-	present = present && err == nil
-	switch {
-	case st.Active():
-		return noticeTarget{phase: protocol.NoticeStarting, windowStart: n.WindowStart, drainStart: drainStart, deadline: st.Deadline}
-	case st.ScheduledTime != "":
-		return noticeTarget{phase: protocol.NoticePending, windowStart: n.WindowStart}
-	case present && n.Status == metadata.StatusOngoing && noticeID(n) != st.NoticeDone:
-		// The window is open and the VM may stop within it, though the
-		// drain waits for the stop's own signal: not "no maintenance".
-		return noticeTarget{phase: protocol.NoticeOngoing, windowStart: n.WindowStart, windowEnd: n.WindowEnd}
-	}
-	return noticeTarget{}
-}
-
-// noticeFor is what pod p is told ("" for nothing); evictAt is when the
-// drain's plan asks it to stop. Once the maintenance starts, only a pod
-// with a checkpoint lead is told so (it needs to hear before its
-// eviction); the others hear SIGTERM at that moment, and their notice is
-// left as it was, so that the drain's API calls are not shared with a
-// write per pod.
-func (t noticeTarget) noticeFor(p *corev1.Pod, evictAt time.Time) string {
-	if t.phase == "" {
-		return ""
-	}
-	if _, lead, err := protocol.CheckpointLead(p.Annotations); t.phase == protocol.NoticeStarting && (!lead || err != nil) {
-		return p.Annotations[protocol.PodAnnotationNotice]
-	}
-	n := protocol.WorkloadNotice{Phase: t.phase, WindowStart: t.windowStart, WindowEnd: t.windowEnd}
-	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
-		n.EvictAt = evictAt
-	}
-	return n.Encode()
-}
-
 // setNotice records the node's side of the notice and wakes the notifier
 // when it changed, or was not known before (the first decision).
-func (a *Agent) setNotice(t noticeTarget) {
+func (a *Agent) setNotice(t lifecycle.WorkloadTarget) {
 	a.mu.Lock()
 	changed := !a.noticeKnown || t != a.notice
 	a.notice, a.noticeKnown = t, true
@@ -125,8 +78,8 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 	// The time each pod is told is the time the drain asks it to stop: the
 	// same plan, with the drain's own timing and its own pod skipped.
 	evictAt := map[types.UID]time.Time{}
-	if t.phase == protocol.NoticeStarting && !t.drainStart.IsZero() {
-		for _, planned := range drain.Plan(pods, a.opts.Self, a.timing, t.drainStart, t.deadline) {
+	if t.Phase == protocol.NoticeStarting && !t.DrainStart.IsZero() {
+		for _, planned := range drain.Plan(pods, a.opts.Self, a.timing, t.DrainStart, t.Deadline) {
 			evictAt[planned.Pod.UID] = planned.NotBefore
 		}
 	}
@@ -141,9 +94,9 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 		}
 		at, planned := evictAt[p.UID]
 		if !planned {
-			at = drain.EvictAt(p, t.drainStart, t.deadline.Add(-a.timing.Margin))
+			at = drain.EvictAt(p, t.DrainStart, t.Deadline.Add(-a.timing.Margin))
 		}
-		want := t.noticeFor(p, at)
+		want := t.NoticeFor(p, at)
 		if p.Annotations[protocol.PodAnnotationNotice] == want {
 			continue
 		}

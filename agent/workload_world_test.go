@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
@@ -89,7 +90,7 @@ func TestWorkloadsToldAheadOfSIGTERM(t *testing.T) {
 	odd := makePod(ns, "odd", v.name, 1, time.Second)
 	odd.Annotations[protocol.PodAnnotationCheckpointLead] = "soon"
 	createPod(t, odd)
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 
 	start := time.Date(2026, 12, 1, 19, 0, 1, 0, time.UTC)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
@@ -168,7 +169,7 @@ func TestToldTheTimeTheDrainAsks(t *testing.T) {
 	createPod(t, trainer)
 	createPod(t, makePod("kube-system", "told-time-dns", v.name, 15, time.Second))
 	world.WaitRunning(t, v.name, 2)
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 	v.emu.SetPreempted(true)
 	told := waitNotice(t, ns, "trainer", "told the maintenance starts", func(text string, _ *corev1.PodCondition) bool {
 		n, err := protocol.ParseWorkloadNotice(text)
@@ -200,7 +201,7 @@ func TestWorkloadsKeepTheNoticeWhileTheWindowIsOpen(t *testing.T) {
 	v := newVMWith(t, "agent-notice-ongoing-0", gceemu.Config{})
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
-	startAgent(t, v, agent.DefaultConfig)
+	startAgent(t, v, lifecycle.DefaultConfig)
 	start := time.Now().Add(time.Hour).Truncate(time.Second)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(start, 2*time.Hour))
 	waitNotice(t, ns, "trainer", "told the maintenance is pending", func(text string, _ *corev1.PodCondition) bool {
@@ -230,7 +231,7 @@ func TestARestartedAgentKeepsThePodsNotice(t *testing.T) {
 	v := newVMWith(t, "agent-notice-restart-0", gceemu.Config{})
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
-	first := startAgent(t, v, agent.DefaultConfig)
+	first := startAgent(t, v, lifecycle.DefaultConfig)
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), 2*time.Hour))
 	waitNotice(t, ns, "trainer", "told the maintenance is pending", func(text string, _ *corev1.PodCondition) bool {
 		return contains(text, "MAINTENANCE_PHASE="+protocol.NoticePending)
@@ -239,7 +240,7 @@ func TestARestartedAgentKeepsThePodsNotice(t *testing.T) {
 	log := followNotice(t, ns, "trainer")
 
 	v.emu.InjectFault(gceemu.Fault{Path: gceemu.MetadataPrefix})
-	second := startAgent(t, v, agent.DefaultConfig)
+	second := startAgent(t, v, lifecycle.DefaultConfig)
 	if err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return v.emu.FaultsServed() >= 5, nil
 	}); err != nil {

@@ -357,7 +357,7 @@ func sliceMembers(nodes []*Node) [][]*Node {
 // min-nodes' spare and of the pool's and the cluster's caps as it has
 // hosts. Only its first host by name is triggered: its agent asks Compute
 // Engine once, for the whole slice, after every other host, following
-// it, is drained (protocol.SliceCaller).
+// it, is drained (lifecycle.SliceCaller).
 func decideSlice(members []*Node, eligible func(*Node) (string, func() string), skip func(*Node, string, func() string), trigger func(*Node, func() string), c *caps) {
 	var blocked []string
 	for _, n := range members {

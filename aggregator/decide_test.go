@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -203,7 +205,7 @@ func TestDecideLeavesGKEsNodesToGKE(t *testing.T) {
 		{"v1.36.3", false}, {"v1.30.9-gke.1000", false}, {"v1.31.1-gke.1146000", true}, {"v1.33.2-gke.1240000", true},
 		{"v2.0.0-gke.1", true}, {"1.33.2-gke.1", false}, {"v1.x-gke.1", false}, {"", false},
 	} {
-		if got := GKEHandles(tc.kubelet); got != tc.gke {
+		if got := lifecycle.GKEHandles(tc.kubelet); got != tc.gke {
 			t.Errorf("GKEHandles(%q) = %t", tc.kubelet, got)
 		}
 	}

@@ -7,9 +7,10 @@ package aggregator
 import (
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -163,7 +164,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Asked = asked
 	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
-	v.GKEHandled = GKEHandles(n.Status.NodeInfo.KubeletVersion)
+	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = nodeReady(n)
 	v.InMaintenance = protocol.InMaintenance(n)
 	_, _, ms := protocol.ReadTrigger(n)
@@ -185,23 +186,6 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
 	v.Unreadable = protocol.Unreadable(n)
 	return v
-}
-
-// GKEHandles reports whether a node whose kubelet is kubeletVersion runs
-// GKE's own maintenance handler: GKE's kubelet ("v1.31.5-gke.1000"), 1.31
-// or later.
-func GKEHandles(kubeletVersion string) bool {
-	v, gke := strings.CutPrefix(kubeletVersion, "v")
-	if !gke || !strings.Contains(v, "-gke.") {
-		return false
-	}
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
 }
 
 // decisive: cur differs from old in what a pass reads of a Node (its

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,11 +18,11 @@ import (
 )
 
 // SliceAsks is what every host of every multi-host slice must carry
-// (protocol.SliceAsks, slice by slice). The result names every host of
+// (lifecycle.SliceAsks, slice by slice). The result names every host of
 // every slice (nil: no ask). A slice that is short of hosts (fewer Nodes
 // than its topology holds) because its cause's Node was deleted, as a
 // repair does before it recreates the VM, is not back: its hosts keep the
-// ask they carry, up to protocol.SliceDrainLimit after its cause started.
+// ask they carry, up to lifecycle.SliceDrainLimit after its cause started.
 func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
 	bySlice := map[string][]Node{}
 	for _, n := range nodes {
@@ -34,7 +36,7 @@ func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
 		for _, n := range members {
 			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
 		}
-		asks := protocol.SliceAsks(slice, hosts)
+		asks := lifecycle.SliceAsks(slice, hosts)
 		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {
 			for _, n := range members {
 				asks[n.Name] = kept
@@ -64,7 +66,7 @@ func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
 	for _, n := range members {
 		// Only an ask for this slice: a host's annotation is its agent's to
 		// write, and names no other slice for the aggregator.
-		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(protocol.SliceDrainLimit)) {
+		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(lifecycle.SliceDrainLimit)) {
 			continue
 		}
 		if !slices.ContainsFunc(members, func(m Node) bool { return m.Name == n.Ask.Cause }) {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -70,7 +72,7 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 		nodes []Node
 		at    time.Time
 	}{
-		{"past the limit", three, ask.Started.Add(protocol.SliceDrainLimit)},
+		{"past the limit", three, ask.Started.Add(lifecycle.SliceDrainLimit)},
 		{"every host there", append(append([]Node(nil), three...), Node{Name: "d", Slice: "v5p", SliceHosts: 4}), now},
 		{"a slice of unknown size", []Node{host("a", 0), host("b", 0)}, now},
 		{"an ask that names another slice", func() []Node {

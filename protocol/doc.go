@@ -1,10 +1,10 @@
 // Package protocol is the Node protocol: every label, annotation and taint
 // the project reads or writes on a Node (and the pod keys it reads and
 // writes), their value vocabularies, the interruption taxonomy, the
-// encoding of each component's state on a Node, every Event reason with who
-// records it (events.go), and the rules by which the agent answers the
-// perform-maintenance label (trigger.go: TriggerCheck.Answer, which the
-// kubectl plugin asks too).
+// encoding of each component's state on a Node, decoded into typed values,
+// and every Event reason with who records it (events.go). The rules that
+// read them are elsewhere: one node's lifecycle in package lifecycle, the
+// fleet's decision in package fleet.
 //
 // The Node object is the only state the agent and the aggregator share:
 // every decision either makes can be made again from what is on the Nodes,
@@ -27,8 +27,8 @@
 // under a new key name, the old one still read for one release, which
 // CHANGELOG.md then marks as not to be skipped.
 //
-// What it does not do: talk to the API server, decide anything beyond a
-// trigger's acceptance, or know about pods beyond the keys it names. It
+// What it does not do: talk to the API server, decide anything, or know
+// about pods beyond the keys it names. It
 // imports only the Kubernetes API types and package metadata (the
 // notice's format).
 //

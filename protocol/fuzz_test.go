@@ -113,8 +113,6 @@ func FuzzNodeKeys(f *testing.F) {
 				}
 			}
 		}
-		_ = NodeConditions(st)
-		_ = GKEHandling(n, st)
 		_ = SliceHostOf(n)
 		_ = ForgetConditions(n)
 		forgotten := n.DeepCopy()

@@ -6,7 +6,6 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -294,39 +293,6 @@ func TestAgentRemovesOnlyTheNoticeItMirrored(t *testing.T) {
 	}
 }
 
-// TestMaintenanceLeftToGKE: while a maintenance is left to GKE's handler,
-// the agent writes neither the active-maintenance label nor the taint, and
-// back in service it removes neither; GKEHandling tells GKE's keys from the
-// agent's own.
-func TestMaintenanceLeftToGKE(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelActiveMaintenance: "passthrough"}}}
-	setTaint(n, true)
-	if got := GKEHandling(n, AgentState{Phase: PhaseIdle}); got != "label "+LabelActiveMaintenance+"=passthrough" {
-		t.Errorf("idle agent, GKE's label: GKEHandling %q", got)
-	}
-	if got := GKEHandling(n, AgentState{Phase: PhaseDraining}); got == "" {
-		t.Error("draining agent, GKE's passthrough over its ONGOING: not seen")
-	}
-	left := AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance, LeftToGKE: true}
-	WriteAgentState(n, left)
-	if n.Labels[LabelActiveMaintenance] != "passthrough" || !HasTaint(n) || !ReadAgentState(n).LeftToGKE {
-		t.Errorf("left to GKE: labels %v, taints %v, state %+v", n.Labels, n.Spec.Taints, ReadAgentState(n))
-	}
-	WriteAgentState(n, AgentState{Phase: PhaseIdle})
-	if n.Labels[LabelActiveMaintenance] != "passthrough" || !HasTaint(n) || n.Annotations[AnnotationLeftToGKE] != "" {
-		t.Errorf("back from a maintenance left to GKE, the agent removed GKE's keys: labels %v, taints %v, annotations %v", n.Labels, n.Spec.Taints, n.Annotations)
-	}
-	ours := &corev1.Node{}
-	WriteAgentState(ours, AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance})
-	if got := GKEHandling(ours, ReadAgentState(ours)); got != "" {
-		t.Errorf("the agent's own maintenance taken for GKE's: %q", got)
-	}
-	ours.Spec.Taints = append(ours.Spec.Taints, corev1.Taint{Key: TaintMaintenanceWindowStarted, Effect: corev1.TaintEffectPreferNoSchedule})
-	if got := GKEHandling(ours, ReadAgentState(ours)); got != "taint "+TaintMaintenanceWindowStarted {
-		t.Errorf("GKE's window taint: GKEHandling %q", got)
-	}
-}
-
 // TestEventReasonsListed: every Event reason the package declares is in
 // EventReasons once, with a known source, and every trigger refusal is an
 // agent's Warning.
@@ -393,38 +359,5 @@ func TestSliceHostOfReadsAsTheState(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h", Annotations: map[string]string{AnnotationPhase: "Bogus", AnnotationReason: "x"}}}
 	if got := SliceHostOf(n); got.Phase != PhaseIdle {
 		t.Errorf("an unknown phase reads %q, want Idle", got.Phase)
-	}
-}
-
-// TestSliceCallerAndDrained: the one host that asks Compute Engine for a
-// slice's voluntary maintenance, and which other hosts it waits for.
-func TestSliceCallerAndDrained(t *testing.T) {
-	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	h := func(name string, phase Phase, reason Reason, started time.Duration, drain DrainEnd, ready bool) SliceHost {
-		return SliceHost{Name: name, Phase: phase, Reason: reason, Started: at.Add(started), Deadline: at.Add(time.Hour), Drain: drain, Ready: ready}
-	}
-	idle := func(name string) SliceHost { return SliceHost{Name: name, Phase: PhaseIdle, Ready: true} }
-	for _, tc := range []struct {
-		name                string
-		hosts               []SliceHost
-		caller              string
-		waiting, incomplete []string
-	}{
-		{"no voluntary maintenance: no caller", []SliceHost{h("a", PhaseDraining, ReasonPreemption, 0, "", true), idle("b")}, "", []string{"a", "b"}, nil},
-		{"the host a person asked calls, once the others are drained",
-			[]SliceHost{idle("a"), h("b", PhaseDraining, ReasonManual, 0, "", true), h("c", PhaseDraining, ReasonSlice, time.Second, "", true), h("d", PhaseTerminating, ReasonSlice, time.Second, "", true)},
-			"b", []string{"a", "c"}, nil},
-		{"two asked: the first to start calls; the other's drain done counts",
-			[]SliceHost{h("a", PhaseDraining, ReasonManual, time.Second, DrainDone, true), h("b", PhaseDraining, ReasonManual, 0, "", true)}, "b", nil, nil},
-		{"the same start: the first by name", []SliceHost{h("b", PhaseDraining, ReasonManual, 0, "", true), h("a", PhaseDraining, ReasonManual, 0, "", true)}, "a", []string{"b"}, nil},
-		{"a host whose drain gave up, and one not Ready",
-			[]SliceHost{h("a", PhaseDraining, ReasonManual, 0, "", true), h("b", PhaseDraining, ReasonSlice, 0, DrainIncomplete, true), idle("c"), {Name: "d", Phase: PhaseIdle}},
-			"a", []string{"c"}, []string{"b"}},
-	} {
-		caller := SliceCaller(tc.hosts)
-		waiting, incomplete := SliceDrained(tc.hosts, caller)
-		if caller != tc.caller || !slices.Equal(waiting, tc.waiting) || !slices.Equal(incomplete, tc.incomplete) {
-			t.Errorf("%s: caller %q, waiting %v, incomplete %v; want %q, %v, %v", tc.name, caller, waiting, incomplete, tc.caller, tc.waiting, tc.incomplete)
-		}
 	}
 }

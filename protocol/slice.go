@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"encoding/json"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,42 +18,6 @@ import (
 // every host is back. A voluntary maintenance of a slice asks Compute
 // Engine once, from one host (SliceCaller), once every other host is
 // drained (SliceDrained).
-
-// SliceOf names the multi-host slice n belongs to ("" for none): the value
-// of its sliceLabel label, when that is given (a self-managed cluster says
-// which nodes form a slice with a label of its own), else, as on GKE, n's
-// pool (the poolLabel label) when n's TPU topology has more chips than n
-// has.
-func SliceOf(n *corev1.Node, poolLabel, sliceLabel string) string {
-	if sliceLabel != "" {
-		return n.Labels[sliceLabel]
-	}
-	chips := TopologyChips(n.Labels[LabelTPUTopology])
-	perNode := n.Status.Allocatable[ResourceTPU]
-	if chips > 0 && perNode.Value() > 0 && int64(chips) > perNode.Value() {
-		return n.Labels[poolLabel]
-	}
-	return ""
-}
-
-// SliceDrainLimit bounds how long a host drains for its slice: an ask
-// whose cause started longer ago is no longer followed, and the host goes
-// back in service even though a host of its slice is still down (its VM
-// not back, or its Node deleted and not recreated). A day: a slice whose
-// host is away that long is repaired or recreated by other means, and its
-// other hosts should not stay cordoned for ever.
-const SliceDrainLimit = 24 * time.Hour
-
-// SliceHosts is how many hosts n's multi-host slice has, by its TPU
-// topology: the topology's chips over n's (0 when it cannot tell).
-func SliceHosts(n *corev1.Node) int {
-	chips := TopologyChips(n.Labels[LabelTPUTopology])
-	perNode := n.Status.Allocatable[ResourceTPU]
-	if chips == 0 || perNode.Value() <= 0 || int64(chips)%perNode.Value() != 0 {
-		return 0
-	}
-	return chips / int(perNode.Value())
-}
 
 // MaxTopologyChips is the most chips a topology may have: more than any
 // TPU slice (the largest have some nine thousand).
@@ -163,72 +126,30 @@ func SliceHostOf(n *corev1.Node) SliceHost {
 	return h
 }
 
-// active: the host has a maintenance under way.
-func (h SliceHost) active() bool { return h.Phase == PhaseDraining || h.Phase == PhaseTerminating }
-
-// SliceCaller names the host of a slice that asks Compute Engine for the
-// slice's voluntary maintenance ("" for none): of the hosts with a manual
-// (or opportunistic) maintenance under way, the first to start it (the
-// first by name on a tie). Starting maintenance on one instance of a
-// multi-host TPU slice starts it on every instance, so a slice makes one
-// call, whichever hosts a person asked; the others drain and wait.
-func SliceCaller(hosts []SliceHost) string {
-	var caller *SliceHost
-	for i, h := range hosts {
-		if h.active() && h.Reason == ReasonManual &&
-			(caller == nil || h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
-			caller = &hosts[i]
-		}
+// SliceOf names the multi-host slice n belongs to ("" for none): the value
+// of its sliceLabel label, when that is given (a self-managed cluster says
+// which nodes form a slice with a label of its own), else, as on GKE, n's
+// pool (the poolLabel label) when n's TPU topology has more chips than n
+// has.
+func SliceOf(n *corev1.Node, poolLabel, sliceLabel string) string {
+	if sliceLabel != "" {
+		return n.Labels[sliceLabel]
 	}
-	if caller == nil {
-		return ""
+	chips := TopologyChips(n.Labels[LabelTPUTopology])
+	perNode := n.Status.Allocatable[ResourceTPU]
+	if chips > 0 && perNode.Value() > 0 && int64(chips) > perNode.Value() {
+		return n.Labels[poolLabel]
 	}
-	return caller.Name
+	return ""
 }
 
-// SliceDrained says, for the slice's voluntary maintenance, which hosts
-// other than caller still drain (waiting) and whose voluntary drain
-// ended with pods still on them (incomplete). A host drained
-// (Terminating, or its drain done) is ready; so is a host whose Node is
-// not Ready: nothing runs there to drain.
-func SliceDrained(hosts []SliceHost, caller string) (waiting, incomplete []string) {
-	for _, h := range hosts {
-		switch {
-		case h.Name == caller || !h.Ready:
-		case h.active() && h.Drain == DrainIncomplete:
-			incomplete = append(incomplete, h.Name)
-		case h.Phase == PhaseTerminating || h.active() && h.Drain == DrainDone:
-		default:
-			waiting = append(waiting, h.Name)
-		}
+// SliceHosts is how many hosts n's multi-host slice has, by its TPU
+// topology: the topology's chips over n's (0 when it cannot tell).
+func SliceHosts(n *corev1.Node) int {
+	chips := TopologyChips(n.Labels[LabelTPUTopology])
+	perNode := n.Status.Allocatable[ResourceTPU]
+	if chips == 0 || perNode.Value() <= 0 || int64(chips)%perNode.Value() != 0 {
+		return 0
 	}
-	sort.Strings(waiting)
-	sort.Strings(incomplete)
-	return waiting, incomplete
-}
-
-// SliceAsks is what every host of one slice must carry, by host name (nil:
-// no ask): when a host is in a maintenance of its own (host maintenance,
-// preemption, or a manual or opportunistic one; not a drain with its
-// slice), every other host drains with it, by the earliest deadline of
-// those hosts; the host with that deadline (the first by name on a tie)
-// is the cause. The aggregator writes these asks on every host; each
-// host's agent works its own out from the same Nodes, so that a slice
-// needs no aggregator to go down as one.
-func SliceAsks(slice string, hosts []SliceHost) map[string]*SliceAsk {
-	var cause *SliceHost
-	for i, h := range hosts {
-		own := (h.Phase == PhaseDraining || h.Phase == PhaseTerminating) && h.Reason != ReasonSlice && !h.Deadline.IsZero()
-		if own && (cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name) {
-			cause = &hosts[i]
-		}
-	}
-	out := make(map[string]*SliceAsk, len(hosts))
-	for _, h := range hosts {
-		out[h.Name] = nil
-		if cause != nil && h.Name != cause.Name {
-			out[h.Name] = &SliceAsk{Slice: slice, Cause: cause.Name, Reason: cause.Reason, Started: cause.Started.UTC(), Deadline: cause.Deadline.UTC()}
-		}
-	}
-	return out
+	return chips / int(perNode.Value())
 }

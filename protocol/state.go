@@ -153,34 +153,6 @@ func ReadAgentState(n *corev1.Node) AgentState {
 	return st
 }
 
-// GKEHandling says how n shows that GKE's own maintenance handler is
-// handling it ("" when it does not), given the agent's state st on n: the
-// active-maintenance label with a value the agent did not write (any value
-// while it is idle; passthrough, as GKE's handler writes for a
-// perform-maintenance label it acts on, while the agent drains), or GKE's
-// maintenance-window-started taint.
-func GKEHandling(n *corev1.Node, st AgentState) string {
-	if v, ok := n.Labels[LabelActiveMaintenance]; ok {
-		var ours string
-		switch {
-		case st.LeftToGKE: // the agent writes none
-		case st.Phase == PhaseDraining:
-			ours = ValueOngoing
-		case st.Phase == PhaseTerminating:
-			ours = ValueTerminating
-		}
-		if v != ours {
-			return "label " + LabelActiveMaintenance + "=" + v
-		}
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Key == TaintMaintenanceWindowStarted {
-			return "taint " + TaintMaintenanceWindowStarted
-		}
-	}
-	return ""
-}
-
 // readDrainEnd reads AnnotationDrain; a value it does not know is none.
 func readDrainEnd(s string) DrainEnd {
 	if e := DrainEnd(s); e == DrainDone || e == DrainIncomplete {

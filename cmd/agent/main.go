@@ -24,6 +24,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -154,7 +155,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Self:     types.NamespacedName{Namespace: opts.PodNamespace, Name: opts.PodName},
 		Watcher:  watcher,
 		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName), logger.With("watch", "pods")),
-		Config: agent.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
+		Config: lifecycle.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			OngoingDeadline: opts.OngoingDeadline, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
 			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},

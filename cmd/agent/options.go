@@ -14,6 +14,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -93,14 +94,14 @@ func NewOptions() *Options {
 		ListenAddress:           ":9102",
 		MetadataTimeout:         60 * time.Second,
 		UnhealthyAfter:          3 * time.Minute,
-		HostMaintenanceDeadline: agent.DefaultConfig.HostMaintenanceDeadline,
-		PreemptionDeadline:      agent.DefaultConfig.PreemptionDeadline,
-		OngoingDeadline:         agent.DefaultConfig.OngoingDeadline,
+		HostMaintenanceDeadline: lifecycle.DefaultConfig.HostMaintenanceDeadline,
+		PreemptionDeadline:      lifecycle.DefaultConfig.PreemptionDeadline,
+		OngoingDeadline:         lifecycle.DefaultConfig.OngoingDeadline,
 		GKEHandler:              gkeHandlerDefer,
-		ManualDrainTimeout:      agent.DefaultConfig.ManualDrainTimeout,
-		ManualStartTimeout:      agent.DefaultConfig.ManualStartTimeout,
-		TriggerMaxAge:           agent.DefaultConfig.TriggerMaxAge,
-		FailureCooldown:         agent.DefaultConfig.FailureCooldown,
+		ManualDrainTimeout:      lifecycle.DefaultConfig.ManualDrainTimeout,
+		ManualStartTimeout:      lifecycle.DefaultConfig.ManualStartTimeout,
+		TriggerMaxAge:           lifecycle.DefaultConfig.TriggerMaxAge,
+		FailureCooldown:         lifecycle.DefaultConfig.FailureCooldown,
 		AcceleratorResources:    resourceStrings(agent.DefaultAcceleratorResources),
 		PoolLabel:               protocol.LabelNodePool,
 		EvictionRetryInterval:   drain.DefaultRetryInterval,

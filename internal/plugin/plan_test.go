@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -81,7 +83,7 @@ func TestPreviewIsTheDrainsPlan(t *testing.T) {
 	d := drain.New(drain.Options{Client: src, Pods: src, Clock: clk, Skip: types.NamespacedName{Namespace: agentPod.Namespace, Name: agentPod.Name}})
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.Drain(context.Background(), start.Add(protocol.DefaultManualDrainTimeout), drain.Disruption{})
+		_, err := d.Drain(context.Background(), start.Add(lifecycle.DefaultManualDrainTimeout), drain.Disruption{})
 		done <- err
 	}()
 	var got [][]string

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,7 +164,7 @@ func TestStatusAndWhyReadTheNodeConditions(t *testing.T) {
 	st := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: now.Add(-10 * time.Second), Deadline: now.Add(20 * time.Second)}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{protocol.LabelNodePool: "p"}}}
 	protocol.WriteAgentState(n, st)
-	for _, c := range protocol.NodeConditions(st) {
+	for _, c := range lifecycle.NodeConditions(st) {
 		c.LastTransitionTime = metav1.NewTime(now.Add(-10 * time.Second))
 		n.Status.Conditions = append(n.Status.Conditions, c)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +34,7 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	}
 	// The agent's own check, on what its Node shows: the notice it
 	// mirrors, its state, and the policy as the agent reads it.
-	check := protocol.TriggerCheck{Value: protocol.TriggerValue, State: st, Now: in.Now}
+	check := lifecycle.TriggerCheck{Value: protocol.TriggerValue, State: st, Now: in.Now}
 	if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
 		check.Notice, check.NoticePresent = notice, true
 	}
@@ -114,7 +116,7 @@ func DrainPlan(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget, start ti
 		}
 	}
 	var out []PlannedPod
-	for _, planned := range drain.Plan(pods, skip, drain.DefaultTiming, start, start.Add(protocol.DefaultManualDrainTimeout)) {
+	for _, planned := range drain.Plan(pods, skip, drain.DefaultTiming, start, start.Add(lifecycle.DefaultManualDrainTimeout)) {
 		p := planned.Pod
 		pp := PlannedPod{Pod: p.Namespace + "/" + p.Name, Group: planned.Group, Grace: planned.Grace, Lead: planned.NotBefore.Sub(start)}
 		for _, b := range pdbs {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -48,7 +50,7 @@ func Why(in Input, n *corev1.Node) string {
 	if len(conds) > 0 {
 		say("Its node conditions: %s.", strings.Join(conds, ", "))
 	}
-	switch h := protocol.GKEHandling(n, st); {
+	switch h := lifecycle.GKEHandling(n, st); {
 	case st.LeftToGKE:
 		say("The maintenance is left to GKE's own maintenance handler, seen handling the node (%s): the agent does not drain or cordon it or call Compute Engine, and counts the interruption (agent flag --gke-handler=defer).", orNone(h, "its keys since removed"))
 	case h != "":

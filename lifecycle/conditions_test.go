@@ -1,8 +1,10 @@
-package protocol
+package lifecycle
 
 import (
 	"testing"
 	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,23 +15,23 @@ import (
 func TestNodeConditions(t *testing.T) {
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	pending := `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-01T19:00:00Z","window_end_time":"2026-12-01T23:00:00Z"}`
-	draining := AgentState{Phase: PhaseDraining, Reason: ReasonPreemption, Started: at, Deadline: at.Add(30 * time.Second)}
+	draining := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: at, Deadline: at.Add(30 * time.Second)}
 	for _, tc := range []struct {
 		name string
-		st   AgentState
+		st   protocol.AgentState
 		want string // the statuses in NodeConditionTypes' order
 	}{
-		{"idle, nothing scheduled", AgentState{Phase: PhaseIdle}, "FFFF"},
-		{"a notice pending", AgentState{Phase: PhaseIdle, Notice: pending}, "TFFF"},
+		{"idle, nothing scheduled", protocol.AgentState{Phase: protocol.PhaseIdle}, "FFFF"},
+		{"a notice pending", protocol.AgentState{Phase: protocol.PhaseIdle, Notice: pending}, "TFFF"},
 		{"draining", draining, "FTTF"},
-		{"terminating", AgentState{Phase: PhaseTerminating, Reason: ReasonHostMaintenance, Started: at, Deadline: at.Add(time.Hour)}, "FTFT"},
-		{"a slice's voluntary drain incomplete", AgentState{Phase: PhaseDraining, Reason: ReasonSlice, Drain: DrainIncomplete, Started: at, Deadline: at.Add(time.Hour)}, "FTFF"},
-		{"left to GKE's handler: no drain of ours", AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance, LeftToGKE: true, Started: at, Deadline: at.Add(time.Hour)}, "FTFF"},
+		{"terminating", protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: at, Deadline: at.Add(time.Hour)}, "FTFT"},
+		{"a slice's voluntary drain incomplete", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Drain: protocol.DrainIncomplete, Started: at, Deadline: at.Add(time.Hour)}, "FTFF"},
+		{"left to GKE's handler: no drain of ours", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, LeftToGKE: true, Started: at, Deadline: at.Add(time.Hour)}, "FTFF"},
 	} {
 		got := ""
 		conds := NodeConditions(tc.st)
 		for i, c := range conds {
-			if c.Type != NodeConditionTypes[i] || c.Reason == "" || c.Message == "" {
+			if c.Type != protocol.NodeConditionTypes[i] || c.Reason == "" || c.Message == "" {
 				t.Errorf("%s: condition %d is %+v", tc.name, i, c)
 			}
 			got += string(c.Status[0])
@@ -38,7 +40,7 @@ func TestNodeConditions(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
-	if c := NodeConditions(AgentState{Phase: PhaseIdle, Notice: pending})[0]; c.Message != "Compute Engine scheduled a SCHEDULED maintenance for the window starting 2026-12-01T19:00:00Z and ending 2026-12-01T23:00:00Z (can reschedule: true)" {
+	if c := NodeConditions(protocol.AgentState{Phase: protocol.PhaseIdle, Notice: pending})[0]; c.Message != "Compute Engine scheduled a SCHEDULED maintenance for the window starting 2026-12-01T19:00:00Z and ending 2026-12-01T23:00:00Z (can reschedule: true)" {
 		t.Errorf("MaintenancePlanned says %q", c.Message)
 	}
 }
@@ -48,7 +50,7 @@ func TestNodeConditions(t *testing.T) {
 func TestNodeConditionsChanged(t *testing.T) {
 	before := time.Date(2026, 11, 25, 11, 0, 0, 0, time.UTC)
 	now := before.Add(time.Hour)
-	want := NodeConditions(AgentState{Phase: PhaseDraining, Reason: ReasonPreemption, Started: before, Deadline: now})
+	want := NodeConditions(protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: before, Deadline: now})
 	n := &corev1.Node{}
 	if got := NodeConditionsChanged(n, want, now); len(got) != 4 || !got[0].LastTransitionTime.Time.Equal(now) {
 		t.Fatalf("none on the Node: %+v, want all four, since now", got)
@@ -63,8 +65,8 @@ func TestNodeConditionsChanged(t *testing.T) {
 	n.Status.Conditions[1].Message = "stale deadline"
 	n.Status.Conditions[3].Status = corev1.ConditionTrue
 	got := NodeConditionsChanged(n, want, now)
-	if len(got) != 2 || got[0].Type != ConditionMaintenanceInProgress || !got[0].LastTransitionTime.Time.Equal(before) ||
-		got[1].Type != ConditionDrained || !got[1].LastTransitionTime.Time.Equal(now) {
+	if len(got) != 2 || got[0].Type != protocol.ConditionMaintenanceInProgress || !got[0].LastTransitionTime.Time.Equal(before) ||
+		got[1].Type != protocol.ConditionDrained || !got[1].LastTransitionTime.Time.Equal(now) {
 		t.Errorf("a message and a status changed: %+v", got)
 	}
 }

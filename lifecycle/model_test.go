@@ -1,4 +1,4 @@
-package agent
+package lifecycle
 
 import (
 	"errors"
@@ -285,7 +285,7 @@ func (m *model) reconcile(t *testing.T) {
 	for range 4 {
 		before := protocol.ReadAgentState(m.node)
 		dec := Step(cfg, before, m.observation(before))
-		changed := applyDecision(m.node, dec)
+		changed := dec.Apply(m.node)
 		after := protocol.ReadAgentState(m.node)
 		if after.Phase != protocol.PhaseIdle && !after.Started.Equal(before.Started) {
 			m.maint++ // a new maintenance began in this pass
@@ -397,7 +397,7 @@ func TestStateMachineModel(t *testing.T) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	t.Logf("seed %d (replay: go test ./agent -run TestStateMachineModel -args -model.seed %d)", seed, seed)
+	t.Logf("seed %d (replay: go test ./lifecycle -run TestStateMachineModel -args -model.seed %d)", seed, seed)
 	root := rand.New(rand.NewPCG(seed, seed))
 	histories := *modelHistories
 	if testing.Short() {

@@ -1,4 +1,4 @@
-package protocol
+package lifecycle
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // DefaultManualDrainTimeout is the drain deadline of a manual or
@@ -21,7 +22,7 @@ type TriggerCheck struct {
 	// Value is the label's value.
 	Value string
 	// State is the agent's state on the Node.
-	State AgentState
+	State protocol.AgentState
 	// Notice is the maintenance notice the metadata server serves, if
 	// NoticePresent.
 	Notice        metadata.Notice
@@ -71,30 +72,30 @@ func (c TriggerCheck) Answer() TriggerAnswer {
 	n := c.Notice
 	switch {
 	case c.State.Active():
-		return refuse(ManualAlreadyOngoing, "A %s is already under way on this node (%s since %s); %s is not needed.",
-			c.State.Reason, c.State.Phase, c.State.Started.UTC().Format(time.RFC3339), LabelPerformMaintenance)
-	case c.Value != TriggerValue:
-		return refuse(ManualInvalidValue, "The label %s=%q is not accepted: the only accepted value is %q.", LabelPerformMaintenance, c.Value, TriggerValue)
+		return refuse(protocol.ManualAlreadyOngoing, "A %s is already under way on this node (%s since %s); %s is not needed.",
+			c.State.Reason, c.State.Phase, c.State.Started.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance)
+	case c.Value != protocol.TriggerValue:
+		return refuse(protocol.ManualInvalidValue, "The label %s=%q is not accepted: the only accepted value is %q.", protocol.LabelPerformMaintenance, c.Value, protocol.TriggerValue)
 	case !c.NoticePresent:
-		return refuse(ManualNoNotice, "%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", LabelPerformMaintenance)
+		return refuse(protocol.ManualNoNotice, "%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", protocol.LabelPerformMaintenance)
 	case n.Status == metadata.StatusOngoing:
-		return refuse(ManualAlreadyOngoing, "The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", LabelPerformMaintenance)
+		return refuse(protocol.ManualAlreadyOngoing, "The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", protocol.LabelPerformMaintenance)
 	case n.Status != metadata.StatusPending:
-		return refuse(ManualNotReschedulable, "The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, LabelPerformMaintenance)
+		return refuse(protocol.ManualNotReschedulable, "The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, protocol.LabelPerformMaintenance)
 	case !n.CanReschedule:
-		return refuse(ManualNotReschedulable, "The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), LabelPerformMaintenance)
+		return refuse(protocol.ManualNotReschedulable, "The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance)
 	case c.Opportunistic && !c.PodsKnown:
 		return TriggerAnswer{Wait: true}
 	case c.Opportunistic && !c.Idle:
-		return refuse(ManualNotIdle, "The node was picked for opportunistic maintenance while idle, and is no longer idle (%s): it is not drained.", c.Busy)
+		return refuse(protocol.ManualNotIdle, "The node was picked for opportunistic maintenance while idle, and is no longer idle (%s): it is not drained.", c.Busy)
 	case c.Opportunistic && (c.TriggeredAt.IsZero() || c.Now.Sub(c.TriggeredAt) > c.MaxAge):
-		return refuse(ManualStaleTrigger, "The opportunistic trigger was written at %s, more than %s ago (or its time cannot be read): the node may have changed since; it is not drained.",
+		return refuse(protocol.ManualStaleTrigger, "The opportunistic trigger was written at %s, more than %s ago (or its time cannot be read): the node may have changed since; it is not drained.",
 			formatTime(c.TriggeredAt), c.MaxAge)
 	case c.Opportunistic && c.TriggerFor != strconv.FormatInt(n.WindowStart.Unix(), 10):
-		return refuse(ManualNoticeChanged, "The opportunistic trigger was written for the maintenance scheduled at %q (Unix seconds), and the pending one is scheduled for %s: it is not drained.",
+		return refuse(protocol.ManualNoticeChanged, "The opportunistic trigger was written for the maintenance scheduled at %q (Unix seconds), and the pending one is scheduled for %s: it is not drained.",
 			c.TriggerFor, n.WindowStart.UTC().Format(time.RFC3339))
 	case c.Blocked != "":
-		return refuse(c.Blocked, "The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", c.BlockedDetail, LabelPerformMaintenance)
+		return refuse(c.Blocked, "The maintenance policy gates manual maintenance, and now is %s; set %s=true again when it allows.", c.BlockedDetail, protocol.LabelPerformMaintenance)
 	}
 	return TriggerAnswer{}
 }

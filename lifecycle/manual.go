@@ -1,19 +1,25 @@
-package agent
+package lifecycle
 
-// The trigger sub-machine: how the agent answers the perform-maintenance
-// label (protocol.TriggerCheck), drains, asks Compute Engine once, and
-// waits for the maintenance to begin; and the failure memory of voluntary
-// maintenance. Step calls it (state.go); the rules are in state.go's
-// header.
+// The manual maintenance's sub-machine: how the agent answers the
+// perform-maintenance label (TriggerCheck, manualcheck.go), drains, asks
+// Compute Engine once, and waits for the maintenance to begin; and the
+// failure memory of voluntary maintenance. The rules are in the package
+// documentation.
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
+
+// manualRule: started by the perform-maintenance label (a person's or the
+// aggregator's), it is counted once Compute Engine begins it or the VM
+// stops for it, yields to the VM's own maintenance until Compute Engine is
+// asked (to a preemption always), drains voluntarily, and, drained, asks
+// Compute Engine.
+var manualRule = reasonRule{over: manualWithdrawn, counted: State.ManualBegun, yields: manualYields, voluntary: voluntary, asksCompute: true}
 
 // manual handles the perform-maintenance label and the performMaintenance
 // call of a manual maintenance.
@@ -117,76 +123,10 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 	}
 }
 
-// sliceWaits: a manual (or opportunistic) maintenance of a host of a
-// multi-host slice, not yet asked for, waits for its slice; false when
-// the maintenance goes on as any other (the caller, every other host
-// drained). Starting maintenance on one instance of a slice starts it on
-// every instance, so the slice makes one call (its caller's,
-// protocol.SliceCaller), and only once every other host is drained: the
-// others follow this host's maintenance (protocol.SliceAsks) and drain
-// voluntarily by its deadline. A drain that could not finish on any host
-// gives the maintenance up on every host: the caller goes back in
-// service, which withdraws the slice's asks. A host with a manual
-// maintenance that is not the caller (a person labelled two hosts)
-// drains and waits for the slice's maintenance to begin on its own VM
-// (maintenanceStarts), bounded by ManualStartTimeout past its deadline.
-func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
-	st := d.State
-	if len(obs.SliceIncomplete) > 0 {
-		d.giveUp(fmt.Sprintf("The drain of host(s) %s of the multi-host slice %s could not finish by the deadline %s (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating). A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host, no pod was deleted and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
-			excerpt(obs.SliceIncomplete, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
-		return true
-	}
-	if !obs.DrainDone {
-		return !obs.SliceCaller
-	}
-	if len(obs.DrainLeft) > 0 {
-		if obs.SliceCaller {
-			return false // given up as on any node
-		}
-		// The caller gives the slice up when it reads this.
-		if st.Drain != protocol.DrainIncomplete {
-			d.State.Drain = protocol.DrainIncomplete
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
-				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node: %s. No pod was deleted; the maintenance of the multi-host slice %s is given up on every host.",
-					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), obs.Slice)})
-		}
-		return true
-	}
-	d.State.Drain = protocol.DrainDone
-	switch {
-	case !obs.SliceCaller:
-		if startBy := st.Deadline.Add(cfg.ManualStartTimeout); obs.Now.Before(startBy) {
-			d.wakeAt(startBy)
-			return true
-		}
-		d.giveUp(fmt.Sprintf("The maintenance of the multi-host slice %s, which another host of it asks for, has not begun %s after this host's deadline %s. The node is back in service (taint, maintenance label and %s removed).",
-			obs.Slice, cfg.ManualStartTimeout, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
-	case len(obs.SliceWaiting) == 0:
-		return false // every host is drained: ask
-	case obs.Now.Before(st.Deadline):
-		d.wakeAt(st.Deadline) // the hosts still draining wake the loop
-	default:
-		d.giveUp(fmt.Sprintf("Host(s) %s of the multi-host slice %s had not finished draining by the deadline %s. A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
-			excerpt(obs.SliceWaiting, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
-	}
-	return true
-}
-
-// giveUp ends a voluntary maintenance not asked for: the node goes back
-// in service, and the failure is remembered.
-func (d *Decision) giveUp(msg string) {
-	d.Manual = protocol.ManualAbandoned
-	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned, Message: msg})
-	d.Uncordon = !d.State.CordonedBefore
-	d.RemoveTrigger = true
-	d.State = idleState(d.State)
-}
-
 // triggerCheck is what the agent knows of the trigger, for
-// protocol.TriggerCheck.Answer.
-func triggerCheck(cfg Config, st State, obs Observation) protocol.TriggerCheck {
-	return protocol.TriggerCheck{Value: obs.Trigger, State: st, Notice: obs.Signals.Notice, NoticePresent: obs.Signals.NoticePresent,
+// TriggerCheck.Answer.
+func triggerCheck(cfg Config, st State, obs Observation) TriggerCheck {
+	return TriggerCheck{Value: obs.Trigger, State: st, Notice: obs.Signals.Notice, NoticePresent: obs.Signals.NoticePresent,
 		Opportunistic: obs.Opportunistic, TriggeredAt: obs.TriggeredAt, TriggerFor: obs.TriggerFor, PodsKnown: obs.PodsKnown,
 		Idle: obs.Idle, Busy: obs.Busy, MaxAge: cfg.TriggerMaxAge, Now: obs.Now, Blocked: obs.ManualBlocked, BlockedDetail: obs.ManualBlockedDetail}
 }
@@ -254,45 +194,14 @@ func (d *Decision) reject(outcome, msg string) {
 		Message: msg + " The label was removed; nothing else changed."})
 }
 
-// excerpt joins at most n names, saying how many more there are.
-func excerpt(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
-}
-
-// voluntaryFailure: the outcome is a voluntary maintenance that Compute
-// Engine did not start or the drain gave up, which the aggregator should
-// not try again at once (a rejected label is not one).
-func voluntaryFailure(outcome string) bool {
-	switch outcome {
-	case protocol.ManualFailed, protocol.ManualPermissionDenied, protocol.ManualRefused, protocol.ManualNotStarted, protocol.ManualAbandoned:
-		return true
-	}
-	return false
-}
-
-// nextFailures is f with one more failure at now: the cool-down doubles
-// with each failure in a row, from FailureCooldown to MaxFailureCooldown.
-func nextFailures(cfg Config, f protocol.Failures, outcome string, now time.Time) protocol.Failures {
-	f.Count++
-	f.Reason, f.Last = outcome, now
-	wait := cfg.FailureCooldown
-	for i := 1; i < f.Count && wait < cfg.MaxFailureCooldown; i++ {
-		wait *= 2
-	}
-	f.RetryAfter = now.Add(min(wait, cfg.MaxFailureCooldown))
-	return f
-}
-
-// rememberFailure: a voluntary maintenance that failed is remembered, for
-// the aggregator's cool-down; one that happened (manualHappened) clears
-// the record. Compute Engine's acceptance alone does neither.
-func (d *Decision) rememberFailure(cfg Config, now time.Time) {
-	if voluntaryFailure(d.Manual) {
-		d.State.Failures = nextFailures(cfg, d.State.Failures, d.Manual, now)
-	}
+// giveUp ends a voluntary maintenance not asked for: the node goes back
+// in service, and the failure is remembered.
+func (d *Decision) giveUp(msg string) {
+	d.Manual = protocol.ManualAbandoned
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned, Message: msg})
+	d.Uncordon = !d.State.CordonedBefore
+	d.RemoveTrigger = true
+	d.State = idleState(d.State)
 }
 
 // manualHappened counts a manual (or opportunistic) maintenance once, when
@@ -316,4 +225,19 @@ func (d *Decision) manualHappened(before State, obs Observation) {
 	}
 	d.Interruption = countedAs(protocol.ReasonManual)
 	d.State.Failures = protocol.Failures{}
+}
+
+// manualWithdrawn: once Compute Engine accepted the call, only a notice
+// gone without the VM stopping means the maintenance was withdrawn;
+// before, a quiet VM with a pending notice is what a manual maintenance
+// looks like.
+func manualWithdrawn(st State, obs Observation) bool {
+	sig := obs.Signals
+	return st.Phase == protocol.PhaseTerminating && signalsQuiet(sig) && !sig.NoticePresent && !sig.NoticeNotYet
+}
+
+// manualYields: a preemption takes a manual maintenance over in any
+// phase; a host maintenance only while Compute Engine has not been asked.
+func manualYields(st State, to protocol.Reason) bool {
+	return to == protocol.ReasonPreemption || st.Phase == protocol.PhaseDraining && st.Requested.IsZero()
 }

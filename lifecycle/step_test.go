@@ -1,4 +1,4 @@
-package agent
+package lifecycle
 
 import (
 	"errors"
@@ -836,8 +836,8 @@ func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
 	if d.State.Phase != protocol.PhaseIdle || d.Interruption != nil {
 		t.Errorf("a step later: phase %s, interruption %v; want idle, nothing counted", d.State.Phase, d.Interruption)
 	}
-	if target := targetOf(d.State, time.Time{}); target.phase != "" {
-		t.Errorf("pods are told %q of a maintenance that is over", target.phase)
+	if target := WorkloadTargetOf(d.State, time.Time{}); target.Phase != "" {
+		t.Errorf("pods are told %q of a maintenance that is over", target.Phase)
 	}
 	// The notice goes; a new maintenance later is drained and counted.
 	d = stepChecked(t, cfg, d.State, tpu(bootB, nil))
@@ -1180,14 +1180,14 @@ func TestStepSlice(t *testing.T) {
 				}
 			}},
 		{"asked: wakes at the limit of a slice drain", sliceDone, asked(obs(quiet())), func(t *testing.T, d Decision) {
-			if !d.WakeAt.Equal(ask.Started.Add(protocol.SliceDrainLimit)) {
+			if !d.WakeAt.Equal(ask.Started.Add(SliceDrainLimit)) {
 				t.Errorf("wake at %s", d.WakeAt)
 			}
 		}},
 		{"asked past the limit: back in service, and says the slice is not whole", sliceDone,
 			func() Observation {
 				o := asked(obs(quiet()))
-				o.Now = ask.Started.Add(protocol.SliceDrainLimit)
+				o.Now = ask.Started.Add(SliceDrainLimit)
 				return o
 			}(), func(t *testing.T, d Decision) {
 				if d.State.Phase != protocol.PhaseIdle || len(d.Events) != 1 || !d.Events[0].Warning || !strings.Contains(d.Events[0].Message, "not whole") {

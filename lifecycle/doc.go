@@ -1,0 +1,89 @@
+// Package lifecycle is one node's maintenance lifecycle as a pure state
+// machine: Step(config, state, observation) returns the next state and
+// what to do. The agent's loop around it only observes (metadata signals,
+// the Node, the drain's progress) and executes (one patch of the Node per
+// decision, Events, metrics, the drain, the workload notice on the pods).
+// The state lives on the Node (package protocol encodes it), so an agent
+// killed at any point and restarted continues from the Node alone. Each
+// kind of maintenance is a file: host.go (host maintenance and the open
+// window), preemption.go, manual.go (the perform-maintenance sub-machine,
+// manualcheck.go its acceptance check, failures.go its failure memory),
+// slice.go and slicehosts.go (a multi-host slice, and the rules the agent
+// and the aggregator share), gke.go (GKE's own handler), back.go (back in
+// service and counting), notice.go (the notice and the node conditions),
+// workload.go (what the pods are told); step.go holds the frame and the
+// order of the sub-steps.
+//
+// Lifecycle of one node:
+//
+//	Idle ──(TERMINATE_ON_HOST_MAINTENANCE, preempted TRUE)──▶ Draining
+//	Idle ──(notice ONGOING, where maintenance-event is not served: TPU)──▶ Draining
+//	Idle ──(perform-maintenance=true, notice PENDING and can_reschedule)──▶ Draining (manual)
+//	Idle ──(the slice's ask: another host of the slice stops)──▶ Draining (slice)
+//	Draining ──(drain finished)──▶ Terminating
+//	Draining (manual) ──(drain finished, performMaintenance accepted)──▶ Terminating
+//	Draining (manual) ──(performMaintenance failed)──▶ Idle
+//	Draining, Terminating ──(new boot ID: the VM stopped and came back)──▶ Idle
+//	Draining, Terminating ──(every signal cleared, same boot: cancelled)──▶ Idle
+//	Draining, Terminating (slice) ──(the ask is withdrawn)──▶ Idle
+//
+//	| phase       | active-node-maintenance | taint | cordoned          |
+//	|-------------|-------------------------|-------|-------------------|
+//	| Idle        | (none)                  | no    | as a person left it |
+//	| Draining    | ONGOING                 | yes   | yes               |
+//	| Terminating | terminating             | yes   | yes               |
+//
+// In every phase a pending notice is mirrored: the scheduled-maintenance-time
+// label (Unix seconds of the window start) and the upcoming-maintenance
+// annotation (the notice as served). MIGRATE_ON_HOST_MAINTENANCE is recorded
+// and changes nothing else. A signal the metadata server has not answered,
+// or answered with a value the parser did not recognise, is unknown: unknown
+// never starts a drain and never clears anything.
+//
+// Returning to Idle uncordons the node unless it was already cordoned when
+// maintenance started (protocol.AnnotationCordonedBefore).
+//
+// Interruptions are counted on the Node (protocol.AnnotationInterruptions)
+// once each: a host maintenance or preemption when it starts, a manual one
+// when Compute Engine is seen to begin it (or the VM comes back from it), a
+// reboot nothing announced when the node comes back; a slice's drain is not
+// (the host that stops counts itself). The VM's own maintenance or
+// preemption takes over a slice's drain or a manual drain not yet asked
+// for, and is counted then. A drain's deadline counts the platform's notice
+// from when the signal appeared (stopAt).
+//
+// Where GKE's own maintenance handler is seen handling the node, a
+// maintenance is left to it (leaveToGKE): recorded and counted, never
+// drained, cordoned or asked for; the notice keys are removed only if the
+// agent mirrored them.
+//
+// The workload notice (WorkloadTargetOf) follows the state: every pod is told
+// the pending window, and, once the maintenance starts, when it will be
+// asked to stop.
+//
+// The manual trigger (protocol.LabelPerformMaintenance, set by a person or the
+// aggregator) is read, never acted on blindly:
+//   - accepted only as "true", only with a notice that is PENDING and
+//     can_reschedule, and only while the node is Idle; anything else is a
+//     Warning Event and the label is removed, with no other change;
+//   - a manual maintenance drains by the host-maintenance policy with the
+//     manual-drain deadline, then asks Compute Engine once (RequestID, kept
+//     on the Node, makes a retried call idempotent; Requested, written
+//     before the call, stops a restarted agent from calling again once the
+//     signals show the call was accepted);
+//   - once accepted it runs to its end: the label set again is a no-op,
+//     removing it cancels nothing (the drain has begun and Compute Engine
+//     may have been asked), another value is answered and removed;
+//   - a real TERMINATE_ON_HOST_MAINTENANCE, ONGOING notice or preemption
+//     before the call turns it into that maintenance, with no call (the
+//     RequestID stays: the label started it);
+//   - a failed call puts the node back in service; the label goes when the
+//     node is back in service, whichever way.
+//
+// What it does not do: talk to the API server, the metadata server or
+// Compute Engine, read a clock, or decide about other nodes (package fleet
+// does, for the aggregator). It imports the Kubernetes API types and the
+// project's wire packages (protocol, metadata) only; a test holds that.
+//
+// Concurrency: pure functions over values; safe for concurrent use.
+package lifecycle

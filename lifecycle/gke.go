@@ -1,0 +1,84 @@
+package lifecycle
+
+// GKE's own maintenance handler writes the same keys as the agent: where
+// it is seen handling a node, a maintenance is left to it.
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// leaveToGKE: GKE's own maintenance handler is seen handling the node
+// (Observation.GKEHandling), so the maintenance under way, or starting
+// now, is left to it, unless the configuration says to ignore GKE's
+// handler: two handlers would drain the same pods in different orders and
+// call Compute Engine twice. The agent stops its drain, makes no call,
+// does not cordon (a cordon it made stays its own to undo), and leaves
+// the active-maintenance label and the taint to GKE's handler; it still
+// counts the interruption, and the maintenance ends as any does.
+func (d *Decision) leaveToGKE(cfg Config, before State, obs Observation) {
+	if cfg.IgnoreGKEHandler || obs.GKEHandling == "" || !d.State.Active() || d.State.LeftToGKE {
+		return
+	}
+	d.State.LeftToGKE = true
+	// A call this step was about to make is not made.
+	d.Perform, d.State.Requested = false, before.Requested
+	if d.Cordon {
+		// Started in this very step: the agent never cordons it, so it
+		// is not the agent's to uncordon either.
+		d.Cordon, d.State.CordonedBefore = false, true
+	}
+	d.Events = append(d.Events, EventRecord{Reason: protocol.EventLeftToGKE,
+		Message: fmt.Sprintf("GKE's maintenance handler is handling this node (%s), so the %s is left to it: the agent does not drain or cordon the node, does not call Compute Engine, and leaves GKE's label and taint; it counts the interruption (--gke-handler=defer)",
+			obs.GKEHandling, d.State.Reason)})
+}
+
+// GKEHandling says how n shows that GKE's own maintenance handler is
+// handling it ("" when it does not), given the agent's state st on n: the
+// active-maintenance label with a value the agent did not write (any value
+// while it is idle; passthrough, as GKE's handler writes for a
+// perform-maintenance label it acts on, while the agent drains), or GKE's
+// maintenance-window-started taint.
+func GKEHandling(n *corev1.Node, st protocol.AgentState) string {
+	if v, ok := n.Labels[protocol.LabelActiveMaintenance]; ok {
+		var ours string
+		switch {
+		case st.LeftToGKE: // the agent writes none
+		case st.Phase == protocol.PhaseDraining:
+			ours = protocol.ValueOngoing
+		case st.Phase == protocol.PhaseTerminating:
+			ours = protocol.ValueTerminating
+		}
+		if v != ours {
+			return "label " + protocol.LabelActiveMaintenance + "=" + v
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == protocol.TaintMaintenanceWindowStarted {
+			return "taint " + protocol.TaintMaintenanceWindowStarted
+		}
+	}
+	return ""
+}
+
+// GKEHandles reports whether a node whose kubelet is kubeletVersion runs
+// GKE's own maintenance handler: GKE's kubelet ("v1.31.5-gke.1000"), 1.31
+// or later.
+func GKEHandles(kubeletVersion string) bool {
+	v, gke := strings.CutPrefix(kubeletVersion, "v")
+	if !gke || !strings.Contains(v, "-gke.") {
+		return false
+	}
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
+}

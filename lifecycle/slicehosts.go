@@ -1,0 +1,141 @@
+package lifecycle
+
+// A multi-host TPU slice is one machine: its job runs on every host, and
+// when one host stops the whole job fails. So a slice is maintained as one
+// unit: when one host begins a maintenance (or is preempted), every other
+// host drains with it, by the earliest deadline (SliceAsks: each host's
+// agent works it out from its slice's Nodes, and the aggregator writes it
+// for hosts whose agent is down), and the slice returns to service when
+// every host is back. A voluntary maintenance of a slice asks Compute
+// Engine once, from one host (SliceCaller), once every other host is
+// drained (SliceDrained).
+
+import (
+	"sort"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// SliceDrainLimit bounds how long a host drains for its slice: an ask
+// whose cause started longer ago is no longer followed, and the host goes
+// back in service even though a host of its slice is still down (its VM
+// not back, or its Node deleted and not recreated). A day: a slice whose
+// host is away that long is repaired or recreated by other means, and its
+// other hosts should not stay cordoned for ever.
+const SliceDrainLimit = 24 * time.Hour
+
+// active: the host has a maintenance under way.
+func active(h protocol.SliceHost) bool {
+	return h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating
+}
+
+// SliceCaller names the host of a slice that asks Compute Engine for the
+// slice's voluntary maintenance ("" for none): of the hosts with a manual
+// (or opportunistic) maintenance under way, the first to start it (the
+// first by name on a tie). Starting maintenance on one instance of a
+// multi-host TPU slice starts it on every instance, so a slice makes one
+// call, whichever hosts a person asked; the others drain and wait.
+func SliceCaller(hosts []protocol.SliceHost) string {
+	var caller *protocol.SliceHost
+	for i, h := range hosts {
+		if active(h) && h.Reason == protocol.ReasonManual &&
+			(caller == nil || h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
+			caller = &hosts[i]
+		}
+	}
+	if caller == nil {
+		return ""
+	}
+	return caller.Name
+}
+
+// SliceDrained says, for the slice's voluntary maintenance, which hosts
+// other than caller still drain (waiting) and whose voluntary drain
+// ended with pods still on them (incomplete). A host drained
+// (Terminating, or its drain done) is ready; so is a host whose Node is
+// not Ready: nothing runs there to drain.
+func SliceDrained(hosts []protocol.SliceHost, caller string) (waiting, incomplete []string) {
+	for _, h := range hosts {
+		switch {
+		case h.Name == caller || !h.Ready:
+		case active(h) && h.Drain == protocol.DrainIncomplete:
+			incomplete = append(incomplete, h.Name)
+		case h.Phase == protocol.PhaseTerminating || active(h) && h.Drain == protocol.DrainDone:
+		default:
+			waiting = append(waiting, h.Name)
+		}
+	}
+	sort.Strings(waiting)
+	sort.Strings(incomplete)
+	return waiting, incomplete
+}
+
+// SliceAsks is what every host of one slice must carry, by host name (nil:
+// no ask): when a host is in a maintenance of its own (host maintenance,
+// preemption, or a manual or opportunistic one; not a drain with its
+// slice), every other host drains with it, by the earliest deadline of
+// those hosts; the host with that deadline (the first by name on a tie)
+// is the cause. The aggregator writes these asks on every host; each
+// host's agent works its own out from the same Nodes, so that a slice
+// needs no aggregator to go down as one.
+func SliceAsks(slice string, hosts []protocol.SliceHost) map[string]*protocol.SliceAsk {
+	var cause *protocol.SliceHost
+	for i, h := range hosts {
+		own := (h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating) && h.Reason != protocol.ReasonSlice && !h.Deadline.IsZero()
+		if own && (cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name) {
+			cause = &hosts[i]
+		}
+	}
+	out := make(map[string]*protocol.SliceAsk, len(hosts))
+	for _, h := range hosts {
+		out[h.Name] = nil
+		if cause != nil && h.Name != cause.Name {
+			out[h.Name] = &protocol.SliceAsk{Slice: slice, Cause: cause.Name, Reason: cause.Reason, Started: cause.Started.UTC(), Deadline: cause.Deadline.UTC()}
+		}
+	}
+	return out
+}
+
+// SliceSignal is what of host h another host of its slice acts on: a
+// maintenance of its own (which makes it a cause), whether its drain is
+// over (which the caller of a voluntary maintenance waits for: drained or
+// incomplete), and whether its Node is Ready. A host that starts to drain
+// for its slice changes none of it, so the hosts of a 64-host slice that
+// follow one host do not wake each other 63 times each.
+func SliceSignal(h protocol.SliceHost) protocol.SliceHost {
+	if h.Phase == protocol.PhaseIdle || h.Reason == protocol.ReasonSlice {
+		h.Reason, h.Started, h.Deadline = "", time.Time{}, time.Time{}
+		if h.Phase != protocol.PhaseTerminating {
+			h.Phase = ""
+		}
+	}
+	return h
+}
+
+// FollowedAsk is the ask a host follows: its own reading of its slice's
+// hosts (own, nil for none) or the aggregator's (written, when set), the
+// earlier deadline of the two. The aggregator's is stale, and ignored,
+// once its cause is among hosts with no maintenance of its own started
+// then under way: the aggregator withdraws it on its next pass, or never
+// while none leads.
+func FollowedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, hosts []protocol.SliceHost) (protocol.SliceAsk, bool) {
+	if set {
+		for _, h := range hosts {
+			if h.Name != written.Cause {
+				continue
+			}
+			active := (h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating) && h.Reason != protocol.ReasonSlice
+			if !active || !h.Started.Equal(written.Started) {
+				set = false
+			}
+		}
+	}
+	switch {
+	case own != nil && (!set || own.Deadline.Before(written.Deadline)):
+		return *own, true
+	case set:
+		return written, true
+	}
+	return protocol.SliceAsk{}, false
+}

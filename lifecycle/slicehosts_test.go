@@ -1,0 +1,100 @@
+package lifecycle
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestFollowedAsk: a host follows its own reading of its slice or the
+// aggregator's ask, the earlier deadline; the aggregator's is stale once
+// its cause has no maintenance of that start under way.
+func TestFollowedAsk(t *testing.T) {
+	deadline := t0.Add(30 * time.Second)
+	preempted := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: deadline}
+	back := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseIdle}
+	own := &protocol.SliceAsk{Slice: "s", Cause: "h1", Reason: protocol.ReasonPreemption, Started: t0, Deadline: deadline}
+	written := *own
+	later := written
+	later.Deadline = deadline.Add(time.Minute)
+	gone := protocol.SliceAsk{Slice: "s", Cause: "h9", Reason: protocol.ReasonPreemption, Started: t0, Deadline: deadline.Add(-10 * time.Second)}
+	for _, tc := range []struct {
+		name    string
+		own     *protocol.SliceAsk
+		written protocol.SliceAsk
+		set     bool
+		hosts   []protocol.SliceHost
+		want    *protocol.SliceAsk
+	}{
+		{"no aggregator: its own reading", own, protocol.SliceAsk{}, false, []protocol.SliceHost{preempted}, own},
+		{"both, the aggregator's later: its own", own, later, true, []protocol.SliceHost{preempted}, own},
+		{"the cause back, the aggregator's ask not yet withdrawn: none", nil, written, true, []protocol.SliceHost{back}, nil},
+		{"the cause's Node gone (deleted): the aggregator's, earlier", own, gone, true, []protocol.SliceHost{preempted}, &gone},
+		{"a new maintenance of the cause: the old ask is stale", nil, written, true, []protocol.SliceHost{{Name: "h1", Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(time.Hour), Deadline: t0.Add(2 * time.Hour)}}, nil},
+	} {
+		got, ok := FollowedAsk(tc.own, tc.written, tc.set, tc.hosts)
+		if ok != (tc.want != nil) || ok && got != *tc.want {
+			t.Errorf("%s: %+v (%t), want %+v", tc.name, got, ok, tc.want)
+		}
+	}
+}
+
+// TestSliceSignal: a host that starts to drain for its slice wakes no
+// other host; one whose own maintenance starts, whose drain ends, or whose
+// Node turns NotReady does.
+func TestSliceSignal(t *testing.T) {
+	idle := protocol.SliceHost{Name: "h", Phase: protocol.PhaseIdle, Ready: true}
+	following := protocol.SliceHost{Name: "h", Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Started: t0, Deadline: t0.Add(time.Minute), Ready: true}
+	drained := following
+	drained.Phase = protocol.PhaseTerminating
+	incomplete := following
+	incomplete.Drain = protocol.DrainIncomplete
+	preempted := protocol.SliceHost{Name: "h", Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), Ready: true}
+	down := idle
+	down.Ready = false
+	if SliceSignal(idle) != SliceSignal(following) {
+		t.Errorf("following its slice wakes the other hosts")
+	}
+	for name, h := range map[string]protocol.SliceHost{"drained": drained, "incomplete": incomplete, "preempted": preempted, "NotReady": down} {
+		if SliceSignal(h) == SliceSignal(following) || SliceSignal(h) == SliceSignal(idle) {
+			t.Errorf("%s wakes no other host", name)
+		}
+	}
+}
+
+// TestSliceCallerAndDrained: the one host that asks Compute Engine for a
+// slice's voluntary maintenance, and which other hosts it waits for.
+func TestSliceCallerAndDrained(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	h := func(name string, phase protocol.Phase, reason protocol.Reason, started time.Duration, drain protocol.DrainEnd, ready bool) protocol.SliceHost {
+		return protocol.SliceHost{Name: name, Phase: phase, Reason: reason, Started: at.Add(started), Deadline: at.Add(time.Hour), Drain: drain, Ready: ready}
+	}
+	idle := func(name string) protocol.SliceHost {
+		return protocol.SliceHost{Name: name, Phase: protocol.PhaseIdle, Ready: true}
+	}
+	for _, tc := range []struct {
+		name                string
+		hosts               []protocol.SliceHost
+		caller              string
+		waiting, incomplete []string
+	}{
+		{"no voluntary maintenance: no caller", []protocol.SliceHost{h("a", protocol.PhaseDraining, protocol.ReasonPreemption, 0, "", true), idle("b")}, "", []string{"a", "b"}, nil},
+		{"the host a person asked calls, once the others are drained",
+			[]protocol.SliceHost{idle("a"), h("b", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true), h("c", protocol.PhaseDraining, protocol.ReasonSlice, time.Second, "", true), h("d", protocol.PhaseTerminating, protocol.ReasonSlice, time.Second, "", true)},
+			"b", []string{"a", "c"}, nil},
+		{"two asked: the first to start calls; the other's drain done counts",
+			[]protocol.SliceHost{h("a", protocol.PhaseDraining, protocol.ReasonManual, time.Second, protocol.DrainDone, true), h("b", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true)}, "b", nil, nil},
+		{"the same start: the first by name", []protocol.SliceHost{h("b", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true), h("a", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true)}, "a", []string{"b"}, nil},
+		{"a host whose drain gave up, and one not Ready",
+			[]protocol.SliceHost{h("a", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true), h("b", protocol.PhaseDraining, protocol.ReasonSlice, 0, protocol.DrainIncomplete, true), idle("c"), {Name: "d", Phase: protocol.PhaseIdle}},
+			"a", []string{"c"}, []string{"b"}},
+	} {
+		caller := SliceCaller(tc.hosts)
+		waiting, incomplete := SliceDrained(tc.hosts, caller)
+		if caller != tc.caller || !slices.Equal(waiting, tc.waiting) || !slices.Equal(incomplete, tc.incomplete) {
+			t.Errorf("%s: caller %q, waiting %v, incomplete %v; want %q, %v, %v", tc.name, caller, waiting, incomplete, tc.caller, tc.waiting, tc.incomplete)
+		}
+	}
+}

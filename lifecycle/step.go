@@ -1,0 +1,383 @@
+package lifecycle
+
+// The state machine's frame: what Step reads (Observation, Signals,
+// Config), what it returns (Decision, DrainOrder), and Step itself, which
+// reads as its sub-steps in order. Each kind of maintenance is a file of
+// its own: host.go (host maintenance and the open window), preemption.go,
+// manual.go (the perform-maintenance sub-machine; manualcheck.go its
+// acceptance check), slice.go (a multi-host slice; slicehosts.go the rules
+// the agent and the aggregator share), gke.go (GKE's own handler), back.go
+// (back in service and counting) and notice.go (the notice's mirror and
+// the node conditions). What sets each reason apart is its reasonRule,
+// beside its cases; rules.go holds the table's frame.
+
+import (
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// State is what the agent keeps on its Node (package protocol encodes
+// it).
+type State = protocol.AgentState
+
+// Signals is what the metadata server last said, key by key.
+type Signals struct {
+	Event      metadata.Event
+	EventKnown bool
+	// EventNotServed: the VM does not serve maintenance-event (404, as on
+	// TPU VMs); Event is then NONE and known, and the notice turning
+	// ONGOING is the only sign that a host maintenance begins.
+	EventNotServed bool
+
+	// EventSince is the last moment the watcher knows maintenance-event
+	// held another value (metadata.Answer.Since); zero when it does not
+	// know: the value was the first it saw.
+	EventSince time.Time
+
+	Preempted      bool
+	PreemptedKnown bool
+	// PreemptedSince is EventSince for preempted.
+	PreemptedSince time.Time
+
+	Notice        metadata.Notice
+	NoticePresent bool
+	NoticeKnown   bool
+	// NoticeNotYet: the server answered upcoming-maintenance with 503 "no
+	// notifications have been received yet, try again later". It says no
+	// notice is pending for mirroring, but it is no proof that a notice
+	// that turned ONGOING is over: it never ends a drain.
+	NoticeNotYet bool
+}
+
+// Observation is everything Step looks at besides the state.
+type Observation struct {
+	Now     time.Time
+	Signals Signals
+	// BootID is the node's status.nodeInfo.bootID now.
+	BootID string
+	// KubeletVersion is the node's status.nodeInfo.kubeletVersion now.
+	KubeletVersion string
+	// Unschedulable is the node's spec.unschedulable now.
+	Unschedulable bool
+	// DrainDone: the drain of the current maintenance has finished, and
+	// DrainLeft names the pods it left on the node (see drain.Result.Left).
+	DrainDone bool
+	DrainLeft []string
+	// Trigger is the perform-maintenance label's value; TriggerSet whether
+	// the label is there at all.
+	Trigger    string
+	TriggerSet bool
+	// RequestID is a fresh UUID, the requestId of a manual maintenance
+	// that starts now.
+	RequestID string
+	// Perform is the result of the performMaintenance call for the state's
+	// RequestID, once it has returned.
+	Perform *PerformResult
+	// Opportunistic: the aggregator set the trigger (maintenance-state
+	// says opportunistic-triggered), at TriggeredAt (zero when it cannot
+	// be read), for the notice whose scheduled-maintenance-time is
+	// TriggerFor.
+	Opportunistic bool
+	TriggeredAt   time.Time
+	TriggerFor    string
+	// ManualBlocked is why the maintenance policy refuses a manual trigger
+	// now (a Manual* outcome; "" when it does not), and ManualBlockedDetail
+	// says it in words.
+	ManualBlocked, ManualBlockedDetail string
+	// PodsKnown: Idle and Busy come from a filled pod cache.
+	PodsKnown bool
+	Idle      bool
+	Busy      string
+	// SliceAsk is the ask that this host drain with its multi-host slice,
+	// another host of which stops: what the agent works out from its
+	// slice's hosts, or the aggregator's on the Node (slice.go);
+	// SliceAskSet whether there is one.
+	SliceAsk    protocol.SliceAsk
+	SliceAskSet bool
+	// Slice names the node's multi-host slice ("" for none). For a
+	// voluntary maintenance of it, SliceCaller says whether this host
+	// makes the slice's one performMaintenance call
+	// (SliceCaller); SliceWaiting names the other hosts that
+	// still drain, and SliceIncomplete those whose voluntary drain ended
+	// with pods left (SliceDrained).
+	Slice string
+	// SliceAskExpired: the ask is no longer followed, its cause having
+	// started SliceDrainLimit ago (Step sets it).
+	SliceAskExpired bool
+	// SliceVoluntary: a host of the slice has a manual or opportunistic
+	// maintenance under way (SliceCaller names one).
+	SliceVoluntary, SliceCaller   bool
+	SliceWaiting, SliceIncomplete []string
+	// GKEHandling says how the Node shows GKE's own maintenance handler
+	// handling it (GKEHandling); "" when it does not.
+	GKEHandling string
+}
+
+// PerformResult is how a performMaintenance call ended.
+type PerformResult struct {
+	RequestID string
+	// Operation names Compute Engine's operation when the call succeeded.
+	Operation string
+	// Err is why it failed, and Outcome its class (protocol.ManualFailed,
+	// protocol.ManualPermissionDenied, protocol.ManualRefused).
+	Err     error
+	Outcome string
+	// OperationErr is set when the accepted call's operation ended with an
+	// error.
+	OperationErr error
+}
+
+// Config holds the deadlines.
+type Config struct {
+	// HostMaintenanceDeadline is how long after TERMINATE_ON_HOST_MAINTENANCE
+	// (or a notice turning ONGOING) the VM is expected to stop: 60 min for
+	// GPU VMs.
+	HostMaintenanceDeadline time.Duration
+	// PreemptionDeadline is how long after preempted=TRUE the VM stops: 30 s.
+	// It is also what a drain gets whose estimated stop has already passed
+	// (see stopAt).
+	PreemptionDeadline time.Duration
+	// OngoingDeadline is how long after its window opens a VM that drains
+	// on the notice turning ONGOING (a TPU VM, which serves no
+	// maintenance-event) is expected to stop: 5 min, the longest Cloud TPU
+	// waits for a process to exit after SIGTERM before it maintains the
+	// host.
+	OngoingDeadline time.Duration
+	// ManualDrainTimeout is the drain deadline of a manual maintenance,
+	// counted from the label being accepted (1 h, as for node upgrades).
+	ManualDrainTimeout time.Duration
+	// ManualStartTimeout bounds the time from the performMaintenance call
+	// to the maintenance beginning (TERMINATE_ON_HOST_MAINTENANCE or the
+	// notice ONGOING): past it, the drained node goes back in service.
+	ManualStartTimeout time.Duration
+	// ManualDrainEscalate: a manual drain deletes a pod a
+	// PodDisruptionBudget still protects at the deadline minus its grace,
+	// as a host maintenance's does. False (the default): a manual
+	// maintenance is voluntary, the budgets hold to the end, and a drain
+	// that cannot finish by its deadline is given up.
+	ManualDrainEscalate bool
+	// FailureCooldown is how long after a voluntary maintenance failed the
+	// aggregator leaves the node alone; it doubles with each failure in a
+	// row, up to MaxFailureCooldown.
+	FailureCooldown, MaxFailureCooldown time.Duration
+	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
+	// an older one was decided about a node that may have changed since.
+	TriggerMaxAge time.Duration
+	// IgnoreGKEHandler: the agent handles every maintenance itself, even
+	// one GKE's own handler is seen handling. False (the default): such a
+	// maintenance is left to GKE's handler (leaveToGKE).
+	IgnoreGKEHandler bool
+}
+
+// DefaultConfig is what Compute Engine documents.
+var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, OngoingDeadline: 5 * time.Minute, ManualDrainTimeout: DefaultManualDrainTimeout,
+	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
+
+// WithDefaults fills every zero field from DefaultConfig: a zero deadline
+// would evict every pod at once.
+func (c Config) WithDefaults() Config {
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&c.HostMaintenanceDeadline, &DefaultConfig.HostMaintenanceDeadline},
+		{&c.PreemptionDeadline, &DefaultConfig.PreemptionDeadline},
+		{&c.OngoingDeadline, &DefaultConfig.OngoingDeadline},
+		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
+		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
+		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
+		{&c.FailureCooldown, &DefaultConfig.FailureCooldown},
+		{&c.MaxFailureCooldown, &DefaultConfig.MaxFailureCooldown},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	return c
+}
+
+// EventRecord is a Kubernetes Event to emit on the Node.
+type EventRecord struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// counted is an interruption for Decision to count.
+func counted(i protocol.Interruption) *protocol.Interruption { return &i }
+
+// countedAs is the interruption a maintenance started for r counts as.
+func countedAs(r protocol.Reason) *protocol.Interruption {
+	i, _ := r.Interruption()
+	return &i
+}
+
+// Decision is the outcome of one Step.
+type Decision struct {
+	State  State
+	Events []EventRecord
+	// Interruption is set when a new maintenance or preemption began (or
+	// Compute Engine was seen to begin a manual one).
+	Interruption *protocol.Interruption
+	// Unannounced is set when the node rebooted with nothing announced
+	// (HostError, or NodeUpgrade when the kubelet version changed).
+	Unannounced *protocol.Interruption
+	// Migration is set when live migration was announced.
+	Migration bool
+	// Cordon sets spec.unschedulable; Uncordon clears it.
+	Cordon, Uncordon bool
+	// Drained is set when the drain finished (Draining to Terminating).
+	Drained bool
+	// RemoveTrigger removes the perform-maintenance label and the
+	// maintenance-state annotation that came with it.
+	RemoveTrigger bool
+	// Perform asks for the performMaintenance call of State.RequestID to be
+	// running (at most one per request ID).
+	Perform bool
+	// Manual is the outcome of a manual trigger to count, if any.
+	Manual string
+	// WakeAt, when set, is when to step again though nothing changes.
+	WakeAt time.Time
+	// Drain is the drain that must be running now; zero when none must.
+	// The loop starts it, restarts it when it changes (a preemption moves
+	// the deadline of a drain under way) and stops it when it is zero.
+	Drain DrainOrder
+}
+
+// DrainOrder names a drain: the maintenance it is for (its start), the
+// deadline it must end by, and whether it is voluntary (PodDisruptionBudgets
+// hold to the end: drain.Drainer.DrainVoluntary).
+type DrainOrder struct {
+	For, Deadline time.Time
+	Voluntary     bool
+	// Reason is the maintenance's: what a pod the drain deletes is told.
+	// A change of it alone does not restart the drain.
+	Reason protocol.Reason
+}
+
+// IsZero: no drain.
+func (o DrainOrder) IsZero() bool { return o.For.IsZero() }
+
+// Equal: the same drain.
+func (o DrainOrder) Equal(p DrainOrder) bool {
+	return o.For.Equal(p.For) && o.Deadline.Equal(p.Deadline) && o.Voluntary == p.Voluntary
+}
+
+// Step is the state machine. It is pure: the same inputs give the same
+// decision, and applying a decision's state and stepping again with the
+// same observation changes nothing more. before is the state the step
+// starts from; the sub-steps change the decision's copy of it, and the few
+// that compare with where the step began take before by name. What was
+// observed is settled once, before the first sub-step (settle), and read
+// only after.
+//
+// The order of the sub-steps is part of the rules:
+//  1. What ended (an unannounced reboot, the node back in service) comes
+//     first, so that a maintenance starting in the same step starts on an
+//     idle node.
+//  2. The VM's own maintenance or preemption (host.go, preemption.go)
+//     comes before the trigger and the slice, which yield to it.
+//  3. The trigger (manual.go) comes before the slice's ask (slice.go): a
+//     host whose own pending maintenance is taken with its slice's starts
+//     that maintenance instead.
+//  4. GKE's handler (gke.go) is asked after every start, so that a
+//     maintenance started in this step is left to it at once.
+//  5. The drain's end is read for the maintenance now under way, and the
+//     notice mirrored after the node came back (which retires the notice
+//     of the maintenance that stopped the VM).
+//  6. Counting, the drain to run, the failure memory and idleness read the
+//     decision made above.
+func Step(cfg Config, before State, observed Observation) Decision {
+	if before.Phase == "" {
+		before.Phase = protocol.PhaseIdle
+	}
+	obs := settle(observed)
+	d := Decision{State: before}
+	d.sliceAskLimit(obs)
+	d.unannouncedReboot(obs)
+	d.backInService(obs)
+	d.maintenanceStarts(cfg, obs)
+	d.migration(obs.Signals)
+	d.manual(cfg, obs)
+	d.followSlice(cfg, obs)
+	d.leaveToGKE(cfg, before, obs)
+	d.drained(cfg, obs)
+	if obs.Signals.NoticeKnown {
+		d.mirrorNotice(obs.Signals)
+	}
+	d.manualHappened(before, obs)
+	d.count(obs)
+	d.drainOrder(cfg, before, obs)
+	d.rememberFailure(cfg, obs.Now)
+	d.idleness(obs)
+	return d
+}
+
+// settle is what a step reads of what was observed: a slice's ask whose
+// cause started SliceDrainLimit ago or more is no longer followed
+// (SliceAskExpired).
+func settle(obs Observation) Observation {
+	if obs.SliceAskSet && !obs.Now.Before(obs.SliceAsk.Started.Add(SliceDrainLimit)) {
+		obs.SliceAskSet, obs.SliceAskExpired = false, true
+	}
+	return obs
+}
+
+// wakeAt asks for a step at t, or earlier if another sub-step asked so.
+func (d *Decision) wakeAt(t time.Time) {
+	if d.WakeAt.IsZero() || t.Before(d.WakeAt) {
+		d.WakeAt = t
+	}
+}
+
+func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.Time) {
+	d.State.Phase = protocol.PhaseDraining
+	d.State.Reason = reason
+	d.State.Started = obs.Now
+	d.State.Deadline = deadline
+	d.State.BootID = obs.BootID
+	// A cordon this same step was about to undo is the agent's own, from
+	// the maintenance that just ended: not a person's.
+	d.State.CordonedBefore = obs.Unschedulable && !d.Uncordon
+	d.Cordon = true
+	d.Uncordon = false
+}
+
+// idleState is st back in service: what outlives a maintenance, nothing else.
+func idleState(st State) State {
+	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
+		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
+		Failures: st.Failures, NoticeForeign: st.NoticeForeign}
+}
+
+// drainOrder: the drain runs while the node drains and its drain is not
+// done (a drain that is done and waits for Compute Engine is not run
+// again); voluntary as its reason says (reasonRule.voluntary), unless
+// the configuration escalates manual drains.
+func (d *Decision) drainOrder(cfg Config, before State, obs Observation) {
+	if d.State.Phase != protocol.PhaseDraining || d.State.LeftToGKE || obs.DrainDone && d.State.Started.Equal(before.Started) {
+		return
+	}
+	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntaryDrain(cfg, d.State, obs), Reason: d.State.Reason}
+}
+
+// voluntaryDrain: st's drain keeps to the PodDisruptionBudgets to its end,
+// as its reason says (reasonRule.voluntary), unless the configuration
+// escalates manual drains.
+func voluntaryDrain(cfg Config, st State, obs Observation) bool {
+	return ruleOf(st.Reason).voluntary(obs) && !cfg.ManualDrainEscalate
+}
+
+// idleness, for the aggregator: since when no workload runs, or what runs.
+func (d *Decision) idleness(obs Observation) {
+	if !obs.PodsKnown {
+		return
+	}
+	if obs.Idle {
+		if d.State.IdleSince.IsZero() {
+			d.State.IdleSince = obs.Now
+		}
+		d.State.Busy = ""
+		return
+	}
+	d.State.IdleSince, d.State.Busy = time.Time{}, obs.Busy
+}
