@@ -2,15 +2,11 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,112 +17,11 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
-
-// Metrics is what the loop records; metrics.Agent implements it.
-type Metrics interface {
-	drain.Recorder
-	// AddInterruptions counts n more interruptions of a kind.
-	AddInterruptions(i protocol.Interruption, n int)
-	Migration()
-	Unrecognized(key string)
-	TaintLatency(d time.Duration)
-	DrainDuration(d time.Duration)
-	SetPhase(phase protocol.Phase)
-	ManualTrigger(outcome string)
-	SetNode(drainDeadline, scheduled time.Time, busy bool)
-	SetFailures(n int)
-	// PermissionDenied counts a Compute Engine call refused for lack of
-	// the IAM permission.
-	PermissionDenied(permission string)
-}
-
-// Events records Kubernetes Events on the agent's Node.
-type Events interface {
-	NodeEvent(warning bool, reason, message string)
-}
-
-// Watcher is the part of metadata.Watcher the agent uses.
-type Watcher interface {
-	Watch(ctx context.Context, key string, h metadata.Handler) error
-}
-
-// API is the part of the Kubernetes API the agent calls; kube.Client
-// implements it.
-type API interface {
-	NodeGetter
-	// UpdateNode replaces the Node, conditional on its resourceVersion.
-	UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error)
-	// NodeListWatch lists and watches the one Node named name.
-	NodeListWatch(name string) kube.ListWatch
-	// LabelledNodesListWatch lists and watches the Nodes whose label key
-	// has value (the hosts of the agent's multi-host slice).
-	LabelledNodesListWatch(key, value string) kube.ListWatch
-	// BudgetListWatch lists and watches a namespace's
-	// PodDisruptionBudgets: the drain follows those that refuse it.
-	BudgetListWatch(namespace string) kube.ListWatch
-	// PatchNodeStatus patches the Node's status: the node lifecycle
-	// conditions the agent keeps (lifecycle.NodeConditions).
-	PatchNodeStatus(ctx context.Context, name string, data []byte) error
-	// PatchPod patches a pod on the node (the workload notice), or its
-	// subresource ("status") when given.
-	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
-	drain.API
-}
-
-// NodeGetter reads a Node.
-type NodeGetter interface {
-	GetNode(ctx context.Context, name string) (*corev1.Node, error)
-}
-
-// Options configure an Agent (see New for what is required).
-type Options struct {
-	Client   API
-	NodeName string
-	// Self is the agent's own pod, never evicted.
-	Self    types.NamespacedName
-	Watcher Watcher
-	// Mirror, when set, serves on the node the keys as the agent reads
-	// them, and the drain's deadline (metadata.Mirror).
-	Mirror *metadata.Mirror
-	Pods   *drain.NodePods
-	Config lifecycle.Config
-	// Maintainer starts a manual maintenance once the node is drained; nil
-	// fails every manual maintenance (the node goes back in service).
-	Maintainer Maintainer
-	// NewRequestID returns a fresh performMaintenance requestId (a UUID);
-	// nil means a random UUID.
-	NewRequestID func() string
-	// ManualGate, when set, says why the maintenance policy refuses a
-	// manual trigger on the node now (a Manual* outcome and a detail; ""
-	// when it does not).
-	ManualGate func(node *corev1.Node, now time.Time) (reason, detail string)
-	// PoolLabel and SliceLabel say which multi-host slice the node belongs
-	// to (protocol.SliceOf); PoolLabel "" means protocol.LabelNodePool.
-	// The agent follows the other hosts of its slice (slice.go).
-	PoolLabel, SliceLabel string
-	// AcceleratorResources make a pod accelerator work (see idleness); nil
-	// means DefaultAcceleratorResources.
-	AcceleratorResources []corev1.ResourceName
-	// RetryInterval is the delay between refused evictions when the
-	// budgets that refused them do not change (drain.Options).
-	RetryInterval time.Duration
-	// DrainReserve bounds the time kept for system and DaemonSet pods at
-	// the end of a drain (drain.Options.Reserve).
-	DrainReserve time.Duration
-	// DrainMargin is kept before the deadline, after every pod's grace
-	// (drain.Options.Margin).
-	DrainMargin time.Duration
-	// Drainer empties the node; nil is a drain.Drainer of the node's Pods
-	// with RetryInterval, DrainReserve and DrainMargin.
-	Drainer Drainer
-	Metrics Metrics
-	Events  Events
-	Clock   clock.Clock
-	Logger  *slog.Logger
-}
 
 // Agent runs the maintenance lifecycle of one node.
 type Agent struct {
@@ -192,10 +87,6 @@ type Agent struct {
 // fieldManager names the agent's writes.
 const fieldManager = "maintenance-handler-agent"
 
-// ErrInvalidOptions is returned by New for Options missing a required
-// field.
-var ErrInvalidOptions = errors.New("invalid agent options")
-
 // New returns an Agent, or ErrInvalidOptions. Client, NodeName, Watcher
 // and Pods are required; every other zero field has a default: Config's
 // from DefaultConfig (a zero deadline would evict every pod at once), no
@@ -246,23 +137,6 @@ func New(opts Options) (*Agent, error) {
 	return &Agent{opts: opts, timing: drain.Options{Reserve: opts.DrainReserve, Margin: opts.DrainMargin}.Timing(), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
 		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}}, nil
 }
-
-// nopMetrics records nothing: the metrics and Events of an Agent given none.
-type nopMetrics struct{}
-
-func (nopMetrics) Escalation()                                 {}
-func (nopMetrics) Eviction(string)                             {}
-func (nopMetrics) AddInterruptions(protocol.Interruption, int) {}
-func (nopMetrics) Migration()                                  {}
-func (nopMetrics) Unrecognized(string)                         {}
-func (nopMetrics) TaintLatency(time.Duration)                  {}
-func (nopMetrics) DrainDuration(time.Duration)                 {}
-func (nopMetrics) SetPhase(protocol.Phase)                     {}
-func (nopMetrics) ManualTrigger(string)                        {}
-func (nopMetrics) PermissionDenied(string)                     {}
-func (nopMetrics) SetNode(time.Time, time.Time, bool)          {}
-func (nopMetrics) SetFailures(int)                             {}
-func (nopMetrics) NodeEvent(bool, string, string)              {}
 
 var (
 	_ Metrics = nopMetrics{}
@@ -367,32 +241,32 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 	case metadata.KeyMaintenanceEvent:
 		if ans.Absent {
 			// Not served on this VM (TPU VMs): no TERMINATE will come.
-			sig.Event, sig.EventKnown, sig.EventNotServed = metadata.EventNone, true, true
+			sig.Event, sig.EventKnown, sig.EventNotServed = maintenance.EventNone, true, true
 			break
 		}
 		sig.EventNotServed = false
-		var ev metadata.Event
-		if ev, err = metadata.ParseEvent(ans.Value); err == nil {
+		var ev maintenance.Event
+		if ev, err = maintenance.ParseEvent(ans.Value); err == nil {
 			sig.Event, sig.EventKnown, sig.EventSince = ev, true, ans.Since
 		}
 	case metadata.KeyPreempted:
 		if ans.Absent {
-			err = fmt.Errorf("preempted not served: %w", metadata.ErrUnrecognized)
+			err = fmt.Errorf("preempted not served: %w", maintenance.ErrUnrecognized)
 			break
 		}
 		var p bool
-		if p, err = metadata.ParsePreempted(ans.Value); err == nil {
+		if p, err = maintenance.ParsePreempted(ans.Value); err == nil {
 			sig.Preempted, sig.PreemptedKnown, sig.PreemptedSince = p, true, ans.Since
 		}
 	case metadata.KeyUpcomingMaintenance:
 		if ans.Absent {
-			sig.Notice, sig.NoticePresent, sig.NoticeKnown, sig.NoticeNotYet = metadata.Notice{}, false, true, ans.NotYet
+			sig.Notice, sig.NoticePresent, sig.NoticeKnown, sig.NoticeNotYet = maintenance.Notice{}, false, true, ans.NotYet
 			break
 		}
 		sig.NoticeNotYet = false
-		var n metadata.Notice
+		var n maintenance.Notice
 		var present bool
-		if n, present, err = metadata.ParseNotice(ans.Value); err == nil {
+		if n, present, err = maintenance.ParseNotice(ans.Value); err == nil {
 			sig.Notice, sig.NoticePresent, sig.NoticeKnown = n, present, true
 		}
 	}
@@ -409,7 +283,7 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 		return false
 	}
 	delete(a.unrecognized, key)
-	a.log.Info("metadata changed", "key", key, "value", metadata.Excerpt(ans.Value), "absent", ans.Absent)
+	a.log.Info("metadata changed", "key", key, "value", maintenance.Excerpt(ans.Value), "absent", ans.Absent)
 	a.signals = sig
 	a.changedAt = a.opts.Clock.Now()
 	a.poke()
@@ -495,71 +369,4 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	}
 	a.execute(ctx, dec, carried, latency)
 	return nil
-}
-
-// execute records a decision that is now on the Node, and runs the drain
-// while the phase is Draining.
-func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried protocol.Counts, latency time.Duration) {
-	st := dec.State
-	a.wakeAt = dec.WakeAt
-	a.syncConditions(ctx, st)
-	if a.opts.Mirror != nil {
-		deadline := st.Deadline
-		if !st.Active() {
-			deadline = time.Time{}
-		}
-		a.opts.Mirror.SetDeadline(deadline)
-	}
-	for _, e := range dec.Events {
-		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
-		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
-	}
-	a.syncCounts(st.Interruptions.Plus(carried))
-	if latency > 0 {
-		a.opts.Metrics.TaintLatency(latency)
-	}
-	if dec.Manual != "" {
-		a.opts.Metrics.ManualTrigger(dec.Manual)
-	}
-	if dec.Perform {
-		a.startPerform(ctx, st)
-	}
-	if dec.Migration {
-		a.opts.Metrics.Migration()
-	}
-	if dec.Drained {
-		a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
-	}
-	a.opts.Metrics.SetPhase(st.Phase)
-	var deadline, scheduled time.Time
-	if st.Phase == protocol.PhaseDraining {
-		deadline = st.Deadline
-	}
-	if sec, err := strconv.ParseInt(st.ScheduledTime, 10, 64); err == nil {
-		scheduled = time.Unix(sec, 0)
-	}
-	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
-	a.opts.Metrics.SetFailures(st.Failures.Count)
-	a.followDrain(ctx, dec.Drain)
-	a.mu.Lock()
-	drainStart := a.drainStart
-	a.mu.Unlock()
-	a.setNotice(lifecycle.WorkloadTargetOf(st, drainStart))
-}
-
-// syncCounts makes the interruption counters follow the Node's counts (the
-// agent's and the repairs the aggregator counted), which only grow: so they
-// continue a node's totals across agent restarts and reboots.
-func (a *Agent) syncCounts(counts protocol.Counts) {
-	if a.counted == nil {
-		a.counted = map[string]int{}
-	}
-	for key, n := range counts {
-		i, ok := protocol.ParseInterruptionKey(key)
-		if !ok || n <= a.counted[key] {
-			continue
-		}
-		a.opts.Metrics.AddInterruptions(i, n-a.counted[key])
-		a.counted[key] = n
-	}
 }

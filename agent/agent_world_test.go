@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -33,6 +31,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -101,7 +100,7 @@ func startAgentWith(t testing.TB, v *vm, cfg lifecycle.Config, restCfg *rest.Con
 		t.Fatal(err)
 	}
 	m := metrics.NewAgent(metrics.NewRegistry())
-	events := kube.NewNodeEvents(client, v.name, node.UID)
+	events := kube.NewNodeEvents(client, protocol.EventSourceAgent, v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
@@ -847,7 +846,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-events-0")
 	node := getNode(t, v.name)
-	events := kube.NewNodeEvents(kubeClient(t, world.Config), v.name, node.UID)
+	events := kube.NewNodeEvents(kubeClient(t, world.Config), protocol.EventSourceAgent, v.name, node.UID)
 	defer events.Shutdown()
 	for i := range 40 {
 		events.NodeEvent(true, protocol.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 )
 
 // Drainer empties the node by a deadline; *drain.Drainer implements it.

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,6 +19,8 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/internal/policysource"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -468,7 +468,7 @@ pools:
 	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(testworld.Ctx(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	src := policy.NewSource(kubeClient(t, world.Config).ConfigMapListWatch(ns, "maintenance-handler"), ns, "maintenance-handler", nil)
+	src := policysource.NewSource(kubeClient(t, world.Config).ConfigMapListWatch(ns, "maintenance-handler"), ns, "maintenance-handler", nil)
 	if err := src.Start(testworld.Ctx(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,13 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 

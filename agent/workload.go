@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 

@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -119,7 +118,7 @@ func TestWorkloadsToldAheadOfSIGTERM(t *testing.T) {
 	trainerLog, serverLog := followNotice(t, ns, "trainer"), followNotice(t, ns, "server")
 	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), 2*time.Hour))
 	waitNotice(t, ns, "trainer", "told again", func(text string, _ *corev1.PodCondition) bool { return text != "" })
-	v.emu.SetMaintenanceEvent(string(metadata.EventTerminate))
+	v.emu.SetMaintenanceEvent(string(maintenance.EventTerminate))
 	for _, l := range []*noticeLog{trainerLog, serverLog} {
 		err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			l.mu.Lock()

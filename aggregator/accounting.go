@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -60,7 +61,7 @@ func (l *ledger) deleted(n *corev1.Node, pool string, now time.Time) {
 		}
 	}
 	l.gone[n.Name] = deletedNode{name: n.Name, uid: n.UID, pool: pool, counts: protocol.NodeInterruptions(n), at: now,
-		vanishing: !nodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+		vanishing: !fleet.NodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
 }
 
 // added takes in n's creation at now: a Node created again under the name

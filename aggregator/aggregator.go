@@ -13,121 +13,16 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/clock"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
+	"github.com/maintenance-handler/maintenance-handler/internal/policysource"
 	"github.com/maintenance-handler/maintenance-handler/kube"
-	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
-
-// fieldManager names the aggregator's writes.
-const fieldManager = "maintenance-handler-aggregator"
-
-// Options configure an Aggregator. Client, Leases, Namespace and Identity
-// are required; every other zero field takes its value from Default.
-type Options struct {
-	// Client reads and writes Nodes and reads ConfigMaps; Leases holds the
-	// leader Lease and the claims Lease.
-	Client *kuberest.Client
-	Leases *lease.Client
-	// EventClient writes the Events (nil: Client). A client of its own has
-	// its own rate limit, so that a flood of Events (a new leader says why
-	// of every node with a pending notice) never delays a trigger.
-	EventClient kube.EventWriter
-	// Namespace holds the Lease and the ConfigMap.
-	Namespace string
-	// ConfigMap names the ConfigMap whose policy.yaml is the Config; empty
-	// means none (the nodes' annotations only).
-	ConfigMap string
-	// LeaseName names the Lease; Identity is this replica's holder name.
-	LeaseName, Identity string
-	// LeaseDuration, RenewDeadline and RetryPeriod are the leader
-	// election's (lease.Election).
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// PoolLabel names a node's pool.
-	PoolLabel string
-	// SliceLabel, when set, names a node's multi-host slice (a self-managed
-	// cluster's own label); empty: GKE's rule, a TPU pool whose topology
-	// has more chips than one node (protocol.SliceOf).
-	SliceLabel string
-	// Interval is the longest time between passes (idle times and windows
-	// change with time alone); MinInterval is the shortest.
-	Interval, MinInterval time.Duration
-	// RecreateWindow: a Node deleted and created again under its name
-	// within it was repaired (AutoRepair); one deleted while NotReady and
-	// not created again within it vanished.
-	RecreateWindow time.Duration
-	// TriggerAnswerTimeout: an opportunistic trigger no agent has answered
-	// within it (the agent down, the node NotReady) is withdrawn, with an
-	// Event, and its place under the caps freed. It is longer than the
-	// agents' own limit on a trigger's age, so a live agent answers first.
-	TriggerAnswerTimeout time.Duration
-	// AdoptGKEConfig: act on the opportunistic-config annotation of nodes
-	// where GKE's own maintenance handler does too (GKE 1.31 and later).
-	// False: those are left to GKE; a pool configured in the policy
-	// ConfigMap is the aggregator's either way.
-	AdoptGKEConfig bool
-	// AutoscalerStatus is the cluster autoscaler's status ConfigMap,
-	// namespace/name, from which the pools it manages are found; empty
-	// means none is read.
-	AutoscalerStatus string
-	// Metrics nil: metrics on a registry of their own, exported nowhere.
-	Metrics *metrics.Aggregator
-	Clock   clock.Clock
-	Logger  *slog.Logger
-}
-
-// DefaultAutoscalerStatus is where the cluster autoscaler writes its
-// status by default, and where GKE's does: the aggregator binary's default
-// AutoscalerStatus.
-const DefaultAutoscalerStatus = "kube-system/cluster-autoscaler-status"
-
-// Default holds the default of every optional field (the flags' defaults).
-var Default = Options{
-	LeaseName:     "maintenance-handler-aggregator",
-	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-	PoolLabel: protocol.LabelNodePool,
-	Interval:  30 * time.Second, MinInterval: time.Second,
-	RecreateWindow: time.Hour, TriggerAnswerTimeout: 10 * time.Minute,
-}
-
-// withDefaults fills every zero optional field.
-func (o Options) withDefaults() Options {
-	fill := func(v *time.Duration, def time.Duration) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	fill(&o.LeaseDuration, Default.LeaseDuration)
-	fill(&o.RenewDeadline, Default.RenewDeadline)
-	fill(&o.RetryPeriod, Default.RetryPeriod)
-	fill(&o.Interval, Default.Interval)
-	fill(&o.MinInterval, Default.MinInterval)
-	fill(&o.RecreateWindow, Default.RecreateWindow)
-	fill(&o.TriggerAnswerTimeout, Default.TriggerAnswerTimeout)
-	if o.LeaseName == "" {
-		o.LeaseName = Default.LeaseName
-	}
-	if o.PoolLabel == "" {
-		o.PoolLabel = Default.PoolLabel
-	}
-	if o.Metrics == nil {
-		o.Metrics = metrics.NewAggregator(metrics.NewRegistry())
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return o
-}
 
 // Aggregator is the leader-elected opportunistic maintenance controller.
 type Aggregator struct {
@@ -137,7 +32,7 @@ type Aggregator struct {
 	leading  atomic.Bool
 	passes   atomic.Uint64
 	nodes    cache.SharedIndexInformer
-	policy   *policy.Source
+	policy   *policysource.Source
 	scaler   *autoscalerSource
 	recorder *kube.Recorder
 
@@ -163,10 +58,6 @@ type Aggregator struct {
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
 }
-
-// ErrInvalidOptions is returned by New for Options missing a required
-// field.
-var ErrInvalidOptions = errors.New("invalid aggregator options")
 
 // New returns an Aggregator, or ErrInvalidOptions.
 func New(opts Options) (*Aggregator, error) {
@@ -230,7 +121,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	go a.nodes.Run(ctx.Done())
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
 	if a.opts.ConfigMap != "" {
-		a.policy = policy.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
+		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
 			a.opts.Namespace, a.opts.ConfigMap, a.log.With("watch", "policy"))
 		a.policy.OnChange(a.poke)
 		if err := a.policy.Start(ctx); err != nil {
@@ -343,7 +234,7 @@ func (a *Aggregator) config() (policy.Config, error) {
 // pass runs one decision pass now and returns its plans: it decides from
 // the node cache and the claims, claims the nodes to trigger (fenced, see
 // claims.go), then announces and triggers.
-func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
+func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	defer a.passes.Add(1)
 	// The pass's time (the metric): reading the node cache and deciding,
 	// not the API calls around them.
@@ -370,13 +261,13 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 			// A write that may still land: counted as in maintenance.
 			views[i].Voluntary, views[i].InMaintenance = true, true
 		}
-		views[i].AutoscalerGroup = nodeGroupOf(views[i].Name, groups)
+		views[i].AutoscalerGroup = fleet.NodeGroupOf(views[i].Name, groups)
 		if at, ok := a.unanswered[views[i].Name]; ok {
 			views[i].Failures = unansweredFailure(views[i].Failures, at)
 		}
 	}
 	cfg, cfgErr := a.config()
-	plans := Decide(start, cfg, views)
+	plans := fleet.Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
 	a.announceUnreadable(views)
@@ -439,125 +330,6 @@ func (a *Aggregator) pass(ctx context.Context) []PoolPlan {
 	}
 	a.awaitCache(ctx, written)
 	return plans
-}
-
-// liveClaims are the claims whose write may still land (see resolve).
-//
-// A claim this replica made itself needs no read: it claimed the node at
-// the version its cache showed, and a watch's cache only moves forward, so
-// once the cache shows another version the conditional write has landed
-// (and the cache shows it) or never will. Any other claim (a previous
-// leader's, or one whose node the cache lacks) is read from the API
-// server, up to inFlight at once: after a storm a pass may hold hundreds.
-func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[string]*corev1.Node) map[string]string {
-	for name := range a.claimedHere {
-		if _, ok := cl.nodes[name]; !ok {
-			delete(a.claimedHere, name)
-		}
-	}
-	live := map[string]string{}
-	var mu sync.Mutex
-	var g errgroup.Group
-	g.SetLimit(inFlight)
-	for name, rv := range cl.nodes {
-		c := cached[name]
-		switch {
-		case c != nil && c.ResourceVersion == rv:
-			live[name] = rv // unchanged since the claim
-			continue
-		case c != nil && a.claimedHere[name] == rv:
-			continue // ours, and the cache has moved past it: resolved
-		}
-		g.Go(func() error {
-			state := claimLive // unknown (the read failed): counted
-			n, err := a.opts.Client.GetNode(ctx, name)
-			switch {
-			case err == nil:
-				state = resolve(rv, c, n)
-			case apierrors.IsNotFound(err):
-				state = resolve(rv, c, nil)
-			}
-			if state == claimLive {
-				mu.Lock()
-				live[name] = rv
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-	return live
-}
-
-// trigger writes the opportunistic trigger onto n, conditional on the Node
-// being as the pass saw it (n, a cached object: not modified), and says
-// whether it landed.
-func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
-	n := cached.DeepCopy()
-	name := n.Name
-	// The agent re-checks the trigger: made now, for this notice.
-	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
-		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
-		ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
-	_, err := a.opts.Client.UpdateNode(ctx, n, fieldManager)
-	switch {
-	case err == nil:
-		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
-		a.log.Info("triggered opportunistic maintenance", "node", name)
-		return true
-	case apierrors.IsConflict(err):
-		a.opts.Metrics.Triggers.WithLabelValues("conflict").Inc()
-	default:
-		a.opts.Metrics.Triggers.WithLabelValues("error").Inc()
-		a.log.Warn("trigger failed", "node", name, "err", err)
-	}
-	return false
-}
-
-// withdrawUnanswered removes the opportunistic triggers that no agent
-// answered within TriggerAnswerTimeout (its agent down, the node NotReady:
-// the agent neither started nor refused), each with a Warning Event; the
-// next pass no longer counts them against the caps. A write that
-// conflicts is tried again next pass.
-func (a *Aggregator) withdrawUnanswered(ctx context.Context, views []Node, nodes map[string]*corev1.Node) {
-	now := a.opts.Clock.Now()
-	for name, at := range a.unanswered {
-		if now.Sub(at) > unansweredCooldown {
-			delete(a.unanswered, name)
-		}
-	}
-	for _, v := range views {
-		cached := nodes[v.Name]
-		if !v.Asked || !v.Triggered || v.Phase != protocol.PhaseIdle || v.TriggeredAt.IsZero() || now.Sub(v.TriggeredAt) <= a.opts.TriggerAnswerTimeout || cached == nil {
-			continue
-		}
-		_, _, ms := protocol.ReadTrigger(cached)
-		n := cached.DeepCopy()
-		protocol.ConsumeTrigger(n)
-		if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
-			a.log.Info("unanswered trigger not withdrawn; next pass tries again", "node", n.Name, "err", err)
-			continue
-		}
-		a.unanswered[n.Name] = now
-		a.nodeEvent(n.Name, n.UID, true, protocol.EventTriggerWithdrawn, fmt.Sprintf(
-			"No agent answered the opportunistic trigger written at %s by %s within %s (the agent is down or the node NotReady): withdrawn; the node no longer counts against the caps, and is not picked again for %s.",
-			ms.TriggeredAt, ms.TriggeredBy, a.opts.TriggerAnswerTimeout, unansweredCooldown))
-	}
-}
-
-// unansweredCooldown is how long a node whose trigger went unanswered is
-// not picked again, as after a failed voluntary maintenance (the agents'
-// first cool-down).
-const unansweredCooldown = time.Hour
-
-// unansweredFailure is f with the unanswered trigger withdrawn at at
-// counted as one more failure, when that is the later news.
-func unansweredFailure(f protocol.Failures, at time.Time) protocol.Failures {
-	if retry := at.Add(unansweredCooldown); retry.After(f.RetryAfter) {
-		f.Count++
-		f.Reason, f.Last, f.RetryAfter = "unanswered", at, retry
-	}
-	return f
 }
 
 // awaitCache waits until the node cache shows every write of this pass, so

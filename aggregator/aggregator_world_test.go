@@ -20,18 +20,19 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+func TestMain(m *testing.M) { os.Exit(vms.RunMain(m, &world)) }
 
 // published is what an agent publishes on its Node, written directly: the
 // aggregator's half of the protocol, on its own.
@@ -203,7 +204,7 @@ func TestGKEExample(t *testing.T) {
 	if count != 1 {
 		t.Errorf("%d nodes triggered, want exactly 1", count)
 	}
-	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("triggered", aggregator.ReasonTriggered), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("triggered", fleet.ReasonTriggered), 1); got != 1 {
 		t.Errorf("decisions{triggered} = %v, want 1", got)
 	}
 	if got, ok := poolGauge(t, r.metrics, "pool_nodes_in_maintenance", "gke-ex"); got != 1 {
@@ -646,7 +647,7 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 			t.Errorf("%s triggered where GKE's handler acts (%v)", name, err)
 		}
 	}
-	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonGKEHandles), 2); got != 2 {
+	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonGKEHandles), 2); got != 2 {
 		t.Errorf("decisions{skipped,gke_handles} = %v, want 2", got)
 	}
 }
@@ -675,10 +676,10 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	names := idlePool(t, "capped", "cap", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2")
 	r := startAggregator(t, ns, "")
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary).Value() == 18, nil
+		return r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonMaxVoluntary).Value() == 18, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonMaxVoluntary).Value())
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonMaxVoluntary).Value())
 	}
 	waitPasses(t, r.agg, 3)
 	count := 0

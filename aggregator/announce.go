@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -32,7 +33,7 @@ func (a *Aggregator) warnOnce(what, msg string, err error) {
 }
 
 // poolStats is what the pool gauges show of plans.
-func poolStats(plans []PoolPlan) []metrics.PoolStats {
+func poolStats(plans []fleet.PoolPlan) []metrics.PoolStats {
 	out := make([]metrics.PoolStats, 0, len(plans))
 	for _, p := range plans {
 		out = append(out, metrics.PoolStats{Pool: p.Pool, Pending: p.Pending, Idle: p.Idle, InMaintenance: p.InMaintenance,
@@ -42,7 +43,7 @@ func poolStats(plans []PoolPlan) []metrics.PoolStats {
 }
 
 // announce announces a pool's changed decisions and configuration errors.
-func (a *Aggregator) announce(p PoolPlan) {
+func (a *Aggregator) announce(p fleet.PoolPlan) {
 	m := a.opts.Metrics
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -73,7 +74,7 @@ func (a *Aggregator) announce(p PoolPlan) {
 		}
 		a.lastReason[d.Node] = d.Reason
 		outcome, reason := "skipped", protocol.EventSkipped
-		if d.Reason == ReasonTriggered {
+		if d.Reason == fleet.ReasonTriggered {
 			outcome, reason = "triggered", protocol.EventTriggered
 		}
 		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
@@ -84,7 +85,7 @@ func (a *Aggregator) announce(p PoolPlan) {
 // forgetUndecided drops the announced decision of nodes no longer decided
 // about (no pending notice), so that a decision that comes back is
 // announced again.
-func (a *Aggregator) forgetUndecided(plans []PoolPlan) {
+func (a *Aggregator) forgetUndecided(plans []fleet.PoolPlan) {
 	decided := map[string]bool{}
 	for _, p := range plans {
 		for _, d := range p.Decisions {
@@ -129,7 +130,7 @@ func (a *Aggregator) announceConfig(err error) {
 // announceUnreadable warns, once per change, of each node whose agent wrote
 // values this aggregator cannot read (they count as absent, and the node is
 // not picked while they last), and exports them as a gauge per node.
-func (a *Aggregator) announceUnreadable(views []Node) {
+func (a *Aggregator) announceUnreadable(views []fleet.Node) {
 	counts := map[string]int{}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
@@ -74,7 +75,7 @@ pools:
 			t.Errorf("pool_autoscaled{%s} = %v (exported: %t), want %v", pool, got, ok, wantScaled)
 		}
 	}
-	if got := m.Decisions.WithLabelValues("skipped", aggregator.ReasonAutoscaled).Value(); got != 2 {
+	if got := m.Decisions.WithLabelValues("skipped", fleet.ReasonAutoscaled).Value(); got != 2 {
 		t.Errorf("decisions{skipped,cluster_autoscaler} = %v, want 2", got)
 	}
 }

@@ -3,6 +3,8 @@ package aggregator
 import (
 	"slices"
 	"testing"
+
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 )
 
 func TestParseAutoscalerStatus(t *testing.T) {
@@ -68,8 +70,8 @@ func TestNodeGroupOf(t *testing.T) {
 		"gke-c-a3-5e6f7a8b-x7k2":       "",
 		"gke-c-a3-1a2b3c4d":            "",
 	} {
-		if got := nodeGroupOf(node, groups); got != want {
-			t.Errorf("nodeGroupOf(%s) = %q, want %q", node, got, want)
+		if got := fleet.NodeGroupOf(node, groups); got != want {
+			t.Errorf("fleet.NodeGroupOf(%s) = %q, want %q", node, got, want)
 		}
 	}
 }

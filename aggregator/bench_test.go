@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -51,7 +52,7 @@ func fleetNodes(n int) []*corev1.Node {
 // update it watches. Each prints its time and what it allocates.
 func BenchmarkPass(b *testing.B) {
 	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}
-	read := func(n *corev1.Node) Node { return NodeOf(n, protocol.LabelNodePool, "") }
+	read := func(n *corev1.Node) fleet.Node { return fleet.NodeOf(n, protocol.LabelNodePool, "") }
 	for _, size := range []int{5000, 20000, 65000} {
 		objs := fleetNodes(size)
 		list := make([]any, len(objs))
@@ -59,7 +60,7 @@ func BenchmarkPass(b *testing.B) {
 			n.ResourceVersion = "1"
 			list[i] = n
 		}
-		check := func(b *testing.B, plans []PoolPlan) {
+		check := func(b *testing.B, plans []fleet.PoolPlan) {
 			triggers := 0
 			for _, p := range plans {
 				triggers += len(p.Trigger)
@@ -70,11 +71,11 @@ func BenchmarkPass(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("nodes=%d/first", size), func(b *testing.B) {
 			b.ReportAllocs()
-			var plans []PoolPlan
+			var plans []fleet.PoolPlan
 			for b.Loop() {
 				var c viewCache
 				views, _ := c.refresh(list, read)
-				plans = Decide(now, cfg, views)
+				plans = fleet.Decide(now, cfg, views)
 			}
 			check(b, plans)
 			report(b, size, "a new leader's first pass (every Node read)")
@@ -84,7 +85,7 @@ func BenchmarkPass(b *testing.B) {
 			var c viewCache
 			c.refresh(list, read)
 			changed := size / 100
-			var plans []PoolPlan
+			var plans []fleet.PoolPlan
 			version := 1
 			for b.Loop() {
 				version++
@@ -96,7 +97,7 @@ func BenchmarkPass(b *testing.B) {
 					objs[j], list[j] = n, n
 				}
 				views, _ := c.refresh(list, read)
-				plans = Decide(now, cfg, views)
+				plans = fleet.Decide(now, cfg, views)
 			}
 			check(b, plans)
 			report(b, size, fmt.Sprintf("a pass after %d Nodes changed", changed))

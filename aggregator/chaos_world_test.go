@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // safetyRecorder watches every Node change and checks, at each one, that no
@@ -89,14 +89,14 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 	}
 	t.Logf("seed %d (run again with: go test ./aggregator -run TestSafetyUnderLeaderChaos -args -chaos.seed %d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	bins, err := fleet.Binaries()
+	bins, err := vms.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns := world.Namespace(t)
 	const size, minNodes = 6, 4
 	pools := map[string]string{"chaos-a": "a", "chaos-b": "b"}
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--eviction-retry-interval", "1s", "--log-level", "warn"}}
+	f := &vms.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), AgentArgs: []string{"--eviction-retry-interval", "1s", "--log-level", "warn"}}
 	t.Cleanup(func() {
 		for _, v := range f.VMs {
 			_ = v.Agent.Kill()

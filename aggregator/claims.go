@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
+	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Fencing. A trigger is decided from the Nodes, then written; between the
@@ -162,4 +167,123 @@ func resolve(claimedRV string, cached, current *corev1.Node) claimState {
 		return claimResolved
 	}
 	return claimLive
+}
+
+// liveClaims are the claims whose write may still land (see resolve).
+//
+// A claim this replica made itself needs no read: it claimed the node at
+// the version its cache showed, and a watch's cache only moves forward, so
+// once the cache shows another version the conditional write has landed
+// (and the cache shows it) or never will. Any other claim (a previous
+// leader's, or one whose node the cache lacks) is read from the API
+// server, up to inFlight at once: after a storm a pass may hold hundreds.
+func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[string]*corev1.Node) map[string]string {
+	for name := range a.claimedHere {
+		if _, ok := cl.nodes[name]; !ok {
+			delete(a.claimedHere, name)
+		}
+	}
+	live := map[string]string{}
+	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(inFlight)
+	for name, rv := range cl.nodes {
+		c := cached[name]
+		switch {
+		case c != nil && c.ResourceVersion == rv:
+			live[name] = rv // unchanged since the claim
+			continue
+		case c != nil && a.claimedHere[name] == rv:
+			continue // ours, and the cache has moved past it: resolved
+		}
+		g.Go(func() error {
+			state := claimLive // unknown (the read failed): counted
+			n, err := a.opts.Client.GetNode(ctx, name)
+			switch {
+			case err == nil:
+				state = resolve(rv, c, n)
+			case apierrors.IsNotFound(err):
+				state = resolve(rv, c, nil)
+			}
+			if state == claimLive {
+				mu.Lock()
+				live[name] = rv
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return live
+}
+
+// trigger writes the opportunistic trigger onto n, conditional on the Node
+// being as the pass saw it (n, a cached object: not modified), and says
+// whether it landed.
+func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
+	n := cached.DeepCopy()
+	name := n.Name
+	// The agent re-checks the trigger: made now, for this notice.
+	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
+		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
+		ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
+	_, err := a.opts.Client.UpdateNode(ctx, n, fieldManager)
+	switch {
+	case err == nil:
+		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
+		a.log.Info("triggered opportunistic maintenance", "node", name)
+		return true
+	case apierrors.IsConflict(err):
+		a.opts.Metrics.Triggers.WithLabelValues("conflict").Inc()
+	default:
+		a.opts.Metrics.Triggers.WithLabelValues("error").Inc()
+		a.log.Warn("trigger failed", "node", name, "err", err)
+	}
+	return false
+}
+
+// withdrawUnanswered removes the opportunistic triggers that no agent
+// answered within TriggerAnswerTimeout (its agent down, the node NotReady:
+// the agent neither started nor refused), each with a Warning Event; the
+// next pass no longer counts them against the caps. A write that
+// conflicts is tried again next pass.
+func (a *Aggregator) withdrawUnanswered(ctx context.Context, views []fleet.Node, nodes map[string]*corev1.Node) {
+	now := a.opts.Clock.Now()
+	for name, at := range a.unanswered {
+		if now.Sub(at) > unansweredCooldown {
+			delete(a.unanswered, name)
+		}
+	}
+	for _, v := range views {
+		cached := nodes[v.Name]
+		if !v.Asked || !v.Triggered || v.Phase != protocol.PhaseIdle || v.TriggeredAt.IsZero() || now.Sub(v.TriggeredAt) <= a.opts.TriggerAnswerTimeout || cached == nil {
+			continue
+		}
+		_, _, ms := protocol.ReadTrigger(cached)
+		n := cached.DeepCopy()
+		protocol.ConsumeTrigger(n)
+		if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
+			a.log.Info("unanswered trigger not withdrawn; next pass tries again", "node", n.Name, "err", err)
+			continue
+		}
+		a.unanswered[n.Name] = now
+		a.nodeEvent(n.Name, n.UID, true, protocol.EventTriggerWithdrawn, fmt.Sprintf(
+			"No agent answered the opportunistic trigger written at %s by %s within %s (the agent is down or the node NotReady): withdrawn; the node no longer counts against the caps, and is not picked again for %s.",
+			ms.TriggeredAt, ms.TriggeredBy, a.opts.TriggerAnswerTimeout, unansweredCooldown))
+	}
+}
+
+// unansweredCooldown is how long a node whose trigger went unanswered is
+// not picked again, as after a failed voluntary maintenance (the agents'
+// first cool-down).
+const unansweredCooldown = time.Hour
+
+// unansweredFailure is f with the unanswered trigger withdrawn at at
+// counted as one more failure, when that is the later news.
+func unansweredFailure(f protocol.Failures, at time.Time) protocol.Failures {
+	if retry := at.Add(unansweredCooldown); retry.After(f.RetryAfter) {
+		f.Count++
+		f.Reason, f.Last, f.RetryAfter = "unanswered", at, retry
+	}
+	return f
 }

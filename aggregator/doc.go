@@ -4,17 +4,17 @@
 // without taking a pool below its min-nodes, inside maintenance windows and
 // outside exclusions, and that exports per-pool metrics.
 //
-// Decide is the decision pass, a pure function of the Nodes (what the
-// agents publish on them), the configuration and the time. Aggregator runs
-// it while it holds the Lease and writes triggers (the perform-maintenance
-// label and the maintenance-state annotation) onto Nodes; the node's agent
-// does the maintenance. Its files: the leadership and the pass
-// (aggregator.go), the Node view (nodeview.go), the decisions (decide.go),
-// the claims that fence triggers (claims.go), multi-host slices
-// (slices.go: one host stops, every host is asked to drain with it), the
-// interruption accounting only a cluster view sees (accounting.go: Nodes
-// recreated or vanished), the cluster autoscaler's node groups
-// (autoscaler.go), and what it tells people (announce.go).
+// The decision pass is package fleet (Decide, SliceAsks), a pure function
+// of the Nodes (what the agents publish on them), the configuration and
+// the time. Aggregator runs it while it holds the Lease and writes
+// triggers (the perform-maintenance label and the maintenance-state
+// annotation) onto Nodes; the node's agent does the maintenance. Its
+// files: the leadership and the pass (aggregator.go, options.go), the
+// incremental cache of the Node view (nodeview.go), the claims that fence
+// triggers (claims.go), the slice asks written on every host of a slice
+// (slices.go), the interruption accounting only a cluster view sees
+// (accounting.go: Nodes recreated or vanished), the cluster autoscaler's
+// status (autoscaler.go), and what it tells people (announce.go).
 //
 // What it does not do: drain, call Compute Engine, or remember anything
 // that is not on the Nodes or in the claims: a new leader continues from

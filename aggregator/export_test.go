@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 )
@@ -17,3 +18,6 @@ func WriteClaims(ctx context.Context, c *lease.Client, namespace, name, version 
 	cl, err := writeClaims(ctx, c, namespace, name, claims{version: version}, nodes)
 	return cl.version, err
 }
+
+// now is the tests' moment.
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -140,7 +140,7 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 			t.Errorf("%s was triggered", name)
 		}
 	}
-	if v := r.metrics.Decisions.WithLabelValues("skipped", aggregator.ReasonUnreadable).Value(); v != 1 {
+	if v := r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonUnreadable).Value(); v != 1 {
 		t.Errorf("decisions{skipped,unreadable} = %v, want 1 (hostile-huge)", v)
 	}
 	if v := r.metrics.SliceInterruptions.Len(); v != 0 {

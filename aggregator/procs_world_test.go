@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // procs starts real agent and aggregator processes for a test, and stops
@@ -14,15 +14,15 @@ type procs struct {
 	t    testing.TB
 	bins string
 	ns   string
-	f    *fleet.Fleet
+	f    *vms.Fleet
 }
 
 // newProcs returns the test's processes: agents started with agentArgs
 // (and --log-level warn), in the test's namespace.
 func newProcs(t testing.TB, agentArgs ...string) *procs {
 	t.Helper()
-	f := fleet.ForTest(t, world, agentArgs...)
-	bins, err := fleet.Binaries()
+	f := vms.ForTest(t, world, agentArgs...)
+	bins, err := vms.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // BenchmarkAggregatorAtScale runs the aggregator binary against 5,000 and
@@ -52,7 +52,7 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 		b.Skip("needs the test world")
 	}
 	world := scaleWorld(b)
-	bins, err := fleet.Binaries()
+	bins, err := vms.Binaries()
 	if err != nil {
 		b.Fatal(err)
 	}

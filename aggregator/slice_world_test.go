@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // slice is a multi-host TPU slice (topology 2x2x4, 4 chips each, TPU VMs
@@ -35,7 +35,7 @@ import (
 type slice struct {
 	p     *procs
 	hosts []string
-	vms   map[string]*fleet.VM
+	vms   map[string]*vms.VM
 
 	mu      sync.Mutex
 	tainted map[string]time.Time
@@ -51,7 +51,7 @@ type podStop struct {
 func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	t.Helper()
 	p := newProcs(t, "--eviction-retry-interval", "1s")
-	s := &slice{p: p, vms: map[string]*fleet.VM{}, tainted: map[string]time.Time{}, stopped: map[string]podStop{}}
+	s := &slice{p: p, vms: map[string]*vms.VM{}, tainted: map[string]time.Time{}, stopped: map[string]podStop{}}
 	for i := range size {
 		name := fmt.Sprintf("%s-%d", pool, i)
 		s.hosts = append(s.hosts, name)

@@ -3,85 +3,16 @@ package aggregator
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"time"
-
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
-
-// SliceAsks is what every host of every multi-host slice must carry
-// (lifecycle.SliceAsks, slice by slice). The result names every host of
-// every slice (nil: no ask). A slice that is short of hosts (fewer Nodes
-// than its topology holds) because its cause's Node was deleted, as a
-// repair does before it recreates the VM, is not back: its hosts keep the
-// ask they carry, up to lifecycle.SliceDrainLimit after its cause started.
-func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
-	bySlice := map[string][]Node{}
-	for _, n := range nodes {
-		if n.Slice != "" {
-			bySlice[n.Slice] = append(bySlice[n.Slice], n)
-		}
-	}
-	out := map[string]*protocol.SliceAsk{}
-	for slice, members := range bySlice {
-		hosts := make([]protocol.SliceHost, 0, len(members))
-		for _, n := range members {
-			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
-		}
-		asks := lifecycle.SliceAsks(slice, hosts)
-		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {
-			for _, n := range members {
-				asks[n.Name] = kept
-			}
-		}
-		maps.Copy(out, asks)
-	}
-	return out
-}
-
-func anyAsk(asks map[string]*protocol.SliceAsk) bool {
-	for _, a := range asks {
-		if a != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// keptAsk is the ask a slice's hosts keep while its cause's Node is gone
-// (see SliceAsks); nil for none.
-func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
-	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-	if want := members[0].SliceHosts; want == 0 || len(members) >= want {
-		return nil
-	}
-	for _, n := range members {
-		// Only an ask for this slice: a host's annotation is its agent's to
-		// write, and names no other slice for the aggregator.
-		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(lifecycle.SliceDrainLimit)) {
-			continue
-		}
-		if !slices.ContainsFunc(members, func(m Node) bool { return m.Name == n.Ask.Cause }) {
-			return n.Ask
-		}
-	}
-	return nil
-}
-
-func sameAsk(a, b *protocol.SliceAsk) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Slice == b.Slice && a.Cause == b.Cause && a.Reason == b.Reason && a.Started.Equal(b.Started) && a.Deadline.Equal(b.Deadline)
-}
 
 // inFlight bounds the API requests a pass makes at once (triggers, slice
 // asks, reads of claims): a 64-host slice is asked, and a storm's hundreds
@@ -93,9 +24,9 @@ const inFlight = 16
 // up to inFlight at once, conditional on the host being as the pass saw it
 // (a conflict is retried by the next pass), and counts a slice
 // interruption when a slice is newly taken down.
-func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn map[string]*corev1.Node) {
-	want := SliceAsks(views, a.opts.Clock.Now())
-	current := map[string]Node{}
+func (a *Aggregator) applySliceAsks(ctx context.Context, views []fleet.Node, decidedOn map[string]*corev1.Node) {
+	want := fleet.SliceAsks(views, a.opts.Clock.Now())
+	current := map[string]fleet.Node{}
 	down := map[string]bool{} // slices one host of which carries an ask
 	for _, v := range views {
 		current[v.Name] = v
@@ -106,7 +37,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []Node, decidedOn
 	var names []string
 	for name, ask := range want {
 		v := current[name]
-		if !sameAsk(ask, v.Ask) || (ask != nil) != v.SliceTaint {
+		if !fleet.SameAsk(ask, v.Ask) || (ask != nil) != v.SliceTaint {
 			names = append(names, name)
 		}
 	}

@@ -23,9 +23,9 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // TestUninstallLeavesOnlyMaintenanceUnderWay: real agents wrote their
@@ -38,7 +38,7 @@ import (
 func TestUninstallLeavesOnlyMaintenanceUnderWay(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 3*time.Minute)
-	f := fleet.ForTest(t, world)
+	f := vms.ForTest(t, world)
 	ns := world.Namespace(t)
 	nodes := world.Client.CoreV1().Nodes()
 	pending, err := f.Add(ctx, testworld.NodeSpec{Name: "un-pending", Pool: "un"}, gceemu.Config{})

@@ -5,7 +5,6 @@ package docs_test
 import (
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -182,72 +181,6 @@ func TestWorldTierNamedSo(t *testing.T) {
 	}
 	if world < 10 {
 		t.Fatalf("found %d world-tier files: the scan is broken", world)
-	}
-}
-
-// TestLayering: the shelves hold. No shipped package (outside test/)
-// depends on anything under test/; the agent depends on nothing under
-// internal/; the kubectl plugin links no Compute Engine client
-// (golang.org/x/oauth2/google); the agent links no client-go and no
-// codec factory (its binary was 16.1 MB with them, 11.9 MB without); no
-// binary links client-go's typed clientset, whose scheme registers every
-// API group (the aggregator was 29 MB and the plugin 47 MB with it), or
-// cli-runtime.
-func TestLayering(t *testing.T) {
-	const module = "github.com/maintenance-handler/maintenance-handler/"
-	deps := func(pkgs ...string) map[string][]string {
-		t.Helper()
-		args := append([]string{"list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}, pkgs...)
-		cmd := exec.Command("go", args...)
-		cmd.Dir = ".."
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list: %v", err)
-		}
-		imports := map[string][]string{}
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			f := strings.Fields(line)
-			imports[f[0]] = f[1:]
-		}
-		return imports
-	}
-	shipped := 0
-	for pkg, imports := range deps("./...") {
-		if !strings.HasPrefix(pkg, module) || strings.HasPrefix(pkg, module+"test/") {
-			continue
-		}
-		shipped++
-		for _, imp := range imports {
-			if strings.HasPrefix(imp, module+"test/") {
-				t.Errorf("%s imports %s: shipped code must not depend on the test world", pkg, imp)
-			}
-		}
-	}
-	if shipped < 15 {
-		t.Fatalf("found %d shipped packages: the listing is broken", shipped)
-	}
-	for pkg := range deps("./agent") {
-		if strings.HasPrefix(pkg, module+"internal/") {
-			t.Errorf("agent depends on %s", pkg)
-		}
-	}
-	for pkg := range deps("./cmd/kubectl-maintenance") {
-		if strings.HasPrefix(pkg, "golang.org/x/oauth2/google") {
-			t.Errorf("kubectl-maintenance links %s", pkg)
-		}
-	}
-	// The agent links no client-go at all, and no codec factory: either
-	// keeps every registered type's generated protobuf code linked.
-	for pkg := range deps("./cmd/agent") {
-		if strings.HasPrefix(pkg, "k8s.io/client-go/") || strings.HasPrefix(pkg, "k8s.io/apimachinery/pkg/runtime/serializer/protobuf") || pkg == "k8s.io/apimachinery/pkg/runtime/serializer" {
-			t.Errorf("the agent links %s", pkg)
-		}
-	}
-	binaries := deps("./cmd/agent", "./cmd/aggregator", "./cmd/kubectl-maintenance")
-	for _, heavy := range []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/kubernetes/scheme", "k8s.io/cli-runtime/pkg/genericclioptions"} {
-		if _, ok := binaries[heavy]; ok {
-			t.Errorf("a binary links %s", heavy)
-		}
 	}
 }
 

@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -10,134 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
-
-// Eviction outcomes, for Recorder.
-const (
-	OutcomeEvicted   = "evicted" // the Eviction API accepted it
-	OutcomeBlocked   = "blocked" // 429: a PodDisruptionBudget refused, retried later
-	OutcomeGone      = "gone"    // 404 or UID mismatch: the pod was already gone
-	OutcomeError     = "error"   // any other failure, retried later
-	OutcomeEscalated = "deleted" // deleted at deadline - grace after refusals
-)
-
-// Recorder counts what the drain did. It is implemented by the metrics
-// package.
-type Recorder interface {
-	// Eviction counts the outcome of one call for a pod.
-	Eviction(outcome string)
-	// Escalation counts a pod deleted after refused evictions (before its
-	// OutcomeEscalated outcome).
-	Escalation()
-}
-
-// EventSink records Kubernetes Events about the drain on the Node.
-type EventSink interface {
-	NodeEvent(warning bool, reason, message string)
-}
-
-// PodSource lists the pods bound to the node from a watch-fed cache and
-// signals changes. See NodePods.
-type PodSource interface {
-	List() []*corev1.Pod
-	Changed() <-chan struct{}
-}
-
-// DefaultRetryInterval is the delay before a refused eviction of one pod
-// is tried again (see Options.RetryInterval).
-const DefaultRetryInterval = 5 * time.Second
-
-// DefaultReserve is the least share of the deadline kept for the system
-// and DaemonSet groups after the workload group (see Options.Reserve).
-const DefaultReserve = 15 * time.Second
-
-// DefaultMargin is the time kept between the end of every pod's grace
-// and the VM's stop (see Options.Margin): it covers the eviction call and
-// the kubelet's delivery of SIGTERM (0.2 to 0.5 s after the call on a real
-// kubelet) and a grace rounded up to whole seconds (up to 1 s).
-const DefaultMargin = 2 * time.Second
-
-// EndSlack is how long past its deadline a group still waits for its pods
-// to go: a grace rounded up to whole seconds may end a moment past the
-// deadline, and the kubelet reports a pod gone a moment after it stopped.
-const EndSlack = 2 * time.Second
-
-// GraceFloor is the least grace period the drain ever asks for: a grace of
-// 0 is a force delete (the object goes while the containers still run).
-const GraceFloor = time.Second
-
-// API is the part of the Kubernetes API the drain calls; kube.Client
-// implements it.
-type API interface {
-	// Evict asks the Eviction API to evict a pod.
-	Evict(ctx context.Context, e *policyv1.Eviction) error
-	// PatchPod patches a pod, or its subresource ("status") when given.
-	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
-	// DeletePod deletes a pod.
-	DeletePod(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error
-}
-
-// Disruption is what the drain tells a pod before it deletes it, in the
-// pod's DisruptionTarget condition, as Kubernetes' own deleters do (the
-// taint manager, the scheduler's preemption, the kubelet's shutdown): a
-// Job's podFailurePolicy can then tell the node's maintenance from its
-// own failure. The Eviction API sets the condition on the evictions it
-// admits; a delete sets nothing, so the drain sets it first.
-type Disruption struct {
-	// Reason is the condition's reason (a protocol.DisruptionReasons
-	// value), Message says which maintenance.
-	Reason, Message string
-}
-
-// Options configure a Drainer.
-type Options struct {
-	Client API
-	Pods   PodSource
-	// Skip is a pod never evicted (the agent itself); zero skips none.
-	Skip types.NamespacedName
-	// RetryInterval is the delay before a refused (429) or failed eviction
-	// of one pod is tried again, counted for each pod on its own; zero
-	// means 5 s. With Budgets, a refused pod is tried again as soon as
-	// its budgets allow, and the interval is only the fallback.
-	RetryInterval time.Duration
-	// Budgets, when set, lists and watches a namespace's
-	// PodDisruptionBudgets: a pod whose eviction a budget refused is tried
-	// again the moment every budget covering it allows a disruption, once
-	// per change of those budgets (never a request per pod more than the
-	// budgets change). A namespace is watched from its first refusal to
-	// the drain's end.
-	Budgets BudgetSource
-	// Reserve bounds the time kept, at the end of the deadline, for the
-	// system and DaemonSet groups: the workload group must end by
-	// deadline - reserve, the system group by deadline minus the DaemonSet
-	// group's share. The reserve is what the later groups need (the
-	// longest grace in each), at most Reserve and at most half the time to
-	// the deadline, split between them in proportion to their needs, as
-	// the kubelet's graceful node shutdown keeps
-	// shutdownGracePeriodCriticalPods for critical pods. Zero means
-	// DefaultReserve; a negative value keeps no reserve.
-	Reserve time.Duration
-	// Margin is kept before the deadline: every pod is planned to end by
-	// deadline - Margin, so that its whole grace ends before the VM stops
-	// although SIGTERM reaches it a moment after the API call. Zero means
-	// DefaultMargin; a negative value keeps none.
-	Margin time.Duration
-	// TaintKey is the NoSchedule taint the node carries while it drains: a
-	// pod that arrives after the drain began and tolerates it is left
-	// alone. Empty: only a DaemonSet's late pods are.
-	TaintKey string
-	Clock    clock.Clock
-	Logger   *slog.Logger
-	Recorder Recorder
-	Events   EventSink
-}
 
 // Drainer empties one node.
 type Drainer struct {
@@ -165,12 +41,6 @@ func New(opts Options) *Drainer {
 	}
 	return &Drainer{opts: opts, timing: opts.Timing()}
 }
-
-type nopRecorder struct{}
-
-func (nopRecorder) Eviction(string)                {}
-func (nopRecorder) Escalation()                    {}
-func (nopRecorder) NodeEvent(bool, string, string) {}
 
 // Result summarises a drain.
 type Result struct {
@@ -455,59 +325,6 @@ func (d *Drainer) wait(ctx context.Context, t time.Time, results <-chan *action,
 	case <-fire:
 	}
 	return nil
-}
-
-func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
-	secs := int64(grace / time.Second)
-	err := d.opts.Client.Evict(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID}},
-	})
-	switch {
-	case err == nil:
-		return OutcomeEvicted
-	case apierrors.IsTooManyRequests(err):
-		return OutcomeBlocked
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		// Gone, or a different pod of the same name (recreated).
-		return OutcomeGone
-	default:
-		d.opts.Logger.Warn("eviction failed", "pod", klogRef(p), "err", err)
-		return OutcomeError
-	}
-}
-
-// delete deletes a pod whose eviction kept being refused until
-// deadline - grace, after setting its DisruptionTarget condition (why). A
-// condition that cannot be set does not hold the delete back: the pod
-// must stop before the VM does.
-func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration, why Disruption) string {
-	if err := d.opts.Client.PatchPod(ctx, p.Namespace, p.Name, types.StrategicMergePatchType, disruptionPatch(p, why, d.opts.Clock.Now()), "status"); err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return OutcomeGone
-		}
-		d.opts.Logger.Warn("DisruptionTarget condition not set before the delete", "pod", klogRef(p), "err", err)
-	}
-	secs := int64(grace / time.Second)
-	err := d.opts.Client.DeletePod(ctx, p.Namespace, p.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		d.opts.Logger.Warn("delete after refused evictions failed", "pod", klogRef(p), "err", err)
-		return OutcomeError
-	}
-	return OutcomeEscalated
-}
-
-// disruptionPatch sets p's DisruptionTarget condition to True with why, on
-// p's UID only (a pod recreated under its name is another pod).
-func disruptionPatch(p *corev1.Pod, why Disruption, now time.Time) []byte {
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": p.UID},
-		"status": map[string]any{"conditions": []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-			Reason: why.Reason, Message: why.Message, LastTransitionTime: metav1.NewTime(now)}}},
-	})
-	return patch
 }
 
 // excerptList joins at most n names, saying how many more there are.

@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
-	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // EventWriter is where a Recorder writes Events: it creates one, or
@@ -226,8 +225,7 @@ func repeatKey(e *corev1.Event) string {
 	return strings.Join(append(objectKey(e), e.Message), "\x00")
 }
 
-// NodeEvents records the agent's Kubernetes Events on its Node (source
-// protocol.EventSourceAgent).
+// NodeEvents records a node agent's Kubernetes Events on its Node.
 //
 // Only repeats of the very same Event (reason and message) share a rate
 // limit: a burst of warnings must not silence the lifecycle Events after
@@ -239,10 +237,11 @@ type NodeEvents struct {
 }
 
 // NewNodeEvents returns a recorder for the Node named nodeName (whose UID
-// is uid) that writes to w (a Client). Call Shutdown when done.
-func NewNodeEvents(w EventWriter, nodeName string, uid types.UID) *NodeEvents {
+// is uid) that writes to w (a Client), as component. Call Shutdown when
+// done.
+func NewNodeEvents(w EventWriter, component, nodeName string, uid types.UID) *NodeEvents {
 	return &NodeEvents{
-		r: NewRecorder(w, corev1.EventSource{Component: protocol.EventSourceAgent, Host: nodeName},
+		r: NewRecorder(w, corev1.EventSource{Component: component, Host: nodeName},
 			RecorderOptions{SpamKey: repeatKey}),
 		ref: &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: uid, APIVersion: "v1"},
 	}

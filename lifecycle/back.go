@@ -7,7 +7,7 @@ package lifecycle
 import (
 	"fmt"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -64,10 +64,10 @@ func (d *Decision) backInService(obs Observation) {
 		// notice still pending is mirrored again later in the step), but
 		// for the ONGOING notice of the maintenance that stopped it, which
 		// a TPU VM may serve for a while after: that one is done.
-		if n, present, err := metadata.ParseNotice(st.Notice); err == nil && present && n.Status == metadata.StatusOngoing {
+		if n, present, err := maintenance.ParseNotice(st.Notice); err == nil && present && n.Status == maintenance.StatusOngoing {
 			d.State.NoticeDone = NoticeID(n)
 		}
-		d.State.LastEvent = metadata.EventNone
+		d.State.LastEvent = maintenance.EventNone
 		if !d.State.NoticeForeign {
 			d.State.ScheduledTime, d.State.Notice = "", ""
 		}

@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/protocol"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // TestNodeConditions: the lifecycle conditions follow the agent's state,

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -31,10 +31,10 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 	sig, now := obs.Signals, obs.Now
 	idle, rule := d.State.Phase == protocol.PhaseIdle, ruleOf(d.State.Reason)
 	switch {
-	case (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.EventKnown && sig.Event == metadata.EventTerminate:
+	case (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.EventKnown && sig.Event == maintenance.EventTerminate:
 		deadline, how := terminateStop(cfg, sig, now)
 		d.hostMaintenance(obs, deadline, protocol.EventTerminateOnHost, "Host maintenance will stop the VM; draining before %s"+how)
-	case d.State.Reason == protocol.ReasonHostMaintenance && sig.EventKnown && sig.Event == metadata.EventTerminate:
+	case d.State.Reason == protocol.ReasonHostMaintenance && sig.EventKnown && sig.Event == maintenance.EventTerminate:
 		// Under way: the metadata server's keys answer in any order, so
 		// the window that bounds the stop may come after the signal.
 		if deadline, how := terminateStop(cfg, sig, now); deadline.Before(d.State.Deadline) {
@@ -42,7 +42,7 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventTerminateOnHost,
 				Message: fmt.Sprintf("The drain deadline moves to %s%s", deadline.UTC().Format(time.RFC3339), how)})
 		}
-	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing &&
+	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing &&
 		NoticeID(sig.Notice) != d.State.NoticeDone:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
@@ -58,7 +58,7 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 // appeared, and its end when the VM stops.
 func terminateStop(cfg Config, sig Signals, now time.Time) (time.Time, string) {
 	after, closes := sig.EventSince, time.Time{}
-	if n := sig.Notice; sig.NoticeKnown && sig.NoticePresent && n.Status == metadata.StatusOngoing {
+	if n := sig.Notice; sig.NoticeKnown && sig.NoticePresent && n.Status == maintenance.StatusOngoing {
 		if n.WindowStart.After(after) && !n.WindowStart.After(now) {
 			after = n.WindowStart
 		}
@@ -138,7 +138,7 @@ func (d *Decision) migration(sig Signals) {
 	if !sig.EventKnown {
 		return
 	}
-	if sig.Event == metadata.EventMigrate && d.State.LastEvent != metadata.EventMigrate {
+	if sig.Event == maintenance.EventMigrate && d.State.LastEvent != maintenance.EventMigrate {
 		d.Migration = true
 		d.Events = append(d.Events, EventRecord{Reason: protocol.EventMigrateOnHost,
 			Message: "Compute Engine will live-migrate the VM; nothing to drain"})
@@ -150,10 +150,10 @@ func (d *Decision) migration(sig Signals) {
 // gone or pending again (503 "not yet" proves nothing).
 func signalsWithdrawn(_ State, obs Observation) bool {
 	sig := obs.Signals
-	return signalsQuiet(sig) && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == metadata.StatusPending)
+	return signalsQuiet(sig) && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == maintenance.StatusPending)
 }
 
 // signalsQuiet: no maintenance-event, no preemption, and the notice answered.
 func signalsQuiet(sig Signals) bool {
-	return sig.EventKnown && sig.Event == metadata.EventNone && sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
+	return sig.EventKnown && sig.Event == maintenance.EventNone && sig.PreemptedKnown && !sig.Preempted && sig.NoticeKnown
 }

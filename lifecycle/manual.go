@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -97,7 +97,7 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 			// Asked before (by this agent or one before it): the signals
 			// show the request went through; never ask twice.
 			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
-		case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == metadata.StatusPending && sig.Notice.CanReschedule):
+		case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule):
 			// Before asking: the notice is gone or can no longer be
 			// started early, so there is nothing to ask for.
 			d.Manual = protocol.ManualNotReschedulable
@@ -171,8 +171,8 @@ func startedByCompute(sig Signals) bool {
 
 // underWay: the maintenance itself has begun.
 func underWay(sig Signals) bool {
-	return sig.EventKnown && sig.Event == metadata.EventTerminate ||
-		sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == metadata.StatusOngoing
+	return sig.EventKnown && sig.Event == maintenance.EventTerminate ||
+		sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing
 }
 
 // accept: Compute Engine accepted the manual maintenance; the node is

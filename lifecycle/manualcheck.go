@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -25,7 +25,7 @@ type TriggerCheck struct {
 	State protocol.AgentState
 	// Notice is the maintenance notice the metadata server serves, if
 	// NoticePresent.
-	Notice        metadata.Notice
+	Notice        maintenance.Notice
 	NoticePresent bool
 	// Opportunistic: the aggregator set the label (AnnotationMaintenanceState
 	// says opportunistic-triggered), at TriggeredAt (zero when it cannot be
@@ -78,9 +78,9 @@ func (c TriggerCheck) Answer() TriggerAnswer {
 		return refuse(protocol.ManualInvalidValue, "The label %s=%q is not accepted: the only accepted value is %q.", protocol.LabelPerformMaintenance, c.Value, protocol.TriggerValue)
 	case !c.NoticePresent:
 		return refuse(protocol.ManualNoNotice, "%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", protocol.LabelPerformMaintenance)
-	case n.Status == metadata.StatusOngoing:
+	case n.Status == maintenance.StatusOngoing:
 		return refuse(protocol.ManualAlreadyOngoing, "The maintenance is already ONGOING; %s=true is accepted only while it is PENDING.", protocol.LabelPerformMaintenance)
-	case n.Status != metadata.StatusPending:
+	case n.Status != maintenance.StatusPending:
 		return refuse(protocol.ManualNotReschedulable, "The maintenance notice's status is %q; %s=true is accepted only while it is PENDING with can_reschedule true.", n.RawStatus, protocol.LabelPerformMaintenance)
 	case !n.CanReschedule:
 		return refuse(protocol.ManualNotReschedulable, "The maintenance scheduled for %s cannot be rescheduled (can_reschedule false); %s=true is accepted only when it can.", n.WindowStart.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance)

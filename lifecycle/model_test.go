@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -56,9 +56,9 @@ type model struct {
 }
 
 var (
-	pendingNotice   = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
-	ongoingNotice   = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusOngoing, RawStatus: "ONGOING", WindowStart: window, Raw: `{"maintenance_status":"ONGOING"}`}
-	fixedNotice     = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", WindowStart: window, Raw: `{"maintenance_status":"PENDING","can_reschedule":false}`}
+	pendingNotice   = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
+	ongoingNotice   = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusOngoing, RawStatus: "ONGOING", WindowStart: window, Raw: `{"maintenance_status":"ONGOING"}`}
+	fixedNotice     = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, RawStatus: "PENDING", WindowStart: window, Raw: `{"maintenance_status":"PENDING","can_reschedule":false}`}
 	errModelRefused = errors.New("refused")
 )
 
@@ -87,7 +87,7 @@ func newModel(seed uint64) *model {
 // key at all.
 func (m *model) terminate(s *Signals) {
 	if !m.tpu {
-		s.Event = metadata.EventTerminate
+		s.Event = maintenance.EventTerminate
 	}
 }
 
@@ -167,7 +167,7 @@ func (m *model) changeServed() {
 	switch m.rng.IntN(4) {
 	case 0:
 		if !m.tpu {
-			s.Event = []metadata.Event{metadata.EventNone, metadata.EventTerminate, metadata.EventMigrate}[m.rng.IntN(3)]
+			s.Event = []maintenance.Event{maintenance.EventNone, maintenance.EventTerminate, maintenance.EventMigrate}[m.rng.IntN(3)]
 		}
 	case 1:
 		s.Preempted = m.rng.IntN(4) == 0
@@ -175,9 +175,9 @@ func (m *model) changeServed() {
 		s.NoticeNotYet = false
 		switch m.rng.IntN(6) {
 		case 0:
-			s.Notice, s.NoticePresent = metadata.Notice{}, false
+			s.Notice, s.NoticePresent = maintenance.Notice{}, false
 		case 1:
-			s.Notice, s.NoticePresent, s.NoticeNotYet = metadata.Notice{}, false, true
+			s.Notice, s.NoticePresent, s.NoticeNotYet = maintenance.Notice{}, false, true
 		case 2, 3:
 			s.Notice, s.NoticePresent = pendingNotice, true
 		case 4:
@@ -336,12 +336,12 @@ func (m *model) check(t *testing.T, before State, dec Decision) {
 	t.Helper()
 	st := protocol.ReadAgentState(m.node)
 	k := m.known
-	if st.Phase == protocol.PhaseIdle && (k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted) {
+	if st.Phase == protocol.PhaseIdle && (k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted) {
 		m.fail(t, "idle while TERMINATE_ON_HOST_MAINTENANCE or preemption is served: %+v", k)
 	}
 	if before.Phase == protocol.PhaseIdle && st.Phase != protocol.PhaseIdle {
-		started := k.EventKnown && k.Event == metadata.EventTerminate || k.PreemptedKnown && k.Preempted ||
-			k.NoticeKnown && k.NoticePresent && k.Notice.Status == metadata.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted
+		started := k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted ||
+			k.NoticeKnown && k.NoticePresent && k.Notice.Status == maintenance.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}

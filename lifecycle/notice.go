@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -41,7 +41,7 @@ func (d *Decision) mirrorNotice(sig Signals) {
 	}
 	n := sig.Notice
 	d.State.Notice = n.Raw
-	if n.Status != metadata.StatusPending {
+	if n.Status != maintenance.StatusPending {
 		d.State.ScheduledTime = ""
 		return
 	}
@@ -62,7 +62,7 @@ func (d *Decision) mirrorNotice(sig Signals) {
 
 // NoticeID names a notice by its window start: a reboot does not change
 // it, another maintenance does.
-func NoticeID(n metadata.Notice) string { return strconv.FormatInt(n.WindowStart.Unix(), 10) }
+func NoticeID(n maintenance.Notice) string { return strconv.FormatInt(n.WindowStart.Unix(), 10) }
 
 // NodeConditions are the conditions the agent's state st says, without
 // their times: NodeConditionsChanged compares them with a Node's, and the
@@ -76,7 +76,7 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message}
 	}
 	planned := cond(protocol.ConditionMaintenancePlanned, false, "NoMaintenanceScheduled", "Compute Engine has no maintenance pending for this VM")
-	if n, present, err := metadata.ParseNotice(st.Notice); err == nil && present && n.Status == metadata.StatusPending {
+	if n, present, err := maintenance.ParseNotice(st.Notice); err == nil && present && n.Status == maintenance.StatusPending {
 		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceScheduled", fmt.Sprintf("Compute Engine scheduled a %s maintenance for the window starting %s%s (can reschedule: %t)",
 			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnd(n), n.CanReschedule))
 	}
@@ -99,7 +99,7 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 	return []corev1.NodeCondition{planned, inProgress, draining, drained}
 }
 
-func windowEnd(n metadata.Notice) string {
+func windowEnd(n maintenance.Notice) string {
 	if n.WindowEnd.IsZero() {
 		return ""
 	}

@@ -14,7 +14,7 @@ package lifecycle
 import (
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -24,7 +24,7 @@ type State = protocol.AgentState
 
 // Signals is what the metadata server last said, key by key.
 type Signals struct {
-	Event      metadata.Event
+	Event      maintenance.Event
 	EventKnown bool
 	// EventNotServed: the VM does not serve maintenance-event (404, as on
 	// TPU VMs); Event is then NONE and known, and the notice turning
@@ -41,7 +41,7 @@ type Signals struct {
 	// PreemptedSince is EventSince for preempted.
 	PreemptedSince time.Time
 
-	Notice        metadata.Notice
+	Notice        maintenance.Notice
 	NoticePresent bool
 	NoticeKnown   bool
 	// NoticeNotYet: the server answered upcoming-maintenance with 503 "no

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -22,7 +22,7 @@ var (
 	cfg     = DefaultConfig
 	bootA   = "aaaaaaaa-0000-0000-0000-000000000001"
 	bootB   = "bbbbbbbb-0000-0000-0000-000000000002"
-	pending = metadata.Notice{Type: "SCHEDULED", Status: metadata.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
+	pending = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
 )
 
 // stepChecked is Step, with its state checked to survive the Node: the
@@ -45,7 +45,7 @@ func stepChecked(t *testing.T, cfg Config, st State, obs Observation) Decision {
 
 // quiet is what a healthy VM with nothing scheduled answers.
 func quiet() Signals {
-	return Signals{Event: metadata.EventNone, EventKnown: true, PreemptedKnown: true, NoticeKnown: true}
+	return Signals{Event: maintenance.EventNone, EventKnown: true, PreemptedKnown: true, NoticeKnown: true}
 }
 
 func with(f func(*Signals)) Signals {
@@ -68,7 +68,7 @@ func picked(o Observation, change func(*Observation)) Observation {
 }
 
 func draining(reason protocol.Reason, deadline time.Duration) State {
-	return State{Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: metadata.EventNone}
+	return State{Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: maintenance.EventNone}
 }
 
 // ignoreAccounting leaves what the node ran and the interruption counts to
@@ -84,8 +84,8 @@ var ignoreAccounting = cmp.Options{cmpopts.IgnoreFields(State{}, "Interruptions"
 // done; a preemption moves the deadline of the drain under way; a manual
 // drain that is done waits for Compute Engine with no drain running.
 func TestStepDrainOrder(t *testing.T) {
-	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
-	preempted := with(func(s *Signals) { s.Event, s.Preempted = metadata.EventTerminate, true })
+	terminate := with(func(s *Signals) { s.Event = maintenance.EventTerminate })
+	preempted := with(func(s *Signals) { s.Event, s.Preempted = maintenance.EventTerminate, true })
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	hostDrain := draining(protocol.ReasonHostMaintenance, cfg.HostMaintenanceDeadline)
 	manual := draining(protocol.ReasonManual, cfg.ManualDrainTimeout)
@@ -120,16 +120,16 @@ func TestStepDrainOrder(t *testing.T) {
 
 func TestStep(t *testing.T) {
 	// The agent was watching when the signals appeared, at t0.
-	terminate := with(func(s *Signals) { s.Event, s.EventSince = metadata.EventTerminate, t0 })
+	terminate := with(func(s *Signals) { s.Event, s.EventSince = maintenance.EventTerminate, t0 })
 	preempted := with(func(s *Signals) { s.Preempted, s.PreemptedSince = true, t0 })
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	rescheduled := pending
 	rescheduled.WindowStart = window.Add(48 * time.Hour)
 	ongoing := pending
-	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = metadata.StatusOngoing, "ONGOING", t0
-	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = maintenance.StatusOngoing, "ONGOING", t0
+	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: maintenance.EventNone}
 	terminating := draining(protocol.ReasonHostMaintenance, time.Hour)
-	terminating.Phase, terminating.LastEvent = protocol.PhaseTerminating, metadata.EventTerminate
+	terminating.Phase, terminating.LastEvent = protocol.PhaseTerminating, maintenance.EventTerminate
 
 	tests := []struct {
 		name  string
@@ -140,7 +140,7 @@ func TestStep(t *testing.T) {
 		{
 			name: "quiet node stays idle",
 			obs:  obs(quiet()),
-			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone}},
+			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone}},
 		},
 		{
 			name: "a notice appears: label and annotation",
@@ -155,7 +155,7 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = rescheduled, true })),
 			want: Decision{
-				State:  State{Phase: protocol.PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: metadata.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: maintenance.EventNone},
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceRescheduled, Message: "Maintenance was rescheduled to 2026-12-03T19:00:00Z"}},
 			},
 		},
@@ -164,7 +164,7 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(quiet()),
 			want: Decision{
-				State:  State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceCancelled, Message: "The scheduled maintenance is no longer pending"}},
 			},
 		},
@@ -178,7 +178,7 @@ func TestStep(t *testing.T) {
 			name: "TERMINATE_ON_HOST_MAINTENANCE starts a drain with a 60 min deadline",
 			obs:  Observation{Now: t0, Signals: terminate, BootID: bootA, Unschedulable: true},
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: metadata.EventTerminate},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: maintenance.EventTerminate},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: protocol.EventTerminateOnHost, Message: "Host maintenance will stop the VM; draining before 2026-11-22T11:00:00Z"}},
@@ -193,7 +193,7 @@ func TestStep(t *testing.T) {
 			name: "preemption drains with a 30 s deadline",
 			obs:  obs(preempted),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), BootID: bootA, LastEvent: metadata.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(30 * time.Second), BootID: bootA, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.Preemption),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: protocol.EventPreempted, Message: "The VM was preempted; draining before it stops at 2026-11-22T10:00:30Z"}},
@@ -202,9 +202,9 @@ func TestStep(t *testing.T) {
 		{
 			name:  "a preemption during host maintenance shortens the deadline",
 			state: draining(protocol.ReasonHostMaintenance, time.Hour),
-			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = metadata.EventTerminate, true }), BootID: bootA},
+			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = maintenance.EventTerminate, true }), BootID: bootA},
 			want: Decision{
-				State:  State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: metadata.EventTerminate},
+				State:  State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: maintenance.EventTerminate},
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:01:30Z"}},
 			},
 		},
@@ -212,14 +212,14 @@ func TestStep(t *testing.T) {
 			name:  "where maintenance-event is served, a notice turning ONGOING drops the scheduled label and drains nothing (TERMINATE will)",
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })),
-			want:  Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: metadata.EventNone}},
+			want:  Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: maintenance.EventNone}},
 		},
 		{
 			name:  "where maintenance-event is not served (TPU), a notice turning ONGOING starts a drain and drops the scheduled label",
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T10:05:00Z"}},
@@ -227,9 +227,9 @@ func TestStep(t *testing.T) {
 		},
 		{
 			name: "live migration is recorded and nothing else",
-			obs:  obs(with(func(s *Signals) { s.Event = metadata.EventMigrate })),
+			obs:  obs(with(func(s *Signals) { s.Event = maintenance.EventMigrate })),
 			want: Decision{
-				State:     State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventMigrate},
+				State:     State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventMigrate},
 				Migration: true,
 				Events:    []EventRecord{{Reason: protocol.EventMigrateOnHost, Message: "Compute Engine will live-migrate the VM; nothing to drain"}},
 			},
@@ -239,7 +239,7 @@ func TestStep(t *testing.T) {
 			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
 			want: Decision{
-				State:   State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: metadata.EventTerminate},
+				State:   State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: maintenance.EventTerminate},
 				Drained: true,
 				Events:  []EventRecord{{Reason: protocol.EventEvictionComplete, Message: "All pods were stopped; the node is ready for the VM to stop (deadline 2026-11-22T11:00:00Z)"}},
 			},
@@ -261,7 +261,7 @@ func TestStep(t *testing.T) {
 			state: terminating,
 			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
-				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Uncordon: true,
 				Events:   []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
@@ -275,7 +275,7 @@ func TestStep(t *testing.T) {
 			}(),
 			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
-				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Uncordon: true,
 				Events:   []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
@@ -289,7 +289,7 @@ func TestStep(t *testing.T) {
 			}(),
 			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
 			want: Decision{
-				State:  State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
 			},
 		},
@@ -298,7 +298,7 @@ func TestStep(t *testing.T) {
 			state: draining(protocol.ReasonHostMaintenance, time.Hour),
 			obs:   obs(quiet()),
 			want: Decision{
-				State:    State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				State:    State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Uncordon: true,
 				Events:   []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceAborted, Message: "The host-maintenance was withdrawn before the VM stopped; putting the node back in service"}},
 			},
@@ -308,7 +308,7 @@ func TestStep(t *testing.T) {
 			state: terminating,
 			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: terminate, BootID: bootB},
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: metadata.EventTerminate},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: maintenance.EventTerminate},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events: []EventRecord{
@@ -360,7 +360,7 @@ func acceptedDecision(requested State, how string) Decision {
 
 // counts interruptions.
 func TestStepNeverDrainsTwice(t *testing.T) {
-	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = pending, true })
+	terminate := with(func(s *Signals) { s.Event = maintenance.EventTerminate; s.Notice, s.NoticePresent = pending, true })
 	seq := []Observation{
 		obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })),
 		obs(terminate),
@@ -410,11 +410,11 @@ func manualDraining() State {
 
 func TestStepManualTrigger(t *testing.T) {
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
-	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: maintenance.EventNone}
 	fixed := pending
 	fixed.CanReschedule = false
 	ongoing := pending
-	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = metadata.StatusOngoing, "ONGOING", t0
+	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = maintenance.StatusOngoing, "ONGOING", t0
 	accepted := with(func(s *Signals) { s.Notice, s.NoticePresent = fixed, true })
 	requested := manualDraining()
 	requested.Requested = t0.Add(5 * time.Minute)
@@ -422,7 +422,7 @@ func TestStepManualTrigger(t *testing.T) {
 		return Decision{State: scheduled, RemoveTrigger: true, Manual: outcome,
 			Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: msg + " The label was removed; nothing else changed."}}}
 	}
-	backInService := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: metadata.EventNone}
+	backInService := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: maintenance.EventNone}
 
 	tests := []struct {
 		name  string
@@ -451,7 +451,7 @@ func TestStepManualTrigger(t *testing.T) {
 		{
 			name: "true with no notice is rejected",
 			obs:  labelled(obs(quiet()), "true"),
-			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: protocol.ManualNoNotice,
+			want: Decision{State: State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone}, RemoveTrigger: true, Manual: protocol.ManualNoNotice,
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "cloud.google.com/perform-maintenance=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM. The label was removed; nothing else changed."}}},
 		},
 		{
@@ -464,7 +464,7 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "true with a notice already ONGOING, maintenance-event served: rejected, nothing drained until TERMINATE",
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })), "true"),
-			want: Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: metadata.EventNone}, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
+			want: Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: maintenance.EventNone}, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "The maintenance is already ONGOING; cloud.google.com/perform-maintenance=true is accepted only while it is PENDING. The label was removed; nothing else changed."}}},
 		},
 		{
@@ -472,7 +472,7 @@ func TestStepManualTrigger(t *testing.T) {
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })), "true"),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: metadata.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{
@@ -619,14 +619,14 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "no answer in time, but the maintenance is starting: accepted",
 			state: requested,
 			obs: func() Observation {
-				o := labelled(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate; s.Notice, s.NoticePresent = fixed, true })), "true")
+				o := labelled(obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate; s.Notice, s.NoticePresent = fixed, true })), "true")
 				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("context deadline exceeded"), Outcome: protocol.ManualFailed}
 				return o
 			}(),
 			want: Decision{
 				State: func() State {
 					s := requested
-					s.Phase, s.Deadline, s.LastEvent, s.Begun = protocol.PhaseTerminating, t0.Add(time.Hour), metadata.EventTerminate, true
+					s.Phase, s.Deadline, s.LastEvent, s.Begun = protocol.PhaseTerminating, t0.Add(time.Hour), maintenance.EventTerminate, true
 					return s
 				}(),
 				Interruption: counted(protocol.HostMaintenance),
@@ -654,13 +654,13 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "TERMINATE during a manual drain not yet asked for: host maintenance, no call",
 			state: manualDraining(),
 			obs: labelled(obs(with(func(s *Signals) {
-				s.Event, s.EventSince = metadata.EventTerminate, t0
+				s.Event, s.EventSince = maintenance.EventTerminate, t0
 				s.Notice, s.NoticePresent = pending, true
 			})), "true"),
 			want: Decision{
 				State: func() State {
 					s := manualDraining()
-					s.Reason, s.LastEvent = protocol.ReasonHostMaintenance, metadata.EventTerminate
+					s.Reason, s.LastEvent = protocol.ReasonHostMaintenance, maintenance.EventTerminate
 					return s
 				}(),
 				Interruption: counted(protocol.HostMaintenance),
@@ -690,7 +690,7 @@ func TestStepManualTrigger(t *testing.T) {
 			}(),
 			obs: labelled(Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB}, "true"),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventNone},
+				State:        State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Uncordon:     true, RemoveTrigger: true,
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from manual (boot ID " + bootB + "); removing the taint and the maintenance label"}},
@@ -756,7 +756,7 @@ func TestStepAccounting(t *testing.T) {
 	at := func(boot, kubelet string, s Signals) Observation {
 		return Observation{Now: t0, Signals: s, BootID: boot, KubeletVersion: kubelet}
 	}
-	terminate := with(func(s *Signals) { s.Event = metadata.EventTerminate })
+	terminate := with(func(s *Signals) { s.Event = maintenance.EventTerminate })
 	bootC := "cccccccc-0000-0000-0000-000000000003"
 	seq := []struct {
 		obs  Observation
@@ -803,16 +803,16 @@ func TestStepAccounting(t *testing.T) {
 // the reboot the same notice is still served ONGOING for a while: no second
 // drain, no second count. A new maintenance (another window) is one.
 func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
-	served := func(start time.Time) metadata.Notice {
+	served := func(start time.Time) maintenance.Notice {
 		raw := `{"maintenance_status":"ONGOING","window_start_time":"` + start.Format(time.RFC3339) + `"}`
-		n, _, err := metadata.ParseNotice(raw)
+		n, _, err := maintenance.ParseNotice(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
 	ongoing := served(window)
-	tpu := func(boot string, n *metadata.Notice) Observation {
+	tpu := func(boot string, n *maintenance.Notice) Observation {
 		s := with(func(s *Signals) {
 			s.EventNotServed, s.EventKnown, s.Event = true, false, ""
 			if n != nil {
@@ -852,7 +852,7 @@ func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
 // once went wrong.
 func TestStepLifecycleEdges(t *testing.T) {
 	ongoing := pending
-	ongoing.Status, ongoing.RawStatus = metadata.StatusOngoing, "ONGOING"
+	ongoing.Status, ongoing.RawStatus = maintenance.StatusOngoing, "ONGOING"
 	refused := &PerformResult{RequestID: "req-1", Err: errors.New("refused (400): already ONGOING"), Outcome: protocol.ManualRefused}
 	manualDrained := draining(protocol.ReasonManual, time.Hour)
 	manualDrained.RequestID, manualDrained.Requested = "req-1", t0
@@ -889,7 +889,7 @@ func TestStepLifecycleEdges(t *testing.T) {
 			name:  "a refused call after Compute Engine began: not back in service",
 			state: manualDrained,
 			obs: func() Observation {
-				o := obs(with(func(s *Signals) { s.Event, s.Notice, s.NoticePresent = metadata.EventTerminate, ongoing, true }))
+				o := obs(with(func(s *Signals) { s.Event, s.Notice, s.NoticePresent = maintenance.EventTerminate, ongoing, true }))
 				o.Perform, o.DrainDone, o.Trigger, o.TriggerSet = refused, true, protocol.TriggerValue, true
 				return o
 			}(),
@@ -901,8 +901,8 @@ func TestStepLifecycleEdges(t *testing.T) {
 		},
 		{
 			name:  "idle while TERMINATE is served after an earlier manual attempt: drains",
-			state: State{Phase: protocol.PhaseIdle, LastEvent: metadata.EventTerminate},
-			obs:   obs(with(func(s *Signals) { s.Event = metadata.EventTerminate })),
+			state: State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventTerminate},
+			obs:   obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate })),
 			check: func(t *testing.T, d Decision) {
 				if d.State.Phase != protocol.PhaseDraining || !d.Cordon {
 					t.Errorf("phase %s, cordon %t; want draining", d.State.Phase, d.Cordon)
@@ -913,7 +913,7 @@ func TestStepLifecycleEdges(t *testing.T) {
 			name:  "a reboot and a new maintenance in one step: the agent's cordon is its own",
 			state: terminating,
 			obs: func() Observation {
-				o := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
+				o := obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))
 				o.BootID, o.Unschedulable = bootB, true
 				return o
 			}(),
@@ -931,7 +931,7 @@ func TestStepLifecycleEdges(t *testing.T) {
 				return s
 			}(),
 			obs: func() Observation {
-				o := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
+				o := obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))
 				o.BootID, o.Unschedulable = bootB, true
 				return o
 			}(),
@@ -972,7 +972,7 @@ func TestStepManualStartBound(t *testing.T) {
 		t.Errorf("operation failed: phase %s, outcome %q; want back in service, not_started", d.State.Phase, d.Manual)
 	}
 	// Begun: the bound no longer applies.
-	begun := obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))
+	begun := obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))
 	begun.Now = t0.Add(cfg.ManualStartTimeout + time.Minute)
 	if d := Step(cfg, accepted, begun); d.State.Phase != protocol.PhaseTerminating {
 		t.Errorf("begun: phase %s, want terminating", d.State.Phase)
@@ -1054,7 +1054,7 @@ func TestStepFailureMemory(t *testing.T) {
 		t.Errorf("accepted: outcome %q, failures %+v; want the record kept until the maintenance happens", d.Manual, d.State.Failures)
 	}
 	underWay := noticed
-	underWay.Event = metadata.EventTerminate
+	underWay.Event = maintenance.EventTerminate
 	d = stepChecked(t, cfg, d.State, Observation{Now: t0.Add(time.Minute), Signals: underWay, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true})
 	if d.State.Failures.Count != 0 || d.Interruption == nil {
 		t.Errorf("under way: failures %+v, interruption %v; want the record cleared and the maintenance counted", d.State.Failures, d.Interruption)
@@ -1079,7 +1079,7 @@ func TestStepManualCountedWhenItHappens(t *testing.T) {
 	}
 	// Under way, then back: counted once.
 	terminate := noticed
-	terminate.Event = metadata.EventTerminate
+	terminate.Event = maintenance.EventTerminate
 	counts := 0
 	st := accept()
 	for _, o := range []Observation{
@@ -1137,7 +1137,7 @@ func TestStepSlice(t *testing.T) {
 				t.Errorf("drain %+v, want voluntary", d.Drain)
 			}
 		}},
-		{"in its own host maintenance, asked: the earlier deadline", hostDrain, asked(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))), func(t *testing.T, d Decision) {
+		{"in its own host maintenance, asked: the earlier deadline", hostDrain, asked(obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))), func(t *testing.T, d Decision) {
 			if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(ask.Deadline) || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventSliceDeadline {
 				t.Errorf("state %+v, events %+v", d.State, d.Events)
 			}
@@ -1157,7 +1157,7 @@ func TestStepSlice(t *testing.T) {
 				t.Errorf("state %+v", d.State)
 			}
 		}},
-		{"draining for the slice, then its own TERMINATE: its own maintenance, counted", sliceDrain, asked(obs(with(func(s *Signals) { s.Event = metadata.EventTerminate }))), func(t *testing.T, d Decision) {
+		{"draining for the slice, then its own TERMINATE: its own maintenance, counted", sliceDrain, asked(obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))), func(t *testing.T, d Decision) {
 			if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(ask.Deadline) || d.Interruption == nil {
 				t.Errorf("state %+v, interruption %v", d.State, d.Interruption)
 			}
@@ -1167,7 +1167,7 @@ func TestStepSlice(t *testing.T) {
 				t.Errorf("state %+v, interruption %v", d.State, d.Interruption)
 			}
 		}},
-		{"its own host maintenance after the ask is gone stays until the VM is back", hostDrain, obs(with(func(s *Signals) { s.Event = metadata.EventTerminate })), func(t *testing.T, d Decision) {
+		{"its own host maintenance after the ask is gone stays until the VM is back", hostDrain, obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate })), func(t *testing.T, d Decision) {
 			if d.State.Phase != protocol.PhaseDraining {
 				t.Errorf("state %+v", d.State)
 			}
@@ -1222,7 +1222,7 @@ func TestStepSliceCallsOnce(t *testing.T) {
 	}
 	ongoing := with(func(s *Signals) {
 		s.Notice, s.NoticePresent = pending, true
-		s.Notice.Status, s.Notice.WindowStart = metadata.StatusOngoing, t0
+		s.Notice.Status, s.Notice.WindowStart = maintenance.StatusOngoing, t0
 		s.EventNotServed = true
 	})
 	for _, tc := range []struct {
@@ -1294,9 +1294,9 @@ func TestStepSliceCallsOnce(t *testing.T) {
 // past is what a preemption gets.
 func TestStepDeadlineFromThePlatform(t *testing.T) {
 	now := t0
-	ongoingAt := func(opened, closes time.Time) metadata.Notice {
+	ongoingAt := func(opened, closes time.Time) maintenance.Notice {
 		n := pending
-		n.Status, n.RawStatus, n.CanReschedule, n.WindowStart, n.WindowEnd = metadata.StatusOngoing, "ONGOING", false, opened, closes
+		n.Status, n.RawStatus, n.CanReschedule, n.WindowStart, n.WindowEnd = maintenance.StatusOngoing, "ONGOING", false, opened, closes
 		return n
 	}
 	for _, tc := range []struct {
@@ -1306,35 +1306,35 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 		says     string
 	}{
 		{"TERMINATE seen as it came: 60 min from then",
-			with(func(s *Signals) { s.Event, s.EventSince = metadata.EventTerminate, now.Add(-200*time.Millisecond) }),
+			with(func(s *Signals) { s.Event, s.EventSince = maintenance.EventTerminate, now.Add(-200*time.Millisecond) }),
 			now.Add(time.Hour - 200*time.Millisecond), "draining before 2026-11-22T10:59:59Z"},
 		{"TERMINATE after 20 min of metadata errors: 60 min from the last NONE",
-			with(func(s *Signals) { s.Event, s.EventSince = metadata.EventTerminate, now.Add(-20*time.Minute) }),
+			with(func(s *Signals) { s.Event, s.EventSince = maintenance.EventTerminate, now.Add(-20*time.Minute) }),
 			now.Add(40 * time.Minute), "the signal came at 2026-11-22T09:40:00Z or later (the agent was not watching then), and its notice of 1h0m0s counts from then"},
 		{"TERMINATE seen by an agent that just started, nothing else known: 60 min from now, said",
-			with(func(s *Signals) { s.Event = metadata.EventTerminate }),
+			with(func(s *Signals) { s.Event = maintenance.EventTerminate }),
 			now.Add(time.Hour), "the agent did not see the signal appear, so its notice counts from now"},
 		{"TERMINATE seen by an agent that just started, the window open for 45 min: it came inside the window",
 			with(func(s *Signals) {
-				s.Event = metadata.EventTerminate
+				s.Event = maintenance.EventTerminate
 				s.Notice, s.NoticePresent = ongoingAt(now.Add(-45*time.Minute), now.Add(3*time.Hour)), true
 			}),
 			now.Add(15 * time.Minute), "the signal came at 2026-11-22T09:15:00Z or later"},
 		{"TERMINATE in a window open for 3 h: the window says nothing more, 60 min from now",
 			with(func(s *Signals) {
-				s.Event = metadata.EventTerminate
+				s.Event = maintenance.EventTerminate
 				s.Notice, s.NoticePresent = ongoingAt(now.Add(-3*time.Hour), now.Add(time.Hour)), true
 			}),
 			now.Add(time.Hour), "the agent did not see the signal appear"},
 		{"TERMINATE in a window that closes in 10 min: its close",
 			with(func(s *Signals) {
-				s.Event, s.EventSince = metadata.EventTerminate, now
+				s.Event, s.EventSince = maintenance.EventTerminate, now
 				s.Notice, s.NoticePresent = ongoingAt(now.Add(-time.Hour), now.Add(10*time.Minute)), true
 			}),
 			now.Add(10 * time.Minute), "the maintenance window closes then"},
 		{"TERMINATE in a window whose end passed: the end says nothing",
 			with(func(s *Signals) {
-				s.Event, s.EventSince = metadata.EventTerminate, now
+				s.Event, s.EventSince = maintenance.EventTerminate, now
 				s.Notice, s.NoticePresent = ongoingAt(now.Add(-3*time.Hour), now.Add(-time.Minute)), true
 			}),
 			now.Add(time.Hour), "draining before 2026-11-22T11:00:00Z"},
@@ -1367,9 +1367,9 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 	// The keys answer in any order: the window read after TERMINATE moves
 	// the deadline of the drain under way earlier, once.
 	t.Run("the open window read after TERMINATE: the deadline moves earlier", func(t *testing.T) {
-		first := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: with(func(s *Signals) { s.Event = metadata.EventTerminate }), BootID: bootA})
+		first := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: with(func(s *Signals) { s.Event = maintenance.EventTerminate }), BootID: bootA})
 		later := Observation{Now: now.Add(time.Second), BootID: bootA, Signals: with(func(s *Signals) {
-			s.Event = metadata.EventTerminate
+			s.Event = maintenance.EventTerminate
 			s.Notice, s.NoticePresent = ongoingAt(now.Add(-59*time.Minute), now.Add(3*time.Hour)), true
 		})}
 		d := stepChecked(t, cfg, first.State, later)
@@ -1389,7 +1389,7 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 func TestStepLeavesToGKE(t *testing.T) {
 	const gke = "label cloud.google.com/active-node-maintenance=passthrough"
 	terminate := with(func(s *Signals) {
-		s.Event, s.EventSince = metadata.EventTerminate, t0
+		s.Event, s.EventSince = maintenance.EventTerminate, t0
 		s.Notice, s.NoticePresent = pending, true
 	})
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
@@ -1455,7 +1455,7 @@ func TestStepLeavesToGKE(t *testing.T) {
 // neither removes GKE's nor says a maintenance was cancelled; a notice of
 // its own replaces GKE's, and is the agent's to remove.
 func TestStepLeavesANoticeItDidNotMirror(t *testing.T) {
-	gke := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: `{"gke":true}`, NoticeForeign: true, LastEvent: metadata.EventNone}
+	gke := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: `{"gke":true}`, NoticeForeign: true, LastEvent: maintenance.EventNone}
 	for _, absent := range []Signals{quiet(), with(func(s *Signals) { s.NoticeNotYet = true })} {
 		if d := stepChecked(t, cfg, gke, obs(absent)); !cmp.Equal(d.State, gke, ignoreAccounting) || len(d.Events) != 0 {
 			t.Errorf("no notice of its own (not yet: %t): state %+v, events %+v; want GKE's notice left, nothing said", absent.NoticeNotYet, d.State, d.Events)

@@ -13,7 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -30,14 +30,14 @@ type WorkloadTarget struct {
 // WorkloadTargetOf is the notice a node in state st gives its pods; drainStart is
 // when the running drain began.
 func WorkloadTargetOf(st State, drainStart time.Time) WorkloadTarget {
-	n, present, err := metadata.ParseNotice(st.Notice)
+	n, present, err := maintenance.ParseNotice(st.Notice)
 	present = present && err == nil
 	switch {
 	case st.Active():
 		return WorkloadTarget{Phase: protocol.NoticeStarting, WindowStart: n.WindowStart, DrainStart: drainStart, Deadline: st.Deadline}
 	case st.ScheduledTime != "":
 		return WorkloadTarget{Phase: protocol.NoticePending, WindowStart: n.WindowStart}
-	case present && n.Status == metadata.StatusOngoing && NoticeID(n) != st.NoticeDone:
+	case present && n.Status == maintenance.StatusOngoing && NoticeID(n) != st.NoticeDone:
 		// The window is open and the VM may stop within it, though the
 		// drain waits for the stop's own signal: not "no maintenance".
 		return WorkloadTarget{Phase: protocol.NoticeOngoing, WindowStart: n.WindowStart, WindowEnd: n.WindowEnd}

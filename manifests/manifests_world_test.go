@@ -32,14 +32,14 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+func TestMain(m *testing.M) { os.Exit(vms.RunMain(m, &world)) }
 
 // render builds the kustomization in dir as `kubectl apply -k` does (the
 // same kustomize library) and returns its objects.
@@ -442,9 +442,9 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 
 // agentVM starts the agent binary for node with a kubeconfig holding token
 // and an emulated metadata server, and returns its VM.
-func agentVM(t *testing.T, node, token string, args ...string) *fleet.VM {
+func agentVM(t *testing.T, node, token string, args ...string) *vms.VM {
 	t.Helper()
-	bins, err := fleet.Binaries()
+	bins, err := vms.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,11 +452,11 @@ func agentVM(t *testing.T, node, token string, args ...string) *fleet.VM {
 	if err := testworld.WriteKubeconfig(kubeconfig, world.ConfigForToken(token)); err != nil {
 		t.Fatal(err)
 	}
-	v := &fleet.VM{Name: node, Emu: gceemu.New(gceemu.Config{Name: node, Project: "p", Zone: "z"})}
+	v := &vms.VM{Name: node, Emu: gceemu.New(gceemu.Config{Name: node, Project: "p", Zone: "z"})}
 	if err := v.Emu.Start(); err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), VMs: []*fleet.VM{v},
+	f := &vms.Fleet{World: world, AgentBin: filepath.Join(bins, "agent"), VMs: []*vms.VM{v},
 		AgentArgs: append([]string{"--kubeconfig", kubeconfig, "--eviction-retry-interval", "1s"}, args...)}
 	if err := f.StartAgent(v); err != nil {
 		t.Fatal(err)
@@ -488,7 +488,7 @@ func workload(t *testing.T, node string) (string, string) {
 	return ns, p.Name
 }
 
-func healthz(v *fleet.VM) (int, string) {
+func healthz(v *vms.VM) (int, string) {
 	resp, err := http.Get("http://" + v.MetricsAddr + "/healthz")
 	if err != nil {
 		return 0, err.Error()

@@ -1,5 +1,5 @@
 // Package metadata watches the GCE metadata server for the signals of host
-// maintenance and preemption, and parses them defensively.
+// maintenance and preemption.
 //
 // It goes through the official cloud.google.com/go/compute/metadata client
 // (URL, header, GCE_METADATA_HOST) with a thin layer on top: its own
@@ -15,15 +15,9 @@
 // form the answer takes, so a server that does not long-poll a key is not
 // asked in a loop.
 //
-// Parsing follows docs/gce.md: maintenance-event values NONE,
-// MIGRATE_ON_HOST_MAINTENANCE, TERMINATE_ON_HOST_MAINTENANCE (and the older
-// SHUTDOWN_ON_HOST_MAINTENANCE); preempted TRUE/FALSE; the upcoming
-// maintenance notice in snake_case or camelCase, can_reschedule as bool or
-// string, times with Z or +00:00, start_time_window.earliest as a fallback,
-// and the label-prefixed sample of the docs. "Nothing scheduled" is 200 with
-// { } or NONE, 404, or 503 with "no notifications have been received yet".
-// Any other failure is unknown, never "cleared". A value the parser does not
-// recognise is ErrUnrecognized: callers log and count it and never act on it.
+// The values are parsed by package maintenance. "Nothing scheduled" is 200
+// with { } or NONE, 404, or 503 with "no notifications have been received
+// yet". Any other failure is unknown, never "cleared".
 //
 // What it does not do: decide anything. The agent turns parsed values into
 // phases and actions.

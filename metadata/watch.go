@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
 
 // Keys the agent watches, as suffixes of /computeMetadata/v1/.
@@ -69,15 +69,6 @@ type WatcherOptions struct {
 	Recorder Recorder
 }
 
-// HealthListener hears a key's health change: KeyUnhealthy once when the
-// key has had no good answer for UnhealthyAfter, KeyRecovered once at its
-// next good answer. Between the two it hears nothing, so it is told at most
-// twice per UnhealthyAfter per key however the server flaps.
-type HealthListener interface {
-	KeyUnhealthy(key string, cause error, since time.Duration)
-	KeyRecovered(key string)
-}
-
 // Watcher long-polls metadata keys. It remembers when the server last gave
 // a good answer, for the health endpoint.
 type Watcher struct {
@@ -95,25 +86,6 @@ type Watcher struct {
 	lastGood map[string]time.Time
 	// unhealthy: the keys Health was last told are unhealthy.
 	unhealthy map[string]bool
-}
-
-// NewClient returns a metadata client for long polls. Its HTTP client
-// gives up on one request after the poll timeout plus 10 s (as Google's
-// guest agent does), so a server that never answers cannot hold a poll
-// forever, and each call makes exactly one request: the client's own
-// retries (up to five, on 5xx, 429 and some network errors) would
-// multiply a hang by six, and the Watcher retries with its own backoff.
-// host, when set (host:port), sends every request there instead of the
-// metadata server (or GCE_METADATA_HOST): one process can then watch
-// several emulated VMs.
-func NewClient(timeout time.Duration, host string) *gcemetadata.Client {
-	if timeout <= 0 {
-		timeout = 60 * time.Second
-	}
-	return gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{
-		Timeout:   timeout + DefaultHangAfter,
-		Transport: &onceTransport{next: http.DefaultTransport, host: host},
-	}})
 }
 
 // DefaultHangAfter is WatcherOptions.HangAfter's default.
@@ -153,65 +125,6 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 type nopRecorder struct{}
 
 func (nopRecorder) MetadataRequest(string, string) {}
-
-// onceTransport lets each call of the official client make one request,
-// and keeps what the server answered in the attempt carried by the
-// request's context: the client returns only the body, and a long poll
-// needs the ETag for last_etag. A second request within one call is the
-// client retrying; it is refused with errRetryRefused, and the Watcher
-// reads the first answer from the attempt.
-type onceTransport struct {
-	next http.RoundTripper
-	host string // if set, replaces the request's host
-}
-
-type attemptKey struct{}
-
-// attempt is the one request of one call.
-type attempt struct {
-	made   bool
-	status int    // 0 when no answer came
-	body   string // of a non-200 answer
-	etag   string
-	err    error // the transport's, when no answer came
-}
-
-// errRetryRefused ends the official client's own retries.
-var errRetryRefused = errors.New("retry refused: the watcher retries with its own backoff")
-
-// maxErrorBody bounds what is kept of a non-200 answer.
-const maxErrorBody = 4 << 10
-
-func (t *onceTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	at, _ := req.Context().Value(attemptKey{}).(*attempt)
-	if at != nil {
-		if at.made {
-			return nil, errRetryRefused
-		}
-		at.made = true
-	}
-	if t.host != "" {
-		req = req.Clone(req.Context())
-		req.URL.Host = t.host
-		req.Host = t.host
-	}
-	resp, err := t.next.RoundTrip(req)
-	if at == nil {
-		return resp, err
-	}
-	if err != nil {
-		at.err = err
-		return nil, err
-	}
-	at.status, at.etag = resp.StatusCode, resp.Header.Get("ETag")
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		_ = resp.Body.Close()
-		at.body = string(body)
-		resp.Body = io.NopCloser(strings.NewReader(at.body))
-	}
-	return resp, nil
-}
 
 // Answer is one good answer for a key.
 type Answer struct {
@@ -280,7 +193,7 @@ func (w *Watcher) get(ctx context.Context, key, etag string) (Answer, string, er
 		return Answer{Absent: true, NotYet: true}, at.etag, nil
 	case at.status != 0:
 		w.recorder.MetadataRequest(key, ResultServerError)
-		return Answer{}, "", fmt.Errorf("get %s: status %d: %s", key, at.status, Excerpt(at.body))
+		return Answer{}, "", fmt.Errorf("get %s: status %d: %s", key, at.status, maintenance.Excerpt(at.body))
 	default:
 		if ctx.Err() != nil {
 			return Answer{}, "", ctx.Err()
@@ -382,62 +295,13 @@ func (w *Watcher) Watch(ctx context.Context, key string, h Handler) error {
 				w.health.KeyRecovered(key)
 			}
 		} else {
-			w.checkHealth(key, started, fmt.Errorf("%w: %s answers %q", ErrUnrecognized, key, Excerpt(a.Value)))
+			w.checkHealth(key, started, fmt.Errorf("%w: %s answers %q", maintenance.ErrUnrecognized, key, maintenance.Excerpt(a.Value)))
 		}
 		if !changed {
 			if err := w.sleepUntil(ctx, began.Add(w.timeout)); err != nil {
 				return err
 			}
 		}
-	}
-}
-
-// checkHealth tells Health once when key has had no good answer for
-// UnhealthyAfter (counted from started when it never had one).
-func (w *Watcher) checkHealth(key string, started time.Time, cause error) {
-	w.mu.Lock()
-	since := w.lastGood[key]
-	if since.IsZero() {
-		since = started
-	}
-	age := w.clock.Since(since)
-	tell := !w.unhealthy[key] && age > w.unhealthyAfter
-	if tell {
-		w.unhealthy[key] = true
-	}
-	w.mu.Unlock()
-	if tell && w.health != nil {
-		w.health.KeyUnhealthy(key, cause, age)
-	}
-}
-
-// healthTimer arms a check of key's health for the moment its limit
-// passes, while a request is under way, and returns its stop.
-func (w *Watcher) healthTimer(key string, started time.Time) (stop func()) {
-	w.mu.Lock()
-	since := w.lastGood[key]
-	unhealthy := w.unhealthy[key]
-	w.mu.Unlock()
-	if unhealthy {
-		return func() {}
-	}
-	if since.IsZero() {
-		since = started
-	}
-	asked := w.clock.Now()
-	due := since.Add(w.unhealthyAfter).Sub(asked) + time.Millisecond
-	timer := w.clock.NewTimer(max(due, 0))
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-timer.C():
-			w.checkHealth(key, started, fmt.Errorf("%w: a request for %s has had no answer since %s", ErrNoAnswer, key, asked.UTC().Format(time.RFC3339)))
-		case <-done:
-		}
-	}()
-	return func() {
-		timer.Stop()
-		close(done)
 	}
 }
 
@@ -454,47 +318,4 @@ func (w *Watcher) sleepUntil(ctx context.Context, t time.Time) error {
 
 func (w *Watcher) sleep(ctx context.Context, d time.Duration) error {
 	return backoff.Wait(ctx, w.clock, d)
-}
-
-// markGood records a good answer for key and reports whether the key was
-// unhealthy until now.
-func (w *Watcher) markGood(key string) (recovered bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lastGood[key] = w.clock.Now()
-	recovered = w.unhealthy[key]
-	w.unhealthy[key] = false
-	return recovered
-}
-
-// LastGood returns when key last got a good, understood answer (zero if
-// never).
-func (w *Watcher) LastGood(key string) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastGood[key]
-}
-
-// ErrUnhealthy is returned by Healthy.
-var ErrUnhealthy = errors.New("metadata watcher unhealthy")
-
-// Healthy reports an error naming every key that has had no good answer for
-// longer than limit. since is when watching began: a key that never
-// answered counts from then.
-func (w *Watcher) Healthy(keys []string, since time.Time, limit time.Duration) error {
-	now := w.clock.Now()
-	var stale []string
-	for _, k := range keys {
-		last := w.LastGood(k)
-		if last.IsZero() {
-			last = since
-		}
-		if age := now.Sub(last); age > limit {
-			stale = append(stale, fmt.Sprintf("%s (no good answer for %s)", k, age.Round(time.Second)))
-		}
-	}
-	if len(stale) > 0 {
-		return fmt.Errorf("%w: %s", ErrUnhealthy, strings.Join(stale, ", "))
-	}
-	return nil
 }

@@ -13,6 +13,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 )
 
@@ -95,7 +96,10 @@ func next(t *testing.T, f *fixture, ch <-chan Answer) Answer {
 	}
 }
 
-func eventParser(a Answer) bool { _, err := ParseEvent(a.Value); return a.Absent || err == nil }
+func eventParser(a Answer) bool {
+	_, err := maintenance.ParseEvent(a.Value)
+	return a.Absent || err == nil
+}
 
 func waitUntil(t *testing.T, f *fixture, what string, cond func() bool) {
 	t.Helper()
@@ -138,18 +142,18 @@ func TestWatchUpcomingAbsence(t *testing.T) {
 	for _, absence := range []gceemu.Absence{gceemu.AbsentUnavailable, gceemu.AbsentNotFound, gceemu.AbsentEmptyObject, gceemu.AbsentNone} {
 		f := setup(t, gceemu.Config{Absence: absence}, time.Second, 5*time.Second)
 		ch := f.watch(t, KeyUpcomingMaintenance, func(a Answer) bool {
-			_, _, err := ParseNotice(a.Value)
+			_, _, err := maintenance.ParseNotice(a.Value)
 			return a.Absent || err == nil
 		})
 		a := next(t, f, ch)
-		_, present, err := ParseNotice(a.Value)
+		_, present, err := maintenance.ParseNotice(a.Value)
 		if err != nil || present {
 			t.Errorf("absence %d: first answer %+v, want nothing scheduled", absence, a)
 		}
 		f.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC), time.Hour))
 		a = next(t, f, ch)
-		n, present, err := ParseNotice(a.Value)
-		if err != nil || !present || n.Status != StatusPending || !n.WindowStart.Equal(time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)) {
+		n, present, err := maintenance.ParseNotice(a.Value)
+		if err != nil || !present || n.Status != maintenance.StatusPending || !n.WindowStart.Equal(time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)) {
 			t.Errorf("absence %d: after scheduling: %+v %v %v, want the pending notice", absence, n, present, err)
 		}
 		if got := f.recorder.get(KeyUpcomingMaintenance, ResultServerError); got != 0 {
@@ -300,7 +304,7 @@ func TestWatchPacesEveryFormOfNoNotice(t *testing.T) {
 			}
 			select {
 			case a := <-answers:
-				if _, present, err := ParseNotice(a.Value); err != nil || !present {
+				if _, present, err := maintenance.ParseNotice(a.Value); err != nil || !present {
 					t.Fatalf("after scheduling: %+v %v", a, err)
 				}
 			case <-f.ctx.Done():
@@ -436,7 +440,7 @@ func TestWatchTellsAChangeALongPollWaitedFor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	f.ctx = ctx
-	ch := f.watch(t, KeyPreempted, func(a Answer) bool { _, err := ParsePreempted(a.Value); return err == nil })
+	ch := f.watch(t, KeyPreempted, func(a Answer) bool { _, err := maintenance.ParsePreempted(a.Value); return err == nil })
 	if a := next(t, f, ch); a.Value != "FALSE" {
 		t.Fatalf("first answer %+v, want FALSE", a)
 	}

@@ -19,14 +19,14 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/monitoring"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+func TestMain(m *testing.M) { os.Exit(vms.RunMain(m, &world)) }
 
 // prom is a real Prometheus (Debian's) scraping the agents on loopback with
 // the shipped rules.
@@ -159,7 +159,7 @@ scrape_configs:
 // but for Grafana's ${__interval}, count them by type, reason and pool.
 func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	testworld.Need(t)
-	f := fleet.ForTest(t, world)
+	f := vms.ForTest(t, world)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var targets []string
@@ -195,7 +195,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	// scraped.
 	p.waitEvaluations(t, 2)
 
-	waitActive := func(v *fleet.VM) {
+	waitActive := func(v *vms.VM) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
@@ -210,7 +210,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	spot.Emu.SetPreempted(true)
 	waitActive(maint)
 	waitActive(spot)
-	for _, v := range []*fleet.VM{maint, spot, crash} {
+	for _, v := range []*vms.VM{maint, spot, crash} {
 		if err := f.Reboot(ctx, v); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
 
 // Budget caps the nodes in voluntary (manual or opportunistic) maintenance
@@ -49,13 +49,13 @@ func ParseBudget(field, v string) (Budget, error) {
 	if p, ok := strings.CutSuffix(v, "%"); ok {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 100 {
-			return Budget{}, fmt.Errorf("%s %q: want a whole percentage from 1%% to 100%%, or a count", field, metadata.Excerpt(v))
+			return Budget{}, fmt.Errorf("%s %q: want a whole percentage from 1%% to 100%%, or a count", field, maintenance.Excerpt(v))
 		}
 		return Budget{Percent: n}, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return Budget{}, fmt.Errorf("%s %q: want a count of 1 or more, or a percentage such as 10%%", field, metadata.Excerpt(v))
+		return Budget{}, fmt.Errorf("%s %q: want a count of 1 or more, or a percentage such as 10%%", field, maintenance.Excerpt(v))
 	}
 	return Budget{Count: n}, nil
 }

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
 
 // AgentState is what the agent keeps on its Node.
@@ -26,7 +26,7 @@ type AgentState struct {
 	// Notice is the upcoming-maintenance annotation ("" if absent).
 	Notice string
 	// LastEvent is the last maintenance-event value acted on.
-	LastEvent metadata.Event
+	LastEvent maintenance.Event
 	// Begun: Compute Engine was seen to begin the manual maintenance under
 	// way (it is counted); set only while active.
 	Begun bool
@@ -124,7 +124,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		Reason:         Reason(a[AnnotationReason]),
 		BootID:         a[AnnotationBootID],
 		CordonedBefore: a[AnnotationCordonedBefore] == "true",
-		LastEvent:      metadata.Event(a[AnnotationLastEvent]),
+		LastEvent:      maintenance.Event(a[AnnotationLastEvent]),
 		NoticeDone:     a[AnnotationNoticeDone],
 		Begun:          a[AnnotationBegun] == "true",
 		RequestID:      a[AnnotationRequestID],

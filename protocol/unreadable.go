@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
 
 // Unreadable lists, sorted, the keys on n that the product reads and
@@ -59,7 +59,7 @@ func Unreadable(n *corev1.Node) []string {
 	check(AnnotationRepairs, isJSON(func() any { return &Repairs{} }))
 	check(AnnotationMaintenanceState, isJSON(func() any { return &MaintenanceState{} }))
 	check(AnnotationSliceMaintenance, func(string) bool { _, ok := ReadSliceAsk(n); return ok })
-	check(AnnotationUpcomingMaintenance, func(v string) bool { _, _, err := metadata.ParseNotice(v); return err == nil })
+	check(AnnotationUpcomingMaintenance, func(v string) bool { _, _, err := maintenance.ParseNotice(v); return err == nil })
 	slices.Sort(out)
 	return out
 }

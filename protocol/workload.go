@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
 
 // Workloads are told of a maintenance before SIGTERM: every pod on a node
@@ -106,7 +106,7 @@ func CheckpointLead(annotations map[string]string) (lead time.Duration, ok bool,
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
 	if err != nil || d <= 0 {
-		return 0, true, fmt.Errorf("%s=%q: want a positive duration such as 5m", PodAnnotationCheckpointLead, metadata.Excerpt(v))
+		return 0, true, fmt.Errorf("%s=%q: want a positive duration such as 5m", PodAnnotationCheckpointLead, maintenance.Excerpt(v))
 	}
 	return d, true, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -28,7 +29,7 @@ func BenchmarkNoticeThroughTheNode(b *testing.B) {
 		changed := time.Now()
 		emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
 		awaitAnswer(b, ctx, notices, fmt.Sprintf("change %d", i), func(a metadata.Answer) bool {
-			n, present, err := metadata.ParseNotice(a.Value)
+			n, present, err := maintenance.ParseNotice(a.Value)
 			return err == nil && present && n.WindowStart.Equal(start)
 		})
 		if i > 0 { // the first is the client's first answer, not a change

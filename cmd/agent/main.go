@@ -23,11 +23,12 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/internal/policysource"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
-	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=...".
@@ -106,7 +107,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	// scrapes it (the recording rules aggregate on them).
 	nodeLabels := reg.With("node_name", opts.NodeName, "node_pool_name", node.Labels[opts.PoolLabel])
 	m := metrics.NewAgent(nodeLabels)
-	events := kube.NewNodeEvents(client, opts.NodeName, node.UID)
+	events := kube.NewNodeEvents(client, protocol.EventSourceAgent, opts.NodeName, node.UID)
 	defer events.Shutdown()
 	if opts.MetadataHost != "" {
 		// The OAuth token source reads the metadata server from here.
@@ -123,7 +124,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	var manualGate func(*corev1.Node, time.Time) (string, string)
 	if opts.PolicyConfigMap != "" {
 		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
-		src := policy.NewSource(client.ConfigMapListWatch(ns, name), ns, name, logger.With("watch", "policy"))
+		src := policysource.NewSource(client.ConfigMapListWatch(ns, name), ns, name, logger.With("watch", "policy"))
 		src.Run(ctx) // until it is read, manual triggers are refused (policy_unknown)
 		manualGate = src.ManualGate(opts.PoolLabel)
 	}

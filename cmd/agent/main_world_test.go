@@ -27,16 +27,17 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+func TestMain(m *testing.M) { os.Exit(vms.RunMain(m, &world)) }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	o := NewOptions()
@@ -73,7 +74,7 @@ type agentProc struct {
 
 func buildAgent(t testing.TB) string {
 	t.Helper()
-	dir, err := fleet.Binaries()
+	dir, err := vms.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,16 +630,16 @@ func TestServesTheNoticeToThePods(t *testing.T) {
 	start := time.Now().Add(time.Hour).Truncate(time.Second)
 	emu.ScheduleNotice(gceemu.ScheduledNotice(start, time.Hour))
 	awaitAnswer(t, ctx, upcoming, "the notice", func(a metadata.Answer) bool {
-		n, present, err := metadata.ParseNotice(a.Value)
-		return err == nil && present && n.Status == metadata.StatusPending && n.WindowStart.Equal(start)
+		n, present, err := maintenance.ParseNotice(a.Value)
+		return err == nil && present && n.Status == maintenance.StatusPending && n.WindowStart.Equal(start)
 	})
 	emu.SetNoticeStatus(gceemu.StatusOngoing)
 	awaitAnswer(t, ctx, upcoming, "the notice ONGOING", func(a metadata.Answer) bool {
-		n, present, err := metadata.ParseNotice(a.Value)
-		return err == nil && present && n.Status == metadata.StatusOngoing
+		n, present, err := maintenance.ParseNotice(a.Value)
+		return err == nil && present && n.Status == maintenance.StatusOngoing
 	})
 	emu.SetPreempted(true)
-	awaitAnswer(t, ctx, preempted, "the preemption", func(a metadata.Answer) bool { p, err := metadata.ParsePreempted(a.Value); return err == nil && p })
+	awaitAnswer(t, ctx, preempted, "the preemption", func(a metadata.Answer) bool { p, err := maintenance.ParsePreempted(a.Value); return err == nil && p })
 	awaitAnswer(t, ctx, deadline, "the drain's deadline", func(a metadata.Answer) bool {
 		_, err := time.Parse(time.RFC3339, a.Value)
 		return !a.Absent && err == nil
@@ -657,7 +658,7 @@ func TestServesTheNoticeToThePods(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if n, present, err := metadata.ParseNotice(string(body)); resp.StatusCode != http.StatusOK || err != nil || !present || n.Status != metadata.StatusOngoing {
+	if n, present, err := maintenance.ParseNotice(string(body)); resp.StatusCode != http.StatusOK || err != nil || !present || n.Status != maintenance.StatusOngoing {
 		t.Errorf("with the metadata server hung: %d %q, want the ONGOING notice", resp.StatusCode, body)
 	}
 

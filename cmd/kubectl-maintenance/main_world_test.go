@@ -21,16 +21,16 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 var world *testworld.World
 
-func TestMain(m *testing.M) { os.Exit(fleet.RunMain(m, &world)) }
+func TestMain(m *testing.M) { os.Exit(vms.RunMain(m, &world)) }
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
@@ -185,22 +185,22 @@ func TestStatusGolden(t *testing.T) {
 func TestWhySaysEachReason(t *testing.T) {
 	testworld.Need(t)
 	for reason, msg := range map[string]string{
-		aggregator.ReasonNotIdle:          "Not picked for opportunistic maintenance: pods on it use accelerators",
-		aggregator.ReasonIdleTooShort:     "Not picked for opportunistic maintenance: idle for 1m0s, less than node-idle-time=600s",
-		aggregator.ReasonMinNodes:         "Not picked for opportunistic maintenance: the pool why must keep min-nodes=3 nodes Ready and out of maintenance (3 are)",
-		aggregator.ReasonMaxVoluntary:     "Not picked for opportunistic maintenance: the pool why has as many nodes in voluntary maintenance as its cap allows",
-		aggregator.ReasonOutsideWindow:    "Not picked for opportunistic maintenance: outside the maintenance window",
-		aggregator.ReasonExcluded:         `Not picked for opportunistic maintenance: inside the maintenance exclusion "freeze"`,
-		aggregator.ReasonAutoscaled:       "Not picked for opportunistic maintenance: the cluster autoscaler manages the pool why",
-		aggregator.ReasonNotEvictable:     "Not picked for opportunistic maintenance: a pod on it is annotated cluster-autoscaler.kubernetes.io/safe-to-evict=false",
-		aggregator.ReasonOptedOut:         "Not picked for opportunistic maintenance: it is labelled cloud.google.com/opportunistic-disable=true",
-		aggregator.ReasonNotReschedulable: "Not picked for opportunistic maintenance: its maintenance cannot be rescheduled (can_reschedule false)",
-		aggregator.ReasonTooEarly:         "Not picked for opportunistic maintenance: its maintenance at 2026-11-25T12:00:00Z is more than window=86400s away",
-		aggregator.ReasonNotReady:         "Not picked for opportunistic maintenance: the node is not Ready",
-		aggregator.ReasonSliceIncomplete:  "Not picked for opportunistic maintenance: the multi-host TPU slice why is maintained whole, and not every node of it can go now",
-		aggregator.ReasonInvalidConfig:    "Not picked for opportunistic maintenance: the pool's configuration is invalid: min-nodes is required",
-		aggregator.ReasonCoolingDown:      "Not picked for opportunistic maintenance: its last voluntary maintenance failed (permission_denied, 1 in a row)",
-		aggregator.ReasonGKEHandles:       "Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on node.gke.io/opportunistic-config on this node",
+		fleet.ReasonNotIdle:          "Not picked for opportunistic maintenance: pods on it use accelerators",
+		fleet.ReasonIdleTooShort:     "Not picked for opportunistic maintenance: idle for 1m0s, less than node-idle-time=600s",
+		fleet.ReasonMinNodes:         "Not picked for opportunistic maintenance: the pool why must keep min-nodes=3 nodes Ready and out of maintenance (3 are)",
+		fleet.ReasonMaxVoluntary:     "Not picked for opportunistic maintenance: the pool why has as many nodes in voluntary maintenance as its cap allows",
+		fleet.ReasonOutsideWindow:    "Not picked for opportunistic maintenance: outside the maintenance window",
+		fleet.ReasonExcluded:         `Not picked for opportunistic maintenance: inside the maintenance exclusion "freeze"`,
+		fleet.ReasonAutoscaled:       "Not picked for opportunistic maintenance: the cluster autoscaler manages the pool why",
+		fleet.ReasonNotEvictable:     "Not picked for opportunistic maintenance: a pod on it is annotated cluster-autoscaler.kubernetes.io/safe-to-evict=false",
+		fleet.ReasonOptedOut:         "Not picked for opportunistic maintenance: it is labelled cloud.google.com/opportunistic-disable=true",
+		fleet.ReasonNotReschedulable: "Not picked for opportunistic maintenance: its maintenance cannot be rescheduled (can_reschedule false)",
+		fleet.ReasonTooEarly:         "Not picked for opportunistic maintenance: its maintenance at 2026-11-25T12:00:00Z is more than window=86400s away",
+		fleet.ReasonNotReady:         "Not picked for opportunistic maintenance: the node is not Ready",
+		fleet.ReasonSliceIncomplete:  "Not picked for opportunistic maintenance: the multi-host TPU slice why is maintained whole, and not every node of it can go now",
+		fleet.ReasonInvalidConfig:    "Not picked for opportunistic maintenance: the pool's configuration is invalid: min-nodes is required",
+		fleet.ReasonCoolingDown:      "Not picked for opportunistic maintenance: its last voluntary maintenance failed (permission_denied, 1 in a row)",
+		fleet.ReasonGKEHandles:       "Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on node.gke.io/opportunistic-config on this node",
 	} {
 		name := "why-" + strings.ReplaceAll(reason, "_", "-")
 		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "why"})
@@ -258,7 +258,7 @@ func TestWhySaysEachReason(t *testing.T) {
 // real agent until the node is terminating.
 func TestTriggerChecksFirst(t *testing.T) {
 	testworld.Need(t)
-	f := fleet.ForTest(t, world)
+	f := vms.ForTest(t, world)
 	ctx := testworld.Ctx(t, 3*time.Minute)
 	// Refused: no notice, one that cannot be rescheduled, one in maintenance.
 	for name, change := range map[string]func(*corev1.Node){

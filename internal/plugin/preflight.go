@@ -6,17 +6,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -35,7 +34,7 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	// The agent's own check, on what its Node shows: the notice it
 	// mirrors, its state, and the policy as the agent reads it.
 	check := lifecycle.TriggerCheck{Value: protocol.TriggerValue, State: st, Now: in.Now}
-	if notice, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
+	if notice, present, err := maintenance.ParseNotice(st.Notice); err == nil && present {
 		check.Notice, check.NoticePresent = notice, true
 	}
 	check.Blocked, check.BlockedDetail = policy.ManualGateOf(in.Config, in.ConfigErr, in.PolicySource, pool, in.Now)
@@ -45,13 +44,13 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	if f := st.Failures; f.Count > 0 {
 		note("its last %d voluntary maintenance(s) failed (%s)", f.Count, f.Reason)
 	}
-	views := make([]aggregator.Node, 0, len(in.Nodes))
+	views := make([]fleet.Node, 0, len(in.Nodes))
 	for _, m := range in.Nodes {
-		views = append(views, aggregator.NodeOf(m, in.PoolLabel, in.SliceLabel))
+		views = append(views, fleet.NodeOf(m, in.PoolLabel, in.SliceLabel))
 	}
 	// What goes down: the node, or its whole multi-host slice.
 	down := map[string]bool{n.Name: true}
-	if slice := aggregator.NodeOf(n, in.PoolLabel, in.SliceLabel).Slice; slice != "" {
+	if slice := fleet.NodeOf(n, in.PoolLabel, in.SliceLabel).Slice; slice != "" {
 		var hosts []string
 		for _, v := range views {
 			if v.Slice == slice {
@@ -63,7 +62,7 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 		note("%s is a host of the multi-host slice %s: the trigger takes the whole slice down, its %d hosts %s. Every other host drains with it (voluntarily: budgets hold), and %s asks Compute Engine once, for the slice, after the last host is drained",
 			n.Name, slice, len(hosts), strings.Join(hosts, ", "), n.Name)
 	}
-	for _, p := range aggregator.Decide(in.Now, in.Config, views) {
+	for _, p := range fleet.Decide(in.Now, in.Config, views) {
 		if p.Pool != pool {
 			continue
 		}

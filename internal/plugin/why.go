@@ -6,11 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -21,9 +20,9 @@ func Why(in Input, n *corev1.Node) string {
 	var parts []string
 	say := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) + " (" + In(t, in.Now) + ")" }
-	notice, pending := metadata.Notice{}, false
-	if nt, present, err := metadata.ParseNotice(st.Notice); err == nil && present {
-		notice, pending = nt, nt.Status == metadata.StatusPending
+	notice, pending := maintenance.Notice{}, false
+	if nt, present, err := maintenance.ParseNotice(st.Notice); err == nil && present {
+		notice, pending = nt, nt.Status == maintenance.StatusPending
 	}
 	switch {
 	case st.Active():

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // The demo is checked as a user runs it: the binary, built as `make demo`
@@ -26,7 +26,7 @@ import (
 // binary.
 func binaries(t *testing.T) string {
 	t.Helper()
-	dir, err := fleet.Binaries()
+	dir, err := vms.Binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func binaries(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	fleet.RemoveBinaries()
+	vms.RemoveBinaries()
 	os.Exit(code)
 }
 

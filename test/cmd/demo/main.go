@@ -45,8 +45,8 @@ import (
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 func main() {
@@ -89,7 +89,7 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{world: world, fleet: &fleet.Fleet{World: world, AgentBin: opts.agentBin, AgentArgs: []string{"--eviction-retry-interval", "2s"}},
+	d := &demo{world: world, fleet: &vms.Fleet{World: world, AgentBin: opts.agentBin, AgentArgs: []string{"--eviction-retry-interval", "2s"}},
 		aggregatorBin: opts.aggregatorBin, start: time.Now(), grace: 60}
 	if opts.short {
 		d.grace = 10

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // checkpointLead is the trainer's checkpoint lead in the demo: told that
@@ -24,7 +24,7 @@ import (
 const checkpointLead = "5s"
 
 // trainerOn is the trainer pod on v.
-func (d *demo) trainerOn(ctx context.Context, v *fleet.VM) (*corev1.Pod, error) {
+func (d *demo) trainerOn(ctx context.Context, v *vms.VM) (*corev1.Pod, error) {
 	list, err := d.world.Client.CoreV1().Pods(workloads).List(ctx, metav1.ListOptions{LabelSelector: "app=trainer", FieldSelector: "spec.nodeName=" + v.Name})
 	if err != nil {
 		return nil, err
@@ -38,7 +38,7 @@ func (d *demo) trainerOn(ctx context.Context, v *fleet.VM) (*corev1.Pod, error) 
 }
 
 // showNotice waits until the trainer on v carries the notice, and says it.
-func (d *demo) showNotice(ctx context.Context, v *fleet.VM) error {
+func (d *demo) showNotice(ctx context.Context, v *vms.VM) error {
 	var text, name string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := d.trainerOn(ctx, v)
@@ -62,7 +62,7 @@ func (d *demo) showNotice(ctx context.Context, v *fleet.VM) error {
 // loop, against a file the demo keeps equal to the trainer's notice on v,
 // as the kubelet keeps a downward API file. Its output is said as it
 // comes; stop ends it and waits for it.
-func (d *demo) checkpointLoop(ctx context.Context, v *fleet.VM) (stop func(), err error) {
+func (d *demo) checkpointLoop(ctx context.Context, v *vms.VM) (stop func(), err error) {
 	script, err := findExample("examples/checkpoint/loop.sh")
 	if err != nil {
 		return nil, err

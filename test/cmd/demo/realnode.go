@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // realPool is the node pool of the demo's real node, apart from the
@@ -61,7 +61,7 @@ func (d *demo) setUpRealNode(ctx context.Context) error {
 	if err := n.ImportShell(ctx); err != nil {
 		return err
 	}
-	v := &fleet.VM{Name: name, Emu: gceemu.New(gceemu.Config{Name: name, Project: "demo-project", Zone: "us-central1-a"})}
+	v := &vms.VM{Name: name, Emu: gceemu.New(gceemu.Config{Name: name, Project: "demo-project", Zone: "us-central1-a"})}
 	if err := v.Emu.Start(); err != nil {
 		return err
 	}

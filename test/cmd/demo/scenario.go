@@ -23,9 +23,9 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/test/fleet"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 const (
@@ -38,16 +38,16 @@ const (
 
 type demo struct {
 	world           *testworld.World
-	fleet           *fleet.Fleet
+	fleet           *vms.Fleet
 	aggregatorBin   string
 	aggregatorAddrs []string
 	start           time.Time
-	vms             []*fleet.VM
-	slice           []*fleet.VM // the hosts of the multi-host TPU slice
-	grace           int         // the trainer's checkpoint-on-SIGTERM budget, seconds
+	vms             []*vms.VM
+	slice           []*vms.VM // the hosts of the multi-host TPU slice
+	grace           int       // the trainer's checkpoint-on-SIGTERM budget, seconds
 	// The real node, where the machine allows one (setUpRealNode).
 	real    *testworld.RealNode
-	realVM  *fleet.VM
+	realVM  *vms.VM
 	realPod *corev1.Pod
 }
 
@@ -174,7 +174,7 @@ func (d *demo) setUp(ctx context.Context) error {
 // reboot plays the VM stopping and coming back once v is terminating
 // (after Compute Engine starts the maintenance, where the agent asked for
 // it), and waits until the node is back in service.
-func (d *demo) reboot(ctx context.Context, v *fleet.VM, asked bool) error {
+func (d *demo) reboot(ctx context.Context, v *vms.VM, asked bool) error {
 	if asked {
 		if err := d.waitEmulatorStarted(ctx, v); err != nil {
 			return err
@@ -195,7 +195,7 @@ func (d *demo) reboot(ctx context.Context, v *fleet.VM, asked bool) error {
 	return nil
 }
 
-func (d *demo) waitNode(ctx context.Context, v *fleet.VM, timeout time.Duration, cond func(*corev1.Node) bool) error {
+func (d *demo) waitNode(ctx context.Context, v *vms.VM, timeout time.Duration, cond func(*corev1.Node) bool) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
 		return err == nil && cond(n), nil
@@ -203,7 +203,7 @@ func (d *demo) waitNode(ctx context.Context, v *fleet.VM, timeout time.Duration,
 }
 
 // annotate sets an annotation on v's Node.
-func (d *demo) annotate(ctx context.Context, v *fleet.VM, key, value string) error {
+func (d *demo) annotate(ctx context.Context, v *vms.VM, key, value string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
 		if err != nil {
@@ -230,7 +230,7 @@ func (d *demo) startAggregator(id string) error {
 }
 
 // label sets the perform-maintenance label, as kubectl label would.
-func (d *demo) label(ctx context.Context, v *fleet.VM, value string) error {
+func (d *demo) label(ctx context.Context, v *vms.VM, value string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := d.world.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
 		if err != nil {
@@ -244,7 +244,7 @@ func (d *demo) label(ctx context.Context, v *fleet.VM, value string) error {
 
 // waitEmulatorStarted waits until Compute Engine starts the maintenance it
 // accepted (maintenance-event TERMINATE_ON_HOST_MAINTENANCE).
-func (d *demo) waitEmulatorStarted(ctx context.Context, v *fleet.VM) error {
+func (d *demo) waitEmulatorStarted(ctx context.Context, v *vms.VM) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return v.Emu.MaintenanceEvent() == gceemu.EventTerminate, nil
 	})
@@ -488,7 +488,7 @@ func podSummary(p *corev1.Pod, t watch.EventType) string {
 // scrape it: the interruptions by type and reason.
 func (d *demo) summary(ctx context.Context) error {
 	d.say("== What the agents counted (maintenance_handler_agent_interruptions_total, from each /metrics)")
-	for _, v := range append(append([]*fleet.VM{}, d.vms...), d.slice...) {
+	for _, v := range append(append([]*vms.VM{}, d.vms...), d.slice...) {
 		counts, err := interruptions(ctx, "http://"+v.MetricsAddr+"/metrics", "maintenance_handler_agent_interruptions_total")
 		if err != nil {
 			return fmt.Errorf("%s: %w", v.Name, err)

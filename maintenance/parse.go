@@ -1,4 +1,4 @@
-package metadata
+package maintenance
 
 import (
 	"encoding/json"

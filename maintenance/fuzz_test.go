@@ -1,4 +1,4 @@
-package metadata_test
+package maintenance_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 )
 
@@ -27,11 +27,11 @@ const maxError = 1024
 // checkRefusal fails t unless err is a clear refusal of raw.
 func checkRefusal(t *testing.T, what, raw string, err error) {
 	t.Helper()
-	if !errors.Is(err, metadata.ErrUnrecognized) {
+	if !errors.Is(err, maintenance.ErrUnrecognized) {
 		t.Errorf("%s(%q): %v, want ErrUnrecognized", what, raw, err)
 	}
 	if msg := err.Error(); len(msg) > maxError || !utf8.ValidString(msg) {
-		t.Errorf("%s(%q): an error of %d bytes (valid UTF-8: %t), want at most %d", what, metadata.Excerpt(raw), len(msg), utf8.ValidString(msg), maxError)
+		t.Errorf("%s(%q): an error of %d bytes (valid UTF-8: %t), want at most %d", what, maintenance.Excerpt(raw), len(msg), utf8.ValidString(msg), maxError)
 	}
 }
 
@@ -49,13 +49,13 @@ func FuzzParseEvent(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		ev, err := metadata.ParseEvent(raw)
+		ev, err := maintenance.ParseEvent(raw)
 		if err != nil {
 			checkRefusal(t, "ParseEvent", raw, err)
 			return
 		}
 		for _, form := range []string{string(ev), strconv.Quote(string(ev))} {
-			if again, err := metadata.ParseEvent(form); err != nil || again != ev {
+			if again, err := maintenance.ParseEvent(form); err != nil || again != ev {
 				t.Errorf("ParseEvent(%q) = %q, but %q parses to %q, %v", raw, ev, form, again, err)
 			}
 		}
@@ -67,13 +67,13 @@ func FuzzParsePreempted(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		p, err := metadata.ParsePreempted(raw)
+		p, err := maintenance.ParsePreempted(raw)
 		if err != nil {
 			checkRefusal(t, "ParsePreempted", raw, err)
 			return
 		}
 		form := strings.ToUpper(strconv.FormatBool(p))
-		if again, err := metadata.ParsePreempted(form); err != nil || again != p {
+		if again, err := maintenance.ParsePreempted(form); err != nil || again != p {
 			t.Errorf("ParsePreempted(%q) = %t, but %q parses to %t, %v", raw, p, form, again, err)
 		}
 	})
@@ -101,12 +101,12 @@ func FuzzParseNotice(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		n, present, err := metadata.ParseNotice(raw)
+		n, present, err := maintenance.ParseNotice(raw)
 		switch {
 		case err != nil:
 			checkRefusal(t, "ParseNotice", raw, err)
 		case !present:
-			if !cmp.Equal(n, metadata.Notice{}) {
+			if !cmp.Equal(n, maintenance.Notice{}) {
 				t.Errorf("ParseNotice(%q): no notice, but %+v", raw, n)
 			}
 		default:
@@ -117,7 +117,7 @@ func FuzzParseNotice(f *testing.F) {
 			// string) is the same notice.
 			quoted, _ := json.Marshal(n.Raw)
 			for _, form := range []string{n.Raw, string(quoted)} {
-				again, present, err := metadata.ParseNotice(form)
+				again, present, err := maintenance.ParseNotice(form)
 				if err != nil || !present || !cmp.Equal(again, n) {
 					t.Errorf("ParseNotice(%q) = %+v, but its mirror %q parses to %+v, %t, %v", raw, n, form, again, present, err)
 				}
@@ -130,13 +130,13 @@ func FuzzExcerpt(f *testing.F) {
 	for _, s := range valueSeeds {
 		f.Add(s)
 	}
-	f.Add(strings.Repeat("a", metadata.ExcerptMax-1) + "é")
+	f.Add(strings.Repeat("a", maintenance.ExcerptMax-1) + "é")
 	f.Fuzz(func(t *testing.T, s string) {
-		e := metadata.Excerpt(s)
-		if len(e) > metadata.ExcerptMax+len("...") || utf8.ValidString(s) && !utf8.ValidString(e) {
+		e := maintenance.Excerpt(s)
+		if len(e) > maintenance.ExcerptMax+len("...") || utf8.ValidString(s) && !utf8.ValidString(e) {
 			t.Errorf("Excerpt(%q) = %q: %d bytes, valid UTF-8 %t", s, e, len(e), utf8.ValidString(e))
 		}
-		if len(s) <= metadata.ExcerptMax && e != s || len(s) > metadata.ExcerptMax && !strings.HasPrefix(s, strings.TrimSuffix(e, "...")) {
+		if len(s) <= maintenance.ExcerptMax && e != s || len(s) > maintenance.ExcerptMax && !strings.HasPrefix(s, strings.TrimSuffix(e, "...")) {
 			t.Errorf("Excerpt(%q) = %q, not a prefix of it", s, e)
 		}
 	})

@@ -1,11 +1,10 @@
-package aggregator
+package fleet
 
 import (
 	"testing"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 

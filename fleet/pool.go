@@ -1,4 +1,7 @@
-package aggregator
+package fleet
+
+// One pool's decision: which of its nodes with a pending notice to
+// trigger now, within its caps, windows and exclusions.
 
 import (
 	"fmt"
@@ -7,139 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
-	"github.com/maintenance-handler/maintenance-handler/window"
 )
-
-// Reasons for a decision about a node (the reason label of
-// decisions_total, and the Events' wording).
-const (
-	ReasonTriggered        = "triggered"
-	ReasonNotIdle          = "not_idle"
-	ReasonNotEvictable     = "safe_to_evict"
-	ReasonIdleTooShort     = "idle_too_short"
-	ReasonMinNodes         = "min_nodes"
-	ReasonOutsideWindow    = window.ReasonOutsideWindow
-	ReasonExcluded         = window.ReasonExcluded
-	ReasonOptedOut         = "opted_out"
-	ReasonNotReschedulable = "not_reschedulable"
-	ReasonTooEarly         = "too_early"
-	ReasonNotReady         = "not_ready"
-	ReasonSliceIncomplete  = "slice_incomplete"
-	ReasonInvalidConfig    = "invalid_config"
-	// ReasonCoolingDown: the node's last voluntary maintenance failed, and
-	// its cool-down (written by its agent) has not passed.
-	ReasonCoolingDown = "cooling_down"
-	// ReasonGKEHandles: GKE's own maintenance handler acts on the node's
-	// opportunistic-config annotation (GKE 1.31 and later).
-	ReasonGKEHandles = "gke_handles"
-	// ReasonMaxVoluntary: the pool's or the cluster's cap on nodes in
-	// voluntary maintenance at once is reached.
-	ReasonMaxVoluntary = "max_voluntary"
-	// ReasonAutoscaled: the cluster autoscaler manages the pool, and the
-	// policy does not opt in to opportunistic maintenance there.
-	ReasonAutoscaled = "cluster_autoscaler"
-	// ReasonUnreadable: the node's agent wrote values the aggregator cannot
-	// read (protocol.Unreadable).
-	ReasonUnreadable = "unreadable"
-)
-
-// Decision is what the aggregator decided about one node with a pending
-// notice.
-type Decision struct {
-	Node   string
-	UID    types.UID
-	Reason string
-	// message says why, for the Node's Event: written only when asked
-	// (Message), as a pass decides about every node with a pending notice
-	// and announces only the decisions that changed.
-	message func() string
-}
-
-// Message says why, for the Node's Event.
-func (d Decision) Message() string { return d.message() }
-
-// PoolPlan is one pool's pass.
-type PoolPlan struct {
-	Pool string
-	// Configured: the pool has opportunistic maintenance configured (valid
-	// or not). Unconfigured pools get no decisions.
-	Configured bool
-	Setting    policy.Opportunistic
-	// ConfigErr is why the pool's configuration is invalid; ConfigNodes
-	// are the nodes whose annotation it came from.
-	ConfigErr   error
-	ConfigNodes []string
-	Decisions   []Decision
-	// Trigger lists the nodes to trigger now.
-	Trigger []string
-	// For the pool's gauges; Voluntary are the nodes in voluntary
-	// (manual or opportunistic) maintenance, which the caps count.
-	Nodes, Pending, Idle, InMaintenance, Voluntary int
-	// NextMaintenance is the earliest pending window start (zero if none).
-	NextMaintenance time.Time
-	// Autoscaled: the cluster autoscaler manages the pool (detected or
-	// declared).
-	Autoscaled bool
-	// Budget is the pool's cap on nodes in voluntary maintenance
-	// (policy.Config.PoolBudget).
-	Budget policy.Budget
-}
-
-// Decide is one pass over every node: for each pool, which nodes to trigger
-// now and why every other node with a pending notice is not triggered. It
-// is a pure function of what is on the Nodes, the configuration and now.
-func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
-	// The nodes grouped by pool (pointers into the caller's slice, which
-	// is left as it is), each pool's sorted by name.
-	all := make([]*Node, len(nodes))
-	byPool := map[string][]*Node{}
-	for i := range nodes {
-		all[i] = &nodes[i]
-		byPool[nodes[i].Pool] = append(byPool[nodes[i].Pool], all[i])
-	}
-	pools := make([]string, 0, len(byPool))
-	for p, members := range byPool {
-		pools = append(pools, p)
-		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-	}
-	sort.Strings(pools)
-	// The cluster's cap on voluntary maintenance, shared by the pools in
-	// order.
-	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(all)
-	plans := make([]PoolPlan, 0, len(pools))
-	for _, pool := range pools {
-		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft))
-	}
-	return plans
-}
-
-func pending(n *Node) bool {
-	return n.NoticePresent && n.Notice.Status == metadata.StatusPending
-}
-
-// countVoluntary counts the nodes in voluntary maintenance: a multi-host
-// slice one host of which is in one counts every host, since the slice
-// goes down whole.
-func countVoluntary(nodes []*Node) int {
-	n := 0
-	down := map[string]bool{}
-	for _, v := range nodes {
-		if v.Voluntary && v.Slice != "" {
-			down[v.Slice] = true
-		}
-	}
-	for _, v := range nodes {
-		if v.Voluntary || down[v.Slice] {
-			n++
-		}
-	}
-	return n
-}
 
 // decidePool decides one pool's nodes, sorted by name.
 func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int) PoolPlan {
@@ -329,78 +202,6 @@ func (c *caps) take(k int) (reason string, detail func() string) {
 	c.poolLeft -= k
 	*c.clusterLeft -= k
 	return "", nil
-}
-
-// sliceMembers groups the nodes of multi-host TPU slices, by slice.
-func sliceMembers(nodes []*Node) [][]*Node {
-	bySlice := map[string][]*Node{}
-	var names []string
-	for _, n := range nodes {
-		if n.Slice == "" {
-			continue
-		}
-		if _, ok := bySlice[n.Slice]; !ok {
-			names = append(names, n.Slice)
-		}
-		bySlice[n.Slice] = append(bySlice[n.Slice], n)
-	}
-	sort.Strings(names)
-	out := make([][]*Node, 0, len(names))
-	for _, s := range names {
-		out = append(out, bySlice[s])
-	}
-	return out
-}
-
-// decideSlice takes a slice whole or not at all: every host must be
-// eligible and out of maintenance, and the slice takes as many nodes of
-// min-nodes' spare and of the pool's and the cluster's caps as it has
-// hosts. Only its first host by name is triggered: its agent asks Compute
-// Engine once, for the whole slice, after every other host, following
-// it, is drained (lifecycle.SliceCaller).
-func decideSlice(members []*Node, eligible func(*Node) (string, func() string), skip func(*Node, string, func() string), trigger func(*Node, func() string), c *caps) {
-	var blocked []string
-	for _, n := range members {
-		if n.InMaintenance || n.Voluntary {
-			return // the slice is down, or going down: nothing to decide
-		}
-	}
-	for _, n := range members {
-		if !pending(n) {
-			blocked = append(blocked, n.Name+" has no pending maintenance")
-			continue
-		}
-		if reason, detail := eligible(n); reason != "" {
-			skip(n, reason, detail)
-			blocked = append(blocked, n.Name+": "+reason)
-		}
-	}
-	slice := members[0].Slice
-	if len(blocked) > 0 {
-		for _, n := range members {
-			if pending(n) {
-				if r, _ := eligible(n); r == "" {
-					skip(n, ReasonSliceIncomplete, func() string {
-						return fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", slice, strings.Join(blocked, "; "))
-					})
-				}
-			}
-		}
-		return
-	}
-	if reason, detail := c.take(len(members)); reason != "" {
-		for _, n := range members {
-			skip(n, reason, func() string {
-				return fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", slice, len(members), detail())
-			})
-		}
-		return
-	}
-	lead := members[0] // sorted by name
-	hosts := len(members)
-	trigger(lead, func() string {
-		return fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", slice, hosts)
-	})
 }
 
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else

@@ -1,4 +1,4 @@
-package aggregator
+package fleet
 
 import (
 	"errors"
@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/window"
@@ -26,7 +25,7 @@ var (
 
 func node(name string, idleFor time.Duration) Node {
 	n := Node{Name: name, Pool: "pool-a", Ready: true, NoticePresent: true,
-		Notice: metadata.Notice{Status: metadata.StatusPending, CanReschedule: true, WindowStart: soon}}
+		Notice: maintenance.Notice{Status: maintenance.StatusPending, CanReschedule: true, WindowStart: soon}}
 	if idleFor >= 0 {
 		n.IdleSince = now.Add(-idleFor)
 	} else {

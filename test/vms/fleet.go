@@ -1,11 +1,11 @@
-// Package fleet runs simulated accelerator VMs in the test world: for each,
+// Package vms runs simulated accelerator VMs in the test world: for each,
 // a kwok Node, its own metadata server and Compute API emulator, and its
 // own agent process (the real binary). The demo and the tests that need
 // whole agents use it.
 //
 // Concurrency: a Fleet is used from one goroutine; its VMs' emulators are
 // safe for concurrent use.
-package fleet
+package vms
 
 import (
 	"context"

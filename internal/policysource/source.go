@@ -1,4 +1,11 @@
-package policy
+// Package policysource keeps the maintenance policy (package policy) of
+// one ConfigMap by a watch of that ConfigMap alone, for the agent and the
+// aggregator binaries: the runtime half of the policy, which package
+// policy itself (pure) does not link.
+//
+// Concurrency: a Source's methods may be called from any goroutine once
+// it runs.
+package policysource
 
 import (
 	"context"
@@ -9,10 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
-
-// ConfigKey is the ConfigMap key holding the policy.
-const ConfigKey = "policy.yaml"
 
 // Source is the policy in one ConfigMap, kept by one watch of that
 // ConfigMap alone.
@@ -53,16 +58,16 @@ func (s *Source) Name() string { return s.namespace + "/" + s.name }
 
 // Config is the policy now: empty when the ConfigMap does not exist, an
 // error when it cannot be parsed.
-func (s *Source) Config() (Config, error) {
+func (s *Source) Config() (policy.Config, error) {
 	obj, ok := s.informer.Get(s.namespace + "/" + s.name)
 	if !ok {
-		return Config{}, nil
+		return policy.Config{}, nil
 	}
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
-		return Config{}, nil
+		return policy.Config{}, nil
 	}
-	return ParseConfig(cm.Data[ConfigKey])
+	return policy.ParseConfig(cm.Data[policy.ConfigKey])
 }
 
 // ManualGate is the agent's question: why a manual trigger on node is
@@ -72,28 +77,9 @@ func (s *Source) Config() (Config, error) {
 func (s *Source) ManualGate(poolLabel string) func(*corev1.Node, time.Time) (string, string) {
 	return func(n *corev1.Node, now time.Time) (string, string) {
 		if !s.Synced() {
-			return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy (ConfigMap %s) has not been read yet", s.Name())
+			return policy.ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy (ConfigMap %s) has not been read yet", s.Name())
 		}
 		cfg, err := s.Config()
-		return ManualGateOf(cfg, err, "ConfigMap "+s.Name(), n.Labels[poolLabel], now)
+		return policy.ManualGateOf(cfg, err, "ConfigMap "+s.Name(), n.Labels[poolLabel], now)
 	}
 }
-
-// ManualGateOf says why a manual trigger on a node of pool is refused at
-// now by the policy cfg, read from source (for the message), where err
-// says it could not be parsed: every trigger while the policy or the
-// pool's part of it is invalid (ReasonPolicyUnknown), otherwise what
-// Config.ManualBlocked says. The agent and `kubectl maintenance trigger`
-// both ask it.
-func ManualGateOf(cfg Config, err error, source, pool string, now time.Time) (reason, detail string) {
-	if err != nil {
-		return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy (%s) is invalid: %v", source, err)
-	}
-	if err := cfg.PoolErrors[pool]; err != nil {
-		return ReasonPolicyUnknown, fmt.Sprintf("the maintenance policy's part for pool %s (%s) is invalid: %v", pool, source, err)
-	}
-	return cfg.ManualBlocked(pool, now)
-}
-
-// ReasonPolicyUnknown: the policy could not be read.
-const ReasonPolicyUnknown = "policy_unknown"

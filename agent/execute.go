@@ -1,0 +1,79 @@
+package agent
+
+// Executing a decision: the Node written, Events recorded, metrics counted, the drain and the call started or stopped.
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// execute records a decision that is now on the Node, and runs the drain
+// while the phase is Draining.
+func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried protocol.Counts, latency time.Duration) {
+	st := dec.State
+	a.wakeAt = dec.WakeAt
+	a.syncConditions(ctx, st)
+	if a.opts.Mirror != nil {
+		deadline := st.Deadline
+		if !st.Active() {
+			deadline = time.Time{}
+		}
+		a.opts.Mirror.SetDeadline(deadline)
+	}
+	for _, e := range dec.Events {
+		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
+		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
+	}
+	a.syncCounts(st.Interruptions.Plus(carried))
+	if latency > 0 {
+		a.opts.Metrics.TaintLatency(latency)
+	}
+	if dec.Manual != "" {
+		a.opts.Metrics.ManualTrigger(dec.Manual)
+	}
+	if dec.Perform {
+		a.startPerform(ctx, st)
+	}
+	if dec.Migration {
+		a.opts.Metrics.Migration()
+	}
+	if dec.Drained {
+		a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
+	}
+	a.opts.Metrics.SetPhase(st.Phase)
+	var deadline, scheduled time.Time
+	if st.Phase == protocol.PhaseDraining {
+		deadline = st.Deadline
+	}
+	if sec, err := strconv.ParseInt(st.ScheduledTime, 10, 64); err == nil {
+		scheduled = time.Unix(sec, 0)
+	}
+	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
+	a.opts.Metrics.SetFailures(st.Failures.Count)
+	a.followDrain(ctx, dec.Drain)
+	a.mu.Lock()
+	drainStart := a.drainStart
+	a.mu.Unlock()
+	a.setNotice(lifecycle.WorkloadTargetOf(st, drainStart))
+}
+
+// syncCounts makes the interruption counters follow the Node's counts (the
+// agent's and the repairs the aggregator counted), which only grow: so they
+// continue a node's totals across agent restarts and reboots.
+func (a *Agent) syncCounts(counts protocol.Counts) {
+	if a.counted == nil {
+		a.counted = map[string]int{}
+	}
+	for key, n := range counts {
+		i, ok := protocol.ParseInterruptionKey(key)
+		if !ok || n <= a.counted[key] {
+			continue
+		}
+		a.opts.Metrics.AddInterruptions(i, n-a.counted[key])
+		a.counted[key] = n
+	}
+}

@@ -1,0 +1,138 @@
+package fleet
+
+import (
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/window"
+)
+
+// Reasons for a decision about a node (the reason label of
+// decisions_total, and the Events' wording).
+const (
+	ReasonTriggered        = "triggered"
+	ReasonNotIdle          = "not_idle"
+	ReasonNotEvictable     = "safe_to_evict"
+	ReasonIdleTooShort     = "idle_too_short"
+	ReasonMinNodes         = "min_nodes"
+	ReasonOutsideWindow    = window.ReasonOutsideWindow
+	ReasonExcluded         = window.ReasonExcluded
+	ReasonOptedOut         = "opted_out"
+	ReasonNotReschedulable = "not_reschedulable"
+	ReasonTooEarly         = "too_early"
+	ReasonNotReady         = "not_ready"
+	ReasonSliceIncomplete  = "slice_incomplete"
+	ReasonInvalidConfig    = "invalid_config"
+	// ReasonCoolingDown: the node's last voluntary maintenance failed, and
+	// its cool-down (written by its agent) has not passed.
+	ReasonCoolingDown = "cooling_down"
+	// ReasonGKEHandles: GKE's own maintenance handler acts on the node's
+	// opportunistic-config annotation (GKE 1.31 and later).
+	ReasonGKEHandles = "gke_handles"
+	// ReasonMaxVoluntary: the pool's or the cluster's cap on nodes in
+	// voluntary maintenance at once is reached.
+	ReasonMaxVoluntary = "max_voluntary"
+	// ReasonAutoscaled: the cluster autoscaler manages the pool, and the
+	// policy does not opt in to opportunistic maintenance there.
+	ReasonAutoscaled = "cluster_autoscaler"
+	// ReasonUnreadable: the node's agent wrote values the aggregator cannot
+	// read (protocol.Unreadable).
+	ReasonUnreadable = "unreadable"
+)
+
+// Decision is what the aggregator decided about one node with a pending
+// notice.
+type Decision struct {
+	Node   string
+	UID    types.UID
+	Reason string
+	// message says why, for the Node's Event: written only when asked
+	// (Message), as a pass decides about every node with a pending notice
+	// and announces only the decisions that changed.
+	message func() string
+}
+
+// Message says why, for the Node's Event.
+func (d Decision) Message() string { return d.message() }
+
+// PoolPlan is one pool's pass.
+type PoolPlan struct {
+	Pool string
+	// Configured: the pool has opportunistic maintenance configured (valid
+	// or not). Unconfigured pools get no decisions.
+	Configured bool
+	Setting    policy.Opportunistic
+	// ConfigErr is why the pool's configuration is invalid; ConfigNodes
+	// are the nodes whose annotation it came from.
+	ConfigErr   error
+	ConfigNodes []string
+	Decisions   []Decision
+	// Trigger lists the nodes to trigger now.
+	Trigger []string
+	// For the pool's gauges; Voluntary are the nodes in voluntary
+	// (manual or opportunistic) maintenance, which the caps count.
+	Nodes, Pending, Idle, InMaintenance, Voluntary int
+	// NextMaintenance is the earliest pending window start (zero if none).
+	NextMaintenance time.Time
+	// Autoscaled: the cluster autoscaler manages the pool (detected or
+	// declared).
+	Autoscaled bool
+	// Budget is the pool's cap on nodes in voluntary maintenance
+	// (policy.Config.PoolBudget).
+	Budget policy.Budget
+}
+
+// Decide is one pass over every node: for each pool, which nodes to trigger
+// now and why every other node with a pending notice is not triggered. It
+// is a pure function of what is on the Nodes, the configuration and now.
+func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
+	// The nodes grouped by pool (pointers into the caller's slice, which
+	// is left as it is), each pool's sorted by name.
+	all := make([]*Node, len(nodes))
+	byPool := map[string][]*Node{}
+	for i := range nodes {
+		all[i] = &nodes[i]
+		byPool[nodes[i].Pool] = append(byPool[nodes[i].Pool], all[i])
+	}
+	pools := make([]string, 0, len(byPool))
+	for p, members := range byPool {
+		pools = append(pools, p)
+		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	}
+	sort.Strings(pools)
+	// The cluster's cap on voluntary maintenance, shared by the pools in
+	// order.
+	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(all)
+	plans := make([]PoolPlan, 0, len(pools))
+	for _, pool := range pools {
+		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft))
+	}
+	return plans
+}
+
+func pending(n *Node) bool {
+	return n.NoticePresent && n.Notice.Status == maintenance.StatusPending
+}
+
+// countVoluntary counts the nodes in voluntary maintenance: a multi-host
+// slice one host of which is in one counts every host, since the slice
+// goes down whole.
+func countVoluntary(nodes []*Node) int {
+	n := 0
+	down := map[string]bool{}
+	for _, v := range nodes {
+		if v.Voluntary && v.Slice != "" {
+			down[v.Slice] = true
+		}
+	}
+	for _, v := range nodes {
+		if v.Voluntary || down[v.Slice] {
+			n++
+		}
+	}
+	return n
+}

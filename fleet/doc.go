@@ -1,0 +1,25 @@
+// Package fleet is the cluster's decision, pure: which nodes with a
+// pending maintenance to start now, opportunistically, per node pool,
+// without taking a pool below its min-nodes or past its caps on voluntary
+// maintenance, inside its windows and outside its exclusions, never on a
+// node that runs workloads, cools down from a failure, is left to GKE's
+// own handler, or shows values no one can read; and what every host of a
+// multi-host slice must carry when one of them goes down.
+//
+// Its files: the Node view, decoded once per change of a Node (node.go),
+// the decision over every pool (decide.go) and one pool's (pool.go), the
+// cluster autoscaler's node groups (autoscaler.go), multi-host slices
+// (slice.go: picked whole or not at all, and the asks that every host of a
+// slice that goes down carries).
+//
+// The aggregator runs Decide and SliceAsks while it leads and writes what
+// they say; `kubectl maintenance status` and `trigger` ask the same
+// functions from what the Nodes show, so a person sees the aggregator's
+// reasons without asking it.
+//
+// What it does not do: read or write the API server, read a clock (now is
+// an argument), or decide about one node's lifecycle (package lifecycle
+// does, on the node's agent). A test holds that it links no client.
+//
+// Concurrency: pure functions over values; safe for concurrent use.
+package fleet

@@ -1,0 +1,121 @@
+package fleet
+
+// The Node view: what the fleet's decision reads of a Node object, decoded
+// once per change of the Node.
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// Node is what a decision looks at, read from a Node object.
+type Node struct {
+	Name string
+	UID  types.UID
+	Pool string
+	// Ready: the NodeReady condition is True.
+	Ready bool
+	// InMaintenance: a maintenance is under way or asked for (the
+	// active-node-maintenance label, the perform-maintenance label, or the
+	// impending-termination taint).
+	InMaintenance bool
+	// Triggered: the aggregator started its maintenance (an opportunistic
+	// trigger), at TriggeredAt (zero when unreadable); Asked: the
+	// perform-maintenance label is on the node.
+	Triggered, Asked bool
+	TriggeredAt      time.Time
+	// Voluntary: a manual or opportunistic maintenance is under way or
+	// asked for (it counts against the caps).
+	Voluntary bool
+	// Notice is the pending notice the agent mirrored, if any.
+	Notice        maintenance.Notice
+	NoticePresent bool
+	IdleSince     time.Time
+	Busy          string
+	OptOut        bool
+	// Config is the node's opportunistic-config annotation.
+	Config string
+	// Failures are the node's voluntary maintenances that failed in a row.
+	Failures protocol.Failures
+	// GKEHandled: GKE's own maintenance handler runs on the node (its
+	// kubelet is GKE's, 1.31 or later) and acts on the opportunistic-config
+	// annotation itself; the aggregator leaves that annotation to it.
+	GKEHandled bool
+	// Slice names the multi-host TPU slice the node belongs to ("" for
+	// none): its pool, when the topology spans more chips than one node has.
+	Slice string
+	// SliceHosts is how many hosts its slice has, by its topology (0 when
+	// it cannot tell: protocol.SliceHosts).
+	SliceHosts int
+	// AutoscalerGroup is the cluster autoscaler's node group the node is
+	// in ("" for none known): set by the pass from the autoscaler's status.
+	AutoscalerGroup string
+	// The agent's maintenance under way, if any.
+	Phase             protocol.Phase
+	Reason            protocol.Reason
+	Started, Deadline time.Time
+	// Ask is the slice ask on the node (nil for none), and SliceTaint
+	// whether the slice-down taint is on it.
+	Ask        *protocol.SliceAsk
+	SliceTaint bool
+	// Unreadable are the keys whose values could not be read
+	// (protocol.Unreadable): they count as absent, and the node is not
+	// picked while they last.
+	Unreadable []string
+}
+
+// NodeOf reads n; poolLabel names its pool, and sliceLabel, when given,
+// its multi-host slice (protocol.SliceOf).
+func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
+	v := Node{
+		Name:   n.Name,
+		UID:    n.UID,
+		Pool:   n.Labels[poolLabel],
+		Config: strings.TrimSpace(n.Annotations[protocol.AnnotationOpportunisticConfig]),
+		OptOut: n.Labels[protocol.LabelOpportunisticDisable] == "true",
+	}
+	st := protocol.ReadAgentState(n)
+	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
+	_, asked := n.Labels[protocol.LabelPerformMaintenance]
+	v.Asked = asked
+	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
+	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
+	v.Ready = NodeReady(n)
+	v.InMaintenance = protocol.InMaintenance(n)
+	_, _, ms := protocol.ReadTrigger(n)
+	v.Triggered = ms.OpportunisticTriggered
+	v.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
+	if st.Notice != "" {
+		if notice, present, err := maintenance.ParseNotice(st.Notice); err == nil && present {
+			v.Notice, v.NoticePresent = notice, true
+		}
+	}
+	v.Slice = protocol.SliceOf(n, poolLabel, sliceLabel)
+	if v.Slice != "" {
+		v.SliceHosts = protocol.SliceHosts(n)
+	}
+	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
+	if ask, ok := protocol.ReadSliceAsk(n); ok {
+		v.Ask = &ask
+	}
+	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
+	v.Unreadable = protocol.Unreadable(n)
+	return v
+}
+
+// NodeReady: n's NodeReady condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,155 @@
+package fleet
+
+// Multi-host slices in the fleet's decision: a slice is picked whole or
+// not at all, and every host of a slice that goes down carries the ask to
+// drain with it.
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// sliceMembers groups the nodes of multi-host TPU slices, by slice.
+func sliceMembers(nodes []*Node) [][]*Node {
+	bySlice := map[string][]*Node{}
+	var names []string
+	for _, n := range nodes {
+		if n.Slice == "" {
+			continue
+		}
+		if _, ok := bySlice[n.Slice]; !ok {
+			names = append(names, n.Slice)
+		}
+		bySlice[n.Slice] = append(bySlice[n.Slice], n)
+	}
+	sort.Strings(names)
+	out := make([][]*Node, 0, len(names))
+	for _, s := range names {
+		out = append(out, bySlice[s])
+	}
+	return out
+}
+
+// decideSlice takes a slice whole or not at all: every host must be
+// eligible and out of maintenance, and the slice takes as many nodes of
+// min-nodes' spare and of the pool's and the cluster's caps as it has
+// hosts. Only its first host by name is triggered: its agent asks Compute
+// Engine once, for the whole slice, after every other host, following
+// it, is drained (lifecycle.SliceCaller).
+func decideSlice(members []*Node, eligible func(*Node) (string, func() string), skip func(*Node, string, func() string), trigger func(*Node, func() string), c *caps) {
+	var blocked []string
+	for _, n := range members {
+		if n.InMaintenance || n.Voluntary {
+			return // the slice is down, or going down: nothing to decide
+		}
+	}
+	for _, n := range members {
+		if !pending(n) {
+			blocked = append(blocked, n.Name+" has no pending maintenance")
+			continue
+		}
+		if reason, detail := eligible(n); reason != "" {
+			skip(n, reason, detail)
+			blocked = append(blocked, n.Name+": "+reason)
+		}
+	}
+	slice := members[0].Slice
+	if len(blocked) > 0 {
+		for _, n := range members {
+			if pending(n) {
+				if r, _ := eligible(n); r == "" {
+					skip(n, ReasonSliceIncomplete, func() string {
+						return fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", slice, strings.Join(blocked, "; "))
+					})
+				}
+			}
+		}
+		return
+	}
+	if reason, detail := c.take(len(members)); reason != "" {
+		for _, n := range members {
+			skip(n, reason, func() string {
+				return fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", slice, len(members), detail())
+			})
+		}
+		return
+	}
+	lead := members[0] // sorted by name
+	hosts := len(members)
+	trigger(lead, func() string {
+		return fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", slice, hosts)
+	})
+}
+
+// SliceAsks is what every host of every multi-host slice must carry
+// (lifecycle.SliceAsks, slice by slice). The result names every host of
+// every slice (nil: no ask). A slice that is short of hosts (fewer Nodes
+// than its topology holds) because its cause's Node was deleted, as a
+// repair does before it recreates the VM, is not back: its hosts keep the
+// ask they carry, up to lifecycle.SliceDrainLimit after its cause started.
+func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
+	bySlice := map[string][]Node{}
+	for _, n := range nodes {
+		if n.Slice != "" {
+			bySlice[n.Slice] = append(bySlice[n.Slice], n)
+		}
+	}
+	out := map[string]*protocol.SliceAsk{}
+	for slice, members := range bySlice {
+		hosts := make([]protocol.SliceHost, 0, len(members))
+		for _, n := range members {
+			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
+		}
+		asks := lifecycle.SliceAsks(slice, hosts)
+		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {
+			for _, n := range members {
+				asks[n.Name] = kept
+			}
+		}
+		maps.Copy(out, asks)
+	}
+	return out
+}
+
+func anyAsk(asks map[string]*protocol.SliceAsk) bool {
+	for _, a := range asks {
+		if a != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// keptAsk is the ask a slice's hosts keep while its cause's Node is gone
+// (see SliceAsks); nil for none.
+func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	if want := members[0].SliceHosts; want == 0 || len(members) >= want {
+		return nil
+	}
+	for _, n := range members {
+		// Only an ask for this slice: a host's annotation is its agent's to
+		// write, and names no other slice for the aggregator.
+		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(lifecycle.SliceDrainLimit)) {
+			continue
+		}
+		if !slices.ContainsFunc(members, func(m Node) bool { return m.Name == n.Ask.Cause }) {
+			return n.Ask
+		}
+	}
+	return nil
+}
+
+func SameAsk(a, b *protocol.SliceAsk) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Slice == b.Slice && a.Cause == b.Cause && a.Reason == b.Reason && a.Started.Equal(b.Started) && a.Deadline.Equal(b.Deadline)
+}
