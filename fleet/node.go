@@ -92,10 +92,8 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	_, _, ms := protocol.ReadTrigger(n)
 	v.Triggered = ms.OpportunisticTriggered
 	v.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
-	if st.Notice != "" {
-		if notice, present, err := maintenance.ParseNotice(st.Notice); err == nil && present {
-			v.Notice, v.NoticePresent = notice, true
-		}
+	if st.Notice.Status != "" {
+		v.Notice, v.NoticePresent = st.Notice, true
 	}
 	v.Slice = protocol.SliceOf(n, poolLabel, sliceLabel)
 	if v.Slice != "" {

@@ -64,12 +64,12 @@ func (d *Decision) backInService(obs Observation) {
 		// notice still pending is mirrored again later in the step), but
 		// for the ONGOING notice of the maintenance that stopped it, which
 		// a TPU VM may serve for a while after: that one is done.
-		if n, present, err := maintenance.ParseNotice(st.Notice); err == nil && present && n.Status == maintenance.StatusOngoing {
+		if n := st.Notice; n.Status == maintenance.StatusOngoing {
 			d.State.NoticeDone = NoticeID(n)
 		}
 		d.State.LastEvent = maintenance.EventNone
 		if !d.State.NoticeForeign {
-			d.State.ScheduledTime, d.State.Notice = "", ""
+			d.State.ScheduledTime, d.State.Notice = "", maintenance.Notice{}
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 // each True or False, never absent.
 func TestNodeConditions(t *testing.T) {
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	pending := `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-01T19:00:00Z","window_end_time":"2026-12-01T23:00:00Z"}`
+	pending := parsedNotice(`{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-01T19:00:00Z","window_end_time":"2026-12-01T23:00:00Z"}`)
 	draining := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: at, Deadline: at.Add(30 * time.Second)}
 	for _, tc := range []struct {
 		name string

@@ -56,9 +56,9 @@ type model struct {
 }
 
 var (
-	pendingNotice   = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
-	ongoingNotice   = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusOngoing, RawStatus: "ONGOING", WindowStart: window, Raw: `{"maintenance_status":"ONGOING"}`}
-	fixedNotice     = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, RawStatus: "PENDING", WindowStart: window, Raw: `{"maintenance_status":"PENDING","can_reschedule":false}`}
+	pendingNotice   = parsedNotice(`{"type":"SCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z"}`)
+	ongoingNotice   = parsedNotice(`{"type":"SCHEDULED","maintenance_status":"ONGOING","can_reschedule":false,"window_start_time":"2026-12-01T19:00:00Z"}`)
+	fixedNotice     = parsedNotice(`{"type":"SCHEDULED","maintenance_status":"PENDING","can_reschedule":false,"window_start_time":"2026-12-01T19:00:00Z"}`)
 	errModelRefused = errors.New("refused")
 )
 

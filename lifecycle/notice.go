@@ -30,8 +30,8 @@ func (d *Decision) mirrorNotice(sig Signals) {
 		d.State.NoticeForeign, prevTime = false, ""
 	}
 	if !sig.NoticePresent {
-		if d.State.Notice != "" || prevTime != "" {
-			d.State.Notice, d.State.ScheduledTime = "", ""
+		if d.State.Notice.Raw != "" || prevTime != "" {
+			d.State.Notice, d.State.ScheduledTime = maintenance.Notice{}, ""
 			if prevTime != "" && d.State.Phase == protocol.PhaseIdle {
 				d.Events = append(d.Events, EventRecord{Reason: protocol.EventMaintenanceCancelled,
 					Message: "The scheduled maintenance is no longer pending"})
@@ -40,7 +40,7 @@ func (d *Decision) mirrorNotice(sig Signals) {
 		return
 	}
 	n := sig.Notice
-	d.State.Notice = n.Raw
+	d.State.Notice = n
 	if n.Status != maintenance.StatusPending {
 		d.State.ScheduledTime = ""
 		return
@@ -76,7 +76,7 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message}
 	}
 	planned := cond(protocol.ConditionMaintenancePlanned, false, "NoMaintenanceScheduled", "Compute Engine has no maintenance pending for this VM")
-	if n, present, err := maintenance.ParseNotice(st.Notice); err == nil && present && n.Status == maintenance.StatusPending {
+	if n := st.Notice; n.Status == maintenance.StatusPending {
 		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceScheduled", fmt.Sprintf("Compute Engine scheduled a %s maintenance for the window starting %s%s (can reschedule: %t)",
 			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnd(n), n.CanReschedule))
 	}

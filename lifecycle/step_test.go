@@ -1,7 +1,9 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,19 +24,22 @@ var (
 	cfg     = DefaultConfig
 	bootA   = "aaaaaaaa-0000-0000-0000-000000000001"
 	bootB   = "bbbbbbbb-0000-0000-0000-000000000002"
-	pending = maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, RawStatus: "PENDING", CanReschedule: true, WindowStart: window, Raw: `{"maintenance_status":"PENDING"}`}
+	pending = asServed(maintenance.Notice{Type: "SCHEDULED", Status: maintenance.StatusPending, CanReschedule: true, WindowStart: window})
 )
 
 // stepChecked is Step, with its state checked to survive the Node: the
 // state encoded on a Node and decoded again is the state.
 func stepChecked(t *testing.T, cfg Config, st State, obs Observation) Decision {
 	t.Helper()
+	if obs.Signals.Notice.Status != "" {
+		obs.Signals.Notice = asServed(obs.Signals.Notice)
+	}
 	d := Step(cfg, st, obs)
 	n := &corev1.Node{}
 	if d.State.NoticeForeign {
 		// Another controller's notice is on the Node; the agent writes none.
 		n.Labels = map[string]string{protocol.LabelScheduledMaintenanceTime: d.State.ScheduledTime}
-		n.Annotations = map[string]string{protocol.AnnotationUpcomingMaintenance: d.State.Notice}
+		n.Annotations = map[string]string{protocol.AnnotationUpcomingMaintenance: d.State.Notice.Raw}
 	}
 	protocol.WriteAgentState(n, d.State)
 	if diff := cmp.Diff(d.State, protocol.ReadAgentState(n), cmpopts.EquateEmpty()); diff != "" {
@@ -125,9 +130,11 @@ func TestStep(t *testing.T) {
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	rescheduled := pending
 	rescheduled.WindowStart = window.Add(48 * time.Hour)
+	rescheduled = asServed(rescheduled)
 	ongoing := pending
 	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = maintenance.StatusOngoing, "ONGOING", t0
-	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: maintenance.EventNone}
+	ongoing = asServed(ongoing)
+	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending, LastEvent: maintenance.EventNone}
 	terminating := draining(protocol.ReasonHostMaintenance, time.Hour)
 	terminating.Phase, terminating.LastEvent = protocol.PhaseTerminating, maintenance.EventTerminate
 
@@ -155,7 +162,7 @@ func TestStep(t *testing.T) {
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = rescheduled, true })),
 			want: Decision{
-				State:  State{Phase: protocol.PhaseIdle, ScheduledTime: "1796324400", Notice: pending.Raw, LastEvent: maintenance.EventNone},
+				State:  State{Phase: protocol.PhaseIdle, ScheduledTime: "1796324400", Notice: rescheduled, LastEvent: maintenance.EventNone},
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceRescheduled, Message: "Maintenance was rescheduled to 2026-12-03T19:00:00Z"}},
 			},
 		},
@@ -212,14 +219,14 @@ func TestStep(t *testing.T) {
 			name:  "where maintenance-event is served, a notice turning ONGOING drops the scheduled label and drains nothing (TERMINATE will)",
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })),
-			want:  Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: maintenance.EventNone}},
+			want:  Decision{State: State{Phase: protocol.PhaseIdle, Notice: ongoing, LastEvent: maintenance.EventNone}},
 		},
 		{
 			name:  "where maintenance-event is not served (TPU), a notice turning ONGOING starts a drain and drops the scheduled label",
 			state: scheduled,
 			obs:   obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: maintenance.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: ongoing, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true,
 				Events:       []EventRecord{{Warning: true, Reason: protocol.EventMaintenanceStarted, Message: "The maintenance window has started; draining before 2026-11-22T10:05:00Z"}},
@@ -270,7 +277,7 @@ func TestStep(t *testing.T) {
 			name: "back with the notice it was for: the notice goes with the maintenance, no cancellation",
 			state: func() State {
 				s := terminating
-				s.ScheduledTime, s.Notice = "1796151600", pending.Raw
+				s.ScheduledTime, s.Notice = "1796151600", pending
 				return s
 			}(),
 			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
@@ -404,17 +411,19 @@ func labelled(o Observation, value string) Observation {
 
 func manualDraining() State {
 	s := draining(protocol.ReasonManual, time.Hour)
-	s.RequestID, s.ScheduledTime, s.Notice = "req-1", "1796151600", pending.Raw
+	s.RequestID, s.ScheduledTime, s.Notice = "req-1", "1796151600", pending
 	return s
 }
 
 func TestStepManualTrigger(t *testing.T) {
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
-	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: maintenance.EventNone}
+	scheduled := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending, LastEvent: maintenance.EventNone}
 	fixed := pending
 	fixed.CanReschedule = false
+	fixed = asServed(fixed)
 	ongoing := pending
 	ongoing.Status, ongoing.RawStatus, ongoing.WindowStart = maintenance.StatusOngoing, "ONGOING", t0
+	ongoing = asServed(ongoing)
 	accepted := with(func(s *Signals) { s.Notice, s.NoticePresent = fixed, true })
 	requested := manualDraining()
 	requested.Requested = t0.Add(5 * time.Minute)
@@ -422,7 +431,7 @@ func TestStepManualTrigger(t *testing.T) {
 		return Decision{State: scheduled, RemoveTrigger: true, Manual: outcome,
 			Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: msg + " The label was removed; nothing else changed."}}}
 	}
-	backInService := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending.Raw, LastEvent: maintenance.EventNone}
+	backInService := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: pending, LastEvent: maintenance.EventNone}
 
 	tests := []struct {
 		name  string
@@ -458,13 +467,13 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "true with a notice that cannot be rescheduled is rejected",
 			state: scheduled,
 			obs:   labelled(obs(accepted), "true"),
-			want:  rejected(protocol.ManualNotReschedulable, "The maintenance scheduled for 2026-12-01T19:00:00Z cannot be rescheduled (can_reschedule false); cloud.google.com/perform-maintenance=true is accepted only when it can."),
+			want:  withNotice(rejected(protocol.ManualNotReschedulable, "The maintenance scheduled for 2026-12-01T19:00:00Z cannot be rescheduled (can_reschedule false); cloud.google.com/perform-maintenance=true is accepted only when it can."), fixed),
 		},
 		{
 			name:  "true with a notice already ONGOING, maintenance-event served: rejected, nothing drained until TERMINATE",
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = ongoing, true })), "true"),
-			want: Decision{State: State{Phase: protocol.PhaseIdle, Notice: pending.Raw, LastEvent: maintenance.EventNone}, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
+			want: Decision{State: State{Phase: protocol.PhaseIdle, Notice: ongoing, LastEvent: maintenance.EventNone}, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "The maintenance is already ONGOING; cloud.google.com/perform-maintenance=true is accepted only while it is PENDING. The label was removed; nothing else changed."}}},
 		},
 		{
@@ -472,7 +481,7 @@ func TestStepManualTrigger(t *testing.T) {
 			state: scheduled,
 			obs:   labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent, s.EventNotServed = ongoing, true, true })), "true"),
 			want: Decision{
-				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: pending.Raw, LastEvent: maintenance.EventNone},
+				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(5 * time.Minute), BootID: bootA, Notice: ongoing, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
 				Cordon:       true, RemoveTrigger: true, Manual: protocol.ManualAlreadyOngoing,
 				Events: []EventRecord{
@@ -609,11 +618,11 @@ func TestStepManualTrigger(t *testing.T) {
 				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("cannot be rescheduled"), Outcome: protocol.ManualRefused}
 				return o
 			}(),
-			want: Decision{
+			want: withNotice(Decision{
 				State:    backInService,
 				Uncordon: true, RemoveTrigger: true, Manual: protocol.ManualRefused,
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualFailed, Message: "Compute Engine did not start the maintenance: cannot be rescheduled. The node is back in service (taint, maintenance label and cloud.google.com/perform-maintenance removed)."}},
-			},
+			}, fixed),
 		},
 		{
 			name:  "no answer in time, but the maintenance is starting: accepted",
@@ -623,7 +632,7 @@ func TestStepManualTrigger(t *testing.T) {
 				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("context deadline exceeded"), Outcome: protocol.ManualFailed}
 				return o
 			}(),
-			want: Decision{
+			want: withNotice(Decision{
 				State: func() State {
 					s := requested
 					s.Phase, s.Deadline, s.LastEvent, s.Begun = protocol.PhaseTerminating, t0.Add(time.Hour), maintenance.EventTerminate, true
@@ -632,7 +641,7 @@ func TestStepManualTrigger(t *testing.T) {
 				Interruption: counted(protocol.HostMaintenance),
 				Drained:      true, Manual: protocol.ManualAccepted,
 				Events: []EventRecord{{Reason: protocol.EventManualAccepted, Message: "Compute Engine accepted the request to start the maintenance now (the metadata server shows the maintenance starting); the node is drained, awaiting node termination"}},
-			},
+			}, fixed),
 		},
 		{
 			name:  "a result for another request is not this one's",
@@ -648,7 +657,7 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "restarted after the call: the notice shows it went through, no second call",
 			state: requested,
 			obs:   func() Observation { o := labelled(obs(accepted), "true"); o.DrainDone = true; return o }(),
-			want:  acceptedDecision(requested, "the metadata server shows the maintenance starting"),
+			want:  withNotice(acceptedDecision(requested, "the metadata server shows the maintenance starting"), fixed),
 		},
 		{
 			name:  "TERMINATE during a manual drain not yet asked for: host maintenance, no call",
@@ -717,6 +726,7 @@ func TestStepManualCallsOnce(t *testing.T) {
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	fixed := pending
 	fixed.CanReschedule = false
+	fixed = asServed(fixed)
 	after := with(func(s *Signals) { s.Notice, s.NoticePresent = fixed, true })
 	step := func(o Observation) Observation { return labelled(o, "true") }
 	seq := []Observation{
@@ -853,6 +863,7 @@ func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
 func TestStepLifecycleEdges(t *testing.T) {
 	ongoing := pending
 	ongoing.Status, ongoing.RawStatus = maintenance.StatusOngoing, "ONGOING"
+	ongoing = asServed(ongoing)
 	refused := &PerformResult{RequestID: "req-1", Err: errors.New("refused (400): already ONGOING"), Outcome: protocol.ManualRefused}
 	manualDrained := draining(protocol.ReasonManual, time.Hour)
 	manualDrained.RequestID, manualDrained.Requested = "req-1", t0
@@ -1212,7 +1223,7 @@ func TestStepSliceCallsOnce(t *testing.T) {
 		return o
 	}
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
-	manual.ScheduledTime, manual.Notice = strconv.FormatInt(window.Unix(), 10), pending.Raw
+	manual.ScheduledTime, manual.Notice = strconv.FormatInt(window.Unix(), 10), pending
 	drained := func(o Observation) Observation { o.DrainDone = true; return o }
 	manualAsk := protocol.SliceAsk{Slice: "v5p", Cause: "host-a", Reason: protocol.ReasonManual, Started: t0, Deadline: t0.Add(time.Hour)}
 	follower := draining(protocol.ReasonSlice, time.Hour)
@@ -1297,7 +1308,7 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 	ongoingAt := func(opened, closes time.Time) maintenance.Notice {
 		n := pending
 		n.Status, n.RawStatus, n.CanReschedule, n.WindowStart, n.WindowEnd = maintenance.StatusOngoing, "ONGOING", false, opened, closes
-		return n
+		return asServed(n)
 	}
 	for _, tc := range []struct {
 		name     string
@@ -1455,17 +1466,58 @@ func TestStepLeavesToGKE(t *testing.T) {
 // neither removes GKE's nor says a maintenance was cancelled; a notice of
 // its own replaces GKE's, and is the agent's to remove.
 func TestStepLeavesANoticeItDidNotMirror(t *testing.T) {
-	gke := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: `{"gke":true}`, NoticeForeign: true, LastEvent: maintenance.EventNone}
+	gke := State{Phase: protocol.PhaseIdle, ScheduledTime: "1796151600", Notice: protocol.ReadNotice(`{"gke":true}`), NoticeForeign: true, LastEvent: maintenance.EventNone}
 	for _, absent := range []Signals{quiet(), with(func(s *Signals) { s.NoticeNotYet = true })} {
 		if d := stepChecked(t, cfg, gke, obs(absent)); !cmp.Equal(d.State, gke, ignoreAccounting) || len(d.Events) != 0 {
 			t.Errorf("no notice of its own (not yet: %t): state %+v, events %+v; want GKE's notice left, nothing said", absent.NoticeNotYet, d.State, d.Events)
 		}
 	}
 	d := stepChecked(t, cfg, gke, obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })))
-	if d.State.NoticeForeign || d.State.Notice != pending.Raw || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventMaintenanceScheduled {
+	if d.State.NoticeForeign || !cmp.Equal(d.State.Notice, pending) || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventMaintenanceScheduled {
 		t.Errorf("its own notice: state %+v, events %+v; want the agent's mirror, said", d.State, d.Events)
 	}
-	if d := stepChecked(t, cfg, d.State, obs(quiet())); d.State.Notice != "" || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventMaintenanceCancelled {
+	if d := stepChecked(t, cfg, d.State, obs(quiet())); d.State.Notice.Raw != "" || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventMaintenanceCancelled {
 		t.Errorf("its own notice gone: state %+v, events %+v; want it removed, said", d.State, d.Events)
 	}
+}
+
+// parsedNotice is the notice raw says, as the metadata server would serve
+// it; raw must parse.
+func parsedNotice(raw string) maintenance.Notice {
+	n, present, err := maintenance.ParseNotice(raw)
+	if err != nil || !present {
+		panic(fmt.Sprintf("the test's notice %s: present %t, %v", raw, present, err))
+	}
+	return n
+}
+
+// asServed is n as the metadata server serves it: its Raw is the JSON of
+// its fields (a test that changes a field of a notice changes what the
+// agent mirrors), parsed again.
+func asServed(n maintenance.Notice) maintenance.Notice {
+	status := string(n.Status)
+	if n.Status == maintenance.StatusUnknown {
+		status = n.RawStatus
+	}
+	w := map[string]any{"type": n.Type, "maintenance_status": status, "can_reschedule": n.CanReschedule,
+		"window_start_time": n.WindowStart.UTC().Format(time.RFC3339)}
+	for key, t := range map[string]time.Time{"window_end_time": n.WindowEnd, "latest_window_start_time": n.LatestStart} {
+		if !t.IsZero() {
+			w[key] = t.UTC().Format(time.RFC3339)
+		}
+	}
+	if n.Reasons != nil {
+		w["maintenance_reasons"] = n.Reasons
+	}
+	raw, err := json.Marshal(w)
+	if err != nil {
+		panic(err)
+	}
+	return parsedNotice(string(raw))
+}
+
+// withNotice is d with the notice n mirrored in its state.
+func withNotice(d Decision, n maintenance.Notice) Decision {
+	d.State.Notice = n
+	return d
 }

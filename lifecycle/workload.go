@@ -30,14 +30,13 @@ type WorkloadTarget struct {
 // WorkloadTargetOf is the notice a node in state st gives its pods; drainStart is
 // when the running drain began.
 func WorkloadTargetOf(st State, drainStart time.Time) WorkloadTarget {
-	n, present, err := maintenance.ParseNotice(st.Notice)
-	present = present && err == nil
+	n := st.Notice
 	switch {
 	case st.Active():
 		return WorkloadTarget{Phase: protocol.NoticeStarting, WindowStart: n.WindowStart, DrainStart: drainStart, Deadline: st.Deadline}
 	case st.ScheduledTime != "":
 		return WorkloadTarget{Phase: protocol.NoticePending, WindowStart: n.WindowStart}
-	case present && n.Status == maintenance.StatusOngoing && NoticeID(n) != st.NoticeDone:
+	case n.Status == maintenance.StatusOngoing && NoticeID(n) != st.NoticeDone:
 		// The window is open and the VM may stop within it, though the
 		// drain waits for the stop's own signal: not "no maintenance".
 		return WorkloadTarget{Phase: protocol.NoticeOngoing, WindowStart: n.WindowStart, WindowEnd: n.WindowEnd}

@@ -29,7 +29,7 @@ func TestForget(t *testing.T) {
 	}{
 		{"idle with its mirrored notice and counts", func() *corev1.Node {
 			n := others()
-			st := AgentState{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: `{"maintenance_status":"PENDING"}`, IdleSince: start}
+			st := AgentState{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: ReadNotice(`{"maintenance_status":"PENDING"}`), IdleSince: start}
 			st.Interruptions = st.Interruptions.Add(HostMaintenance, 2)
 			WriteAgentState(n, st)
 			n.Annotations[AnnotationRepairs] = `{"count":1}`

@@ -68,7 +68,7 @@ func FuzzNodeKeys(f *testing.F) {
 	at := time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
 	for _, st := range []AgentState{
 		{},
-		{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: `{"maintenance_status":"PENDING","window_start_time":"2026-12-01T19:00:00Z"}`, IdleSince: at, Busy: "pods"},
+		{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: ReadNotice(`{"maintenance_status":"PENDING","window_start_time":"2026-12-01T19:00:00Z"}`), IdleSince: at, Busy: "pods"},
 		{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: at, Deadline: at.Add(time.Hour), BootID: "b1", CordonedBefore: true, LastEvent: "TERMINATE_ON_HOST_MAINTENANCE",
 			Interruptions: Counts{HostMaintenance.Key(): 2, Preemption.Key(): 1}, Failures: Failures{Count: 2, Reason: "Failed", Last: at, RetryAfter: at.Add(time.Hour)}},
 		{Phase: PhaseTerminating, Reason: ReasonManual, Started: at, Deadline: at, RequestID: "r", Requested: at, Begun: true, Drain: DrainDone, LeftToGKE: true},

@@ -280,7 +280,7 @@ func TestAgentRemovesOnlyTheNoticeItMirrored(t *testing.T) {
 	}
 
 	n = gke()
-	WriteAgentState(n, AgentState{Phase: PhaseIdle, ScheduledTime: "1797735600", Notice: `{"maintenance_status":"PENDING","window_start_time":"x"}`})
+	WriteAgentState(n, AgentState{Phase: PhaseIdle, ScheduledTime: "1797735600", Notice: ReadNotice(`{"maintenance_status":"PENDING","window_start_time":"x"}`)})
 	if st := ReadAgentState(n); st.ScheduledTime != "1797735600" || st.NoticeForeign || n.Annotations[AnnotationNoticeMirrored] != "true" {
 		t.Errorf("the agent's mirror reads %+v, annotations %v", st, n.Annotations)
 	}

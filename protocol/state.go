@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
@@ -23,8 +22,11 @@ type AgentState struct {
 	CordonedBefore bool
 	// ScheduledTime is the scheduled-maintenance-time label ("" if absent).
 	ScheduledTime string
-	// Notice is the upcoming-maintenance annotation ("" if absent).
-	Notice string
+	// Notice is the upcoming-maintenance annotation, decoded once when
+	// read (ReadNotice): Notice.Raw is the annotation as it stands ("" if
+	// absent), and Notice.Status is "" when it holds no notice or one that
+	// cannot be read (Unreadable names the key then).
+	Notice maintenance.Notice
 	// LastEvent is the last maintenance-event value acted on.
 	LastEvent maintenance.Event
 	// Begun: Compute Engine was seen to begin the manual maintenance under
@@ -146,11 +148,24 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
 		st.RequestID, st.Requested, st.Begun = "", time.Time{}, false
 	}
-	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], a[AnnotationUpcomingMaintenance]
+	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], ReadNotice(a[AnnotationUpcomingMaintenance])
 	// The notice keys are the agent's only while it mirrors them: GKE's
 	// handler writes the same keys.
-	st.NoticeForeign = (st.ScheduledTime != "" || st.Notice != "") && a[AnnotationNoticeMirrored] != "true"
+	st.NoticeForeign = (st.ScheduledTime != "" || st.Notice.Raw != "") && a[AnnotationNoticeMirrored] != "true"
 	return st
+}
+
+// ReadNotice decodes the upcoming-maintenance annotation raw: the notice
+// it holds, with Raw the annotation as it stands. One that says no notice
+// or cannot be read keeps only its Raw (its Status is ""): it is kept as
+// it is, and acted on as no notice.
+func ReadNotice(raw string) maintenance.Notice {
+	n, present, err := maintenance.ParseNotice(raw)
+	if err != nil || !present {
+		return maintenance.Notice{Raw: raw}
+	}
+	n.Raw = raw
+	return n
 }
 
 // readDrainEnd reads AnnotationDrain; a value it does not know is none.
@@ -233,10 +248,10 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationDrain, whileActive(string(st.Drain)))
 	// The notice keys: the agent's mirror, unless another controller's.
 	if !st.NoticeForeign {
-		set(a, AnnotationUpcomingMaintenance, st.Notice)
+		set(a, AnnotationUpcomingMaintenance, st.Notice.Raw)
 		set(n.Labels, LabelScheduledMaintenanceTime, st.ScheduledTime)
 		mirrored := ""
-		if st.Notice != "" || st.ScheduledTime != "" {
+		if st.Notice.Raw != "" || st.ScheduledTime != "" {
 			mirrored = "true"
 		}
 		set(a, AnnotationNoticeMirrored, mirrored)
@@ -314,77 +329,4 @@ func InMaintenance(n *corev1.Node) bool {
 	_, active := n.Labels[LabelActiveMaintenance]
 	_, asked := n.Labels[LabelPerformMaintenance]
 	return active || asked || HasTaint(n)
-}
-
-// MaintenanceState is the JSON of AnnotationMaintenanceState, written
-// with an opportunistic trigger.
-type MaintenanceState struct {
-	OpportunisticTriggered bool `json:"opportunistic-triggered"`
-	// TriggeredAt is when the aggregator decided (RFC 3339).
-	TriggeredAt string `json:"triggered-at,omitempty"`
-	TriggeredBy string `json:"triggered-by,omitempty"`
-	// ScheduledTime is the scheduled-maintenance-time (Unix seconds of the
-	// window start) of the notice the trigger was written for.
-	ScheduledTime string `json:"scheduled-maintenance-time,omitempty"`
-}
-
-// ReadTrigger reads the perform-maintenance label, and the maintenance
-// state written with it (zero when absent or unreadable).
-func ReadTrigger(n *corev1.Node) (value string, set bool, ms MaintenanceState) {
-	value, set = n.Labels[LabelPerformMaintenance]
-	if raw := n.Annotations[AnnotationMaintenanceState]; raw != "" {
-		if json.Unmarshal([]byte(raw), &ms) != nil {
-			ms = MaintenanceState{}
-		}
-	}
-	return value, set, ms
-}
-
-// WriteTrigger asks for n's pending maintenance now, as the aggregator:
-// the perform-maintenance label and the maintenance state that says who.
-func WriteTrigger(n *corev1.Node, ms MaintenanceState) {
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	raw, _ := json.Marshal(ms)
-	n.Labels[LabelPerformMaintenance] = TriggerValue
-	n.Annotations[AnnotationMaintenanceState] = string(raw)
-}
-
-// ConsumeTrigger removes the request once the agent has answered it.
-func ConsumeTrigger(n *corev1.Node) {
-	delete(n.Labels, LabelPerformMaintenance)
-	delete(n.Annotations, AnnotationMaintenanceState)
-}
-
-// Repairs is the JSON of AnnotationRepairs.
-type Repairs struct {
-	// RecreatedFrom is the UID of the Node object this one replaced, once
-	// the repair is counted.
-	RecreatedFrom types.UID `json:"recreated-from,omitempty"`
-	// Interruptions are those of the objects this one replaced (all of
-	// them, in a chain of repairs) and the repairs themselves.
-	Interruptions Counts `json:"interruptions,omitempty"`
-}
-
-// ReadRepairs reads n's repairs (zero when absent or unreadable).
-func ReadRepairs(n *corev1.Node) Repairs {
-	var r Repairs
-	if raw := n.Annotations[AnnotationRepairs]; raw != "" && json.Unmarshal([]byte(raw), &r) != nil {
-		return Repairs{}
-	}
-	r.Interruptions = r.Interruptions.readable()
-	return r
-}
-
-// WriteRepairs writes r onto n.
-func WriteRepairs(n *corev1.Node, r Repairs) {
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	raw, _ := json.Marshal(r)
-	n.Annotations[AnnotationRepairs] = string(raw)
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -34,9 +33,7 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	// The agent's own check, on what its Node shows: the notice it
 	// mirrors, its state, and the policy as the agent reads it.
 	check := lifecycle.TriggerCheck{Value: protocol.TriggerValue, State: st, Now: in.Now}
-	if notice, present, err := maintenance.ParseNotice(st.Notice); err == nil && present {
-		check.Notice, check.NoticePresent = notice, true
-	}
+	check.Notice, check.NoticePresent = st.Notice, st.Notice.Status != ""
 	check.Blocked, check.BlockedDetail = policy.ManualGateOf(in.Config, in.ConfigErr, in.PolicySource, pool, in.Now)
 	if answer := check.Answer(); !answer.Accepted() {
 		problem("%s (%s)", answer.Message, answer.Outcome)

@@ -210,8 +210,7 @@ func (ss *SliceStatus) add(ns NodeStatus, ask *protocol.SliceAsk) {
 func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 	a := protocol.ReadAgentState(n)
 	ns := NodeStatus{Node: n.Name, Pool: n.Labels[in.PoolLabel], Phase: string(a.Phase), Reason: string(a.Reason), Busy: a.Busy}
-	if notice, present, err := maintenance.ParseNotice(a.Notice); err == nil && present &&
-		(notice.Status == maintenance.StatusPending || notice.Status == maintenance.StatusOngoing) {
+	if notice := a.Notice; notice.Status == maintenance.StatusPending || notice.Status == maintenance.StatusOngoing {
 		t := notice.WindowStart
 		ns.WindowStart = &t
 		ns.WindowOpen = notice.Status == maintenance.StatusOngoing

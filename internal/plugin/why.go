@@ -20,10 +20,8 @@ func Why(in Input, n *corev1.Node) string {
 	var parts []string
 	say := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) + " (" + In(t, in.Now) + ")" }
-	notice, pending := maintenance.Notice{}, false
-	if nt, present, err := maintenance.ParseNotice(st.Notice); err == nil && present {
-		notice, pending = nt, nt.Status == maintenance.StatusPending
-	}
+	notice := st.Notice
+	pending := notice.Status == maintenance.StatusPending
 	switch {
 	case st.Active():
 		say("%s is in maintenance: %s for %s since %s, to be drained by %s.", n.Name, st.Phase, st.Reason, at(st.Started), at(st.Deadline))
@@ -35,7 +33,7 @@ func Why(in Input, n *corev1.Node) string {
 		}
 	case pending:
 		say("%s has a maintenance scheduled for %s (can reschedule: %t), and is in service.", n.Name, at(notice.WindowStart), notice.CanReschedule)
-	case st.Notice != "":
+	case notice.Raw != "":
 		say("%s has a maintenance notice with status %s, and is in service.", n.Name, notice.RawStatus)
 	default:
 		say("%s has no maintenance scheduled (the metadata server reports no notice), and is in service.", n.Name)

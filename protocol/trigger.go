@@ -1,0 +1,83 @@
+package protocol
+
+// The trigger's encoding: the perform-maintenance label and the maintenance-state annotation that comes with it; and the repairs the aggregator counts.
+
+import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// MaintenanceState is the JSON of AnnotationMaintenanceState, written
+// with an opportunistic trigger.
+type MaintenanceState struct {
+	OpportunisticTriggered bool `json:"opportunistic-triggered"`
+	// TriggeredAt is when the aggregator decided (RFC 3339).
+	TriggeredAt string `json:"triggered-at,omitempty"`
+	TriggeredBy string `json:"triggered-by,omitempty"`
+	// ScheduledTime is the scheduled-maintenance-time (Unix seconds of the
+	// window start) of the notice the trigger was written for.
+	ScheduledTime string `json:"scheduled-maintenance-time,omitempty"`
+}
+
+// ReadTrigger reads the perform-maintenance label, and the maintenance
+// state written with it (zero when absent or unreadable).
+func ReadTrigger(n *corev1.Node) (value string, set bool, ms MaintenanceState) {
+	value, set = n.Labels[LabelPerformMaintenance]
+	if raw := n.Annotations[AnnotationMaintenanceState]; raw != "" {
+		if json.Unmarshal([]byte(raw), &ms) != nil {
+			ms = MaintenanceState{}
+		}
+	}
+	return value, set, ms
+}
+
+// WriteTrigger asks for n's pending maintenance now, as the aggregator:
+// the perform-maintenance label and the maintenance state that says who.
+func WriteTrigger(n *corev1.Node, ms MaintenanceState) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	raw, _ := json.Marshal(ms)
+	n.Labels[LabelPerformMaintenance] = TriggerValue
+	n.Annotations[AnnotationMaintenanceState] = string(raw)
+}
+
+// ConsumeTrigger removes the request once the agent has answered it.
+func ConsumeTrigger(n *corev1.Node) {
+	delete(n.Labels, LabelPerformMaintenance)
+	delete(n.Annotations, AnnotationMaintenanceState)
+}
+
+// Repairs is the JSON of AnnotationRepairs.
+type Repairs struct {
+	// RecreatedFrom is the UID of the Node object this one replaced, once
+	// the repair is counted.
+	RecreatedFrom types.UID `json:"recreated-from,omitempty"`
+	// Interruptions are those of the objects this one replaced (all of
+	// them, in a chain of repairs) and the repairs themselves.
+	Interruptions Counts `json:"interruptions,omitempty"`
+}
+
+// ReadRepairs reads n's repairs (zero when absent or unreadable).
+func ReadRepairs(n *corev1.Node) Repairs {
+	var r Repairs
+	if raw := n.Annotations[AnnotationRepairs]; raw != "" && json.Unmarshal([]byte(raw), &r) != nil {
+		return Repairs{}
+	}
+	r.Interruptions = r.Interruptions.readable()
+	return r
+}
+
+// WriteRepairs writes r onto n.
+func WriteRepairs(n *corev1.Node, r Repairs) {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	raw, _ := json.Marshal(r)
+	n.Annotations[AnnotationRepairs] = string(raw)
+}
