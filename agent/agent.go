@@ -55,7 +55,7 @@ type Agent struct {
 	// badLead: the pods whose checkpoint lead was said to be invalid;
 	// used by the notifier goroutine only.
 	badLead map[types.UID]bool
-	// timing is the drain's (DrainReserve, DrainMargin), for the told
+	// timing is the drain's (DrainTiming), for the told
 	// times.
 	timing drain.Timing
 
@@ -126,15 +126,15 @@ func New(opts Options) (*Agent, error) {
 	opts.Config = opts.Config.WithDefaults()
 	if opts.Drainer == nil {
 		opts.Drainer = drain.New(drain.Options{
-			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Budgets: opts.Client.BudgetListWatch, Reserve: opts.DrainReserve,
-			Margin: opts.DrainMargin, TaintKey: protocol.TaintImpendingTermination,
-			Clock: opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
+			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Budgets: opts.Client.BudgetListWatch, Timing: opts.DrainTiming,
+			TaintKey: protocol.TaintImpendingTermination,
+			Clock:    opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
 		})
 	}
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
-	return &Agent{opts: opts, timing: drain.Options{Reserve: opts.DrainReserve, Margin: opts.DrainMargin}.Timing(), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
+	return &Agent{opts: opts, timing: drain.TimingOr(opts.DrainTiming), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
 		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}}, nil
 }
 

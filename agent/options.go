@@ -107,14 +107,12 @@ type Options struct {
 	// RetryInterval is the delay between refused evictions when the
 	// budgets that refused them do not change (drain.Options).
 	RetryInterval time.Duration
-	// DrainReserve bounds the time kept for system and DaemonSet pods at
-	// the end of a drain (drain.Options.Reserve).
-	DrainReserve time.Duration
-	// DrainMargin is kept before the deadline, after every pod's grace
-	// (drain.Options.Margin).
-	DrainMargin time.Duration
+	// DrainTiming is the drain's reserve for system and DaemonSet pods and
+	// its margin before the deadline (drain.Timing: a zero keeps none);
+	// nil is drain.DefaultTiming.
+	DrainTiming *drain.Timing
 	// Drainer empties the node; nil is a drain.Drainer of the node's Pods
-	// with RetryInterval, DrainReserve and DrainMargin.
+	// with RetryInterval and DrainTiming.
 	Drainer Drainer
 	Metrics Metrics
 	Events  Events

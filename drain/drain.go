@@ -18,7 +18,7 @@ import (
 // Drainer empties one node.
 type Drainer struct {
 	opts Options
-	// timing is opts.Timing(): the defaults filled in, "none" made zero.
+	// timing is TimingOr(opts.Timing).
 	timing Timing
 }
 
@@ -39,7 +39,7 @@ func New(opts Options) *Drainer {
 	if opts.Events == nil {
 		opts.Events = nopRecorder{}
 	}
-	return &Drainer{opts: opts, timing: opts.Timing()}
+	return &Drainer{opts: opts, timing: TimingOr(opts.Timing)}
 }
 
 // Result summarises a drain.
@@ -72,10 +72,10 @@ type podState struct {
 // then DaemonSet pods), each group only after every pod of the previous one
 // is gone or the previous group's share of the deadline ran out.
 //
-// Deadlines: counted from deadline minus Options.Margin, the workload
+// Deadlines: counted from deadline minus Timing.Margin, the workload
 // group ends by that minus a reserve for the later groups, the system group
 // by that minus the DaemonSet group's share, the DaemonSet group by that
-// (see Options.Reserve and GroupDeadlines). Every pod gets its own
+// (see Timing.Reserve and GroupDeadlines). Every pod gets its own
 // terminationGracePeriodSeconds, capped so that it ends by its group's
 // deadline, and never less than GraceFloor.
 //

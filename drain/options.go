@@ -50,11 +50,11 @@ type PodSource interface {
 const DefaultRetryInterval = 5 * time.Second
 
 // DefaultReserve is the least share of the deadline kept for the system
-// and DaemonSet groups after the workload group (see Options.Reserve).
+// and DaemonSet groups after the workload group (see Timing.Reserve).
 const DefaultReserve = 15 * time.Second
 
 // DefaultMargin is the time kept between the end of every pod's grace
-// and the VM's stop (see Options.Margin): it covers the eviction call and
+// and the VM's stop (see Timing.Margin): it covers the eviction call and
 // the kubelet's delivery of SIGTERM (0.2 to 0.5 s after the call on a real
 // kubelet) and a grace rounded up to whole seconds (up to 1 s).
 const DefaultMargin = 2 * time.Second
@@ -109,21 +109,10 @@ type Options struct {
 	// budgets change). A namespace is watched from its first refusal to
 	// the drain's end.
 	Budgets BudgetSource
-	// Reserve bounds the time kept, at the end of the deadline, for the
-	// system and DaemonSet groups: the workload group must end by
-	// deadline - reserve, the system group by deadline minus the DaemonSet
-	// group's share. The reserve is what the later groups need (the
-	// longest grace in each), at most Reserve and at most half the time to
-	// the deadline, split between them in proportion to their needs, as
-	// the kubelet's graceful node shutdown keeps
-	// shutdownGracePeriodCriticalPods for critical pods. Zero means
-	// DefaultReserve; a negative value keeps no reserve.
-	Reserve time.Duration
-	// Margin is kept before the deadline: every pod is planned to end by
-	// deadline - Margin, so that its whole grace ends before the VM stops
-	// although SIGTERM reaches it a moment after the API call. Zero means
-	// DefaultMargin; a negative value keeps none.
-	Margin time.Duration
+	// Timing is how the drain spends the time to its deadline (its
+	// reserve and margin); nil means DefaultTiming. In a Timing, as on the
+	// agent's command line, a zero reserve or margin keeps none.
+	Timing *Timing
 	// TaintKey is the NoSchedule taint the node carries while it drains: a
 	// pod that arrives after the drain began and tolerates it is left
 	// alone. Empty: only a DaemonSet's late pods are.

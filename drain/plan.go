@@ -84,34 +84,41 @@ func toleratesTaint(p *corev1.Pod, key string) bool {
 	return false
 }
 
-// Timing is how a drain spends the time to its deadline: Options.Reserve
-// and Options.Margin, with the defaults filled in and a negative value
-// made zero.
+// Timing is how a drain spends the time to its deadline.
 type Timing struct {
-	Reserve, Margin time.Duration
+	// Reserve bounds the time kept, at the end of the deadline, for the
+	// system and DaemonSet groups: the workload group must end by
+	// deadline - reserve, the system group by deadline minus the DaemonSet
+	// group's share. The reserve is what the later groups need (the
+	// longest grace in each), at most Reserve and at most half the time to
+	// the deadline, split between them in proportion to their needs, as
+	// the kubelet's graceful node shutdown keeps
+	// shutdownGracePeriodCriticalPods for critical pods. Zero (or less)
+	// keeps no reserve.
+	Reserve time.Duration
+	// Margin is kept before the deadline: every pod is planned to end by
+	// deadline - Margin, so that its whole grace ends before the VM stops
+	// although SIGTERM reaches it a moment after the API call. Zero (or
+	// less) keeps none.
+	Margin time.Duration
 }
 
-// DefaultTiming is the Timing of Options with both left zero.
+// DefaultTiming is the Timing of a drain whose options name none.
 var DefaultTiming = Timing{Reserve: DefaultReserve, Margin: DefaultMargin}
 
-// Timing is the options' Timing.
-func (o Options) Timing() Timing {
-	pick := func(v, def time.Duration) time.Duration {
-		switch {
-		case v == 0:
-			return def
-		case v < 0:
-			return 0
-		}
-		return v
+// TimingOr is *t, or DefaultTiming where t is nil; a negative reserve or
+// margin is none.
+func TimingOr(t *Timing) Timing {
+	if t == nil {
+		return DefaultTiming
 	}
-	return Timing{Reserve: pick(o.Reserve, DefaultReserve), Margin: pick(o.Margin, DefaultMargin)}
+	return Timing{Reserve: max(t.Reserve, 0), Margin: max(t.Margin, 0)}
 }
 
 // GroupDeadlines splits the time from now to deadline minus the margin
 // between the groups of a drain of pods (those it will stop), in Groups'
 // order, keeping at most the reserve for the system and DaemonSet groups
-// (see Options.Reserve and Options.Margin).
+// (see Timing).
 func GroupDeadlines(pods []*corev1.Pod, timing Timing, now, deadline time.Time) []time.Time {
 	deadline = deadline.Add(-timing.Margin)
 	var needSystem, needDaemonSet time.Duration
@@ -246,7 +253,7 @@ type PlannedPod struct {
 // them to stop, the pods of a node that it stops: group by group, in a
 // group by NotBefore, then the longest grace first (those decide when the
 // node is empty), then by namespace/name. skip is a pod never stopped (the
-// agent itself); timing is the Drainer's (Options.Timing). It is the plan
+// agent itself); timing is the Drainer's (Options.Timing, TimingOr). It is the plan
 // the Drainer executes when every eviction is accepted at once and each pod
 // goes as soon as it is asked to. A pod with a checkpoint lead is told its
 // NotBefore (the agent's workload notice).

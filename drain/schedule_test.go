@@ -98,23 +98,23 @@ func TestGroupDeadlines(t *testing.T) {
 		budget  time.Duration
 		want    []time.Duration // from began
 	}{
-		{"preemption: 15 s kept, split by need", []*corev1.Pod{workload, system, daemon}, 0, -1, 30 * time.Second,
+		{"preemption: 15 s kept, split by need", []*corev1.Pod{workload, system, daemon}, DefaultReserve, 0, 30 * time.Second,
 			[]time.Duration{15 * time.Second, 22 * time.Second, 30 * time.Second}},
-		{"preemption with the default margin: every group ends 2 s earlier", []*corev1.Pod{workload, system, daemon}, 0, 0, 30 * time.Second,
+		{"preemption with the default margin: every group ends 2 s earlier", []*corev1.Pod{workload, system, daemon}, DefaultReserve, DefaultMargin, 30 * time.Second,
 			[]time.Duration{14 * time.Second, 21 * time.Second, 28 * time.Second}},
-		{"a margin of its own", []*corev1.Pod{workload}, 0, 5 * time.Second, time.Hour,
+		{"a margin of its own", []*corev1.Pod{workload}, DefaultReserve, 5 * time.Second, time.Hour,
 			[]time.Duration{time.Hour - 5*time.Second, time.Hour - 5*time.Second, time.Hour - 5*time.Second}},
-		{"host maintenance: the reserve is what the later groups need", []*corev1.Pod{workload, quick}, 0, -1, time.Hour,
+		{"host maintenance: the reserve is what the later groups need", []*corev1.Pod{workload, quick}, DefaultReserve, 0, time.Hour,
 			[]time.Duration{time.Hour - 5*time.Second, time.Hour, time.Hour}},
-		{"no system or DaemonSet pods: no reserve", []*corev1.Pod{workload}, 0, -1, 30 * time.Second,
+		{"no system or DaemonSet pods: no reserve", []*corev1.Pod{workload}, DefaultReserve, 0, 30 * time.Second,
 			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
-		{"never more than half the time left", []*corev1.Pod{workload, system}, time.Minute, -1, 20 * time.Second,
+		{"never more than half the time left", []*corev1.Pod{workload, system}, time.Minute, 0, 20 * time.Second,
 			[]time.Duration{10 * time.Second, 20 * time.Second, 20 * time.Second}},
-		{"a negative reserve keeps none", []*corev1.Pod{workload, system}, -1, -1, 30 * time.Second,
+		{"a zero reserve keeps none", []*corev1.Pod{workload, system}, 0, 0, 30 * time.Second,
 			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := GroupDeadlines(tc.pods, Options{Reserve: tc.reserve, Margin: tc.margin}.Timing(), began, began.Add(tc.budget))
+			got := GroupDeadlines(tc.pods, Timing{Reserve: tc.reserve, Margin: tc.margin}, began, began.Add(tc.budget))
 			for i, g := range got {
 				if g.Sub(began) != tc.want[i] {
 					t.Errorf("%s group ends %s after the start, want %s", Groups[i], g.Sub(began), tc.want[i])
@@ -216,7 +216,8 @@ func (o outcomes) Eviction(outcome string) { o <- outcome }
 func (o outcomes) Escalation()             {}
 
 // TestDrainerKeepsNoneAsNone: a Drainer's reserve and margin are zero when
-// its options say none (negative) and the defaults when they say nothing:
+// its timing says zero, as the agent's flags do, and the defaults when its
+// options name no timing:
 // the first eviction of a 60 s workload pod beside a kube-system pod, 30 s
 // before the deadline, asks for 30 s with neither and for 14 s with the
 // defaults (28 s to the margin, 14 s of it kept for the system pod).
@@ -226,16 +227,16 @@ func TestDrainerKeepsNoneAsNone(t *testing.T) {
 		reserve, margin time.Duration
 		want            int64
 	}{
-		{"defaults", 0, 0, 14},
-		{"none", -1, -1, 30},
-		{"a margin alone", -1, 0, 28},
+		{"defaults", DefaultReserve, DefaultMargin, 14},
+		{"none", 0, 0, 30},
+		{"a margin alone", 0, DefaultMargin, 28},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := testingclock.NewFakeClock(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC))
 			graces := make(chan int64, 4)
 			client := acceptingClient(func(e *policyv1.Eviction) { graces <- *e.DeleteOptions.GracePeriodSeconds })
 			d := New(Options{Client: client, Pods: staticPods{pod("ml", "trainer", 60, ""), pod("kube-system", "dns", 30, "")},
-				Reserve: tc.reserve, Margin: tc.margin, Clock: clk})
+				Timing: &Timing{Reserve: tc.reserve, Margin: tc.margin}, Clock: clk})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() {

@@ -170,8 +170,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 			ProviderID: node.Spec.ProviderID,
 		},
 		RetryInterval: opts.EvictionRetryInterval,
-		DrainReserve:  zeroIsNone(opts.DrainReserve),
-		DrainMargin:   zeroIsNone(opts.DrainMargin),
+		DrainTiming:   &drain.Timing{Reserve: opts.DrainReserve, Margin: opts.DrainMargin},
 		Metrics:       m,
 		Events:        events,
 		Clock:         clk,
@@ -206,16 +205,6 @@ const startingHold = 4 * time.Second
 // noticeConnections bounds the connections to the notice endpoint: a
 // node's pods, each long-polling a few keys.
 const noticeConnections = 256
-
-// zeroIsNone maps --drain-reserve and --drain-margin, where 0 keeps none,
-// to drain.Options.Reserve and Margin, where 0 means the default and a
-// negative value none.
-func zeroIsNone(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
 
 func resourceNames(names []string) []corev1.ResourceName {
 	out := make([]corev1.ResourceName, 0, len(names))
