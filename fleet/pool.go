@@ -14,158 +14,203 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// decidePool decides one pool's nodes, sorted by name.
+// poolPass is one pool's decision in one pass: its nodes (sorted by
+// name), what it decided so far (plan), and what every node's decision
+// reads (its setting, the policy's block, the caps left).
+type poolPass struct {
+	now   time.Time
+	cfg   policy.Config
+	nodes []*Node
+	plan  PoolPlan
+	// fromPolicy: the setting is the policy ConfigMap's, not the nodes'
+	// annotation (GKE's handler acts on the annotation alone).
+	fromPolicy bool
+	// block is why the policy's windows and exclusions refuse maintenance
+	// now ("" when they do not), and blockDetail says it in words.
+	block, blockDetail string
+	caps               caps
+}
+
+// decidePool decides one pool's nodes, sorted by name: the pool's
+// gauges, then its setting, and, where the pool is configured, valid and
+// not left to the cluster autoscaler, each node with a pending notice
+// (or each multi-host slice, whole).
 func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int) PoolPlan {
-	plan := PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)}
-	available := 0
-	for _, n := range nodes {
-		if n.Ready && !n.InMaintenance {
-			available++
-		}
-		if n.InMaintenance {
-			plan.InMaintenance++
-		}
-		if !n.IdleSince.IsZero() && n.Busy == "" {
-			plan.Idle++
-		}
-		if pending(n) && !n.InMaintenance {
-			plan.Pending++
-			if plan.NextMaintenance.IsZero() || n.Notice.WindowStart.Before(plan.NextMaintenance) {
-				plan.NextMaintenance = n.Notice.WindowStart
-			}
-		}
-	}
-	setting, configured, err := poolSetting(cfg, pool, nodes, &plan)
-	plan.Configured, plan.Setting = configured, setting
+	p := &poolPass{now: now, cfg: cfg, nodes: nodes, plan: PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)}}
+	available := p.count()
+	setting, configured, err := poolSetting(cfg, pool, nodes, &p.plan)
+	p.plan.Configured, p.plan.Setting = configured, setting
 	slices := sliceMembers(nodes)
-	plan.Budget = cfg.PoolBudget(pool, setting, len(slices) > 0)
+	p.plan.Budget = cfg.PoolBudget(pool, setting, len(slices) > 0)
 	groups := groupNames(nodes)
-	plan.Autoscaled = cfg.Autoscaled(pool, len(groups) > 0)
-	decide := func(n *Node, reason string, msg func() string) {
-		plan.Decisions = append(plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: msg})
-	}
-	text := func(s string) func() string { return func() string { return s } }
-	if !configured {
-		// Said once per node: the pool's annotation is GKE's to act on.
-		for _, n := range nodes {
-			if n.GKEHandled && n.Config != "" && pending(n) && !n.InMaintenance {
-				decide(n, ReasonGKEHandles, text("Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on "+protocol.AnnotationOpportunisticConfig+" on this node (GKE 1.31 and later), and two controllers must not pick nodes. Configure the pool in the aggregator's policy ConfigMap, or run it with --gke-opportunistic-config=adopt, to have it act instead."))
-			}
-		}
-		return plan
-	}
-	if err != nil {
-		plan.ConfigErr = err
-		for _, n := range nodes {
-			if pending(n) && !n.InMaintenance {
-				decide(n, ReasonInvalidConfig, func() string {
-					return fmt.Sprintf("Not picked for opportunistic maintenance: the pool's configuration is invalid: %v", err)
-				})
-			}
-		}
-		return plan
-	}
-	if plan.Autoscaled && !cfg.AllowAutoscaled(pool) {
+	p.plan.Autoscaled = cfg.Autoscaled(pool, len(groups) > 0)
+	switch {
+	case !configured:
+		p.leftToGKE()
+		return p.plan
+	case err != nil:
+		p.plan.ConfigErr = err
+		p.skipAll(ReasonInvalidConfig, func() string { return fmt.Sprintf("the pool's configuration is invalid: %v", err) })
+		return p.plan
+	case p.plan.Autoscaled && !cfg.AllowAutoscaled(pool):
 		how := "declared autoscaled in the policy ConfigMap"
 		if len(groups) > 0 {
 			how = "its node group " + strings.Join(groups, ", ") + " is in the autoscaler's status"
 		}
-		for _, n := range nodes {
-			if pending(n) && !n.InMaintenance {
-				decide(n, ReasonAutoscaled, func() string {
-					return fmt.Sprintf("Not picked for opportunistic maintenance: the cluster autoscaler manages the pool %s (%s) and removes idle nodes itself, and GKE documents opportunistic maintenance as incompatible with it. Set opportunisticWhenAutoscaled: true for the pool in the policy ConfigMap to have it act anyway.", pool, how)
-				})
-			}
-		}
-		return plan
+		p.skipAll(ReasonAutoscaled, func() string {
+			return fmt.Sprintf("the cluster autoscaler manages the pool %s (%s) and removes idle nodes itself, and GKE documents opportunistic maintenance as incompatible with it. Set opportunisticWhenAutoscaled: true for the pool in the policy ConfigMap to have it act anyway.", pool, how)
+		})
+		return p.plan
 	}
-	block, blockDetail := cfg.Policy(pool).Blocks(now)
+	p.block, p.blockDetail = cfg.Policy(pool).Blocks(now)
 	pc, inPolicy := cfg.Pools[pool]
-	fromPolicy := inPolicy && pc.Opportunistic != nil
-	// eligible checks one node; "" means it may be triggered now.
-	eligible := func(n *Node) (string, func() string) {
-		// Each message is written only if it is announced; what it needs of
-		// n is copied in its case alone, so that a node decided about does
-		// not cost a copy of itself.
-		switch {
-		case len(n.Unreadable) > 0:
-			keys := n.Unreadable
-			return ReasonUnreadable, func() string {
-				return "its agent wrote values the aggregator cannot read (" + strings.Join(keys, ", ") + ")"
-			}
-		case n.GKEHandled && !fromPolicy:
-			return ReasonGKEHandles, text("GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)")
-		case !n.Ready:
-			return ReasonNotReady, text("the node is not Ready")
-		case !n.Notice.CanReschedule:
-			return ReasonNotReschedulable, text("its maintenance cannot be rescheduled (can_reschedule false)")
-		case n.OptOut:
-			return ReasonOptedOut, text("it is labelled " + protocol.LabelOpportunisticDisable + "=true")
-		case now.Before(n.Failures.RetryAfter):
-			f := n.Failures
-			return ReasonCoolingDown, func() string {
-				return fmt.Sprintf("its last voluntary maintenance failed (%s, %d in a row, at %s); not picked again before %s",
-					f.Reason, f.Count, f.Last.UTC().Format(time.RFC3339), f.RetryAfter.UTC().Format(time.RFC3339))
-			}
-		case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
-			start := n.Notice.WindowStart
-			return ReasonTooEarly, func() string {
-				return fmt.Sprintf("its maintenance at %s is more than window=%s away", start.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
-			}
-		case n.Busy == protocol.BusySafeToEvict:
-			return ReasonNotEvictable, text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
-		case n.IdleSince.IsZero() || n.Busy != "":
-			return ReasonNotIdle, text("pods on it use accelerators")
-		case now.Sub(n.IdleSince) < setting.NodeIdleTime:
-			idle := now.Sub(n.IdleSince)
-			return ReasonIdleTooShort, func() string {
-				return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
-			}
-		case block != "":
-			return block, text(blockDetail)
-		}
-		return "", nil
-	}
-	skip := func(n *Node, reason string, detail func() string) {
-		decide(n, reason, func() string { return "Not picked for opportunistic maintenance: " + detail() })
-	}
-	trigger := func(n *Node, msg func() string) {
-		plan.Trigger = append(plan.Trigger, n.Name)
-		decide(n, ReasonTriggered, msg)
-	}
-	c := caps{spare: available - setting.MinNodes, poolLeft: plan.Budget.Of(len(nodes)) - plan.Voluntary, clusterLeft: clusterLeft,
-		pool: pool, minNodes: setting.MinNodes, available: available, poolBudget: plan.Budget, nodes: len(nodes), clusterBudget: cfg.ClusterBudget()}
+	p.fromPolicy = inPolicy && pc.Opportunistic != nil
+	p.caps = caps{spare: available - setting.MinNodes, poolLeft: p.plan.Budget.Of(len(nodes)) - p.plan.Voluntary, clusterLeft: clusterLeft,
+		pool: pool, minNodes: setting.MinNodes, available: available, poolBudget: p.plan.Budget, nodes: len(nodes), clusterBudget: cfg.ClusterBudget()}
 	if len(slices) > 0 {
 		for _, members := range slices {
-			decideSlice(members, eligible, skip, trigger, &c)
+			p.decideSlice(members)
 		}
-		return plan
+		return p.plan
 	}
+	p.decideNodes()
+	return p.plan
+}
+
+// count fills the pool's gauges, and returns how many nodes are available
+// (Ready and out of maintenance).
+func (p *poolPass) count() (available int) {
+	for _, n := range p.nodes {
+		if n.Ready && !n.InMaintenance {
+			available++
+		}
+		if n.InMaintenance {
+			p.plan.InMaintenance++
+		}
+		if !n.IdleSince.IsZero() && n.Busy == "" {
+			p.plan.Idle++
+		}
+		if pending(n) && !n.InMaintenance {
+			p.plan.Pending++
+			if p.plan.NextMaintenance.IsZero() || n.Notice.WindowStart.Before(p.plan.NextMaintenance) {
+				p.plan.NextMaintenance = n.Notice.WindowStart
+			}
+		}
+	}
+	return available
+}
+
+// decide records the decision about n; msg is written only if announced.
+func (p *poolPass) decide(n *Node, reason string, msg func() string) {
+	p.plan.Decisions = append(p.plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: msg})
+}
+
+// skip: n is not picked, for reason (detail says why).
+func (p *poolPass) skip(n *Node, reason string, detail func() string) {
+	p.decide(n, reason, func() string { return "Not picked for opportunistic maintenance: " + detail() })
+}
+
+// skipAll skips every node with a pending notice, for one reason.
+func (p *poolPass) skipAll(reason string, detail func() string) {
+	for _, n := range p.nodes {
+		if pending(n) && !n.InMaintenance {
+			p.skip(n, reason, detail)
+		}
+	}
+}
+
+// trigger picks n.
+func (p *poolPass) trigger(n *Node, msg func() string) {
+	p.plan.Trigger = append(p.plan.Trigger, n.Name)
+	p.decide(n, ReasonTriggered, msg)
+}
+
+// leftToGKE: the pool is not configured; a node whose annotation GKE's own
+// handler acts on is told so, once.
+func (p *poolPass) leftToGKE() {
+	for _, n := range p.nodes {
+		if n.GKEHandled && n.Config != "" && pending(n) && !n.InMaintenance {
+			p.decide(n, ReasonGKEHandles, text("Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on "+protocol.AnnotationOpportunisticConfig+" on this node (GKE 1.31 and later), and two controllers must not pick nodes. Configure the pool in the aggregator's policy ConfigMap, or run it with --gke-opportunistic-config=adopt, to have it act instead."))
+		}
+	}
+}
+
+// text is a message already written.
+func text(s string) func() string { return func() string { return s } }
+
+// eligible checks one node: "" means it may be triggered now, else the
+// reason it may not, and a detail written only if it is announced (what
+// it needs of n is copied in its case alone, so that a node decided about
+// does not cost a copy of itself).
+func (p *poolPass) eligible(n *Node) (string, func() string) {
+	setting, now := p.plan.Setting, p.now
+	switch {
+	case len(n.Unreadable) > 0:
+		keys := n.Unreadable
+		return ReasonUnreadable, func() string {
+			return "its agent wrote values the aggregator cannot read (" + strings.Join(keys, ", ") + ")"
+		}
+	case n.GKEHandled && !p.fromPolicy:
+		return ReasonGKEHandles, text("GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)")
+	case !n.Ready:
+		return ReasonNotReady, text("the node is not Ready")
+	case !n.Notice.CanReschedule:
+		return ReasonNotReschedulable, text("its maintenance cannot be rescheduled (can_reschedule false)")
+	case n.OptOut:
+		return ReasonOptedOut, text("it is labelled " + protocol.LabelOpportunisticDisable + "=true")
+	case now.Before(n.Failures.RetryAfter):
+		f := n.Failures
+		return ReasonCoolingDown, func() string {
+			return fmt.Sprintf("its last voluntary maintenance failed (%s, %d in a row, at %s); not picked again before %s",
+				f.Reason, f.Count, f.Last.UTC().Format(time.RFC3339), f.RetryAfter.UTC().Format(time.RFC3339))
+		}
+	case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
+		start := n.Notice.WindowStart
+		return ReasonTooEarly, func() string {
+			return fmt.Sprintf("its maintenance at %s is more than window=%s away", start.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
+		}
+	case n.Busy == protocol.BusySafeToEvict:
+		return ReasonNotEvictable, text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
+	case n.IdleSince.IsZero() || n.Busy != "":
+		return ReasonNotIdle, text("pods on it use accelerators")
+	case now.Sub(n.IdleSince) < setting.NodeIdleTime:
+		idle := now.Sub(n.IdleSince)
+		return ReasonIdleTooShort, func() string {
+			return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
+		}
+	case p.block != "":
+		return p.block, text(p.blockDetail)
+	}
+	return "", nil
+}
+
+// decideNodes decides a pool of single nodes: every eligible node, the
+// longest idle first, while the caps allow.
+func (p *poolPass) decideNodes() {
 	var candidates []*Node
-	for _, n := range nodes {
+	for _, n := range p.nodes {
 		if !pending(n) || n.InMaintenance {
 			continue
 		}
-		if reason, detail := eligible(n); reason != "" {
-			skip(n, reason, detail)
+		if reason, detail := p.eligible(n); reason != "" {
+			p.skip(n, reason, detail)
 			continue
 		}
 		candidates = append(candidates, n)
 	}
-	// The longest idle first.
 	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].IdleSince.Before(candidates[j].IdleSince) })
+	setting := p.plan.Setting
 	for _, n := range candidates {
-		if reason, detail := c.take(1); reason != "" {
-			skip(n, reason, detail)
+		if reason, detail := p.caps.take(1); reason != "" {
+			p.skip(n, reason, detail)
 			continue
 		}
 		idle, start := n.IdleSince, n.Notice.WindowStart
-		trigger(n, func() string {
+		p.trigger(n, func() string {
 			return fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
 				idle.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), start.UTC().Format(time.RFC3339), setting.MinNodes)
 		})
 	}
-	return plan
 }
 
 // caps is what a pool may still take in one pass: the nodes min-nodes

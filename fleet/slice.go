@@ -43,7 +43,7 @@ func sliceMembers(nodes []*Node) [][]*Node {
 // hosts. Only its first host by name is triggered: its agent asks Compute
 // Engine once, for the whole slice, after every other host, following
 // it, is drained (lifecycle.SliceCaller).
-func decideSlice(members []*Node, eligible func(*Node) (string, func() string), skip func(*Node, string, func() string), trigger func(*Node, func() string), c *caps) {
+func (p *poolPass) decideSlice(members []*Node) {
 	var blocked []string
 	for _, n := range members {
 		if n.InMaintenance || n.Voluntary {
@@ -55,8 +55,8 @@ func decideSlice(members []*Node, eligible func(*Node) (string, func() string), 
 			blocked = append(blocked, n.Name+" has no pending maintenance")
 			continue
 		}
-		if reason, detail := eligible(n); reason != "" {
-			skip(n, reason, detail)
+		if reason, detail := p.eligible(n); reason != "" {
+			p.skip(n, reason, detail)
 			blocked = append(blocked, n.Name+": "+reason)
 		}
 	}
@@ -64,8 +64,8 @@ func decideSlice(members []*Node, eligible func(*Node) (string, func() string), 
 	if len(blocked) > 0 {
 		for _, n := range members {
 			if pending(n) {
-				if r, _ := eligible(n); r == "" {
-					skip(n, ReasonSliceIncomplete, func() string {
+				if r, _ := p.eligible(n); r == "" {
+					p.skip(n, ReasonSliceIncomplete, func() string {
 						return fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", slice, strings.Join(blocked, "; "))
 					})
 				}
@@ -73,9 +73,9 @@ func decideSlice(members []*Node, eligible func(*Node) (string, func() string), 
 		}
 		return
 	}
-	if reason, detail := c.take(len(members)); reason != "" {
+	if reason, detail := p.caps.take(len(members)); reason != "" {
 		for _, n := range members {
-			skip(n, reason, func() string {
+			p.skip(n, reason, func() string {
 				return fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", slice, len(members), detail())
 			})
 		}
@@ -83,7 +83,7 @@ func decideSlice(members []*Node, eligible func(*Node) (string, func() string), 
 	}
 	lead := members[0] // sorted by name
 	hosts := len(members)
-	trigger(lead, func() string {
+	p.trigger(lead, func() string {
 		return fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", slice, hosts)
 	})
 }

@@ -24,36 +24,10 @@ var manualRule = reasonRule{over: manualWithdrawn, counted: State.ManualBegun, y
 // manual handles the perform-maintenance label and the performMaintenance
 // call of a manual maintenance.
 func (d *Decision) manual(cfg Config, obs Observation) {
-	sig := obs.Signals
 	st := d.State
 	switch {
 	case st.Phase == protocol.PhaseIdle:
-		if !obs.TriggerSet || d.RemoveTrigger {
-			return
-		}
-		if obs.Trigger == protocol.TriggerValue && !sig.NoticeKnown {
-			return // wait until the metadata server has answered
-		}
-		answer := triggerCheck(cfg, st, obs).Answer()
-		switch {
-		case answer.Wait:
-			return // re-checked once the pods are known
-		case !answer.Accepted():
-			d.reject(answer.Outcome, answer.Message)
-		default:
-			n := sig.Notice
-			deadline := obs.Now.Add(cfg.ManualDrainTimeout)
-			d.start(obs, protocol.ReasonManual, deadline)
-			d.State.RequestID = obs.RequestID
-			d.Manual = protocol.ManualStarted
-			who := protocol.LabelPerformMaintenance + "=true"
-			if obs.Opportunistic {
-				who = "Picked for opportunistic maintenance (" + who + ")"
-			}
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualStarted,
-				Message: fmt.Sprintf("%s: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
-					who, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
-		}
+		d.answerTrigger(cfg, obs)
 	case st.RequestID == "":
 		// A maintenance the label did not start.
 		if obs.TriggerSet {
@@ -63,62 +37,110 @@ func (d *Decision) manual(cfg Config, obs Observation) {
 	case st.LeftToGKE:
 		// GKE's handler has the maintenance the label started: it drains
 		// and calls; the label is its to consume.
-	default: // a maintenance the label started
-		if obs.TriggerSet && obs.Trigger != protocol.TriggerValue {
-			d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
-				protocol.LabelPerformMaintenance, obs.Trigger, protocol.TriggerValue))
+	default:
+		d.manualUnderWay(cfg, obs)
+	}
+}
+
+// answerTrigger answers the label on a node in service: a manual
+// maintenance starts, or the label is rejected, or the answer waits.
+func (d *Decision) answerTrigger(cfg Config, obs Observation) {
+	sig, st := obs.Signals, d.State
+	if !obs.TriggerSet || d.RemoveTrigger {
+		return
+	}
+	if obs.Trigger == protocol.TriggerValue && !sig.NoticeKnown {
+		return // wait until the metadata server has answered
+	}
+	answer := triggerCheck(cfg, st, obs).Answer()
+	switch {
+	case answer.Wait:
+		return // re-checked once the pods are known
+	case !answer.Accepted():
+		d.reject(answer.Outcome, answer.Message)
+	default:
+		n := sig.Notice
+		deadline := obs.Now.Add(cfg.ManualDrainTimeout)
+		d.start(obs, protocol.ReasonManual, deadline)
+		d.State.RequestID = obs.RequestID
+		d.Manual = protocol.ManualStarted
+		who := protocol.LabelPerformMaintenance + "=true"
+		if obs.Opportunistic {
+			who = "Picked for opportunistic maintenance (" + who + ")"
 		}
-		if st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && !underWay(sig) {
-			d.awaitStart(cfg, obs)
-			return
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualStarted,
+			Message: fmt.Sprintf("%s: draining the node before %s, then asking Compute Engine to start the maintenance scheduled for %s now",
+				who, deadline.UTC().Format(time.RFC3339), n.WindowStart.UTC().Format(time.RFC3339))})
+	}
+}
+
+// manualUnderWay: a manual maintenance the label started is under way.
+func (d *Decision) manualUnderWay(cfg Config, obs Observation) {
+	sig, st := obs.Signals, d.State
+	if obs.TriggerSet && obs.Trigger != protocol.TriggerValue {
+		d.reject(protocol.ManualInvalidValue, fmt.Sprintf("The label %s=%q is not accepted: the only accepted value is %q. The manual maintenance already under way goes on.",
+			protocol.LabelPerformMaintenance, obs.Trigger, protocol.TriggerValue))
+	}
+	if st.Reason == protocol.ReasonManual && st.Phase == protocol.PhaseTerminating && !underWay(sig) {
+		d.awaitStart(cfg, obs)
+		return
+	}
+	if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseDraining {
+		return
+	}
+	if st.Requested.IsZero() && obs.Slice != "" && d.sliceWaits(cfg, obs) {
+		return
+	}
+	d.perform(cfg, obs, st)
+}
+
+// perform: a manual maintenance drains, then asks Compute Engine once;
+// how the call ends decides what follows. st is the state the manual
+// maintenance's step began with.
+func (d *Decision) perform(cfg Config, obs Observation, st State) {
+	sig := obs.Signals
+	r := obs.Perform
+	answered := r != nil && r.RequestID == st.RequestID
+	switch {
+	case answered && r.Err == nil:
+		d.accept(cfg, obs.Now, "operation "+r.Operation)
+	case answered && underWay(sig):
+		// No answer in time, or a refusal because Compute Engine had
+		// already begun: the maintenance is starting either way, and
+		// the node must not go back in service.
+		d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
+	case answered:
+		d.Manual = r.Outcome
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
+			Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)})
+		d.Uncordon = !st.CordonedBefore
+		d.RemoveTrigger = true
+		d.State = idleState(st)
+	case !st.Requested.IsZero() && startedByCompute(sig):
+		// Asked before (by this agent or one before it): the signals
+		// show the request went through; never ask twice.
+		d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
+	case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule):
+		// Before asking: the notice is gone or can no longer be
+		// started early, so there is nothing to ask for.
+		d.Manual = protocol.ManualNotReschedulable
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
+			Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
+		d.Uncordon = !st.CordonedBefore
+		d.RemoveTrigger = true
+		d.State = idleState(st)
+	case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
+		// Voluntary: the budgets held to the end, or pods are stuck.
+		what := "the node is"
+		if obs.Slice != "" {
+			what = fmt.Sprintf("it is given up on every host of the multi-host slice %s, and the slice is", obs.Slice)
 		}
-		if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseDraining {
-			return
-		}
-		if st.Requested.IsZero() && obs.Slice != "" && d.sliceWaits(cfg, obs) {
-			return
-		}
-		switch r := obs.Perform; {
-		case r != nil && r.RequestID == st.RequestID && r.Err == nil:
-			d.accept(cfg, obs.Now, "operation "+r.Operation)
-		case r != nil && r.RequestID == st.RequestID && underWay(sig):
-			// No answer in time, or a refusal because Compute Engine had
-			// already begun: the maintenance is starting either way, and
-			// the node must not go back in service.
-			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
-		case r != nil && r.RequestID == st.RequestID:
-			d.Manual = r.Outcome
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-				Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = true
-			d.State = idleState(st)
-		case !st.Requested.IsZero() && startedByCompute(sig):
-			// Asked before (by this agent or one before it): the signals
-			// show the request went through; never ask twice.
-			d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
-		case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule):
-			// Before asking: the notice is gone or can no longer be
-			// started early, so there is nothing to ask for.
-			d.Manual = protocol.ManualNotReschedulable
-			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-				Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
-			d.Uncordon = !st.CordonedBefore
-			d.RemoveTrigger = true
-			d.State = idleState(st)
-		case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
-			// Voluntary: the budgets held to the end, or pods are stuck.
-			what := "the node is"
-			if obs.Slice != "" {
-				what = fmt.Sprintf("it is given up on every host of the multi-host slice %s, and the slice is", obs.Slice)
-			}
-			d.giveUp(fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; %s back in service (taint, maintenance label and %s removed).",
-				st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), what, protocol.LabelPerformMaintenance))
-		case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
-			d.Perform = true
-			if st.Requested.IsZero() {
-				d.State.Requested = obs.Now
-			}
+		d.giveUp(fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; %s back in service (taint, maintenance label and %s removed).",
+			st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), what, protocol.LabelPerformMaintenance))
+	case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
+		d.Perform = true
+		if st.Requested.IsZero() {
+			d.State.Requested = obs.Now
 		}
 	}
 }
