@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test unit testworld prometheus vet verify build image release bench fuzz
+.PHONY: help demo test unit testworld prometheus vet verify generate build image release bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ vet: ## go vet
 
 verify: ## gofmt, go mod tidy unchanged, go vet, staticcheck (pinned), and no time.Now/time.Sleep outside cmd/, internal/, test/ and tests
 	scripts/verify.sh
+
+generate: ## write every generated copy from its one source: the chart's rules, dashboard and table of values, and the rule objects of manifests/components (edit monitoring/ and values.yaml, not the copies)
+	$(GO) run ./build/generate
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 

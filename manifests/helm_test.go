@@ -119,27 +119,6 @@ func stripHelmLabels(o *unstructured.Unstructured) {
 	}
 }
 
-// TestChartCopiesOfTheMonitoring: the chart carries monitoring/'s rules and
-// dashboard as they are (a chart cannot read outside its folder).
-func TestChartCopiesOfTheMonitoring(t *testing.T) {
-	for src, cp := range map[string]string{
-		"../monitoring/rules.yaml":                       chart + "/files/rules.yaml",
-		"../monitoring/grafana/maintenance-handler.json": chart + "/files/dashboard.json",
-	} {
-		a, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(cp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs from %s: copy it (cp %s %s)", cp, src, src, cp)
-		}
-	}
-}
-
 // TestChartSchemaRejects: a value of the wrong type, or a key values.yaml
 // does not have, is refused with a message that names it.
 func TestChartSchemaRejects(t *testing.T) {

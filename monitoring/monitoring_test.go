@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/maintenance-handler/maintenance-handler/metrics"
-	"github.com/maintenance-handler/maintenance-handler/monitoring"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -84,33 +82,6 @@ func TestRecordingRulesCountOnce(t *testing.T) {
 	out := run(t, nil, promtool(t), "test", "rules", "rules_test.yaml")
 	if !strings.Contains(out, "SUCCESS") {
 		t.Errorf("promtool test rules:\n%s", out)
-	}
-}
-
-func TestRuleObjectsMatchRulesFile(t *testing.T) {
-	var file struct {
-		Groups any `json:"groups"`
-	}
-	if err := yaml.Unmarshal(monitoring.RulesFile, &file); err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range ruleObjects {
-		var o struct {
-			Kind     string
-			Metadata struct{ Namespace string }
-			Spec     struct {
-				Groups any `json:"groups"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(mustRead(t, obj.path), &o); err != nil {
-			t.Fatal(err)
-		}
-		if o.Kind != obj.kind || o.Metadata.Namespace != "maintenance-handler" {
-			t.Errorf("%s: kind %q in namespace %q, want %s in maintenance-handler", obj.path, o.Kind, o.Metadata.Namespace, obj.kind)
-		}
-		if d := cmp.Diff(file.Groups, o.Spec.Groups); d != "" {
-			t.Errorf("%s differs from rules.yaml (-rules.yaml +%s):\n%s", obj.path, obj.kind, d)
-		}
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 
 // The README's markers around the table.
 const (
-	Begin = "<!-- values: written by go run ./build/chartdoc; do not edit -->"
+	Begin = "<!-- values: written by make generate from values.yaml; do not edit -->"
 	End   = "<!-- /values -->"
 )
 

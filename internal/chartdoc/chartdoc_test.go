@@ -22,7 +22,7 @@ func TestTheChartsReadmeIsCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(want) != string(readme) {
-		t.Error("charts/maintenance-handler/README.md is not what values.yaml says: go run ./build/chartdoc charts/maintenance-handler")
+		t.Error("charts/maintenance-handler/README.md is not what values.yaml says: make generate")
 	}
 }
 
