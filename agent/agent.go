@@ -315,12 +315,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		obs := lifecycle.Observation{
-			Now:            a.opts.Clock.Now(),
-			Signals:        a.signals,
-			BootID:         node.Status.NodeInfo.BootID,
-			KubeletVersion: node.Status.NodeInfo.KubeletVersion,
-			Unschedulable:  node.Spec.Unschedulable,
-			RequestID:      a.opts.NewRequestID(),
+			Now:         a.opts.Clock.Now(),
+			Signals:     a.signals,
+			MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable},
+			TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
 		}
 		var ms protocol.MaintenanceState
 		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)

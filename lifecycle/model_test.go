@@ -264,9 +264,11 @@ func (m *model) answerCall() {
 func (m *model) observation(st State) Observation {
 	m.requestSeq++
 	obs := Observation{
-		Now: m.now, Signals: m.known, BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion,
-		Unschedulable: m.node.Spec.Unschedulable, RequestID: fmt.Sprintf("req-%d", m.requestSeq),
-		PodsKnown: true, Idle: true,
+		Now:         m.now,
+		Signals:     m.known,
+		MachineView: MachineView{BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion, Unschedulable: m.node.Spec.Unschedulable},
+		PodsView:    PodsView{PodsKnown: true, Idle: true},
+		TriggerView: TriggerView{RequestID: fmt.Sprintf("req-%d", m.requestSeq)},
 	}
 	obs.Trigger, obs.TriggerSet, _ = protocol.ReadTrigger(m.node)
 	obs.DrainDone = st.Phase == protocol.PhaseDraining && m.drainDone.Equal(st.Started)

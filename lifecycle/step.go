@@ -51,30 +51,53 @@ type Signals struct {
 	NoticeNotYet bool
 }
 
-// Observation is everything Step looks at besides the state.
+// Observation is everything Step looks at besides the state: the time,
+// the metadata server's signals, and four groups, each embedded so that
+// its fields read as the observation's own (obs.BootID, obs.Trigger):
+// what the Node shows of the machine (MachineView), the pods and the
+// drain's progress (PodsView), the perform-maintenance label and its call
+// (TriggerView), and the node's multi-host slice (SliceView).
 type Observation struct {
 	Now     time.Time
 	Signals Signals
-	// BootID is the node's status.nodeInfo.bootID now.
+	MachineView
+	PodsView
+	TriggerView
+	SliceView
+}
+
+// MachineView is what the Node shows of the machine now.
+type MachineView struct {
+	// BootID is the node's status.nodeInfo.bootID.
 	BootID string
-	// KubeletVersion is the node's status.nodeInfo.kubeletVersion now.
+	// KubeletVersion is the node's status.nodeInfo.kubeletVersion.
 	KubeletVersion string
-	// Unschedulable is the node's spec.unschedulable now.
+	// Unschedulable is the node's spec.unschedulable.
 	Unschedulable bool
+	// GKEHandling says how the Node shows GKE's own maintenance handler
+	// handling it (GKEHandling); "" when it does not.
+	GKEHandling string
+}
+
+// PodsView is what the node runs, and how its drain went.
+type PodsView struct {
+	// PodsKnown: Idle and Busy come from a filled pod cache.
+	PodsKnown bool
+	Idle      bool
+	Busy      string
 	// DrainDone: the drain of the current maintenance has finished, and
 	// DrainLeft names the pods it left on the node (see drain.Result.Left).
 	DrainDone bool
 	DrainLeft []string
+}
+
+// TriggerView is the perform-maintenance label, what came with it, and
+// the performMaintenance call it leads to.
+type TriggerView struct {
 	// Trigger is the perform-maintenance label's value; TriggerSet whether
 	// the label is there at all.
 	Trigger    string
 	TriggerSet bool
-	// RequestID is a fresh UUID, the requestId of a manual maintenance
-	// that starts now.
-	RequestID string
-	// Perform is the result of the performMaintenance call for the state's
-	// RequestID, once it has returned.
-	Perform *PerformResult
 	// Opportunistic: the aggregator set the trigger (maintenance-state
 	// says opportunistic-triggered), at TriggeredAt (zero when it cannot
 	// be read), for the notice whose scheduled-maintenance-time is
@@ -86,33 +109,35 @@ type Observation struct {
 	// now (a Manual* outcome; "" when it does not), and ManualBlockedDetail
 	// says it in words.
 	ManualBlocked, ManualBlockedDetail string
-	// PodsKnown: Idle and Busy come from a filled pod cache.
-	PodsKnown bool
-	Idle      bool
-	Busy      string
-	// SliceAsk is the ask that this host drain with its multi-host slice,
-	// another host of which stops: what the agent works out from its
-	// slice's hosts, or the aggregator's on the Node (slice.go);
-	// SliceAskSet whether there is one.
+	// RequestID is a fresh UUID, the requestId of a manual maintenance
+	// that starts now.
+	RequestID string
+	// Perform is the result of the performMaintenance call for the state's
+	// RequestID, once it has returned.
+	Perform *PerformResult
+}
+
+// SliceView is the node's multi-host slice.
+type SliceView struct {
+	// Slice names the node's multi-host slice ("" for none).
+	Slice string
+	// SliceAsk is the ask that this host drain with its slice, another
+	// host of which stops: what the agent works out from its slice's
+	// hosts, or the aggregator's on the Node; SliceAskSet whether there
+	// is one.
 	SliceAsk    protocol.SliceAsk
 	SliceAskSet bool
-	// Slice names the node's multi-host slice ("" for none). For a
-	// voluntary maintenance of it, SliceCaller says whether this host
-	// makes the slice's one performMaintenance call
-	// (SliceCaller); SliceWaiting names the other hosts that
-	// still drain, and SliceIncomplete those whose voluntary drain ended
-	// with pods left (SliceDrained).
-	Slice string
 	// SliceAskExpired: the ask is no longer followed, its cause having
-	// started SliceDrainLimit ago (Step sets it).
+	// started SliceDrainLimit ago (settle sets it).
 	SliceAskExpired bool
 	// SliceVoluntary: a host of the slice has a manual or opportunistic
-	// maintenance under way (SliceCaller names one).
+	// maintenance under way, and SliceCaller says whether this host makes
+	// the slice's one performMaintenance call (SliceCaller names it);
+	// SliceWaiting names the other hosts that still drain, and
+	// SliceIncomplete those whose voluntary drain ended with pods left
+	// (SliceDrained).
 	SliceVoluntary, SliceCaller   bool
 	SliceWaiting, SliceIncomplete []string
-	// GKEHandling says how the Node shows GKE's own maintenance handler
-	// handling it (GKEHandling); "" when it does not.
-	GKEHandling string
 }
 
 // PerformResult is how a performMaintenance call ended.

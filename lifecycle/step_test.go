@@ -59,7 +59,9 @@ func with(f func(*Signals)) Signals {
 	return s
 }
 
-func obs(s Signals) Observation { return Observation{Now: t0, Signals: s, BootID: bootA} }
+func obs(s Signals) Observation {
+	return Observation{Now: t0, Signals: s, MachineView: MachineView{BootID: bootA}}
+}
 
 // picked is o with an opportunistic trigger written 10 s ago for the
 // pending notice, on an idle node; change alters it.
@@ -101,19 +103,19 @@ func TestStepDrainOrder(t *testing.T) {
 		obs   Observation
 		want  DrainOrder
 	}{
-		{"idle, nothing announced: none", State{}, Observation{Now: t0, Signals: quiet(), BootID: bootA}, DrainOrder{}},
-		{"TERMINATE: one for this maintenance, by its deadline", State{}, Observation{Now: t0, Signals: terminate, BootID: bootA},
+		{"idle, nothing announced: none", State{}, Observation{Now: t0, Signals: quiet(), MachineView: MachineView{BootID: bootA}}, DrainOrder{}},
+		{"TERMINATE: one for this maintenance, by its deadline", State{}, Observation{Now: t0, Signals: terminate, MachineView: MachineView{BootID: bootA}},
 			DrainOrder{For: t0, Deadline: t0.Add(cfg.HostMaintenanceDeadline)}},
-		{"draining: the same one again", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA},
+		{"draining: the same one again", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}},
 			DrainOrder{For: t0, Deadline: t0.Add(cfg.HostMaintenanceDeadline)}},
-		{"preempted while draining: the deadline moves", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: preempted, BootID: bootA},
+		{"preempted while draining: the deadline moves", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: preempted, MachineView: MachineView{BootID: bootA}},
 			DrainOrder{For: t0, Deadline: t0.Add(time.Minute + cfg.PreemptionDeadline)}},
-		{"drain done: none", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, DrainDone: true}, DrainOrder{}},
+		{"drain done: none", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}}, DrainOrder{}},
 		{"manual drain done, Compute Engine not asked yet: none", manual,
-			Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true}, DrainOrder{}},
-		{"manual: voluntary, the budgets hold", manual, Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true},
+			Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}}, DrainOrder{}},
+		{"manual: voluntary, the budgets hold", manual, Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}},
 			DrainOrder{For: t0, Deadline: t0.Add(cfg.ManualDrainTimeout), Voluntary: true}},
-		{"back from maintenance: none", hostDrain, Observation{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB}, DrainOrder{}},
+		{"back from maintenance: none", hostDrain, Observation{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}}, DrainOrder{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := stepChecked(t, cfg, tc.state, tc.obs).Drain; !got.Equal(tc.want) {
@@ -183,7 +185,7 @@ func TestStep(t *testing.T) {
 		},
 		{
 			name: "TERMINATE_ON_HOST_MAINTENANCE starts a drain with a 60 min deadline",
-			obs:  Observation{Now: t0, Signals: terminate, BootID: bootA, Unschedulable: true},
+			obs:  Observation{Now: t0, Signals: terminate, MachineView: MachineView{BootID: bootA, Unschedulable: true}},
 			want: Decision{
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, CordonedBefore: true, LastEvent: maintenance.EventTerminate},
 				Interruption: counted(protocol.HostMaintenance),
@@ -209,7 +211,7 @@ func TestStep(t *testing.T) {
 		{
 			name:  "a preemption during host maintenance shortens the deadline",
 			state: draining(protocol.ReasonHostMaintenance, time.Hour),
-			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = maintenance.EventTerminate, true }), BootID: bootA},
+			obs:   Observation{Now: t0.Add(time.Minute), Signals: with(func(s *Signals) { s.Event, s.Preempted = maintenance.EventTerminate, true }), MachineView: MachineView{BootID: bootA}},
 			want: Decision{
 				State:  State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: t0, Deadline: t0.Add(90 * time.Second), BootID: bootA, LastEvent: maintenance.EventTerminate},
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventPreempted, Message: "The VM was preempted during maintenance; the drain deadline moves to 2026-11-22T10:01:30Z"}},
@@ -244,7 +246,7 @@ func TestStep(t *testing.T) {
 		{
 			name:  "the drain finished: terminating",
 			state: draining(protocol.ReasonHostMaintenance, time.Hour),
-			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
+			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}},
 			want: Decision{
 				State:   State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: maintenance.EventTerminate},
 				Drained: true,
@@ -266,7 +268,7 @@ func TestStep(t *testing.T) {
 		{
 			name:  "back with a new boot ID: idle and uncordoned",
 			state: terminating,
-			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
+			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
 			want: Decision{
 				State:    State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Uncordon: true,
@@ -280,7 +282,7 @@ func TestStep(t *testing.T) {
 				s.ScheduledTime, s.Notice = "1796151600", pending
 				return s
 			}(),
-			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
+			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
 			want: Decision{
 				State:    State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Uncordon: true,
@@ -294,7 +296,7 @@ func TestStep(t *testing.T) {
 				s.CordonedBefore = true
 				return s
 			}(),
-			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB},
+			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
 			want: Decision{
 				State:  State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Events: []EventRecord{{Reason: protocol.EventMaintenanceCleared, Message: "Node is back from host-maintenance (boot ID " + bootB + "); removing the taint and the maintenance label"}},
@@ -313,7 +315,7 @@ func TestStep(t *testing.T) {
 		{
 			name:  "back with a new boot and a new TERMINATE: a second, separate maintenance",
 			state: terminating,
-			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: terminate, BootID: bootB},
+			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: terminate, MachineView: MachineView{BootID: bootB}},
 			want: Decision{
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: maintenance.EventTerminate},
 				Interruption: counted(protocol.HostMaintenance),
@@ -372,11 +374,11 @@ func TestStepNeverDrainsTwice(t *testing.T) {
 		obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })),
 		obs(terminate),
 		obs(terminate),
-		{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
-		{Now: t0.Add(2 * time.Minute), Signals: terminate, BootID: bootA, DrainDone: true},
-		{Now: t0.Add(time.Hour), Signals: Signals{}, BootID: bootB},
-		{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB},
-		{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB},
+		{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}},
+		{Now: t0.Add(2 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}},
+		{Now: t0.Add(time.Hour), Signals: Signals{}, MachineView: MachineView{BootID: bootB}},
+		{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
+		{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
 	}
 	var st State
 	interruptions, cordons, uncordons := 0, 0, 0
@@ -697,7 +699,7 @@ func TestStepManualTrigger(t *testing.T) {
 				s.Phase = protocol.PhaseTerminating
 				return s
 			}(),
-			obs: labelled(Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), BootID: bootB}, "true"),
+			obs: labelled(Observation{Now: t0.Add(2 * time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}}, "true"),
 			want: Decision{
 				State:        State{Phase: protocol.PhaseIdle, LastEvent: maintenance.EventNone},
 				Interruption: counted(protocol.HostMaintenance),
@@ -731,11 +733,11 @@ func TestStepManualCallsOnce(t *testing.T) {
 	step := func(o Observation) Observation { return labelled(o, "true") }
 	seq := []Observation{
 		step(obs(noticed)),
-		step(Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, DrainDone: true}),
+		step(Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}}),
 		// killed here, after the call went through: the notice now says so
-		step(Observation{Now: t0.Add(2 * time.Minute), Signals: after, BootID: bootA}),
-		step(Observation{Now: t0.Add(3 * time.Minute), Signals: after, BootID: bootA, DrainDone: true}),
-		step(Observation{Now: t0.Add(time.Hour), Signals: quiet(), BootID: bootB}),
+		step(Observation{Now: t0.Add(2 * time.Minute), Signals: after, MachineView: MachineView{BootID: bootA}}),
+		step(Observation{Now: t0.Add(3 * time.Minute), Signals: after, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}}),
+		step(Observation{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}}),
 	}
 	var st State
 	calls, interruptions := 0, 0
@@ -764,7 +766,7 @@ func TestStepManualCallsOnce(t *testing.T) {
 // the kubelet version changed.
 func TestStepAccounting(t *testing.T) {
 	at := func(boot, kubelet string, s Signals) Observation {
-		return Observation{Now: t0, Signals: s, BootID: boot, KubeletVersion: kubelet}
+		return Observation{Now: t0, Signals: s, MachineView: MachineView{BootID: boot, KubeletVersion: kubelet}}
 	}
 	terminate := with(func(s *Signals) { s.Event = maintenance.EventTerminate })
 	bootC := "cccccccc-0000-0000-0000-000000000003"
@@ -785,7 +787,7 @@ func TestStepAccounting(t *testing.T) {
 		d := Step(cfg, st, step.obs)
 		events := d.Events
 		if d.State.Phase == protocol.PhaseDraining {
-			d = Step(cfg, d.State, Observation{Now: t0, Signals: terminate, BootID: step.obs.BootID, KubeletVersion: step.obs.KubeletVersion, DrainDone: true})
+			d = Step(cfg, d.State, Observation{Now: t0, Signals: terminate, MachineView: MachineView{BootID: step.obs.BootID, KubeletVersion: step.obs.KubeletVersion}, PodsView: PodsView{DrainDone: true}})
 			events = append(events, d.Events...)
 		}
 		if diff := cmp.Diff(step.want, d.State.Interruptions, cmpopts.EquateEmpty()); diff != "" {
@@ -829,7 +831,7 @@ func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
 				s.Notice, s.NoticePresent = *n, true
 			}
 		})
-		return Observation{Now: t0, Signals: s, BootID: boot}
+		return Observation{Now: t0, Signals: s, MachineView: MachineView{BootID: boot}}
 	}
 	d := stepChecked(t, cfg, State{}, tpu(bootA, &ongoing))
 	if d.State.Phase != protocol.PhaseDraining || d.Interruption == nil {
@@ -997,8 +999,13 @@ func TestStepVoluntaryDrainAbandoned(t *testing.T) {
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	st := draining(protocol.ReasonManual, cfg.ManualDrainTimeout)
 	st.RequestID = "req-1"
-	o := Observation{Now: t0.Add(cfg.ManualDrainTimeout), Signals: noticed, BootID: bootA, DrainDone: true, DrainLeft: []string{"ml/trainer-0"},
-		Trigger: protocol.TriggerValue, TriggerSet: true}
+	o := Observation{
+		Now:         t0.Add(cfg.ManualDrainTimeout),
+		Signals:     noticed,
+		MachineView: MachineView{BootID: bootA},
+		PodsView:    PodsView{DrainDone: true, DrainLeft: []string{"ml/trainer-0"}},
+		TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true},
+	}
 	d := stepChecked(t, cfg, st, o)
 	if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveTrigger || d.Perform || d.Manual != protocol.ManualAbandoned {
 		t.Fatalf("abandoned: phase %s, uncordon %t, remove trigger %t, perform %t, outcome %q", d.State.Phase, d.Uncordon, d.RemoveTrigger, d.Perform, d.Manual)
@@ -1027,8 +1034,13 @@ func TestStepFailureMemory(t *testing.T) {
 	asked.RequestID, asked.Requested = "req-1", t0
 	failed := func(st State, at time.Time) State {
 		t.Helper()
-		o := Observation{Now: at, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
-			Perform: &PerformResult{RequestID: "req-1", Err: errors.New("403"), Outcome: protocol.ManualPermissionDenied}}
+		o := Observation{
+			Now:         at,
+			Signals:     noticed,
+			MachineView: MachineView{BootID: bootA},
+			PodsView:    PodsView{DrainDone: true},
+			TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Err: errors.New("403"), Outcome: protocol.ManualPermissionDenied}},
+		}
 		d := stepChecked(t, cfg, st, o)
 		if d.State.Phase != protocol.PhaseIdle {
 			t.Fatalf("phase %s after a failure", d.State.Phase)
@@ -1052,21 +1064,26 @@ func TestStepFailureMemory(t *testing.T) {
 	}
 	// A label rejected is not a failure; the record outlives it.
 	idle := st
-	d := stepChecked(t, cfg, idle, Observation{Now: t0, Signals: noticed, BootID: bootA, Trigger: "yes", TriggerSet: true})
+	d := stepChecked(t, cfg, idle, Observation{Now: t0, Signals: noticed, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: "yes", TriggerSet: true}})
 	if d.Manual != protocol.ManualInvalidValue || d.State.Failures != idle.Failures {
 		t.Errorf("a rejected label changed the record: %+v", d.State.Failures)
 	}
 	// Accepted, it is not yet done: the record stays; once the
 	// maintenance is under way it is cleared.
 	st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, t0, t0, t0.Add(time.Hour)
-	d = stepChecked(t, cfg, st, Observation{Now: t0, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
-		Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}})
+	d = stepChecked(t, cfg, st, Observation{
+		Now:         t0,
+		Signals:     noticed,
+		MachineView: MachineView{BootID: bootA},
+		PodsView:    PodsView{DrainDone: true},
+		TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}},
+	})
 	if d.Manual != protocol.ManualAccepted || d.State.Failures.Count != 7 {
 		t.Errorf("accepted: outcome %q, failures %+v; want the record kept until the maintenance happens", d.Manual, d.State.Failures)
 	}
 	underWay := noticed
 	underWay.Event = maintenance.EventTerminate
-	d = stepChecked(t, cfg, d.State, Observation{Now: t0.Add(time.Minute), Signals: underWay, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true})
+	d = stepChecked(t, cfg, d.State, Observation{Now: t0.Add(time.Minute), Signals: underWay, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}})
 	if d.State.Failures.Count != 0 || d.Interruption == nil {
 		t.Errorf("under way: failures %+v, interruption %v; want the record cleared and the maintenance counted", d.State.Failures, d.Interruption)
 	}
@@ -1081,8 +1098,13 @@ func TestStepManualCountedWhenItHappens(t *testing.T) {
 	asked := draining(protocol.ReasonManual, time.Hour)
 	asked.RequestID, asked.Requested = "req-1", t0
 	accept := func() State {
-		d := stepChecked(t, cfg, asked, Observation{Now: t0, Signals: noticed, BootID: bootA, DrainDone: true, Trigger: protocol.TriggerValue, TriggerSet: true,
-			Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}})
+		d := stepChecked(t, cfg, asked, Observation{
+			Now:         t0,
+			Signals:     noticed,
+			MachineView: MachineView{BootID: bootA},
+			PodsView:    PodsView{DrainDone: true},
+			TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}},
+		})
 		if d.Manual != protocol.ManualAccepted || d.Interruption != nil {
 			t.Fatalf("accepted: outcome %q, interruption %v; want accepted, nothing counted", d.Manual, d.Interruption)
 		}
@@ -1094,9 +1116,9 @@ func TestStepManualCountedWhenItHappens(t *testing.T) {
 	counts := 0
 	st := accept()
 	for _, o := range []Observation{
-		{Now: t0.Add(time.Minute), Signals: terminate, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true},
-		{Now: t0.Add(2 * time.Minute), Signals: terminate, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true},
-		{Now: t0.Add(10 * time.Minute), Signals: quiet(), BootID: bootB},
+		{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}},
+		{Now: t0.Add(2 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}},
+		{Now: t0.Add(10 * time.Minute), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
 	} {
 		d := stepChecked(t, cfg, st, o)
 		if d.Interruption != nil {
@@ -1109,8 +1131,12 @@ func TestStepManualCountedWhenItHappens(t *testing.T) {
 	}
 	// The operation fails: not counted, one failure.
 	st = accept()
-	d := stepChecked(t, cfg, st, Observation{Now: t0.Add(time.Minute), Signals: noticed, BootID: bootA, Trigger: protocol.TriggerValue, TriggerSet: true,
-		Perform: &PerformResult{RequestID: "req-1", Operation: "op-1", OperationErr: errors.New("operation failed")}})
+	d := stepChecked(t, cfg, st, Observation{
+		Now:         t0.Add(time.Minute),
+		Signals:     noticed,
+		MachineView: MachineView{BootID: bootA},
+		TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Operation: "op-1", OperationErr: errors.New("operation failed")}},
+	})
 	if d.Manual != protocol.ManualNotStarted || d.Interruption != nil || d.State.Failures.Count != 1 {
 		t.Errorf("operation failed: outcome %q, interruption %v, failures %d; want not_started, not counted, one failure", d.Manual, d.Interruption, d.State.Failures.Count)
 	}
@@ -1366,7 +1392,7 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 			now.Add(10 * time.Second), "the signal came at 2026-11-22T09:59:40Z or later"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: tc.sig, BootID: bootA})
+			d := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: tc.sig, MachineView: MachineView{BootID: bootA}})
 			if d.State.Phase != protocol.PhaseDraining || !d.State.Deadline.Equal(tc.deadline) || !d.Drain.Deadline.Equal(tc.deadline) {
 				t.Errorf("phase %s, deadline %s, drain's %s; want draining by %s", d.State.Phase, d.State.Deadline, d.Drain.Deadline, tc.deadline)
 			}
@@ -1378,11 +1404,15 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 	// The keys answer in any order: the window read after TERMINATE moves
 	// the deadline of the drain under way earlier, once.
 	t.Run("the open window read after TERMINATE: the deadline moves earlier", func(t *testing.T) {
-		first := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: with(func(s *Signals) { s.Event = maintenance.EventTerminate }), BootID: bootA})
-		later := Observation{Now: now.Add(time.Second), BootID: bootA, Signals: with(func(s *Signals) {
-			s.Event = maintenance.EventTerminate
-			s.Notice, s.NoticePresent = ongoingAt(now.Add(-59*time.Minute), now.Add(3*time.Hour)), true
-		})}
+		first := stepChecked(t, cfg, State{}, Observation{Now: now, Signals: with(func(s *Signals) { s.Event = maintenance.EventTerminate }), MachineView: MachineView{BootID: bootA}})
+		later := Observation{
+			Now: now.Add(time.Second),
+			Signals: with(func(s *Signals) {
+				s.Event = maintenance.EventTerminate
+				s.Notice, s.NoticePresent = ongoingAt(now.Add(-59*time.Minute), now.Add(3*time.Hour)), true
+			}),
+			MachineView: MachineView{BootID: bootA},
+		}
 		d := stepChecked(t, cfg, first.State, later)
 		if want := now.Add(time.Minute); !d.State.Deadline.Equal(want) || !d.Drain.Deadline.Equal(want) || len(d.Events) != 1 {
 			t.Errorf("deadline %s, drain's %s, events %+v; want both %s, said once", d.State.Deadline, d.Drain.Deadline, d.Events, want)
