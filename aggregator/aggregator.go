@@ -48,8 +48,8 @@ type Aggregator struct {
 
 	// Guarded by mu; reset when leadership begins.
 	mu          sync.Mutex
-	lastReason  map[string]string // node -> last decision reason announced
-	lastPoolErr map[string]string // pool -> last config error announced
+	lastReason  map[string]fleet.Reason // node -> last decision reason announced
+	lastPoolErr map[string]string       // pool -> last config error announced
 	lastCfgErr  string
 	lastWarn    map[string]string // what -> last error text logged
 	lastScaled  map[string]bool   // pool -> autoscaled, as last logged
@@ -155,7 +155,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 // at most every MinInterval, and at least every Interval.
 func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Lock()
-	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]string{}, map[string]string{}, ""
+	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]fleet.Reason{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
 	a.mu.Unlock()
 	a.leading.Store(true)

@@ -204,7 +204,7 @@ func TestGKEExample(t *testing.T) {
 	if count != 1 {
 		t.Errorf("%d nodes triggered, want exactly 1", count)
 	}
-	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("triggered", fleet.ReasonTriggered), 1); got != 1 {
+	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("triggered", string(fleet.ReasonTriggered)), 1); got != 1 {
 		t.Errorf("decisions{triggered} = %v, want 1", got)
 	}
 	if got, ok := poolGauge(t, r.metrics, "pool_nodes_in_maintenance", "gke-ex"); got != 1 {
@@ -647,7 +647,7 @@ func TestGKEsOwnNodesLeftToGKE(t *testing.T) {
 			t.Errorf("%s triggered where GKE's handler acts (%v)", name, err)
 		}
 	}
-	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonGKEHandles), 2); got != 2 {
+	if got := testworld.Settled(t, r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonGKEHandles)), 2); got != 2 {
 		t.Errorf("decisions{skipped,gke_handles} = %v, want 2", got)
 	}
 }
@@ -676,10 +676,10 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	names := idlePool(t, "capped", "cap", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2")
 	r := startAggregator(t, ns, "")
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonMaxVoluntary).Value() == 18, nil
+		return r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value() == 18, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonMaxVoluntary).Value())
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value())
 	}
 	waitPasses(t, r.agg, 3)
 	count := 0

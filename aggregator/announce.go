@@ -77,7 +77,7 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 		if d.Reason == fleet.ReasonTriggered {
 			outcome, reason = "triggered", protocol.EventTriggered
 		}
-		m.Decisions.WithLabelValues(outcome, d.Reason).Inc()
+		m.Decisions.WithLabelValues(outcome, string(d.Reason)).Inc()
 		a.nodeEvent(d.Node, d.UID, false, reason, d.Message())
 	}
 }

@@ -75,7 +75,7 @@ pools:
 			t.Errorf("pool_autoscaled{%s} = %v (exported: %t), want %v", pool, got, ok, wantScaled)
 		}
 	}
-	if got := m.Decisions.WithLabelValues("skipped", fleet.ReasonAutoscaled).Value(); got != 2 {
+	if got := m.Decisions.WithLabelValues("skipped", string(fleet.ReasonAutoscaled)).Value(); got != 2 {
 		t.Errorf("decisions{skipped,cluster_autoscaler} = %v, want 2", got)
 	}
 }

@@ -46,10 +46,10 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	// A pauses; B leads.
 	r := startAggregator(t, ns, "")
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonMaxVoluntary).Value() == 19, nil
+		return r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value() == 19, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonMaxVoluntary).Value())
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value())
 	}
 	waitPasses(t, r.agg, 3)
 	if got := countTriggered(t, names); len(got) != 0 {

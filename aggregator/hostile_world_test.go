@@ -140,7 +140,7 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 			t.Errorf("%s was triggered", name)
 		}
 	}
-	if v := r.metrics.Decisions.WithLabelValues("skipped", fleet.ReasonUnreadable).Value(); v != 1 {
+	if v := r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonUnreadable)).Value(); v != 1 {
 		t.Errorf("decisions{skipped,unreadable} = %v, want 1 (hostile-huge)", v)
 	}
 	if v := r.metrics.SliceInterruptions.Len(); v != 0 {

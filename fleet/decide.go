@@ -11,37 +11,40 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/window"
 )
 
-// Reasons for a decision about a node (the reason label of
-// decisions_total, and the Events' wording).
+// Reason is why a node was decided about as it was: the reason label of
+// decisions_total, and what the Events' wording explains.
+type Reason string
+
+// The reasons for a decision about a node.
 const (
-	ReasonTriggered        = "triggered"
-	ReasonNotIdle          = "not_idle"
-	ReasonNotEvictable     = "safe_to_evict"
-	ReasonIdleTooShort     = "idle_too_short"
-	ReasonMinNodes         = "min_nodes"
-	ReasonOutsideWindow    = window.ReasonOutsideWindow
-	ReasonExcluded         = window.ReasonExcluded
-	ReasonOptedOut         = "opted_out"
-	ReasonNotReschedulable = "not_reschedulable"
-	ReasonTooEarly         = "too_early"
-	ReasonNotReady         = "not_ready"
-	ReasonSliceIncomplete  = "slice_incomplete"
-	ReasonInvalidConfig    = "invalid_config"
+	ReasonTriggered        Reason = "triggered"
+	ReasonNotIdle          Reason = "not_idle"
+	ReasonNotEvictable     Reason = "safe_to_evict"
+	ReasonIdleTooShort     Reason = "idle_too_short"
+	ReasonMinNodes         Reason = "min_nodes"
+	ReasonOutsideWindow    Reason = window.ReasonOutsideWindow
+	ReasonExcluded         Reason = window.ReasonExcluded
+	ReasonOptedOut         Reason = "opted_out"
+	ReasonNotReschedulable Reason = "not_reschedulable"
+	ReasonTooEarly         Reason = "too_early"
+	ReasonNotReady         Reason = "not_ready"
+	ReasonSliceIncomplete  Reason = "slice_incomplete"
+	ReasonInvalidConfig    Reason = "invalid_config"
 	// ReasonCoolingDown: the node's last voluntary maintenance failed, and
 	// its cool-down (written by its agent) has not passed.
-	ReasonCoolingDown = "cooling_down"
+	ReasonCoolingDown Reason = "cooling_down"
 	// ReasonGKEHandles: GKE's own maintenance handler acts on the node's
 	// opportunistic-config annotation (GKE 1.31 and later).
-	ReasonGKEHandles = "gke_handles"
+	ReasonGKEHandles Reason = "gke_handles"
 	// ReasonMaxVoluntary: the pool's or the cluster's cap on nodes in
 	// voluntary maintenance at once is reached.
-	ReasonMaxVoluntary = "max_voluntary"
+	ReasonMaxVoluntary Reason = "max_voluntary"
 	// ReasonAutoscaled: the cluster autoscaler manages the pool, and the
 	// policy does not opt in to opportunistic maintenance there.
-	ReasonAutoscaled = "cluster_autoscaler"
+	ReasonAutoscaled Reason = "cluster_autoscaler"
 	// ReasonUnreadable: the node's agent wrote values the aggregator cannot
 	// read (protocol.Unreadable).
-	ReasonUnreadable = "unreadable"
+	ReasonUnreadable Reason = "unreadable"
 )
 
 // Decision is what the aggregator decided about one node with a pending
@@ -49,7 +52,7 @@ const (
 type Decision struct {
 	Node   string
 	UID    types.UID
-	Reason string
+	Reason Reason
 	// message says why, for the Node's Event: written only when asked
 	// (Message), as a pass decides about every node with a pending notice
 	// and announces only the decisions that changed.

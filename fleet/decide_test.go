@@ -38,8 +38,8 @@ func configured(o policy.Opportunistic) policy.Config {
 	return policy.Config{Pools: map[string]policy.PoolConfig{"pool-a": {Opportunistic: &o}}}
 }
 
-func reasons(p PoolPlan) map[string]string {
-	out := map[string]string{}
+func reasons(p PoolPlan) map[string]Reason {
+	out := map[string]Reason{}
 	for _, d := range p.Decisions {
 		out[d.Node] = d.Reason
 	}
@@ -56,7 +56,7 @@ func TestDecideGKEExample(t *testing.T) {
 		t.Fatalf("plans %+v", plans)
 	}
 	p := plans[0]
-	want := map[string]string{"node1": ReasonNotIdle, "node2": ReasonIdleTooShort, "node3": ReasonMinNodes, "node4": ReasonTriggered}
+	want := map[string]Reason{"node1": ReasonNotIdle, "node2": ReasonIdleTooShort, "node3": ReasonMinNodes, "node4": ReasonTriggered}
 	if d := cmp.Diff(want, reasons(p)); d != "" {
 		t.Errorf("reasons (-want +got):\n%s", d)
 	}
@@ -90,7 +90,7 @@ func TestDecideReasons(t *testing.T) {
 	lax := gkeLike
 	lax.MinNodes = 0
 	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady, failing, cooled, garbled})[0]
-	want := map[string]string{"fixed": ReasonNotReschedulable, "opted": ReasonOptedOut, "far": ReasonTooEarly, "pinned": ReasonNotEvictable, "down": ReasonNotReady,
+	want := map[string]Reason{"fixed": ReasonNotReschedulable, "opted": ReasonOptedOut, "far": ReasonTooEarly, "pinned": ReasonNotEvictable, "down": ReasonNotReady,
 		"failing": ReasonCoolingDown, "cooled": ReasonTriggered, "garbled": ReasonUnreadable}
 	if d := cmp.Diff(want, reasons(plan)); d != "" || len(plan.Trigger) != 1 {
 		t.Errorf("reasons (-want +got):\n%s\ntrigger %v", d, plan.Trigger)
@@ -218,7 +218,7 @@ func TestDecideLeavesGKEsNodesToGKE(t *testing.T) {
 	mixed := node("self-managed", time.Hour)
 	mixed.Config = a.Config
 	plan = Decide(now, policy.Config{}, []Node{a, mixed})[0]
-	if d := cmp.Diff(map[string]string{"gke-a": ReasonGKEHandles, "self-managed": ReasonTriggered}, reasons(plan)); d != "" {
+	if d := cmp.Diff(map[string]Reason{"gke-a": ReasonGKEHandles, "self-managed": ReasonTriggered}, reasons(plan)); d != "" {
 		t.Errorf("a mixed pool (-want +got):\n%s", d)
 	}
 	lax := gkeLike
@@ -245,8 +245,8 @@ func TestDecideCapsVoluntaryMaintenance(t *testing.T) {
 	}
 	lax := gkeLike
 	lax.MinNodes = 0
-	triggered := func(plans []PoolPlan) (n int, skipped map[string]int) {
-		skipped = map[string]int{}
+	triggered := func(plans []PoolPlan) (n int, skipped map[Reason]int) {
+		skipped = map[Reason]int{}
 		for _, p := range plans {
 			n += len(p.Trigger)
 			for _, d := range p.Decisions {
@@ -344,7 +344,7 @@ func TestDecideSkipsAutoscaledPools(t *testing.T) {
 	}}
 	plans := Decide(now, cfg, []Node{in("detected", "gke-c-detected-grp"), in("declared", ""), in("opted-in", "gke-c-opted-in-grp"),
 		in("overruled", "gke-c-overruled-grp"), in("plain", "")})
-	got := map[string]string{}
+	got := map[string]Reason{}
 	scaled := map[string]bool{}
 	for _, p := range plans {
 		for n, r := range reasons(p) {
@@ -352,7 +352,7 @@ func TestDecideSkipsAutoscaledPools(t *testing.T) {
 		}
 		scaled[p.Pool] = p.Autoscaled
 	}
-	want := map[string]string{"detected-0": ReasonAutoscaled, "declared-0": ReasonAutoscaled, "opted-in-0": ReasonTriggered,
+	want := map[string]Reason{"detected-0": ReasonAutoscaled, "declared-0": ReasonAutoscaled, "opted-in-0": ReasonTriggered,
 		"overruled-0": ReasonTriggered, "plain-0": ReasonTriggered}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("reasons (-want +got):\n%s", d)

@@ -101,17 +101,17 @@ func (p *poolPass) count() (available int) {
 }
 
 // decide records the decision about n; msg is written only if announced.
-func (p *poolPass) decide(n *Node, reason string, msg func() string) {
+func (p *poolPass) decide(n *Node, reason Reason, msg func() string) {
 	p.plan.Decisions = append(p.plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: msg})
 }
 
 // skip: n is not picked, for reason (detail says why).
-func (p *poolPass) skip(n *Node, reason string, detail func() string) {
+func (p *poolPass) skip(n *Node, reason Reason, detail func() string) {
 	p.decide(n, reason, func() string { return "Not picked for opportunistic maintenance: " + detail() })
 }
 
 // skipAll skips every node with a pending notice, for one reason.
-func (p *poolPass) skipAll(reason string, detail func() string) {
+func (p *poolPass) skipAll(reason Reason, detail func() string) {
 	for _, n := range p.nodes {
 		if pending(n) && !n.InMaintenance {
 			p.skip(n, reason, detail)
@@ -142,7 +142,7 @@ func text(s string) func() string { return func() string { return s } }
 // reason it may not, and a detail written only if it is announced (what
 // it needs of n is copied in its case alone, so that a node decided about
 // does not cost a copy of itself).
-func (p *poolPass) eligible(n *Node) (string, func() string) {
+func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 	setting, now := p.plan.Setting, p.now
 	switch {
 	case len(n.Unreadable) > 0:
@@ -179,7 +179,7 @@ func (p *poolPass) eligible(n *Node) (string, func() string) {
 			return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
 		}
 	case p.block != "":
-		return p.block, text(p.blockDetail)
+		return Reason(p.block), text(p.blockDetail)
 	}
 	return "", nil
 }
@@ -228,7 +228,7 @@ type caps struct {
 
 // take takes k nodes (a node, or every host of a slice) from every cap,
 // or says which cap refuses them ("" when none does).
-func (c *caps) take(k int) (reason string, detail func() string) {
+func (c *caps) take(k int) (reason Reason, detail func() string) {
 	switch {
 	case c.spare < k:
 		return ReasonMinNodes, func() string {

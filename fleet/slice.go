@@ -57,7 +57,7 @@ func (p *poolPass) decideSlice(members []*Node) {
 		}
 		if reason, detail := p.eligible(n); reason != "" {
 			p.skip(n, reason, detail)
-			blocked = append(blocked, n.Name+": "+reason)
+			blocked = append(blocked, n.Name+": "+string(reason))
 		}
 	}
 	slice := members[0].Slice

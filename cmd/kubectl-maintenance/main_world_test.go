@@ -184,7 +184,7 @@ func TestStatusGolden(t *testing.T) {
 // cooling down, and with none.
 func TestWhySaysEachReason(t *testing.T) {
 	testworld.Need(t)
-	for reason, msg := range map[string]string{
+	for reason, msg := range map[fleet.Reason]string{
 		fleet.ReasonNotIdle:          "Not picked for opportunistic maintenance: pods on it use accelerators",
 		fleet.ReasonIdleTooShort:     "Not picked for opportunistic maintenance: idle for 1m0s, less than node-idle-time=600s",
 		fleet.ReasonMinNodes:         "Not picked for opportunistic maintenance: the pool why must keep min-nodes=3 nodes Ready and out of maintenance (3 are)",
@@ -202,7 +202,7 @@ func TestWhySaysEachReason(t *testing.T) {
 		fleet.ReasonCoolingDown:      "Not picked for opportunistic maintenance: its last voluntary maintenance failed (permission_denied, 1 in a row)",
 		fleet.ReasonGKEHandles:       "Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on node.gke.io/opportunistic-config on this node",
 	} {
-		name := "why-" + strings.ReplaceAll(reason, "_", "-")
+		name := "why-" + strings.ReplaceAll(string(reason), "_", "-")
 		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "why"})
 		publish(t, name, func(n *corev1.Node) {
 			n.Annotations[protocol.AnnotationUpcomingMaintenance] = pendingNotice(t0.Add(48*time.Hour), true)
