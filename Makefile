@@ -54,8 +54,8 @@ vet: ## go vet
 verify: ## gofmt, go mod tidy unchanged, go vet, staticcheck (pinned), and no time.Now/time.Sleep outside cmd/, internal/, test/ and tests
 	scripts/verify.sh
 
-generate: ## write every generated copy from its one source: the chart's rules, dashboard and table of values, and the rule objects of manifests/components (edit monitoring/ and values.yaml, not the copies)
-	$(GO) run ./build/generate
+generate: ## write every generated file from its one source: the chart's rules, dashboard and table of values and the rule objects of manifests/components from monitoring/ and values.yaml, and the kustomize base from the chart's default render (builds the pinned helm once); edit the sources, not the copies
+	helm=$$($(GO) run ./test/cmd/testworld helm) && $(GO) run ./build/generate -helm "$$helm"
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 

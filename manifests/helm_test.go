@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/chartdoc"
+	"github.com/maintenance-handler/maintenance-handler/internal/generate"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
@@ -80,28 +82,41 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
-// TestChartRendersTheBase: the chart with its default values renders the
-// kustomize base's objects, field by field, less the base's Namespace
-// (helm install --create-namespace makes it), with Helm's labels besides
-// the base's and its uninstall hook besides; so neither drifts from the
-// other.
-func TestChartRendersTheBase(t *testing.T) {
-	chartObjs, err := helmTemplate(t)
+// TestBaseIsTheChartsRender: the kustomize base is what make generate
+// renders from the chart's defaults, without Helm's hooks and labels, and
+// kustomize builds from it the chart's objects field by field (less the
+// base's Namespace, which helm install --create-namespace makes), so the
+// two never drift apart.
+func TestBaseIsTheChartsRender(t *testing.T) {
+	cmd := exec.Command(testworld.Helm(t), generate.BaseRender...)
+	cmd.Dir = ".."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v: %s", err, stderr.String())
+	}
+	files, err := generate.Base(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]*unstructured.Unstructured{}
-	for name, o := range kinds(chartObjs) {
-		if o.GetAnnotations()["helm.sh/hook"] != "" {
-			continue
+	for _, f := range files {
+		have, err := os.ReadFile(filepath.Join("..", f.Path))
+		if err != nil || !bytes.Equal(have, f.Data) {
+			t.Errorf("%s is not the chart's default render (%v): edit %s, not the base, and run make generate", f.Path, err, f.Source)
 		}
-		stripHelmLabels(o)
-		got[name] = o
 	}
-	want := kinds(render(t, "base"))
-	delete(want, "Namespace /maintenance-handler")
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("the chart's default render differs from the kustomize base (-base +chart):\n%s", d)
+	chartObjs := map[string]*unstructured.Unstructured{}
+	for name, o := range kinds(decodeYAML(t, out)) {
+		if o.GetAnnotations()["helm.sh/hook"] == "" {
+			stripHelmLabels(o)
+			chartObjs[name] = o
+		}
+	}
+	base := kinds(render(t, "base"))
+	delete(base, "Namespace /maintenance-handler")
+	if d := cmp.Diff(base, chartObjs); d != "" {
+		t.Errorf("kustomize builds from the base other objects than the chart's default render (-base +chart):\n%s", d)
 	}
 }
 

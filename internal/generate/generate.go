@@ -3,10 +3,11 @@
 // of the monitoring rules and dashboard (a chart cannot read outside its
 // folder), the rules as the objects that prometheus-operator and Google
 // Cloud Managed Service for Prometheus read (a kustomize component cannot
-// either), and the chart README's table of values (from values.yaml's
-// comments, package internal/chartdoc). `make generate` writes them
-// (build/generate); a test fails when one on disk is not what its source
-// makes.
+// either), the chart README's table of values (from values.yaml's
+// comments, package internal/chartdoc), and the kustomize base, rendered
+// from the chart (Base). `make generate` writes them (build/generate); a
+// test fails when one on disk is not what its source makes (the base's in
+// package manifests, which has helm).
 //
 // Concurrency: Files reads the sources and returns; nothing is shared.
 package generate

@@ -8,6 +8,8 @@
 //	                      CNI plugins once, reuse afterwards (nothing where
 //	                      the machine cannot run one)
 //	testworld build-helm  build the pinned helm once, reuse afterwards
+//	testworld helm        the same, then print the helm binary's path (make
+//	                      generate renders the chart with it)
 //	testworld build-kubectl  build kubectl at the world's Kubernetes
 //	                      version once, for the benchmark beside kubectl drain
 //	testworld dir         print the cache directory
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -36,7 +39,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) != 1 {
-		return fmt.Errorf("usage: testworld build|build-node|build-helm|build-kubectl|dir|leaks")
+		return fmt.Errorf("usage: testworld build|build-node|build-helm|helm|build-kubectl|dir|leaks")
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -61,6 +64,16 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return testworld.BuildHelm(ctx, helmDir, os.Stdout)
+	case "helm":
+		helmDir, err := testworld.HelmDir()
+		if err != nil {
+			return err
+		}
+		if err := testworld.BuildHelm(ctx, helmDir, os.Stderr); err != nil {
+			return err
+		}
+		fmt.Println(filepath.Join(helmDir, "bin", "helm"))
+		return nil
 	case "build-kubectl":
 		kubectlDir, err := testworld.KubectlDir()
 		if err != nil {
