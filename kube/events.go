@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
-
-	"github.com/maintenance-handler/maintenance-handler/backoff"
 )
 
 // EventWriter is where a Recorder writes Events: it creates one, or
@@ -197,6 +195,7 @@ func (r *Recorder) record(ctx context.Context, e *corev1.Event) {
 		r.written.Add(key, writtenEvent{e.Namespace, e.Name, 1})
 		return nil
 	}
+	pace := retryBackoff
 	for try := 1; ; try++ {
 		err := write(ctx)
 		if err == nil {
@@ -206,7 +205,7 @@ func (r *Recorder) record(ctx context.Context, e *corev1.Event) {
 			r.log.Warn("event not written", "reason", e.Reason, "object", e.InvolvedObject.Name, "tries", try, "err", err)
 			return
 		}
-		if backoff.Wait(ctx, r.clock, backoff.Default.Delay(try)) != nil {
+		if sleep(ctx, r.clock, pace.Step()) != nil {
 			return
 		}
 	}

@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
-
-	"github.com/maintenance-handler/maintenance-handler/backoff"
 )
 
 // Handlers are told of each change an Informer sees, in order, from its
@@ -136,7 +134,7 @@ var errWatchEnded = errors.New("the watch ended at once")
 
 // Run keeps the objects until ctx ends.
 func (i *Informer) Run(ctx context.Context) {
-	failures := 0
+	next := retryBackoff.DelayWithReset(i.clock, relistReset)
 	for ctx.Err() == nil {
 		err := i.listAndWatch(ctx)
 		if ctx.Err() != nil {
@@ -144,13 +142,12 @@ func (i *Informer) Run(ctx context.Context) {
 		}
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			i.expired = true // list the latest, at once
-			failures = 0
+			next = retryBackoff.DelayWithReset(i.clock, relistReset)
 			continue
 		}
-		failures++
-		delay := backoff.Default.Delay(failures)
+		delay := next()
 		i.log.Warn("watch failed; listing again", "err", err, "retryIn", delay.Round(time.Millisecond).String())
-		if backoff.Wait(ctx, i.clock, delay) != nil {
+		if sleep(ctx, i.clock, delay) != nil {
 			return
 		}
 	}
