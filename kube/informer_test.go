@@ -3,13 +3,17 @@ package kube
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"runtime"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // scripted is a ListWatch whose lists answer from lists, in order, and
@@ -192,4 +196,91 @@ func TestStatusErrors(t *testing.T) {
 	if d, ok := apierrors.SuggestsClientDelay(err); !apierrors.IsServiceUnavailable(err) || !ok || d != 3 {
 		t.Errorf("a 503 with Retry-After 3: %v (delay %d %t)", err, d, ok)
 	}
+}
+
+// delays is a log handler that sends each "watch failed" line's retryIn
+// on a channel.
+type delays chan time.Duration
+
+func (d delays) Enabled(context.Context, slog.Level) bool { return true }
+func (d delays) WithAttrs([]slog.Attr) slog.Handler       { return d }
+func (d delays) WithGroup(string) slog.Handler            { return d }
+func (d delays) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "retryIn" {
+			v, _ := time.ParseDuration(a.Value.String())
+			d <- v
+		}
+		return true
+	})
+	return nil
+}
+
+// TestInformerBackoffStartsAgainWhenHealthy: failures in a row wait
+// longer and longer before the informer lists again; once it has run
+// healthy for two minutes, the next failure waits about a second again,
+// not the longest wait of the last outage.
+func TestInformerBackoffStartsAgainWhenHealthy(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC))
+	waits := make(delays, 16)
+	lists, watches := make(chan error), make(chan *watch.FakeWatcher)
+	lw := ListWatch{
+		List: func(ctx context.Context, _ metav1.ListOptions) ([]Object, string, error) {
+			select {
+			case err := <-lists:
+				return nil, "1", err
+			case <-ctx.Done():
+				return nil, "", ctx.Err()
+			}
+		},
+		Watch: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+			w := watch.NewFake()
+			select {
+			case watches <- w:
+				return w, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		},
+	}
+	inf := NewInformer(lw, nil, slog.New(waits))
+	inf.clock = clk
+	done := make(chan struct{})
+	go func() { defer close(done); inf.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	unavailable := apierrors.NewServiceUnavailable("the API server is restarting")
+
+	lists <- nil
+	(<-watches).Error(&unavailable.ErrStatus)
+	var last time.Duration
+	for failure := 1; failure <= 6; failure++ {
+		last = <-waits
+		stepWhenWaiting(t, clk, last+time.Millisecond) // the log rounds to the millisecond
+		if failure < 6 {
+			lists <- unavailable
+		}
+	}
+	if last < 15*time.Second {
+		t.Fatalf("the sixth failure in a row waits %s, want 15 s or more", last)
+	}
+	lists <- nil
+	w := <-watches
+	clk.Step(3 * time.Minute) // healthy
+	w.Error(&unavailable.ErrStatus)
+	if d := <-waits; d >= time.Second {
+		t.Errorf("a failure after three minutes healthy waits %s, want less than a second", d)
+	}
+}
+
+// stepWhenWaiting steps clk by d once a goroutine waits on it: the
+// informer logs its delay, then starts its timer.
+func stepWhenWaiting(t *testing.T, clk *testingclock.FakeClock, d time.Duration) {
+	t.Helper()
+	for start := time.Now(); !clk.HasWaiters(); runtime.Gosched() {
+		if time.Since(start) > time.Minute {
+			t.Fatal("nothing waits on the clock")
+		}
+	}
+	clk.Step(d)
 }
