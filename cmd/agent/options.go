@@ -155,11 +155,40 @@ func (o *Options) Validate() error {
 	if (o.PodName == "") != (o.PodNamespace == "") {
 		errs = append(errs, errors.New("--pod-name and --pod-namespace go together"))
 	}
-	if o.MetadataTimeout < time.Second || o.MetadataTimeout > time.Hour {
-		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want 1s to 1h", o.MetadataTimeout))
-	}
 	if o.GKEHandler != gkeHandlerDefer && o.GKEHandler != gkeHandlerIgnore {
 		errs = append(errs, fmt.Errorf("--gke-handler %q: want %s or %s", o.GKEHandler, gkeHandlerDefer, gkeHandlerIgnore))
+	}
+	errs = append(errs, o.durationProblems()...)
+	if o.ComputeEndpoint != "" {
+		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
+		}
+	}
+	if o.PolicyConfigMap != "" {
+		if ns, name, ok := strings.Cut(o.PolicyConfigMap, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			errs = append(errs, fmt.Errorf("--policy-configmap %q: want namespace/name", o.PolicyConfigMap))
+		}
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
+	}
+	if len(o.AcceleratorResources) == 0 {
+		errs = append(errs, errors.New("--accelerator-resources: want at least one resource name"))
+	}
+	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// durationProblems are what is wrong with the duration flags: a deadline,
+// timeout or interval must be positive (0 is refused), the drain's margin
+// and reserve may be 0 (none), and the metadata timeout is whole seconds
+// from 1 s to 1 h, well below --unhealthy-after.
+func (o *Options) durationProblems() []error {
+	var errs []error
+	if o.MetadataTimeout < time.Second || o.MetadataTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want 1s to 1h", o.MetadataTimeout))
 	}
 	if o.MetadataTimeout%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("--metadata-timeout %s: want whole seconds", o.MetadataTimeout))
@@ -181,32 +210,13 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration", name, d))
 		}
 	}
-	if o.ComputeEndpoint != "" {
-		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
-		}
-	}
-	if o.PolicyConfigMap != "" {
-		if ns, name, ok := strings.Cut(o.PolicyConfigMap, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			errs = append(errs, fmt.Errorf("--policy-configmap %q: want namespace/name", o.PolicyConfigMap))
-		}
-	}
 	if o.DrainMargin < 0 {
 		errs = append(errs, fmt.Errorf("--drain-margin %s: want 0 or more", o.DrainMargin))
 	}
 	if o.DrainReserve < 0 {
 		errs = append(errs, fmt.Errorf("--drain-reserve %s: want 0 or more", o.DrainReserve))
 	}
-	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
-		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
-	}
-	if len(o.AcceleratorResources) == 0 {
-		errs = append(errs, errors.New("--accelerator-resources: want at least one resource name"))
-	}
-	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func resourceStrings(names []corev1.ResourceName) []string {

@@ -48,35 +48,9 @@ func Read(ctx context.Context, c *kube.Client, now time.Time, o ReadOptions, nam
 	if !installed {
 		return in, fmt.Errorf("no Node carries maintenance-handler's keys (%s, written by its agent): is it installed on this cluster (kubectl apply -k manifests/base), and do its agents run on the accelerator nodes?", protocol.AnnotationLastBootID)
 	}
-	shown := map[string]bool{}
-	for _, name := range names {
-		if byName[name] == nil {
-			return in, fmt.Errorf("node %q not found", name)
-		}
-		shown[name] = true
-	}
-	if o.Selector != "" || o.Pool != "" || len(names) == 0 {
-		sel := o.Selector
-		if o.Pool != "" {
-			sel = strings.Trim(sel+","+o.PoolLabel+"="+o.Pool, ",")
-		}
-		matching, err := c.ListNodes(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err != nil {
-			return in, Explain(err, "list Nodes")
-		}
-		match := map[string]bool{}
-		for _, n := range matching.Items {
-			match[n.Name] = true
-		}
-		if len(names) == 0 {
-			shown = match
-		} else {
-			for name := range shown {
-				if !match[name] {
-					delete(shown, name)
-				}
-			}
-		}
+	shown, err := shownNodes(ctx, c, o, names, byName)
+	if err != nil {
+		return in, err
 	}
 	in.Shown = shown
 	events, err := c.ListEvents(ctx, "", metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
@@ -112,6 +86,42 @@ func Read(ctx context.Context, c *kube.Client, now time.Time, o ReadOptions, nam
 		}
 	}
 	return in, nil
+}
+
+// shownNodes are the Nodes to show: those named (each must exist), or
+// every Node, narrowed by the selector and the pool when given.
+func shownNodes(ctx context.Context, c *kube.Client, o ReadOptions, names []string, byName map[string]*corev1.Node) (map[string]bool, error) {
+	shown := map[string]bool{}
+	for _, name := range names {
+		if byName[name] == nil {
+			return nil, fmt.Errorf("node %q not found", name)
+		}
+		shown[name] = true
+	}
+	if o.Selector != "" || o.Pool != "" || len(names) == 0 {
+		sel := o.Selector
+		if o.Pool != "" {
+			sel = strings.Trim(sel+","+o.PoolLabel+"="+o.Pool, ",")
+		}
+		matching, err := c.ListNodes(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return nil, Explain(err, "list Nodes")
+		}
+		match := map[string]bool{}
+		for _, n := range matching.Items {
+			match[n.Name] = true
+		}
+		if len(names) == 0 {
+			shown = match
+		} else {
+			for name := range shown {
+				if !match[name] {
+					delete(shown, name)
+				}
+			}
+		}
+	}
+	return shown, nil
 }
 
 // Explain words an API error for a person.
