@@ -154,6 +154,8 @@ type action struct {
 	escalateAt time.Time
 	escalate   bool
 	outcome    string
+	// retryAfter is what the API server asked a throttled call to wait.
+	retryAfter time.Duration
 	at         time.Time // when it was planned
 	// voluntary: never deleted; retried until deadline, its group's.
 	voluntary bool
@@ -219,7 +221,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 				if a.escalate {
 					a.outcome = d.delete(ctx, a.pod, a.grace, *why)
 				} else {
-					a.outcome = d.evict(ctx, a.pod, a.grace)
+					a.outcome, a.retryAfter = d.evict(ctx, a.pod, a.grace)
 				}
 				results <- a
 			}()
@@ -277,6 +279,15 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
 		pdbs.follow(p.Namespace)
 		_, st.budgets = pdbs.allows(p)
+	case OutcomeThrottled:
+		// The API server's load, not the pod's budget: no Warning, and
+		// the pod is not marked for deletion; tried again when asked.
+		wait := a.retryAfter
+		if wait <= 0 {
+			wait = d.opts.RetryInterval
+		}
+		st.nextTry = d.opts.Clock.Now().Add(wait)
+		log.Info("eviction throttled by the API server", "pod", klogRef(p), "retryAfter", wait)
 	case OutcomeError:
 		st.refused = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)

@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) string {
+// evict asks the Eviction API to evict p with grace; a throttled call
+// comes back with the wait the API server asked for (0: none said).
+func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) (outcome string, retryAfter time.Duration) {
 	secs := int64(grace / time.Second)
 	err := d.opts.Client.Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
@@ -22,15 +24,18 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 	})
 	switch {
 	case err == nil:
-		return OutcomeEvicted
+		return OutcomeEvicted, 0
+	case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+		return OutcomeBlocked, 0
 	case apierrors.IsTooManyRequests(err):
-		return OutcomeBlocked
+		secs, _ := apierrors.SuggestsClientDelay(err)
+		return OutcomeThrottled, time.Duration(secs) * time.Second
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		// Gone, or a different pod of the same name (recreated).
-		return OutcomeGone
+		return OutcomeGone, 0
 	default:
 		d.opts.Logger.Warn("eviction failed", "pod", klogRef(p), "err", err)
-		return OutcomeError
+		return OutcomeError, 0
 	}
 }
 

@@ -16,8 +16,12 @@ import (
 
 // Eviction outcomes, for Recorder.
 const (
-	OutcomeEvicted   = "evicted" // the Eviction API accepted it
-	OutcomeBlocked   = "blocked" // 429: a PodDisruptionBudget refused, retried later
+	OutcomeEvicted = "evicted" // the Eviction API accepted it
+	OutcomeBlocked = "blocked" // 429 with a budget's cause: a PodDisruptionBudget refused, retried later
+	// OutcomeThrottled: 429 without a budget's cause, the API server's own
+	// rate limits (API Priority and Fairness, in a fleet-wide storm):
+	// retried after its Retry-After, never taken for a budget's refusal.
+	OutcomeThrottled = "throttled"
 	OutcomeGone      = "gone"    // 404 or UID mismatch: the pod was already gone
 	OutcomeError     = "error"   // any other failure, retried later
 	OutcomeEscalated = "deleted" // deleted at deadline - grace after refusals

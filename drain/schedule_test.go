@@ -198,7 +198,16 @@ func (c slowClient) Evict(_ context.Context, ev *policyv1.Eviction) error {
 		<-c.release
 		return nil
 	}
-	return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	return budgetRefusal()
+}
+
+// budgetRefusal is the 429 the API server answers when a
+// PodDisruptionBudget refuses an eviction: the budget is its cause.
+func budgetRefusal() error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes,
+		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget b needs 1 healthy pods and has 1 currently"})
+	return err
 }
 
 func (c slowClient) DeletePod(context.Context, string, string, metav1.DeleteOptions) error {
