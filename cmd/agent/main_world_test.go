@@ -452,9 +452,15 @@ func TestManualTriggerThroughTheBinary(t *testing.T) {
 	if len(calls) != 1 || calls[0].Project != cfg.Project || calls[0].Zone != cfg.Zone || calls[0].Instance != cfg.Name || calls[0].Token != emu.AccessToken() {
 		t.Errorf("calls %+v; want one for %s/%s/%s with token %q", calls, cfg.Project, cfg.Zone, cfg.Name, emu.AccessToken())
 	}
-	_, m := p.get("/metrics")
-	if metricValue(t, m, "maintenance_handler_agent_manual_triggers_total", map[string]string{"outcome": "accepted"}) != 1 {
-		t.Errorf("/metrics:\n%s", grep(m, "manual_triggers_total"))
+	// The agent counts a decision after it has written the Node: the
+	// count comes a moment after the label.
+	accepted := func() (float64, string) {
+		_, m := p.get("/metrics")
+		return metricValue(t, m, "maintenance_handler_agent_manual_triggers_total", map[string]string{"outcome": "accepted"}), m
+	}
+	poll(t, "the acceptance counted", time.Minute, func() bool { v, _ := accepted(); return v >= 1 })
+	if v, m := accepted(); v != 1 {
+		t.Errorf("manual_triggers_total{accepted} = %v, want 1:\n%s", v, grep(m, "manual_triggers_total"))
 	}
 }
 
