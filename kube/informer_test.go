@@ -284,3 +284,17 @@ func stepWhenWaiting(t *testing.T, clk *testingclock.FakeClock, d time.Duration)
 	}
 	clk.Step(d)
 }
+
+// TestRetryDelays: the n-th retry in a row waits within [d/2, d] for d = 1 s
+// doubled n-1 times, at most 30 s.
+func TestRetryDelays(t *testing.T) {
+	for range 20 {
+		b := retryBackoff
+		for n := 1; n <= 8; n++ {
+			d := min(time.Second<<(n-1), 30*time.Second)
+			if got := b.Step(); got < d/2 || got > d {
+				t.Fatalf("retry %d waits %s, want %s to %s", n, got, d/2, d)
+			}
+		}
+	}
+}

@@ -17,9 +17,11 @@ import (
 var retryBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 1, Steps: math.MaxInt32, Cap: 15 * time.Second}
 
 // relistReset: an informer's backoff starts again from its first delay
-// once its watch has been healthy this long, as client-go's reflector's
-// does, so that a failure after months of failures here and there waits
-// a second, not half a minute.
+// at a failure that comes this long or more after it last started again
+// (apimachinery's backoff manager, as client-go's reflector uses it), so
+// that a failure after months of failures here and there waits a
+// second, not half a minute; an outage longer than this also starts
+// again from a second.
 const relistReset = 2 * time.Minute
 
 // sleep waits d on clk, or until ctx ends (then it returns ctx's error).
