@@ -82,6 +82,7 @@ type Agent struct {
 	failures     int
 	failingSince time.Time
 	lastErr      error
+	watches      []watch // the watches the agent needs, as started
 }
 
 // fieldManager names the agent's writes.
@@ -157,6 +158,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer cancel()
 	a.opts.Pods.OnChange(a.poke)         // idleness follows the pods
 	a.opts.Pods.OnChange(a.pokeNotifier) // and so does their notice
+	a.needs(a.opts.Pods)
 	if err := a.opts.Pods.Start(ctx); err != nil {
 		return fmt.Errorf("watch pods of node %q: %w", a.opts.NodeName, err)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/metadata"
@@ -37,6 +36,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 var world *testworld.World
@@ -84,11 +84,11 @@ func startAgent(t testing.TB, v *vm, cfg lifecycle.Config) *running {
 // kubeClient is the agent's API client for restCfg.
 func kubeClient(t testing.TB, restCfg *rest.Config) *kube.Client {
 	t.Helper()
-	c, err := kuberest.New(restCfg)
+	c, err := kube.New(restCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Client
+	return c
 }
 
 // startAgentWith runs an agent whose API client is made from restCfg.
@@ -100,7 +100,7 @@ func startAgentWith(t testing.TB, v *vm, cfg lifecycle.Config, restCfg *rest.Con
 		t.Fatal(err)
 	}
 	m := metrics.NewAgent(metrics.NewRegistry())
-	events := kube.NewNodeEvents(client, protocol.EventSourceAgent, v.name, node.UID)
+	events := kube.NewNodeEvents(client.EventSink(), protocol.EventSourceAgent, v.name, node.UID)
 	w := metadata.NewWatcher(metadata.WatcherOptions{
 		Client: metadata.NewClient(2*time.Second, v.emu.Host()), Timeout: 2 * time.Second,
 		Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}, Recorder: m,
@@ -345,10 +345,10 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 		t.Errorf("phase{Terminating} = %v, want 1", got)
 	}
 	// The drain's duration is observed before the phase is set.
-	if got := r.metrics.TaintLatencySeconds.Count(); got != 1 {
+	if got := testworld.HistogramCount(r.metrics.TaintLatencySeconds); got != 1 {
 		t.Errorf("taint latency observations = %d, want 1", got)
 	}
-	if got := r.metrics.DrainDurationSeconds.Count(); got != 1 {
+	if got := testworld.HistogramCount(r.metrics.DrainDurationSeconds); got != 1 {
 		t.Errorf("drain duration observations = %d, want 1", got)
 	}
 
@@ -593,7 +593,7 @@ func TestMetadataFaultsCauseNoDrain(t *testing.T) {
 	r := startAgent(t, v, lifecycle.DefaultConfig)
 	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError).Value() >= 2, nil
+		return testutil.ToFloat64(r.metrics.MetadataRequests.WithLabelValues(metadata.KeyMaintenanceEvent, metadata.ResultServerError)) >= 2, nil
 	})
 	if err != nil {
 		t.Fatal("no failed metadata requests counted")
@@ -829,7 +829,7 @@ func TestUnannouncedRebootsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return r.metrics.Interruptions.WithLabelValues(protocol.Repair.Labels()...).Value() == 1, nil
+		return testutil.ToFloat64(r.metrics.Interruptions.WithLabelValues(protocol.Repair.Labels()...)) == 1, nil
 	})
 	if err != nil {
 		t.Error("a repair counted on the Node never reached the agent's counters")
@@ -846,7 +846,7 @@ func TestLifecycleEventsSurviveAWarningBurst(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-events-0")
 	node := getNode(t, v.name)
-	events := kube.NewNodeEvents(kubeClient(t, world.Config), protocol.EventSourceAgent, v.name, node.UID)
+	events := kube.NewNodeEvents(kubeClient(t, world.Config).EventSink(), protocol.EventSourceAgent, v.name, node.UID)
 	defer events.Shutdown()
 	for i := range 40 {
 		events.NodeEvent(true, protocol.EventUnrecognizedValue, fmt.Sprintf("odd value number %d", i))
@@ -863,7 +863,7 @@ func TestUnrecognizedValuesWarnOncePerChange(t *testing.T) {
 	v := newVM(t, "agent-events-1")
 	r := startAgent(t, v, lifecycle.DefaultConfig)
 	counted := func() float64 {
-		return r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent).Value()
+		return testutil.ToFloat64(r.metrics.UnrecognizedValues.WithLabelValues(metadata.KeyMaintenanceEvent))
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

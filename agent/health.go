@@ -66,19 +66,39 @@ func (a *Agent) recordReconcile(err error) time.Duration {
 	return backoff.Default.Delay(a.failures)
 }
 
+// watch is a watch the agent needs: its list or watch must not fail for
+// long (kube.Informer).
+type watch interface {
+	Unhealthy(bound time.Duration) error
+}
+
+// needs adds w to the watches Healthy checks.
+func (a *Agent) needs(w watch) {
+	a.mu.Lock()
+	a.watches = append(a.watches, w)
+	a.mu.Unlock()
+}
+
 // ErrUnhealthy is returned by Healthy.
 var ErrUnhealthy = errors.New("agent unhealthy")
 
 // Healthy reports an error when the agent has failed to reconcile its Node
-// (for example, the API server is unreachable) for longer than limit.
+// (for example, the API server is unreachable), or a watch it needs (its
+// Node, its pods, its slice's Nodes) has failed, for longer than limit:
+// it says which, and the last error.
 func (a *Agent) Healthy(limit time.Duration) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.failures == 0 {
-		return nil
+	var errs []error
+	for _, w := range a.watches {
+		if err := w.Unhealthy(limit); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrUnhealthy, err))
+		}
 	}
-	if since := a.opts.Clock.Since(a.failingSince); since > limit {
-		return fmt.Errorf("%w: node %q not reconciled for %s (%d attempts): %v", ErrUnhealthy, a.opts.NodeName, since.Round(time.Second), a.failures, a.lastErr)
+	if a.failures > 0 {
+		if since := a.opts.Clock.Since(a.failingSince); since > limit {
+			errs = append(errs, fmt.Errorf("%w: node %q not reconciled for %s (%d attempts): %v", ErrUnhealthy, a.opts.NodeName, since.Round(time.Second), a.failures, a.lastErr))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // withCompute gives v's agents the real Compute client, pointed at v's
@@ -140,7 +141,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	requestID := n.Annotations[protocol.AnnotationRequestID]
 	// The PDB refuses: the pod stays, and nothing is asked of Compute Engine.
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return r.metrics.Evictions.WithLabelValues(drain.OutcomeBlocked).Value() >= 2, nil
+		return testutil.ToFloat64(r.metrics.Evictions.WithLabelValues(drain.OutcomeBlocked)) >= 2, nil
 	})
 	if err != nil {
 		t.Fatal("the PDB never refused the eviction")
@@ -567,7 +568,7 @@ func TestOpportunisticTriggerRecheckedBeforeActing(t *testing.T) {
 		t.Helper()
 		world.WaitNode(t, v.name, "trigger answered", triggerGone)
 		err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return r.metrics.ManualTriggers.WithLabelValues(outcome).Value() == 1, nil
+			return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(outcome)) == 1, nil
 		})
 		if err != nil {
 			t.Fatalf("manual_triggers_total{%s} never 1", outcome)
@@ -637,7 +638,7 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	world.WaitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })
 	world.WaitEvent(t, v.name, protocol.EventBlocked)
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
-		return r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAbandoned).Value() == 1, nil
+		return testutil.ToFloat64(r.metrics.ManualTriggers.WithLabelValues(protocol.ManualAbandoned)) == 1, nil
 	})
 	if err != nil {
 		t.Fatal("the voluntary drain was never given up")

@@ -20,8 +20,9 @@ import (
 
 // watchNode starts one watch of the agent's own Node and waits for it.
 func (a *Agent) watchNode(ctx context.Context) error {
-	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), slimNode, a.log.With("watch", "node"))
+	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), kube.InformerOptions{Name: "node", Transform: slimNode, Logger: a.log.With("watch", "node"), Clock: a.opts.Clock})
 	a.nodes.AddHandlers(kube.OnAnyChange(a.poke))
+	a.needs(a.nodes)
 	if err := a.nodes.Start(ctx); err != nil {
 		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, err)
 	}

@@ -36,7 +36,7 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 	if key == "" {
 		key = a.opts.PoolLabel
 	}
-	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), slimNode, a.log.With("watch", "slice"))
+	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), kube.InformerOptions{Name: "slice", Transform: slimNode, Logger: a.log.With("watch", "slice"), Clock: a.opts.Clock})
 	// Only a change of what another host acts on wakes the agent
 	// (SliceSignal): the other hosts write their Nodes for many other
 	// reasons, and a slice of 64 hosts is 64 watchers of each write.
@@ -51,6 +51,7 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 		},
 		Delete: func(kube.Object) { a.poke() },
 	})
+	a.needs(inf)
 	if err := inf.Start(ctx); err != nil {
 		return fmt.Errorf("watch the slice %q of node %q: %w", slice, a.opts.NodeName, err)
 	}

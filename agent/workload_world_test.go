@@ -18,6 +18,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // noticeLog follows one pod's notice through a watch: every notice it
@@ -247,7 +248,7 @@ func TestARestartedAgentKeepsThePodsNotice(t *testing.T) {
 	}
 	v.emu.ClearFaults()
 	if err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return second.metrics.ScheduledMaintenance.Value() > 0, nil
+		return testutil.ToFloat64(second.metrics.ScheduledMaintenance) > 0, nil
 	}); err != nil {
 		t.Fatal("the new agent never read the notice")
 	}

@@ -236,7 +236,7 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	obj, ok, _ := a.nodes.GetStore().GetByKey(d.name)
+	obj, ok := a.nodes.Get(d.name)
 	cached, isNode := obj.(*corev1.Node)
 	if !ok || !isNode {
 		return nil // gone again: the next creation counts

@@ -13,11 +13,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/internal/policysource"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -31,7 +33,7 @@ type Aggregator struct {
 	wake     chan struct{}
 	leading  atomic.Bool
 	passes   atomic.Uint64
-	nodes    cache.SharedIndexInformer
+	nodes    *kube.Informer
 	policy   *policysource.Source
 	scaler   *autoscalerSource
 	recorder *kube.Recorder
@@ -103,22 +105,21 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	if events == nil {
 		events = a.opts.Client
 	}
-	a.recorder = kube.NewRecorder(events, corev1.EventSource{Component: protocol.EventSourceAggregator},
-		kube.RecorderOptions{Logger: a.log})
+	a.recorder = kube.NewRecorder(events.EventSink(), corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
 	defer a.recorder.Shutdown()
 
-	a.nodes = cache.NewSharedIndexInformer(a.opts.Client.AllNodesListWatch(), &corev1.Node{}, 0, cache.Indexers{})
-	_, _ = a.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) { a.nodeAdded(o); a.poke() },
-		UpdateFunc: func(old, cur any) {
+	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Logger: a.log.With("watch", "nodes")})
+	a.nodes.AddHandlers(kube.Handlers{
+		Add: func(o kube.Object) { a.nodeAdded(o); a.poke() },
+		Update: func(old, cur kube.Object) {
 			a.observeNode(old, cur)
 			if o, ok := old.(*corev1.Node); !ok || decisiveUpdate(o, cur) {
 				a.poke()
 			}
 		},
-		DeleteFunc: func(o any) { a.nodeDeleted(o); a.poke() },
+		Delete: func(o kube.Object) { a.nodeDeleted(o); a.poke() },
 	})
-	go a.nodes.Run(ctx.Done())
+	go a.nodes.Run(ctx)
 	synced := []cache.InformerSynced{a.nodes.HasSynced}
 	if a.opts.ConfigMap != "" {
 		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
@@ -142,11 +143,47 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		}
 	}
 
-	election := &lease.Election{Client: a.opts.Leases, Namespace: a.opts.Namespace, Name: a.opts.LeaseName, Identity: a.opts.Identity,
-		LeaseDuration: a.opts.LeaseDuration, RenewDeadline: a.opts.RenewDeadline, RetryPeriod: a.opts.RetryPeriod,
-		Logger: a.log, FieldManager: fieldManager}
+	return a.elect(ctx)
+}
+
+// elect runs for the Lease with client-go's leader election until ctx
+// ends, one term after another: a.lead while this replica holds it. The
+// Lease is given up when ctx ends, so that the other replica leads at
+// once; a term ends only once lead has returned.
+func (a *Aggregator) elect(ctx context.Context) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: a.opts.Namespace, Name: a.opts.LeaseName},
+		Client:     a.opts.Leases,
+		LockConfig: resourcelock.ResourceLockConfig{Identity: a.opts.Identity},
+	}
 	for ctx.Err() == nil {
-		election.Run(ctx, a.lead)
+		started, done := make(chan struct{}), make(chan struct{})
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, Name: a.opts.LeaseName, ReleaseOnCancel: true,
+			LeaseDuration: a.opts.LeaseDuration, RenewDeadline: a.opts.RenewDeadline, RetryPeriod: a.opts.RetryPeriod,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					close(started)
+					defer close(done)
+					a.lead(lctx)
+				},
+				OnStoppedLeading: func() {},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx)
+		// Run returns before acquiring only when ctx ends; otherwise the
+		// term's lead has started (or is about to) and is waited for.
+		select {
+		case <-started:
+			<-done
+		default:
+			if ctx.Err() == nil {
+				<-done
+			}
+		}
 	}
 	return ctx.Err()
 }
@@ -340,7 +377,7 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 	}
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for name, before := range written {
-			obj, _, _ := a.nodes.GetStore().GetByKey(name)
+			obj, _ := a.nodes.Get(name)
 			if n, ok := obj.(*corev1.Node); ok && n.ResourceVersion == before {
 				return false, nil
 			}

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -21,8 +23,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
-	"github.com/maintenance-handler/maintenance-handler/internal/lease"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -98,13 +99,13 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 
 // clients are the product's clients of the test world's API server, as
 // cmd/aggregator makes them.
-func clients(t testing.TB) (*kuberest.Client, *lease.Client) {
+func clients(t testing.TB) (*kube.Client, coordinationv1client.LeasesGetter) {
 	t.Helper()
-	c, err := kuberest.New(world.Config)
+	c, err := kube.New(world.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.New(world.Config)
+	l, err := coordinationv1client.NewForConfig(world.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestGKEExample(t *testing.T) {
 	if got, ok := poolGauge(t, r.metrics, "pool_nodes_in_maintenance", "gke-ex"); got != 1 {
 		t.Errorf("pool_nodes_in_maintenance{gke-ex} = %v (exported: %t), want 1", got, ok)
 	}
-	if !r.agg.Leading() || r.metrics.Leader.Value() != 1 {
+	if !r.agg.Leading() || testutil.ToFloat64(r.metrics.Leader) != 1 {
 		t.Error("the only aggregator is not leading")
 	}
 
@@ -245,7 +246,7 @@ func TestGKEExample(t *testing.T) {
 	if got := testworld.Settled(t, opportunistic, 1); got != 1 {
 		t.Errorf("pool_interruptions_total{gke-ex, Opportunistic} = %v, want 1", got)
 	}
-	if got := r.metrics.PoolInterruptions.WithLabelValues(append([]string{"gke-ex"}, protocol.HostMaintenance.Labels()...)...).Value(); got != 0 {
+	if got := testutil.ToFloat64(r.metrics.PoolInterruptions.WithLabelValues(append([]string{"gke-ex"}, protocol.HostMaintenance.Labels()...)...)); got != 0 {
 		t.Errorf("pool_interruptions_total{gke-ex, HW/SW Maintenance} = %v, want 0: the maintenance was opportunistic", got)
 	}
 }
@@ -500,7 +501,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 	}
 	counter := r.metrics.VanishedNodes.WithLabelValues(append([]string{"vanish-lost", "vanish"}, protocol.UnannouncedReboot.Labels()...)...)
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return counter.Value() == 1, nil
+		return testutil.ToFloat64(counter) == 1, nil
 	})
 	if err != nil {
 		t.Fatal("the vanished node was never counted")
@@ -509,7 +510,7 @@ func TestVanishedNodeCounted(t *testing.T) {
 	if got := testworld.Settled(t, counter, 1); got != 1 {
 		t.Errorf("vanished node counted %v times", got)
 	}
-	if got := r.metrics.VanishedNodes.Len(); got != 1 {
+	if got := testutil.CollectAndCount(r.metrics.VanishedNodes); got != 1 {
 		t.Errorf("%d vanished series, want 1 (a Ready node deleted, or one the autoscaler tainted, is a scale-down, not an interruption)", got)
 	}
 }
@@ -517,20 +518,11 @@ func TestVanishedNodeCounted(t *testing.T) {
 // poolFamilies gathers m's pool gauges.
 func poolFamilies(t *testing.T, m *metrics.Aggregator) []*dto.MetricFamily {
 	t.Helper()
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.Pools)
-	var b strings.Builder
-	if err := reg.Write(&b); err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	byName, err := parser.TextToMetricFamilies(strings.NewReader(b.String()))
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var families []*dto.MetricFamily
-	for _, f := range byName {
-		families = append(families, f)
 	}
 	return families
 }
@@ -609,12 +601,12 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 	}
 	first, stopFirst := start("first")
 	waitFor("the first replica leads and exports both pools", func() bool {
-		return first.Leader.Value() == 1 && fmt.Sprint(poolSeries(t, first)) == "[pool-a pool-b]"
+		return testutil.ToFloat64(first.Leader) == 1 && fmt.Sprint(poolSeries(t, first)) == "[pool-a pool-b]"
 	})
 	second, _ := start("second")
 	stopFirst()
 	waitFor("the second replica leads and exports both pools", func() bool {
-		return second.Leader.Value() == 1 && fmt.Sprint(poolSeries(t, second)) == "[pool-a pool-b]"
+		return testutil.ToFloat64(second.Leader) == 1 && fmt.Sprint(poolSeries(t, second)) == "[pool-a pool-b]"
 	})
 	if got := poolSeries(t, first); len(got) != 0 {
 		t.Errorf("the replica that stopped leading still exports pools %v", got)
@@ -676,10 +668,10 @@ func TestVoluntaryMaintenanceCapped(t *testing.T) {
 	names := idlePool(t, "capped", "cap", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=2")
 	r := startAggregator(t, ns, "")
 	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value() == 18, nil
+		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary))) == 18, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value())
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 18", testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary))))
 	}
 	waitPasses(t, r.agg, 3)
 	count := 0

@@ -11,6 +11,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestAutoscaledPoolsSkipped: the cluster autoscaler's status lists the
@@ -75,7 +76,7 @@ pools:
 			t.Errorf("pool_autoscaled{%s} = %v (exported: %t), want %v", pool, got, ok, wantScaled)
 		}
 	}
-	if got := m.Decisions.WithLabelValues("skipped", string(fleet.ReasonAutoscaled)).Value(); got != 2 {
+	if got := testutil.ToFloat64(m.Decisions.WithLabelValues("skipped", string(fleet.ReasonAutoscaled))); got != 2 {
 		t.Errorf("decisions{skipped,cluster_autoscaler} = %v, want 2", got)
 	}
 }

@@ -41,7 +41,7 @@ func (a *Aggregator) startAutoscalerSource(ctx context.Context, namespace, name 
 		return nil, err
 	}
 	lw := a.opts.Client.ConfigMapListWatch(namespace, name)
-	s := &autoscalerSource{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil, a.log.With("watch", "autoscaler status"))}
+	s := &autoscalerSource{namespace: namespace, name: name, informer: kube.NewInformer(lw, kube.InformerOptions{Name: "autoscaler", Logger: a.log.With("watch", "autoscaler status")})}
 	s.informer.AddHandlers(kube.OnAnyChange(a.poke))
 	if err := s.informer.Start(ctx); err != nil {
 		return nil, fmt.Errorf("watch ConfigMap %s/%s: %w", namespace, name, err)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -55,7 +56,7 @@ func BenchmarkPass(b *testing.B) {
 	read := func(n *corev1.Node) fleet.Node { return fleet.NodeOf(n, protocol.LabelNodePool, "") }
 	for _, size := range []int{5000, 20000, 65000} {
 		objs := fleetNodes(size)
-		list := make([]any, len(objs))
+		list := make([]kube.Object, len(objs))
 		for i, n := range objs {
 			n.ResourceVersion = "1"
 			list[i] = n

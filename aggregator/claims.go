@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
 	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
-	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -70,8 +71,8 @@ type claims struct {
 	nodes   map[string]string
 }
 
-func readClaims(ctx context.Context, c *lease.Client, namespace, name string) (claims, error) {
-	l, err := c.Get(ctx, namespace, name)
+func readClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespace, name string) (claims, error) {
+	l, err := c.Leases(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return claims{nodes: map[string]string{}}, nil
 	}
@@ -91,7 +92,7 @@ func readClaims(ctx context.Context, c *lease.Client, namespace, name string) (c
 
 // writeClaims replaces the claims with nodes, conditional on the Lease
 // being at prev.version. It returns ErrFenced when it is not.
-func writeClaims(ctx context.Context, c *lease.Client, namespace, name string, prev claims, nodes map[string]string) (claims, error) {
+func writeClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespace, name string, prev claims, nodes map[string]string) (claims, error) {
 	return putClaims(ctx, c, namespace, name, prev, nodes, "")
 }
 
@@ -99,7 +100,7 @@ func writeClaims(ctx context.Context, c *lease.Client, namespace, name string, p
 // fencedBy, so that its version changes: every claim conditional on an
 // earlier read fails from then on. It returns the claims as written, or
 // ErrFenced when another replica wrote between the read and the write.
-func fenceClaims(ctx context.Context, c *lease.Client, namespace, name, fencedBy string) (claims, error) {
+func fenceClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespace, name, fencedBy string) (claims, error) {
 	cl, err := readClaims(ctx, c, namespace, name)
 	if err != nil {
 		if cl.nodes == nil {
@@ -114,7 +115,7 @@ func fenceClaims(ctx context.Context, c *lease.Client, namespace, name, fencedBy
 
 // putClaims writes nodes (and fencedBy when set) conditional on
 // prev.version.
-func putClaims(ctx context.Context, c *lease.Client, namespace, name string, prev claims, nodes map[string]string, fencedBy string) (claims, error) {
+func putClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespace, name string, prev claims, nodes map[string]string, fencedBy string) (claims, error) {
 	raw, _ := json.Marshal(nodes)
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, ResourceVersion: prev.version,
 		Annotations: map[string]string{annotationClaims: string(raw)}}}
@@ -123,9 +124,9 @@ func putClaims(ctx context.Context, c *lease.Client, namespace, name string, pre
 	}
 	var err error
 	if prev.version == "" {
-		l, err = c.Create(ctx, l, fieldManager)
+		l, err = c.Leases(namespace).Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
 	} else {
-		l, err = c.Update(ctx, l, fieldManager)
+		l, err = c.Leases(namespace).Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
 	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return prev, ErrFenced

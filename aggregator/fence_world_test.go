@@ -13,6 +13,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestDeposedLeadersLateWritesCannotExceedTheCap: a pool of 20 idle nodes
@@ -46,10 +47,10 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	// A pauses; B leads.
 	r := startAggregator(t, ns, "")
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value() == 19, nil
+		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary))) == 19, nil
 	})
 	if err != nil {
-		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary)).Value())
+		t.Fatalf("decisions{skipped,max_voluntary} = %v, want 19 (A's claim counted)", testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary))))
 	}
 	waitPasses(t, r.agg, 3)
 	if got := countTriggered(t, names); len(got) != 0 {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
-	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // agentWritableAnnotations are the Node annotations the admission policy
@@ -140,21 +140,17 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 			t.Errorf("%s was triggered", name)
 		}
 	}
-	if v := r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonUnreadable)).Value(); v != 1 {
+	if v := testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonUnreadable))); v != 1 {
 		t.Errorf("decisions{skipped,unreadable} = %v, want 1 (hostile-huge)", v)
 	}
-	if v := r.metrics.SliceInterruptions.Len(); v != 0 {
+	if v := testutil.CollectAndCount(r.metrics.SliceInterruptions); v != 0 {
 		t.Errorf("%d slice interruption series counted, want none", v)
 	}
-	if v := r.metrics.VanishedNodes.Len(); v != 0 {
+	if v := testutil.CollectAndCount(r.metrics.VanishedNodes); v != 0 {
 		t.Errorf("%d vanished nodes counted, want none", v)
 	}
-	var exported bytes.Buffer
-	reg := metrics.NewRegistry()
-	reg.MustRegister(r.metrics.Unreadable)
-	if err := reg.Write(&exported); err != nil {
-		t.Fatal(err)
-	}
+	var exported strings.Builder
+	exported.WriteString(testworld.Exposition(t, r.metrics.Unreadable))
 	for _, name := range []string{"hostile-garbage", "hostile-huge"} {
 		if !strings.Contains(exported.String(), `maintenance_handler_aggregator_node_unreadable_keys{node_name="`+name+`"}`) {
 			t.Errorf("no node_unreadable_keys series for %s:\n%s", name, exported.String())
@@ -167,7 +163,7 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 	// The plugin: the two unreadable nodes said to be so, with their keys;
 	// the others read.
 	c, _ := clients(t)
-	in, err := plugin.Read(testworld.Ctx(t, 30*time.Second), c.Client, time.Now(), plugin.ReadOptions{Pool: "hostile-pool", PoolLabel: protocol.LabelNodePool}, nil)
+	in, err := plugin.Read(testworld.Ctx(t, 30*time.Second), c, time.Now(), plugin.ReadOptions{Pool: "hostile-pool", PoolLabel: protocol.LabelNodePool}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

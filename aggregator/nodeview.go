@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 )
 
 // cachedView is a Node's view, for the Node version rv.
@@ -35,7 +36,7 @@ type viewCache struct {
 // refresh is the view of every Node in objs (what is not a Node is
 // skipped), read with read where it changed, and the Node objects by name.
 // Both are valid until the next refresh, and are not to be changed.
-func (c *viewCache) refresh(objs []any, read func(*corev1.Node) fleet.Node) ([]fleet.Node, map[string]*corev1.Node) {
+func (c *viewCache) refresh(objs []kube.Object, read func(*corev1.Node) fleet.Node) ([]fleet.Node, map[string]*corev1.Node) {
 	if c.views == nil {
 		c.views, c.objs = map[string]*cachedView{}, map[string]*corev1.Node{}
 	}
@@ -78,7 +79,7 @@ func (c *viewCache) refresh(objs []any, read func(*corev1.Node) fleet.Node) ([]f
 // viewNodes is the view of every Node in the cache, and the Node objects
 // it was read from, by name.
 func (a *Aggregator) viewNodes() ([]fleet.Node, map[string]*corev1.Node) {
-	return a.views.refresh(a.nodes.GetStore().List(), func(n *corev1.Node) fleet.Node {
+	return a.views.refresh(a.nodes.List(), func(n *corev1.Node) fleet.Node {
 		v := fleet.NodeOf(n, a.opts.PoolLabel, a.opts.SliceLabel)
 		if a.opts.AdoptGKEConfig {
 			v.GKEHandled = false

@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
 	"k8s.io/utils/clock"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
-	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -24,12 +24,12 @@ const fieldManager = "maintenance-handler-aggregator"
 type Options struct {
 	// Client reads and writes Nodes and reads ConfigMaps; Leases holds the
 	// leader Lease and the claims Lease.
-	Client *kuberest.Client
-	Leases *lease.Client
+	Client *kube.Client
+	Leases coordinationv1client.LeasesGetter
 	// EventClient writes the Events (nil: Client). A client of its own has
 	// its own rate limit, so that a flood of Events (a new leader says why
 	// of every node with a pending notice) never delays a trigger.
-	EventClient kube.EventWriter
+	EventClient *kube.Client
 	// Namespace holds the Lease and the ConfigMap.
 	Namespace string
 	// ConfigMap names the ConfigMap whose policy.yaml is the Config; empty
@@ -38,7 +38,7 @@ type Options struct {
 	// LeaseName names the Lease; Identity is this replica's holder name.
 	LeaseName, Identity string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the leader
-	// election's (lease.Election).
+	// election's (client-go's leaderelection).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// PoolLabel names a node's pool.
 	PoolLabel string

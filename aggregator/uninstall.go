@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +17,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/lease"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -38,7 +39,7 @@ type Uninstalled struct {
 // each Node it leaves, and deletes the aggregator's Leases (leaseName and
 // its claims Lease). Each write is retried on conflict; ctx bounds the
 // whole.
-func Uninstall(ctx context.Context, client *kube.Client, leases *lease.Client, clk clock.Clock, namespace, leaseName string, log *slog.Logger) (Uninstalled, error) {
+func Uninstall(ctx context.Context, client *kube.Client, leases coordinationv1client.LeasesGetter, clk clock.Clock, namespace, leaseName string, log *slog.Logger) (Uninstalled, error) {
 	var done Uninstalled
 	if err := waitNoAgents(ctx, client, namespace, log); err != nil {
 		return done, err
@@ -66,7 +67,7 @@ func Uninstall(ctx context.Context, client *kube.Client, leases *lease.Client, c
 		}
 	}
 	for _, name := range []string{leaseName, ClaimsLeaseName(leaseName)} {
-		err := leases.Delete(ctx, namespace, name)
+		err := leases.Leases(namespace).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("lease %s: %w", name, err))
 		}

@@ -76,7 +76,7 @@ func (b *budgets) follow(namespace string) {
 	if _, ok := b.informers[namespace]; ok {
 		return
 	}
-	inf := kube.NewInformer(b.source(namespace), nil, b.log.With("watch", "budgets", "namespace", namespace))
+	inf := kube.NewInformer(b.source(namespace), kube.InformerOptions{Name: "budgets", Logger: b.log.With("watch", "budgets", "namespace", namespace)})
 	inf.AddHandlers(kube.OnAnyChange(func() {
 		b.gen.Add(1)
 		select {

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -34,11 +33,11 @@ func TestMain(m *testing.M) { os.Exit(testworld.RunMain(m, &world)) }
 // apiClient is the agent's API client (what the drain uses in the agent).
 func apiClient(t testing.TB) *kube.Client {
 	t.Helper()
-	c, err := kuberest.New(world.Config)
+	c, err := kube.New(world.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Client
+	return c
 }
 
 type recorder struct {

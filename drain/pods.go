@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ var _ PodSource = (*NodePods)(nil)
 // bound to one node (kube.Client.PodListWatch); a failed watch is logged
 // to log. Call Start before List.
 func NewNodePods(lw kube.ListWatch, log *slog.Logger) *NodePods {
-	n := &NodePods{informer: kube.NewInformer(lw, SlimPod, log), changed: make(chan struct{}, 1)}
+	n := &NodePods{informer: kube.NewInformer(lw, kube.InformerOptions{Name: "pods", Transform: SlimPod, Logger: log}), changed: make(chan struct{}, 1)}
 	n.informer.AddHandlers(kube.OnAnyChange(func() {
 		select {
 		case n.changed <- struct{}{}:
@@ -120,3 +121,7 @@ func (n *NodePods) OnChange(f func()) {
 
 // Changed receives a value after any change to the node's pods (coalesced).
 func (n *NodePods) Changed() <-chan struct{} { return n.changed }
+
+// Unhealthy says why when the pods' list or watch has failed for longer
+// than bound.
+func (n *NodePods) Unhealthy(bound time.Duration) error { return n.informer.Unhealthy(bound) }

@@ -2,69 +2,47 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 )
 
-// Handlers are told of each change an Informer sees, in order, from its
-// goroutine: they must not block.
+// Object is a Kubernetes object, as an Informer keeps it.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// ListWatch lists and watches one set of objects of one type (the
+// options' selectors are its own: it sets them).
+type ListWatch struct {
+	// Object is an object of the type listed.
+	Object runtime.Object
+	List   func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	Watch  func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// Recorder, when not nil, is told when the watch fails or turns
+	// healthy.
+	Recorder WatchRecorder
+	// Unstreamed says the source cannot send a list as a watch's first
+	// events (a test's source): the informer lists, then watches.
+	Unstreamed bool
+}
+
+// Handlers are told of each change an Informer sees, in order, from one
+// goroutine of the Informer's: they must not block.
 type Handlers struct {
 	Add    func(obj Object)
 	Update func(old, cur Object)
 	Delete func(obj Object)
 }
-
-// Informer keeps the objects of a ListWatch in memory: one list, then one
-// watch from the list's version, watched again from the last version seen
-// when the API server ends it, and listed again (with backoff) when the
-// watch fails or the version has expired. A list that finds an object
-// changed, gone or new tells the handlers as the watch would have.
-//
-// It is client-go's informer for the few small sets the binaries watch (a
-// Node, its pods, a slice's Nodes, budgets, a ConfigMap): no resync, no
-// indexes, no shared processor.
-type Informer struct {
-	lw        ListWatch
-	transform func(Object) Object
-	handlers  []Handlers
-	log       *slog.Logger
-	clock     clock.Clock
-	// version is the last version seen, and expired says the API server
-	// no longer has it; Run's alone.
-	version string
-	expired bool
-
-	mu      sync.RWMutex
-	objects map[string]Object // by Key
-
-	synced chan struct{} // closed once the first list is kept and told
-}
-
-// NewInformer returns an Informer of lw; transform, when not nil, is
-// applied to every object before it is kept (it may change it in place).
-// A failed watch is logged to log (nil: nowhere). Add handlers, then Run.
-func NewInformer(lw ListWatch, transform func(Object) Object, log *slog.Logger) *Informer {
-	if transform == nil {
-		transform = func(o Object) Object { return o }
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Informer{lw: lw, transform: transform, log: log, clock: clock.RealClock{},
-		objects: map[string]Object{}, synced: make(chan struct{})}
-}
-
-// AddHandlers adds h; call it before Run.
-func (i *Informer) AddHandlers(h Handlers) { i.handlers = append(i.handlers, h) }
 
 // OnAnyChange is a handler that calls f on every change.
 func OnAnyChange(f func()) Handlers {
@@ -79,221 +57,225 @@ func Key(o metav1.Object) string {
 	return o.GetName()
 }
 
-// HasSynced reports whether the first list has been kept and told.
-func (i *Informer) HasSynced() bool {
-	select {
-	case <-i.synced:
-		return true
+// WatchRecorder is told when a watch turns healthy or fails (the metrics
+// implement it).
+type WatchRecorder interface {
+	WatchHealth(watch string, healthy bool)
+}
+
+// InformerOptions are an Informer's settings; all are optional.
+type InformerOptions struct {
+	// Name names the watch in the log, the metrics and /healthz ("node",
+	// "pods", ...).
+	Name string
+	// Transform is applied to every object before it is kept (it may
+	// change it in place).
+	Transform func(Object) Object
+	Logger    *slog.Logger
+	Clock     clock.PassiveClock
+}
+
+// Informer keeps the objects of a ListWatch in memory: client-go's shared
+// informer (one list, then one watch from the list's version, watched
+// again from the last version seen; listed again with client-go's backoff
+// when a list or watch fails, and from the last version seen when it
+// expired), and the health of its list and watch: since when they have
+// failed with no success since.
+type Informer struct {
+	inf      cache.SharedIndexInformer
+	name     string
+	log      *slog.Logger
+	recorder WatchRecorder
+	clock    clock.PassiveClock
+
+	mu            sync.Mutex
+	registrations []cache.ResourceEventHandlerRegistration
+	failingSince  time.Time // zero: healthy
+	lastErr       error
+}
+
+// NewInformer returns an Informer of lw. Add handlers, then Run or Start.
+func NewInformer(lw ListWatch, o InformerOptions) *Informer {
+	i := &Informer{name: o.Name, log: o.Logger, recorder: lw.Recorder, clock: o.Clock}
+	if i.log == nil {
+		i.log = slog.New(slog.DiscardHandler)
+	}
+	if i.clock == nil {
+		i.clock = clock.RealClock{}
+	}
+	clw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			out, err := lw.List(ctx, opts)
+			i.observe(err, true)
+			return out, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := lw.Watch(ctx, opts)
+			i.observe(err, true)
+			return w, err
+		},
+	}
+	var source cache.ListerWatcher = clw
+	if lw.Unstreamed {
+		source = cache.ToListWatcherWithWatchListSemantics(clw, unstreamed{})
+	}
+	i.inf = cache.NewSharedIndexInformerWithOptions(source, lw.Object, cache.SharedIndexInformerOptions{ObjectDescription: o.Name})
+	if o.Transform != nil {
+		_ = i.inf.SetTransform(func(obj any) (any, error) {
+			if ob, ok := obj.(Object); ok {
+				return o.Transform(ob), nil
+			}
+			return obj, nil
+		})
+	}
+	_ = i.inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { i.observe(err, false) })
+	return i
+}
+
+// unstreamed marks a source that cannot stream a list.
+type unstreamed struct{}
+
+func (unstreamed) IsWatchListSemanticsUnSupported() bool { return true }
+
+// observe keeps the outcome of a list or watch: an error starts (or
+// continues) a failure, a success ends it. An expired version is no
+// failure: the informer lists again at once. A request's outcome is told
+// to the recorder (request); the error a failed list or watch ends with is
+// the same failure again, and only kept.
+func (i *Informer) observe(err error, request bool) {
+	if err != nil && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
+		i.log.Debug("watch expired; listing again", "err", err)
+		return
+	}
+	i.mu.Lock()
+	wasHealthy := i.failingSince.IsZero()
+	switch {
+	case err == nil:
+		i.failingSince, i.lastErr = time.Time{}, nil
+	case wasHealthy:
+		i.failingSince, i.lastErr = i.clock.Now(), err
 	default:
+		i.lastErr = err
+	}
+	i.mu.Unlock()
+	if err != nil && request {
+		i.log.Warn("list or watch failed; client-go tries again with backoff", "err", err)
+	}
+	if i.recorder != nil && (request && err != nil || wasHealthy != (err == nil)) {
+		i.recorder.WatchHealth(i.name, err == nil)
+	}
+}
+
+// Failing reports since when the list or watch has failed with no success
+// since, and the last error; the zero time while healthy.
+func (i *Informer) Failing() (time.Time, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.failingSince, i.lastErr
+}
+
+// Unhealthy is an error that says why when the list or watch has failed
+// for longer than bound, nil otherwise.
+func (i *Informer) Unhealthy(bound time.Duration) error {
+	since, err := i.Failing()
+	if since.IsZero() {
+		return nil
+	}
+	if d := i.clock.Since(since); d > bound {
+		return fmt.Errorf("the %s watch has failed for %s: %w", i.name, d.Round(time.Second), err)
+	}
+	return nil
+}
+
+// AddHandlers adds h; call it before Run.
+func (i *Informer) AddHandlers(h Handlers) {
+	object := func(o any) (Object, bool) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		ob, ok := o.(Object)
+		return ob, ok
+	}
+	funcs := cache.ResourceEventHandlerFuncs{}
+	if h.Add != nil {
+		funcs.AddFunc = func(o any) {
+			if ob, ok := object(o); ok {
+				h.Add(ob)
+			}
+		}
+	}
+	if h.Update != nil {
+		funcs.UpdateFunc = func(old, cur any) {
+			o, ok1 := object(old)
+			c, ok2 := object(cur)
+			if ok1 && ok2 {
+				h.Update(o, c)
+			}
+		}
+	}
+	if h.Delete != nil {
+		funcs.DeleteFunc = func(o any) {
+			if ob, ok := object(o); ok {
+				h.Delete(ob)
+			}
+		}
+	}
+	reg, err := i.inf.AddEventHandler(funcs)
+	if err != nil {
+		panic(fmt.Sprintf("kube: handlers added to the stopped informer %q", i.name)) // a programming error
+	}
+	i.mu.Lock()
+	i.registrations = append(i.registrations, reg)
+	i.mu.Unlock()
+}
+
+// HasSynced reports whether the first list has been kept and every
+// handler told of it.
+func (i *Informer) HasSynced() bool {
+	if !i.inf.HasSynced() {
 		return false
 	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for _, r := range i.registrations {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // List returns the objects as last seen, in no order.
 func (i *Informer) List() []Object {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	out := make([]Object, 0, len(i.objects))
-	for _, o := range i.objects {
-		out = append(out, o)
+	items := i.inf.GetStore().List()
+	out := make([]Object, 0, len(items))
+	for _, o := range items {
+		if ob, ok := o.(Object); ok {
+			out = append(out, ob)
+		}
 	}
 	return out
 }
 
 // Get returns the object of key (see Key), as last seen.
 func (i *Informer) Get(key string) (Object, bool) {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	o, ok := i.objects[key]
-	return o, ok
+	o, ok, _ := i.inf.GetStore().GetByKey(key)
+	if !ok {
+		return nil, false
+	}
+	ob, ok := o.(Object)
+	return ob, ok
 }
+
+// Run keeps the objects until ctx ends.
+func (i *Informer) Run(ctx context.Context) { i.inf.RunWithContext(ctx) }
 
 // Start runs the Informer until ctx ends and returns once it has synced;
 // ctx's error when ctx ended first.
 func (i *Informer) Start(ctx context.Context) error {
 	go i.Run(ctx)
-	select {
-	case <-i.synced:
-		return nil
-	case <-ctx.Done():
+	if !cache.WaitForCacheSync(ctx.Done(), i.HasSynced) {
 		return ctx.Err()
 	}
-}
-
-// Watch timeouts: the API server ends each watch after a random time in
-// this range (spread, so that many agents do not watch again in step).
-const (
-	minWatchTimeout = 5 * time.Minute
-	// shortWatch: a watch that ends sooner than this, having seen
-	// nothing, counts as a failure (no tight loop of watches).
-	shortWatch = time.Second
-)
-
-// errWatchEnded: a watch ended at once, having seen nothing.
-var errWatchEnded = errors.New("the watch ended at once")
-
-// Run keeps the objects until ctx ends.
-func (i *Informer) Run(ctx context.Context) {
-	next := retryBackoff.DelayWithReset(i.clock, relistReset)
-	for ctx.Err() == nil {
-		err := i.listAndWatch(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			i.expired = true // list the latest, at once
-			next = retryBackoff.DelayWithReset(i.clock, relistReset)
-			continue
-		}
-		delay := next()
-		i.log.Warn("watch failed; listing again", "err", err, "retryIn", delay.Round(time.Millisecond).String())
-		if sleep(ctx, i.clock, delay) != nil {
-			return
-		}
-	}
-}
-
-// listVersion is the version a list asks for, as client-go's reflector
-// does: the first, "0" (any: the API server's watch cache answers, not
-// etcd, when a thousand agents start at once); later ones, at least the
-// last version seen; after that version expired, the latest ("").
-func (i *Informer) listVersion() string {
-	switch {
-	case i.expired:
-		return ""
-	case i.version == "":
-		return "0"
-	}
-	return i.version
-}
-
-// listAndWatch lists, then watches until the watch fails.
-func (i *Informer) listAndWatch(ctx context.Context) error {
-	items, version, err := i.lw.List(ctx, metav1.ListOptions{ResourceVersion: i.listVersion()})
-	if err != nil {
-		return fmt.Errorf("list: %w", err)
-	}
-	i.version, i.expired = version, false
-	i.replace(items)
-	for {
-		timeout := int64((minWatchTimeout + rand.N(minWatchTimeout)) / time.Second)
-		w, err := i.lw.Watch(ctx, metav1.ListOptions{ResourceVersion: i.version, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
-		if err != nil {
-			return fmt.Errorf("watch: %w", err)
-		}
-		started := i.clock.Now()
-		seen, err := i.follow(ctx, w)
-		if err != nil {
-			return err
-		}
-		if !seen && i.clock.Since(started) < shortWatch {
-			return errWatchEnded
-		}
-	}
-}
-
-// follow keeps what w says until it ends, and the version of the last
-// event; it returns whether it saw one, and an error when the watch failed.
-func (i *Informer) follow(ctx context.Context, w watch.Interface) (bool, error) {
-	defer w.Stop()
-	seen := false
-	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return seen, ctx.Err()
-		case ev, ok = <-w.ResultChan():
-		}
-		if !ok {
-			return seen, nil
-		}
-		seen = true
-		if ev.Type == watch.Error {
-			return seen, fmt.Errorf("watch: %w", apierrors.FromObject(ev.Object))
-		}
-		o, isObject := ev.Object.(Object)
-		if !isObject {
-			return seen, fmt.Errorf("watch: an event of %T", ev.Object)
-		}
-		i.version = o.GetResourceVersion()
-		switch ev.Type {
-		case watch.Added, watch.Modified:
-			i.put(i.transform(o))
-		case watch.Deleted:
-			i.remove(i.transform(o))
-		}
-	}
-}
-
-// put keeps o and tells the handlers.
-func (i *Informer) put(o Object) {
-	k := Key(o)
-	i.mu.Lock()
-	old, had := i.objects[k]
-	i.objects[k] = o
-	i.mu.Unlock()
-	for _, h := range i.handlers {
-		if had && h.Update != nil {
-			h.Update(old, o)
-		} else if !had && h.Add != nil {
-			h.Add(o)
-		}
-	}
-}
-
-// remove forgets o and tells the handlers.
-func (i *Informer) remove(o Object) {
-	k := Key(o)
-	i.mu.Lock()
-	_, had := i.objects[k]
-	delete(i.objects, k)
-	i.mu.Unlock()
-	if !had {
-		return
-	}
-	for _, h := range i.handlers {
-		if h.Delete != nil {
-			h.Delete(o)
-		}
-	}
-}
-
-// replace keeps items instead of what was kept, tells the handlers what
-// changed (an object at another version, a new one, one gone), and marks
-// the Informer synced.
-func (i *Informer) replace(items []Object) {
-	fresh := make(map[string]Object, len(items))
-	for _, o := range items {
-		o = i.transform(o)
-		fresh[Key(o)] = o
-	}
-	i.mu.Lock()
-	old := i.objects
-	i.objects = fresh
-	i.mu.Unlock()
-	for k, o := range fresh {
-		prev, had := old[k]
-		for _, h := range i.handlers {
-			switch {
-			case !had && h.Add != nil:
-				h.Add(o)
-			case had && h.Update != nil && prev.GetResourceVersion() != o.GetResourceVersion():
-				h.Update(prev, o)
-			}
-		}
-	}
-	for k, prev := range old {
-		if _, ok := fresh[k]; ok {
-			continue
-		}
-		for _, h := range i.handlers {
-			if h.Delete != nil {
-				h.Delete(prev)
-			}
-		}
-	}
-	if !i.HasSynced() { // only Run's goroutine closes it
-		close(i.synced)
-	}
+	return nil
 }

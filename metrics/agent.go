@@ -5,82 +5,83 @@ import (
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const namespace = "maintenance_handler"
 
 // Agent holds the agent's metrics.
 type Agent struct {
-	Interruptions        *CounterVec
-	Migrations           *Counter
-	Evictions            *CounterVec
-	Escalations          *Counter
-	DrainDurationSeconds *Histogram
-	MetadataRequests     *CounterVec
-	UnrecognizedValues   *CounterVec
-	TaintLatencySeconds  *Histogram
-	Phase                *GaugeVec
-	ManualTriggers       *CounterVec
+	Interruptions        *prometheus.CounterVec
+	Migrations           prometheus.Counter
+	Evictions            *prometheus.CounterVec
+	Escalations          prometheus.Counter
+	DrainDurationSeconds prometheus.Histogram
+	MetadataRequests     *prometheus.CounterVec
+	UnrecognizedValues   *prometheus.CounterVec
+	TaintLatencySeconds  prometheus.Histogram
+	Phase                *prometheus.GaugeVec
+	ManualTriggers       *prometheus.CounterVec
 	// DrainDeadline is the Unix time the current drain must end by (0 when
 	// not draining); ScheduledMaintenance the pending notice's window
 	// start (0 when none); Busy 1 while pods on the node use accelerators.
-	DrainDeadline        *Gauge
-	ScheduledMaintenance *Gauge
-	Busy                 *Gauge
+	DrainDeadline        prometheus.Gauge
+	ScheduledMaintenance prometheus.Gauge
+	Busy                 prometheus.Gauge
 	// MetadataKeyHealthy is 0 for a watched metadata key that has had no
 	// good answer for --unhealthy-after, 1 otherwise.
-	MetadataKeyHealthy *GaugeVec
+	MetadataKeyHealthy *prometheus.GaugeVec
 	// VoluntaryFailures counts the node's voluntary maintenances that
 	// failed in a row.
-	VoluntaryFailures *Gauge
+	VoluntaryFailures prometheus.Gauge
 	// PermissionDenials counts Compute Engine calls refused for a missing
 	// IAM permission, by permission.
-	PermissionDenials *CounterVec
+	PermissionDenials *prometheus.CounterVec
 }
 
 // NewAgent creates the agent's metrics and registers them with reg.
-func NewAgent(reg Registerer) *Agent {
+func NewAgent(reg prometheus.Registerer) *Agent {
 	const sub = "agent"
 	m := &Agent{
-		Interruptions: NewCounterVec(Opts{Subsystem: sub, Name: "interruptions_total",
+		Interruptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "interruptions_total",
 			Help: "Interruptions of this node, by interruption_type (" + joinTypes() + ") and interruption_reason.",
 		}, []string{"interruption_type", "interruption_reason"}),
-		Migrations: NewCounter(Opts{Subsystem: sub, Name: "live_migrations_total",
+		Migrations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "live_migrations_total",
 			Help: "MIGRATE_ON_HOST_MAINTENANCE announcements (no drain).",
 		}),
-		Evictions: NewCounterVec(Opts{Subsystem: sub, Name: "evictions_total",
+		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "evictions_total",
 			Help: "Eviction attempts by outcome: evicted, blocked (429 from a PodDisruptionBudget), gone, error, deleted (escalated to delete at deadline - grace).",
 		}, []string{"outcome"}),
-		Escalations: NewCounter(Opts{Subsystem: sub, Name: "eviction_escalations_total",
+		Escalations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_escalations_total",
 			Help: "Pods deleted after PodDisruptionBudgets refused their eviction until deadline - grace.",
 		}),
-		DrainDurationSeconds: NewHistogram(Opts{Subsystem: sub, Name: "drain_duration_seconds",
-			Help: "Time from the start of maintenance to the node being drained (terminating)."}, []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600}),
-		MetadataRequests: NewCounterVec(Opts{Subsystem: sub, Name: "metadata_requests_total",
+		DrainDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "drain_duration_seconds",
+			Help: "Time from the start of maintenance to the node being drained (terminating).", Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600}}),
+		MetadataRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "metadata_requests_total",
 			Help: "Metadata server requests by key and result (ok, not_defined, no_notice, server_error, transport_error, unparseable).",
 		}, []string{"key", "result"}),
-		UnrecognizedValues: NewCounterVec(Opts{Subsystem: sub, Name: "unrecognized_values_total",
+		UnrecognizedValues: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unrecognized_values_total",
 			Help: "Metadata values the agent did not recognise and did not act on, by key.",
 		}, []string{"key"}),
-		TaintLatencySeconds: NewHistogram(Opts{Subsystem: sub, Name: "taint_latency_seconds",
-			Help: "Time from a metadata change that starts maintenance to the taint being on the Node."}, []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
-		Phase: NewGaugeVec(Opts{Subsystem: sub, Name: "phase",
+		TaintLatencySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "taint_latency_seconds",
+			Help: "Time from a metadata change that starts maintenance to the taint being on the Node.", Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}),
+		Phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "phase",
 			Help: "1 for the node's current maintenance phase (Idle, Draining, Terminating), 0 for the others.",
 		}, []string{"phase"}),
-		DrainDeadline: NewGauge(Opts{Subsystem: sub, Name: "drain_deadline_timestamp_seconds",
+		DrainDeadline: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "drain_deadline_timestamp_seconds",
 			Help: "Unix time by which the current drain must be done (the VM stops); 0 when not draining."}),
-		ScheduledMaintenance: NewGauge(Opts{Subsystem: sub, Name: "scheduled_maintenance_timestamp_seconds",
+		ScheduledMaintenance: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "scheduled_maintenance_timestamp_seconds",
 			Help: "Unix time of the pending maintenance notice's window start; 0 when none is pending."}),
-		Busy: NewGauge(Opts{Subsystem: sub, Name: "accelerators_busy",
+		Busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "accelerators_busy",
 			Help: "1 while pods on the node (other than DaemonSet and mirror pods) use accelerators or are safe-to-evict false, 0 while it is idle."}),
-		VoluntaryFailures: NewGauge(Opts{Subsystem: sub, Name: "voluntary_failures",
+		VoluntaryFailures: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "voluntary_failures",
 			Help: "Voluntary (manual or opportunistic) maintenances of this node that failed in a row (failed, permission_denied, refused, not_started, abandoned); 0 once one goes through. The aggregator leaves the node alone for a cool-down that doubles with each."}),
-		MetadataKeyHealthy: NewGaugeVec(Opts{Subsystem: sub, Name: "metadata_key_healthy",
+		MetadataKeyHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "metadata_key_healthy",
 			Help: "1 while the metadata key answers, 0 once it has had no good answer for --unhealthy-after (until its next good answer)."}, []string{"key"}),
-		ManualTriggers: NewCounterVec(Opts{Subsystem: sub, Name: "manual_triggers_total",
+		ManualTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "manual_triggers_total",
 			Help: "The " + protocol.LabelPerformMaintenance + " label, by outcome: started, accepted (Compute Engine accepted the call; the maintenance is counted as an interruption only when it begins or the VM stops), failed, permission_denied, refused (the call failed; the node went back in service), not_started (accepted, but its operation failed or the maintenance did not begin within --manual-start-timeout; the node went back in service), invalid_value, no_notice, not_reschedulable, already_ongoing, outside_window, excluded, policy_unknown, and for an opportunistic trigger not_idle, stale_trigger, notice_changed (the label was rejected and removed); abandoned (the voluntary drain could not finish by its deadline; the node went back in service).",
 		}, []string{"outcome"}),
-		PermissionDenials: NewCounterVec(Opts{Subsystem: sub, Name: "compute_permission_denied_total",
+		PermissionDenials: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "compute_permission_denied_total",
 			Help: "Compute Engine calls refused (403) because the node's service account lacks an IAM permission, by the permission: compute.instances.performMaintenance (the maintenance was not started) or compute.zoneOperations.get (its operation could not be followed).",
 		}, []string{"permission"}),
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 )
 
 // promtool is Debian's promtool, from MH_PROMETHEUS_DIR (make test sets it)
@@ -89,8 +91,12 @@ func TestRecordingRulesCountOnce(t *testing.T) {
 // Prometheus's conventions (promtool check metrics), with values in it.
 func TestMetricsPassPromtool(t *testing.T) {
 	reg := metrics.NewRegistry()
-	metrics.RegisterProcess(reg)
-	a := metrics.NewAgent(reg.With("node_name", "gpu-0", "node_pool_name", "a3"))
+	node := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": "gpu-0", "node_pool_name": "a3"}, reg)
+	a := metrics.NewAgent(node)
+	c := metrics.NewClient(node, "agent")
+	c.Requests.WithLabelValues("GET", "200").Inc()
+	c.RequestDuration.WithLabelValues("GET").Observe(0.01)
+	c.WatchHealth("pods", true)
 	a.AddInterruptions(protocol.HostMaintenance, 1)
 	a.Eviction("evicted")
 	a.DrainDuration(90 * time.Second)
@@ -104,9 +110,15 @@ func TestMetricsPassPromtool(t *testing.T) {
 	g.Pools.Set([]metrics.PoolStats{{Pool: "a3", Pending: 3, Configured: true, ConfigValid: true, NextMaintenance: time.Now()}})
 	g.PassDuration(20 * time.Millisecond)
 	g.Triggers.WithLabelValues("ok").Inc()
-	var buf bytes.Buffer
-	if err := reg.Write(&buf); err != nil {
+	families, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&buf, f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command(promtool(t), "check", "metrics")
 	cmd.Stdin = &buf

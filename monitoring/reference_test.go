@@ -2,11 +2,13 @@ package monitoring_test
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestReferenceIsComplete: docs/reference.md names every metric family the
@@ -17,10 +19,12 @@ func TestReferenceIsComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(doc)
-	reg := metrics.NewRegistry()
+	reg := &namesOf{}
 	metrics.NewAgent(reg)
+	metrics.NewClient(reg, "agent")
 	metrics.NewAggregator(reg)
-	names := append([]string{"maintenance_handler_agent_healthy"}, reg.Names()...) // the first registered by cmd/agent
+	metrics.NewClient(reg, "aggregator")
+	names := append([]string{"maintenance_handler_agent_healthy"}, reg.names...) // the first registered by cmd/agent
 	for _, line := range strings.Split(string(mustRead(t, "rules.yaml")), "\n") {
 		if alert, ok := strings.CutPrefix(strings.TrimSpace(line), "- alert: "); ok {
 			names = append(names, alert)
@@ -35,6 +39,30 @@ func TestReferenceIsComplete(t *testing.T) {
 		}
 	}
 }
+
+// namesOf is a registerer that keeps the names of the families registered.
+type namesOf struct{ names []string }
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (r *namesOf) Register(c prometheus.Collector) error {
+	descs := make(chan *prometheus.Desc)
+	go func() { c.Describe(descs); close(descs) }()
+	for d := range descs {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			r.names = append(r.names, m[1])
+		}
+	}
+	return nil
+}
+
+func (r *namesOf) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = r.Register(c)
+	}
+}
+
+func (r *namesOf) Unregister(prometheus.Collector) bool { return false }
 
 func mustRead(t *testing.T, path string) []byte {
 	t.Helper()

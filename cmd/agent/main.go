@@ -29,6 +29,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=...".
@@ -40,11 +41,11 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	cfg, err := kube.Load(opts.Kubeconfig)
+	cfg, err := kube.Load(opts.Kubeconfig, "maintenance-handler-agent/"+version, opts.KubeAPIQPS, opts.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
-	cfg.UserAgent, cfg.QPS, cfg.Burst = "maintenance-handler-agent/"+version, opts.KubeAPIQPS, opts.KubeAPIBurst
+	reg := metrics.NewRegistry()
 	client, err := kube.New(cfg)
 	if err != nil {
 		return err
@@ -60,10 +61,8 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	running := make(chan struct{})
 	markRunning := sync.OnceFunc(func() { close(running) })
 	setRunning := func(f func() error) { setHealth(f); markRunning() }
-	reg := metrics.NewRegistry()
-	metrics.RegisterProcess(reg)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", reg)
+	mux.Handle("/metrics", metrics.Handler(reg))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		err := (*health.Load())()
 		if err != nil {
@@ -102,12 +101,13 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 
 // runOnNode runs the agent once its Node is known.
 func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *kube.Client, node *corev1.Node,
-	reg *metrics.Registry, clk clock.Clock, setRunning func(func() error)) error {
+	reg *prometheus.Registry, clk clock.Clock, setRunning func(func() error)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
-	nodeLabels := reg.With("node_name", opts.NodeName, "node_pool_name", node.Labels[opts.PoolLabel])
+	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
 	m := metrics.NewAgent(nodeLabels)
-	events := kube.NewNodeEvents(client, protocol.EventSourceAgent, opts.NodeName, node.UID)
+	reportClient(nodeLabels, client)
+	events := kube.NewNodeEvents(client.EventSink(), protocol.EventSourceAgent, opts.NodeName, node.UID)
 	defer events.Shutdown()
 	if opts.MetadataHost != "" {
 		// The OAuth token source reads the metadata server from here.
@@ -185,16 +185,28 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		return errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter))
 	}
 	setRunning(healthy)
-	nodeLabels.MustRegister(metrics.NewGaugeFunc(metrics.Opts{
+	registerHealth(nodeLabels, healthy)
+	return a.Start(ctx)
+}
+
+// reportClient counts client's requests and the health of its watches.
+func reportClient(reg prometheus.Registerer, client *kube.Client) {
+	cm := metrics.NewClient(reg, "agent")
+	cm.ReportClientGo()
+	client.ReportWatches(cm)
+}
+
+// registerHealth exports what /healthz answers.
+func registerHealth(reg prometheus.Registerer, healthy func() error) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "maintenance_handler_agent_healthy",
-		Help: "1 when /healthz answers ok (every watched metadata key answered and the Node updated within --unhealthy-after), 0 otherwise.",
+		Help: "1 when /healthz answers ok (every watched metadata key answered, the Node updated, and the watches the agent needs healthy, within --unhealthy-after), 0 otherwise.",
 	}, func() float64 {
 		if healthy() != nil {
 			return 0
 		}
 		return 1
 	}))
-	return a.Start(ctx)
 }
 
 // startingHold is how long /healthz holds a request that comes while the

@@ -9,13 +9,14 @@ import (
 	"log/slog"
 	"net/http"
 
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
-	"github.com/maintenance-handler/maintenance-handler/internal/lease"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 )
 
@@ -28,31 +29,31 @@ func main() {
 }
 
 func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
-	cfg, err := kuberest.Config(opts.Kubeconfig, "maintenance-handler-aggregator", opts.KubeAPIQPS, opts.KubeAPIBurst)
+	cfg, err := kube.Load(opts.Kubeconfig, "maintenance-handler-aggregator/"+version, opts.KubeAPIQPS, opts.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
 	reg := metrics.NewRegistry()
-	metrics.RegisterProcess(reg)
 	m := metrics.NewAggregator(reg)
-	kuberest.CountRequests(cfg, m.APIRequests)
-	// Protobuf for the watch of every Node of the cluster (kuberest.New).
-	client, err := kuberest.New(cfg)
+	cm := metrics.NewClient(reg, "aggregator")
+	cm.ReportClientGo()
+	client, err := kube.New(cfg)
 	if err != nil {
 		return err
 	}
-	leases, err := lease.New(cfg)
+	client.ReportWatches(cm)
+	leases, err := coordinationv1client.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	// Events through a client of their own: its own rate limit (the same
 	// QPS and burst), so that they never hold back a trigger.
-	events, err := kuberest.New(cfg)
+	events, err := kube.New(cfg)
 	if err != nil {
 		return err
 	}
 	if opts.Uninstall {
-		done, err := aggregator.Uninstall(ctx, client.Client, leases, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
+		done, err := aggregator.Uninstall(ctx, client, leases, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
@@ -68,7 +69,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", reg)
+	mux.Handle("/metrics", metrics.Handler(reg))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	g, ctx := errgroup.WithContext(ctx)
 	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -38,11 +37,7 @@ func (a *app) client() (*kube.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	c, err := kuberest.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return c.Client, nil
+	return kube.New(cfg)
 }
 
 // load connects and reads what the command shows.

@@ -31,7 +31,7 @@ type Source struct {
 // ConfigMapListWatch); a failed watch is logged to log. Call OnChange
 // before Start.
 func NewSource(lw kube.ListWatch, namespace, name string, log *slog.Logger) *Source {
-	return &Source{namespace: namespace, name: name, informer: kube.NewInformer(lw, nil, log)}
+	return &Source{namespace: namespace, name: name, informer: kube.NewInformer(lw, kube.InformerOptions{Name: "policy", Logger: log})}
 }
 
 // OnChange calls f after every change of the ConfigMap; f must not block.

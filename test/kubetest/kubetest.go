@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/kube"
@@ -27,10 +28,15 @@ func NewInformer(t testing.TB, objs ...kube.Object) *Informer {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f := &Informer{w: watch.NewFake(), told: make(chan struct{}, len(objs)+1)}
+	list := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+	for _, o := range objs {
+		list.Items = append(list.Items, runtime.RawExtension{Object: o})
+	}
 	f.Informer = kube.NewInformer(kube.ListWatch{
-		List:  func(context.Context, metav1.ListOptions) ([]kube.Object, string, error) { return objs, "1", nil },
-		Watch: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil },
-	}, nil, nil)
+		List:       func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list, nil },
+		Watch:      func(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil },
+		Unstreamed: true,
+	}, kube.InformerOptions{Name: "test"})
 	f.AddHandlers(kube.OnAnyChange(func() { f.told <- struct{}{} }))
 	if err := f.Start(ctx); err != nil {
 		t.Fatalf("the informer did not sync: %v", err)

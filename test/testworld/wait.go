@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -226,12 +231,40 @@ func describe(obj runtime.Object) string {
 // WaitTimeout: a component counts a decision once its write has returned,
 // a moment after a watch shows the object changed. (An in-process counter
 // has no watch; it is read again every 20 ms.)
-func Settled(t testing.TB, c interface{ Value() float64 }, want float64) float64 {
+func Settled(t testing.TB, c prometheus.Collector, want float64) float64 {
 	t.Helper()
 	var got float64
 	_ = wait.PollUntilContextTimeout(Ctx(t, WaitTimeout), 20*time.Millisecond, WaitTimeout, true, func(context.Context) (bool, error) {
-		got = c.Value()
+		got = testutil.ToFloat64(c)
 		return got == want, nil
 	})
 	return got
+}
+
+// HistogramCount is how many values h has observed.
+func HistogramCount(h prometheus.Histogram) uint64 {
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// Exposition is what a scrape of the collectors reads, in Prometheus's
+// text format.
+func Exposition(t testing.TB, cs ...prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(cs...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }

@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/kuberest"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -515,11 +515,11 @@ func (d *demo) summary(ctx context.Context) error {
 
 // pluginStatus prints what `kubectl maintenance status` shows now.
 func (d *demo) pluginStatus(ctx context.Context) error {
-	c, err := kuberest.New(d.world.Config)
+	c, err := kube.New(d.world.Config)
 	if err != nil {
 		return err
 	}
-	in, err := plugin.Read(ctx, c.Client, time.Now(), plugin.ReadOptions{PoolLabel: protocol.LabelNodePool}, nil)
+	in, err := plugin.Read(ctx, c, time.Now(), plugin.ReadOptions{PoolLabel: protocol.LabelNodePool}, nil)
 	if err != nil {
 		return err
 	}

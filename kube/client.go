@@ -1,0 +1,268 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/gentype"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// scheme knows the core and policy groups alone.
+var (
+	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme)
+	codecs = serializer.NewCodecFactory(scheme).WithoutConversion()
+	params = runtime.NewParameterCodec(scheme)
+)
+
+func newScheme(adds ...func(*runtime.Scheme) error) *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range adds {
+		if err := add(s); err != nil {
+			panic(fmt.Sprintf("kube: scheme: %v", err)) // a programming error, found at start-up
+		}
+	}
+	return s
+}
+
+// Client makes the binaries' calls on the core and policy groups.
+type Client struct {
+	core, policy rest.Interface
+	watches      WatchRecorder
+}
+
+// ReportWatches has the Informers of this Client's ListWatches tell r
+// when their watch fails or turns healthy; call it before making them.
+func (c *Client) ReportWatches(r WatchRecorder) { c.watches = r }
+
+// New returns a Client for cfg. Its calls share one rate limit: cfg's
+// RateLimiter, or else one of cfg's QPS and Burst.
+func New(cfg *rest.Config) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.RateLimiter == nil {
+		qps, burst := cfg.QPS, cfg.Burst
+		if qps <= 0 {
+			qps, burst = rest.DefaultQPS, rest.DefaultBurst
+		}
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	core, err := rest.RESTClientForConfigAndClient(groupConfig(cfg, corev1.SchemeGroupVersion, "/api"), hc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	policy, err := rest.RESTClientForConfigAndClient(groupConfig(cfg, policyv1.SchemeGroupVersion, "/apis"), hc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Client{core: core, policy: policy}, nil
+}
+
+// groupConfig is a copy of cfg for the REST client of one group version
+// (at apiPath, "/api" or "/apis"): it speaks protobuf, and JSON where the
+// server cannot.
+func groupConfig(cfg *rest.Config, gv schema.GroupVersion, apiPath string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion, c.APIPath, c.NegotiatedSerializer = &gv, apiPath, codecs
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
+}
+
+func (c *Client) nodes() *gentype.ClientWithList[*corev1.Node, *corev1.NodeList] {
+	return gentype.NewClientWithList("nodes", c.core, params, "",
+		func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} })
+}
+
+func (c *Client) pods(namespace string) *gentype.ClientWithList[*corev1.Pod, *corev1.PodList] {
+	return gentype.NewClientWithList("pods", c.core, params, namespace,
+		func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} })
+}
+
+func (c *Client) configMaps(namespace string) *gentype.ClientWithList[*corev1.ConfigMap, *corev1.ConfigMapList] {
+	return gentype.NewClientWithList("configmaps", c.core, params, namespace,
+		func() *corev1.ConfigMap { return &corev1.ConfigMap{} }, func() *corev1.ConfigMapList { return &corev1.ConfigMapList{} })
+}
+
+func (c *Client) events(namespace string) *gentype.ClientWithList[*corev1.Event, *corev1.EventList] {
+	return gentype.NewClientWithList("events", c.core, params, namespace,
+		func() *corev1.Event { return &corev1.Event{} }, func() *corev1.EventList { return &corev1.EventList{} })
+}
+
+func (c *Client) budgets(namespace string) *gentype.ClientWithList[*policyv1.PodDisruptionBudget, *policyv1.PodDisruptionBudgetList] {
+	return gentype.NewClientWithList("poddisruptionbudgets", c.policy, params, namespace,
+		func() *policyv1.PodDisruptionBudget { return &policyv1.PodDisruptionBudget{} },
+		func() *policyv1.PodDisruptionBudgetList { return &policyv1.PodDisruptionBudgetList{} })
+}
+
+// GetNode reads a Node.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	return c.nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+// UpdateNode replaces a Node (conditional on its resourceVersion), as
+// fieldManager.
+func (c *Client) UpdateNode(ctx context.Context, n *corev1.Node, fieldManager string) (*corev1.Node, error) {
+	return c.nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager})
+}
+
+// ListNodes lists the Nodes that opts select.
+func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	return c.nodes().List(ctx, opts)
+}
+
+// WatchNodes watches the Nodes that opts select.
+func (c *Client) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return c.nodes().Watch(ctx, opts)
+}
+
+// PatchNode patches a Node, or its subresource ("status") when given, as
+// fieldManager (empty: the default).
+func (c *Client) PatchNode(ctx context.Context, name string, pt types.PatchType, data []byte, fieldManager, subresource string) (*corev1.Node, error) {
+	var sub []string
+	if subresource != "" {
+		sub = []string{subresource}
+	}
+	return c.nodes().Patch(ctx, name, pt, data, metav1.PatchOptions{FieldManager: fieldManager}, sub...)
+}
+
+// PatchNodeStatus patches a Node's status (a strategic merge patch: the
+// conditions it names, by type).
+func (c *Client) PatchNodeStatus(ctx context.Context, name string, data []byte) error {
+	_, err := c.nodes().Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// PatchPod patches a pod, or its subresource ("status") when given.
+func (c *Client) PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error {
+	var sub []string
+	if subresource != "" {
+		sub = []string{subresource}
+	}
+	_, err := c.pods(namespace).Patch(ctx, name, pt, data, metav1.PatchOptions{}, sub...)
+	return err
+}
+
+// GetConfigMap reads a ConfigMap.
+func (c *Client) GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	return c.configMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// ListPods lists the pods of namespace (empty: every namespace) that opts
+// select.
+func (c *Client) ListPods(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.PodList, error) {
+	return c.pods(namespace).List(ctx, opts)
+}
+
+// WatchPods watches the pods of namespace that opts select.
+func (c *Client) WatchPods(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	return c.pods(namespace).Watch(ctx, opts)
+}
+
+// ListEvents lists the Events of namespace (empty: every namespace) that
+// opts select.
+func (c *Client) ListEvents(ctx context.Context, namespace string, opts metav1.ListOptions) (*corev1.EventList, error) {
+	return c.events(namespace).List(ctx, opts)
+}
+
+// ListBudgets lists the PodDisruptionBudgets of namespace (empty: every
+// namespace).
+func (c *Client) ListBudgets(ctx context.Context, namespace string) (*policyv1.PodDisruptionBudgetList, error) {
+	return c.budgets(namespace).List(ctx, metav1.ListOptions{})
+}
+
+// Evict asks the Eviction API to evict a pod (PodDisruptionBudgets hold).
+// client-go does not try it again after a 429 (a budget's refusal, or the
+// API server's throttling): the drain paces its evictions itself, after
+// the 429's Retry-After, within its deadline.
+func (c *Client) Evict(ctx context.Context, e *policyv1.Eviction) error {
+	return c.core.Post().Namespace(e.Namespace).Resource("pods").Name(e.Name).SubResource("eviction").
+		MaxRetries(0).Body(e).Do(ctx).Error()
+}
+
+// DeletePod deletes a pod.
+func (c *Client) DeletePod(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error {
+	return c.pods(namespace).Delete(ctx, name, opts)
+}
+
+// NodeListWatch lists and watches the one Node named name.
+func (c *Client) NodeListWatch(name string) ListWatch {
+	return listWatchOf(c.watches, &corev1.Node{}, c.nodes(), fields.OneTermEqualSelector("metadata.name", name).String(), "")
+}
+
+// LabelledNodesListWatch lists and watches the Nodes whose label key has
+// value.
+func (c *Client) LabelledNodesListWatch(key, value string) ListWatch {
+	return listWatchOf(c.watches, &corev1.Node{}, c.nodes(), "", labels.Set{key: value}.String())
+}
+
+// AllNodesListWatch lists and watches every Node.
+func (c *Client) AllNodesListWatch() ListWatch {
+	return listWatchOf(c.watches, &corev1.Node{}, c.nodes(), "", "")
+}
+
+// PodListWatch lists and watches the pods bound to the Node named node, in
+// every namespace.
+func (c *Client) PodListWatch(node string) ListWatch {
+	return listWatchOf(c.watches, &corev1.Pod{}, c.pods(""), fields.OneTermEqualSelector("spec.nodeName", node).String(), "")
+}
+
+// BudgetListWatch lists and watches the PodDisruptionBudgets of
+// namespace (a drain follows those that refuse its evictions).
+func (c *Client) BudgetListWatch(namespace string) ListWatch {
+	return listWatchOf(c.watches, &policyv1.PodDisruptionBudget{}, c.budgets(namespace), "", "")
+}
+
+// ConfigMapListWatch lists and watches the one ConfigMap namespace/name.
+func (c *Client) ConfigMapListWatch(namespace, name string) ListWatch {
+	return listWatchOf(c.watches, &corev1.ConfigMap{}, c.configMaps(namespace), fields.OneTermEqualSelector("metadata.name", name).String(), "")
+}
+
+// lister is what a generic typed client of list type L does for a
+// ListWatch.
+type lister[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// listWatchOf lists and watches the objects (like example) of c that the
+// selectors select.
+func listWatchOf[L runtime.Object](r WatchRecorder, example runtime.Object, c lister[L], fieldSelector, labelSelector string) ListWatch {
+	selected := func(opts metav1.ListOptions) metav1.ListOptions {
+		opts.FieldSelector, opts.LabelSelector = fieldSelector, labelSelector
+		return opts
+	}
+	return ListWatch{
+		Object:   example,
+		Recorder: r,
+		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, selected(opts))
+		},
+		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, selected(opts))
+		},
+	}
+}
+
+// CreateEvent writes one Event now (a Recorder writes in the background).
+func (c *Client) CreateEvent(ctx context.Context, e *corev1.Event) error {
+	_, err := c.events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
+	return err
+}
