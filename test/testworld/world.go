@@ -191,7 +191,9 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		"--endpoint-reconciler-type", "none",
 		"--allow-privileged=true",
 		"--profiling=false",
-		"--enable-priority-and-fairness=false",
+		// API Priority and Fairness on, as in every real cluster: a
+		// client the API server throttles gets 429 with Retry-After.
+		"--enable-priority-and-fairness=true",
 		"--v", "1",
 	)
 	if err != nil {
@@ -470,7 +472,7 @@ func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
 func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testworld"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, TokenFile: cfg.BearerTokenFile, ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
 	kc.Contexts["testworld"] = &clientcmdapi.Context{Cluster: "testworld", AuthInfo: "admin"}
 	kc.CurrentContext = "testworld"
 	return clientcmd.WriteToFile(*kc, path)
