@@ -16,6 +16,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -150,7 +151,9 @@ func TestHostileNodeCannotMoveTheFleet(t *testing.T) {
 		t.Errorf("%d vanished nodes counted, want none", v)
 	}
 	var exported strings.Builder
-	exported.WriteString(testworld.Exposition(t, r.metrics.Unreadable))
+	unreadable := prometheus.NewPedanticRegistry()
+	unreadable.MustRegister(r.metrics.Unreadable)
+	exported.WriteString(testworld.Exposition(t, unreadable))
 	for _, name := range []string{"hostile-garbage", "hostile-huge"} {
 		if !strings.Contains(exported.String(), `maintenance_handler_aggregator_node_unreadable_keys{node_name="`+name+`"}`) {
 			t.Errorf("no node_unreadable_keys series for %s:\n%s", name, exported.String())

@@ -250,13 +250,10 @@ func HistogramCount(h prometheus.Histogram) uint64 {
 	return m.GetHistogram().GetSampleCount()
 }
 
-// Exposition is what a scrape of the collectors reads, in Prometheus's
-// text format.
-func Exposition(t testing.TB, cs ...prometheus.Collector) string {
+// Exposition is what a scrape of g reads, in Prometheus's text format.
+func Exposition(t testing.TB, g prometheus.Gatherer) string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(cs...)
-	families, err := reg.Gather()
+	families, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
