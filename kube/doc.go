@@ -19,8 +19,9 @@
 //     minutes healthy), from the last version seen (from the watch
 //     cache, not a consistent read) when a watch expired.
 //   - Recorder (events.go) is client-go's record package: repeats counted
-//     on one Event, a burst of 25 per object then one per five minutes,
-//     retries.
+//     on one Event, a burst of 25 per spam key (an object and reason, or
+//     for a node's agent the very same Event) then one per five minutes,
+//     retries; never a message combined from several.
 //
 // What it does not do: retry a Client's calls (the callers own their retry
 // policies; client-go waits out a 429's Retry-After itself).

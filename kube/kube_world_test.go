@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -386,5 +389,37 @@ func TestWatchBackoffStartsAgainWhenHealthy(t *testing.T) {
 	next := until(t, f, time.Minute, func(r request) bool { return !r.refused })
 	if wait := next.at.Sub(refused.at); wait > 2*time.Second {
 		t.Errorf("after %s healthy, one failure was followed by a %s wait; want the backoff started again (under 2 s)", refused.at.Sub(healthy).Round(time.Second), wait.Round(time.Millisecond))
+	}
+}
+
+// TestKubeconfigWithACredentialPlugin: a kubeconfig whose user is a
+// credential plugin (exec, as GKE's gke-gcloud-auth-plugin is) is loaded
+// as kubectl loads it: the plugin runs, and its token is used.
+func TestKubeconfigWithACredentialPlugin(t *testing.T) {
+	testworld.Need(t)
+	t.Parallel()
+	credential := `{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"` + world.Config.BearerToken + `"}}`
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["world"] = &clientcmdapi.Cluster{Server: world.Config.Host, CertificateAuthorityData: world.Config.CAData}
+	kc.AuthInfos["plugin"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+		APIVersion: "client.authentication.k8s.io/v1", Command: "sh", Args: []string{"-c", "printf '%s' '" + credential + "'"},
+		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+	}}
+	kc.Contexts["world"] = &clientcmdapi.Context{Cluster: "world", AuthInfo: "plugin"}
+	kc.CurrentContext = "world"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kube.Load(path, "test", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListNodes(testworld.Ctx(t, 30*time.Second), metav1.ListOptions{Limit: 1}); err != nil {
+		t.Errorf("with the plugin's token: %v", err)
 	}
 }
