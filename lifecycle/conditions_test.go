@@ -15,6 +15,7 @@ import (
 func TestNodeConditions(t *testing.T) {
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	pending := parsedNotice(`{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-01T19:00:00Z","window_end_time":"2026-12-01T23:00:00Z"}`)
+	open := parsedNotice(`{"can_reschedule":false,"maintenance_status":"ONGOING","type":"SCHEDULED","window_start_time":"2026-12-01T19:00:00Z","window_end_time":"2026-12-01T23:00:00Z"}`)
 	draining := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: at, Deadline: at.Add(30 * time.Second)}
 	for _, tc := range []struct {
 		name string
@@ -23,6 +24,7 @@ func TestNodeConditions(t *testing.T) {
 	}{
 		{"idle, nothing scheduled", protocol.AgentState{Phase: protocol.PhaseIdle}, "FFFF"},
 		{"a notice pending", protocol.AgentState{Phase: protocol.PhaseIdle, Notice: pending}, "TFFF"},
+		{"the window open, before the VM is told to stop", protocol.AgentState{Phase: protocol.PhaseIdle, Notice: open}, "TFFF"},
 		{"draining", draining, "FTTF"},
 		{"terminating", protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: at, Deadline: at.Add(time.Hour)}, "FTFT"},
 		{"a slice's voluntary drain incomplete", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Drain: protocol.DrainIncomplete, Started: at, Deadline: at.Add(time.Hour)}, "FTFF"},
@@ -42,6 +44,12 @@ func TestNodeConditions(t *testing.T) {
 	}
 	if c := NodeConditions(protocol.AgentState{Phase: protocol.PhaseIdle, Notice: pending})[0]; c.Message != "Compute Engine scheduled a SCHEDULED maintenance for the window starting 2026-12-01T19:00:00Z and ending 2026-12-01T23:00:00Z (can reschedule: true)" {
 		t.Errorf("MaintenancePlanned says %q", c.Message)
+	}
+	// The window's opening does not make the maintenance unplanned: a GPU
+	// VM is in it until TERMINATE_ON_HOST_MAINTENANCE, and may stop then.
+	if c := NodeConditions(protocol.AgentState{Phase: protocol.PhaseIdle, Notice: open})[0]; c.Reason != "MaintenanceWindowOpen" ||
+		c.Message != "Compute Engine's SCHEDULED maintenance window opened at 2026-12-01T19:00:00Z and ends 2026-12-01T23:00:00Z: the VM may be stopped for it at any moment" {
+		t.Errorf("MaintenancePlanned while the window is open: %s, %q", c.Reason, c.Message)
 	}
 }
 

@@ -18,8 +18,10 @@ import (
 
 func (d *Decision) mirrorNotice(sig Signals) {
 	prevTime := d.State.ScheduledTime
-	if sig.NoticeKnown && (!sig.NoticePresent || NoticeID(sig.Notice) != d.State.NoticeDone) {
-		d.State.NoticeDone = "" // that notice is gone: another is another maintenance
+	// That notice is gone (a definite none; 503 "not yet" says nothing of
+	// it), or another is served: another is another maintenance.
+	if sig.NoticeKnown && (!sig.NoticePresent && !sig.NoticeNotYet || sig.NoticePresent && NoticeID(sig.Notice) != d.State.NoticeDone) {
+		d.State.NoticeDone = ""
 	}
 	if d.State.NoticeForeign {
 		// Another controller's (GKE's handler's): never the agent's to
@@ -76,9 +78,15 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: message}
 	}
 	planned := cond(protocol.ConditionMaintenancePlanned, false, "NoMaintenanceScheduled", "Compute Engine has no maintenance pending for this VM")
-	if n := st.Notice; n.Status == maintenance.StatusPending {
+	switch n := st.Notice; n.Status {
+	case maintenance.StatusPending:
 		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceScheduled", fmt.Sprintf("Compute Engine scheduled a %s maintenance for the window starting %s%s (can reschedule: %t)",
 			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnd(n), n.CanReschedule))
+	case maintenance.StatusOngoing:
+		// The window is open: still planned, and closer than ever (a GPU VM
+		// runs until TERMINATE_ON_HOST_MAINTENANCE, then stops).
+		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceWindowOpen", fmt.Sprintf("Compute Engine's %s maintenance window opened at %s%s: the VM may be stopped for it at any moment",
+			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnds(n)))
 	}
 	active := st.Active()
 	inProgress := cond(protocol.ConditionMaintenanceInProgress, false, "NoMaintenance", "The node is in service")
@@ -97,6 +105,13 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 		}
 	}
 	return []corev1.NodeCondition{planned, inProgress, draining, drained}
+}
+
+func windowEnds(n maintenance.Notice) string {
+	if n.WindowEnd.IsZero() {
+		return ""
+	}
+	return " and ends " + n.WindowEnd.UTC().Format(time.RFC3339)
 }
 
 func windowEnd(n maintenance.Notice) string {

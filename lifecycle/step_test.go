@@ -860,6 +860,52 @@ func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
 	}
 }
 
+// TestStepNotYetKeepsTheStoppedWindow: after a TPU VM's maintenance, the
+// metadata server may answer 503 "no notifications have been received
+// yet" for a while, then serve the old ONGOING notice again. "Not yet"
+// says nothing of that window: it is still the one that stopped the VM,
+// so it is neither drained nor counted again. Only a definite "none"
+// forgets it.
+func TestStepNotYetKeepsTheStoppedWindow(t *testing.T) {
+	n, _, err := maintenance.ParseNotice(`{"maintenance_status":"ONGOING","window_start_time":"` + window.Format(time.RFC3339) + `"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpu := func(notice string) Observation {
+		s := with(func(s *Signals) {
+			s.EventNotServed, s.EventKnown, s.Event = true, false, ""
+			switch notice {
+			case "ongoing":
+				s.Notice, s.NoticePresent = n, true
+			case "not yet":
+				s.NoticeNotYet = true
+			}
+		})
+		return Observation{Now: t0, Signals: s, MachineView: MachineView{BootID: bootB}}
+	}
+	d := stepChecked(t, cfg, State{}, Observation{Now: t0, Signals: tpu("ongoing").Signals, MachineView: MachineView{BootID: bootA}})
+	if d.State.Phase != protocol.PhaseDraining || d.Interruption == nil {
+		t.Fatalf("window opens: phase %s, interruption %v; want a drain, counted", d.State.Phase, d.Interruption)
+	}
+	done := d.State
+	done.Phase = protocol.PhaseTerminating
+	d = stepChecked(t, cfg, done, tpu("ongoing")) // back from the stop
+	for i, answer := range []string{"not yet", "not yet", "ongoing", "ongoing"} {
+		d = stepChecked(t, cfg, d.State, tpu(answer))
+		if d.State.Phase != protocol.PhaseIdle || d.Interruption != nil || !d.Drain.IsZero() {
+			t.Fatalf("answer %d (%s) after the stop: phase %s, interruption %v, drain %+v; want idle, nothing counted",
+				i, answer, d.State.Phase, d.Interruption, d.Drain)
+		}
+	}
+	// A definite "none": the window is forgotten; served again, it is a
+	// maintenance.
+	d = stepChecked(t, cfg, d.State, tpu("none"))
+	d = stepChecked(t, cfg, d.State, tpu("ongoing"))
+	if d.State.Phase != protocol.PhaseDraining || d.Interruption == nil {
+		t.Errorf("after a definite none, the window served again: phase %s, interruption %v; want a drain, counted", d.State.Phase, d.Interruption)
+	}
+}
+
 // TestStepLifecycleEdges: paths a real fleet meets where the state machine
 // once went wrong.
 func TestStepLifecycleEdges(t *testing.T) {
