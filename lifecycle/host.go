@@ -74,9 +74,10 @@ func terminateStop(cfg Config, sig Signals, now time.Time) (time.Time, string) {
 // (the window's start, for a notice turning ONGOING), otherwise at the
 // earliest moment it may have: after the watcher's last other answer or
 // the platform's bound (after), but no earlier than notice ago (it would
-// have stopped by now). When nothing says more than that (the agent was
-// not watching when the signal appeared: it just started), the notice
-// counts from now, and the Event says so. The stop comes no later than
+// have stopped by now): a bound older than the notice says the VM may stop
+// at any moment. When nothing says more than that (the agent was not
+// watching when the signal appeared: it just started), the notice counts
+// from now, and the Event says so. The stop comes no later than
 // closes (the window's end) while that is ahead. An estimate already past
 // (the VM outlived what the platform documents) becomes what a preemption
 // gets: it may stop at any moment.
@@ -93,6 +94,11 @@ func stopAt(cfg Config, now time.Time, notice time.Duration, after, opened, clos
 		if now.Sub(after) > time.Second {
 			how = fmt.Sprintf("; the signal came at %s or later (the agent was not watching then), and its notice of %s counts from then", after.UTC().Format(time.RFC3339), notice)
 		}
+	case !after.IsZero() && !after.After(now):
+		// The signal may have come more than its notice ago: the VM, still
+		// running, is within its notice, and may stop at any moment.
+		return now.Add(cfg.PreemptionDeadline), fmt.Sprintf("; the signal came at %s or later (the agent was not watching then), more than its notice of %s ago, so the VM may stop at any moment: drained as for a preemption",
+			after.UTC().Format(time.RFC3339), notice)
 	}
 	deadline := appeared.Add(notice)
 	if closes.After(now) && closes.Before(deadline) {

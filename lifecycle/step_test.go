@@ -315,7 +315,10 @@ func TestStep(t *testing.T) {
 		{
 			name:  "back with a new boot and a new TERMINATE: a second, separate maintenance",
 			state: terminating,
-			obs:   Observation{Now: t0.Add(2 * time.Hour), Signals: terminate, MachineView: MachineView{BootID: bootB}},
+			// The agent restarted with the VM: its watcher never saw another
+			// value of the key, so when TERMINATE came is unknown.
+			obs: Observation{Now: t0.Add(2 * time.Hour), Signals: with(func(s *Signals) { s.Event = maintenance.EventTerminate }),
+				MachineView: MachineView{BootID: bootB}},
 			want: Decision{
 				State:        State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(2 * time.Hour), Deadline: t0.Add(3 * time.Hour), BootID: bootB, LastEvent: maintenance.EventTerminate},
 				Interruption: counted(protocol.HostMaintenance),
@@ -1403,12 +1406,15 @@ func TestStepDeadlineFromThePlatform(t *testing.T) {
 				s.Notice, s.NoticePresent = ongoingAt(now.Add(-45*time.Minute), now.Add(3*time.Hour)), true
 			}),
 			now.Add(15 * time.Minute), "the signal came at 2026-11-22T09:15:00Z or later"},
-		{"TERMINATE in a window open for 3 h: the window says nothing more, 60 min from now",
+		{"TERMINATE seen first 3 h into an open window: it may have come more than 60 min ago, drained as for a preemption",
 			with(func(s *Signals) {
 				s.Event = maintenance.EventTerminate
 				s.Notice, s.NoticePresent = ongoingAt(now.Add(-3*time.Hour), now.Add(time.Hour)), true
 			}),
-			now.Add(time.Hour), "the agent did not see the signal appear"},
+			now.Add(30 * time.Second), "the signal came at 2026-11-22T07:00:00Z or later (the agent was not watching then), more than its notice of 1h0m0s ago, so the VM may stop at any moment"},
+		{"TERMINATE after 61 min of metadata errors: drained as for a preemption",
+			with(func(s *Signals) { s.Event, s.EventSince = maintenance.EventTerminate, now.Add(-61*time.Minute) }),
+			now.Add(30 * time.Second), "the signal came at 2026-11-22T08:59:00Z or later (the agent was not watching then), more than its notice of 1h0m0s ago, so the VM may stop at any moment"},
 		{"TERMINATE in a window that closes in 10 min: its close",
 			with(func(s *Signals) {
 				s.Event, s.EventSince = maintenance.EventTerminate, now
