@@ -317,9 +317,10 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		obs := lifecycle.Observation{
-			Now:         a.opts.Clock.Now(),
-			Signals:     a.signals,
-			MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable},
+			Now:     a.opts.Clock.Now(),
+			Signals: a.signals,
+			MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
+				TPU: protocol.IsTPU(node)},
 			TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
 		}
 		var ms protocol.MaintenanceState

@@ -41,9 +41,14 @@ func slimNode(obj kube.Object) kube.Object {
 		return obj
 	}
 	n.ManagedFields = nil
-	var allocatable corev1.ResourceList
+	// TPU chips: slice membership, and whether the VM is a TPU VM (its
+	// capacity too, before the device plugin registers them).
+	var allocatable, capacity corev1.ResourceList
 	if tpu, ok := n.Status.Allocatable[protocol.ResourceTPU]; ok {
-		allocatable = corev1.ResourceList{protocol.ResourceTPU: tpu} // slice membership
+		allocatable = corev1.ResourceList{protocol.ResourceTPU: tpu}
+	}
+	if tpu, ok := n.Status.Capacity[protocol.ResourceTPU]; ok {
+		capacity = corev1.ResourceList{protocol.ResourceTPU: tpu}
 	}
 	// Ready (a slice's host that is down), and the lifecycle conditions the
 	// agent keeps.
@@ -55,7 +60,7 @@ func slimNode(obj kube.Object) kube.Object {
 			kept = append(kept, c)
 		}
 	}
-	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Allocatable: allocatable, Conditions: kept}
+	n.Status = corev1.NodeStatus{NodeInfo: n.Status.NodeInfo, Capacity: capacity, Allocatable: allocatable, Conditions: kept}
 	return n
 }
 

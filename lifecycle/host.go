@@ -42,12 +42,14 @@ func (d *Decision) maintenanceStarts(cfg Config, obs Observation) {
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventTerminateOnHost,
 				Message: fmt.Sprintf("The drain deadline moves to %s%s", deadline.UTC().Format(time.RFC3339), how)})
 		}
-	case (idle && sig.EventNotServed || !idle && rule.yields(d.State, protocol.ReasonHostMaintenance)) && sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing &&
-		NoticeID(sig.Notice) != d.State.NoticeDone:
+	case (sig.EventNotServed || obs.TPU) && (idle || rule.yields(d.State, protocol.ReasonHostMaintenance)) &&
+		sig.NoticeKnown && sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing && NoticeID(sig.Notice) != d.State.NoticeDone:
 		// Where maintenance-event is served, the drain starts on
 		// TERMINATE_ON_HOST_MAINTENANCE (as GKE 1.33 does), not at the
-		// window's start. Where it is not (TPU VMs), the window's opening
-		// is the signal, and the platform says when it was.
+		// window's start, and a drain under way goes on as it was until
+		// then. On TPU VMs (maintenance-event not served, or the Node says
+		// TPU whatever it answers), the window's opening is the signal,
+		// and the platform says when it was.
 		deadline, how := stopAt(cfg, now, cfg.OngoingDeadline, time.Time{}, sig.Notice.WindowStart, sig.Notice.WindowEnd)
 		d.hostMaintenance(obs, deadline, protocol.EventMaintenanceStarted, "The maintenance window has started; draining before %s"+how)
 	}

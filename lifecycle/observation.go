@@ -64,6 +64,10 @@ type MachineView struct {
 	// GKEHandling says how the Node shows GKE's own maintenance handler
 	// handling it (GKEHandling); "" when it does not.
 	GKEHandling string
+	// TPU: the Node is a TPU VM (protocol.IsTPU): its maintenance window's
+	// opening is its host maintenance signal, whatever maintenance-event
+	// answers.
+	TPU bool
 }
 
 // PodsView is what the node runs, and how its drain went.

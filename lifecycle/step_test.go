@@ -863,6 +863,34 @@ func TestStepTPUNoticeStillOngoingAfterTheStop(t *testing.T) {
 	}
 }
 
+// TestStepTheWindowRuleIsTPUs: the window's opening is the host
+// maintenance signal of TPU VMs alone. A TPU VM whose maintenance-event
+// answers NONE (not 404) is still drained when its window opens: the Node
+// says it is a TPU VM. On a GPU VM (maintenance-event served, no TPU), an
+// opened window changes nothing of a person's drain under way: it stays
+// voluntary, with its own deadline, until TERMINATE_ON_HOST_MAINTENANCE.
+func TestStepTheWindowRuleIsTPUs(t *testing.T) {
+	n, _, err := maintenance.ParseNotice(`{"maintenance_status":"ONGOING","window_start_time":"` + t0.Add(-time.Minute).Format(time.RFC3339) + `"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := with(func(s *Signals) { s.Notice, s.NoticePresent = n, true })
+	tpu := Observation{Now: t0, Signals: open, MachineView: MachineView{BootID: bootA, TPU: true}}
+	d := stepChecked(t, cfg, State{}, tpu)
+	if d.State.Phase != protocol.PhaseDraining || d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(t0.Add(4*time.Minute)) {
+		t.Errorf("a TPU VM whose maintenance-event answers NONE, its window open a minute: phase %s, reason %s, deadline %s; want a host maintenance by the window's 5 min",
+			d.State.Phase, d.State.Reason, d.State.Deadline)
+	}
+
+	manual := draining(protocol.ReasonManual, time.Hour) // still draining, Compute Engine not yet called
+	gpu := Observation{Now: t0, Signals: open, MachineView: MachineView{BootID: bootA}}
+	d = stepChecked(t, cfg, manual, gpu)
+	if d.State.Reason != protocol.ReasonManual || !d.State.Deadline.Equal(manual.Deadline) || d.Interruption != nil {
+		t.Errorf("a GPU VM's manual drain when its window opens: reason %s, deadline %s, interruption %v; want the manual drain going on as it was",
+			d.State.Reason, d.State.Deadline, d.Interruption)
+	}
+}
+
 // TestStepNotYetKeepsTheStoppedWindow: after a TPU VM's maintenance, the
 // metadata server may answer 503 "no notifications have been received
 // yet" for a while, then serve the old ONGOING notice again. "Not yet"

@@ -29,6 +29,9 @@ const (
 	LabelNodePool = "cloud.google.com/gke-nodepool"
 	// LabelTPUTopology is a TPU node's slice topology, such as 2x2x4.
 	LabelTPUTopology = "cloud.google.com/gke-tpu-topology"
+	// LabelTPUAccelerator is a TPU node's TPU type, such as
+	// tpu-v5p-slice.
+	LabelTPUAccelerator = "cloud.google.com/gke-tpu-accelerator"
 	// TaintToBeDeleted is the cluster autoscaler's taint on a node it
 	// removes.
 	TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
@@ -205,7 +208,8 @@ var Keys = []Key{
 	{Name: LabelOpportunisticDisable, Kind: Label, Writer: Person, Readers: []Component{Aggregator}},
 	{Name: AnnotationOpportunisticConfig, Kind: Annotation, Writer: Person, Readers: []Component{Aggregator}},
 	{Name: LabelNodePool, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
-	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator}},
+	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator, Agent}},
+	{Name: LabelTPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}},
 	{Name: TaintToBeDeleted, Kind: Taint, Writer: Autoscaler, Readers: []Component{Aggregator}},
 	{Name: PodAnnotationSafeToEvict, Kind: PodAnnotation, Writer: Person, Readers: []Component{Agent}},
 	{Name: PodAnnotationNotice, Kind: PodAnnotation, Writer: Agent, Readers: []Component{Workload}},

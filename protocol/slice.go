@@ -153,3 +153,15 @@ func SliceHosts(n *corev1.Node) int {
 	}
 	return chips / int(perNode.Value())
 }
+
+// IsTPU reports whether n is a TPU VM: it has TPU chips (its capacity, for
+// chips not yet registered by the device plugin too), or GKE's TPU labels.
+func IsTPU(n *corev1.Node) bool {
+	if q, ok := n.Status.Capacity[ResourceTPU]; ok && !q.IsZero() {
+		return true
+	}
+	if q, ok := n.Status.Allocatable[ResourceTPU]; ok && !q.IsZero() {
+		return true
+	}
+	return n.Labels[LabelTPUTopology] != "" || n.Labels[LabelTPUAccelerator] != ""
+}

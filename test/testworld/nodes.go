@@ -23,7 +23,7 @@ const (
 
 	LabelNodePool       = protocol.LabelNodePool
 	LabelGPUAccelerator = "cloud.google.com/gke-accelerator"
-	LabelTPUAccelerator = "cloud.google.com/gke-tpu-accelerator"
+	LabelTPUAccelerator = protocol.LabelTPUAccelerator
 	LabelTPUTopology    = protocol.LabelTPUTopology
 	LabelSpot           = "cloud.google.com/gke-spot"
 )
