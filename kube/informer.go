@@ -166,18 +166,12 @@ func (i *Informer) observe(err error, request bool) {
 	}
 }
 
-// Failing reports since when the list or watch has failed with no success
-// since, and the last error; the zero time while healthy.
-func (i *Informer) Failing() (time.Time, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.failingSince, i.lastErr
-}
-
 // Unhealthy is an error that says why when the list or watch has failed
 // for longer than bound, nil otherwise.
 func (i *Informer) Unhealthy(bound time.Duration) error {
-	since, err := i.Failing()
+	i.mu.Lock()
+	since, err := i.failingSince, i.lastErr
+	i.mu.Unlock()
 	if since.IsZero() {
 		return nil
 	}

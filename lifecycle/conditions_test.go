@@ -48,7 +48,7 @@ func TestNodeConditions(t *testing.T) {
 	// The window's opening does not make the maintenance unplanned: a GPU
 	// VM is in it until TERMINATE_ON_HOST_MAINTENANCE, and may stop then.
 	if c := NodeConditions(protocol.AgentState{Phase: protocol.PhaseIdle, Notice: open})[0]; c.Reason != "MaintenanceWindowOpen" ||
-		c.Message != "Compute Engine's SCHEDULED maintenance window opened at 2026-12-01T19:00:00Z and ends 2026-12-01T23:00:00Z: the VM may be stopped for it at any moment" {
+		c.Message != "Compute Engine's SCHEDULED maintenance window starting 2026-12-01T19:00:00Z and ending 2026-12-01T23:00:00Z is open: the VM may be stopped for it at any moment" {
 		t.Errorf("MaintenancePlanned while the window is open: %s, %q", c.Reason, c.Message)
 	}
 }

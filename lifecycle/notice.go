@@ -85,8 +85,8 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 	case maintenance.StatusOngoing:
 		// The window is open: still planned, and closer than ever (a GPU VM
 		// runs until TERMINATE_ON_HOST_MAINTENANCE, then stops).
-		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceWindowOpen", fmt.Sprintf("Compute Engine's %s maintenance window opened at %s%s: the VM may be stopped for it at any moment",
-			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnds(n)))
+		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceWindowOpen", fmt.Sprintf("Compute Engine's %s maintenance window starting %s%s is open: the VM may be stopped for it at any moment",
+			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnd(n)))
 	}
 	active := st.Active()
 	inProgress := cond(protocol.ConditionMaintenanceInProgress, false, "NoMaintenance", "The node is in service")
@@ -105,13 +105,6 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 		}
 	}
 	return []corev1.NodeCondition{planned, inProgress, draining, drained}
-}
-
-func windowEnds(n maintenance.Notice) string {
-	if n.WindowEnd.IsZero() {
-		return ""
-	}
-	return " and ends " + n.WindowEnd.UTC().Format(time.RFC3339)
 }
 
 func windowEnd(n maintenance.Notice) string {
