@@ -41,7 +41,7 @@ type Agent struct {
 	unrecognized map[string]bool
 	changedAt    time.Time            // when a signal last changed
 	drainFor     lifecycle.DrainOrder // the running drain
-	drainDone    time.Time            // Started of the maintenance whose drain finished
+	drainEnded   lifecycle.DrainOrder // the last drain that ran to its end
 	drainLeft    []string             // the pods that drain left on the node
 	drainStop    context.CancelFunc
 	drainGroup   sync.WaitGroup
@@ -336,10 +336,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		obs.GKEHandling = lifecycle.GKEHandling(node, st)
-		obs.DrainDone = st.Phase == protocol.PhaseDraining && a.drainDone.Equal(st.Started)
-		if obs.DrainDone {
-			obs.DrainLeft = a.drainLeft
-		}
+		obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
 		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 			obs.Perform = r
 		}

@@ -63,7 +63,7 @@ func (a *Agent) startDrain(ctx context.Context, order lifecycle.DrainOrder) {
 		}
 		a.log.Info("drain finished", "evicted", res.Evicted, "deleted", res.Deleted, "left", res.Left)
 		a.mu.Lock()
-		a.drainDone, a.drainLeft = order.For, res.Left
+		a.drainEnded, a.drainLeft = order, res.Left
 		a.mu.Unlock()
 		a.poke()
 	}()

@@ -129,7 +129,7 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 		d.Uncordon = !st.CordonedBefore
 		d.RemoveTrigger = true
 		d.State = idleState(st)
-	case obs.DrainDone && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
+	case d.drainDone(cfg, obs) && len(obs.DrainLeft) > 0 && st.Requested.IsZero() && !cfg.ManualDrainEscalate:
 		// Voluntary: the budgets held to the end, or pods are stuck.
 		what := "the node is"
 		if obs.Slice != "" {
@@ -137,7 +137,7 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 		}
 		d.giveUp(fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; %s back in service (taint, maintenance label and %s removed).",
 			st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), what, protocol.LabelPerformMaintenance))
-	case obs.DrainDone && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
+	case d.drainDone(cfg, obs) && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
 		d.Perform = true
 		if st.Requested.IsZero() {
 			d.State.Requested = obs.Now

@@ -36,8 +36,11 @@ type model struct {
 	served Signals
 	known  Signals
 
-	// The agent process's memory.
-	drainDone     time.Time
+	// The agent process's memory: the drain the last pass ordered
+	// (running), the last one that ran to its end and the pods it left.
+	running       DrainOrder
+	drainEnded    DrainOrder
+	drainLeft     []string
 	performFor    string
 	performResult *PerformResult
 	requestSeq    int
@@ -99,7 +102,8 @@ func (m *model) logf(format string, args ...any) {
 // until it answers, and nothing of its predecessor but the Node.
 func (m *model) restartAgent() {
 	m.known = Signals{}
-	m.drainDone, m.performFor, m.performResult, m.pendingCall = time.Time{}, "", nil, ""
+	m.running, m.drainEnded, m.drainLeft = DrainOrder{}, DrainOrder{}, nil
+	m.performFor, m.performResult, m.pendingCall = "", nil, ""
 }
 
 // event applies one random happening.
@@ -130,10 +134,13 @@ func (m *model) event() {
 			m.node.Spec.Unschedulable = m.personCordoned
 			m.logf("person: cordoned=%t", m.personCordoned)
 		}
-	case r < 68: // the drain finishes
-		if st := protocol.ReadAgentState(m.node); st.Phase == protocol.PhaseDraining {
-			m.drainDone = st.Started
-			m.logf("drain done")
+	case r < 68: // the drain finishes: pods stuck terminating, or held by a budget, may be left
+		if !m.running.IsZero() {
+			m.drainEnded, m.drainLeft = m.running, nil
+			if m.rng.IntN(3) == 0 {
+				m.drainLeft = []string{"ml/trainer-0"}
+			}
+			m.logf("drain done (voluntary %t), left %v", m.running.Voluntary, m.drainLeft)
 		}
 	case r < 78: // Compute Engine answers a call
 		m.answerCall()
@@ -271,7 +278,7 @@ func (m *model) observation(st State) Observation {
 		TriggerView: TriggerView{RequestID: fmt.Sprintf("req-%d", m.requestSeq)},
 	}
 	obs.Trigger, obs.TriggerSet, _ = protocol.ReadTrigger(m.node)
-	obs.DrainDone = st.Phase == protocol.PhaseDraining && m.drainDone.Equal(st.Started)
+	obs.DrainEnded, obs.DrainLeft = m.drainEnded, m.drainLeft
 	if r := m.performResult; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}
@@ -288,6 +295,7 @@ func (m *model) reconcile(t *testing.T) {
 		before := protocol.ReadAgentState(m.node)
 		dec := Step(cfg, before, m.observation(before))
 		changed := dec.Apply(m.node)
+		m.running = dec.Drain
 		after := protocol.ReadAgentState(m.node)
 		if after.Phase != protocol.PhaseIdle && !after.Started.Equal(before.Started) {
 			m.maint++ // a new maintenance began in this pass
@@ -360,6 +368,11 @@ func (m *model) check(t *testing.T, before State, dec Decision) {
 	if st.Phase == protocol.PhaseIdle && !m.personCordoned && m.node.Spec.Unschedulable {
 		m.fail(t, "idle, and the agent's own cordon is left behind")
 	}
+	for _, e := range dec.Events {
+		if e.Reason == protocol.EventEvictionComplete && len(m.drainLeft) > 0 {
+			m.fail(t, "%q while the drain left %v on the node", e.Message, m.drainLeft)
+		}
+	}
 	if (st.Phase == protocol.PhaseIdle) == protocol.HasTaint(m.node) {
 		m.fail(t, "phase %s with taint %t", st.Phase, protocol.HasTaint(m.node))
 	}
@@ -379,8 +392,8 @@ func (m *model) settle(t *testing.T) {
 	m.logf("settle: reboot, quiet, trigger removed")
 	for range 4 {
 		m.reconcile(t)
-		if st := protocol.ReadAgentState(m.node); st.Phase == protocol.PhaseDraining {
-			m.drainDone = st.Started
+		if !m.running.IsZero() {
+			m.drainEnded, m.drainLeft = m.running, nil
 		}
 		m.now = m.now.Add(time.Hour)
 	}

@@ -76,10 +76,14 @@ type PodsView struct {
 	PodsKnown bool
 	Idle      bool
 	Busy      string
-	// DrainDone: the drain of the current maintenance has finished, and
-	// DrainLeft names the pods it left on the node (see drain.Result.Left).
-	DrainDone bool
-	DrainLeft []string
+	// DrainEnded is the last drain that ran to its end (zero for none),
+	// and DrainLeft names the pods it left on the node (see
+	// drain.Result.Left). The maintenance under way is drained only when
+	// that is the drain it orders now (Decision.drainDone): a drain for
+	// another deadline, or a voluntary drain of a maintenance that turned
+	// forced, is not.
+	DrainEnded DrainOrder
+	DrainLeft  []string
 }
 
 // TriggerView is the perform-maintenance label, what came with it, and

@@ -66,7 +66,7 @@ func (d *Decision) followSlice(cfg Config, obs Observation) {
 // maintenance that asks Compute Engine (reasonRule.asksCompute) is
 // finished when Compute Engine accepts it (trigger.go).
 func (d *Decision) drained(cfg Config, obs Observation) {
-	if d.State.Phase != protocol.PhaseDraining || ruleOf(d.State.Reason).asksCompute || !obs.DrainDone {
+	if d.State.Phase != protocol.PhaseDraining || ruleOf(d.State.Reason).asksCompute || !d.drainDone(cfg, obs) {
 		return
 	}
 	if d.State.Reason == protocol.ReasonSlice && len(obs.DrainLeft) > 0 && voluntaryDrain(cfg, d.State, obs) {
@@ -82,11 +82,17 @@ func (d *Decision) drained(cfg Config, obs Observation) {
 	}
 	d.State.Phase = protocol.PhaseTerminating
 	d.Drained = true
-	msg := fmt.Sprintf("All pods were stopped; the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))
+	waits := fmt.Sprintf("the node is ready for the VM to stop (deadline %s)", d.State.Deadline.UTC().Format(time.RFC3339))
 	if d.State.Reason == protocol.ReasonSlice {
-		msg = "All pods were stopped; the host waits for its multi-host slice to come back"
+		waits = "the host waits for its multi-host slice to come back"
 	}
-	d.Events = append(d.Events, EventRecord{Reason: protocol.EventEvictionComplete, Message: msg})
+	if len(obs.DrainLeft) > 0 {
+		// Pods stuck terminating past the deadline: never "all stopped".
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventEvictionIncomplete,
+			Message: fmt.Sprintf("The drain ended by its deadline with %d pod(s) still on the node: %s; %s", len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), waits)})
+		return
+	}
+	d.Events = append(d.Events, EventRecord{Reason: protocol.EventEvictionComplete, Message: "All pods were stopped; " + waits})
 }
 
 // sliceWaits: a manual (or opportunistic) maintenance of a host of a
@@ -109,7 +115,7 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 			excerpt(obs.SliceIncomplete, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
 		return true
 	}
-	if !obs.DrainDone {
+	if !d.drainDone(cfg, obs) {
 		return !obs.SliceCaller
 	}
 	if len(obs.DrainLeft) > 0 {

@@ -198,7 +198,7 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	}
 	d.manualHappened(before, obs)
 	d.count(obs)
-	d.drainOrder(cfg, before, obs)
+	d.drainOrder(cfg, obs)
 	d.rememberFailure(cfg, obs.Now)
 	d.idleness(obs)
 	return d
@@ -241,15 +241,33 @@ func idleState(st State) State {
 		Failures: st.Failures, NoticeForeign: st.NoticeForeign}
 }
 
-// drainOrder: the drain runs while the node drains and its drain is not
-// done (a drain that is done and waits for Compute Engine is not run
-// again); voluntary as its reason says (reasonRule.voluntary), unless
-// the configuration escalates manual drains.
-func (d *Decision) drainOrder(cfg Config, before State, obs Observation) {
-	if d.State.Phase != protocol.PhaseDraining || d.State.LeftToGKE || obs.DrainDone && d.State.Started.Equal(before.Started) {
+// drainOrder: the drain runs while the node drains and the drain its
+// maintenance orders now is not done (a drain that is done and waits for
+// Compute Engine is not run again; one whose order changed is);
+// voluntary as its reason says (reasonRule.voluntary), unless the
+// configuration escalates manual drains. While it runs, the state says
+// nothing of how a drain ended.
+func (d *Decision) drainOrder(cfg Config, obs Observation) {
+	if d.State.Phase != protocol.PhaseDraining || d.State.LeftToGKE || d.drainDone(cfg, obs) {
 		return
 	}
-	d.Drain = DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntaryDrain(cfg, d.State, obs), Reason: d.State.Reason}
+	d.Drain = d.order(cfg, obs)
+	d.State.Drain = ""
+}
+
+// order is the drain the maintenance under way orders now: for its start,
+// by its deadline, as voluntary as its reason is.
+func (d *Decision) order(cfg Config, obs Observation) DrainOrder {
+	return DrainOrder{For: d.State.Started, Deadline: d.State.Deadline, Voluntary: voluntaryDrain(cfg, d.State, obs), Reason: d.State.Reason}
+}
+
+// drainDone: the node drains and the drain its maintenance orders now ran
+// to its end (obs.DrainEnded). "Done" is the whole order's: a drain that
+// ended for another deadline, or voluntarily for a maintenance that has
+// since turned forced, is not this one, and a maintenance that starts in
+// the step another ended has a drain of its own to run.
+func (d *Decision) drainDone(cfg Config, obs Observation) bool {
+	return d.State.Phase == protocol.PhaseDraining && !obs.DrainEnded.IsZero() && obs.DrainEnded.Equal(d.order(cfg, obs))
 }
 
 // voluntaryDrain: st's drain keeps to the PodDisruptionBudgets to its end,

@@ -74,6 +74,26 @@ func picked(o Observation, change func(*Observation)) Observation {
 	return o
 }
 
+// lastDrainEnded marks, in a sequence of observations, that the drain the
+// previous step ordered ran to its end: sequenced puts that order in its
+// place, as the agent, which runs what each step orders, reports it.
+var lastDrainEnded = DrainOrder{For: time.Unix(1, 0), Reason: "the drain the previous step ordered"}
+
+func sequenced(o Observation, running DrainOrder) Observation {
+	if o.DrainEnded == lastDrainEnded {
+		o.DrainEnded = running
+	}
+	return o
+}
+
+// ran is o with the drain st's maintenance orders under c run to its end,
+// as the agent reports it (Observation.DrainEnded).
+func ran(c Config, st State, o Observation) Observation {
+	d := Decision{State: st}
+	o.DrainEnded = d.order(c, o)
+	return o
+}
+
 func draining(reason protocol.Reason, deadline time.Duration) State {
 	return State{Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(deadline), BootID: bootA, LastEvent: maintenance.EventNone}
 }
@@ -110,9 +130,9 @@ func TestStepDrainOrder(t *testing.T) {
 			DrainOrder{For: t0, Deadline: t0.Add(cfg.HostMaintenanceDeadline)}},
 		{"preempted while draining: the deadline moves", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: preempted, MachineView: MachineView{BootID: bootA}},
 			DrainOrder{For: t0, Deadline: t0.Add(time.Minute + cfg.PreemptionDeadline)}},
-		{"drain done: none", hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}}, DrainOrder{}},
+		{"drain done: none", hostDrain, ran(cfg, hostDrain, Observation{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}}), DrainOrder{}},
 		{"manual drain done, Compute Engine not asked yet: none", manual,
-			Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}}, DrainOrder{}},
+			ran(cfg, manual, Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}}), DrainOrder{}},
 		{"manual: voluntary, the budgets hold", manual, Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}},
 			DrainOrder{For: t0, Deadline: t0.Add(cfg.ManualDrainTimeout), Voluntary: true}},
 		{"back from maintenance: none", hostDrain, Observation{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}}, DrainOrder{}},
@@ -246,7 +266,7 @@ func TestStep(t *testing.T) {
 		{
 			name:  "the drain finished: terminating",
 			state: draining(protocol.ReasonHostMaintenance, time.Hour),
-			obs:   Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}},
+			obs:   ran(cfg, draining(protocol.ReasonHostMaintenance, time.Hour), Observation{Now: t0.Add(10 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}}),
 			want: Decision{
 				State:   State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: t0, Deadline: t0.Add(time.Hour), BootID: bootA, LastEvent: maintenance.EventTerminate},
 				Drained: true,
@@ -345,7 +365,7 @@ func TestStep(t *testing.T) {
 			}
 			again := Step(cfg, got.State, o)
 			want := Decision{State: got.State, Drain: got.Drain} // the same standing drain order
-			if got.State.Phase == protocol.PhaseDraining && tc.obs.DrainDone {
+			if got.State.Phase == protocol.PhaseDraining && !tc.obs.DrainEnded.IsZero() {
 				return
 			}
 			if d := cmp.Diff(want, again); d != "" {
@@ -370,6 +390,47 @@ func acceptedDecision(requested State, how string) Decision {
 	}
 }
 
+// TestStepDrainDoneIsTheWholeOrder: a drain is done only when the drain
+// that ended is the one the maintenance orders now. A manual drain that
+// ended voluntarily with a pod left is run again, forced, when the same
+// maintenance turns into a host maintenance, and nothing says "All pods
+// were stopped" while one runs; a maintenance that starts in the step
+// another ended (the VM came back to a new TERMINATE) drains from the
+// start; a forced drain that ended with a pod stuck says so.
+func TestStepDrainDoneIsTheWholeOrder(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	manual := draining(protocol.ReasonManual, cfg.ManualDrainTimeout)
+	manual.RequestID = "req-1"
+	left := ran(cfg, manual, labelled(obs(noticed), "true"))
+	left.DrainLeft = []string{"ml/trainer-0"}
+	left.Signals.Event = maintenance.EventTerminate
+	d := stepChecked(t, cfg, manual, left)
+	if d.State.Phase != protocol.PhaseDraining || d.State.Reason != protocol.ReasonHostMaintenance || d.Drain.IsZero() || d.Drain.Voluntary || d.Drained {
+		t.Errorf("a voluntary drain with a pod left, turned host maintenance: phase %s, reason %s, drain %+v, drained %t; want the drain run again, forced",
+			d.State.Phase, d.State.Reason, d.Drain, d.Drained)
+	}
+	for _, e := range d.Events {
+		if e.Reason == protocol.EventEvictionComplete {
+			t.Errorf("event %q while ml/trainer-0 runs", e.Message)
+		}
+	}
+
+	hostDrain := draining(protocol.ReasonHostMaintenance, time.Hour)
+	back := ran(cfg, hostDrain, Observation{Now: t0.Add(30 * time.Minute), Signals: with(func(s *Signals) { s.Event = maintenance.EventTerminate }), MachineView: MachineView{BootID: bootB}})
+	d = stepChecked(t, cfg, hostDrain, back)
+	if d.State.Phase != protocol.PhaseDraining || !d.State.Started.Equal(back.Now) || d.Drained || d.Drain.IsZero() {
+		t.Errorf("back from the stop to a new TERMINATE, the old drain done: phase %s, started %s, drained %t, drain %+v; want a new drain from the start",
+			d.State.Phase, d.State.Started, d.Drained, d.Drain)
+	}
+
+	stuck := ran(cfg, hostDrain, Observation{Now: t0.Add(time.Hour), Signals: with(func(s *Signals) { s.Event = maintenance.EventTerminate }), MachineView: MachineView{BootID: bootA}})
+	stuck.DrainLeft = []string{"ml/stuck-0"}
+	d = stepChecked(t, cfg, hostDrain, stuck)
+	if d.State.Phase != protocol.PhaseTerminating || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventEvictionIncomplete || !strings.Contains(d.Events[0].Message, "ml/stuck-0") {
+		t.Errorf("a forced drain that ended with a pod stuck: phase %s, events %+v; want terminating, and a Warning naming the pod", d.State.Phase, d.Events)
+	}
+}
+
 // counts interruptions.
 func TestStepNeverDrainsTwice(t *testing.T) {
 	terminate := with(func(s *Signals) { s.Event = maintenance.EventTerminate; s.Notice, s.NoticePresent = pending, true })
@@ -377,8 +438,8 @@ func TestStepNeverDrainsTwice(t *testing.T) {
 		obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })),
 		obs(terminate),
 		obs(terminate),
-		{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}},
-		{Now: t0.Add(2 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}},
+		{Now: t0.Add(time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainEnded: lastDrainEnded}},
+		{Now: t0.Add(2 * time.Minute), Signals: terminate, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainEnded: lastDrainEnded}},
 		{Now: t0.Add(time.Hour), Signals: Signals{}, MachineView: MachineView{BootID: bootB}},
 		{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
 		{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}},
@@ -386,8 +447,10 @@ func TestStepNeverDrainsTwice(t *testing.T) {
 	var st State
 	interruptions, cordons, uncordons := 0, 0, 0
 	var phases []protocol.Phase
+	var running DrainOrder
 	for _, o := range seq {
-		d := Step(cfg, st, o)
+		d := Step(cfg, st, sequenced(o, running))
+		running = d.Drain
 		if d.Interruption != nil {
 			interruptions++
 		}
@@ -578,16 +641,14 @@ func TestStepManualTrigger(t *testing.T) {
 		{
 			name:  "drained: the call is made, recorded first",
 			state: manualDraining(),
-			obs:   func() Observation { o := labelled(obs(noticed), "true"); o.DrainDone = true; return o }(),
+			obs:   ran(cfg, manualDraining(), labelled(obs(noticed), "true")),
 			want:  Decision{State: func() State { s := manualDraining(); s.Requested = t0; return s }(), Perform: true},
 		},
 		{
 			name:  "drained while a signal is unknown: no call yet",
 			state: manualDraining(),
 			obs: func() Observation {
-				o := labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true; s.EventKnown = false })), "true")
-				o.DrainDone = true
-				return o
+				return ran(cfg, manualDraining(), labelled(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true; s.EventKnown = false })), "true"))
 			}(),
 			want: Decision{State: manualDraining()},
 		},
@@ -595,8 +656,8 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "the call succeeded: terminating, not counted until it happens",
 			state: requested,
 			obs: func() Observation {
-				o := labelled(obs(noticed), "true")
-				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Operation: "operation-1"}
+				o := ran(cfg, requested, labelled(obs(noticed), "true"))
+				o.Perform = &PerformResult{RequestID: "req-1", Operation: "operation-1"}
 				return o
 			}(),
 			want: acceptedDecision(requested, "operation operation-1"),
@@ -605,8 +666,8 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "the call failed: back in service, label removed",
 			state: requested,
 			obs: func() Observation {
-				o := labelled(obs(noticed), "true")
-				o.DrainDone, o.Perform = true, &PerformResult{RequestID: "req-1", Err: errors.New("permission denied"), Outcome: protocol.ManualPermissionDenied}
+				o := ran(cfg, requested, labelled(obs(noticed), "true"))
+				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("permission denied"), Outcome: protocol.ManualPermissionDenied}
 				return o
 			}(),
 			want: Decision{
@@ -661,7 +722,7 @@ func TestStepManualTrigger(t *testing.T) {
 		{
 			name:  "restarted after the call: the notice shows it went through, no second call",
 			state: requested,
-			obs:   func() Observation { o := labelled(obs(accepted), "true"); o.DrainDone = true; return o }(),
+			obs:   ran(cfg, requested, labelled(obs(accepted), "true")),
 			want:  withNotice(acceptedDecision(requested, "the metadata server shows the maintenance starting"), fixed),
 		},
 		{
@@ -736,17 +797,21 @@ func TestStepManualCallsOnce(t *testing.T) {
 	step := func(o Observation) Observation { return labelled(o, "true") }
 	seq := []Observation{
 		step(obs(noticed)),
-		step(Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}}),
+		step(Observation{Now: t0.Add(time.Minute), Signals: noticed, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainEnded: lastDrainEnded}}),
 		// killed here, after the call went through: the notice now says so
 		step(Observation{Now: t0.Add(2 * time.Minute), Signals: after, MachineView: MachineView{BootID: bootA}}),
-		step(Observation{Now: t0.Add(3 * time.Minute), Signals: after, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainDone: true}}),
+		step(Observation{Now: t0.Add(3 * time.Minute), Signals: after, MachineView: MachineView{BootID: bootA}, PodsView: PodsView{DrainEnded: lastDrainEnded}}),
 		step(Observation{Now: t0.Add(time.Hour), Signals: quiet(), MachineView: MachineView{BootID: bootB}}),
 	}
 	var st State
 	calls, interruptions := 0, 0
 	var phases []protocol.Phase
+	var running DrainOrder
 	for _, o := range seq {
-		d := Step(cfg, st, o)
+		d := Step(cfg, st, sequenced(o, running))
+		if !d.Drain.IsZero() {
+			running = d.Drain // the drain goes on while the order stands
+		}
 		if d.Perform {
 			calls++
 		}
@@ -790,7 +855,7 @@ func TestStepAccounting(t *testing.T) {
 		d := Step(cfg, st, step.obs)
 		events := d.Events
 		if d.State.Phase == protocol.PhaseDraining {
-			d = Step(cfg, d.State, Observation{Now: t0, Signals: terminate, MachineView: MachineView{BootID: step.obs.BootID, KubeletVersion: step.obs.KubeletVersion}, PodsView: PodsView{DrainDone: true}})
+			d = Step(cfg, d.State, ran(cfg, d.State, Observation{Now: t0, Signals: terminate, MachineView: MachineView{BootID: step.obs.BootID, KubeletVersion: step.obs.KubeletVersion}}))
 			events = append(events, d.Events...)
 		}
 		if diff := cmp.Diff(step.want, d.State.Interruptions, cmpopts.EquateEmpty()); diff != "" {
@@ -980,8 +1045,8 @@ func TestStepLifecycleEdges(t *testing.T) {
 			state: manualDrained,
 			obs: func() Observation {
 				o := obs(with(func(s *Signals) { s.Event, s.Notice, s.NoticePresent = maintenance.EventTerminate, ongoing, true }))
-				o.Perform, o.DrainDone, o.Trigger, o.TriggerSet = refused, true, protocol.TriggerValue, true
-				return o
+				o.Perform, o.Trigger, o.TriggerSet = refused, protocol.TriggerValue, true
+				return ran(cfg, manualDrained, o)
 			}(),
 			check: func(t *testing.T, d Decision) {
 				if d.State.Phase != protocol.PhaseTerminating || d.Uncordon || d.RemoveTrigger {
@@ -1080,10 +1145,10 @@ func TestStepVoluntaryDrainAbandoned(t *testing.T) {
 		Now:         t0.Add(cfg.ManualDrainTimeout),
 		Signals:     noticed,
 		MachineView: MachineView{BootID: bootA},
-		PodsView:    PodsView{DrainDone: true, DrainLeft: []string{"ml/trainer-0"}},
+		PodsView:    PodsView{DrainLeft: []string{"ml/trainer-0"}},
 		TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true},
 	}
-	d := stepChecked(t, cfg, st, o)
+	d := stepChecked(t, cfg, st, ran(cfg, st, o))
 	if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveTrigger || d.Perform || d.Manual != protocol.ManualAbandoned {
 		t.Fatalf("abandoned: phase %s, uncordon %t, remove trigger %t, perform %t, outcome %q", d.State.Phase, d.Uncordon, d.RemoveTrigger, d.Perform, d.Manual)
 	}
@@ -1092,11 +1157,11 @@ func TestStepVoluntaryDrainAbandoned(t *testing.T) {
 	}
 	escalating := cfg
 	escalating.ManualDrainEscalate = true
-	if d := stepChecked(t, escalating, st, o); !d.Perform || d.State.Phase != protocol.PhaseDraining {
+	if d := stepChecked(t, escalating, st, ran(escalating, st, o)); !d.Perform || d.State.Phase != protocol.PhaseDraining {
 		t.Errorf("with escalation opted in: perform %t, phase %s; want the call", d.Perform, d.State.Phase)
 	}
 	o.DrainLeft = nil
-	if d := stepChecked(t, cfg, st, o); !d.Perform {
+	if d := stepChecked(t, cfg, st, ran(cfg, st, o)); !d.Perform {
 		t.Error("a voluntary drain that finished does not go on to the call")
 	}
 }
@@ -1115,10 +1180,9 @@ func TestStepFailureMemory(t *testing.T) {
 			Now:         at,
 			Signals:     noticed,
 			MachineView: MachineView{BootID: bootA},
-			PodsView:    PodsView{DrainDone: true},
 			TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Err: errors.New("403"), Outcome: protocol.ManualPermissionDenied}},
 		}
-		d := stepChecked(t, cfg, st, o)
+		d := stepChecked(t, cfg, st, ran(cfg, st, o))
 		if d.State.Phase != protocol.PhaseIdle {
 			t.Fatalf("phase %s after a failure", d.State.Phase)
 		}
@@ -1148,13 +1212,12 @@ func TestStepFailureMemory(t *testing.T) {
 	// Accepted, it is not yet done: the record stays; once the
 	// maintenance is under way it is cleared.
 	st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, t0, t0, t0.Add(time.Hour)
-	d = stepChecked(t, cfg, st, Observation{
+	d = stepChecked(t, cfg, st, ran(cfg, st, Observation{
 		Now:         t0,
 		Signals:     noticed,
 		MachineView: MachineView{BootID: bootA},
-		PodsView:    PodsView{DrainDone: true},
 		TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}},
-	})
+	}))
 	if d.Manual != protocol.ManualAccepted || d.State.Failures.Count != 7 {
 		t.Errorf("accepted: outcome %q, failures %+v; want the record kept until the maintenance happens", d.Manual, d.State.Failures)
 	}
@@ -1175,13 +1238,12 @@ func TestStepManualCountedWhenItHappens(t *testing.T) {
 	asked := draining(protocol.ReasonManual, time.Hour)
 	asked.RequestID, asked.Requested = "req-1", t0
 	accept := func() State {
-		d := stepChecked(t, cfg, asked, Observation{
+		d := stepChecked(t, cfg, asked, ran(cfg, asked, Observation{
 			Now:         t0,
 			Signals:     noticed,
 			MachineView: MachineView{BootID: bootA},
-			PodsView:    PodsView{DrainDone: true},
 			TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Operation: "op-1"}},
-		})
+		}))
 		if d.Manual != protocol.ManualAccepted || d.Interruption != nil {
 			t.Fatalf("accepted: outcome %q, interruption %v; want accepted, nothing counted", d.Manual, d.Interruption)
 		}
@@ -1256,7 +1318,7 @@ func TestStepSlice(t *testing.T) {
 				t.Errorf("state %+v, events %+v", d.State, d.Events)
 			}
 		}},
-		{"drained for the slice: waits, tainted, for the slice", sliceDrain, func() Observation { o := asked(obs(quiet())); o.DrainDone = true; return o }(), func(t *testing.T, d Decision) {
+		{"drained for the slice: waits, tainted, for the slice", sliceDrain, ran(cfg, sliceDrain, asked(obs(quiet()))), func(t *testing.T, d Decision) {
 			if d.State.Phase != protocol.PhaseTerminating || d.Uncordon {
 				t.Errorf("state %+v", d.State)
 			}
@@ -1327,7 +1389,7 @@ func TestStepSliceCallsOnce(t *testing.T) {
 	}
 	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
 	manual.ScheduledTime, manual.Notice = strconv.FormatInt(window.Unix(), 10), pending
-	drained := func(o Observation) Observation { o.DrainDone = true; return o }
+	drained := func(o Observation) Observation { return ran(cfg, manual, o) }
 	manualAsk := protocol.SliceAsk{Slice: "v5p", Cause: "host-a", Reason: protocol.ReasonManual, Started: t0, Deadline: t0.Add(time.Hour)}
 	follower := draining(protocol.ReasonSlice, time.Hour)
 	following := func(o Observation) Observation {
@@ -1376,12 +1438,12 @@ func TestStepSliceCallsOnce(t *testing.T) {
 			}
 		}},
 		{"a follower whose voluntary drain left pods: says so, and stays", follower,
-			func() Observation { o := drained(following(obs(quiet()))); o.DrainLeft = []string{"ns/held"}; return o }(), func(t *testing.T, d Decision) {
+			func() Observation { o := ran(cfg, follower, following(obs(quiet()))); o.DrainLeft = []string{"ns/held"}; return o }(), func(t *testing.T, d Decision) {
 				if d.State.Phase != protocol.PhaseDraining || d.State.Drain != protocol.DrainIncomplete || len(d.Events) != 1 || !strings.Contains(d.Events[0].Message, "ns/held") || !d.Drain.IsZero() {
 					t.Errorf("state %+v, events %+v, drain %+v", d.State, d.Events, d.Drain)
 				}
 			}},
-		{"a follower drained: terminating", follower, drained(following(obs(quiet()))), func(t *testing.T, d Decision) {
+		{"a follower drained: terminating", follower, ran(cfg, follower, following(obs(quiet()))), func(t *testing.T, d Decision) {
 			if d.State.Phase != protocol.PhaseTerminating || len(d.Events) != 1 || d.Events[0].Message != "All pods were stopped; the host waits for its multi-host slice to come back" {
 				t.Errorf("state %+v, events %+v", d.State, d.Events)
 			}
@@ -1542,8 +1604,8 @@ func TestStepLeavesToGKE(t *testing.T) {
 	})
 	t.Run("GKE's handler takes over a manual drain: the drain stops, Compute Engine is not asked", func(t *testing.T) {
 		o := labelled(obs(noticed), "true")
-		o.GKEHandling, o.DrainDone = gke, true
-		d := stepChecked(t, cfg, manualDraining(), o)
+		o.GKEHandling = gke
+		d := stepChecked(t, cfg, manualDraining(), ran(cfg, manualDraining(), o))
 		if !d.State.LeftToGKE || d.Perform || !d.Drain.IsZero() || d.RemoveTrigger || d.Uncordon || d.State.CordonedBefore {
 			t.Errorf("decision %+v: want it left to GKE, no call, no drain, the label left to GKE, the agent's cordon its own to undo", d)
 		}

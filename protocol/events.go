@@ -23,6 +23,10 @@ const (
 	EventPreempted              = "NodePreempted"
 	EventMigrateOnHost          = "MigrateOnHostMaintenance"
 	EventEvictionComplete       = "PodEvictionComplete"
+	// EventEvictionIncomplete: a drain that had to end by its deadline
+	// (forced) ended with pods still on the node; the node waits for the
+	// stop all the same, and the Event names them.
+	EventEvictionIncomplete = "PodEvictionIncomplete"
 	EventMaintenanceCleared     = "MaintenanceWindowCleared"
 	EventMaintenanceAborted     = "MaintenanceCancelledBeforeStop"
 	EventUnexpectedReboot       = "UnexpectedReboot"
@@ -111,6 +115,7 @@ var EventReasons = []EventReason{
 	{EventBlocked, agentOnly, true},
 	{EventEscalated, agentOnly, true},
 	{EventEvictionComplete, agentOnly, false},
+	{EventEvictionIncomplete, agentOnly, true},
 	{EventMaintenanceCleared, agentOnly, false},
 	{EventMaintenanceAborted, agentOnly, true},
 	{EventUnrecognizedValue, agentOnly, true},
