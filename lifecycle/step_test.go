@@ -1438,7 +1438,11 @@ func TestStepSliceCallsOnce(t *testing.T) {
 			}
 		}},
 		{"a follower whose voluntary drain left pods: says so, and stays", follower,
-			func() Observation { o := ran(cfg, follower, following(obs(quiet()))); o.DrainLeft = []string{"ns/held"}; return o }(), func(t *testing.T, d Decision) {
+			func() Observation {
+				o := ran(cfg, follower, following(obs(quiet())))
+				o.DrainLeft = []string{"ns/held"}
+				return o
+			}(), func(t *testing.T, d Decision) {
 				if d.State.Phase != protocol.PhaseDraining || d.State.Drain != protocol.DrainIncomplete || len(d.Events) != 1 || !strings.Contains(d.Events[0].Message, "ns/held") || !d.Drain.IsZero() {
 					t.Errorf("state %+v, events %+v, drain %+v", d.State, d.Events, d.Drain)
 				}

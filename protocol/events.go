@@ -27,11 +27,11 @@ const (
 	// (forced) ended with pods still on the node; the node waits for the
 	// stop all the same, and the Event names them.
 	EventEvictionIncomplete = "PodEvictionIncomplete"
-	EventMaintenanceCleared     = "MaintenanceWindowCleared"
-	EventMaintenanceAborted     = "MaintenanceCancelledBeforeStop"
-	EventUnexpectedReboot       = "UnexpectedReboot"
-	EventNodeUpgraded           = "NodeUpgraded"
-	EventUnrecognizedValue      = "UnrecognizedMetadataValue"
+	EventMaintenanceCleared = "MaintenanceWindowCleared"
+	EventMaintenanceAborted = "MaintenanceCancelledBeforeStop"
+	EventUnexpectedReboot   = "UnexpectedReboot"
+	EventNodeUpgraded       = "NodeUpgraded"
+	EventUnrecognizedValue  = "UnrecognizedMetadataValue"
 	// EventLeftToGKE: GKE's own maintenance handler is seen handling the
 	// node, and the maintenance is left to it (agent).
 	EventLeftToGKE = "MaintenanceLeftToGKEHandler"
