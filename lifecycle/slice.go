@@ -62,6 +62,27 @@ func (d *Decision) followSlice(cfg Config, obs Observation) {
 	}
 }
 
+// sliceTurnsForced: the slice's ask has a forced cause (another host is
+// preempted, or its own host maintenance begins) while this host drains for
+// a manual or opportunistic maintenance not yet asked of Compute Engine
+// (the slice's caller, or a second host a person labelled). The slice
+// stops by force whatever this host does, so this host's maintenance
+// becomes the slice's: it drains as the cause does, forced, by the ask's
+// deadline (followSlice), and goes back in service with the slice; it is
+// not a failure, and Compute Engine is not asked. The label is removed
+// when it ends (its request ID is kept for that).
+func (d *Decision) sliceTurnsForced(obs Observation) {
+	st := d.State
+	if !obs.SliceAskSet || causeVoluntary(obs) || st.Phase != protocol.PhaseDraining || st.Reason != protocol.ReasonManual || !st.Requested.IsZero() || st.LeftToGKE {
+		return
+	}
+	d.State.Reason, d.State.Drain = protocol.ReasonSlice, ""
+	ask := obs.SliceAsk
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceDrain,
+		Message: fmt.Sprintf("Host %s of the multi-host slice %s stops by force (%s) while this host drains for a manual maintenance: the slice goes down whatever this host does, so this host drains with it, forced (PodDisruptionBudgets no longer hold, each pod's grace is kept), and Compute Engine is not asked; the label %s is removed when the slice is back",
+			ask.Cause, ask.Slice, ask.Reason, protocol.LabelPerformMaintenance)})
+}
+
 // drained: the drain finished, and the node waits for the VM to stop. A
 // maintenance that asks Compute Engine (reasonRule.asksCompute) is
 // finished when Compute Engine accepts it (trigger.go).

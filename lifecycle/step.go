@@ -189,6 +189,7 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.backInService(obs)
 	d.maintenanceStarts(cfg, obs)
 	d.migration(obs.Signals)
+	d.sliceTurnsForced(obs)
 	d.manual(cfg, obs)
 	d.followSlice(cfg, obs)
 	d.leaveToGKE(cfg, before, obs)

@@ -1375,6 +1375,56 @@ func TestStepSlice(t *testing.T) {
 	}
 }
 
+// TestStepSliceTurnsForced: a host draining for a person's maintenance of
+// its slice (budgets holding), whose sibling is then preempted, drains
+// with the slice by force: its budget-held pod is deleted in time for its
+// grace rather than left for the stop, no failure is recorded, Compute
+// Engine is not asked, and nothing says the slice is back while it goes
+// down. A host following the slice's voluntary ask turns forced with it.
+func TestStepSliceTurnsForced(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	preempted := protocol.SliceAsk{Slice: "v5p", Cause: "host-b", Reason: protocol.ReasonPreemption, Started: t0.Add(10 * time.Minute), Deadline: t0.Add(10*time.Minute + 30*time.Second)}
+	inSlice := func(o Observation, caller bool) Observation {
+		o.Slice, o.SliceAsk, o.SliceAskSet = "v5p", preempted, true
+		o.SliceVoluntary, o.SliceCaller = caller, caller
+		return o
+	}
+	for _, tc := range []struct {
+		name   string
+		caller bool
+	}{{"the caller", true}, {"a second host a person labelled", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			manual := draining(protocol.ReasonManual, time.Hour)
+			manual.RequestID = "req-1"
+			o := inSlice(labelled(obs(noticed), "true"), tc.caller)
+			o.Now = t0.Add(10 * time.Minute)
+			d := stepChecked(t, cfg, manual, o)
+			if d.State.Reason != protocol.ReasonSlice || d.Drain.IsZero() || d.Drain.Voluntary || !d.Drain.Deadline.Equal(preempted.Deadline) {
+				t.Fatalf("sibling preempted: reason %s, drain %+v; want the slice's forced drain by its deadline", d.State.Reason, d.Drain)
+			}
+			// The forced drain ends at the deadline with a pod still terminating.
+			at := ran(cfg, d.State, inSlice(labelled(obs(noticed), "true"), false))
+			at.Now, at.DrainLeft = preempted.Deadline, []string{"ml/held-0"}
+			d = stepChecked(t, cfg, d.State, at)
+			if d.State.Phase != protocol.PhaseTerminating || d.Manual != "" || d.State.Failures.Count != 0 || d.Perform || d.Uncordon {
+				t.Errorf("at the deadline: phase %s, outcome %q, failures %+v, perform %t, uncordon %t; want terminating with the slice, no failure, no call",
+					d.State.Phase, d.Manual, d.State.Failures, d.Perform, d.Uncordon)
+			}
+			for _, e := range d.Events {
+				if strings.Contains(e.Message, "back in service") {
+					t.Errorf("event %q while the slice goes down", e.Message)
+				}
+			}
+		})
+	}
+	follower := draining(protocol.ReasonSlice, time.Hour)
+	o := inSlice(obs(quiet()), false)
+	d := stepChecked(t, cfg, follower, o)
+	if d.Drain.IsZero() || d.Drain.Voluntary {
+		t.Errorf("a follower whose slice's cause is preempted: drain %+v; want forced", d.Drain)
+	}
+}
+
 // TestStepSliceCallsOnce: a voluntary maintenance of a multi-host slice
 // asks Compute Engine once, from its caller, after every other host is
 // drained; a drain that cannot finish on one host gives it up on every
