@@ -30,10 +30,12 @@ type Agent struct {
 
 	wake chan struct{}
 
-	// slice is the node's multi-host slice ("" for none), and siblings
-	// the watch of its hosts (slice.go); set before the loop starts.
-	slice    string
-	siblings *kube.Informer
+	// slice is the node's multi-host slice ("" for none), siblings the
+	// watch of its hosts and stopSiblings its end (slice.go); they follow
+	// the Node (followMembership). Used by the loop goroutine only.
+	slice        string
+	siblings     *kube.Informer
+	stopSiblings context.CancelFunc
 
 	mu      sync.Mutex
 	signals lifecycle.Signals
@@ -165,8 +167,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.watchNode(ctx); err != nil {
 		return err
 	}
-	if err := a.watchSlice(ctx); err != nil {
-		return err
+	if node, err := a.cachedNode(); err == nil {
+		a.followMembership(ctx, node)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -295,6 +297,9 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 // reconcile reads the Node, steps the state machine, writes the result in
 // one update, and starts or stops the drain.
 func (a *Agent) reconcile(ctx context.Context) error {
+	if node, err := a.cachedNode(); err == nil {
+		a.followMembership(ctx, node)
+	}
 	var dec lifecycle.Decision
 	var latency time.Duration
 	var carried protocol.Counts // the repairs the aggregator counted on the Node

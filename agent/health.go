@@ -79,6 +79,19 @@ func (a *Agent) needs(w watch) {
 	a.mu.Unlock()
 }
 
+// unneed removes w from the watches Healthy checks (a slice the node
+// left).
+func (a *Agent) unneed(w watch) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, v := range a.watches {
+		if v == w {
+			a.watches = append(a.watches[:i], a.watches[i+1:]...)
+			return
+		}
+	}
+}
+
 // ErrUnhealthy is returned by Healthy.
 var ErrUnhealthy = errors.New("agent unhealthy")
 

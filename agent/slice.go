@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
@@ -20,17 +22,31 @@ import (
 // view knows (a host whose agent is down, a cause whose Node was deleted).
 // The host follows the earlier deadline of the two.
 
-// watchSlice starts, where the node is a host of a multi-host slice, one
-// watch of the slice's Nodes and waits for it. Membership is read once,
-// at start: the labels that make it are set when the node is created.
-func (a *Agent) watchSlice(ctx context.Context) error {
-	node, err := a.cachedNode()
-	if err != nil {
-		return err
-	}
+// sliceSyncWait bounds how long a step waits for the first list of a
+// slice's Nodes it starts to watch; past it, the watch goes on listing,
+// and the slice counts as not yet known (SliceUnknown) until it has.
+const sliceSyncWait = 30 * time.Second
+
+// followMembership keeps the watch of the node's multi-host slice in step
+// with the Node, for the agent's life: read on every step, since what makes
+// membership (the TPU chips the device plugin registers) may appear after
+// the agent starts, vanish for a kubelet restart, and come back. A node
+// whose slice cannot be told (protocol.SliceUnknown) keeps the slice it
+// follows, so that a host mid-maintenance never leaves its slice for a
+// chip count that is missing for a while.
+func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
 	slice := protocol.SliceOf(node, a.opts.PoolLabel, a.opts.SliceLabel)
+	if slice == a.slice || slice == "" && protocol.SliceUnknown(node, a.opts.SliceLabel) != "" {
+		return
+	}
+	if a.siblings != nil {
+		a.stopSiblings()
+		a.unneed(a.siblings)
+		a.log.Info("no longer following the multi-host slice", "slice", a.slice)
+	}
+	a.slice, a.siblings, a.stopSiblings = slice, nil, nil
 	if slice == "" {
-		return nil
+		return
 	}
 	key := a.opts.SliceLabel
 	if key == "" {
@@ -51,13 +67,18 @@ func (a *Agent) watchSlice(ctx context.Context) error {
 		},
 		Delete: func(kube.Object) { a.poke() },
 	})
+	wctx, stop := context.WithCancel(ctx)
 	a.needs(inf)
-	if err := inf.Start(ctx); err != nil {
-		return fmt.Errorf("watch the slice %q of node %q: %w", slice, a.opts.NodeName, err)
+	a.slice, a.siblings, a.stopSiblings = slice, inf, stop
+	go inf.Run(wctx)
+	synced, cancel := context.WithTimeout(wctx, sliceSyncWait)
+	defer cancel()
+	if cache.WaitForCacheSync(synced.Done(), inf.HasSynced) {
+		a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.List()))
+	} else {
+		a.log.Warn("following the multi-host slice; its Nodes are not listed yet", "slice", slice)
 	}
-	a.slice, a.siblings = slice, inf
-	a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.List()))
-	return nil
+	a.poke() // step again with the slice
 }
 
 // sliceHosts is every host of the slice as its watch has it, but node (the
@@ -82,8 +103,14 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 // drain.
 func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecycle.Observation) {
 	written, set := protocol.ReadSliceAsk(node)
+	obs.SliceUnknown = protocol.SliceUnknown(node, a.opts.SliceLabel)
 	if a.siblings == nil {
 		obs.SliceAsk, obs.SliceAskSet = written, set
+		return
+	}
+	if !a.siblings.HasSynced() {
+		obs.SliceAsk, obs.SliceAskSet, obs.Slice = written, set, a.slice
+		obs.SliceUnknown = fmt.Sprintf("the Nodes of its multi-host slice %s are not listed yet", a.slice)
 		return
 	}
 	hosts := a.sliceHosts(node)

@@ -260,6 +260,52 @@ func TestSliceFollowedWithNoAggregator(t *testing.T) {
 	})
 }
 
+// TestSliceHostJoinsLate: a host of a two-host slice (topology 2x2x2: 8
+// chips, which one v5e host could also have alone) whose agent starts
+// before the TPU device plugin has registered its chips cannot yet be told
+// a slice host. When its chips appear on the Node, its agent joins the
+// slice; when the other host is preempted, it drains with it.
+func TestSliceHostJoinsLate(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	p := newProcs(t)
+	var first *vms.VM
+	for i := range 2 {
+		name := fmt.Sprintf("late-%d", i)
+		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "late", TPU: true, Unregistered: i == 1, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x2"}},
+			gceemu.Config{NoMaintenanceEvent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = v
+		}
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	// Both agents have read their Nodes: each publishes its host idle.
+	world.WaitNodes(t, []string{"late-0", "late-1"}, "published idle", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
+
+	// The device plugin registers late-1's chips.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, "late-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		four := resource.MustParse("4")
+		n.Status.Capacity[protocol.ResourceTPU], n.Status.Allocatable[protocol.ResourceTPU] = four, four
+		_, err = world.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Emu.SetPreempted(true)
+	world.WaitNodes(t, []string{"late-1"}, "drained with its slice", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
+	})
+	world.WaitEvent(t, "late-1", protocol.EventSliceDrain, "Host late-0 of the multi-host slice late stops (preemption)")
+}
+
 // metricSum reads one series from a /metrics endpoint (0 when absent).
 func metricSum(t *testing.T, addr, series string) float64 {
 	t.Helper()

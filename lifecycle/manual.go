@@ -88,6 +88,9 @@ func (d *Decision) manualUnderWay(cfg Config, obs Observation) {
 	if st.Reason != protocol.ReasonManual || st.Phase != protocol.PhaseDraining {
 		return
 	}
+	if st.Requested.IsZero() && obs.SliceUnknown != "" && d.sliceUnknownHolds(cfg, obs) {
+		return
+	}
 	if st.Requested.IsZero() && obs.Slice != "" && d.sliceWaits(cfg, obs) {
 		return
 	}

@@ -133,6 +133,10 @@ type SliceView struct {
 	// (SliceDrained).
 	SliceVoluntary, SliceCaller   bool
 	SliceWaiting, SliceIncomplete []string
+	// SliceUnknown says why the node's slice, or its size, cannot be told
+	// yet ("" when it can: protocol.SliceUnknown, or the slice's Nodes not
+	// yet listed): a voluntary maintenance holds its call meanwhile.
+	SliceUnknown string
 }
 
 // PerformResult is how a performMaintenance call ended.

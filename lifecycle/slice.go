@@ -172,6 +172,34 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 	return true
 }
 
+// sliceUnknownHolds: a manual (or opportunistic) maintenance, drained,
+// on a node whose multi-host slice or its size cannot be told yet (its
+// TPU chips not registered: SliceView.SliceUnknown) holds its call:
+// starting maintenance on one host of a slice stops every host of it,
+// whose pods may be mid-grace. It says why once, when the drain is done,
+// and waits for the Node to say more (every change of it steps again) or
+// for the deadline, when the maintenance is given up. A drain that left
+// pods is given up as on any node (perform).
+func (d *Decision) sliceUnknownHolds(cfg Config, obs Observation) bool {
+	st := d.State
+	if !d.drainDone(cfg, obs) || len(obs.DrainLeft) > 0 {
+		return false
+	}
+	if obs.Now.Before(st.Deadline) {
+		if st.Drain != protocol.DrainDone {
+			d.State.Drain = protocol.DrainDone
+			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventSliceUnknown,
+				Message: fmt.Sprintf("The node is drained, but Compute Engine is not asked yet: %s. Starting maintenance on one host of a multi-host slice stops every host of it, so the call waits until the Node says (it is read again on every change), or until the deadline %s, when the maintenance is given up",
+					obs.SliceUnknown, st.Deadline.UTC().Format(time.RFC3339))})
+		}
+		d.wakeAt(st.Deadline)
+		return true
+	}
+	d.giveUp(fmt.Sprintf("By the deadline %s the node's slice could still not be told (%s). Starting maintenance on one host of a multi-host slice stops every host of it, so Compute Engine was not asked; the node is back in service (taint, maintenance label and %s removed).",
+		st.Deadline.UTC().Format(time.RFC3339), obs.SliceUnknown, protocol.LabelPerformMaintenance))
+	return true
+}
+
 // excerpt joins at most n names, saying how many more there are.
 func excerpt(names []string, n int) string {
 	if len(names) <= n {

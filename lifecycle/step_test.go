@@ -1375,6 +1375,42 @@ func TestStepSlice(t *testing.T) {
 	}
 }
 
+// TestStepSliceUnknownHoldsTheCall: a node whose multi-host slice cannot
+// be told yet (its TPU chips not registered) is drained for a person's
+// maintenance, but does not ask Compute Engine: starting maintenance on
+// one host of a slice would stop every host of it. It says why once,
+// waits for the Node to say more, and gives up at the deadline; once the
+// slice is known, the call goes on.
+func TestStepSliceUnknownHoldsTheCall(t *testing.T) {
+	noticed := with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })
+	manual := draining(protocol.ReasonManual, time.Hour)
+	manual.RequestID = "req-1"
+	manual.ScheduledTime, manual.Notice = strconv.FormatInt(window.Unix(), 10), pending
+	unknown := func(at time.Time, st State) Observation {
+		o := ran(cfg, st, labelled(obs(noticed), "true"))
+		o.Now, o.SliceUnknown = at, "its TPU topology 2x2x2 may span several hosts"
+		return o
+	}
+	d := stepChecked(t, cfg, manual, unknown(t0.Add(time.Minute), manual))
+	if d.Perform || d.State.Phase != protocol.PhaseDraining || len(d.Events) != 1 || d.Events[0].Reason != protocol.EventSliceUnknown ||
+		!strings.Contains(d.Events[0].Message, "2x2x2") || !d.WakeAt.Equal(manual.Deadline) {
+		t.Fatalf("drained, slice unknown: perform %t, phase %s, events %+v, wake %s; want no call, one Warning saying why, a wake at the deadline",
+			d.Perform, d.State.Phase, d.Events, d.WakeAt)
+	}
+	held := d.State
+	if d = stepChecked(t, cfg, held, unknown(t0.Add(2*time.Minute), held)); d.Perform || len(d.Events) != 0 {
+		t.Errorf("still unknown: perform %t, events %+v; want no call, said once", d.Perform, d.Events)
+	}
+	known := unknown(t0.Add(3*time.Minute), held)
+	known.SliceUnknown = ""
+	if d = stepChecked(t, cfg, held, known); !d.Perform {
+		t.Errorf("the chips registered, a single host: perform %t; want the call", d.Perform)
+	}
+	if d = stepChecked(t, cfg, held, unknown(manual.Deadline, held)); d.Perform || d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualAbandoned || !d.RemoveTrigger {
+		t.Errorf("unknown at the deadline: perform %t, phase %s, outcome %q; want given up, the label removed", d.Perform, d.State.Phase, d.Manual)
+	}
+}
+
 // TestStepSliceTurnsForced: a host draining for a person's maintenance of
 // its slice (budgets holding), whose sibling is then preempted, drains
 // with the slice by force: its budget-held pod is deleted in time for its

@@ -70,6 +70,9 @@ const (
 	EventSliceDeadline    = "SliceMaintenanceDeadline"
 	EventSliceMaintenance = "SliceMaintenance"
 	EventSliceBack        = "SliceMaintenanceOver"
+	// EventSliceUnknown: a drained node holds its manual maintenance's
+	// call while its multi-host slice cannot be told (agent).
+	EventSliceUnknown = "SliceMembershipUnknown"
 
 	// Opportunistic maintenance and accounting (aggregator).
 	EventTriggered = "OpportunisticMaintenanceTriggered"
@@ -135,6 +138,7 @@ var EventReasons = []EventReason{
 	{EventCheckpointLeadInvalid, agentOnly, true},
 	{EventSliceDrain, agentOnly, true},
 	{EventSliceDeadline, agentOnly, true},
+	{EventSliceUnknown, agentOnly, true},
 	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
 	{EventTriggered, aggregatorOnly, false},
 	{EventTriggerWithdrawn, aggregatorOnly, true},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/test/gosrc"
@@ -359,5 +360,47 @@ func TestSliceHostOfReadsAsTheState(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h", Annotations: map[string]string{AnnotationPhase: "Bogus", AnnotationReason: "x"}}}
 	if got := SliceHostOf(n); got.Phase != PhaseIdle {
 		t.Errorf("an unknown phase reads %q, want Idle", got.Phase)
+	}
+}
+
+// TestSliceMembershipFollowsTheChips: a node's multi-host slice is read
+// from its TPU topology and its own chips: the allocatable, else the
+// capacity (a kubelet restart zeroes the allocatable until the device
+// plugin registers again). While neither says (a new node, its plugin not
+// yet registered), a topology of more chips than any host has is a slice
+// of unknown size, and a smaller one may or may not be: both say why.
+func TestSliceMembershipFollowsTheChips(t *testing.T) {
+	node := func(topology string, allocatable, capacity string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h", Labels: map[string]string{LabelNodePool: "pool", LabelTPUTopology: topology}}}
+		if allocatable != "" {
+			n.Status.Allocatable = corev1.ResourceList{ResourceTPU: resource.MustParse(allocatable)}
+		}
+		if capacity != "" {
+			n.Status.Capacity = corev1.ResourceList{ResourceTPU: resource.MustParse(capacity)}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name    string
+		n       *corev1.Node
+		slice   string
+		hosts   int
+		unknown bool
+	}{
+		{"registered: 16 chips, 4 per host", node("2x2x4", "4", "4"), "pool", 4, false},
+		{"registered: one host with every chip", node("2x4", "8", "8"), "", 1, false},
+		{"allocatable zeroed by a kubelet restart: the capacity says", node("2x2x2", "0", "4"), "pool", 2, false},
+		{"unregistered, more chips than any host has: a slice of unknown size", node("2x2x4", "", ""), "pool", 0, true},
+		{"unregistered, 8 chips: one host or two, unknown", node("2x2x2", "", ""), "", 0, true},
+		{"unregistered, one chip: one host", node("1x1", "", ""), "", 0, false},
+		{"no topology", node("", "", ""), "", 0, false},
+	} {
+		slice, hosts, unknown := SliceOf(tc.n, LabelNodePool, ""), SliceHosts(tc.n), SliceUnknown(tc.n, "")
+		if slice != tc.slice || hosts != tc.hosts || (unknown != "") != tc.unknown {
+			t.Errorf("%s: slice %q, hosts %d, unknown %q; want %q, %d, unknown %t", tc.name, slice, hosts, unknown, tc.slice, tc.hosts, tc.unknown)
+		}
+	}
+	if got := SliceUnknown(node("2x2x2", "", ""), "my-slice-label"); got != "" {
+		t.Errorf("with a slice label: unknown %q; the label says membership outright", got)
 	}
 }

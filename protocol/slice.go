@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -126,32 +127,67 @@ func SliceHostOf(n *corev1.Node) SliceHost {
 	return h
 }
 
-// SliceOf names the multi-host slice n belongs to ("" for none): the value
-// of its sliceLabel label, when that is given (a self-managed cluster says
-// which nodes form a slice with a label of its own), else, as on GKE, n's
-// pool (the poolLabel label) when n's TPU topology has more chips than n
-// has.
+// MaxTPUChipsPerHost is the most TPU chips one host of any TPU generation
+// has (v5e and v6e: 8; v4 and v5p: 4): a topology of more chips spans
+// several hosts, whatever a host's own count.
+const MaxTPUChipsPerHost = 8
+
+// tpuChips is how many TPU chips n has: its allocatable, else its capacity
+// (kept across a kubelet restart that zeroes the allocatable until the
+// device plugin registers again); 0 when neither says.
+func tpuChips(n *corev1.Node) int64 {
+	if q, ok := n.Status.Allocatable[ResourceTPU]; ok && q.Value() > 0 {
+		return q.Value()
+	}
+	if q, ok := n.Status.Capacity[ResourceTPU]; ok && q.Value() > 0 {
+		return q.Value()
+	}
+	return 0
+}
+
+// SliceOf names the multi-host slice n belongs to ("" for none, or not
+// known yet: SliceUnknown): the value of its sliceLabel label, when that
+// is given (a self-managed cluster says which nodes form a slice with a
+// label of its own), else, as on GKE, n's pool (the poolLabel label) when
+// n's TPU topology has more chips than n has, or than any one host has
+// while n's own chips are not known yet.
 func SliceOf(n *corev1.Node, poolLabel, sliceLabel string) string {
 	if sliceLabel != "" {
 		return n.Labels[sliceLabel]
 	}
-	chips := TopologyChips(n.Labels[LabelTPUTopology])
-	perNode := n.Status.Allocatable[ResourceTPU]
-	if chips > 0 && perNode.Value() > 0 && int64(chips) > perNode.Value() {
+	chips, perNode := int64(TopologyChips(n.Labels[LabelTPUTopology])), tpuChips(n)
+	if chips > 0 && (perNode > 0 && chips > perNode || perNode == 0 && chips > MaxTPUChipsPerHost) {
 		return n.Labels[poolLabel]
 	}
 	return ""
 }
 
+// SliceUnknown says why n's multi-host slice cannot be told yet ("" when
+// it can): n's TPU topology may span several hosts, and n's own chips are
+// not known (the TPU device plugin has not registered them: a new or
+// recreated node, before the plugin starts), so neither is whether n is a
+// host of a slice, nor how many hosts its slice has. A slice label
+// (sliceLabel) says membership outright.
+func SliceUnknown(n *corev1.Node, sliceLabel string) string {
+	topology := n.Labels[LabelTPUTopology]
+	if sliceLabel != "" || TopologyChips(topology) <= 1 || tpuChips(n) > 0 {
+		return ""
+	}
+	unknown := "whether it is a host of a multi-host slice"
+	if TopologyChips(topology) > MaxTPUChipsPerHost {
+		unknown = "how many hosts its multi-host slice has"
+	}
+	return fmt.Sprintf("its TPU topology %s may span several hosts, and its own TPU chips are not known yet (no %s in its capacity or allocatable: the TPU device plugin has not registered them), so neither is %s", topology, ResourceTPU, unknown)
+}
+
 // SliceHosts is how many hosts n's multi-host slice has, by its TPU
 // topology: the topology's chips over n's (0 when it cannot tell).
 func SliceHosts(n *corev1.Node) int {
-	chips := TopologyChips(n.Labels[LabelTPUTopology])
-	perNode := n.Status.Allocatable[ResourceTPU]
-	if chips == 0 || perNode.Value() <= 0 || int64(chips)%perNode.Value() != 0 {
+	chips, perNode := int64(TopologyChips(n.Labels[LabelTPUTopology])), tpuChips(n)
+	if chips == 0 || perNode <= 0 || chips%perNode != 0 {
 		return 0
 	}
-	return chips / int(perNode.Value())
+	return int(chips / perNode)
 }
 
 // IsTPU reports whether n is a TPU VM: it has TPU chips (its capacity, for

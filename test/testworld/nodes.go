@@ -37,6 +37,9 @@ type NodeSpec struct {
 	TPU bool
 	// Accelerators is the allocatable count; zero means 8 GPUs or 4 TPU chips.
 	Accelerators int64
+	// Unregistered: the accelerators are not in the Node's capacity or
+	// allocatable yet, as before the device plugin registers them.
+	Unregistered bool
 	// Project and Zone go into spec.providerID gce://project/zone/name.
 	Project, Zone string
 	// Spot labels the node as a Spot VM.
@@ -95,7 +98,9 @@ func (w *World) AddNode(ctx context.Context, spec NodeSpec) (*corev1.Node, error
 		corev1.ResourceCPU:    resource.MustParse("208"),
 		corev1.ResourceMemory: resource.MustParse("1872Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
-		res:                   *resource.NewQuantity(count, resource.DecimalSI),
+	}
+	if !spec.Unregistered {
+		resources[res] = *resource.NewQuantity(count, resource.DecimalSI)
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
