@@ -55,7 +55,7 @@ func slimNode(obj kube.Object) kube.Object {
 	var kept []corev1.NodeCondition
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			kept = append(kept, corev1.NodeCondition{Type: c.Type, Status: c.Status})
+			kept = append(kept, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
 		} else if slices.Contains(protocol.NodeConditionTypes, c.Type) {
 			kept = append(kept, c)
 		}

@@ -126,5 +126,5 @@ func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecyc
 	}
 	caller := lifecycle.SliceCaller(hosts)
 	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
-	obs.SliceWaiting, obs.SliceIncomplete = lifecycle.SliceDrained(hosts, caller)
+	obs.SliceWaiting, obs.SliceIncomplete, obs.SliceRecheck = lifecycle.SliceDrained(hosts, caller, obs.Now)
 }

@@ -133,6 +133,9 @@ type SliceView struct {
 	// (SliceDrained).
 	SliceVoluntary, SliceCaller   bool
 	SliceWaiting, SliceIncomplete []string
+	// SliceRecheck is when a NotReady host among SliceWaiting will count
+	// as drained (SliceDrained; zero for none).
+	SliceRecheck time.Time
 	// SliceUnknown says why the node's slice, or its size, cannot be told
 	// yet ("" when it can: protocol.SliceUnknown, or the slice's Nodes not
 	// yet listed): a voluntary maintenance holds its call meanwhile.

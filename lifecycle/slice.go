@@ -165,6 +165,9 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 		return false // every host is drained: ask
 	case obs.Now.Before(st.Deadline):
 		d.wakeAt(st.Deadline) // the hosts still draining wake the loop
+		if !obs.SliceRecheck.IsZero() {
+			d.wakeAt(obs.SliceRecheck) // a NotReady host's bound
+		}
 	default:
 		d.giveUp(fmt.Sprintf("Host(s) %s of the multi-host slice %s had not finished draining by the deadline %s. A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
 			excerpt(obs.SliceWaiting, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))

@@ -50,25 +50,43 @@ func SliceCaller(hosts []protocol.SliceHost) string {
 	return caller.Name
 }
 
+// SliceNotReadyBound is how long a host of a slice must have been
+// NotReady, its agent silent, before the caller of the slice's voluntary
+// maintenance counts it as drained (SliceDrained). NotReady means the
+// kubelet stopped heartbeating (a restart, a partition), not that its
+// containers stopped: its pods may be mid-grace. Ten minutes is longer than
+// the node lifecycle controller's grace (50 s) and the 5-minute
+// not-ready toleration after which Kubernetes itself evicts the node's
+// pods, plus their default grace of 30 s.
+const SliceNotReadyBound = 10 * time.Minute
+
 // SliceDrained says, for the slice's voluntary maintenance, which hosts
 // other than caller still drain (waiting) and whose voluntary drain
-// ended with pods still on them (incomplete). A host drained
-// (Terminating, or its drain done) is ready; so is a host whose Node is
-// not Ready: nothing runs there to drain.
-func SliceDrained(hosts []protocol.SliceHost, caller string) (waiting, incomplete []string) {
+// ended with pods still on them (incomplete), as of now. A host drained
+// (Terminating, or its drain done) is ready, Ready or not. A NotReady host
+// whose state says nothing of the kind is ready only once it has been
+// NotReady for SliceNotReadyBound with its agent silent (it never took the
+// slice's maintenance up: no drain under way); recheck is when the next
+// such host will be (zero for none). A NotReady host whose agent took the
+// maintenance up is waited for: its own state will say.
+func SliceDrained(hosts []protocol.SliceHost, caller string, now time.Time) (waiting, incomplete []string, recheck time.Time) {
 	for _, h := range hosts {
 		switch {
-		case h.Name == caller || !h.Ready:
+		case h.Name == caller:
 		case active(h) && h.Drain == protocol.DrainIncomplete:
 			incomplete = append(incomplete, h.Name)
 		case h.Phase == protocol.PhaseTerminating || active(h) && h.Drain == protocol.DrainDone:
+		case !h.Ready && !active(h) && !h.NotReadySince.IsZero() && !now.Before(h.NotReadySince.Add(SliceNotReadyBound)):
 		default:
 			waiting = append(waiting, h.Name)
+			if at := h.NotReadySince.Add(SliceNotReadyBound); !h.Ready && !active(h) && !h.NotReadySince.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
+				recheck = at
+			}
 		}
 	}
 	sort.Strings(waiting)
 	sort.Strings(incomplete)
-	return waiting, incomplete
+	return waiting, incomplete, recheck
 }
 
 // SliceAsks is what every host of one slice must carry, by host name (nil:

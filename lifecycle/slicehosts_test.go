@@ -87,14 +87,51 @@ func TestSliceCallerAndDrained(t *testing.T) {
 		{"two asked: the first to start calls; the other's drain done counts",
 			[]protocol.SliceHost{h("a", protocol.PhaseDraining, protocol.ReasonManual, time.Second, protocol.DrainDone, true), h("b", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true)}, "b", nil, nil},
 		{"the same start: the first by name", []protocol.SliceHost{h("b", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true), h("a", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true)}, "a", []string{"b"}, nil},
-		{"a host whose drain gave up, and one not Ready",
-			[]protocol.SliceHost{h("a", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true), h("b", protocol.PhaseDraining, protocol.ReasonSlice, 0, protocol.DrainIncomplete, true), idle("c"), {Name: "d", Phase: protocol.PhaseIdle}},
+		{"a host whose drain gave up",
+			[]protocol.SliceHost{h("a", protocol.PhaseDraining, protocol.ReasonManual, 0, "", true), h("b", protocol.PhaseDraining, protocol.ReasonSlice, 0, protocol.DrainIncomplete, true), idle("c")},
 			"a", []string{"c"}, []string{"b"}},
 	} {
 		caller := SliceCaller(tc.hosts)
-		waiting, incomplete := SliceDrained(tc.hosts, caller)
+		waiting, incomplete, _ := SliceDrained(tc.hosts, caller, at)
 		if caller != tc.caller || !slices.Equal(waiting, tc.waiting) || !slices.Equal(incomplete, tc.incomplete) {
 			t.Errorf("%s: caller %q, waiting %v, incomplete %v; want %q, %v, %v", tc.name, caller, waiting, incomplete, tc.caller, tc.waiting, tc.incomplete)
+		}
+	}
+}
+
+// TestSliceDrainedNotReady: NotReady means the kubelet stopped
+// heartbeating, not that the host's containers stopped. A NotReady host
+// counts as drained when its own state says so, or once it has been
+// NotReady for SliceNotReadyBound with its agent silent (it never took the
+// slice's maintenance up); a NotReady host whose agent is draining is
+// waited for, however long; until the bound, the caller is told when to
+// look again.
+func TestSliceDrainedNotReady(t *testing.T) {
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	caller := protocol.SliceHost{Name: "a", Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: at, Deadline: at.Add(time.Hour), Ready: true}
+	notReady := func(phase protocol.Phase, drain protocol.DrainEnd, since time.Duration) protocol.SliceHost {
+		h := protocol.SliceHost{Name: "b", Phase: phase, Drain: drain, NotReadySince: at.Add(-since)}
+		if phase != protocol.PhaseIdle {
+			h.Reason, h.Started, h.Deadline = protocol.ReasonSlice, at, at.Add(time.Hour)
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name    string
+		host    protocol.SliceHost
+		waiting bool
+		recheck time.Time
+	}{
+		{"NotReady a minute, its agent silent: waited for, looked at again at the bound", notReady(protocol.PhaseIdle, "", time.Minute), true, at.Add(SliceNotReadyBound - time.Minute)},
+		{"NotReady past the bound, its agent silent: drained", notReady(protocol.PhaseIdle, "", SliceNotReadyBound), false, time.Time{}},
+		{"NotReady past the bound, its agent draining: waited for", notReady(protocol.PhaseDraining, "", time.Hour), true, time.Time{}},
+		{"NotReady, its drain done: drained", notReady(protocol.PhaseDraining, protocol.DrainDone, time.Second), false, time.Time{}},
+		{"NotReady, terminating: drained", notReady(protocol.PhaseTerminating, "", time.Second), false, time.Time{}},
+		{"NotReady since an unknown time: waited for", protocol.SliceHost{Name: "b", Phase: protocol.PhaseIdle}, true, time.Time{}},
+	} {
+		waiting, _, recheck := SliceDrained([]protocol.SliceHost{caller, tc.host}, "a", at)
+		if (len(waiting) == 1) != tc.waiting || !recheck.Equal(tc.recheck) {
+			t.Errorf("%s: waiting %v, recheck %s; want waiting %t, recheck %s", tc.name, waiting, recheck, tc.waiting, tc.recheck)
 		}
 	}
 }

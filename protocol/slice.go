@@ -98,7 +98,7 @@ func WriteSliceAsk(n *corev1.Node, ask *SliceAsk) {
 // SliceHost is one host of a slice, as its slice's ask and its one
 // performMaintenance call are decided: the maintenance its agent has
 // under way (Phase, Reason, Started, Deadline of its AgentState), how its
-// drain ended, and whether its Node is Ready.
+// drain ended, and whether its Node is Ready (since when it is not).
 type SliceHost struct {
 	Name              string
 	Phase             Phase
@@ -106,6 +106,10 @@ type SliceHost struct {
 	Started, Deadline time.Time
 	Drain             DrainEnd
 	Ready             bool
+	// NotReadySince is when its Node's Ready condition last turned from
+	// True (its lastTransitionTime), while it is not True; zero when Ready
+	// or not known.
+	NotReadySince time.Time
 }
 
 // SliceHostOf is n as a host of its slice: the keys of its agent's state
@@ -122,6 +126,9 @@ func SliceHostOf(n *corev1.Node) SliceHost {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			h.Ready = c.Status == corev1.ConditionTrue
+			if !h.Ready {
+				h.NotReadySince = c.LastTransitionTime.Time
+			}
 		}
 	}
 	return h
