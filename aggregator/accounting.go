@@ -195,8 +195,16 @@ func (a *Aggregator) observeNode(old, cur any) {
 	if !ok1 || !ok2 {
 		return
 	}
+	slice := protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel)
 	for _, i := range begun(o, n) {
 		a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], i)
+		if slice != "" && (i == protocol.ManualMaintenance || i == protocol.OpportunisticMaintenance) {
+			// A voluntary maintenance of a slice is counted once, by the
+			// host that asked for it, when Compute Engine begins it (the
+			// other hosts' maintenance is that one, not counted again):
+			// the slice's outage begins then, under the pool's reason.
+			a.opts.Metrics.SliceInterruptions.WithLabelValues(slice, string(i.Type), string(i.Reason)).Inc()
+		}
 	}
 }
 

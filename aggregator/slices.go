@@ -72,10 +72,14 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []fleet.Node, dec
 		switch {
 		case ask != nil && (v.Ask == nil || v.Ask.Cause != ask.Cause || !v.Ask.Started.Equal(ask.Started)):
 			// One outage of a slice is one interruption, whatever its
-			// cause becomes while the slice is down.
+			// cause becomes while the slice is down. A forced one is
+			// counted when its ask is first written (its cause's
+			// maintenance or preemption has begun); a voluntary one only
+			// when Compute Engine begins it (countSliceBegun): its first
+			// ask is the start of a drain that may be given up.
 			if !down[ask.Slice] {
 				down[ask.Slice] = true
-				if i, ok := ask.Reason.Interruption(); ok {
+				if i, ok := ask.Reason.Interruption(); ok && ask.Reason != protocol.ReasonManual {
 					a.opts.Metrics.SliceInterruptions.WithLabelValues(ask.Slice, string(i.Type), string(i.Reason)).Inc()
 				}
 			}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/maintenance"
@@ -168,6 +170,21 @@ func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 	down[0].InMaintenance, down[0].Triggered, down[0].Voluntary = true, true, true
 	if p := Decide(now, cfg, down)[0]; len(p.Trigger) != 0 || len(p.Decisions) != 0 || p.Voluntary != 4 {
 		t.Errorf("a slice going down: trigger %v, decisions %v, voluntary %d", p.Trigger, p.Decisions, p.Voluntary)
+	}
+	// Its first host back already, the others still in the slice's
+	// maintenance it asked for (begun: host maintenance, counted by the
+	// first): the slice counts whole until every host is back.
+	begun := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t1", Labels: map[string]string{protocol.LabelNodePool: "tpu-slice"}}}
+	protocol.WriteAgentState(begun, protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: now, Deadline: now.Add(time.Hour), Begun: true})
+	if v := NodeOf(begun, protocol.LabelNodePool, ""); !v.Voluntary {
+		t.Errorf("a host in its slice's voluntary maintenance, begun: voluntary %t; want it counted against the caps", v.Voluntary)
+	}
+	tail := append([]Node(nil), all...)
+	for i := 1; i < len(tail); i++ {
+		tail[i].InMaintenance, tail[i].Voluntary = true, NodeOf(begun, protocol.LabelNodePool, "").Voluntary
+	}
+	if p := Decide(now, cfg, tail)[0]; len(p.Trigger) != 0 || p.Voluntary != 4 {
+		t.Errorf("the asking host back first: trigger %v, voluntary %d; want the slice counted whole", p.Trigger, p.Voluntary)
 	}
 	// A host opted out, or cooling down, keeps the whole slice.
 	for _, f := range []func(*Node){func(n *Node) { n.OptOut = true }, func(n *Node) { n.Failures.RetryAfter = now.Add(time.Hour) }, func(n *Node) { n.Ready = false }} {

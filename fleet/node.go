@@ -85,7 +85,10 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Asked = asked
-	v.Voluntary = asked || st.Active() && st.Reason == protocol.ReasonManual
+	// A host whose maintenance is its slice's voluntary one, begun
+	// (AgentState.Begun), is in it until it is back, whichever host of the
+	// slice comes back first.
+	v.Voluntary = asked || st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = NodeReady(n)
 	v.InMaintenance = protocol.InMaintenance(n)

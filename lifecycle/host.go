@@ -133,6 +133,9 @@ func (d *Decision) hostMaintenance(obs Observation, deadline time.Time, reason, 
 	}
 	msg := fmt.Sprintf(format, d.State.Deadline.UTC().Format(time.RFC3339))
 	if ofSlice {
+		// Begun marks it the slice's voluntary maintenance, begun: it
+		// counts against the voluntary caps until this host is back too.
+		d.State.Begun = true
 		msg += fmt.Sprintf(". It is the maintenance of the multi-host slice %s, which another host of it asked for: counted once, by that host", obs.Slice)
 	} else {
 		d.Interruption = countedAs(protocol.ReasonHostMaintenance)

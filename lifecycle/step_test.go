@@ -1538,8 +1538,8 @@ func TestStepSliceCallsOnce(t *testing.T) {
 				t.Errorf("state %+v, events %+v", d.State, d.Events)
 			}
 		}},
-		{"the slice's maintenance begins on a follower: its own, not counted", func() State { s := follower; s.Phase = protocol.PhaseTerminating; return s }(), following(obs(ongoing)), func(t *testing.T, d Decision) {
-			if d.State.Reason != protocol.ReasonHostMaintenance || d.Interruption != nil || !strings.Contains(d.Events[0].Message, "maintenance of the multi-host slice v5p") {
+		{"the slice's maintenance begins on a follower: its own, not counted, marked the slice's voluntary one", func() State { s := follower; s.Phase = protocol.PhaseTerminating; return s }(), following(obs(ongoing)), func(t *testing.T, d Decision) {
+			if d.State.Reason != protocol.ReasonHostMaintenance || d.Interruption != nil || !d.State.Begun || !strings.Contains(d.Events[0].Message, "maintenance of the multi-host slice v5p") {
 				t.Errorf("state %+v, interruption %v, events %+v", d.State, d.Interruption, d.Events)
 			}
 		}},

@@ -87,7 +87,9 @@ const (
 	AnnotationLastEvent = "maintenance-handler.io/last-event"
 	// AnnotationBegun ("true") is set while a manual or opportunistic
 	// maintenance waits for the VM's stop once Compute Engine has been seen
-	// to begin it (and it was counted); absent otherwise.
+	// to begin it (and it was counted), and on a host of a multi-host slice
+	// whose own maintenance began as the slice's voluntary one (counted by
+	// the host that asked); absent otherwise.
 	AnnotationBegun = "maintenance-handler.io/begun"
 	// AnnotationNoticeDone is the window start (Unix seconds) of the
 	// ONGOING notice whose maintenance already stopped the VM: while the

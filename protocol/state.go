@@ -30,7 +30,9 @@ type AgentState struct {
 	// LastEvent is the last maintenance-event value acted on.
 	LastEvent maintenance.Event
 	// Begun: Compute Engine was seen to begin the manual maintenance under
-	// way (it is counted); set only while active.
+	// way (it is counted), or, on a host of a multi-host slice whose own
+	// maintenance began as its slice's voluntary one (another host asked
+	// for it, and counts it), that one; set only while active.
 	Begun bool
 	// NoticeDone is the window start (Unix seconds) of the ONGOING notice
 	// whose maintenance already stopped the VM ("" when none).
