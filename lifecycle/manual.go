@@ -126,9 +126,16 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 	case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule):
 		// Before asking: the notice is gone or can no longer be
 		// started early, so there is nothing to ask for.
+		why := "The maintenance can no longer be started early (the notice is gone or no longer reschedulable)"
+		if sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing {
+			// A VM that serves maintenance-event (a TPU VM's window is its
+			// host maintenance: maintenanceStarts took it over).
+			why = fmt.Sprintf("The maintenance window opened (%s) before Compute Engine was asked: the maintenance now begins on Compute Engine's schedule, and on this VM its drain starts with TERMINATE_ON_HOST_MAINTENANCE, about an hour before the stop, as for any host maintenance",
+				sig.Notice.WindowStart.UTC().Format(time.RFC3339))
+		}
 		d.Manual = protocol.ManualNotReschedulable
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-			Message: fmt.Sprintf("The maintenance can no longer be started early (the notice is gone or no longer reschedulable); Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", protocol.LabelPerformMaintenance)})
+			Message: fmt.Sprintf("%s; Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", why, protocol.LabelPerformMaintenance)})
 		d.Uncordon = !st.CordonedBefore
 		d.RemoveTrigger = true
 		d.State = idleState(st)

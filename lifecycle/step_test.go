@@ -947,12 +947,28 @@ func TestStepTheWindowRuleIsTPUs(t *testing.T) {
 			d.State.Phase, d.State.Reason, d.State.Deadline)
 	}
 
-	manual := draining(protocol.ReasonManual, time.Hour) // still draining, Compute Engine not yet called
+	// A GPU VM's drain for a maintenance the agent did not start (a
+	// restart's) goes on as it was.
+	notStarted := draining(protocol.ReasonManual, time.Hour)
 	gpu := Observation{Now: t0, Signals: open, MachineView: MachineView{BootID: bootA}}
-	d = stepChecked(t, cfg, manual, gpu)
-	if d.State.Reason != protocol.ReasonManual || !d.State.Deadline.Equal(manual.Deadline) || d.Interruption != nil {
+	d = stepChecked(t, cfg, notStarted, gpu)
+	if d.State.Reason != protocol.ReasonManual || !d.State.Deadline.Equal(notStarted.Deadline) || d.Interruption != nil {
 		t.Errorf("a GPU VM's manual drain when its window opens: reason %s, deadline %s, interruption %v; want the manual drain going on as it was",
 			d.State.Reason, d.State.Deadline, d.Interruption)
+	}
+	// A person's (or the aggregator's) manual maintenance, not yet asked
+	// of Compute Engine: there is nothing left to ask for. It is given up,
+	// and says so: the host maintenance's own drain comes with TERMINATE.
+	manual := draining(protocol.ReasonManual, time.Hour)
+	manual.RequestID = "req-1"
+	d = stepChecked(t, cfg, manual, labelled(gpu, "true"))
+	if d.State.Phase != protocol.PhaseIdle || d.Interruption != nil || !d.Drain.IsZero() || d.Manual != protocol.ManualNotReschedulable || len(d.Events) == 0 ||
+		!strings.Contains(d.Events[0].Message, "window opened") || !strings.Contains(d.Events[0].Message, "TERMINATE_ON_HOST_MAINTENANCE") {
+		t.Errorf("a GPU VM's manual maintenance when its window opens: phase %s, interruption %v, drain %+v, outcome %q, events %+v; want it given up, nothing counted, saying the drain comes with TERMINATE",
+			d.State.Phase, d.Interruption, d.Drain, d.Manual, d.Events)
+	}
+	if d.State.Failures.Count != 0 {
+		t.Errorf("failures %+v; the window opening is no failure", d.State.Failures)
 	}
 }
 
