@@ -30,6 +30,14 @@ type model struct {
 	boot int
 	// tpu: the VM does not serve maintenance-event.
 	tpu bool
+	// sliceHost: the node is a host of a multi-host slice; chipsKnown: its
+	// TPU chips are registered, so that its agent can tell (a host whose
+	// agent starts first joins late). ask is another host's maintenance
+	// the slice follows (nil for none), and siblingsWaiting whether the
+	// other hosts still drain for this host's voluntary maintenance.
+	sliceHost, chipsKnown bool
+	ask                   *protocol.SliceAsk
+	siblingsWaiting       bool
 
 	// served is what the metadata server serves; known is what the agent
 	// has been told of it since it started (its Signals).
@@ -83,7 +91,40 @@ func newModel(seed uint64) *model {
 	// only sign of a host maintenance.
 	m.tpu = m.rng.IntN(4) == 0
 	m.served.EventNotServed = m.tpu
+	m.sliceHost = m.rng.IntN(3) == 0
+	m.chipsKnown = !m.sliceHost || m.rng.IntN(2) == 0
 	return m
+}
+
+// sliceEvent: the slice changes: the device plugin registers this host's
+// chips, another host's maintenance begins (forced, or a person's), turns
+// forced, or ends, or the other hosts finish draining.
+func (m *model) sliceEvent() {
+	if !m.sliceHost {
+		return
+	}
+	switch r := m.rng.IntN(6); {
+	case r == 0:
+		m.chipsKnown = true
+		m.logf("slice: the chips are registered")
+	case r == 1 && m.ask == nil:
+		reason := []protocol.Reason{protocol.ReasonPreemption, protocol.ReasonHostMaintenance, protocol.ReasonManual}[m.rng.IntN(3)]
+		deadline := m.now.Add(time.Hour)
+		if reason == protocol.ReasonPreemption {
+			deadline = m.now.Add(30 * time.Second)
+		}
+		m.ask = &protocol.SliceAsk{Slice: "v5p", Cause: "host-b", Reason: reason, Started: m.now, Deadline: deadline}
+		m.logf("slice: host-b begins %s", reason)
+	case r == 2 && m.ask != nil && m.ask.Reason == protocol.ReasonManual:
+		m.ask = &protocol.SliceAsk{Slice: "v5p", Cause: "host-c", Reason: protocol.ReasonPreemption, Started: m.now, Deadline: m.now.Add(30 * time.Second)}
+		m.logf("slice: host-c preempted: the slice turns forced")
+	case r == 3:
+		m.ask = nil
+		m.logf("slice: no other host in maintenance")
+	default:
+		m.siblingsWaiting = !m.siblingsWaiting
+		m.logf("slice: other hosts still draining %t", m.siblingsWaiting)
+	}
 }
 
 // terminate serves TERMINATE_ON_HOST_MAINTENANCE where the VM serves the
@@ -163,6 +204,8 @@ func (m *model) event() {
 	case r < 88:
 		m.restartAgent()
 		m.logf("agent restart")
+	case r < 93:
+		m.sliceEvent()
 	default:
 		m.now = m.now.Add(time.Duration(m.rng.IntN(20*60)) * time.Second)
 		m.logf("time passes")
@@ -279,6 +322,24 @@ func (m *model) observation(st State) Observation {
 	}
 	obs.Trigger, obs.TriggerSet, _ = protocol.ReadTrigger(m.node)
 	obs.DrainEnded, obs.DrainLeft = m.drainEnded, m.drainLeft
+	if m.sliceHost && !m.chipsKnown {
+		obs.SliceUnknown = "its TPU topology 2x2x2 may span several hosts"
+	}
+	if m.sliceHost && m.chipsKnown {
+		obs.Slice = "v5p"
+		if m.ask != nil {
+			obs.SliceAsk, obs.SliceAskSet = *m.ask, true
+		}
+		// This host is the slice's caller while its own manual maintenance
+		// is under way and no other host's is.
+		if st.Active() && st.Reason == protocol.ReasonManual {
+			obs.SliceVoluntary = true
+			obs.SliceCaller = m.ask == nil || m.ask.Reason != protocol.ReasonManual
+		}
+		if m.siblingsWaiting {
+			obs.SliceWaiting = []string{"host-b"}
+		}
+	}
 	if r := m.performResult; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}
@@ -293,7 +354,8 @@ func (m *model) reconcile(t *testing.T) {
 	t.Helper()
 	for range 4 {
 		before := protocol.ReadAgentState(m.node)
-		dec := Step(cfg, before, m.observation(before))
+		obs := m.observation(before)
+		dec := Step(cfg, before, obs)
 		changed := dec.Apply(m.node)
 		m.running = dec.Drain
 		after := protocol.ReadAgentState(m.node)
@@ -314,7 +376,7 @@ func (m *model) reconcile(t *testing.T) {
 		if dec.Interruption != nil {
 			m.interruptions[m.maint]++
 		}
-		m.check(t, before, dec)
+		m.check(t, before, obs, dec)
 		if !changed {
 			return
 		}
@@ -342,16 +404,28 @@ func joinLines(lines []string) string {
 }
 
 // check asserts the invariants after a reconcile.
-func (m *model) check(t *testing.T, before State, dec Decision) {
+func (m *model) check(t *testing.T, before State, obs Observation, dec Decision) {
 	t.Helper()
 	st := protocol.ReadAgentState(m.node)
 	k := m.known
+	forced := obs.SliceAskSet && obs.SliceAsk.Reason != protocol.ReasonManual
+	switch {
+	case dec.Perform && obs.SliceUnknown != "":
+		m.fail(t, "asked Compute Engine while the node's slice cannot be told: %s", obs.SliceUnknown)
+	case dec.Perform && st.Requested.Equal(m.now) && len(obs.SliceWaiting) > 0:
+		m.fail(t, "asked Compute Engine while %v still drain for the slice", obs.SliceWaiting)
+	case forced && before.Requested.IsZero() && (dec.Perform || !dec.Drain.IsZero() && dec.Drain.Voluntary):
+		m.fail(t, "the slice stops by force (%s), and this host asks Compute Engine (%t) or drains voluntarily (%+v)", obs.SliceAsk.Reason, dec.Perform, dec.Drain)
+	case forced && before.Requested.IsZero() && dec.State.Failures.Count > before.Failures.Count:
+		m.fail(t, "a failure recorded (%s) while the slice stops by force", dec.Manual)
+	}
 	if st.Phase == protocol.PhaseIdle && (k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted) {
 		m.fail(t, "idle while TERMINATE_ON_HOST_MAINTENANCE or preemption is served: %+v", k)
 	}
 	if before.Phase == protocol.PhaseIdle && st.Phase != protocol.PhaseIdle {
 		started := k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted ||
-			k.NoticeKnown && k.NoticePresent && k.Notice.Status == maintenance.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted
+			k.NoticeKnown && k.NoticePresent && k.Notice.Status == maintenance.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted ||
+			obs.SliceAskSet
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}
@@ -389,7 +463,8 @@ func (m *model) settle(t *testing.T) {
 	m.restartAgent()
 	m.known = quiet()
 	delete(m.node.Labels, protocol.LabelPerformMaintenance)
-	m.logf("settle: reboot, quiet, trigger removed")
+	m.ask, m.siblingsWaiting, m.chipsKnown = nil, false, true
+	m.logf("settle: reboot, quiet, trigger removed, the slice whole and its chips registered")
 	for range 4 {
 		m.reconcile(t)
 		if !m.running.IsZero() {
