@@ -75,6 +75,10 @@ type Agent struct {
 	// (syncConditions).
 	conditionsFrom string
 
+	// claims are the ResourceClaims the node's pods use, as read
+	// (claims.go). Used by the loop goroutine only.
+	claims map[string]claimHold
+
 	// counted is what the interruption counters hold, by InterruptionKey:
 	// they follow the Node's counts (the agent's own, a previous agent's,
 	// and the aggregator's). Used by the loop goroutine only.
@@ -126,6 +130,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.AcceleratorResources == nil {
 		opts.AcceleratorResources = DefaultAcceleratorResources
 	}
+	if opts.AcceleratorDeviceClasses == nil {
+		opts.AcceleratorDeviceClasses = DefaultAcceleratorDeviceClasses
+	}
 	opts.Config = opts.Config.WithDefaults()
 	if opts.Drainer == nil {
 		opts.Drainer = drain.New(drain.Options{
@@ -138,7 +145,7 @@ func New(opts Options) (*Agent, error) {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
 	return &Agent{opts: opts, timing: drain.TimingOr(opts.DrainTiming), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
-		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}}, nil
+		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}, claims: map[string]claimHold{}}, nil
 }
 
 var (
@@ -300,6 +307,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if node, err := a.cachedNode(); err == nil {
 		a.followMembership(ctx, node)
 	}
+	a.readClaims(ctx, a.opts.Pods.List())
 	var dec lifecycle.Decision
 	var latency time.Duration
 	var carried protocol.Counts // the repairs the aggregator counted on the Node
@@ -337,7 +345,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if obs.TriggerSet && a.opts.ManualGate != nil {
 			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
 		}
-		obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources)
+		obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources, a.claimsAccelerator)
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		obs.GKEHandling = lifecycle.GKEHandling(node, st)

@@ -12,9 +12,10 @@ var DefaultAcceleratorResources = []corev1.ResourceName{protocol.ResourceGPU, pr
 
 // idleness tells whether a node with pods is idle: no pod on it, other than
 // DaemonSet and mirror pods and pods that have finished, requests one of
-// resources, and no pod on it is annotated safe-to-evict "false". When it
-// is not, busy says why (protocol.BusySafeToEvict before protocol.BusyAccelerators).
-func idleness(pods []*corev1.Pod, resources []corev1.ResourceName) (idle bool, busy string) {
+// resources or holds an accelerator through its ResourceClaims (claimed),
+// and no pod on it is annotated safe-to-evict "false". When it is not,
+// busy says why (protocol.BusySafeToEvict before protocol.BusyAccelerators).
+func idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(*corev1.Pod) bool) (idle bool, busy string) {
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -25,7 +26,7 @@ func idleness(pods []*corev1.Pod, resources []corev1.ResourceName) (idle bool, b
 		if isDaemonSetOrMirror(p) {
 			continue
 		}
-		if busy == "" && requestsAny(p, resources) {
+		if busy == "" && (requestsAny(p, resources) || claimed(p)) {
 			busy = protocol.BusyAccelerators
 		}
 	}

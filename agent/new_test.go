@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -50,6 +51,10 @@ func (nopAPI) PatchPod(context.Context, string, string, types.PatchType, []byte,
 }
 
 func (nopAPI) PatchNodeStatus(context.Context, string, []byte) error { return nil }
+
+func (nopAPI) GetResourceClaim(context.Context, string, string) (*resourcev1.ResourceClaim, error) {
+	return nil, nil
+}
 
 func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, error) {
 	return nil, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -67,6 +68,9 @@ type API interface {
 	// PatchPod patches a pod on the node (the workload notice), or its
 	// subresource ("status") when given.
 	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
+	// GetResourceClaim reads a ResourceClaim a pod on the node uses: the
+	// devices it holds through dynamic resource allocation (idleness).
+	GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error)
 	drain.API
 }
 
@@ -104,6 +108,10 @@ type Options struct {
 	// AcceleratorResources make a pod accelerator work (see idleness); nil
 	// means DefaultAcceleratorResources.
 	AcceleratorResources []corev1.ResourceName
+	// AcceleratorDeviceClasses are the DRA device classes whose devices,
+	// held through a pod's ResourceClaim, make it accelerator work (see
+	// idleness); nil means DefaultAcceleratorDeviceClasses.
+	AcceleratorDeviceClasses []string
 	// RetryInterval is the delay between refused evictions when the
 	// budgets that refused them do not change (drain.Options).
 	RetryInterval time.Duration

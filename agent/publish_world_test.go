@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -53,5 +54,44 @@ func TestIdlenessPublished(t *testing.T) {
 	createPod(t, pinned)
 	world.WaitNode(t, v.name, "busy: safe-to-evict", func(n *corev1.Node) bool {
 		return n.Annotations[protocol.AnnotationIdleSince] == "" && n.Annotations[protocol.AnnotationBusy] == protocol.BusySafeToEvict
+	})
+}
+
+// TestIdlenessThroughResourceClaims: a trainer that holds its GPUs through
+// a ResourceClaim (dynamic resource allocation), requesting no
+// nvidia.com/gpu, keeps its node busy; one whose claim asks for another
+// class of device does not.
+func TestIdlenessThroughResourceClaims(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	v := newVM(t, "agent-idle-dra-0")
+	ns := world.Namespace(t)
+	startAgent(t, v, lifecycle.DefaultConfig)
+	world.WaitNode(t, v.name, "idle since", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
+	claim := func(name, class string) {
+		c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "devices", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class}}}}}}
+		if _, err := world.Client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed := func(pod, claim string) {
+		p := makePod(ns, pod, v.name, 1, time.Second)
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "devices", ResourceClaimName: &claim}}
+		createPod(t, p)
+	}
+	claim("nic", "rdma.example.com")
+	claimed("web", "nic")
+	claim("trainer-gpus", "gpu.nvidia.com")
+	claimed("trainer", "trainer-gpus")
+	world.WaitNode(t, v.name, "busy with the claimed GPUs", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationIdleSince] == "" && n.Annotations[protocol.AnnotationBusy] == protocol.BusyAccelerators
+	})
+	zero := int64(0)
+	if err := world.Client.CoreV1().Pods(ns).Delete(ctx, "trainer", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNode(t, v.name, "idle, the web pod's claim for another class left", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationIdleSince] != "" && n.Annotations[protocol.AnnotationBusy] == ""
 	})
 }

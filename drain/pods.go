@@ -66,8 +66,11 @@ func SlimPod(obj kube.Object) kube.Object {
 		Spec: corev1.PodSpec{
 			NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds,
 			Tolerations: p.Spec.Tolerations,
+			// Devices held through dynamic resource allocation: the
+			// claims name them (idleness).
+			ResourceClaims: p.Spec.ResourceClaims,
 		},
-		Status: corev1.PodStatus{Phase: p.Status.Phase},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses},
 	}
 	for _, k := range PodAnnotations {
 		if v, ok := p.Annotations[k]; ok {

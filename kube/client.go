@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,9 +20,9 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// scheme knows the core and policy groups alone.
+// scheme knows the core, policy and resource (DRA) groups alone.
 var (
-	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme)
+	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme, resourcev1.AddToScheme)
 	codecs = serializer.NewCodecFactory(scheme).WithoutConversion()
 	params = runtime.NewParameterCodec(scheme)
 )
@@ -36,10 +37,11 @@ func newScheme(adds ...func(*runtime.Scheme) error) *runtime.Scheme {
 	return s
 }
 
-// Client makes the binaries' calls on the core and policy groups.
+// Client makes the binaries' calls on the core, policy and resource
+// groups.
 type Client struct {
-	core, policy rest.Interface
-	watches      WatchRecorder
+	core, policy, resource rest.Interface
+	watches                WatchRecorder
 }
 
 // ReportWatches has the Informers of this Client's ListWatches tell r
@@ -72,7 +74,11 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Client{core: core, policy: policy}, nil
+	resource, err := rest.RESTClientForConfigAndClient(groupConfig(cfg, resourcev1.SchemeGroupVersion, "/apis"), hc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Client{core: core, policy: policy, resource: resource}, nil
 }
 
 // groupConfig is a copy of cfg for the REST client of one group version
@@ -110,6 +116,13 @@ func (c *Client) budgets(namespace string) *gentype.ClientWithList[*policyv1.Pod
 	return gentype.NewClientWithList("poddisruptionbudgets", c.policy, params, namespace,
 		func() *policyv1.PodDisruptionBudget { return &policyv1.PodDisruptionBudget{} },
 		func() *policyv1.PodDisruptionBudgetList { return &policyv1.PodDisruptionBudgetList{} })
+}
+
+// GetResourceClaim reads a ResourceClaim (dynamic resource allocation).
+func (c *Client) GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error) {
+	return gentype.NewClientWithList("resourceclaims", c.resource, params, namespace,
+		func() *resourcev1.ResourceClaim { return &resourcev1.ResourceClaim{} },
+		func() *resourcev1.ResourceClaimList { return &resourcev1.ResourceClaimList{} }).Get(ctx, name, metav1.GetOptions{})
 }
 
 // GetNode reads a Node.

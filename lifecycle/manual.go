@@ -126,16 +126,9 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 	case st.Requested.IsZero() && sig.NoticeKnown && !(sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule):
 		// Before asking: the notice is gone or can no longer be
 		// started early, so there is nothing to ask for.
-		why := "The maintenance can no longer be started early (the notice is gone or no longer reschedulable)"
-		if sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing {
-			// A VM that serves maintenance-event (a TPU VM's window is its
-			// host maintenance: maintenanceStarts took it over).
-			why = fmt.Sprintf("The maintenance window opened (%s) before Compute Engine was asked: the maintenance now begins on Compute Engine's schedule, and on this VM its drain starts with TERMINATE_ON_HOST_MAINTENANCE, about an hour before the stop, as for any host maintenance",
-				sig.Notice.WindowStart.UTC().Format(time.RFC3339))
-		}
 		d.Manual = protocol.ManualNotReschedulable
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-			Message: fmt.Sprintf("%s; Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", why, protocol.LabelPerformMaintenance)})
+			Message: fmt.Sprintf("%s; Compute Engine was not asked. The node is back in service (taint, maintenance label and %s removed).", notReschedulable(sig), protocol.LabelPerformMaintenance)})
 		d.Uncordon = !st.CordonedBefore
 		d.RemoveTrigger = true
 		d.State = idleState(st)
@@ -153,6 +146,19 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 			d.State.Requested = obs.Now
 		}
 	}
+}
+
+// notReschedulable says why a manual maintenance not yet asked for can no
+// longer be started early. The window opening is one reason: on a VM that
+// serves maintenance-event (a TPU VM's opened window is its host
+// maintenance, which maintenanceStarts took over) the drain then comes
+// with TERMINATE_ON_HOST_MAINTENANCE.
+func notReschedulable(sig Signals) string {
+	if sig.NoticePresent && sig.Notice.Status == maintenance.StatusOngoing {
+		return fmt.Sprintf("The maintenance window opened (%s) before Compute Engine was asked: the maintenance now begins on Compute Engine's schedule, and on this VM its drain starts with TERMINATE_ON_HOST_MAINTENANCE, about an hour before the stop, as for any host maintenance",
+			sig.Notice.WindowStart.UTC().Format(time.RFC3339))
+	}
+	return "The maintenance can no longer be started early (the notice is gone or no longer reschedulable)"
 }
 
 // triggerCheck is what the agent knows of the trigger, for

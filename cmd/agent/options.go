@@ -71,6 +71,9 @@ type Options struct {
 	DrainMargin time.Duration
 	// AcceleratorResources make a pod accelerator work, for idleness.
 	AcceleratorResources []string
+	// AcceleratorDeviceClasses: a pod holding a device of one through a
+	// ResourceClaim does accelerator work, for idleness.
+	AcceleratorDeviceClasses []string
 	// PolicyConfigMap (namespace/name) holds the maintenance policy that
 	// may gate manual triggers; empty means none.
 	PolicyConfigMap string
@@ -88,28 +91,29 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:                os.Getenv("NODE_NAME"),
-		PodNamespace:            os.Getenv("POD_NAMESPACE"),
-		PodName:                 os.Getenv("POD_NAME"),
-		ListenAddress:           ":9102",
-		MetadataTimeout:         60 * time.Second,
-		UnhealthyAfter:          3 * time.Minute,
-		HostMaintenanceDeadline: lifecycle.DefaultConfig.HostMaintenanceDeadline,
-		PreemptionDeadline:      lifecycle.DefaultConfig.PreemptionDeadline,
-		OngoingDeadline:         lifecycle.DefaultConfig.OngoingDeadline,
-		GKEHandler:              gkeHandlerDefer,
-		ManualDrainTimeout:      lifecycle.DefaultConfig.ManualDrainTimeout,
-		ManualStartTimeout:      lifecycle.DefaultConfig.ManualStartTimeout,
-		TriggerMaxAge:           lifecycle.DefaultConfig.TriggerMaxAge,
-		FailureCooldown:         lifecycle.DefaultConfig.FailureCooldown,
-		AcceleratorResources:    resourceStrings(agent.DefaultAcceleratorResources),
-		PoolLabel:               protocol.LabelNodePool,
-		EvictionRetryInterval:   drain.DefaultRetryInterval,
-		DrainReserve:            drain.DefaultReserve,
-		DrainMargin:             drain.DefaultMargin,
-		LogLevel:                "info",
-		KubeAPIQPS:              50,
-		KubeAPIBurst:            100,
+		NodeName:                 os.Getenv("NODE_NAME"),
+		PodNamespace:             os.Getenv("POD_NAMESPACE"),
+		PodName:                  os.Getenv("POD_NAME"),
+		ListenAddress:            ":9102",
+		MetadataTimeout:          60 * time.Second,
+		UnhealthyAfter:           3 * time.Minute,
+		HostMaintenanceDeadline:  lifecycle.DefaultConfig.HostMaintenanceDeadline,
+		PreemptionDeadline:       lifecycle.DefaultConfig.PreemptionDeadline,
+		OngoingDeadline:          lifecycle.DefaultConfig.OngoingDeadline,
+		GKEHandler:               gkeHandlerDefer,
+		ManualDrainTimeout:       lifecycle.DefaultConfig.ManualDrainTimeout,
+		ManualStartTimeout:       lifecycle.DefaultConfig.ManualStartTimeout,
+		TriggerMaxAge:            lifecycle.DefaultConfig.TriggerMaxAge,
+		FailureCooldown:          lifecycle.DefaultConfig.FailureCooldown,
+		AcceleratorResources:     resourceStrings(agent.DefaultAcceleratorResources),
+		AcceleratorDeviceClasses: agent.DefaultAcceleratorDeviceClasses,
+		PoolLabel:                protocol.LabelNodePool,
+		EvictionRetryInterval:    drain.DefaultRetryInterval,
+		DrainReserve:             drain.DefaultReserve,
+		DrainMargin:              drain.DefaultMargin,
+		LogLevel:                 "info",
+		KubeAPIQPS:               50,
+		KubeAPIBurst:             100,
 	}
 }
 
@@ -134,6 +138,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger (written by the aggregator) the agent acts on; an older one, one for another notice, or one on a node that is no longer idle is rejected and nothing is drained.")
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
+	fs.StringSliceVar(&o.AcceleratorDeviceClasses, "accelerator-device-classes", o.AcceleratorDeviceClasses, "Device classes of dynamic resource allocation whose devices make a pod accelerator work: a pod holding one through a ResourceClaim (or whose claim cannot be read) keeps its node busy. The defaults are NVIDIA's GPU driver's and Google's TPU driver's; reading claims needs get on resourceclaims.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy, and, as on GKE, a multi-host TPU slice's pool is its slice).")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "Node label whose value names the node's multi-host slice, where the pool does not (a self-managed cluster); the same as the aggregator's. The agent follows the other hosts of its slice.")
