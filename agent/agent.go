@@ -92,7 +92,7 @@ type Agent struct {
 }
 
 // fieldManager names the agent's writes.
-const fieldManager = "maintenance-handler-agent"
+const fieldManager = protocol.FieldManagerAgent
 
 // New returns an Agent, or ErrInvalidOptions. Client, NodeName, Watcher
 // and Pods are required; every other zero field has a default: Config's
@@ -359,6 +359,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if !dec.Apply(node) {
 			return nil
 		}
+		node.ManagedFields = nil // omitted: the API server keeps its own
 		if _, err := a.opts.Client.UpdateNode(ctx, node, fieldManager); err != nil {
 			return err
 		}

@@ -1022,6 +1022,34 @@ func TestAgentStartedLateDrainsByThePlatformsDeadline(t *testing.T) {
 	world.WaitEvent(t, v.name, protocol.EventEscalated)
 }
 
+// TestAgentMigratesAnOlderAgentsNotice: notice keys an agent of an older
+// version mirrored (written under the agent's field manager, without the
+// record this version keeps) are the agent's own, not another
+// controller's: when the VM no longer serves that notice, the upgraded
+// agent removes them once and says so, so the aggregator no longer sees a
+// pending maintenance there. GKE's keys stay (TestAgentLeavesGKEsMaintenanceToIt).
+func TestAgentMigratesAnOlderAgentsNotice(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-migrate-0")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, v.name)
+		n.Labels[protocol.LabelScheduledMaintenanceTime] = "1798081200"
+		n.Annotations[protocol.AnnotationUpcomingMaintenance] = `{"maintenance_status":"PENDING","type":"SCHEDULED","can_reschedule":true,"window_start_time":"2026-12-24T03:00:00+00:00"}`
+		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: protocol.FieldManagerAgent})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, v, lifecycle.DefaultConfig)
+	world.WaitNode(t, v.name, "the older agent's notice removed", func(n *corev1.Node) bool {
+		_, label := n.Labels[protocol.LabelScheduledMaintenanceTime]
+		_, annotation := n.Annotations[protocol.AnnotationUpcomingMaintenance]
+		return !label && !annotation && n.Annotations[protocol.AnnotationLastBootID] != ""
+	})
+	world.WaitEvent(t, v.name, protocol.EventMaintenanceCancelled)
+}
+
 // TestAgentLeavesGKEsMaintenanceToIt: on a GKE node whose own handler
 // mirrors the notice and handles the maintenance, an agent whose VM does
 // not serve the notice (404) leaves GKE's notice keys alone and says

@@ -20,13 +20,28 @@ import (
 
 // watchNode starts one watch of the agent's own Node and waits for it.
 func (a *Agent) watchNode(ctx context.Context) error {
-	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), kube.InformerOptions{Name: "node", Transform: slimNode, Logger: a.log.With("watch", "node"), Clock: a.opts.Clock})
+	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), kube.InformerOptions{Name: "node", Transform: slimOwnNode, Logger: a.log.With("watch", "node"), Clock: a.opts.Clock})
 	a.nodes.AddHandlers(kube.OnAnyChange(a.poke))
 	a.needs(a.nodes)
 	if err := a.nodes.Start(ctx); err != nil {
 		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, err)
 	}
 	return nil
+}
+
+// slimOwnNode is slimNode for the agent's own Node, keeping the managed
+// fields: who wrote the keys the agent shares with GKE's handler
+// (protocol.OwnsLabel). It is one object, and the agent never sends them
+// back (reconcile).
+func slimOwnNode(obj kube.Object) kube.Object {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj
+	}
+	managed := n.ManagedFields
+	slim := slimNode(n).(*corev1.Node)
+	slim.ManagedFields = managed
+	return slim
 }
 
 // slimNode drops what the agent never reads from its cached Node: the

@@ -404,3 +404,40 @@ func TestSliceMembershipFollowsTheChips(t *testing.T) {
 		t.Errorf("with a slice label: unknown %q; the label says membership outright", got)
 	}
 }
+
+// TestOwnership: who wrote a label or an annotation is read from the
+// Node's managed fields, so that the agent tells its own older writes
+// from GKE's handler's on the same keys.
+func TestOwnership(t *testing.T) {
+	entry := func(manager, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
+		entry(FieldManagerAgent, `{"f:metadata":{"f:labels":{"f:`+LabelScheduledMaintenanceTime+`":{}},"f:annotations":{"f:`+AnnotationUpcomingMaintenance+`":{}}}}`),
+		entry(FieldManagerGKE, `{"f:metadata":{"f:labels":{"f:`+LabelActiveMaintenance+`":{}}}}`),
+		entry("broken", `{"f:metadata":`),
+	}}}
+	for _, tc := range []struct {
+		got, want bool
+		what      string
+	}{
+		{OwnsLabel(n, FieldManagerAgent, LabelScheduledMaintenanceTime), true, "the agent's label"},
+		{OwnsAnnotation(n, FieldManagerAgent, AnnotationUpcomingMaintenance), true, "the agent's annotation"},
+		{OwnsLabel(n, FieldManagerAgent, LabelActiveMaintenance), false, "GKE's label, as the agent's"},
+		{OwnsLabel(n, FieldManagerGKE, LabelActiveMaintenance), true, "GKE's label"},
+		{OwnsAnnotation(n, FieldManagerGKE, AnnotationUpcomingMaintenance), false, "the agent's annotation, as GKE's"},
+		{OwnsLabel(n, "broken", LabelActiveMaintenance), false, "an unreadable entry"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %t, want %t", tc.what, tc.got, tc.want)
+		}
+	}
+	n.Labels = map[string]string{LabelScheduledMaintenanceTime: "1798081200"}
+	if ReadAgentState(n).NoticeForeign {
+		t.Error("a notice an older agent mirrored (its field manager, no record) read as another controller's")
+	}
+	n.ManagedFields = n.ManagedFields[1:]
+	if !ReadAgentState(n).NoticeForeign {
+		t.Error("a notice no agent wrote read as the agent's")
+	}
+}

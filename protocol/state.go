@@ -152,8 +152,12 @@ func ReadAgentState(n *corev1.Node) AgentState {
 	}
 	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], ReadNotice(a[AnnotationUpcomingMaintenance])
 	// The notice keys are the agent's only while it mirrors them: GKE's
-	// handler writes the same keys.
-	st.NoticeForeign = (st.ScheduledTime != "" || st.Notice.Raw != "") && a[AnnotationNoticeMirrored] != "true"
+	// handler writes the same keys. Keys an agent of a version before the
+	// record wrote (its field manager owns them) are the agent's too: they
+	// are adopted, and the record written, at the next write (migrated
+	// once), rather than left as another controller's for ever.
+	st.NoticeForeign = (st.ScheduledTime != "" || st.Notice.Raw != "") && a[AnnotationNoticeMirrored] != "true" &&
+		!OwnsLabel(n, FieldManagerAgent, LabelScheduledMaintenanceTime) && !OwnsAnnotation(n, FieldManagerAgent, AnnotationUpcomingMaintenance)
 	return st
 }
 
