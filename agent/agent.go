@@ -349,6 +349,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		obs.PodsKnown = true
 		changedAt := a.changedAt
 		obs.GKEHandling = lifecycle.GKEHandling(node, st)
+		obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
 		obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
 		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 			obs.Perform = r

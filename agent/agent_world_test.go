@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
@@ -61,10 +62,16 @@ func newVM(t testing.TB, name string) *vm {
 // newVMWith is newVM with an emulator configured as cfg.
 func newVMWith(t testing.TB, name string, cfg gceemu.Config) *vm {
 	t.Helper()
-	world.NodeT(t, testworld.NodeSpec{Name: name})
-	cfg.Name = name
+	return newVMOn(t, testworld.NodeSpec{Name: name}, cfg)
+}
+
+// newVMOn is newVMWith for a Node made as spec.
+func newVMOn(t testing.TB, spec testworld.NodeSpec, cfg gceemu.Config) *vm {
+	t.Helper()
+	world.NodeT(t, spec)
+	cfg.Name = spec.Name
 	emu := gceemu.StartT(t, cfg)
-	return &vm{name: name, emu: emu}
+	return &vm{name: spec.Name, emu: emu}
 }
 
 // running is one agent process, in-process.
@@ -1119,4 +1126,87 @@ func TestAgentLeavesGKEsMaintenanceToIt(t *testing.T) {
 	if got := nodeEvents(t, v.name)[protocol.EventMaintenanceCancelled]; got != 0 {
 		t.Errorf("%d %s Events for a notice the agent never had", got, protocol.EventMaintenanceCancelled)
 	}
+}
+
+// TestAgentLeavesHostMaintenanceToGKEsHandler: GKE's handler of 1.33 and
+// later drains host maintenance itself and writes the very label and taint
+// the agent writes, so their values cannot tell who wrote them. On a node
+// whose kubelet is GKE's 1.33, the agent leaves a host maintenance to
+// GKE's handler from TERMINATE on, before that handler writes anything,
+// and its later writes change nothing. On a node whose kubelet does not
+// say so, the agent drains, and GKE's handler applying the same value
+// after the agent is told by its field manager: the drain stops there.
+func TestAgentLeavesHostMaintenanceToGKEsHandler(t *testing.T) {
+	testworld.Need(t)
+	gkeWrites := func(t *testing.T, name string, change func(n *corev1.Node)) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n := getNode(t, name)
+			change(n)
+			_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: protocol.FieldManagerGKE})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	backUntouched := func(t *testing.T, v *vm, r *running, ns string) {
+		t.Helper()
+		reboot(t, v, r)
+		n := world.WaitNode(t, v.name, "back in service", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationPhase] == "" })
+		if n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueOngoing || n.Spec.Unschedulable {
+			t.Errorf("back in service: label %q (GKE's, to stay), cordoned %t", n.Labels[protocol.LabelActiveMaintenance], n.Spec.Unschedulable)
+		}
+		if got := protocol.ReadAgentState(n).Interruptions; len(got) != 1 || got[protocol.HostMaintenance.Key()] != 1 {
+			t.Errorf("interruptions %v, want one host maintenance", got)
+		}
+		if podGone(t, ns, "trainer") {
+			t.Error("the agent evicted a pod of a maintenance it left to GKE's handler")
+		}
+	}
+
+	t.Run("GKE 1.33: left to GKE's handler from TERMINATE", func(t *testing.T) {
+		v := newVMOn(t, testworld.NodeSpec{Name: "agent-gke133-0", KubeletVersion: "v1.33.2-gke.1240000"}, gceemu.Config{})
+		ns := world.Namespace(t)
+		createPod(t, makePod(ns, "trainer", v.name, 5, time.Second))
+		world.WaitRunning(t, v.name, 1)
+		r := startAgent(t, v, lifecycle.DefaultConfig)
+		v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+		world.WaitEvent(t, v.name, protocol.EventLeftToGKE)
+		n := world.WaitNode(t, v.name, "the maintenance recorded as GKE's", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLeftToGKE] == "true" })
+		if n.Spec.Unschedulable || n.Labels[protocol.LabelActiveMaintenance] != "" || protocol.HasTaint(n) {
+			t.Errorf("left to GKE, yet the agent cordoned (%t), labelled (%q) or tainted (%v)", n.Spec.Unschedulable, n.Labels[protocol.LabelActiveMaintenance], n.Spec.Taints)
+		}
+		// GKE's handler writes what the agent would have written.
+		gkeWrites(t, v.name, func(n *corev1.Node) {
+			n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
+		})
+		backUntouched(t, v, r, ns)
+	})
+
+	t.Run("the agent first, GKE's handler the same value after", func(t *testing.T) {
+		v := newVM(t, "agent-gke-after-0")
+		ns := world.Namespace(t)
+		p := makePod(ns, "trainer", v.name, 5, time.Second)
+		p.Labels = map[string]string{"app": "trainer"}
+		createPod(t, p)
+		guard(t, p)
+		r := startAgent(t, v, lifecycle.DefaultConfig)
+		v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+		world.WaitEvent(t, v.name, protocol.EventBlocked)
+		if n := getNode(t, v.name); n.Labels[protocol.LabelActiveMaintenance] != protocol.ValueOngoing || !protocol.HasTaint(n) {
+			t.Fatalf("draining: label %q, taints %v", n.Labels[protocol.LabelActiveMaintenance], n.Spec.Taints)
+		}
+		// Server-side apply records GKE's handler as an owner of the label
+		// though its value does not change (an update of the same value
+		// records nothing).
+		apply := corev1ac.Node(v.name).WithLabels(map[string]string{protocol.LabelActiveMaintenance: protocol.ValueOngoing})
+		if _, err := world.Client.CoreV1().Nodes().Apply(testworld.Ctx(t, 10*time.Second), apply, metav1.ApplyOptions{FieldManager: protocol.FieldManagerGKE}); err != nil {
+			t.Fatal(err)
+		}
+		world.WaitEvent(t, v.name, protocol.EventLeftToGKE)
+		world.WaitNode(t, v.name, "the maintenance recorded as GKE's", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLeftToGKE] == "true" })
+		backUntouched(t, v, r, ns)
+	})
 }

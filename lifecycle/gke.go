@@ -22,7 +22,14 @@ import (
 // the active-maintenance label and the taint to GKE's handler; it still
 // counts the interruption, and the maintenance ends as any does.
 func (d *Decision) leaveToGKE(cfg Config, before State, obs Observation) {
-	if cfg.IgnoreGKEHandler || obs.GKEHandling == "" || !d.State.Active() || d.State.LeftToGKE {
+	handling := obs.GKEHandling
+	if handling == "" && obs.GKEHostMaintenance && d.State.Reason == protocol.ReasonHostMaintenance {
+		// GKE's handler drains host maintenance itself here, and writes
+		// the very label and taint the agent writes: the agent, usually
+		// first, would never see it, and both would drain.
+		handling = "its kubelet is GKE's, 1.33 or later, whose own handler drains host maintenance, writing the same label and taint as this agent"
+	}
+	if cfg.IgnoreGKEHandler || handling == "" || !d.State.Active() || d.State.LeftToGKE {
 		return
 	}
 	d.State.LeftToGKE = true
@@ -35,16 +42,20 @@ func (d *Decision) leaveToGKE(cfg Config, before State, obs Observation) {
 	}
 	d.Events = append(d.Events, EventRecord{Reason: protocol.EventLeftToGKE,
 		Message: fmt.Sprintf("GKE's maintenance handler is handling this node (%s), so the %s is left to it: the agent does not drain or cordon the node, does not call Compute Engine, and leaves GKE's label and taint; it counts the interruption (--gke-handler=defer)",
-			obs.GKEHandling, d.State.Reason)})
+			handling, d.State.Reason)})
 }
 
 // GKEHandling says how n shows that GKE's own maintenance handler is
 // handling it ("" when it does not), given the agent's state st on n: the
 // active-maintenance label with a value the agent did not write (any value
 // while it is idle; passthrough, as GKE's handler writes for a
-// perform-maintenance label it acts on, while the agent drains), or GKE's
-// maintenance-window-started taint.
+// perform-maintenance label it acts on, while the agent drains), or
+// written by GKE's handler whatever its value (its field manager owns
+// it), or GKE's maintenance-window-started taint.
 func GKEHandling(n *corev1.Node, st protocol.AgentState) string {
+	if v, ok := n.Labels[protocol.LabelActiveMaintenance]; ok && protocol.OwnsLabel(n, protocol.FieldManagerGKE, protocol.LabelActiveMaintenance) {
+		return "label " + protocol.LabelActiveMaintenance + "=" + v + ", written by GKE's handler (" + protocol.FieldManagerGKE + ")"
+	}
 	if v, ok := n.Labels[protocol.LabelActiveMaintenance]; ok {
 		var ours string
 		switch {
@@ -69,7 +80,17 @@ func GKEHandling(n *corev1.Node, st protocol.AgentState) string {
 // GKEHandles reports whether a node whose kubelet is kubeletVersion runs
 // GKE's own maintenance handler: GKE's kubelet ("v1.31.5-gke.1000"), 1.31
 // or later.
-func GKEHandles(kubeletVersion string) bool {
+func GKEHandles(kubeletVersion string) bool { return gkeAtLeast(kubeletVersion, 31) }
+
+// GKEHandlesHostMaintenance reports whether GKE's own handler drains host
+// maintenance itself on a node whose kubelet is kubeletVersion: GKE's
+// kubelet, 1.33 or later, which drains on TERMINATE_ON_HOST_MAINTENANCE
+// and writes the active-maintenance label and the impending-termination
+// taint, as the agent does.
+func GKEHandlesHostMaintenance(kubeletVersion string) bool { return gkeAtLeast(kubeletVersion, 33) }
+
+// gkeAtLeast: kubeletVersion is GKE's kubelet, 1.minor or later.
+func gkeAtLeast(kubeletVersion string, minor int) bool {
 	v, gke := strings.CutPrefix(kubeletVersion, "v")
 	if !gke || !strings.Contains(v, "-gke.") {
 		return false
@@ -79,6 +100,6 @@ func GKEHandles(kubeletVersion string) bool {
 		return false
 	}
 	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	return err1 == nil && err2 == nil && (major > 1 || major == 1 && minor >= 31)
+	got, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (major > 1 || major == 1 && got >= minor)
 }

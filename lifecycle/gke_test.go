@@ -40,4 +40,26 @@ func TestMaintenanceLeftToGKE(t *testing.T) {
 	if got := GKEHandling(ours, protocol.ReadAgentState(ours)); got != "taint "+protocol.TaintMaintenanceWindowStarted {
 		t.Errorf("GKE's window taint: GKEHandling %q", got)
 	}
+	// GKE's handler writing the very value the agent writes: only its
+	// field manager tells.
+	same := &corev1.Node{}
+	protocol.WriteAgentState(same, protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance})
+	same.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: protocol.FieldManagerGKE, Operation: metav1.ManagedFieldsOperationApply,
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:` + protocol.LabelActiveMaintenance + `":{}}}}`)}}}
+	if got := GKEHandling(same, protocol.ReadAgentState(same)); got == "" {
+		t.Error("GKE's handler wrote the agent's own value: not seen")
+	}
+}
+
+// TestGKEHandlesHostMaintenance: GKE's kubelets of 1.33 and later run a
+// handler that drains host maintenance itself; others do not.
+func TestGKEHandlesHostMaintenance(t *testing.T) {
+	for v, want := range map[string]bool{
+		"v1.33.2-gke.1240000": true, "v1.34.0-gke.100": true, "v2.0.0-gke.1": true,
+		"v1.32.4-gke.1000": false, "v1.33.2": false, "1.33.2-gke.1": false, "v1.x-gke.1": false, "": false,
+	} {
+		if got := GKEHandlesHostMaintenance(v); got != want {
+			t.Errorf("GKEHandlesHostMaintenance(%q) = %t, want %t", v, got, want)
+		}
+	}
 }

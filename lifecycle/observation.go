@@ -64,6 +64,10 @@ type MachineView struct {
 	// GKEHandling says how the Node shows GKE's own maintenance handler
 	// handling it (GKEHandling); "" when it does not.
 	GKEHandling string
+	// GKEHostMaintenance: GKE's own handler drains host maintenance on
+	// this node itself (GKEHandlesHostMaintenance): a host maintenance is
+	// left to it from its start.
+	GKEHostMaintenance bool
 	// TPU: the Node is a TPU VM (protocol.IsTPU): its maintenance window's
 	// opening is its host maintenance signal, whatever maintenance-event
 	// answers.

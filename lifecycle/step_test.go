@@ -1708,6 +1708,28 @@ func TestStepLeavesToGKE(t *testing.T) {
 			t.Errorf("state %+v, cordon %t, drain %+v: want the agent's own drain", d.State, d.Cordon, d.Drain)
 		}
 	})
+	t.Run("GKE 1.33 or later drains host maintenance itself: left to it from TERMINATE, before it writes anything", func(t *testing.T) {
+		o := obs(terminate)
+		o.GKEHostMaintenance = true
+		d := stepChecked(t, cfg, State{}, o)
+		if !d.State.LeftToGKE || d.Cordon || !d.Drain.IsZero() || d.Interruption == nil || !slices.ContainsFunc(d.Events, func(e EventRecord) bool {
+			return e.Reason == protocol.EventLeftToGKE && strings.Contains(e.Message, "1.33 or later")
+		}) {
+			t.Errorf("decision %+v: want it left to GKE's handler, said why, counted, no cordon, no drain", d)
+		}
+		c := cfg
+		c.IgnoreGKEHandler = true
+		if d := stepChecked(t, c, State{}, o); d.State.LeftToGKE || !d.Cordon || d.Drain.IsZero() {
+			t.Errorf("--gke-handler=ignore: decision %+v: want the agent's own drain", d)
+		}
+	})
+	t.Run("GKE 1.33 or later: a person's maintenance is still the agent's until GKE's handler shows it handles it", func(t *testing.T) {
+		o := labelled(obs(noticed), "true")
+		o.GKEHostMaintenance = true
+		if d := stepChecked(t, cfg, State{}, o); d.State.LeftToGKE || !d.Cordon || d.Drain.IsZero() {
+			t.Errorf("decision %+v: want the agent's own drain", d)
+		}
+	})
 	t.Run("GKE's handler takes over a manual drain: the drain stops, Compute Engine is not asked", func(t *testing.T) {
 		o := labelled(obs(noticed), "true")
 		o.GKEHandling = gke
