@@ -102,6 +102,26 @@ func TestREADMEPolicyExampleParses(t *testing.T) {
 	}
 }
 
+// TestREADMENoticeExampleIsTheFile: the Python example the README shows
+// for the notice endpoint is examples/notice/notice.py, which
+// TestNoticeExamplesRunAsWritten runs.
+func TestREADMENoticeExampleIsTheFile(t *testing.T) {
+	text := readme(t)
+	start := strings.Index(text, "```python\n")
+	if start < 0 {
+		t.Fatal("the README shows no Python example")
+	}
+	shown := text[start+len("```python\n"):]
+	shown = shown[:strings.Index(shown, "```")]
+	file, err := os.ReadFile("../examples/notice/notice.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown != string(file) {
+		t.Error("the README's Python example is not examples/notice/notice.py: copy the file into it")
+	}
+}
+
 // TestDevelopmentMapIsReal: every file or folder DEVELOPMENT.md names
 // exists, and so does every package of the module it should name.
 func TestDevelopmentMapIsReal(t *testing.T) {

@@ -31,9 +31,10 @@ const MaxMirrorHang = 5 * time.Minute
 // them from the metadata server, with the metadata server's paths, its
 // Metadata-Flavor header, its ETags and its wait_for_change contract: a
 // pod whose own metadata server does not serve them (GKE's, under Workload
-// Identity) reaches them with the official client at the node's address
-// (GCE_METADATA_HOST). It serves those keys and KeyDeadline, and nothing
-// else. Safe for concurrent use.
+// Identity) reaches them at the node's address, with any client of the
+// metadata server sent there (never through GCE_METADATA_HOST, which
+// would send the pod's credential requests too). It serves those keys and
+// KeyDeadline, and nothing else. Safe for concurrent use.
 type Mirror struct {
 	mu      sync.Mutex
 	values  map[string]mirrored

@@ -20,8 +20,8 @@ func TestMirrorServesWhatTheWatcherRead(t *testing.T) {
 	m := NewMirror(KeyMaintenanceEvent, KeyPreempted, KeyUpcomingMaintenance)
 	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
-	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(srv.URL, "http://"))
-	w := NewWatcher(WatcherOptions{Timeout: 5 * time.Second, Backoff: backoff.Policy{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}})
+	w := NewWatcher(WatcherOptions{Client: NewClient(5*time.Second, strings.TrimPrefix(srv.URL, "http://")), Timeout: 5 * time.Second,
+		Backoff: backoff.Policy{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	got := make(chan Answer, 16)

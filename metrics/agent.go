@@ -185,3 +185,26 @@ func joinTypes() string {
 
 // SetFailures sets the voluntary failures in a row.
 func (m *Agent) SetFailures(n int) { m.VoluntaryFailures.Set(float64(n)) }
+
+// NoticeEndpoint is what the agent's notice endpoint exports.
+type NoticeEndpoint struct {
+	// Serving is 1 while the endpoint serves, 0 while it cannot listen.
+	Serving prometheus.Gauge
+	// Refused counts connections refused for their address's bound.
+	Refused prometheus.Counter
+}
+
+// NewNoticeEndpoint creates the notice endpoint's metrics and registers
+// them with reg: only where the endpoint is configured, so that a node
+// without it does not look like one whose endpoint failed.
+func NewNoticeEndpoint(reg prometheus.Registerer) *NoticeEndpoint {
+	const sub = "agent"
+	m := &NoticeEndpoint{
+		Serving: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "notice_endpoint_serving",
+			Help: "1 while the notice endpoint (--notice-listen-address) serves the node's pods, 0 while it cannot listen (another program holds the port; tried again with backoff)."}),
+		Refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "notice_endpoint_refused_total",
+			Help: "Connections to the notice endpoint refused (429) because their client address already held its share at once."}),
+	}
+	reg.MustRegister(m.Serving, m.Refused)
+	return m
+}

@@ -40,6 +40,10 @@ const (
 	EventMetadataUnhealthy = "MetadataUnhealthy"
 	EventMetadataRecovered = "MetadataRecovered"
 
+	// The notice endpoint served to the node's pods (agent).
+	EventNoticeEndpointUnavailable = "NoticeEndpointUnavailable"
+	EventNoticeEndpointServing     = "NoticeEndpointServing"
+
 	// A manual or opportunistic maintenance: the perform-maintenance label
 	// and the performMaintenance call (agent).
 	EventManualStarted    = "CustomerTriggeredMaintenance"
@@ -124,6 +128,8 @@ var EventReasons = []EventReason{
 	{EventUnrecognizedValue, agentOnly, true},
 	{EventMetadataUnhealthy, agentOnly, true},
 	{EventMetadataRecovered, agentOnly, false},
+	{EventNoticeEndpointUnavailable, agentOnly, true},
+	{EventNoticeEndpointServing, agentOnly, false},
 	{EventGroupDeadline, agentOnly, true},
 	{EventManualStarted, agentOnly, true},
 	{EventManualAccepted, agentOnly, false},

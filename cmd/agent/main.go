@@ -71,7 +71,11 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	// running is closed once the agent runs on its Node (setRunning).
 	running := make(chan struct{})
 	markRunning := sync.OnceFunc(func() { close(running) })
-	setRunning := func(f func() error) { setHealth(f); markRunning() }
+	// detail, once running, is a line /healthz adds whatever it answers:
+	// a part of the agent that does not work while the node's maintenance
+	// is handled (the notice endpoint), "" when none.
+	var detail atomic.Pointer[func() string]
+	setRunning := func(f func() error, d func() string) { detail.Store(&d); setHealth(f); markRunning() }
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(reg))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -88,11 +92,18 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 			}
 			err = (*health.Load())()
 		}
+		var more string
+		if d := detail.Load(); d != nil {
+			more = (*d)()
+		}
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, strings.TrimSpace(err.Error()+"\n"+more), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
+		if more != "" {
+			fmt.Fprintln(w, more)
+		}
 	})
 	g, ctx := errgroup.WithContext(ctx)
 	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
@@ -112,7 +123,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 
 // runOnNode runs the agent once its Node is known.
 func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *kube.Client, node *corev1.Node,
-	reg *prometheus.Registry, clk clock.Clock, setRunning func(func() error)) error {
+	reg *prometheus.Registry, clk clock.Clock, setRunning func(func() error, func() string)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
 	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
@@ -152,13 +163,15 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Recorder:       m,
 	})
 	var mirror *metadata.Mirror
+	noticeDetail := func() string { return "" }
 	if opts.NoticeListenAddress != "" {
 		mirror = metadata.NewMirror(keys...)
-		addr, err := cli.ServeBounded(ctx, opts.NoticeListenAddress, mirror, noticeConnections)
-		if err != nil {
-			return err
-		}
-		logger.Info("serving the maintenance keys to the node's pods", "listen", addr.String())
+		endpoint := &noticeEndpoint{addr: opts.NoticeListenAddress, mirror: mirror, events: events,
+			m: metrics.NewNoticeEndpoint(nodeLabels), logger: logger.With("component", "notice"), clk: clk}
+		noticeDetail = endpoint.detail
+		served := make(chan struct{})
+		go func() { defer close(served); endpoint.run(ctx) }()
+		defer func() { <-served }() // before the Events' shutdown
 	}
 	a, err := agent.New(agent.Options{
 		Mirror:   mirror,
@@ -196,7 +209,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	healthy := func() error {
 		return errors.Join(watcher.Healthy(keys, started, opts.UnhealthyAfter), a.Healthy(opts.UnhealthyAfter))
 	}
-	setRunning(healthy)
+	setRunning(healthy, noticeDetail)
 	registerHealth(nodeLabels, healthy)
 	return a.Start(ctx)
 }
@@ -225,10 +238,6 @@ func registerHealth(reg prometheus.Registerer, healthy func() error) {
 // agent starts: less than the startup and readiness probes' timeout in the
 // manifests (5 s).
 const startingHold = 4 * time.Second
-
-// noticeConnections bounds the connections to the notice endpoint: a
-// node's pods, each long-polling a few keys.
-const noticeConnections = 256
 
 func resourceNames(names []string) []corev1.ResourceName {
 	out := make([]corev1.ResourceName, 0, len(names))

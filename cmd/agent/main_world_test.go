@@ -47,11 +47,12 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	o.UnhealthyAfter = 5 * time.Second
 	o.PreemptionDeadline = 0
 	o.LogLevel = "chatty"
+	o.NoticeListenAddress = "8189"
 	err := o.Validate()
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"--node-name", "--pod-name and --pod-namespace", "whole seconds", "--unhealthy-after", "--preemption-deadline", "--log-level"} {
+	for _, want := range []string{"--node-name", "--pod-name and --pod-namespace", "whole seconds", "--unhealthy-after", "--preemption-deadline", "--log-level", "--notice-listen-address"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -692,17 +693,17 @@ func TestServesTheNoticeToThePods(t *testing.T) {
 
 // servingNotice runs the agent binary for a new node with the notice
 // endpoint, and returns the node's emulator, the endpoint's address and a
-// pod's client of it: heard long-polls a key with the official client,
-// unchanged (the agent's own watcher, with a long poll of timeout, pointed
-// at the endpoint by GCE_METADATA_HOST), and hands on every answer.
+// pod's client of it: heard long-polls a key with the official client
+// (the agent's own watcher, with a long poll of timeout, its requests sent
+// to the endpoint), and hands on every answer.
 func servingNotice(tb testing.TB, node string, timeout time.Duration) (*gceemu.Server, string, func(context.Context, string) <-chan metadata.Answer) {
 	tb.Helper()
 	world.NodeT(tb, testworld.NodeSpec{Name: node})
 	emu := gceemu.StartT(tb, gceemu.Config{Name: node})
 	notice := testworld.FreeAddrT(tb)
 	runAgent(tb, node, emu, "--notice-listen-address", notice)
-	tb.Setenv("GCE_METADATA_HOST", notice)
-	w := metadata.NewWatcher(metadata.WatcherOptions{Timeout: timeout, Backoff: backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}})
+	w := metadata.NewWatcher(metadata.WatcherOptions{Client: metadata.NewClient(timeout, notice), Timeout: timeout,
+		Backoff: backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}})
 	return emu, notice, func(ctx context.Context, key string) <-chan metadata.Answer {
 		ch := make(chan metadata.Answer, 16)
 		go func() {

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -174,6 +176,11 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--policy-configmap %q: want namespace/name", o.PolicyConfigMap))
 		}
 	}
+	if o.NoticeListenAddress != "" {
+		if _, port, err := net.SplitHostPort(o.NoticeListenAddress); err != nil || !validPort(port) {
+			errs = append(errs, fmt.Errorf("--notice-listen-address %q: want host:port (the manifests give $(HOST_IP):8189)", o.NoticeListenAddress))
+		}
+	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
 	}
@@ -237,3 +244,9 @@ const (
 	gkeHandlerDefer  = "defer"
 	gkeHandlerIgnore = "ignore"
 )
+
+// validPort: port is a TCP port number (0 asks for any free one).
+func validPort(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
+}

@@ -4,14 +4,17 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,20 +74,27 @@ func ParseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// Serve listens on addr and serves h in g until ctx ends, then shuts the
-// server down (bounded). It returns the address it listens on.
-// ServeBounded serves h on addr until ctx ends, for clients that are not
-// trusted: at most maxConns connections at once, headers of at most 8 KiB
-// read within 5 s (no read timeout past them: the request context would end
-// with it), idle connections closed after a minute. A long poll
-// may hold a connection as long as h lets it.
-func ServeBounded(ctx context.Context, addr string, h http.Handler, maxConns int) (net.Addr, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
+// Bounds are what ServeBounded allows its clients.
+type Bounds struct {
+	// Conns bounds the connections open at once, in all.
+	Conns int
+	// PerSource bounds the connections open at once from one client
+	// address: one more is answered 429 Too Many Requests and closed,
+	// without taking one of Conns, and Refused (if set) is called.
+	PerSource int
+	Refused   func()
+}
+
+// ServeBounded serves h on ln until ctx ends, for clients that are not
+// trusted: at most b.Conns connections at once, at most b.PerSource of
+// them from one address, headers of at most 8 KiB read within 5 s (no
+// read timeout past them: the request context would end with it), idle
+// connections closed after a minute. A long poll may hold a connection
+// as long as h lets it.
+func ServeBounded(ctx context.Context, ln net.Listener, h http.Handler, b Bounds) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 8 << 10}
-	go func() { _ = srv.Serve(netutil.LimitListener(ln, maxConns)) }()
+	bounded := netutil.LimitListener(&perSource{Listener: ln, max: b.PerSource, refused: b.Refused, open: map[string]int{}}, b.Conns)
+	go func() { _ = srv.Serve(bounded) }()
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -92,9 +102,78 @@ func ServeBounded(ctx context.Context, addr string, h http.Handler, maxConns int
 		_ = srv.Shutdown(shutdownCtx)
 		_ = srv.Close() // long polls
 	}()
-	return ln.Addr(), nil
 }
 
+// perSource is a listener that holds each client address to max
+// connections open at once.
+type perSource struct {
+	net.Listener
+	max     int
+	refused func()
+	mu      sync.Mutex
+	open    map[string]int
+}
+
+func (l *perSource) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src := c.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(src); err == nil {
+			src = host
+		}
+		l.mu.Lock()
+		over := l.max > 0 && l.open[src] >= l.max
+		if !over {
+			l.open[src]++
+		}
+		l.mu.Unlock()
+		if !over {
+			return &sourceConn{Conn: c, release: sync.OnceFunc(func() { l.release(src) })}, nil
+		}
+		if l.refused != nil {
+			l.refused()
+		}
+		go refuse(c, l.max)
+	}
+}
+
+func (l *perSource) release(src string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[src]--; l.open[src] <= 0 {
+		delete(l.open, src)
+	}
+}
+
+// sourceConn gives its address's place back when it closes.
+type sourceConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *sourceConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
+
+// refuse answers the request on c, one connection over its address's
+// bound, with 429 and closes it: read first, so that the client reads the
+// answer rather than a reset.
+func refuse(c net.Conn, max int) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, 8<<10))); err != nil {
+		return
+	}
+	body := fmt.Sprintf("Too many connections from this address: at most %d at once.\n", max)
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
+// Serve listens on addr and serves h in g until ctx ends, then shuts the
+// server down (bounded). It returns the address it listens on.
 func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/metadata"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// noticeConnections bounds the connections to the notice endpoint: a
+// node's pods, each long-polling a few keys.
+const noticeConnections = 256
+
+// noticePerClient bounds the connections one client address holds on the
+// notice endpoint at once: a pod whose processes each long-poll a few keys
+// fits, and no one pod can hold all of noticeConnections.
+const noticePerClient = 32
+
+// noticeRetry is the pause between two tries to listen on the notice
+// endpoint's address.
+var noticeRetry = backoff.Policy{Base: time.Second, Max: time.Minute}
+
+// noticeEndpoint serves the maintenance keys to the node's pods for the
+// agent's life. A failure to listen (another program holds the port) does
+// not stop the agent, which handles the node's maintenance all the same:
+// it is a Warning Event, a log line, the serving gauge at 0 and a detail
+// on /healthz, and listening is tried again with backoff until it
+// succeeds (then a Normal Event).
+type noticeEndpoint struct {
+	addr   string
+	mirror *metadata.Mirror
+	events *kube.NodeEvents
+	m      *metrics.NoticeEndpoint
+	logger *slog.Logger
+	clk    clock.Clock
+	// problem says why the endpoint does not serve; nil while it does
+	// (or has not tried yet).
+	problem atomic.Pointer[string]
+}
+
+// detail is the endpoint's line on /healthz: "" while it serves.
+func (e *noticeEndpoint) detail() string {
+	if p := e.problem.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// run listens and serves until ctx ends.
+func (e *noticeEndpoint) run(ctx context.Context) {
+	for failures := 0; ; {
+		ln, err := net.Listen("tcp", e.addr)
+		if err == nil {
+			cli.ServeBounded(ctx, ln, e.mirror, cli.Bounds{Conns: noticeConnections, PerSource: noticePerClient, Refused: e.m.Refused.Inc})
+			e.problem.Store(nil)
+			e.m.Serving.Set(1)
+			e.logger.Info("serving the maintenance keys to the node's pods", "listen", ln.Addr().String())
+			if failures > 0 {
+				e.events.NodeEvent(false, protocol.EventNoticeEndpointServing, fmt.Sprintf("The notice endpoint serves the node's pods on %s.", ln.Addr()))
+			}
+			return
+		}
+		failures++
+		why := fmt.Sprintf("notice endpoint unhealthy: cannot listen on %s: %v; the node's maintenance is handled all the same, but its pods cannot read the notice from this node; trying again", e.addr, err)
+		e.problem.Store(&why)
+		e.m.Serving.Set(0)
+		if failures == 1 {
+			e.logger.Error("cannot serve the notice endpoint; trying again with backoff", "listen", e.addr, "err", err)
+			e.events.NodeEvent(true, protocol.EventNoticeEndpointUnavailable, why+" with backoff (at most a minute apart).")
+		}
+		if backoff.Wait(ctx, e.clk, noticeRetry.Delay(failures)) != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestServeBoundedHoldsEachClientToItsShare: one client address holding
+// its share of connections is answered 429 for one more, and the others
+// are still served; a connection it closes gives its place back.
+func TestServeBoundedHoldsEachClientToItsShare(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived, release := make(chan string, 8), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- r.RemoteAddr
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	var refused atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ServeBounded(ctx, ln, h, Bounds{Conns: 8, PerSource: 2, Refused: func() { refused.Add(1) }})
+	url := "http://" + ln.Addr().String() + "/"
+
+	// client is an HTTP client whose every request is a new connection
+	// from source.
+	client := func(source string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}, Timeout: 5 * time.Second}
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	}
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	get := func(c *http.Client) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			resp, err := c.Get(url)
+			if err != nil {
+				ch <- answer{err: err}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ch <- answer{status: resp.StatusCode, body: string(b)}
+		}()
+		return ch
+	}
+	hog := client("127.0.0.1")
+	held := []<-chan answer{get(hog), get(hog)}
+	for range held {
+		<-arrived
+	}
+	if a := <-get(hog); a.err != nil || a.status != http.StatusTooManyRequests || !strings.Contains(a.body, "at most 2") {
+		t.Errorf("a third connection from the same address: %+v, want 429 saying the bound", a)
+	}
+	other := get(client("127.0.0.2"))
+	select {
+	case from := <-arrived:
+		if !strings.HasPrefix(from, "127.0.0.2:") {
+			t.Errorf("served %s, want the other client", from)
+		}
+	case a := <-other:
+		t.Errorf("another client, while the first holds its share: %+v, want it served", a)
+	}
+	close(release)
+	for _, ch := range append(held, other) {
+		if a := <-ch; a.err != nil || a.status != http.StatusOK {
+			t.Errorf("a held request: %+v, want 200", a)
+		}
+	}
+	if got := refused.Load(); got != 1 {
+		t.Errorf("refused %d connections, want 1", got)
+	}
+}
+
+// TestPerSourceGivesThePlaceBack: a connection closed by the server gives
+// its address's place back.
+func TestPerSourceGivesThePlaceBack(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	var refused atomic.Int32
+	l := &perSource{Listener: inner, max: 1, refused: func() { refused.Add(1) }, open: map[string]int{}}
+	for i := range 3 {
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		got, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := got.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+	}
+	if refused.Load() != 0 || len(l.open) != 0 {
+		t.Errorf("refused %d, open %v: want every connection accepted in turn, none left open", refused.Load(), l.open)
+	}
+}
