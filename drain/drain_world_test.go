@@ -284,9 +284,12 @@ func TestDrainGivesEachPodItsGrace(t *testing.T) {
 	if gone := got["deleted "+ns+"/checkpointing"].at.Sub(start); gone < 14*time.Second {
 		t.Errorf("checkpointing gone %s after the drain began, before its 15 s", gone)
 	}
-	// 600 s grace: capped so that it ends by the 30 s deadline.
-	if s := got["terminating "+ns+"/long-grace"]; s.grace < 28 || s.grace > 30 || s.delTS.After(deadline.Add(time.Second)) {
-		t.Errorf("long-grace evicted with grace %d ending %s, want about 30 s ending by the deadline %s", s.grace, s.delTS, deadline)
+	// 600 s grace: capped so that it ends by the 30 s deadline minus the
+	// margin, rounded down to whole seconds (the API server records its
+	// end to the second, rounded down too).
+	margin := deadline.Add(-drain.DefaultMargin)
+	if s := got["terminating "+ns+"/long-grace"]; s.grace < 25 || s.grace > 27 || s.delTS.After(margin) {
+		t.Errorf("long-grace evicted with grace %d ending %s, want about 27 s ending by the deadline minus the margin %s", s.grace, s.delTS, margin)
 	}
 	if rec.count(drain.OutcomeEvicted) != 2 || rec.count(drain.OutcomeEscalated) != 0 {
 		t.Errorf("outcomes %v, want 2 evicted, none deleted", rec.outcomes)
@@ -350,13 +353,14 @@ func TestDrainDeletesPDBBlockedPodAtDeadlineMinusGrace(t *testing.T) {
 	testworld.Need(t)
 	t.Parallel()
 	start, term, rec := drainPDBBlocked(t, "drain-pdb-0", 4*time.Second, 10*time.Second)
-	// Deleted at deadline - margin - grace (4 s in), not before; with its
-	// 4 s grace, which then ends the margin before the VM stops.
-	// deletionTimestamp - grace is when the delete happened (to the second).
+	// Deleted at deadline - margin - grace - the escalation's lead (2 s
+	// in), not before; with its whole 4 s grace, which then ends more than
+	// the margin before the VM stops. deletionTimestamp - grace is when the
+	// delete happened (to the second).
 	deletedAt := term.delTS.Add(-time.Duration(term.grace) * time.Second)
-	due := 10*time.Second - drain.DefaultMargin - 4*time.Second
+	due := 10*time.Second - drain.DefaultMargin - 4*time.Second - drain.EscalationLead
 	if term.grace != 4 || deletedAt.Before(start.Add(due-time.Second)) {
-		t.Errorf("deleted %s after the drain began with grace %d; want at %s (deadline - margin - grace) with grace 4", deletedAt.Sub(start), term.grace, due)
+		t.Errorf("deleted %s after the drain began with grace %d; want at %s (deadline - margin - grace - lead) with grace 4", deletedAt.Sub(start), term.grace, due)
 	}
 	if rec.count(drain.OutcomeBlocked) < 2 || rec.count(drain.OutcomeEscalated) != 1 {
 		t.Errorf("outcomes %v, want repeated 429s then one delete", rec.outcomes)

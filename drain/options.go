@@ -59,13 +59,16 @@ const DefaultReserve = 15 * time.Second
 
 // DefaultMargin is the time kept between the end of every pod's grace
 // and the VM's stop (see Timing.Margin): it covers the eviction call and
-// the kubelet's delivery of SIGTERM (0.2 to 0.5 s after the call on a real
-// kubelet) and a grace rounded up to whole seconds (up to 1 s).
-const DefaultMargin = 2 * time.Second
+// the kubelet's delivery of SIGTERM, measured on a real kubelet at 0.2 to
+// 0.5 s after the call as a rule and up to 2.0 s on a loaded two-core
+// machine, with a second to spare (graces are rounded down to whole
+// seconds, so none ends past its group's deadline).
+const DefaultMargin = 3 * time.Second
 
 // EndSlack is how long past its deadline a group still waits for its pods
-// to go: a grace rounded up to whole seconds may end a moment past the
-// deadline, and the kubelet reports a pod gone a moment after it stopped.
+// to go: SIGTERM reaches a pod a moment after its eviction, so its grace
+// ends that moment past the deadline planned for it, and the kubelet
+// reports a pod gone a moment after it stopped.
 const EndSlack = 2 * time.Second
 
 // GraceFloor is the least grace period the drain ever asks for: a grace of

@@ -167,16 +167,23 @@ func EvictAt(p *corev1.Pod, start, deadline time.Time) time.Time {
 }
 
 // CappedGrace is the grace period a pod whose own is grace gets when it is
-// asked to stop at now: what is left to deadline, rounded up to whole
-// seconds (a pod deleted at deadline - grace gets all of its grace, ending
-// at most a moment past deadline), never more than grace, never less than
-// GraceFloor.
+// asked to stop at now: what is left to deadline, rounded down to whole
+// seconds (the API takes whole seconds, and a grace rounded up would end
+// past the deadline), never more than grace, never less than GraceFloor.
 func CappedGrace(grace time.Duration, now, deadline time.Time) time.Duration {
-	left := deadline.Sub(now)
-	if whole := left.Truncate(time.Second); whole < left {
-		left = whole + time.Second
-	}
-	return max(min(grace, left), GraceFloor)
+	return max(min(grace, deadline.Sub(now).Truncate(time.Second)), GraceFloor)
+}
+
+// EscalationLead is how long before deadline - grace a pod whose eviction
+// is still refused is deleted instead: a delete sent a moment after its
+// time, as every timer fires, still leaves the pod its whole grace in
+// whole seconds (CappedGrace rounds down).
+const EscalationLead = time.Second
+
+// EscalateAt is when a drain with deadline deletes pod p whose eviction is
+// still refused, leaving it its whole grace (EscalationLead).
+func EscalateAt(p *corev1.Pod, deadline time.Time) time.Time {
+	return deadline.Add(-PodGrace(p) - EscalationLead)
 }
 
 // PodGrace is the pod's terminationGracePeriodSeconds (30 s if unset).
@@ -216,7 +223,7 @@ func planRound(now, start, deadline time.Time, escalate bool, pods []*corev1.Pod
 			continue
 		}
 		grace := PodGrace(p)
-		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: deadline.Add(-grace), at: now, voluntary: !escalate, deadline: deadline}
+		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: EscalateAt(p, deadline), at: now, voluntary: !escalate, deadline: deadline}
 		switch {
 		case escalate && st.refused && !now.Before(a.escalateAt):
 			a.escalate = true

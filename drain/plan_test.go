@@ -62,13 +62,20 @@ func TestPlanRound(t *testing.T) {
 			now:  now, pods: []*corev1.Pod{pod("refused", 30), pod("refused-late", 58)},
 			states: map[types.UID]*podState{
 				"refused":      {refused: true, nextTry: now.Add(5 * time.Second)},
-				"refused-late": {refused: true, nextTry: now.Add(5 * time.Second)}, // escalates at deadline - 58 s
+				"refused-late": {refused: true, nextTry: now.Add(5 * time.Second)}, // escalates at deadline - 58 s - EscalationLead
 			},
-			wantWake: now.Add(2 * time.Second),
+			wantWake: now.Add(time.Second),
 		},
 		{
 			name: "refused until deadline - grace: deleted, with its whole grace",
 			now:  deadline.Add(-30 * time.Second), pods: []*corev1.Pod{pod("refused", 30)},
+			states:   map[types.UID]*podState{"refused": {refused: true, nextTry: deadline}},
+			want:     []call{{"refused", 30 * time.Second, true}},
+			wantWake: deadline.Add(EndSlack),
+		},
+		{
+			name: "refused, deleted a moment after its escalation: still its whole grace, ending before the deadline",
+			now:  deadline.Add(-30*time.Second - EscalationLead + 300*time.Millisecond), pods: []*corev1.Pod{pod("refused", 30)},
 			states:   map[types.UID]*podState{"refused": {refused: true, nextTry: deadline}},
 			want:     []call{{"refused", 30 * time.Second, true}},
 			wantWake: deadline.Add(EndSlack),

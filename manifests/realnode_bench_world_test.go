@@ -20,8 +20,9 @@ import (
 // node with the shipped manifests and image: how soon the agent's pod is
 // Ready once its container runs, how soon the notice reaches
 // the pod's annotation (the agent's part) and a container's file (the
-// kubelet's after it), how soon SIGTERM follows an accepted eviction, how
-// much time a 30 s preemption's drain leaves before the stop, and the
+// kubelet's after it), how soon SIGTERM follows an accepted eviction, the
+// smallest margin a 30 s preemption's drain leaves between the last grace's
+// end and the stop (workload, kube-system and DaemonSet pods), and the
 // agent's memory by its container's cgroup with 30 pods on the node.
 func BenchmarkRealNode(b *testing.B) {
 	emu, layout := shippedOnRealNodes(b)
@@ -94,7 +95,7 @@ func BenchmarkRealNode(b *testing.B) {
 		n, _ := realGPUNode(b, "real-bench-preempt", layout)
 		emu.Clear()
 		r := runPreemption(b, n, emu)
-		b.ReportMetric(float64(r.margin().Milliseconds()), "ms-before-stop")
+		b.ReportMetric(float64(r.margin().Milliseconds()), "ms-least-margin-before-stop")
 		b.ReportMetric(float64(r.sigterm["lead"].Sub(r.told).Milliseconds()), "ms-lead-SIGTERM-after-told")
 	})
 	b.Run("AgentMemory30Pods", func(b *testing.B) {

@@ -310,7 +310,8 @@ func seen(rec []testworld.RecordEvent, want string) *testworld.RecordEvent {
 
 // preemptionRun is what the processes of a real node met under a 30 s
 // preemption: a workload that exits on SIGTERM, one that uses its whole
-// grace, one with a checkpoint lead, and a kube-system pod.
+// grace, one with a checkpoint lead, a kube-system pod, and a DaemonSet's
+// pod (the last group, whose grace ends nearest the stop), in that order.
 type preemptionRun struct {
 	pods     []testworld.Workload
 	deadline time.Time
@@ -332,6 +333,7 @@ func runPreemption(t testing.TB, n *testworld.RealNode, emu *gceemu.Server) pree
 		{Namespace: "kube-system", Name: "sys-" + ns, Grace: 2},
 	}}
 	startWorkloads(t, n, r.pods...)
+	r.pods = append(r.pods, startDaemonSetPod(t, n, testworld.Workload{Namespace: ns, Name: "ds", Grace: 3}))
 	emu.SetPreempted(true)
 	node := world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
@@ -396,11 +398,14 @@ func realPreemption(t *testing.T, emu *gceemu.Server, layout string) {
 			t.Errorf("%s got SIGTERM %d times, want once", w.Name, c)
 		}
 	}
-	sys := r.sigterm[r.pods[3].Name]
+	sys, ds := r.sigterm[r.pods[3].Name], r.sigterm[r.pods[4].Name]
 	for _, w := range r.pods[:3] {
 		if !r.sigterm[w.Name].Before(sys) {
 			t.Errorf("workload %s got SIGTERM at %s, not before the kube-system pod's at %s", w.Name, r.sigterm[w.Name].Format(time.StampMilli), sys.Format(time.StampMilli))
 		}
+	}
+	if !sys.Before(ds) {
+		t.Errorf("the DaemonSet's pod got SIGTERM at %s, not after the kube-system pod's at %s", ds.Format(time.StampMilli), sys.Format(time.StampMilli))
 	}
 	lead := r.sigterm["lead"]
 	if late := lead.Sub(r.told); late < 0 || late >= time.Second || !r.checkpoint.Before(lead) {
@@ -551,6 +556,33 @@ func createWorkload(t testing.TB, n *testworld.RealNode, w testworld.Workload) {
 		zero := int64(0)
 		_ = world.Client.CoreV1().Pods(w.Namespace).Delete(context.Background(), w.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
+}
+
+// startDaemonSetPod makes a DaemonSet of w's pod on n alone, waits until
+// its pod has started, and returns w named as that pod.
+func startDaemonSetPod(t testing.TB, n *testworld.RealNode, w testworld.Workload) testworld.Workload {
+	t.Helper()
+	labels := map[string]string{"daemonset": w.Name}
+	tmpl := n.WorkloadPod(w)
+	tmpl.Spec.NodeName = ""
+	tmpl.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: tmpl.Spec}}}
+	if _, err := world.Client.AppsV1().DaemonSets(w.Namespace).Create(testworld.Ctx(t, 10*time.Second), ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.AppsV1().DaemonSets(w.Namespace).Delete(context.Background(), w.Name, metav1.DeleteOptions{})
+	})
+	world.WaitPods(t, w.Namespace, "daemonset="+w.Name, "the DaemonSet's pod", func(pods []*corev1.Pod) bool {
+		if len(pods) == 1 {
+			w.Name = pods[0].Name
+		}
+		return len(pods) == 1
+	})
+	n.WaitRecord(t, w.Namespace, w.Name, "started", func(r []testworld.RecordEvent) bool { _, ok := testworld.First(r, "start"); return ok })
+	return w
 }
 
 // startWorkloads creates pods on n and waits until each has started.
