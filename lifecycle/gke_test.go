@@ -45,7 +45,7 @@ func TestMaintenanceLeftToGKE(t *testing.T) {
 	same := &corev1.Node{}
 	protocol.WriteAgentState(same, protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance})
 	same.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: protocol.FieldManagerGKE, Operation: metav1.ManagedFieldsOperationApply,
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:` + protocol.LabelActiveMaintenance + `":{}}}}`)}}}
+		FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:` + protocol.LabelActiveMaintenance + `":{}}}}`)}}
 	if got := GKEHandling(same, protocol.ReadAgentState(same)); got == "" {
 		t.Error("GKE's handler wrote the agent's own value: not seen")
 	}

@@ -35,7 +35,7 @@ func owns(n *corev1.Node, manager string, path ...string) bool {
 			continue
 		}
 		var fields map[string]any
-		if json.Unmarshal(e.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		found := true

@@ -410,7 +410,7 @@ func TestSliceMembershipFollowsTheChips(t *testing.T) {
 // from GKE's handler's on the same keys.
 func TestOwnership(t *testing.T) {
 	entry := func(manager, fields string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
 		entry(FieldManagerAgent, `{"f:metadata":{"f:labels":{"f:`+LabelScheduledMaintenanceTime+`":{}},"f:annotations":{"f:`+AnnotationUpcomingMaintenance+`":{}}}}`),
