@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -317,6 +318,48 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	if err := as.PolicyV1().Evictions("default").Evict(testworld.Ctx(t, 10*time.Second), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"}}); err != nil {
 		t.Errorf("evict: %v", err)
 	}
+
+	// Deletes (the drain's escalation): a pod on its own node only, never
+	// one on another node, kube-system's included.
+	for _, p := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "escalated", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "rbac-gpu-a"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "dns-elsewhere", Namespace: "kube-system"}, Spec: corev1.PodSpec{NodeName: "rbac-tpu-b"}},
+	} {
+		p.Spec.Containers = []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}
+		if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			zero := int64(0)
+			_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		})
+	}
+	deletePod := func(ns, name string) error {
+		zero := int64(0)
+		return as.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	denied("deleting a kube-system pod on another node", deletePod("kube-system", "dns-elsewhere"),
+		"may delete only the pods on its own Node (rbac-gpu-a), not kube-system/dns-elsewhere")
+	if err := deletePod("default", "escalated"); err != nil {
+		t.Errorf("the agent could not delete a pod on its own node: %v", err)
+	}
+
+	// Events: about its own Node, reported from it, and nothing else.
+	event := func(node, host string) error {
+		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: node + ".", Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
+			Reason:         protocol.EventManualRejected, Message: "forged", Type: corev1.EventTypeWarning,
+			Source: corev1.EventSource{Component: protocol.EventSourceAgent, Host: host}, Count: 1,
+			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now()}
+		_, err := as.CoreV1().Events("default").Create(testworld.Ctx(t, 10*time.Second), e, metav1.CreateOptions{})
+		return err
+	}
+	if err := event("rbac-gpu-a", "rbac-gpu-a"); err != nil {
+		t.Errorf("the agent could not write an Event about its own node: %v", err)
+	}
+	denied("an Event about another node", event("rbac-tpu-b", "rbac-gpu-a"), "Events only about its own Node (rbac-gpu-a)")
+	denied("an Event about another node, as if reported from it", event("rbac-tpu-b", "rbac-tpu-b"), "Events only about its own Node (rbac-gpu-a)")
+	denied("an Event about its node, as if another reported it", event("rbac-gpu-a", "rbac-tpu-b"), "Events only about its own Node (rbac-gpu-a)")
 
 	// The workload notice: on the pods of its own node, the notice only.
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"},
@@ -626,6 +669,51 @@ func matches(selector map[string]any, labels map[string]string) bool {
 // our ServiceMonitor and PrometheusRule (fetched through the Go module
 // proxy, which serves the repository's files).
 const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+// TestPodSecurity: the aggregator's pod meets pod security's
+// "restricted" profile; the agent's meets it but for its host network
+// (which "baseline" forbids too), which is why its namespace enforces
+// "privileged" and warns against "restricted".
+func TestPodSecurity(t *testing.T) {
+	testworld.Need(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restricted-", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	ns, err := world.Client.CoreV1().Namespaces().Create(testworld.Ctx(t, 10*time.Second), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	admit := func(kind, name string) error {
+		t.Helper()
+		for _, o := range render(t, "base") {
+			if o.GetKind() != kind || o.GetName() != name {
+				continue
+			}
+			var tmpl corev1.PodTemplateSpec
+			raw, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tmpl); err != nil {
+				t.Fatal(err)
+			}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tmpl.Spec.ServiceAccountName, Namespace: ns.Name}}
+			if _, err := world.Client.CoreV1().ServiceAccounts(ns.Name).Create(testworld.Ctx(t, 10*time.Second), sa, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name}, Spec: tmpl.Spec}
+			_, err := world.Client.CoreV1().Pods(ns.Name).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+		t.Fatalf("the base has no %s %s", kind, name)
+		return nil
+	}
+	if err := admit("Deployment", "maintenance-handler-aggregator"); err != nil {
+		t.Errorf("the aggregator's pod under restricted: %v", err)
+	}
+	err = admit("DaemonSet", "maintenance-handler-agent")
+	if err == nil || !strings.Contains(err.Error(), "host namespaces") {
+		t.Errorf("the agent's pod under restricted: %v, want refused for its host network", err)
+	} else if msg := err.Error(); strings.Contains(msg, "seccompProfile") || strings.Contains(msg, "allowPrivilegeEscalation") || strings.Contains(msg, "runAsNonRoot") || strings.Contains(msg, "capabilities") {
+		t.Errorf("the agent's pod under restricted: %v, want refused for its host network alone", err)
+	}
+}
 
 // TestPrometheusOperatorObjectsApply installs prometheus-operator's own
 // CRDs, with their schemas, and applies the component's objects with

@@ -83,6 +83,9 @@ func event(t *testing.T, node, source, reason, message string, at time.Time) {
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
 		Reason:         reason, Message: message, Source: corev1.EventSource{Component: source}, Type: corev1.EventTypeNormal,
 		FirstTimestamp: metav1.NewTime(at), LastTimestamp: metav1.NewTime(at), Count: 1}
+	if source == protocol.EventSourceAgent {
+		e.Source.Host = node // an agent reports from its node
+	}
 	if _, err := world.Client.CoreV1().Events("default").Create(testworld.Ctx(t, 10*time.Second), e, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func (a *app) follow(ctx context.Context, c *kube.Client, node string, timeout t
 		events, err := c.ListEvents(ctx, "", metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",source=" + protocol.EventSourceAgent})
 		if err == nil {
 			for _, e := range events.Items {
-				if !seen[e.UID] && e.LastTimestamp.Time.After(a.now().Add(-time.Minute)) {
+				if !seen[e.UID] && plugin.IsNodesWord(&e, node) && e.LastTimestamp.Time.After(a.now().Add(-time.Minute)) {
 					seen[e.UID] = true
 					fmt.Fprintf(a.out, "  %s %s: %s\n", e.Type, e.Reason, e.Message)
 					if protocol.IsTriggerRefusal(e.Reason) {

@@ -183,3 +183,20 @@ func TestStatusAndWhyReadTheNodeConditions(t *testing.T) {
 		t.Errorf("why: %s", why)
 	}
 }
+
+// TestAgentsWordIsItsNodes: an agent's Event about a node is said as the
+// node's word only when that node reported it.
+func TestAgentsWordIsItsNodes(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0"}}
+	said := func(host string) string {
+		e := corev1.Event{InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "gpu-0"}, Reason: protocol.EventManualRejected,
+			Message: "refused", Source: corev1.EventSource{Component: protocol.EventSourceAgent, Host: host}, LastTimestamp: metav1.NewTime(now)}
+		return Why(Input{Now: now, Nodes: []*corev1.Node{n}, Events: []corev1.Event{e}}, n)
+	}
+	if !strings.Contains(said("gpu-0"), "The agent's last word") {
+		t.Error("its own agent's refusal is not said")
+	}
+	if why := said("gpu-1"); strings.Contains(why, "The agent's last word") {
+		t.Errorf("another node's agent speaks for gpu-0: %s", why)
+	}
+}

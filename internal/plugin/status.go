@@ -253,12 +253,15 @@ func nodeStatus(in Input, n *corev1.Node) NodeStatus {
 	return ns
 }
 
-// lastEvent is the latest Event about node from source (nil: none).
+// lastEvent is the latest Event about node from source (nil: none). An
+// agent's Event is its node's word only when that node reported it
+// (IsNodesWord).
 func lastEvent(events []corev1.Event, node, source string) *corev1.Event {
 	var last *corev1.Event
 	for i := range events {
 		e := &events[i]
-		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != node || e.Source.Component != source {
+		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != node || e.Source.Component != source ||
+			source == protocol.EventSourceAgent && !IsNodesWord(e, node) {
 			continue
 		}
 		if last == nil || eventTime(e).After(eventTime(last)) {
@@ -285,4 +288,11 @@ func In(t, now time.Time) string {
 		return short(-d) + " ago"
 	}
 	return "in " + short(d)
+}
+
+// IsNodesWord: e, an Event of the agent's, was reported from node itself
+// (its source host), as an agent's token may write only then; another
+// node's agent, or anyone else, speaking of node is not its word.
+func IsNodesWord(e *corev1.Event, node string) bool {
+	return e.Source.Host == node
 }

@@ -24,4 +24,5 @@ runAsUser: 65532
 readOnlyRootFilesystem: true
 allowPrivilegeEscalation: false
 capabilities: {drop: ["ALL"]}
+seccompProfile: {type: RuntimeDefault}
 {{- end }}
