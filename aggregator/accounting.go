@@ -149,6 +149,38 @@ func begun(old, cur *corev1.Node) []protocol.Interruption {
 	return out
 }
 
+// MaxClaimsPerHour is the most interruptions one Node's agent may add to
+// its pool's counters in an hour: a VM stops and boots again in minutes,
+// and the agent counts one interruption at a time, so more is an agent
+// broken or compromised, whose claims past it are a Warning and a metric,
+// never counts that fire the pool's alerts.
+const MaxClaimsPerHour = 4
+
+// claimWindow holds, by node, when each interruption it added to its
+// pool's counters within the last hour was counted.
+type claimWindow map[string][]time.Time
+
+// admit takes n claims of node at now and returns how many of them fit
+// within MaxClaimsPerHour (the first ones); those are remembered.
+func (w claimWindow) admit(node string, n int, now time.Time) int {
+	recent := w[node][:0]
+	for _, at := range w[node] {
+		if now.Sub(at) < time.Hour {
+			recent = append(recent, at)
+		}
+	}
+	fits := min(n, max(MaxClaimsPerHour-len(recent), 0))
+	for range fits {
+		recent = append(recent, now)
+	}
+	if len(recent) == 0 {
+		delete(w, node)
+	} else {
+		w[node] = recent
+	}
+	return fits
+}
+
 // voluntary: the maintenance the agent counts between before and after is a
 // manual (or opportunistic) one: under way, or the one that ended with it.
 func voluntary(before, after protocol.AgentState) bool {
@@ -172,6 +204,7 @@ func (a *Aggregator) nodeDeleted(o any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ledger.deleted(n, n.Labels[a.opts.PoolLabel], a.opts.Clock.Now())
+	delete(a.claims, n.Name)
 }
 
 func (a *Aggregator) nodeAdded(o any) {
@@ -196,7 +229,22 @@ func (a *Aggregator) observeNode(old, cur any) {
 		return
 	}
 	slice := protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel)
-	for _, i := range begun(o, n) {
+	claimed := begun(o, n)
+	if len(claimed) == 0 {
+		return
+	}
+	a.mu.Lock()
+	fits := a.claims.admit(n.Name, len(claimed), a.opts.Clock.Now())
+	a.mu.Unlock()
+	if refused := claimed[fits:]; len(refused) > 0 {
+		pool := n.Labels[a.opts.PoolLabel]
+		a.opts.Metrics.RefusedClaims.WithLabelValues(n.Name, pool).Add(float64(len(refused)))
+		a.log.Warn("interruptions claimed past the hourly bound, not counted", "node", n.Name, "pool", pool, "refused", len(refused))
+		a.nodeEvent(n.Name, n.UID, true, protocol.EventClaimsRefused, fmt.Sprintf(
+			"The node's agent claims %d more interruption(s) (%s) than one node may add to its pool's counters in an hour (%d): not counted. A VM does not stop and come back that often; its agent is broken or compromised",
+			len(refused), refused[0].Key(), MaxClaimsPerHour))
+	}
+	for _, i := range claimed[:fits] {
 		a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], i)
 		if slice != "" && (i == protocol.ManualMaintenance || i == protocol.OpportunisticMaintenance) {
 			// A voluntary maintenance of a slice is counted once, by the

@@ -178,3 +178,33 @@ func TestBegun(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimWindowBoundsANodePerHour: one node adds at most
+// MaxClaimsPerHour interruptions to its pool's counters in any hour; the
+// hour slides; other nodes have their own.
+func TestClaimWindowBoundsANodePerHour(t *testing.T) {
+	w := claimWindow{}
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		node        string
+		n           int
+		at          time.Duration
+		wantFits    int
+		whatHappens string
+	}{
+		{"a", 1, 0, 1, "one interruption"},
+		{"a", 2, 10 * time.Minute, 2, "two at once (a missed update)"},
+		{"a", 3, 20 * time.Minute, MaxClaimsPerHour - 3, "past the bound: the rest refused"},
+		{"a", 1, 30 * time.Minute, 0, "still within the hour"},
+		{"b", 1, 30 * time.Minute, 1, "another node has its own"},
+		{"a", 1, 61 * time.Minute, 1, "the first has left the hour"},
+		{"a", 8, 3 * time.Hour, MaxClaimsPerHour, "a jump hours later: the bound"},
+	} {
+		if got := w.admit(tc.node, tc.n, t0.Add(tc.at)); got != tc.wantFits {
+			t.Errorf("%s: %d of %d fit, want %d", tc.whatHappens, got, tc.n, tc.wantFits)
+		}
+	}
+	if len(w["a"]) != MaxClaimsPerHour {
+		t.Errorf("remembered %v for a, want the last hour's %d", w["a"], MaxClaimsPerHour)
+	}
+}

@@ -59,6 +59,9 @@ type Aggregator struct {
 	lastUnreadable map[string]string
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
+	// claims holds what each node added to its pool's counters in the
+	// last hour (accounting.go).
+	claims claimWindow
 }
 
 // New returns an Aggregator, or ErrInvalidOptions.
@@ -80,7 +83,7 @@ func New(opts Options) (*Aggregator, error) {
 		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
 	opts = opts.withDefaults()
-	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claimedHere: map[string]string{},
+	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claims: claimWindow{}, claimedHere: map[string]string{},
 		unanswered: map[string]time.Time{}}, nil
 }
 

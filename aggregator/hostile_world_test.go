@@ -2,6 +2,7 @@ package aggregator_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,8 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -199,5 +202,35 @@ func write(t *testing.T, node string, change func(*corev1.Node)) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInterruptionClaimsBounded: a node whose agent counts an interruption
+// on each of six updates within the hour adds four to its pool's counters;
+// the rest are a Warning on the node and a metric, not counts.
+func TestInterruptionClaimsBounded(t *testing.T) {
+	testworld.Need(t)
+	const name = "claims-0"
+	world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "claims-pool"})
+	r := startAggregator(t, world.Namespace(t), "")
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 30*time.Second), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return r.agg.Leading(), nil
+	})
+	if err != nil {
+		t.Fatal("never leading")
+	}
+	for k := 1; k <= 6; k++ {
+		write(t, name, func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationInterruptions] = fmt.Sprintf(`{%q:%d}`, protocol.UnannouncedReboot.Key(), k)
+			n.Annotations[protocol.AnnotationLastBootID] = fmt.Sprintf("boot-%d", k)
+		})
+	}
+	world.WaitEvent(t, name, protocol.EventClaimsRefused, "in an hour (4)")
+	if got := testworld.Settled(t, r.metrics.RefusedClaims.WithLabelValues(name, "claims-pool"), 2); got != 2 {
+		t.Errorf("refused_interruption_claims_total{%s} = %v, want 2", name, got)
+	}
+	counted := r.metrics.PoolInterruptions.WithLabelValues(append([]string{"claims-pool"}, protocol.UnannouncedReboot.Labels()...)...)
+	if got := testutil.ToFloat64(counted); got != aggregator.MaxClaimsPerHour {
+		t.Errorf("pool_interruptions_total{claims-pool} = %v, want %d", got, aggregator.MaxClaimsPerHour)
 	}
 }

@@ -17,6 +17,9 @@ type Aggregator struct {
 	PassDurationSeconds prometheus.Histogram
 	Triggers            *prometheus.CounterVec
 	VanishedNodes       *prometheus.CounterVec
+	// RefusedClaims counts interruptions a node's agent claimed past the
+	// hourly bound, not counted.
+	RefusedClaims *prometheus.CounterVec
 	SliceInterruptions  *prometheus.CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
@@ -168,7 +171,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.Unreadable = &NodeGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, "node_unreadable_keys"),
 		"Keys with values the aggregator cannot read on a node (its agent is broken, compromised or of an unknown version), by node; only such nodes have a series.",
 		[]string{"node_name"}, nil)}
-	reg.MustRegister(m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.RefusedClaims = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "refused_interruption_claims_total",
+		Help: "Interruptions a node's agent claimed beyond what one node may add to its pool's counters in an hour, not counted (a broken or compromised agent), by node and pool."},
+		[]string{"node_name", "node_pool_name"})
+	reg.MustRegister(m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -94,6 +94,10 @@ const (
 	// EventUnreadableState: the node's agent wrote values the aggregator
 	// cannot read (protocol.Unreadable), named in the message.
 	EventUnreadableState = "UnreadableNodeState"
+
+	// EventClaimsRefused: the node's agent claimed more interruptions than
+	// one node may add to its pool's counters in an hour (aggregator).
+	EventClaimsRefused = "InterruptionClaimsRefused"
 )
 
 // EventReason is one reason with the components that record it and its
@@ -154,6 +158,7 @@ var EventReasons = []EventReason{
 	{EventSliceMaintenance, aggregatorOnly, true},
 	{EventUninstallLeftNode, aggregatorOnly, true},
 	{EventUnreadableState, aggregatorOnly, true},
+	{EventClaimsRefused, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

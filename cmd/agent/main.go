@@ -166,7 +166,11 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	noticeDetail := func() string { return "" }
 	if opts.NoticeListenAddress != "" {
 		mirror = metadata.NewMirror(keys...)
-		endpoint := &noticeEndpoint{addr: opts.NoticeListenAddress, mirror: mirror, events: events,
+		allow := noticeSources(node, opts.noticeRanges())
+		if allow == nil {
+			logger.Warn("the notice endpoint serves everyone who reaches the node's address: the Node names no pod range (spec.podCIDRs) and --notice-allowed-cidrs is empty")
+		}
+		endpoint := &noticeEndpoint{addr: opts.NoticeListenAddress, allow: allow, mirror: mirror, events: events,
 			m: metrics.NewNoticeEndpoint(nodeLabels), logger: logger.With("component", "notice"), clk: clk}
 		noticeDetail = endpoint.detail
 		served := make(chan struct{})

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
@@ -38,7 +40,9 @@ var noticeRetry = backoff.Policy{Base: time.Second, Max: time.Minute}
 // on /healthz, and listening is tried again with backoff until it
 // succeeds (then a Normal Event).
 type noticeEndpoint struct {
-	addr   string
+	addr string
+	// allow says whom it serves (nil: everyone who reaches addr).
+	allow  func(net.IP) bool
 	mirror *metadata.Mirror
 	events *kube.NodeEvents
 	m      *metrics.NoticeEndpoint
@@ -62,7 +66,8 @@ func (e *noticeEndpoint) run(ctx context.Context) {
 	for failures := 0; ; {
 		ln, err := net.Listen("tcp", e.addr)
 		if err == nil {
-			cli.ServeBounded(ctx, ln, e.mirror, cli.Bounds{Conns: noticeConnections, PerSource: noticePerClient, Refused: e.m.Refused.Inc})
+			cli.ServeBounded(ctx, ln, e.mirror, cli.Bounds{Conns: noticeConnections, PerSource: noticePerClient, Allow: e.allow,
+				Refused: e.m.Refused.WithLabelValues("over_share").Inc, Foreign: e.m.Refused.WithLabelValues("foreign").Inc})
 			e.problem.Store(nil)
 			e.m.Serving.Set(1)
 			e.logger.Info("serving the maintenance keys to the node's pods", "listen", ln.Addr().String())
@@ -82,5 +87,32 @@ func (e *noticeEndpoint) run(ctx context.Context) {
 		if backoff.Wait(ctx, e.clk, noticeRetry.Delay(failures)) != nil {
 			return
 		}
+	}
+}
+
+// noticeSources is whom the notice endpoint serves on node: the node
+// itself (its addresses) and its pods (its pod ranges, spec.podCIDRs),
+// and the ranges extra adds (pods whose network plugin gives addresses
+// outside the Node's ranges). It is nil, serving everyone who reaches the
+// node's address, when the Node names no pod range and extra is empty:
+// the endpoint cannot tell its pods then, and the log says so.
+func noticeSources(node *corev1.Node, extra []*net.IPNet) func(net.IP) bool {
+	ranges := slices.Clone(extra)
+	for _, c := range node.Spec.PodCIDRs {
+		if _, r, err := net.ParseCIDR(c); err == nil {
+			ranges = append(ranges, r)
+		}
+	}
+	if len(ranges) == 0 {
+		return nil
+	}
+	var own []net.IP
+	for _, a := range node.Status.Addresses {
+		if ip := net.ParseIP(a.Address); ip != nil {
+			own = append(own, ip)
+		}
+	}
+	return func(ip net.IP) bool {
+		return slices.ContainsFunc(own, ip.Equal) || slices.ContainsFunc(ranges, func(r *net.IPNet) bool { return r.Contains(ip) })
 	}
 }

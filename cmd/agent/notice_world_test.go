@@ -20,6 +20,8 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // TestNoticeExamplesRunAsWritten runs the README's examples, the Go and
@@ -119,11 +121,26 @@ func runExample(t *testing.T, addr string, name string, args ...string) <-chan s
 // Event, the serving gauge at 0, a detail on a /healthz that still answers
 // ok), and serves once the port is free. There, one client address
 // holding its share of connections is refused one more (429, counted),
-// while another client is served.
+// while another client is served; an address that is neither the node's
+// nor in its pod range is answered 403.
 func TestNoticeEndpointOutlivesAPortClash(t *testing.T) {
 	testworld.Need(t)
 	const node = "agent-notice-clash"
 	emu := setup(t, node)
+	// The node's pods: 127.0.0.0/30 (the endpoint serves them and the
+	// node's own addresses).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = "127.0.0.0/30", []string{"127.0.0.0/30"}
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := testworld.FreeAddrT(t)
 	squatter, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -176,9 +193,14 @@ func TestNoticeEndpointOutlivesAPortClash(t *testing.T) {
 	if status, body := rawGet(t, "127.0.0.2", addr, url); status == http.StatusTooManyRequests || status == 0 {
 		t.Errorf("another client while the first holds its share: %d %q, want it served", status, body)
 	}
+	if status, body := rawGet(t, "127.0.0.5", addr, url); status != http.StatusForbidden {
+		t.Errorf("a client outside the node's pod range: %d %q, want 403", status, body)
+	}
 	_, text = p.get("/metrics")
-	if got := metricValue(t, text, "maintenance_handler_agent_notice_endpoint_refused_total", nil); got != 1 {
-		t.Errorf("notice_endpoint_refused_total %v, want 1", got)
+	for reason, want := range map[string]float64{"over_share": 1, "foreign": 1} {
+		if got := metricValue(t, text, "maintenance_handler_agent_notice_endpoint_refused_total", map[string]string{"reason": reason}); got != want {
+			t.Errorf("notice_endpoint_refused_total{reason=%q} %v, want %v", reason, got, want)
+		}
 	}
 	if got := metricValue(t, text, "maintenance_handler_agent_notice_endpoint_serving", nil); got != 1 {
 		t.Errorf("notice_endpoint_serving %v once serving, want 1", got)

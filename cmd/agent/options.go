@@ -33,6 +33,9 @@ type Options struct {
 	// NoticeListenAddress, when set, serves the maintenance keys to the
 	// node's pods (metadata.Mirror).
 	NoticeListenAddress string
+	// NoticeAllowedCIDRs are more client ranges the notice endpoint serves
+	// beside the node's addresses and pod ranges.
+	NoticeAllowedCIDRs []string
 	// MetadataHost replaces the metadata server's address (host:port); empty
 	// means 169.254.169.254 or GCE_METADATA_HOST.
 	MetadataHost string
@@ -127,6 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig (its current context: a token, token file or client certificate; credential plugins such as exec are not supported); empty means $KUBECONFIG when set, else the pod's service account (in-cluster).")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
 	fs.StringVar(&o.NoticeListenAddress, "notice-listen-address", o.NoticeListenAddress, "host:port on which to serve the node's pods the metadata server's maintenance keys (instance/maintenance-event, instance/upcoming-maintenance, instance/preempted) as the agent reads them, and the drain's deadline ("+metadata.KeyDeadline+"), with the metadata server's paths, header and wait_for_change contract; for the node's address only (the manifests give $(HOST_IP):8189). Empty: not served.")
+	fs.StringSliceVar(&o.NoticeAllowedCIDRs, "notice-allowed-cidrs", o.NoticeAllowedCIDRs, "More client ranges the notice endpoint serves, beside the node's own addresses and its pod ranges (spec.podCIDRs), for network plugins that give pods addresses outside the Node's ranges. The endpoint answers any other client 403; it serves everyone who reaches the node's address only where the Node names no pod range and this is empty.")
 	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
 	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout (timeout_sec), 1s to 1h.")
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
@@ -179,6 +183,11 @@ func (o *Options) Validate() error {
 	if o.NoticeListenAddress != "" {
 		if _, port, err := net.SplitHostPort(o.NoticeListenAddress); err != nil || !validPort(port) {
 			errs = append(errs, fmt.Errorf("--notice-listen-address %q: want host:port (the manifests give $(HOST_IP):8189)", o.NoticeListenAddress))
+		}
+	}
+	for _, c := range o.NoticeAllowedCIDRs {
+		if _, _, err := net.ParseCIDR(c); err != nil {
+			errs = append(errs, fmt.Errorf("--notice-allowed-cidrs %q: want a CIDR such as 10.8.0.0/14", c))
 		}
 	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
@@ -249,4 +258,16 @@ const (
 func validPort(port string) bool {
 	n, err := strconv.Atoi(port)
 	return err == nil && n >= 0 && n <= 65535
+}
+
+// noticeRanges is --notice-allowed-cidrs, parsed (Validate refused any
+// that does not parse).
+func (o *Options) noticeRanges() []*net.IPNet {
+	var out []*net.IPNet
+	for _, c := range o.NoticeAllowedCIDRs {
+		if _, r, err := net.ParseCIDR(c); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -83,6 +83,11 @@ type Bounds struct {
 	// without taking one of Conns, and Refused (if set) is called.
 	PerSource int
 	Refused   func()
+	// Allow, when set, says which client addresses are served: a
+	// connection from any other is answered 403 and closed, without
+	// taking one of Conns, and Foreign (if set) is called.
+	Allow   func(net.IP) bool
+	Foreign func()
 }
 
 // ServeBounded serves h on ln until ctx ends, for clients that are not
@@ -93,7 +98,7 @@ type Bounds struct {
 // as long as h lets it.
 func ServeBounded(ctx context.Context, ln net.Listener, h http.Handler, b Bounds) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 8 << 10}
-	bounded := netutil.LimitListener(&perSource{Listener: ln, max: b.PerSource, refused: b.Refused, open: map[string]int{}}, b.Conns)
+	bounded := netutil.LimitListener(&perSource{Listener: ln, max: b.PerSource, refused: b.Refused, allow: b.Allow, foreign: b.Foreign, open: map[string]int{}}, b.Conns)
 	go func() { _ = srv.Serve(bounded) }()
 	go func() {
 		<-ctx.Done()
@@ -104,12 +109,14 @@ func ServeBounded(ctx context.Context, ln net.Listener, h http.Handler, b Bounds
 	}()
 }
 
-// perSource is a listener that holds each client address to max
-// connections open at once.
+// perSource is a listener that serves only the client addresses allow
+// accepts (all when nil), and holds each to max connections open at once.
 type perSource struct {
 	net.Listener
 	max     int
 	refused func()
+	allow   func(net.IP) bool
+	foreign func()
 	mu      sync.Mutex
 	open    map[string]int
 }
@@ -124,6 +131,13 @@ func (l *perSource) Accept() (net.Conn, error) {
 		if host, _, err := net.SplitHostPort(src); err == nil {
 			src = host
 		}
+		if l.allow != nil && !l.allow(net.ParseIP(src)) {
+			if l.foreign != nil {
+				l.foreign()
+			}
+			go answer(c, http.StatusForbidden, "This endpoint serves only its node and the node's own pods.\n")
+			continue
+		}
 		l.mu.Lock()
 		over := l.max > 0 && l.open[src] >= l.max
 		if !over {
@@ -136,7 +150,7 @@ func (l *perSource) Accept() (net.Conn, error) {
 		if l.refused != nil {
 			l.refused()
 		}
-		go refuse(c, l.max)
+		go answer(c, http.StatusTooManyRequests, fmt.Sprintf("Too many connections from this address: at most %d at once.\n", l.max))
 	}
 }
 
@@ -159,17 +173,17 @@ func (c *sourceConn) Close() error {
 	return c.Conn.Close()
 }
 
-// refuse answers the request on c, one connection over its address's
-// bound, with 429 and closes it: read first, so that the client reads the
-// answer rather than a reset.
-func refuse(c net.Conn, max int) {
+// answer answers the request on c, a connection refused, with status and
+// body and closes it: read first, so that the client reads the answer
+// rather than a reset.
+func answer(c net.Conn, status int, body string) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, 8<<10))); err != nil {
 		return
 	}
-	body := fmt.Sprintf("Too many connections from this address: at most %d at once.\n", max)
-	_, _ = fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
 }
 
 // Serve listens on addr and serves h in g until ctx ends, then shuts the

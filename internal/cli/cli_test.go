@@ -115,3 +115,37 @@ func TestPerSourceGivesThePlaceBack(t *testing.T) {
 		t.Errorf("refused %d, open %v: want every connection accepted in turn, none left open", refused.Load(), l.open)
 	}
 }
+
+// TestServeBoundedServesOnlyWhomItAllows: a client address Allow refuses
+// is answered 403, counted, and takes no place; an allowed one is served.
+func TestServeBoundedServesOnlyWhomItAllows(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var foreign atomic.Int32
+	ServeBounded(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }),
+		Bounds{Conns: 1, PerSource: 1, Allow: func(ip net.IP) bool { return ip.Equal(net.IPv4(127, 0, 0, 1)) }, Foreign: func() { foreign.Add(1) }})
+	get := func(source string) (int, string) {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}, Timeout: 5 * time.Second}
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + ln.Addr().String() + "/")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := get("127.0.0.2"); status != http.StatusForbidden || !strings.Contains(body, "only its node") {
+		t.Errorf("a client not allowed: %d %q, want 403 saying whom it serves", status, body)
+	}
+	if status, body := get("127.0.0.1"); status != http.StatusOK {
+		t.Errorf("an allowed client, after a refused one (which took no place of the one there is): %d %q, want 200", status, body)
+	}
+	if got := foreign.Load(); got != 1 {
+		t.Errorf("counted %d refused clients, want 1", got)
+	}
+}
