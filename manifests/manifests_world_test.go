@@ -681,7 +681,9 @@ func TestPodSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
 	admit := func(kind, name string) error {
 		t.Helper()
 		for _, o := range render(t, "base") {

@@ -19,8 +19,8 @@ type Aggregator struct {
 	VanishedNodes       *prometheus.CounterVec
 	// RefusedClaims counts interruptions a node's agent claimed past the
 	// hourly bound, not counted.
-	RefusedClaims *prometheus.CounterVec
-	SliceInterruptions  *prometheus.CounterVec
+	RefusedClaims      *prometheus.CounterVec
+	SliceInterruptions *prometheus.CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
 	// Unreadable exports, for the leader's last pass, how many keys each
