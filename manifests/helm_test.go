@@ -273,6 +273,16 @@ func TestChartOptions(t *testing.T) {
 		{"monitoring.serviceMonitor.interval", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.interval=15s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "endpoints").([]any)[0].(map[string]any)["interval"], "15s"
 		}},
+		{"monitoring.serviceMonitor.labels", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.labels.release=kps"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["ServiceMonitor "+ns+"/maintenance-handler"].GetLabels()["release"], "kps"
+		}},
+		{"monitoring.serviceMonitor.namespace", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.namespace=monitoring"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			m := o["ServiceMonitor monitoring/maintenance-handler"]
+			if m == nil {
+				return nil, "a ServiceMonitor in monitoring"
+			}
+			return field(t, m, "spec", "namespaceSelector", "matchNames"), []any{ns}
+		}},
 		{"monitoring.podMonitoring.enabled", []string{"--set", "monitoring.podMonitoring.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return o["PodMonitoring "+ns+"/maintenance-handler"] != nil, true
 		}},
@@ -281,6 +291,12 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"monitoring.prometheusRule.enabled", []string{"--set", "monitoring.prometheusRule.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["PrometheusRule "+ns+"/maintenance-handler"], "spec"), field(t, kinds(render(t, "overlays/prometheus-operator"))["PrometheusRule "+ns+"/maintenance-handler"], "spec")
+		}},
+		{"monitoring.prometheusRule.labels", []string{"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.prometheusRule.labels.release=kps"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["PrometheusRule "+ns+"/maintenance-handler"].GetLabels()["release"], "kps"
+		}},
+		{"monitoring.prometheusRule.namespace", []string{"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.prometheusRule.namespace=monitoring"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["PrometheusRule monitoring/maintenance-handler"] != nil, true
 		}},
 		{"monitoring.rules.enabled", []string{"--set", "monitoring.rules.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["Rules "+ns+"/maintenance-handler"], "spec"), field(t, kinds(render(t, "overlays/gke-managed-prometheus"))["Rules "+ns+"/maintenance-handler"], "spec")
@@ -343,4 +359,40 @@ func anyStrings(v any) []string {
 		out = append(out, s.(string))
 	}
 	return out
+}
+
+// TestChartAsASubchart: the chart renders as a dependency of an umbrella
+// chart, where Helm gives it the umbrella's global values, and takes its
+// own values from the umbrella's under its name.
+func TestChartAsASubchart(t *testing.T) {
+	umbrella := t.TempDir()
+	if err := os.WriteFile(filepath.Join(umbrella, "Chart.yaml"), []byte("apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n  - name: maintenance-handler\n    version: \"*\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	values := "global:\n  imageRegistry: registry.example.com\nmaintenance-handler:\n  image:\n    tag: v9.9.9\n"
+	if err := os.WriteFile(filepath.Join(umbrella, "values.yaml"), []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(umbrella, "charts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-r", chart, filepath.Join(umbrella, "charts", "maintenance-handler")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the chart: %v\n%s", err, out)
+	}
+	cmd := exec.Command(testworld.Helm(t), "template", "platform", umbrella, "--namespace", "maintenance-handler")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template of an umbrella chart: %v\n%s", err, stderr.String())
+	}
+	objs := kinds(decodeYAML(t, out))
+	ds, ok := objs["DaemonSet maintenance-handler/maintenance-handler-agent"]
+	if !ok {
+		t.Fatalf("no agent DaemonSet among %d objects", len(objs))
+	}
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 || !strings.HasSuffix(containers[0].(map[string]any)["image"].(string), ":v9.9.9") {
+		t.Errorf("the agent's image %v, want the umbrella's tag v9.9.9", containers)
+	}
 }
