@@ -232,6 +232,9 @@ func TestChartOptions(t *testing.T) {
 		{"agent.podAnnotations", []string{"--set", "agent.podAnnotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[ds], "spec", "template", "metadata", "annotations"), map[string]any{"a": "b"}
 		}},
+		{"agent.podLabels", []string{"--set", "agent.podLabels.team=ml"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[ds], "spec", "template", "metadata", "labels").(map[string]any)["team"], "ml"
+		}},
 		{"aggregator.enabled", []string{"--set", "aggregator.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{o[dep] == nil, o["ClusterRole /maintenance-handler-aggregator"] == nil, o["DaemonSet "+ns+"/maintenance-handler-agent"] != nil}, []any{true, true, true}
 		}},
@@ -260,6 +263,9 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"aggregator.podAnnotations", []string{"--set", "aggregator.podAnnotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[dep], "spec", "template", "metadata", "annotations"), map[string]any{"a": "b"}
+		}},
+		{"aggregator.podLabels", []string{"--set", "aggregator.podLabels.team=ml"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[dep], "spec", "template", "metadata", "labels").(map[string]any)["team"], "ml"
 		}},
 		{"policy", []string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenance":2}}}`}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["ConfigMap "+ns+"/maintenance-handler"], "data"), map[string]any{"policy.yaml": "pools:\n  gpu:\n    maxVoluntaryMaintenance: 2\n"}
@@ -394,5 +400,43 @@ func TestChartAsASubchart(t *testing.T) {
 	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
 	if len(containers) == 0 || !strings.HasSuffix(containers[0].(map[string]any)["image"].(string), ":v9.9.9") {
 		t.Errorf("the agent's image %v, want the umbrella's tag v9.9.9", containers)
+	}
+}
+
+// TestChartBumpAloneRollsNothing: the pod templates of a chart whose
+// version alone changed are the same, so that upgrading to it restarts no
+// agent and no aggregator.
+func TestChartBumpAloneRollsNothing(t *testing.T) {
+	bumped := filepath.Join(t.TempDir(), "maintenance-handler")
+	if out, err := exec.Command("cp", "-r", chart, bumped).CombinedOutput(); err != nil {
+		t.Fatalf("copy the chart: %v\n%s", err, out)
+	}
+	meta, err := os.ReadFile(filepath.Join(bumped, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(meta), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "version:") {
+			lines[i] = "version: 99.0.0"
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bumped, "Chart.yaml"), []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	render := func(dir string) map[string]*unstructured.Unstructured {
+		out, err := exec.Command(testworld.Helm(t), "template", "maintenance-handler", dir, "--namespace", "maintenance-handler").Output()
+		if err != nil {
+			t.Fatalf("helm template %s: %v", dir, err)
+		}
+		return kinds(decodeYAML(t, out))
+	}
+	before, after := render(chart), render(bumped)
+	for _, w := range []string{"DaemonSet maintenance-handler/maintenance-handler-agent", "Deployment maintenance-handler/maintenance-handler-aggregator"} {
+		a, _, _ := unstructured.NestedMap(before[w].Object, "spec", "template")
+		b, _, _ := unstructured.NestedMap(after[w].Object, "spec", "template")
+		if d := cmp.Diff(a, b); d != "" {
+			t.Errorf("%s: its pod template changes with the chart's version alone (-before +after):\n%s", w, d)
+		}
 	}
 }

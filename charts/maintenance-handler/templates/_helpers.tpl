@@ -7,6 +7,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 
+{{/* Labels on the pods: those of mh.labels that do not change with the
+chart's version alone, so that a chart bump that changes nothing they run
+rolls no pod. */}}
+{{- define "mh.podLabels" -}}
+app.kubernetes.io/name: maintenance-handler
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
 {{/* The image of the agent and the aggregator. */}}
 {{- define "mh.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
