@@ -1057,6 +1057,21 @@ func TestAgentMigratesAnOlderAgentsNotice(t *testing.T) {
 	world.WaitEvent(t, v.name, protocol.EventMaintenanceCancelled)
 }
 
+// gkeWrites changes node as GKE's handler does: an update under its field
+// manager.
+func gkeWrites(t *testing.T, node string, change func(n *corev1.Node)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, node)
+		change(n)
+		_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: protocol.FieldManagerGKE})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAgentLeavesGKEsMaintenanceToIt: on a GKE node whose own handler
 // mirrors the notice and handles the maintenance, an agent whose VM does
 // not serve the notice (404) leaves GKE's notice keys alone and says
@@ -1067,20 +1082,8 @@ func TestAgentMigratesAnOlderAgentsNotice(t *testing.T) {
 func TestAgentLeavesGKEsMaintenanceToIt(t *testing.T) {
 	testworld.Need(t)
 	v := newVMWith(t, "agent-gke-defer-0", gceemu.Config{Absence: gceemu.AbsentNotFound})
-	gkeWrites := func(change func(n *corev1.Node)) {
-		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n := getNode(t, v.name)
-			change(n)
-			_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: "gpu-maintenance-handler"})
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	const notice = `{"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-24T03:00:00+00:00"}`
-	gkeWrites(func(n *corev1.Node) {
+	gkeWrites(t, v.name, func(n *corev1.Node) {
 		n.Labels[protocol.LabelScheduledMaintenanceTime] = "1798081200"
 		n.Annotations[protocol.AnnotationUpcomingMaintenance] = notice
 	})
@@ -1096,7 +1099,7 @@ func TestAgentLeavesGKEsMaintenanceToIt(t *testing.T) {
 		t.Errorf("an agent with no notice of its own removed GKE's: labels %v, annotations %v", n.Labels, n.Annotations)
 	}
 
-	gkeWrites(func(n *corev1.Node) {
+	gkeWrites(t, v.name, func(n *corev1.Node) {
 		n.Labels[protocol.LabelActiveMaintenance] = "passthrough"
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
 	})
@@ -1138,18 +1141,6 @@ func TestAgentLeavesGKEsMaintenanceToIt(t *testing.T) {
 // after the agent is told by its field manager: the drain stops there.
 func TestAgentLeavesHostMaintenanceToGKEsHandler(t *testing.T) {
 	testworld.Need(t)
-	gkeWrites := func(t *testing.T, name string, change func(n *corev1.Node)) {
-		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n := getNode(t, name)
-			change(n)
-			_, err := world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{FieldManager: protocol.FieldManagerGKE})
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	backUntouched := func(t *testing.T, v *vm, r *running, ns string) {
 		t.Helper()
 		reboot(t, v, r)

@@ -47,6 +47,19 @@ func readme(t *testing.T) string {
 	return string(b)
 }
 
+// readmeBlock is the text of the README's first fenced block in lang
+// whose text starts with prefix.
+func readmeBlock(t *testing.T, lang, prefix string) string {
+	t.Helper()
+	text, fence := readme(t), "```"+lang+"\n"
+	start := strings.Index(text, fence+prefix)
+	if start < 0 {
+		t.Fatalf("the README has no %s block starting with %q", lang, prefix)
+	}
+	block := text[start+len(fence):]
+	return block[:strings.Index(block, "```")]
+}
+
 func TestNodeProtocolDocumented(t *testing.T) {
 	text := readme(t)
 	start := strings.Index(text, "\n## Node protocol\n")
@@ -78,13 +91,7 @@ func TestNodeProtocolDocumented(t *testing.T) {
 // TestREADMEPolicyExampleParses: the README's policy.yaml example is
 // valid, within GKE's limits, and means what its comments say.
 func TestREADMEPolicyExampleParses(t *testing.T) {
-	text := readme(t)
-	start := strings.Index(text, "```yaml\ncluster:")
-	if start < 0 {
-		t.Fatal("the README has no policy.yaml example (a yaml block starting with cluster:)")
-	}
-	example := text[start+len("```yaml\n"):]
-	example = example[:strings.Index(example, "```")]
+	example := readmeBlock(t, "yaml", "cluster:")
 	cfg, err := policy.ParseConfig(example)
 	if err != nil {
 		t.Fatalf("the README's example is invalid: %v", err)
@@ -106,13 +113,7 @@ func TestREADMEPolicyExampleParses(t *testing.T) {
 // for the notice endpoint is examples/notice/notice.py, which
 // TestNoticeExamplesRunAsWritten runs.
 func TestREADMENoticeExampleIsTheFile(t *testing.T) {
-	text := readme(t)
-	start := strings.Index(text, "```python\n")
-	if start < 0 {
-		t.Fatal("the README shows no Python example")
-	}
-	shown := text[start+len("```python\n"):]
-	shown = shown[:strings.Index(shown, "```")]
+	shown := readmeBlock(t, "python", "")
 	file, err := os.ReadFile("../examples/notice/notice.py")
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@
 // to end by the deadline; a refused eviction tried again the moment the
 // budgets covering the pod allow (budgets.go follows them while the drain
 // runs, once per change), or after a delay (never a hot loop), and turned
-// into a delete at deadline - grace, so the pod still
+// into a delete at deadline - grace - EscalationLead, so the pod still
 // gets SIGTERM with its whole grace before the VM goes. Mirror pods, finished
 // pods and the agent's own pod are never touched.
 //

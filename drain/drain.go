@@ -55,7 +55,8 @@ type Result struct {
 type podState struct {
 	nextTry time.Time
 	// refused: the eviction was refused or failed at least once, so the
-	// pod is deleted at its group deadline - grace if it is still there.
+	// pod is deleted at its group deadline - grace - EscalationLead if it is
+	// still there.
 	refused bool
 	// evicted: the eviction was accepted; the cache may not show the
 	// deletion yet, so the pod is not evicted again.

@@ -40,7 +40,7 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 }
 
 // delete deletes a pod whose eviction kept being refused until
-// deadline - grace, after setting its DisruptionTarget condition (why). A
+// deadline - grace - EscalationLead, after setting its DisruptionTarget condition (why). A
 // condition that cannot be set does not hold the delete back: the pod
 // must stop before the VM does.
 func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration, why Disruption) string {

@@ -24,7 +24,7 @@ const (
 	OutcomeThrottled = "throttled"
 	OutcomeGone      = "gone"    // 404 or UID mismatch: the pod was already gone
 	OutcomeError     = "error"   // any other failure, retried later
-	OutcomeEscalated = "deleted" // deleted at deadline - grace after refusals
+	OutcomeEscalated = "deleted" // deleted at deadline - grace - EscalationLead after refusals
 )
 
 // Recorder counts what the drain did. It is implemented by the metrics

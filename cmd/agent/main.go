@@ -166,12 +166,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	noticeDetail := func() string { return "" }
 	if opts.NoticeListenAddress != "" {
 		mirror = metadata.NewMirror(keys...)
-		allow := noticeSources(node, opts.noticeRanges())
-		if allow == nil {
-			logger.Warn("the notice endpoint serves everyone who reaches the node's address: the Node names no pod range (spec.podCIDRs) and --notice-allowed-cidrs is empty")
-		}
-		endpoint := &noticeEndpoint{addr: opts.NoticeListenAddress, allow: allow, mirror: mirror, events: events,
-			m: metrics.NewNoticeEndpoint(nodeLabels), logger: logger.With("component", "notice"), clk: clk}
+		endpoint := newNoticeEndpoint(opts, node, mirror, events, metrics.NewNoticeEndpoint(nodeLabels), logger.With("component", "notice"), clk)
 		noticeDetail = endpoint.detail
 		served := make(chan struct{})
 		go func() { defer close(served); endpoint.run(ctx) }()

@@ -53,6 +53,18 @@ type noticeEndpoint struct {
 	problem atomic.Pointer[string]
 }
 
+// newNoticeEndpoint is the endpoint --notice-listen-address asks for on
+// node, serving mirror to the node and its pods (noticeSources).
+func newNoticeEndpoint(opts *Options, node *corev1.Node, mirror *metadata.Mirror, events *kube.NodeEvents, m *metrics.NoticeEndpoint,
+	logger *slog.Logger, clk clock.Clock) *noticeEndpoint {
+	extra, _ := opts.noticeRanges() // validated
+	allow := noticeSources(node, extra)
+	if allow == nil {
+		logger.Warn("the notice endpoint serves everyone who reaches the node's address: the Node names no pod range (spec.podCIDRs) and --notice-allowed-cidrs is empty")
+	}
+	return &noticeEndpoint{addr: opts.NoticeListenAddress, allow: allow, mirror: mirror, events: events, m: m, logger: logger, clk: clk}
+}
+
 // detail is the endpoint's line on /healthz: "" while it serves.
 func (e *noticeEndpoint) detail() string {
 	if p := e.problem.Load(); p != nil {

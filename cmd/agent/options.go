@@ -185,11 +185,8 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--notice-listen-address %q: want host:port (the manifests give $(HOST_IP):8189)", o.NoticeListenAddress))
 		}
 	}
-	for _, c := range o.NoticeAllowedCIDRs {
-		if _, _, err := net.ParseCIDR(c); err != nil {
-			errs = append(errs, fmt.Errorf("--notice-allowed-cidrs %q: want a CIDR such as 10.8.0.0/14", c))
-		}
-	}
+	_, cidrErrs := o.noticeRanges()
+	errs = append(errs, cidrErrs...)
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
 	}
@@ -260,14 +257,18 @@ func validPort(port string) bool {
 	return err == nil && n >= 0 && n <= 65535
 }
 
-// noticeRanges is --notice-allowed-cidrs, parsed (Validate refused any
-// that does not parse).
-func (o *Options) noticeRanges() []*net.IPNet {
+// noticeRanges is --notice-allowed-cidrs, parsed, and an error for each
+// that does not parse (Validate reports them).
+func (o *Options) noticeRanges() ([]*net.IPNet, []error) {
 	var out []*net.IPNet
+	var errs []error
 	for _, c := range o.NoticeAllowedCIDRs {
-		if _, r, err := net.ParseCIDR(c); err == nil {
-			out = append(out, r)
+		_, r, err := net.ParseCIDR(c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--notice-allowed-cidrs %q: want a CIDR such as 10.8.0.0/14", c))
+			continue
 		}
+		out = append(out, r)
 	}
-	return out
+	return out, errs
 }

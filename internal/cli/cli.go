@@ -98,7 +98,8 @@ type Bounds struct {
 // as long as h lets it.
 func ServeBounded(ctx context.Context, ln net.Listener, h http.Handler, b Bounds) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 8 << 10}
-	bounded := netutil.LimitListener(&perSource{Listener: ln, max: b.PerSource, refused: b.Refused, allow: b.Allow, foreign: b.Foreign, open: map[string]int{}}, b.Conns)
+	bounded := netutil.LimitListener(&perSource{Listener: ln, max: b.PerSource, refused: b.Refused, allow: b.Allow, foreign: b.Foreign,
+		open: map[string]int{}, answering: make(chan struct{}, maxAnswering)}, b.Conns)
 	go func() { _ = srv.Serve(bounded) }()
 	go func() {
 		<-ctx.Done()
@@ -119,7 +120,14 @@ type perSource struct {
 	foreign func()
 	mu      sync.Mutex
 	open    map[string]int
+	// answering holds a place for each refused connection being answered.
+	answering chan struct{}
 }
+
+// maxAnswering bounds the refused connections answered at once: past it,
+// one is closed without an answer, so that a flood of refused clients
+// holds no more than this many goroutines and sockets.
+const maxAnswering = 16
 
 func (l *perSource) Accept() (net.Conn, error) {
 	for {
@@ -135,7 +143,7 @@ func (l *perSource) Accept() (net.Conn, error) {
 			if l.foreign != nil {
 				l.foreign()
 			}
-			go answer(c, http.StatusForbidden, "This endpoint serves only its node and the node's own pods.\n")
+			l.answer(c, http.StatusForbidden, "This endpoint serves only its node and the node's own pods.\n")
 			continue
 		}
 		l.mu.Lock()
@@ -150,7 +158,7 @@ func (l *perSource) Accept() (net.Conn, error) {
 		if l.refused != nil {
 			l.refused()
 		}
-		go answer(c, http.StatusTooManyRequests, fmt.Sprintf("Too many connections from this address: at most %d at once.\n", l.max))
+		l.answer(c, http.StatusTooManyRequests, fmt.Sprintf("Too many connections from this address: at most %d at once.\n", l.max))
 	}
 }
 
@@ -174,9 +182,23 @@ func (c *sourceConn) Close() error {
 }
 
 // answer answers the request on c, a connection refused, with status and
-// body and closes it: read first, so that the client reads the answer
-// rather than a reset.
-func answer(c net.Conn, status int, body string) {
+// body and closes it, in the background: read first, so that the client
+// reads the answer rather than a reset. Past maxAnswering at once, c is
+// closed unanswered.
+func (l *perSource) answer(c net.Conn, status int, body string) {
+	select {
+	case l.answering <- struct{}{}:
+	default:
+		_ = c.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.answering }()
+		respond(c, status, body)
+	}()
+}
+
+func respond(c net.Conn, status int, body string) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, 8<<10))); err != nil {
