@@ -67,6 +67,11 @@ type podState struct {
 	// last refused or tried (budgets.allows): it is tried before nextTry
 	// only once they have changed since and allow.
 	budgets string
+	// blocked: a budget refused it at least once; failure: the last
+	// failure that was not a budget's (the eviction check unavailable, the
+	// API server's error), said once in a Warning.
+	blocked bool
+	failure string
 }
 
 // Drain evicts the node's pods group by group (workloads, then kube-system,
@@ -157,7 +162,9 @@ type action struct {
 	outcome    string
 	// retryAfter is what the API server asked a throttled call to wait.
 	retryAfter time.Duration
-	at         time.Time // when it was planned
+	// err is an OutcomeError call's error.
+	err error
+	at  time.Time // when it was planned
 	// voluntary: never deleted; retried until deadline, its group's.
 	voluntary bool
 	deadline  time.Time
@@ -222,7 +229,9 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 				if a.escalate {
 					a.outcome = d.delete(ctx, a.pod, a.grace, *why)
 				} else {
-					a.outcome, a.retryAfter = d.evict(ctx, a.pod, a.grace)
+					callCtx, cancel := callContext(ctx, a)
+					a.outcome, a.retryAfter, a.err = d.evict(callCtx, a.pod, a.grace)
+					cancel()
 				}
 				results <- a
 			}()
@@ -246,9 +255,13 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 		if a.outcome == OutcomeEscalated {
 			d.opts.Recorder.Escalation()
 			res.Deleted++
-			d.opts.Events.NodeEvent(true, protocol.EventEscalated, fmt.Sprintf(
-				"Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
-				klogRef(p), a.grace))
+			msg := fmt.Sprintf("Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
+				klogRef(p), a.grace)
+			if !st.blocked {
+				msg = fmt.Sprintf("The eviction of pod %s was still failing (%s) at the last moment that leaves it its %s grace period before the VM stops; deleted it",
+					klogRef(p), st.failure, a.grace)
+			}
+			d.opts.Events.NodeEvent(true, protocol.EventEscalated, msg)
 			log.Warn("pod deleted after refused evictions", "pod", klogRef(p), "grace", a.grace)
 		}
 		st.evicted = a.outcome != OutcomeError
@@ -276,7 +289,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 			}
 			d.opts.Events.NodeEvent(true, protocol.EventBlocked, msg)
 		}
-		st.refused = true
+		st.refused, st.blocked = true, true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
 		pdbs.follow(p.Namespace)
 		_, st.budgets = pdbs.allows(p)
@@ -290,9 +303,39 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 		st.nextTry = d.opts.Clock.Now().Add(wait)
 		log.Info("eviction throttled by the API server", "pod", klogRef(p), "retryAfter", wait)
 	case OutcomeError:
+		if st.failure == "" {
+			d.opts.Events.NodeEvent(true, protocol.EventEvictionFailed, failedMessage(a))
+		}
+		st.failure = a.err.Error()
 		st.refused = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
 	}
+}
+
+// failedMessage is the Warning of a pod's first eviction that failed for
+// another reason than a budget: what happens next.
+func failedMessage(a *action) string {
+	switch {
+	case a.voluntary:
+		return fmt.Sprintf("Eviction of pod %s failed: %v. Retrying until %s; this maintenance is voluntary, so the pod is never deleted, and a drain that cannot finish is given up",
+			klogRef(a.pod), a.err, a.deadline.UTC().Format(time.RFC3339))
+	case !a.at.Before(a.escalateAt):
+		return fmt.Sprintf("Eviction of pod %s failed: %v. Its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
+			klogRef(a.pod), a.err, PodGrace(a.pod), a.grace)
+	}
+	return fmt.Sprintf("Eviction of pod %s failed: %v. Retrying, and deleting it at %s so that it still gets its %s grace period",
+		klogRef(a.pod), a.err, a.escalateAt.UTC().Format(time.RFC3339), a.grace)
+}
+
+// callContext bounds an eviction of a drain that must end by the VM's stop
+// to the pod's escalation: a call the API server holds (an admission
+// webhook that does not answer) cannot delay the delete that keeps the
+// pod's grace.
+func callContext(ctx context.Context, a *action) (context.Context, context.CancelFunc) {
+	if a.voluntary || !a.at.Before(a.escalateAt) {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, a.escalateAt.Sub(a.at))
 }
 
 // parallelism bounds the API calls of one drain in flight at once.

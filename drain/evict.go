@@ -15,8 +15,9 @@ import (
 )
 
 // evict asks the Eviction API to evict p with grace; a throttled call
-// comes back with the wait the API server asked for (0: none said).
-func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) (outcome string, retryAfter time.Duration) {
+// comes back with the wait the API server asked for (0: none said), a
+// failed one with its error.
+func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration) (outcome string, retryAfter time.Duration, failed error) {
 	secs := int64(grace / time.Second)
 	err := d.opts.Client.Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
@@ -24,18 +25,18 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 	})
 	switch {
 	case err == nil:
-		return OutcomeEvicted, 0
+		return OutcomeEvicted, 0, nil
 	case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
-		return OutcomeBlocked, 0
+		return OutcomeBlocked, 0, nil
 	case apierrors.IsTooManyRequests(err):
 		secs, _ := apierrors.SuggestsClientDelay(err)
-		return OutcomeThrottled, time.Duration(secs) * time.Second
+		return OutcomeThrottled, time.Duration(secs) * time.Second, nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		// Gone, or a different pod of the same name (recreated).
-		return OutcomeGone, 0
+		return OutcomeGone, 0, nil
 	default:
 		d.opts.Logger.Warn("eviction failed", "pod", klogRef(p), "err", err)
-		return OutcomeError, 0
+		return OutcomeError, 0, err
 	}
 }
 

@@ -125,6 +125,11 @@ func (c *Client) GetResourceClaim(ctx context.Context, namespace, name string) (
 		func() *resourcev1.ResourceClaimList { return &resourcev1.ResourceClaimList{} }).Get(ctx, name, metav1.GetOptions{})
 }
 
+// GetPod reads a pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return c.pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
 // GetNode reads a Node.
 func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
 	return c.nodes().Get(ctx, name, metav1.GetOptions{})

@@ -244,6 +244,11 @@ func TestChartOptions(t *testing.T) {
 		{"aggregator.metricsPort", []string{"--set", "aggregator.metricsPort=9301"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{agg(o)["args"].([]any)[0], agg(o)["ports"].([]any)[0].(map[string]any)["containerPort"]}, []any{"--listen-address=:9301", int64(9301)}
 		}},
+		{"aggregator.evictionCheckPort", []string{"--set", "aggregator.evictionCheckPort=0"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			_, hook := o["ValidatingWebhookConfiguration /maintenance-handler-agent-evictions"]
+			_, svc := o["Service maintenance-handler/maintenance-handler-eviction-check"]
+			return []any{agg(o)["args"].([]any)[2], len(agg(o)["ports"].([]any)), hook, svc}, []any{"--eviction-check-listen-address=", 1, false, false}
+		}},
 		{"aggregator.resources", []string{"--set", "aggregator.resources.limits.memory=1Gi"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return agg(o)["resources"].(map[string]any)["limits"], map[string]any{"memory": "1Gi"}
 		}},

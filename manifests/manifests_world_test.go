@@ -14,7 +14,6 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,10 +26,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
@@ -307,16 +309,41 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	if _, err := as.CoreV1().Pods("").List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{FieldSelector: "spec.nodeName=rbac-gpu-a"}); err != nil {
 		t.Errorf("list pods: %v", err)
 	}
-	victim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: "rbac-gpu-a", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
-	if _, err := world.Client.CoreV1().Pods("default").Create(testworld.Ctx(t, 10*time.Second), victim, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Evictions: RBAC lets the token evict any pod (checkAccess below);
+	// the eviction check, which the aggregator's replicas serve, holds it
+	// to its own node's pods. The replicas kwok plays answer nothing:
+	// while none serves the check, the agent's evictions fail, even on its
+	// own node.
+	scaleAggregatorToZero(t)
+	podOn(t, "default", "victim", "rbac-gpu-a")
+	podOn(t, "default", "evict-b", "rbac-tpu-b")
+	podOn(t, "kube-system", "evict-elsewhere", "rbac-tpu-b")
+	if err := evictAs(t, as, "default", "victim"); !checkCallFailed(err) {
+		t.Errorf("evicting a pod on its own node while no replica serves the check: %v, want the API server's failure to call it", err)
 	}
-	t.Cleanup(func() {
-		_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), "victim", metav1.DeleteOptions{})
-	})
-	if err := as.PolicyV1().Evictions("default").Evict(testworld.Ctx(t, 10*time.Second), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"}}); err != nil {
-		t.Errorf("evict: %v", err)
+	check := hostEvictionCheck(t, ns)
+	if err := evictWhenServed(t, as, "default", "victim"); err != nil {
+		t.Errorf("the agent could not evict a pod on its own node: %v", err)
+	}
+	denied("evicting a pod on another node", evictAs(t, as, "default", "evict-b"),
+		"may evict only the pods on its own Node (rbac-gpu-a), not default/evict-b on rbac-tpu-b")
+	denied("evicting a kube-system pod on another node", evictAs(t, as, "kube-system", "evict-elsewhere"),
+		"may evict only the pods on its own Node (rbac-gpu-a), not kube-system/evict-elsewhere on rbac-tpu-b")
+	for _, p := range []string{"default/evict-b", "kube-system/evict-elsewhere"} {
+		ns, name, _ := strings.Cut(p, "/")
+		if got, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
+			t.Errorf("pod %s on another node was evicted: %v", p, err)
+		}
+	}
+	if allowed, refused := testutil.ToFloat64(check.Checks.WithLabelValues(admission.Allowed)), testutil.ToFloat64(check.Checks.WithLabelValues(admission.Refused)); allowed != 1 || refused != 2 {
+		t.Errorf("eviction checks: %v allowed, %v refused; want 1 and 2", allowed, refused)
+	}
+	// Another service account's evictions never reach the check.
+	if err := evictAs(t, world.Client, "default", "evict-b"); err != nil {
+		t.Errorf("the admin's eviction of a pod: %v", err)
+	}
+	if n := testutil.ToFloat64(check.Checks.WithLabelValues(admission.Allowed)) + testutil.ToFloat64(check.Checks.WithLabelValues(admission.Refused)); n != 3 {
+		t.Errorf("the admin's eviction was reviewed by the check (%v reviews, want 3)", n)
 	}
 
 	// Deletes (the drain's escalation): a pod on its own node only, never
@@ -448,8 +475,10 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"get", "coordination.k8s.io", "leases", ns, "", false}, // only its own Lease, by name (below)
 		{"delete", "", "nodes", "", "", false},
 		{"list", "", "pods", "", "", false},
+		{"get", "", "pods", "default", "", true}, // the pod an eviction names (the eviction check)
 		{"create", "", "pods", "default", "eviction", false},
-		{"get", "", "secrets", ns, "", false},
+		{"get", "", "secrets", ns, "", false}, // only the check's CA, by name (below)
+		{"create", "", "secrets", ns, "", true},
 		{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
 		{"list", "", "configmaps", "kube-system", "", false}, // only the autoscaler's status, by name (below)
 		{"get", "", "secrets", "kube-system", "", false},
@@ -464,6 +493,18 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		}, metav1.CreateOptions{})
 		if err != nil || !r.Status.Allowed {
 			t.Errorf("the aggregator cannot %s the cluster autoscaler's status: %v %+v", verb, err, r.Status)
+		}
+	}
+	for _, named := range []authzv1.ResourceAttributes{
+		{Verb: "get", Resource: "secrets", Namespace: ns, Name: "maintenance-handler-eviction-check"},
+		{Verb: "update", Resource: "secrets", Namespace: ns, Name: "maintenance-handler-eviction-check"},
+		{Verb: "get", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: evictionWebhook},
+		{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: evictionWebhook},
+	} {
+		r, err := agg.AuthorizationV1().SelfSubjectAccessReviews().Create(testworld.Ctx(t, 10*time.Second), &authzv1.SelfSubjectAccessReview{
+			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &named}}, metav1.CreateOptions{})
+		if err != nil || !r.Status.Allowed {
+			t.Errorf("the aggregator cannot %s %s %s: %v %+v", named.Verb, named.Resource, named.Name, err, r.Status)
 		}
 	}
 	for _, lease := range []string{"maintenance-handler-aggregator", aggregator.ClaimsLeaseName("maintenance-handler-aggregator")} {

@@ -27,6 +27,7 @@ import (
 func BenchmarkRealNode(b *testing.B) {
 	emu, layout := shippedOnRealNodes(b)
 	scaleAggregatorToZero(b)
+	hostEvictionCheck(b, "maintenance-handler")
 	b.Run("AgentReady", func(b *testing.B) {
 		// As a DaemonSet rollout meets it: the agent's pod replaced on a
 		// node whose kubelet has run longer than a readiness period (a new

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -178,11 +180,15 @@ func shippedOnRealNodes(tb testing.TB) (*gceemu.Server, string) {
 func TestShippedManifestsOnARealNode(t *testing.T) {
 	emu, layout := shippedOnRealNodes(t)
 
+	t.Run("AgentAndAggregatorAsShipped", func(t *testing.T) { realAgentAndAggregator(t, emu, layout) })
+	// The other scenarios drain the world's one real node, where the
+	// replicas run: without them, the eviction check served from here.
+	scaleAggregatorToZero(t)
+	hostEvictionCheck(t, "maintenance-handler")
 	for _, sc := range []struct {
 		name string
 		run  func(*testing.T, *gceemu.Server, string)
 	}{
-		{"AgentAndAggregatorAsShipped", realAgentAndAggregator},
 		{"NoticeReachesTheContainer", realNoticeLatency},
 		{"Preemption", realPreemption},
 		{"HostMaintenanceHonoursTheBudget", realHostMaintenancePDB},
@@ -232,8 +238,31 @@ func realAgentAndAggregator(t *testing.T, emu *gceemu.Server, layout string) {
 			return l.Spec.HolderIdentity != nil && (*l.Spec.HolderIdentity == leaders[0] || *l.Spec.HolderIdentity == leaders[1])
 		})
 	t.Logf("aggregator replicas %v; leader %s", leaders, *lease.Spec.HolderIdentity)
-	// The other scenarios drain the node: without the aggregator there.
-	scaleAggregatorToZero(t)
+
+	// The eviction check, as shipped: the replicas serve it through its
+	// Service, with the certificate they made. The agent's token (bound
+	// to its pod) evicts a pod on its own node, not one on another.
+	tr, err := world.Client.CoreV1().ServiceAccounts(agent.Namespace).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := kubernetes.NewForConfig(world.ConfigForToken(tr.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := world.NodeT(t, testworld.NodeSpec{Name: "real-shipped-other"})
+	ns := world.Namespace(t)
+	podOn(t, ns, "elsewhere", other.Name)
+	podOn(t, ns, "mine", n.Name)
+	err = evictWhenServed(t, as, ns, "elsewhere")
+	if err == nil || !strings.Contains(err.Error(), "may evict only the pods on its own Node ("+n.Name+"), not "+ns+"/elsewhere on "+other.Name) {
+		t.Errorf("evicting a pod on another node through the replicas' check: %v, want refused by the check", err)
+	}
+	if err := evictWhenServed(t, as, ns, "mine"); err != nil {
+		t.Errorf("evicting a pod on its own node through the replicas' check: %v", err)
+	}
 }
 
 // scaleAggregatorToZero scales the aggregator's Deployment to no replica

@@ -4,7 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -16,7 +19,7 @@ func TestOverlaysRender(t *testing.T) {
 	const ns = "maintenance-handler"
 	base := kinds(render(t, "base"))
 	for name, o := range base {
-		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetNamespace() != ns {
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetKind() != "ValidatingWebhookConfiguration" && o.GetNamespace() != ns {
 			t.Errorf("%s is not in namespace %s", name, ns)
 		}
 	}
@@ -112,10 +115,18 @@ func TestMonitorsFindTheMetricsPorts(t *testing.T) {
 	}
 
 	sm := objs["ServiceMonitor "+ns+"/maintenance-handler"]
-	sel, _, _ = unstructured.NestedMap(sm.Object, "spec", "selector", "matchLabels")
+	raw, _, _ := unstructured.NestedMap(sm.Object, "spec", "selector")
+	var ls metav1.LabelSelector
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &ls); err != nil {
+		t.Fatal(err)
+	}
+	smSel, err := metav1.LabelSelectorAsSelector(&ls)
+	if err != nil || smSel.Empty() {
+		t.Fatalf("the ServiceMonitor's selector %v: %v", raw, err)
+	}
 	selected := 0
 	for _, o := range objs {
-		if o.GetKind() != "Service" || !matches(sel, o.GetLabels()) {
+		if o.GetKind() != "Service" || !smSel.Matches(labels.Set(o.GetLabels())) {
 			continue
 		}
 		selected++

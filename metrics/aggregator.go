@@ -190,3 +190,35 @@ func (m *Aggregator) PoolInterruption(pool string, i protocol.Interruption) {
 func (m *Aggregator) Vanished(node, pool string, i protocol.Interruption) {
 	m.VanishedNodes.WithLabelValues(append([]string{node, pool}, i.Labels()...)...).Inc()
 }
+
+// EvictionCheck is what an aggregator replica's eviction check exports.
+type EvictionCheck struct {
+	// Checks counts the reviews answered, by verdict.
+	Checks *prometheus.CounterVec
+	// DurationSeconds is the time of one review, the pod's read included.
+	DurationSeconds prometheus.Histogram
+}
+
+// NewEvictionCheck creates the eviction check's metrics and registers them
+// with reg.
+func NewEvictionCheck(reg prometheus.Registerer) *EvictionCheck {
+	const sub = "aggregator"
+	m := &EvictionCheck{
+		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_checks_total",
+			Help: "Agents' evictions this replica reviewed, by verdict: allowed (the pod is on the agent's own Node, or is gone), refused (it is not: a broken or compromised agent), error (the pod could not be read: refused, and retried by the agent)."},
+			[]string{"verdict"}),
+		DurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_check_duration_seconds",
+			Help: "Time of one eviction review in this replica, the pod's read included (the API server's call adds its round trip).", Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 4}}),
+	}
+	for _, v := range []string{"allowed", "refused", "error"} {
+		m.Checks.WithLabelValues(v)
+	}
+	reg.MustRegister(m.Checks, m.DurationSeconds)
+	return m
+}
+
+// Observe counts one review.
+func (m *EvictionCheck) Observe(verdict string, d time.Duration) {
+	m.Checks.WithLabelValues(verdict).Inc()
+	m.DurationSeconds.Observe(d.Seconds())
+}

@@ -59,6 +59,10 @@ const (
 	// The drain (agent).
 	EventEscalated = "EvictionEscalatedToDelete"
 	EventBlocked   = "EvictionBlockedByPDB"
+	// EventEvictionFailed: a pod's eviction failed for another reason
+	// than a budget (the eviction check unavailable, an API server error);
+	// retried, and treated as a budget's refusal. Said once per pod.
+	EventEvictionFailed = "EvictionFailed"
 	// EventGroupDeadline: a group's share of the deadline ran out with
 	// pods still on the node; the drain goes on without them.
 	EventGroupDeadline = "DrainGroupDeadline"
@@ -124,6 +128,7 @@ var EventReasons = []EventReason{
 	{EventPreempted, agentOnly, true},
 	{EventMigrateOnHost, agentOnly, false},
 	{EventBlocked, agentOnly, true},
+	{EventEvictionFailed, agentOnly, true},
 	{EventEscalated, agentOnly, true},
 	{EventEvictionComplete, agentOnly, false},
 	{EventEvictionIncomplete, agentOnly, true},

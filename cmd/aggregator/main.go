@@ -9,11 +9,16 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
 
+	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/kube"
@@ -68,10 +73,21 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	g, ctx := errgroup.WithContext(ctx)
+	ready, err := serveEvictionCheck(ctx, g, cfg, opts, client, reg, logger)
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(reg))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	g, ctx := errgroup.WithContext(ctx)
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "the eviction check has no serving certificate yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
 	if err != nil {
 		return err
@@ -79,4 +95,36 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	logger.Info("aggregator started", "version", version, "identity", opts.Identity, "listen", addr.String())
 	g.Go(func() error { return a.Start(ctx) })
 	return g.Wait()
+}
+
+// serveEvictionCheck serves the eviction check (package admission) in g
+// where --eviction-check-listen-address is set, and keeps its certificate;
+// ready says whether the replica can serve it (always, where it is off).
+func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, client *kube.Client, reg *prometheus.Registry, logger *slog.Logger) (ready func() bool, err error) {
+	if opts.EvictionCheckListenAddress == "" {
+		return func() bool { return true }, nil
+	}
+	core, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := admissionregistrationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := logger.With("component", "eviction-check")
+	certs := &admission.Certs{
+		Secrets: core.Secrets(opts.Namespace), SecretName: opts.EvictionCheckSecret,
+		Webhooks: hooks.ValidatingWebhookConfigurations(), Webhook: opts.EvictionCheckWebhook,
+		Hosts: append(admission.ServiceHosts(opts.EvictionCheckService, opts.Namespace), opts.EvictionCheckHosts...),
+		Clock: clock.RealClock{}, Logger: log,
+	}
+	check := &admission.Check{Pods: client.GetPod, Metrics: metrics.NewEvictionCheck(reg), Clock: clock.RealClock{}, Logger: log}
+	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("eviction check serving", "listen", addr.String())
+	g.Go(func() error { return certs.Start(ctx) })
+	return certs.Ready, nil
 }

@@ -40,6 +40,17 @@ type Options struct {
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
 	KubeAPIBurst int
+	// EvictionCheck* configure the eviction check (package admission):
+	// where it listens (empty, the default: not served; the manifests set
+	// it), the Service the API server
+	// calls it through (its DNS names are the serving certificate's, with
+	// EvictionCheckHosts), the CA's Secret and the webhook configuration
+	// whose caBundle it keeps.
+	EvictionCheckListenAddress string
+	EvictionCheckService       string
+	EvictionCheckSecret        string
+	EvictionCheckWebhook       string
+	EvictionCheckHosts         []string
 	// Uninstall: remove what the product wrote and exit (aggregator.Uninstall).
 	Uninstall bool
 }
@@ -69,6 +80,10 @@ func NewOptions() *Options {
 		GKEConfig:            "leave",
 		AutoscalerStatus:     aggregator.DefaultAutoscalerStatus,
 		LogLevel:             "info",
+
+		EvictionCheckService: "maintenance-handler-eviction-check",
+		EvictionCheckSecret:  "maintenance-handler-eviction-check",
+		EvictionCheckWebhook: "maintenance-handler-agent-evictions",
 	}
 }
 
@@ -92,6 +107,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "An opportunistic trigger no agent answered within this time (the agent down, the node NotReady) is withdrawn with a Warning Event, and its place under the caps freed; longer than the agents' limit on a trigger's age (5m).")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
+	fs.StringVar(&o.EvictionCheckListenAddress, "eviction-check-listen-address", o.EvictionCheckListenAddress, "Address of the eviction check (HTTPS), the webhook that holds each agent's evictions to the pods on its own Node; every replica serves it (the manifests set :9443). Empty: not served (then remove the ValidatingWebhookConfiguration, or the agents' evictions are refused).")
+	fs.StringVar(&o.EvictionCheckService, "eviction-check-service", o.EvictionCheckService, "The Service, in --namespace, through which the API server calls the eviction check: its DNS names are the serving certificate's.")
+	fs.StringVar(&o.EvictionCheckSecret, "eviction-check-secret", o.EvictionCheckSecret, "The Secret, in --namespace, that holds the eviction check's CA (created by the first replica that finds none).")
+	fs.StringVar(&o.EvictionCheckWebhook, "eviction-check-webhook", o.EvictionCheckWebhook, "The ValidatingWebhookConfiguration whose caBundle the replicas keep equal to the CA; empty: none is written.")
+	fs.StringSliceVar(&o.EvictionCheckHosts, "eviction-check-hosts", o.EvictionCheckHosts, "More names or addresses for the eviction check's serving certificate (a check called by URL rather than through the Service).")
 	fs.BoolVar(&o.Uninstall, "uninstall", o.Uninstall, "Uninstall instead of running: once no agent pod is left in --namespace, remove the product's labels, annotations, taints and node conditions from every Node with no maintenance under way (a Node in maintenance keeps them, with a Warning Event), delete the Leases, and exit; the Helm chart's uninstall Job runs it.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
@@ -128,6 +148,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval %s: want 1s or more", o.Interval))
+	}
+	if o.EvictionCheckListenAddress != "" && (o.EvictionCheckService == "" || o.EvictionCheckSecret == "") {
+		errs = append(errs, errors.New("--eviction-check-service and --eviction-check-secret must not be empty while --eviction-check-listen-address is set"))
 	}
 	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
 		errs = append(errs, err)

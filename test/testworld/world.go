@@ -37,6 +37,9 @@ var Controllers = []string{
 	// kube-root-ca.crt in every namespace: a real node's pods mount it with
 	// their service-account token.
 	"root-ca-cert-publisher",
+	// A Service's endpoints: the API server calls an admission webhook
+	// (the eviction check) at its Service's endpoints (below).
+	"endpoint", "endpointslice",
 }
 
 // Annotation kwok manages nodes by; AddNode sets it.
@@ -194,6 +197,10 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		// API Priority and Fairness on, as in every real cluster: a
 		// client the API server throttles gets 429 with Retry-After.
 		"--enable-priority-and-fairness=true",
+		// Webhooks called at their Service's endpoints, not its cluster
+		// IP: there is no kube-proxy. A Service with no ready endpoint
+		// fails the call at once.
+		"--enable-aggregator-routing=true",
 		"--v", "1",
 	)
 	if err != nil {

@@ -1,0 +1,134 @@
+package admission
+
+// The check itself: one eviction, one pod read, one verdict.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+)
+
+// Path is where the check is served.
+const Path = "/evictions"
+
+// NodeNameExtra is the user info a token bound to a pod carries: the name
+// of the Node the pod runs on.
+const NodeNameExtra = "authentication.kubernetes.io/node-name"
+
+// maxReview bounds an AdmissionReview's body (an Eviction is a few hundred
+// bytes).
+const maxReview = 1 << 20
+
+// Verdicts, as the metric counts them.
+const (
+	Allowed = "allowed"
+	Refused = "refused"
+	Failed  = "error" // the pod could not be read: refused, and retried by the agent
+)
+
+// PodGetter reads one pod.
+type PodGetter func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+
+// Verdict is whether a caller whose token names node may evict pod, and,
+// when not, why.
+func Verdict(node string, pod *corev1.Pod) (bool, string) {
+	switch {
+	case node == "":
+		return false, fmt.Sprintf("the maintenance-handler agent may evict only the pods on its own Node, and its token names no node (a token bound to the agent's pod names it); refused the eviction of %s/%s", pod.Namespace, pod.Name)
+	case pod.Spec.NodeName == node:
+		return true, ""
+	case pod.Spec.NodeName == "":
+		return false, fmt.Sprintf("the maintenance-handler agent may evict only the pods on its own Node (%s), not %s/%s, which is bound to no node", node, pod.Namespace, pod.Name)
+	}
+	return false, fmt.Sprintf("the maintenance-handler agent may evict only the pods on its own Node (%s), not %s/%s on %s", node, pod.Namespace, pod.Name, pod.Spec.NodeName)
+}
+
+// Check is the webhook's handler: it answers AdmissionReviews of pod
+// evictions.
+type Check struct {
+	// Pods reads the pod an eviction names.
+	Pods PodGetter
+	// Metrics counts the verdicts and their time.
+	Metrics *metrics.EvictionCheck
+	Clock   clock.PassiveClock
+	Logger  *slog.Logger
+}
+
+// ServeHTTP answers one AdmissionReview. A request it cannot read is a
+// 400; every review it can read gets a review back, allowed or not.
+func (c *Check) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxReview)).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, fmt.Sprintf("want an AdmissionReview with a request: %v", err), http.StatusBadRequest)
+		return
+	}
+	start := c.Clock.Now()
+	resp, verdict := c.review(r.Context(), review.Request)
+	c.Metrics.Observe(verdict, c.Clock.Since(start))
+	resp.UID = review.Request.UID
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+		Response: resp,
+	})
+}
+
+// readTimeout bounds the pod's read: the API server waits for the check
+// at most the configuration's timeoutSeconds (5).
+const readTimeout = 4 * time.Second
+
+func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
+	if req.Resource.Resource != "pods" || req.SubResource != "eviction" {
+		return refuse(http.StatusBadRequest, fmt.Sprintf("the eviction check reviews pod evictions only, not %s/%s", req.Resource.Resource, req.SubResource)), Refused
+	}
+	node := ""
+	if v := req.UserInfo.Extra[NodeNameExtra]; len(v) > 0 {
+		node = v[0]
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	pod, err := c.Pods(ctx, req.Namespace, req.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		// No such pod: the eviction answers 404 itself.
+		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
+	case err != nil:
+		c.Logger.Warn("eviction check could not read the pod", "pod", req.Namespace+"/"+req.Name, "err", err)
+		return refuse(http.StatusServiceUnavailable, fmt.Sprintf("the eviction check could not read pod %s/%s: %v", req.Namespace, req.Name, err)), Failed
+	}
+	ok, why := Verdict(node, pod)
+	if ok {
+		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
+	}
+	c.Logger.Warn("eviction refused: the pod is not on the caller's node", "user", req.UserInfo.Username, "node", node,
+		"pod", req.Namespace+"/"+req.Name, "podNode", pod.Spec.NodeName)
+	return refuse(http.StatusForbidden, why), Refused
+}
+
+func refuse(code int32, msg string) *admissionv1.AdmissionResponse {
+	reason := metav1.StatusReasonForbidden
+	if code == http.StatusServiceUnavailable {
+		reason = metav1.StatusReasonServiceUnavailable
+	} else if code == http.StatusBadRequest {
+		reason = metav1.StatusReasonBadRequest
+	}
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
+	}}
+}

@@ -1,0 +1,30 @@
+// Package admission is the eviction check: a validating admission webhook
+// that holds the agent's evictions to the pods bound to the Node named in
+// its token, as the API server's own node restriction holds a kubelet to
+// its node. A ValidatingAdmissionPolicy cannot do it: an eviction's
+// admission request carries the Eviction, not the pod it names, so the
+// check reads the pod (Check).
+//
+// Every aggregator replica serves it (Serve), not only the leader, so that
+// a failover does not take it away. The webhook configuration matches only
+// the agent's service account (a matchCondition in the API server), so
+// nothing else in the cluster depends on it; its failurePolicy is Fail, so
+// an agent's eviction is refused while no replica answers. The agent
+// treats that refusal as it treats a budget's: it retries, and a forced
+// drain deletes the pod, through the delete the admission policy holds to
+// its own node, at the last moment that leaves the pod its whole grace.
+//
+// Its serving certificate is the product's own (Certs): a CA kept in a
+// Secret (created by the first replica that finds none, ten years long,
+// replaced when less than a year is left, the old CA kept in the bundle
+// while it is valid), a serving certificate each replica signs for itself
+// in memory (90 days, renewed 30 days before its end), and the CA written
+// into the webhook configuration's caBundle, checked again every few
+// minutes so that a re-applied configuration gets it back.
+//
+// What it does not do: decide anything about budgets (the Eviction API
+// does), or look at any request but the agent's evictions.
+//
+// Concurrency: Check serves requests concurrently and holds no state;
+// Certs' certificate is swapped under a lock, read by every TLS handshake.
+package admission
