@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
@@ -24,6 +27,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
@@ -140,4 +144,123 @@ func podOn(tb testing.TB, namespace, name, node string) {
 		zero := int64(0)
 		_ = world.Client.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
+}
+
+// deletion is when a watch first saw a pod terminating, and with what
+// grace.
+type deletion struct {
+	at    time.Time
+	grace int64
+}
+
+// watchDeletions records, through watches of namespaces, each pod's first
+// deletion.
+func watchDeletions(t testing.TB, namespaces ...string) func() map[string]deletion {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]deletion{}
+	for _, ns := range namespaces {
+		w, err := world.Client.CoreV1().Pods(ns).Watch(testworld.Ctx(t, 10*time.Minute), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		go func() {
+			for e := range w.ResultChan() {
+				p, ok := e.Object.(*corev1.Pod)
+				if !ok || p.DeletionTimestamp == nil || p.DeletionGracePeriodSeconds == nil {
+					continue
+				}
+				mu.Lock()
+				if _, seen := got[p.Namespace+"/"+p.Name]; !seen {
+					got[p.Namespace+"/"+p.Name] = deletion{at: time.Now(), grace: *p.DeletionGracePeriodSeconds}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() map[string]deletion {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(got)
+	}
+}
+
+// agentDrainsWhileTheCheckIsDown: with no replica serving the eviction
+// check, the agent (its pod-bound token) still drains its node under a
+// 30 s preemption: every eviction fails, the agent says so, and deletes
+// each pod, through the fenced delete, in drain order (workloads, then
+// kube-system), each with its whole grace ending before the stop, the one
+// a PodDisruptionBudget holds included.
+func agentDrainsWhileTheCheckIsDown(t *testing.T) {
+	const ns, node = "maintenance-handler", "rbac-gpu-e"
+	world.NodeT(t, testworld.NodeSpec{Name: node})
+	agent := agentPodOn(t, node)
+	// The configuration calls the check's Service again, which has no
+	// endpoint: no replica answers.
+	pointEvictionCheck(t, map[string]any{"service": map[string]any{"namespace": ns, "name": "maintenance-handler-eviction-check", "path": admission.Path, "port": 443}})
+	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wns := world.Namespace(t)
+	pods := []struct {
+		ns, name string
+		grace    int64
+	}{{wns, "guarded", 5}, {wns, "free", 3}, {"kube-system", "sys-" + wns, 2}}
+	for _, w := range pods {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: w.name, Labels: map[string]string{"app": w.name}},
+			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &w.grace, Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
+		if _, err := world.Client.CoreV1().Pods(w.ns).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			zero := int64(0)
+			_ = world.Client.CoreV1().Pods(w.ns).Delete(context.Background(), w.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		})
+		world.WaitPod(t, w.ns, w.name, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: wns, Name: "guarded"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
+	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(wns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", wns, "guarded", "counting the pod",
+		func(p *policyv1.PodDisruptionBudget) bool { return p.Status.CurrentHealthy == 1 })
+	deletions := watchDeletions(t, wns, "kube-system")
+
+	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", agent.Name,
+		"--policy-configmap", ns+"/maintenance-handler")
+	world.WaitNode(t, node, "the agent's boot ID", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
+	start := time.Now()
+	v.Emu.SetPreempted(true)
+	world.WaitNode(t, node, "terminating: drained", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	stop := start.Add(30 * time.Second)
+	got := deletions()
+	for _, w := range pods {
+		d, ok := got[w.ns+"/"+w.name]
+		switch {
+		case !ok:
+			t.Errorf("%s/%s was not deleted", w.ns, w.name)
+		case d.grace != w.grace:
+			t.Errorf("%s/%s was deleted with a %d s grace, want its own %d s", w.ns, w.name, d.grace, w.grace)
+		case d.at.Add(time.Duration(w.grace) * time.Second).After(stop):
+			t.Errorf("%s/%s's grace ends %s after the stop", w.ns, w.name, d.at.Add(time.Duration(w.grace)*time.Second).Sub(stop))
+		default:
+			t.Logf("%s/%s deleted %.2fs into the preemption, its %d s grace ending %.2fs before the stop", w.ns, w.name, d.at.Sub(start).Seconds(), w.grace, stop.Sub(d.at).Seconds()-float64(w.grace))
+		}
+	}
+	if sys := got["kube-system/sys-"+wns].at; !sys.After(got[wns+"/guarded"].at) || !sys.After(got[wns+"/free"].at) {
+		t.Errorf("the kube-system pod was deleted before a workload")
+	}
+	world.WaitEvent(t, node, protocol.EventEvictionFailed)
+	world.WaitEvent(t, node, protocol.EventEscalated)
+	if c := eventCount(t, node, protocol.EventBlocked); c != 0 {
+		t.Errorf("%d %s Events: no budget was asked", c, protocol.EventBlocked)
+	}
 }

@@ -264,34 +264,11 @@ func watchFor(t testing.TB, resource, ns, name, rv string, bad func(watch.Event)
 // period of its deletion.
 func deletionGraces(t testing.TB, namespaces ...string) func() map[string]int64 {
 	t.Helper()
-	var mu sync.Mutex
-	got := map[string]int64{}
-	for _, ns := range namespaces {
-		w, err := world.Client.CoreV1().Pods(ns).Watch(testworld.Ctx(t, 10*time.Minute), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		go func() {
-			for e := range w.ResultChan() {
-				p, ok := e.Object.(*corev1.Pod)
-				if !ok || p.DeletionTimestamp == nil || p.DeletionGracePeriodSeconds == nil {
-					continue
-				}
-				mu.Lock()
-				if _, seen := got[p.Namespace+"/"+p.Name]; !seen {
-					got[p.Namespace+"/"+p.Name] = *p.DeletionGracePeriodSeconds
-				}
-				mu.Unlock()
-			}
-		}()
-	}
+	deletions := watchDeletions(t, namespaces...)
 	return func() map[string]int64 {
-		mu.Lock()
-		defer mu.Unlock()
 		out := map[string]int64{}
-		for k, v := range got {
-			out[k] = v
+		for k, d := range deletions() {
+			out[k] = d.grace
 		}
 		return out
 	}

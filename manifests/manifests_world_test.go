@@ -522,6 +522,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	// The real agent under these permissions.
 	t.Run("AgentWithItsPodBoundTokenDoesItsJob", func(t *testing.T) { agentWithBoundToken(t, podC) })
 	t.Run("AgentWhoseTokenNamesNoNodeChangesNothingAndSaysWhy", agentWithoutNodeName)
+	t.Run("AgentDrainsUnderPreemptionWhileTheCheckIsDown", agentDrainsWhileTheCheckIsDown)
 }
 
 // agentVM starts the agent binary for node with a kubeconfig holding token
