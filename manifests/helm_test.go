@@ -74,6 +74,50 @@ func mustTemplate(t testing.TB, args ...string) map[string]*unstructured.Unstruc
 	return kinds(objs)
 }
 
+// TestChartNotes: what helm prints after an install says what was
+// installed, as the values chose, and how to check it.
+func TestChartNotes(t *testing.T) {
+	notes := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(testworld.Helm(t), append([]string{"install", "mh", chart, "--namespace", "fleet", "--dry-run=client"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm install --dry-run: %v\n%s", err, out)
+		}
+		_, n, ok := strings.Cut(string(out), "NOTES:\n")
+		if !ok {
+			t.Fatalf("no NOTES in:\n%s", out)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		args      []string
+		has, lacks []string
+	}{
+		{nil, []string{
+			"installed in namespace fleet",
+			"the eviction check that holds each agent's evictions to its own node",
+			"kubectl -n fleet rollout status daemonset/maintenance-handler-agent",
+			"kubectl -n fleet rollout status deployment/maintenance-handler-aggregator",
+			"kubectl maintenance status",
+		}, []string{"no aggregator", "no admission policies"}},
+		{[]string{"--set", "aggregator.enabled=false", "--set", "admissionPolicy.enabled=false"}, []string{
+			"no aggregator (aggregator.enabled=false)", "no admission policies (admissionPolicy.enabled=false)",
+		}, []string{"deployment/maintenance-handler-aggregator"}},
+	} {
+		n := notes(tc.args...)
+		for _, want := range tc.has {
+			if !strings.Contains(n, want) {
+				t.Errorf("%v: the notes lack %q:\n%s", tc.args, want, n)
+			}
+		}
+		for _, not := range tc.lacks {
+			if strings.Contains(n, not) {
+				t.Errorf("%v: the notes say %q:\n%s", tc.args, not, n)
+			}
+		}
+	}
+}
+
 // TestChartLints: helm lint --strict finds nothing in the chart.
 func TestChartLints(t *testing.T) {
 	out, err := exec.Command(testworld.Helm(t), "lint", "--strict", chart).CombinedOutput()
@@ -235,6 +279,22 @@ func TestChartOptions(t *testing.T) {
 		{"agent.podLabels", []string{"--set", "agent.podLabels.team=ml"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[ds], "spec", "template", "metadata", "labels").(map[string]any)["team"], "ml"
 		}},
+		{"agent.serviceAccount.create", []string{"--set", "agent.serviceAccount.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{o["ServiceAccount "+ns+"/maintenance-handler-agent"] == nil, agentPod(o)["serviceAccountName"]}, []any{true, "maintenance-handler-agent"}
+		}},
+		{"agent.serviceAccount.name", []string{"--set", "agent.serviceAccount.name=gpu-agent"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			subject := field(t, o["ClusterRoleBinding /maintenance-handler-agent"], "subjects").([]any)[0].(map[string]any)["name"]
+			match := func(kind, name string) any {
+				return field(t, o[kind+" /"+name], "spec", "matchConditions").([]any)[0].(map[string]any)["expression"]
+			}
+			hook := field(t, o["ValidatingWebhookConfiguration /maintenance-handler-agent-evictions"], "webhooks").([]any)[0].(map[string]any)["matchConditions"].([]any)[0].(map[string]any)["expression"]
+			user := `request.userInfo.username == "system:serviceaccount:` + ns + `:gpu-agent"`
+			return []any{o["ServiceAccount "+ns+"/gpu-agent"] != nil, agentPod(o)["serviceAccountName"], subject, match("ValidatingAdmissionPolicy", "maintenance-handler-agent-own-node"), hook},
+				[]any{true, "gpu-agent", "gpu-agent", user, user}
+		}},
+		{"agent.serviceAccount.annotations", []string{"--set", "agent.serviceAccount.annotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["ServiceAccount "+ns+"/maintenance-handler-agent"].GetAnnotations(), map[string]string{"a": "b"}
+		}},
 		{"aggregator.enabled", []string{"--set", "aggregator.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{o[dep] == nil, o["ClusterRole /maintenance-handler-aggregator"] == nil, o["DaemonSet "+ns+"/maintenance-handler-agent"] != nil}, []any{true, true, true}
 		}},
@@ -272,11 +332,36 @@ func TestChartOptions(t *testing.T) {
 		{"aggregator.podLabels", []string{"--set", "aggregator.podLabels.team=ml"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[dep], "spec", "template", "metadata", "labels").(map[string]any)["team"], "ml"
 		}},
+		{"aggregator.priorityClassName", []string{"--set", "aggregator.priorityClassName=fleet-critical"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return aggPod(o)["priorityClassName"], "fleet-critical"
+		}},
+		{"aggregator.podDisruptionBudget.enabled", []string{"--set", "aggregator.podDisruptionBudget.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["PodDisruptionBudget "+ns+"/maintenance-handler-aggregator"] == nil, true
+		}},
+		{"aggregator.serviceAccount.create", []string{"--set", "aggregator.serviceAccount.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{o["ServiceAccount "+ns+"/maintenance-handler-aggregator"] == nil, aggPod(o)["serviceAccountName"]}, []any{true, "maintenance-handler-aggregator"}
+		}},
+		{"aggregator.serviceAccount.name", []string{"--set", "aggregator.serviceAccount.name=fleet"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			subject := field(t, o["RoleBinding "+ns+"/maintenance-handler-aggregator"], "subjects").([]any)[0].(map[string]any)["name"]
+			return []any{o["ServiceAccount "+ns+"/fleet"] != nil, aggPod(o)["serviceAccountName"], subject}, []any{true, "fleet", "fleet"}
+		}},
+		{"aggregator.serviceAccount.annotations", []string{"--set", "aggregator.serviceAccount.annotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return o["ServiceAccount "+ns+"/maintenance-handler-aggregator"].GetAnnotations(), map[string]string{"a": "b"}
+		}},
 		{"policy", []string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenance":2}}}`}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["ConfigMap "+ns+"/maintenance-handler"], "data"), map[string]any{"policy.yaml": "pools:\n  gpu:\n    maxVoluntaryMaintenance: 2\n"}
 		}},
 		{"admissionPolicy.enabled", []string{"--set", "admissionPolicy.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{o["ValidatingAdmissionPolicy /maintenance-handler-agent-own-node"] == nil, o["ValidatingAdmissionPolicyBinding /maintenance-handler-agent-own-pods"] == nil}, []any{true, true}
+		}},
+		{"rbac.create", []string{"--set", "rbac.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			var roles []string
+			for k := range o {
+				if strings.Contains(k, "Role") && !strings.Contains(k, "uninstall") {
+					roles = append(roles, k)
+				}
+			}
+			return []any{roles, o["ServiceAccount "+ns+"/maintenance-handler-agent"] != nil}, []any{[]string(nil), true}
 		}},
 		{"monitoring.serviceMonitor.enabled", []string{"--set", "monitoring.serviceMonitor.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return o["ServiceMonitor "+ns+"/maintenance-handler"] != nil, true

@@ -23,7 +23,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The agent's service account as the API server names its user. */}}
 {{- define "mh.agentUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-agent
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "mh.agentServiceAccount" . }}
 {{- end }}
 
 {{/* The container security context of both. */}}
@@ -34,4 +34,12 @@ readOnlyRootFilesystem: true
 allowPrivilegeEscalation: false
 capabilities: {drop: ["ALL"]}
 seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{/* The agent's and the aggregator's service accounts. */}}
+{{- define "mh.agentServiceAccount" -}}
+{{ .Values.agent.serviceAccount.name | default "maintenance-handler-agent" }}
+{{- end }}
+{{- define "mh.aggregatorServiceAccount" -}}
+{{ .Values.aggregator.serviceAccount.name | default "maintenance-handler-aggregator" }}
 {{- end }}
