@@ -90,7 +90,7 @@ func TestChartNotes(t *testing.T) {
 		return n
 	}
 	for _, tc := range []struct {
-		args      []string
+		args       []string
 		has, lacks []string
 	}{
 		{nil, []string{
