@@ -27,12 +27,12 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
-// BenchmarkAggregatorAtScale runs the aggregator binary against 5,000 and
-// then 20,000 kwok nodes in pools of 100 (kwok heart-beats every one of
+// BenchmarkAggregatorAtScale runs the aggregator binary against 1,000, 5,000
+// and then 20,000 kwok nodes in pools of 100 (kwok heart-beats every one of
 // them on the same two cores), each with a pending notice and busy, as the
 // agents publish them. At each size it reports the mean pass time (from its
-// histogram), its RSS, and its API requests per minute while nothing
-// changes; then a storm: every node's agent writes within one minute (the
+// histogram), its RSS, its CPU and its API requests per minute while
+// nothing changes; then a storm: every node's agent writes within one minute (the
 // node idle, so that 5 of each pool of 100 are picked, min-nodes being 95),
 // and it reports the API requests per minute during the storm, the pass
 // time, and how long after a node's write its trigger landed, with the
@@ -57,7 +57,7 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	created := 0
-	for _, size := range []int{5000, 20000} {
+	for _, size := range []int{1000, 5000, 20000} {
 		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 			defer cancel()
@@ -116,6 +116,8 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				time.Sleep(idleFor)
 				after := scrape(addr)
 				idlePerMinute := (requests(after) - requests(before)) * float64(time.Minute) / float64(idleFor)
+				const cpu = "process_cpu_seconds_total"
+				idleMillicores := (after[cpu] - before[cpu]) * 1000 / idleFor.Seconds()
 				rss := rssMiB(b, p)
 
 				// The storm: every node idle, within one minute.
@@ -175,6 +177,8 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				}
 				end := scrape(addr)
 				stormPerMinute := (requests(end) - requests(stormStart)) * float64(time.Minute) / float64(time.Since(t0))
+				stormMillicores := (end[cpu] - stormStart[cpu]) * 1000 / time.Since(t0).Seconds()
+				stormRSS := rssMiB(b, p)
 				passes := end["maintenance_handler_aggregator_pass_duration_seconds_count"] - stormStart["maintenance_handler_aggregator_pass_duration_seconds_count"]
 				passMean := (end["maintenance_handler_aggregator_pass_duration_seconds_sum"] - stormStart["maintenance_handler_aggregator_pass_duration_seconds_sum"]) / passes
 				idleMean := after["maintenance_handler_aggregator_pass_duration_seconds_sum"] / after["maintenance_handler_aggregator_pass_duration_seconds_count"]
@@ -190,6 +194,9 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 				}
 				b.ReportMetric(idleMean*1000, "ms/pass")
 				b.ReportMetric(rss, "RSS-MiB")
+				b.ReportMetric(stormRSS, "storm-RSS-MiB")
+				b.ReportMetric(idleMillicores, "idle-millicores")
+				b.ReportMetric(stormMillicores, "storm-millicores")
 				b.ReportMetric(idlePerMinute, "idle-requests/min")
 				b.ReportMetric(stormPerMinute, "storm-requests/min")
 				b.ReportMetric(delays[len(delays)/2].Seconds(), "trigger-delay-p50-s")
@@ -201,6 +208,7 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 					"per minute, decisions that changed, by reason: %s; %d nodes not Ready at the end\n",
 					size, decided[len(decided)/2], decided[len(decided)-1],
 					countsBy(stormStart, end, time.Since(t0), decisionsTotal, "reason"), notReady(ctx, b, world))
+				fmt.Printf("aggregator over %d nodes: CPU %.0f millicores idle, %.0f in the storm; RSS %.0f MiB after the storm\n", size, idleMillicores, stormMillicores, stormRSS)
 				fmt.Printf("aggregator over %d nodes: %.1f ms per pass (mean of the first %.0f), RSS %.0f MiB, %.1f API requests per minute idle; "+
 					"storm (every node written in %s): %.0f requests per minute, %.0f passes of %.1f ms (mean), %d triggers %s (p50) and %s (max) after the node's write; trigger writes: %s\n",
 					size, idleMean*1000, after["maintenance_handler_aggregator_pass_duration_seconds_count"], rss, idlePerMinute,

@@ -23,6 +23,9 @@ type Aggregator struct {
 	SliceInterruptions *prometheus.CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
+	// MemoryUsed and MemoryLimit are the replica's memory and its
+	// container's limit (0: unknown).
+	MemoryUsed, MemoryLimit prometheus.Gauge
 	// Unreadable exports, for the leader's last pass, how many keys each
 	// node with values it cannot read has (only those nodes have series).
 	Unreadable *NodeGauge
@@ -174,8 +177,18 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.RefusedClaims = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "refused_interruption_claims_total",
 		Help: "Interruptions a node's agent claimed beyond what one node may add to its pool's counters in an hour, not counted (a broken or compromised agent), by node and pool."},
 		[]string{"node_name", "node_pool_name"})
-	reg.MustRegister(m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.MemoryUsed = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "memory_used_bytes",
+		Help: "Memory this replica's Go runtime holds from the operating system (what its container is charged for, less a few pages)."})
+	m.MemoryLimit = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "memory_limit_bytes",
+		Help: "This replica's container memory limit (--memory-limit, from the Downward API); 0: unknown. At 90% of it the replica records a Warning Event MemoryNearLimit."})
+	reg.MustRegister(m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
+}
+
+// Memory sets the replica's memory and its limit.
+func (m *Aggregator) Memory(used, limit int64) {
+	m.MemoryUsed.Set(float64(used))
+	m.MemoryLimit.Set(float64(limit))
 }
 
 // PassDuration observes one pass.

@@ -23,6 +23,8 @@ func TestReferenceIsComplete(t *testing.T) {
 	metrics.NewAgent(reg)
 	metrics.NewClient(reg, "agent")
 	metrics.NewAggregator(reg)
+	metrics.NewEvictionCheck(reg)
+	metrics.NewNoticeEndpoint(reg)
 	metrics.NewClient(reg, "aggregator")
 	names := append([]string{"maintenance_handler_agent_healthy"}, reg.names...) // the first registered by cmd/agent
 	for _, line := range strings.Split(string(mustRead(t, "rules.yaml")), "\n") {

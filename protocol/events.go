@@ -102,6 +102,9 @@ const (
 	// EventClaimsRefused: the node's agent claimed more interruptions than
 	// one node may add to its pool's counters in an hour (aggregator).
 	EventClaimsRefused = "InterruptionClaimsRefused"
+	// EventMemoryNearLimit: a replica's memory reached 90% of its
+	// container's limit (aggregator; about its pod).
+	EventMemoryNearLimit = "MemoryNearLimit"
 )
 
 // EventReason is one reason with the components that record it and its
@@ -164,6 +167,7 @@ var EventReasons = []EventReason{
 	{EventUninstallLeftNode, aggregatorOnly, true},
 	{EventUnreadableState, aggregatorOnly, true},
 	{EventClaimsRefused, aggregatorOnly, true},
+	{EventMemoryNearLimit, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

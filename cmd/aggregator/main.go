@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -23,6 +26,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=...".
@@ -93,6 +97,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	logger.Info("aggregator started", "version", version, "identity", opts.Identity, "listen", addr.String())
+	g.Go(func() error { return watchMemory(ctx, opts, events, m, logger) })
 	g.Go(func() error { return a.Start(ctx) })
 	return g.Wait()
 }
@@ -127,4 +132,23 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 	log.Info("eviction check serving", "listen", addr.String())
 	g.Go(func() error { return certs.Start(ctx) })
 	return certs.Ready, nil
+}
+
+// watchMemory sets the Go runtime's soft memory limit to 90% of the
+// container's (unless GOMEMLIMIT is set) and runs the replica's
+// aggregator.MemoryWatch.
+func watchMemory(ctx context.Context, opts *Options, events *kube.Client, m *metrics.Aggregator, logger *slog.Logger) error {
+	limit, _ := opts.memoryLimit() // Validate read it
+	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(limit / 10 * 9)
+		logger.Info("memory limit", "containerBytes", limit, "goSoftLimitBytes", limit/10*9)
+	}
+	rec := kube.NewRecorder(events.EventSink(), corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
+	defer rec.Shutdown()
+	w := &aggregator.MemoryWatch{
+		Limit: limit, Used: aggregator.GoMemory,
+		Pod:      &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: opts.Namespace, Name: opts.Identity},
+		Recorder: rec, Metrics: m, Clock: clock.RealClock{}, Logger: logger,
+	}
+	return w.Start(ctx)
 }

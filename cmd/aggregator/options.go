@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
@@ -51,6 +52,11 @@ type Options struct {
 	EvictionCheckSecret        string
 	EvictionCheckWebhook       string
 	EvictionCheckHosts         []string
+	// MemoryLimit is the container's memory limit (MEMORY_LIMIT, from the
+	// Downward API): the Go runtime's soft limit is set to 90% of it
+	// (unless GOMEMLIMIT is set), and the replica warns at 90%. Empty:
+	// unknown.
+	MemoryLimit string
 	// Uninstall: remove what the product wrote and exit (aggregator.Uninstall).
 	Uninstall bool
 }
@@ -80,6 +86,7 @@ func NewOptions() *Options {
 		GKEConfig:            "leave",
 		AutoscalerStatus:     aggregator.DefaultAutoscalerStatus,
 		LogLevel:             "info",
+		MemoryLimit:          os.Getenv("MEMORY_LIMIT"),
 
 		EvictionCheckService: "maintenance-handler-eviction-check",
 		EvictionCheckSecret:  "maintenance-handler-eviction-check",
@@ -112,6 +119,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.EvictionCheckSecret, "eviction-check-secret", o.EvictionCheckSecret, "The Secret, in --namespace, that holds the eviction check's CA (created by the first replica that finds none).")
 	fs.StringVar(&o.EvictionCheckWebhook, "eviction-check-webhook", o.EvictionCheckWebhook, "The ValidatingWebhookConfiguration whose caBundle the replicas keep equal to the CA; empty: none is written.")
 	fs.StringSliceVar(&o.EvictionCheckHosts, "eviction-check-hosts", o.EvictionCheckHosts, "More names or addresses for the eviction check's serving certificate (a check called by URL rather than through the Service).")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit, "The container's memory limit, a quantity such as 1Gi or bytes (default $MEMORY_LIMIT, which the manifests set from the container's limit): the Go runtime keeps its memory under 90% of it (unless GOMEMLIMIT is set), and at 90% the replica records a Warning Event MemoryNearLimit about its pod. Empty: unknown.")
 	fs.BoolVar(&o.Uninstall, "uninstall", o.Uninstall, "Uninstall instead of running: once no agent pod is left in --namespace, remove the product's labels, annotations, taints and node conditions from every Node with no maintenance under way (a Node in maintenance keeps them, with a Warning Event), delete the Leases, and exit; the Helm chart's uninstall Job runs it.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
@@ -152,8 +160,23 @@ func (o *Options) Validate() error {
 	if o.EvictionCheckListenAddress != "" && (o.EvictionCheckService == "" || o.EvictionCheckSecret == "") {
 		errs = append(errs, errors.New("--eviction-check-service and --eviction-check-secret must not be empty while --eviction-check-listen-address is set"))
 	}
+	if _, err := o.memoryLimit(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// memoryLimit is --memory-limit in bytes (0: unknown).
+func (o *Options) memoryLimit() (int64, error) {
+	if o.MemoryLimit == "" {
+		return 0, nil
+	}
+	q, err := resource.ParseQuantity(o.MemoryLimit)
+	if err != nil || q.Sign() < 0 {
+		return 0, fmt.Errorf("--memory-limit %q: want a quantity of bytes such as 1Gi: %v", o.MemoryLimit, err)
+	}
+	return q.Value(), nil
 }
