@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -159,14 +160,28 @@ func (w *World) WaitRunning(t testing.TB, node string, n int) {
 func (w *World) WaitEvent(t testing.TB, node, reason string, parts ...string) *corev1.Event {
 	t.Helper()
 	n := w.WaitNode(t, node, "exists", func(*corev1.Node) bool { return true })
+	return w.waitEvent(t, "Node", "", node, n.UID, reason, parts...)
+}
+
+// WaitObjectEvent waits for an Event with reason about the object of kind
+// namespace/name whose message holds every one of parts, and returns it.
+func (w *World) WaitObjectEvent(t testing.TB, kind, namespace, name, reason string, parts ...string) *corev1.Event {
+	t.Helper()
+	return w.waitEvent(t, kind, namespace, name, "", reason, parts...)
+}
+
+// waitEvent is WaitEvent and WaitObjectEvent: uid, where set, is the
+// object's, and an Event naming another UID is not its.
+func (w *World) waitEvent(t testing.TB, kind, namespace, name string, uid types.UID, reason string, parts ...string) *corev1.Event {
+	t.Helper()
 	var found *corev1.Event
 	var seen []string
-	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.kind", "Node"), fields.OneTermEqualSelector("involvedObject.name", node),
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.kind", kind), fields.OneTermEqualSelector("involvedObject.name", name),
 		fields.OneTermEqualSelector("reason", reason))
-	lw := cache.NewListWatchFromClient(w.Client.CoreV1().RESTClient(), "events", "", sel)
+	lw := cache.NewListWatchFromClient(w.Client.CoreV1().RESTClient(), "events", namespace, sel)
 	says := func(obj any) bool {
 		e, ok := obj.(*corev1.Event)
-		if !ok || e.InvolvedObject.UID != "" && e.InvolvedObject.UID != n.UID {
+		if !ok || uid != "" && e.InvolvedObject.UID != "" && e.InvolvedObject.UID != uid {
 			return false
 		}
 		seen = append(seen, e.Message)
@@ -188,7 +203,9 @@ func (w *World) WaitEvent(t testing.TB, node, reason string, parts ...string) *c
 			}
 		}
 		return false
-	}, func() string { return fmt.Sprintf("a %s Event on %s saying %q; seen: %q", reason, node, parts, seen) })
+	}, func() string {
+		return fmt.Sprintf("a %s Event on %s %s saying %q; seen: %q", reason, kind, name, parts, seen)
+	})
 	return found
 }
 

@@ -514,6 +514,17 @@ func (w *World) StartProcess(name, bin string, args ...string) (*Process, error)
 	return &Process{p: p}, nil
 }
 
+// StartProcessEnv is StartProcess with env (KEY=VALUE) added to this
+// process's environment.
+func (w *World) StartProcessEnv(name string, env []string, bin string, args ...string) (*Process, error) {
+	p, err := startProcEnv(name, filepath.Join(w.TempDir, "logs", name+".log"), env, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	w.track(p)
+	return &Process{p: p}, nil
+}
+
 // Stop sends SIGTERM, waits up to grace, then SIGKILL.
 func (p *Process) Stop(grace time.Duration) error { return p.p.stop(grace) }
 
