@@ -199,12 +199,7 @@ func agentDrainsWhileTheCheckIsDown(t *testing.T) {
 	// The configuration calls the check's Service again, which has no
 	// endpoint: no replica answers.
 	pointEvictionCheck(t, map[string]any{"service": map[string]any{"namespace": ns, "name": "maintenance-handler-eviction-check", "path": admission.Path, "port": 443}})
-	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := agentToken(t, agent)
 	wns := world.Namespace(t)
 	pods := []struct {
 		ns, name string
@@ -263,4 +258,17 @@ func agentDrainsWhileTheCheckIsDown(t *testing.T) {
 	if c := eventCount(t, node, protocol.EventBlocked); c != 0 {
 		t.Errorf("%d %s Events: no budget was asked", c, protocol.EventBlocked)
 	}
+}
+
+// agentToken is a token of the agent's service account bound to its pod,
+// as the kubelet mounts it: its user info names the pod's node.
+func agentToken(tb testing.TB, pod *corev1.Pod) *authnv1.TokenRequest {
+	tb.Helper()
+	tr, err := world.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(testworld.Ctx(tb, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tr
 }

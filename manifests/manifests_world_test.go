@@ -180,12 +180,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 
 	// A token bound to the agent pod on node A, as the kubelet mounts it.
-	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: podA.Name, UID: podA.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := agentToken(t, podA)
 	as, err := kubernetes.NewForConfig(world.ConfigForToken(tr.Status.Token))
 	if err != nil {
 		t.Fatal(err)
@@ -527,7 +522,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 
 // agentVM starts the agent binary for node with a kubeconfig holding token
 // and an emulated metadata server, and returns its VM.
-func agentVM(t *testing.T, node, token string, args ...string) *vms.VM {
+func agentVM(t testing.TB, node, token string, args ...string) *vms.VM {
 	t.Helper()
 	bins, err := vms.Binaries()
 	if err != nil {
@@ -590,12 +585,7 @@ func healthz(v *vms.VM) (int, string) {
 // the agent makes is one the policy allows.
 func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	const ns = "maintenance-handler"
-	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := agentToken(t, pod)
 	node := pod.Spec.NodeName
 	wns, name := workload(t, node)
 	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", pod.Name,
@@ -606,7 +596,7 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	})
 	// The workload is told, under the same permissions (RBAC and the
 	// policy on pods).
-	err = wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := world.Client.CoreV1().Pods(wns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && strings.Contains(p.Annotations[protocol.PodAnnotationNotice], "MAINTENANCE_PHASE="+protocol.NoticePending), nil
 	})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -242,12 +241,7 @@ func realAgentAndAggregator(t *testing.T, emu *gceemu.Server, layout string) {
 	// The eviction check, as shipped: the replicas serve it through its
 	// Service, with the certificate they made. The agent's token (bound
 	// to its pod) evicts a pod on its own node, not one on another.
-	tr, err := world.Client.CoreV1().ServiceAccounts(agent.Namespace).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := agentToken(t, agent)
 	as, err := kubernetes.NewForConfig(world.ConfigForToken(tr.Status.Token))
 	if err != nil {
 		t.Fatal(err)

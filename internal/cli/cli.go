@@ -6,6 +6,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -211,13 +212,23 @@ func respond(c net.Conn, status int, body string) {
 // Serve listens on addr and serves h in g until ctx ends, then shuts the
 // server down (bounded). It returns the address it listens on.
 func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) (net.Addr, error) {
+	return ServeTLS(ctx, g, addr, h, nil)
+}
+
+// ServeTLS is Serve over TLS with cfg (its certificates from
+// cfg.GetCertificate); a nil cfg serves plain HTTP.
+func ServeTLS(ctx context.Context, g *errgroup.Group, addr string, h http.Handler, cfg *tls.Config) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg}
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if cfg != nil {
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 		}
 		return nil
