@@ -83,9 +83,8 @@ type Certs struct {
 	Logger *slog.Logger
 
 	mu   sync.Mutex
-	cert *tls.Certificate
+	cert *tls.Certificate  // with its Leaf
 	ca   *x509.Certificate // that signed cert
-	ends time.Time
 }
 
 // GetCertificate is tls.Config's: the replica's current certificate.
@@ -134,17 +133,17 @@ func (c *Certs) Refresh(ctx context.Context) error {
 	}
 	now := c.Clock.Now()
 	c.mu.Lock()
-	stale := c.cert == nil || !c.ca.Equal(ca) || !now.Before(c.ends.Add(-leafRenew))
+	stale := c.cert == nil || !c.ca.Equal(ca) || !now.Before(c.cert.Leaf.NotAfter.Add(-leafRenew))
 	c.mu.Unlock()
 	if stale {
-		cert, ends, err := c.sign(ca, key, now)
+		cert, err := c.sign(ca, key, now)
 		if err != nil {
 			return err
 		}
 		c.mu.Lock()
-		c.cert, c.ca, c.ends = cert, ca, ends
+		c.cert, c.ca = cert, ca
 		c.mu.Unlock()
-		c.Logger.Info("eviction check: serving certificate signed", "hosts", c.Hosts, "notAfter", ends.UTC().Format(time.RFC3339))
+		c.Logger.Info("eviction check: serving certificate signed", "hosts", c.Hosts, "notAfter", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return c.writeBundle(ctx, bundle)
 }
@@ -285,10 +284,10 @@ func newCA(now time.Time) (certPEM, keyPEM []byte, err error) {
 
 // sign makes the replica's serving certificate for c.Hosts, valid for
 // leafLife and never past its CA.
-func (c *Certs) sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time) (*tls.Certificate, time.Time, error) {
+func (c *Certs) sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time) (*tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(), Subject: pkix.Name{CommonName: c.Hosts[0]},
@@ -307,9 +306,13 @@ func (c *Certs) sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Tim
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("sign the eviction check's serving certificate: %w", err)
+		return nil, fmt.Errorf("sign the eviction check's serving certificate: %w", err)
 	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, tmpl.NotAfter, nil
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }
 
 func serial() *big.Int {

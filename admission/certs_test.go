@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,20 +139,19 @@ func TestServeOverTLS(t *testing.T) {
 		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "evictions.maintenance-handler.io"}},
 	})
 	certs := newCerts(cs, clocktesting.NewFakeClock(time.Now()))
-	if err := certs.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
 	defer func() {
 		cancel()
 		_ = g.Wait()
 	}()
-	called := false
-	addr, err := admission.Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called = true }), certs)
+	var called atomic.Bool
+	addr, err := admission.Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called.Store(true) }), certs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Serve keeps the certificate: the first one, and the bundle with it.
+	waitReady(t, certs, cs)
 	pool := x509.NewCertPool()
 	for _, c := range bundle(t, cs) {
 		pool.AddCert(c)
@@ -162,7 +162,18 @@ func TestServeOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if !called {
+	if !called.Load() {
 		t.Error("the check was not called at its path")
+	}
+}
+
+// waitReady waits until certs has a certificate and the configuration its
+// CA (Serve's first Refresh, on a goroutine of its own).
+func waitReady(t *testing.T, certs *admission.Certs, cs *fake.Clientset) {
+	t.Helper()
+	for start := time.Now(); !certs.Ready() || len(bundle(t, cs)) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > time.Minute {
+			t.Fatal("Serve kept no certificate")
+		}
 	}
 }

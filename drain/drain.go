@@ -54,10 +54,6 @@ type Result struct {
 // podState is what the drain remembers of one pod it has acted on.
 type podState struct {
 	nextTry time.Time
-	// refused: the eviction was refused or failed at least once, so the
-	// pod is deleted at its group deadline - grace - EscalationLead if it is
-	// still there.
-	refused bool
 	// evicted: the eviction was accepted; the cache may not show the
 	// deletion yet, so the pod is not evicted again.
 	evicted bool
@@ -73,6 +69,11 @@ type podState struct {
 	blocked bool
 	failure string
 }
+
+// refused: the eviction was refused or failed at least once, so the pod is
+// deleted at its group deadline - grace - EscalationLead if it is still
+// there.
+func (st *podState) refused() bool { return st.blocked || st.failure != "" }
 
 // Drain evicts the node's pods group by group (workloads, then kube-system,
 // then DaemonSet pods), each group only after every pod of the previous one
@@ -210,7 +211,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			seen = gen
 			for _, p := range pods {
 				st := states[p.UID]
-				if st == nil || !st.refused || st.evicted || st.inFlight || !now.Before(st.nextTry) {
+				if st == nil || !st.refused() || st.evicted || st.inFlight || !now.Before(st.nextTry) {
 					continue
 				}
 				if ok, v := pdbs.allows(p); ok && v != st.budgets {
@@ -276,7 +277,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 		res.Evicted++
 		log.Info("pod evicted", "pod", klogRef(p), "grace", a.grace)
 	case OutcomeBlocked:
-		if !st.refused {
+		if !st.blocked {
 			msg := fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
 				klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace)
 			switch {
@@ -289,7 +290,7 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 			}
 			d.opts.Events.NodeEvent(true, protocol.EventBlocked, msg)
 		}
-		st.refused, st.blocked = true, true
+		st.blocked = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
 		pdbs.follow(p.Namespace)
 		_, st.budgets = pdbs.allows(p)
@@ -307,7 +308,6 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 			d.opts.Events.NodeEvent(true, protocol.EventEvictionFailed, failedMessage(a))
 		}
 		st.failure = a.err.Error()
-		st.refused = true
 		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
 	}
 }

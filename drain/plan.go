@@ -225,11 +225,11 @@ func planRound(now, start, deadline time.Time, escalate bool, pods []*corev1.Pod
 		grace := PodGrace(p)
 		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: EscalateAt(p, deadline), at: now, voluntary: !escalate, deadline: deadline}
 		switch {
-		case escalate && st.refused && !now.Before(a.escalateAt):
+		case escalate && st.refused() && !now.Before(a.escalateAt):
 			a.escalate = true
 		case now.Before(st.nextTry):
 			wake = earliest(wake, st.nextTry)
-			if escalate && st.refused {
+			if escalate && st.refused() {
 				wake = earliest(wake, a.escalateAt)
 			}
 			continue

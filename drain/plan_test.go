@@ -61,22 +61,22 @@ func TestPlanRound(t *testing.T) {
 			name: "refused: retried at its next try; wake then, or at its escalation if sooner",
 			now:  now, pods: []*corev1.Pod{pod("refused", 30), pod("refused-late", 58)},
 			states: map[types.UID]*podState{
-				"refused":      {refused: true, nextTry: now.Add(5 * time.Second)},
-				"refused-late": {refused: true, nextTry: now.Add(5 * time.Second)}, // escalates at deadline - 58 s - EscalationLead
+				"refused":      {blocked: true, nextTry: now.Add(5 * time.Second)},
+				"refused-late": {blocked: true, nextTry: now.Add(5 * time.Second)}, // escalates at deadline - 58 s - EscalationLead
 			},
 			wantWake: now.Add(time.Second),
 		},
 		{
 			name: "refused until deadline - grace: deleted, with its whole grace",
 			now:  deadline.Add(-30 * time.Second), pods: []*corev1.Pod{pod("refused", 30)},
-			states:   map[types.UID]*podState{"refused": {refused: true, nextTry: deadline}},
+			states:   map[types.UID]*podState{"refused": {blocked: true, nextTry: deadline}},
 			want:     []call{{"refused", 30 * time.Second, true}},
 			wantWake: deadline.Add(EndSlack),
 		},
 		{
 			name: "refused, deleted a moment after its escalation: still its whole grace, ending before the deadline",
 			now:  deadline.Add(-30*time.Second - EscalationLead + 300*time.Millisecond), pods: []*corev1.Pod{pod("refused", 30)},
-			states:   map[types.UID]*podState{"refused": {refused: true, nextTry: deadline}},
+			states:   map[types.UID]*podState{"refused": {blocked: true, nextTry: deadline}},
 			want:     []call{{"refused", 30 * time.Second, true}},
 			wantWake: deadline.Add(EndSlack),
 		},
@@ -84,8 +84,8 @@ func TestPlanRound(t *testing.T) {
 			name: "voluntary: refused until deadline - grace, still only evicted; no wake for an escalation",
 			now:  deadline.Add(-30 * time.Second), voluntary: true, pods: []*corev1.Pod{pod("refused", 30), pod("later", 58)},
 			states: map[types.UID]*podState{
-				"refused": {refused: true, nextTry: deadline.Add(-30 * time.Second)},
-				"later":   {refused: true, nextTry: deadline.Add(-20 * time.Second)},
+				"refused": {blocked: true, nextTry: deadline.Add(-30 * time.Second)},
+				"later":   {blocked: true, nextTry: deadline.Add(-20 * time.Second)},
 			},
 			want:     []call{{"refused", 30 * time.Second, false}},
 			wantWake: deadline.Add(-20 * time.Second),

@@ -41,11 +41,6 @@ func (c *throttlingClient) PatchPod(context.Context, string, string, types.Patch
 	return nil
 }
 
-// warnings is an EventSink that hands on each Event's reason.
-type warnings chan string
-
-func (w warnings) NodeEvent(_ bool, reason, _ string) { w <- reason }
-
 // TestThrottledEvictionIsNoBudget: an eviction the API server throttles
 // (429 without a budget's cause) is tried again after its Retry-After, not
 // the retry interval; it sends no budget Warning and is never escalated
@@ -55,18 +50,9 @@ func (w warnings) NodeEvent(_ bool, reason, _ string) { w <- reason }
 func TestThrottledEvictionIsNoBudget(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
 	client := &throttlingClient{throttled: 2, calls: make(chan string, 8)}
-	seen, events := make(outcomes, 8), make(warnings, 8)
 	// A 10 s grace and a 12 s deadline: the escalation time (deadline less
 	// the grace and the margin) comes within the first retry.
-	d := New(Options{Client: client, Pods: staticPods{pod("ml", "trainer", 10, "")}, RetryInterval: time.Minute,
-		Clock: clk, Recorder: seen, Events: events, Timing: &Timing{}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = d.Drain(ctx, clk.Now().Add(12*time.Second), Disruption{})
-	}()
-	defer func() { cancel(); <-done }()
+	seen, events := drainTrainer(t, clk, client, clk.Now().Add(12*time.Second), Disruption{})
 
 	for try := 1; try <= 3; try++ {
 		select {
@@ -110,4 +96,22 @@ func stepWhenWaiting(t *testing.T, clk *testingclock.FakeClock, d time.Duration)
 		time.Sleep(time.Millisecond)
 	}
 	clk.Step(d)
+}
+
+// drainTrainer drains one pod, ml/trainer with a 10 s grace, through
+// client by deadline (a minute between retries, no reserve or margin) on
+// clk, until t ends; it returns what the drain counts and says.
+func drainTrainer(t *testing.T, clk *testingclock.FakeClock, client API, deadline time.Time, why Disruption) (outcomes, said) {
+	t.Helper()
+	seen, events := make(outcomes, 8), make(said, 8)
+	d := New(Options{Client: client, Pods: staticPods{pod("ml", "trainer", 10, "")}, RetryInterval: time.Minute,
+		Clock: clk, Recorder: seen, Events: events, Timing: &Timing{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = d.Drain(ctx, deadline, why)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return seen, events
 }

@@ -2,37 +2,42 @@ package drain
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// uncheckedClient is an API server whose eviction check does not answer:
-// an eviction hangs until the caller gives up. It hands on each call.
-type uncheckedClient struct {
-	calls chan string
+// scriptedClient answers evictions from its script in turn (errHang:
+// hang until the caller gives up, as an API server whose eviction check
+// does not answer), then accepts them; it deletes and hands on each call
+// as throttlingClient does.
+type scriptedClient struct {
+	throttlingClient
+	script []error
 }
 
-func (c *uncheckedClient) Evict(ctx context.Context, _ *policyv1.Eviction) error {
+var errHang = errors.New("hang")
+
+func (c *scriptedClient) Evict(ctx context.Context, _ *policyv1.Eviction) error {
 	c.calls <- "evict"
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (c *uncheckedClient) DeletePod(context.Context, string, string, metav1.DeleteOptions) error {
-	c.calls <- "delete"
-	return nil
-}
-
-func (c *uncheckedClient) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
-	return nil
+	if len(c.script) == 0 {
+		return nil
+	}
+	err := c.script[0]
+	c.script = c.script[1:]
+	if err == errHang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return err
 }
 
 // said is an EventSink that hands on each Event as "reason: message".
@@ -48,18 +53,9 @@ func (s said) NodeEvent(_ bool, reason, msg string) { s <- reason + ": " + msg }
 // the Warning naming the failure, not a budget.
 func TestUnavailableCheckEscalatesAtTheLastMoment(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
-	client := &uncheckedClient{calls: make(chan string, 8)}
-	seen, events := make(outcomes, 8), make(said, 8)
+	client := &scriptedClient{throttlingClient: throttlingClient{calls: make(chan string, 8)}, script: []error{errHang}}
 	// A 10 s grace and a 12 s deadline: the escalation comes 1 s in.
-	d := New(Options{Client: client, Pods: staticPods{pod("ml", "trainer", 10, "")}, RetryInterval: time.Minute,
-		Clock: clk, Recorder: seen, Events: events, Timing: &Timing{}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = d.Drain(ctx, clk.Now().Add(12*time.Second), Disruption{Reason: protocol.DisruptionPreemption})
-	}()
-	defer func() { cancel(); <-done }()
+	seen, events := drainTrainer(t, clk, client, clk.Now().Add(12*time.Second), Disruption{Reason: protocol.DisruptionPreemption})
 
 	next := func(what string) string {
 		t.Helper()
@@ -97,5 +93,32 @@ func TestUnavailableCheckEscalatesAtTheLastMoment(t *testing.T) {
 	e := <-events
 	if !strings.HasPrefix(e, protocol.EventEscalated+": ") || !strings.Contains(e, "was still failing (context deadline exceeded)") || strings.Contains(e, "PodDisruptionBudget") {
 		t.Errorf("escalation's Event %q, want the failure named, not a budget", e)
+	}
+}
+
+// TestBudgetRefusalAfterAFailureIsSaid: a pod whose first eviction failed
+// (the check unreachable) and whose next one a budget refuses gets both
+// Warnings, each once: the failure, then the budget's.
+func TestBudgetRefusalAfterAFailureIsSaid(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	unreachable := apierrors.NewInternalError(errors.New(`failed calling webhook "evictions.maintenance-handler.io": no endpoints available`))
+	client := &scriptedClient{throttlingClient: throttlingClient{calls: make(chan string, 8)}, script: []error{unreachable, budgetRefusal(), budgetRefusal()}}
+	seen, events := drainTrainer(t, clk, client, clk.Now().Add(time.Hour), Disruption{Reason: protocol.DisruptionHostMaintenance})
+	for i, want := range []string{OutcomeError, OutcomeBlocked, OutcomeBlocked} {
+		<-client.calls
+		if got := <-seen; got != want {
+			t.Fatalf("eviction %d: %s, want %s", i+1, got, want)
+		}
+		if i < 2 {
+			stepWhenWaiting(t, clk, time.Minute)
+		}
+	}
+	var reasons []string
+	for len(events) > 0 {
+		e := <-events
+		reasons = append(reasons, e[:strings.Index(e, ":")])
+	}
+	if want := []string{protocol.EventEvictionFailed, protocol.EventBlocked}; !slices.Equal(reasons, want) {
+		t.Errorf("Events %v, want %v", reasons, want)
 	}
 }

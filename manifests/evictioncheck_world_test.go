@@ -74,7 +74,6 @@ func hostEvictionCheck(tb testing.TB, ns string) *metrics.EvictionCheck {
 		cancel()
 		tb.Fatal(err)
 	}
-	g.Go(func() error { return certs.Start(ctx) })
 	tb.Cleanup(func() {
 		cancel()
 		_ = g.Wait()

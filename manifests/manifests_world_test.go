@@ -343,19 +343,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 
 	// Deletes (the drain's escalation): a pod on its own node only, never
 	// one on another node, kube-system's included.
-	for _, p := range []*corev1.Pod{
-		{ObjectMeta: metav1.ObjectMeta{Name: "escalated", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "rbac-gpu-a"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "dns-elsewhere", Namespace: "kube-system"}, Spec: corev1.PodSpec{NodeName: "rbac-tpu-b"}},
-	} {
-		p.Spec.Containers = []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}
-		if _, err := world.Client.CoreV1().Pods(p.Namespace).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			zero := int64(0)
-			_ = world.Client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
-	}
+	podOn(t, "default", "escalated", "rbac-gpu-a")
+	podOn(t, "kube-system", "dns-elsewhere", "rbac-tpu-b")
 	deletePod := func(ns, name string) error {
 		zero := int64(0)
 		return as.CoreV1().Pods(ns).Delete(testworld.Ctx(t, 10*time.Second), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
@@ -384,18 +373,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	denied("an Event about its node, as if another reported it", event("rbac-gpu-a", "rbac-tpu-b"), "Events only about its own Node (rbac-gpu-a)")
 
 	// The workload notice: on the pods of its own node, the notice only.
-	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: "rbac-tpu-b", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
-	mine := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "told", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: "rbac-gpu-a", Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/x:1"}}}}
-	for _, p := range []*corev1.Pod{other, mine} {
-		if _, err := world.Client.CoreV1().Pods("default").Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = world.Client.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{})
-		})
-	}
+	podOn(t, "default", "elsewhere", "rbac-tpu-b")
+	podOn(t, "default", "told", "rbac-gpu-a")
 	var conditionWith func(pod, typ, status, reason string) error
 	notice := func(pod, key string) error {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"MAINTENANCE_PHASE=pending\n"}}}`, key)

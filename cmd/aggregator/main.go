@@ -130,7 +130,6 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 		return nil, err
 	}
 	log.Info("eviction check serving", "listen", addr.String())
-	g.Go(func() error { return certs.Start(ctx) })
 	return certs.Ready, nil
 }
 
@@ -139,9 +138,9 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 // aggregator.MemoryWatch.
 func watchMemory(ctx context.Context, opts *Options, events *kube.Client, m *metrics.Aggregator, logger *slog.Logger) error {
 	limit, _ := opts.memoryLimit() // Validate read it
-	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(limit / 10 * 9)
-		logger.Info("memory limit", "containerBytes", limit, "goSoftLimitBytes", limit/10*9)
+	if soft := limit / 10 * 9; soft > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(soft)
+		logger.Info("memory limit", "containerBytes", limit, "goSoftLimitBytes", soft)
 	}
 	rec := kube.NewRecorder(events.EventSink(), corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
 	defer rec.Shutdown()
