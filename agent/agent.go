@@ -301,6 +301,39 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 	return true
 }
 
+// observation is what a step reads besides st, the state on node: the
+// Node, the metadata server's signals, the pods, the drain's and the
+// call's progress; and when the metadata last changed.
+func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Observation, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	obs := lifecycle.Observation{
+		Now:     a.opts.Clock.Now(),
+		Signals: a.signals,
+		MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
+			TPU: protocol.IsTPU(node)},
+		TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
+	}
+	var ms protocol.MaintenanceState
+	obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
+	obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
+	obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
+	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(node)
+	a.observeSlice(node, st, &obs)
+	if obs.TriggerSet && a.opts.ManualGate != nil {
+		obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
+	}
+	obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources, a.claimsAccelerator)
+	obs.PodsKnown = true
+	obs.GKEHandling = lifecycle.GKEHandling(node, st)
+	obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
+	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
+	if r := a.performResult; r != nil && r.RequestID == st.RequestID {
+		obs.Perform = r
+	}
+	return obs, a.changedAt
+}
+
 // reconcile reads the Node, steps the state machine, writes the result in
 // one update, and starts or stops the drain.
 func (a *Agent) reconcile(ctx context.Context) error {
@@ -311,6 +344,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	var dec lifecycle.Decision
 	var latency time.Duration
 	var carried protocol.Counts // the repairs the aggregator counted on the Node
+	var repair protocol.RepairApproval
 	attempt := 0
 	// The watch cache first; after a conflict it is behind, so read the
 	// Node from the API server and try again at once.
@@ -328,33 +362,9 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.mu.Lock()
-		obs := lifecycle.Observation{
-			Now:     a.opts.Clock.Now(),
-			Signals: a.signals,
-			MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
-				TPU: protocol.IsTPU(node)},
-			TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
-		}
-		var ms protocol.MaintenanceState
-		obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
-		obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
-		obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
 		st := protocol.ReadAgentState(node)
-		a.observeSlice(node, st, &obs)
-		if obs.TriggerSet && a.opts.ManualGate != nil {
-			obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
-		}
-		obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources, a.claimsAccelerator)
-		obs.PodsKnown = true
-		changedAt := a.changedAt
-		obs.GKEHandling = lifecycle.GKEHandling(node, st)
-		obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
-		obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
-		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
-			obs.Perform = r
-		}
-		a.mu.Unlock()
+		obs, changedAt := a.observation(node, st)
+		repair = obs.Repair
 		carried = protocol.ReadRepairs(node).Interruptions
 		dec = lifecycle.Step(a.opts.Config, st, obs)
 		if !dec.Apply(node) {
@@ -380,6 +390,6 @@ func (a *Agent) reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("update node %q: %w", a.opts.NodeName, err)
 	}
-	a.execute(ctx, dec, carried, latency)
+	a.execute(ctx, dec, carried, latency, repair)
 	return nil
 }

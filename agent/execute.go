@@ -13,7 +13,9 @@ import (
 
 // execute records a decision that is now on the Node, and runs the drain
 // while the phase is Draining.
-func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried protocol.Counts, latency time.Duration) {
+// repair is the approval of the node's repair the step read (zero for
+// none).
+func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried protocol.Counts, latency time.Duration, repair protocol.RepairApproval) {
 	st := dec.State
 	a.wakeAt = dec.WakeAt
 	a.syncConditions(ctx, st)
@@ -36,7 +38,13 @@ func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried pro
 		a.opts.Metrics.ManualTrigger(dec.Manual)
 	}
 	if dec.Perform {
-		a.startPerform(ctx, st)
+		a.startPerform(ctx, st, repair)
+	}
+	if dec.Repair != "" {
+		a.opts.Metrics.FaultRepair(repair.Behavior, dec.Repair)
+		if dec.Repair == protocol.RepairDone && !repair.Approved.IsZero() {
+			a.opts.Metrics.RepairDuration(a.opts.Clock.Since(repair.Approved))
+		}
 	}
 	if dec.Migration {
 		a.opts.Metrics.Migration()

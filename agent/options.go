@@ -36,6 +36,11 @@ type Metrics interface {
 	// PermissionDenied counts a Compute Engine call refused for lack of
 	// the IAM permission.
 	PermissionDenied(permission string)
+	// FaultRepair counts one outcome of a fault's repair (a
+	// protocol.Repair* value), by the fault's behavior; RepairDuration
+	// observes the time from its approval to the VM's return.
+	FaultRepair(behavior, outcome string)
+	RepairDuration(d time.Duration)
 }
 
 // Events records Kubernetes Events on the agent's Node.
@@ -158,5 +163,9 @@ func (nopMetrics) PermissionDenied(string) {}
 func (nopMetrics) SetNode(time.Time, time.Time, bool) {}
 
 func (nopMetrics) SetFailures(int) {}
+
+func (nopMetrics) FaultRepair(string, string) {}
+
+func (nopMetrics) RepairDuration(time.Duration) {}
 
 func (nopMetrics) NodeEvent(bool, string, string) {}

@@ -12,9 +12,12 @@ import (
 )
 
 // Maintainer asks Compute Engine to start the pending maintenance of the
-// agent's own VM now; compute.VM implements it.
+// agent's own VM now, or to repair its host; compute.VM implements it.
 type Maintainer interface {
 	PerformMaintenance(ctx context.Context, requestID string) (operation string, err error)
+	// ReportHostAsFaulty reports the VM's host as faulty, with the fault's
+	// behavior and a description of what was seen.
+	ReportHostAsFaulty(ctx context.Context, requestID, behavior, description string) (operation string, err error)
 	// WaitOperation returns when the operation has ended: nil when it
 	// succeeded.
 	WaitOperation(ctx context.Context, operation string) error
@@ -24,10 +27,12 @@ type Maintainer interface {
 // through (with retries), even when the drain used up the deadline.
 const performMinimum = time.Minute
 
-// startPerform runs the performMaintenance call for st's request ID, unless
-// this process has already started it. The call is retried until st's
-// deadline (at least performMinimum from now); its result wakes the loop.
-func (a *Agent) startPerform(ctx context.Context, st lifecycle.State) {
+// startPerform runs the call for st's request ID, unless this process has
+// already started it: performMaintenance, or for a fault's repair the
+// method st names with the approval's fault (repair). The call is retried
+// until st's deadline (at least performMinimum from now); its result
+// wakes the loop.
+func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair protocol.RepairApproval) {
 	a.mu.Lock()
 	if a.performFor == st.RequestID {
 		a.mu.Unlock()
@@ -36,16 +41,24 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State) {
 	a.performFor = st.RequestID
 	a.mu.Unlock()
 	timeout := max(st.Deadline.Sub(a.opts.Clock.Now()), performMinimum)
+	method, permission := "performMaintenance", compute.Permission
+	if st.RepairCall == protocol.RepairReport {
+		method, permission = string(protocol.RepairReport), compute.ReportPermission
+	}
 	a.performGroup.Add(1)
 	go func() {
 		defer a.performGroup.Done()
-		a.log.Info("asking Compute Engine to start the maintenance", "request_id", st.RequestID, "timeout", timeout)
+		a.log.Info("asking Compute Engine", "method", method, "request_id", st.RequestID, "timeout", timeout)
 		res := &lifecycle.PerformResult{RequestID: st.RequestID}
 		if a.opts.Maintainer == nil {
 			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
+			if st.RepairCall == protocol.RepairReport {
+				res.Operation, res.Err = a.opts.Maintainer.ReportHostAsFaulty(cctx, st.RequestID, repair.Behavior, faultDescription(repair))
+			} else {
+				res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
+			}
 			cancel()
 			if ctx.Err() != nil {
 				return // stopping: the next agent continues from the Node
@@ -61,12 +74,12 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State) {
 			}
 		}
 		if res.Err != nil {
-			a.log.Warn("performMaintenance failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
+			a.log.Warn(method+" failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
 			if res.Outcome == protocol.ManualPermissionDenied {
-				a.permissionDenied(compute.Permission, res.Err)
+				a.permissionDenied(permission, res.Err)
 			}
 		} else {
-			a.log.Info("performMaintenance accepted", "request_id", st.RequestID, "operation", res.Operation)
+			a.log.Info(method+" accepted", "request_id", st.RequestID, "operation", res.Operation)
 		}
 		a.setPerformResult(res)
 		if res.Err != nil || a.opts.Maintainer == nil {
@@ -109,9 +122,23 @@ func (a *Agent) setPerformResult(res *lifecycle.PerformResult) {
 func (a *Agent) permissionDenied(permission string, err error) {
 	a.opts.Metrics.PermissionDenied(permission)
 	what := "the maintenance was not started"
-	if permission == compute.OperationPermission {
+	switch permission {
+	case compute.ReportPermission:
+		what = "the faulty host was not reported; the node stays drained and tainted faulty, and its repair is approved again after the pool's cool-down"
+	case compute.OperationPermission:
 		what = "the maintenance's operation cannot be followed, so a failed one is seen only when --manual-start-timeout ends without the maintenance"
 	}
+
 	a.opts.Events.NodeEvent(true, protocol.EventPermissionDenied, fmt.Sprintf(
 		"Compute Engine refused a call: the node's service account lacks the IAM permission %s (grant the role the README documents): %s. %v", permission, what, err))
+}
+
+// faultDescription is what the report tells Compute Engine of the fault:
+// where it was seen and what.
+func faultDescription(r protocol.RepairApproval) string {
+	d := "maintenance-handler: " + r.Source
+	if r.Signal != "" {
+		d += ": " + r.Signal
+	}
+	return d
 }

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -57,6 +56,11 @@ type Aggregator struct {
 	lastScaled  map[string]bool   // pool -> autoscaled, as last logged
 	// lastUnreadable: node -> its unreadable keys, as last announced.
 	lastUnreadable map[string]string
+	// lastFault: faulty node -> its decision, as last announced.
+	lastFault map[string]fleet.FaultReason
+	// faultCheck is when a pass is next due for a fault detector's
+	// condition to reach its duration (zero for none).
+	faultCheck time.Time
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
 	// claims holds what each node added to its pool's counters in the
@@ -197,6 +201,7 @@ func (a *Aggregator) lead(lctx context.Context) {
 	a.mu.Lock()
 	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]fleet.Reason{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
+	a.lastFault = map[string]fleet.FaultReason{}
 	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
@@ -226,7 +231,7 @@ func (a *Aggregator) lead(lctx context.Context) {
 			return
 		case <-t.C():
 		}
-		t = a.opts.Clock.NewTimer(a.opts.Interval)
+		t = a.opts.Clock.NewTimer(a.untilNextPass())
 		select {
 		case <-lctx.Done():
 			t.Stop()
@@ -281,10 +286,8 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	start := a.opts.Clock.Now()
 	views, decidedOn := a.viewNodes()
 	spent := a.opts.Clock.Since(start)
-	// What does not depend on the claims: slices, and the accounting.
-	a.applySliceAsks(ctx, views, decidedOn)
-	a.countRecreated(ctx)
-	a.countVanished()
+	cfg, cfgErr := a.config()
+	a.unclaimed(ctx, cfg, views, decidedOn)
 	cl, err := readClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
 	if err != nil {
 		// Claims not counted could exceed the caps: decide nothing.
@@ -306,7 +309,6 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 			views[i].Failures = unansweredFailure(views[i].Failures, at)
 		}
 	}
-	cfg, cfgErr := a.config()
 	plans := fleet.Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
@@ -372,24 +374,13 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	return plans
 }
 
-// awaitCache waits until the node cache shows every write of this pass, so
-// that the next pass counts the nodes it triggered.
-func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) {
-	if len(written) == 0 {
-		return
-	}
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		for name, before := range written {
-			obj, _ := a.nodes.Get(name)
-			if n, ok := obj.(*corev1.Node); ok && n.ResourceVersion == before {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil && ctx.Err() == nil {
-		a.log.Warn("node cache did not show this pass's writes", "err", err)
-	}
+// unclaimed is the part of a pass that does not depend on the claims:
+// slices, faults, and the accounting.
+func (a *Aggregator) unclaimed(ctx context.Context, cfg policy.Config, views []fleet.Node, decidedOn map[string]*corev1.Node) {
+	a.applySliceAsks(ctx, views, decidedOn)
+	a.applyFaults(ctx, cfg, views, decidedOn)
+	a.countRecreated(ctx)
+	a.countVanished()
 }
 
 // decisiveUpdate: cur (a *corev1.Node, or anything else) is an update a

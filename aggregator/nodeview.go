@@ -5,11 +5,14 @@ package aggregator
 // Nodes reads again only those that changed.
 
 import (
+	"context"
 	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/kube"
@@ -90,15 +93,31 @@ func (a *Aggregator) viewNodes() ([]fleet.Node, map[string]*corev1.Node) {
 
 // decisive: cur differs from old in what a pass reads of a Node (its
 // labels, annotations, taints, unschedulable, whether it is Ready, its
-// allocatable and its kubelet's version). A heartbeat, which only moves a
+// allocatable, its kubelet's version, and its conditions' statuses). A heartbeat, which only moves a
 // condition's times, wakes no pass: with thousands of Nodes heart-beating,
 // passes would otherwise run back to back for nothing.
 func decisive(old, cur *corev1.Node) bool {
 	return old.UID != cur.UID || !maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations) ||
 		old.Spec.Unschedulable != cur.Spec.Unschedulable || !slices.EqualFunc(old.Spec.Taints, cur.Spec.Taints, sameTaint) ||
 		fleet.NodeReady(old) != fleet.NodeReady(cur) || !sameResources(old.Status.Allocatable, cur.Status.Allocatable) ||
-		old.Status.NodeInfo.KubeletVersion != cur.Status.NodeInfo.KubeletVersion
+		old.Status.NodeInfo.KubeletVersion != cur.Status.NodeInfo.KubeletVersion ||
+		!slices.EqualFunc(detectors(old), detectors(cur), sameCondition)
 }
+
+// detectors are n's conditions that may be fault detectors'.
+func detectors(n *corev1.Node) []corev1.NodeCondition {
+	var out []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if fleet.DetectorCondition(c.Type) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sameCondition: a and b are the same condition in the same status (a
+// fault detector's turning is decisive; its heartbeat is not).
+func sameCondition(a, b corev1.NodeCondition) bool { return a.Type == b.Type && a.Status == b.Status }
 
 func sameTaint(a, b corev1.Taint) bool {
 	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
@@ -106,4 +125,24 @@ func sameTaint(a, b corev1.Taint) bool {
 
 func sameResources(a, b corev1.ResourceList) bool {
 	return maps.EqualFunc(a, b, func(x, y resource.Quantity) bool { return x.Cmp(y) == 0 })
+}
+
+// awaitCache waits until the node cache shows every write of this pass, so
+// that the next pass counts the nodes it triggered.
+func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) {
+	if len(written) == 0 {
+		return
+	}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for name, before := range written {
+			obj, _ := a.nodes.Get(name)
+			if n, ok := obj.(*corev1.Node); ok && n.ResourceVersion == before {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		a.log.Warn("node cache did not show this pass's writes", "err", err)
+	}
 }

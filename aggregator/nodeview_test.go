@@ -28,6 +28,9 @@ func TestDecisiveUpdates(t *testing.T) {
 		{"another condition", func(n *corev1.Node) {
 			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "MaintenancePlanned", Status: corev1.ConditionTrue})
 		}, false},
+		{"a fault detector's condition", func(n *corev1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "GPUUnhealthy", Status: corev1.ConditionTrue})
+		}, true},
 		{"an annotation", func(n *corev1.Node) { n.Annotations[protocol.AnnotationIdleSince] = now.Format(time.RFC3339) }, true},
 		{"a label", func(n *corev1.Node) { n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue }, true},
 		{"a taint", func(n *corev1.Node) {

@@ -34,8 +34,15 @@ func newProcs(t testing.TB, agentArgs ...string) *procs {
 // serving metrics at addr.
 func (p *procs) aggregator(id, addr string) *testworld.Process {
 	p.t.Helper()
+	return p.aggregatorWith(id, addr, "")
+}
+
+// aggregatorWith is aggregator reading the policy ConfigMap configMap ("":
+// none) of the test's namespace.
+func (p *procs) aggregatorWith(id, addr, configMap string) *testworld.Process {
+	p.t.Helper()
 	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", p.ns,
-		"--identity", id, "--config-map", "", "--interval", "1s", "--listen-address", addr, "--log-level", "warn")
+		"--identity", id, "--config-map", configMap, "--interval", "1s", "--listen-address", addr, "--log-level", "warn")
 	if err != nil {
 		p.t.Fatal(err)
 	}

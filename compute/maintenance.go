@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,8 @@ const (
 	// OperationPermission is what zoneOperations.get needs, to follow the
 	// operation a performMaintenance call returns.
 	OperationPermission = "compute.zoneOperations.get"
+	// ReportPermission is what instances.reportHostAsFaulty needs.
+	ReportPermission = "compute.instances.reportHostAsFaulty"
 )
 
 // Method is one Compute Engine method the agent calls.
@@ -39,6 +42,7 @@ type Method struct {
 var Methods = []Method{
 	{"instances.performMaintenance", Permission},
 	{"zoneOperations.get", OperationPermission},
+	{"instances.reportHostAsFaulty", ReportPermission},
 }
 
 // Instance names a VM.
@@ -105,8 +109,8 @@ type Options struct {
 // DefaultEndpoint is the Compute Engine API's base URL.
 const DefaultEndpoint = "https://compute.googleapis.com/compute/v1/"
 
-// Maintainer calls performMaintenance and reads the operation it returns:
-// two REST calls, made with net/http and an OAuth2 token, which is all the
+// Maintainer calls performMaintenance or reportHostAsFaulty and reads the
+// operation they return: three REST calls, made with net/http and an OAuth2 token, which is all the
 // agent needs of the Compute Engine API (a generated client would add about
 // 20 MB to a binary every accelerator node pulls).
 type Maintainer struct {
@@ -170,23 +174,35 @@ type apiError struct {
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message) }
 
-// call makes one request to the Compute API and decodes an Operation.
-func (m *Maintainer) call(ctx context.Context, method, path string, query url.Values) (*operation, error) {
+// call makes one request to the Compute API, with body as its JSON when
+// not nil, and decodes an Operation.
+func (m *Maintainer) call(ctx context.Context, method, path string, query url.Values, body any) (*operation, error) {
 	u := m.endpoint + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	var payload io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		payload = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, payload)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := m.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return nil, err
 	}
@@ -196,14 +212,14 @@ func (m *Maintainer) call(ctx context.Context, method, path string, query url.Va
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		msg := strings.TrimSpace(string(body))
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		msg := strings.TrimSpace(string(answer))
+		if json.Unmarshal(answer, &e) == nil && e.Error.Message != "" {
 			msg = e.Error.Message
 		}
 		return nil, &apiError{Code: resp.StatusCode, Message: msg}
 	}
 	var op operation
-	if err := json.Unmarshal(body, &op); err != nil {
+	if err := json.Unmarshal(answer, &op); err != nil {
 		return nil, fmt.Errorf("decode the operation: %w", err)
 	}
 	return &op, nil
@@ -223,6 +239,39 @@ func (m *Maintainer) PerformMaintenance(ctx context.Context, inst Instance, requ
 // perform is PerformMaintenance; account, when set, names the caller in a
 // permission error instead of Options.ServiceAccount.
 func (m *Maintainer) perform(ctx context.Context, inst Instance, requestID, account string) (string, error) {
+	return m.post(ctx, inst, "performMaintenance", Permission, requestID, account, nil)
+}
+
+// The fault report's body (InstancesReportHostAsFaultyRequest).
+type faultReport struct {
+	DisruptionSchedule string        `json:"disruptionSchedule"`
+	FaultReasons       []faultReason `json:"faultReasons"`
+}
+
+type faultReason struct {
+	Behavior    string `json:"behavior"`
+	Description string `json:"description,omitempty"`
+}
+
+// ReportHostAsFaulty reports inst's host as faulty, with behavior (one of
+// Compute Engine's fault behaviors) and description, to be disrupted at
+// once (IMMEDIATE, the only schedule Compute Engine accepts today), and
+// returns the operation's name. It retries transient failures until ctx
+// ends, with requestID on every attempt.
+func (m *Maintainer) ReportHostAsFaulty(ctx context.Context, inst Instance, requestID, behavior, description string) (string, error) {
+	return m.report(ctx, inst, requestID, behavior, description, "")
+}
+
+func (m *Maintainer) report(ctx context.Context, inst Instance, requestID, behavior, description, account string) (string, error) {
+	body := faultReport{DisruptionSchedule: "IMMEDIATE", FaultReasons: []faultReason{{Behavior: behavior, Description: description}}}
+	return m.post(ctx, inst, "reportHostAsFaulty", ReportPermission, requestID, account, body)
+}
+
+// post calls the instance method verb on inst (which needs permission),
+// with requestID and body, retrying transient failures until ctx ends;
+// account, when set, names the caller in a permission error instead of
+// Options.ServiceAccount.
+func (m *Maintainer) post(ctx context.Context, inst Instance, verb, permission, requestID, account string, body any) (string, error) {
 	if account == "" {
 		account = m.opts.ServiceAccount
 	}
@@ -231,29 +280,29 @@ func (m *Maintainer) perform(ctx context.Context, inst Instance, requestID, acco
 		query.Set("requestId", requestID)
 	}
 	for attempt := 1; ; attempt++ {
-		op, err := m.call(ctx, http.MethodPost, instancePath(inst)+"/performMaintenance", query)
+		op, err := m.call(ctx, http.MethodPost, instancePath(inst)+"/"+verb, query, body)
 		if err == nil {
 			return op.Name, nil
 		}
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("perform maintenance on %s: gave up after %d attempts: %w", inst, attempt, err)
+			return "", fmt.Errorf("%s on %s: gave up after %d attempts: %w", verb, inst, attempt, err)
 		}
 		var aerr *apiError
 		if errors.As(err, &aerr) {
 			switch {
 			case aerr.Code == http.StatusForbidden:
-				return "", fmt.Errorf("perform maintenance on %s: %w: %s lacks the IAM permission %s (or the VM lacks the cloud-platform or compute access scope): %s",
-					inst, ErrPermissionDenied, account, Permission, aerr.Message)
+				return "", fmt.Errorf("%s on %s: %w: %s lacks the IAM permission %s (or the VM lacks the cloud-platform or compute access scope): %s",
+					verb, inst, ErrPermissionDenied, account, permission, aerr.Message)
 			case aerr.Code == http.StatusTooManyRequests || aerr.Code >= 500 || aerr.Code == http.StatusUnauthorized:
 				// transient (401: a token that expired in flight)
 			default:
-				return "", fmt.Errorf("perform maintenance on %s: %w (%d): %s", inst, ErrRefused, aerr.Code, aerr.Message)
+				return "", fmt.Errorf("%s on %s: %w (%d): %s", verb, inst, ErrRefused, aerr.Code, aerr.Message)
 			}
 		}
 		delay := m.opts.Backoff.Delay(attempt)
-		m.opts.Logger.Warn("performMaintenance failed; retrying", "instance", inst.String(), "attempt", attempt, "err", err, "retry_in", delay)
+		m.opts.Logger.Warn(verb+" failed; retrying", "instance", inst.String(), "attempt", attempt, "err", err, "retry_in", delay)
 		if err := m.sleep(ctx, delay); err != nil {
-			return "", fmt.Errorf("perform maintenance on %s: gave up after %d attempts: %w", inst, attempt, err)
+			return "", fmt.Errorf("%s on %s: gave up after %d attempts: %w", verb, inst, attempt, err)
 		}
 	}
 }
@@ -286,7 +335,7 @@ func (m *Maintainer) waitOperation(ctx context.Context, inst Instance, name, acc
 	path := "projects/" + url.PathEscape(inst.Project) + "/zones/" + url.PathEscape(inst.Zone) + "/operations/" + url.PathEscape(name)
 	failures := 0
 	for {
-		op, err := m.call(ctx, http.MethodGet, path, nil)
+		op, err := m.call(ctx, http.MethodGet, path, nil, nil)
 		delay := operationPoll
 		switch {
 		case err != nil && ctx.Err() != nil:

@@ -62,7 +62,7 @@ func TestPerformMaintenanceCallsOnceWithTheVMToken(t *testing.T) {
 		t.Fatalf("PerformMaintenance = %q, %v", op, err)
 	}
 	calls := emu.Calls()
-	want := []gceemu.Call{{Project: "p1", Zone: "us-east5-a", Instance: "gpu-0", Token: emu.AccessToken(), RequestID: "req-1", Status: 200}}
+	want := []gceemu.Call{{Method: "performMaintenance", Project: "p1", Zone: "us-east5-a", Instance: "gpu-0", Token: emu.AccessToken(), RequestID: "req-1", Status: 200}}
 	if d := cmp.Diff(want, calls, cmpIgnoreAt); d != "" {
 		t.Errorf("calls (-want +got):\n%s", d)
 	}
@@ -156,7 +156,8 @@ func TestWaitOperation(t *testing.T) {
 // TestMethodsArePermissionsTheEmulatorChecks: every method the client calls
 // names the permission Compute Engine checks for it.
 func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
-	want := map[string]string{"instances.performMaintenance": gceemu.PermissionPerformMaintenance, "zoneOperations.get": gceemu.PermissionGetOperation}
+	want := map[string]string{"instances.performMaintenance": gceemu.PermissionPerformMaintenance, "zoneOperations.get": gceemu.PermissionGetOperation,
+		"instances.reportHostAsFaulty": gceemu.PermissionReportHostAsFaulty}
 	if len(Methods) != len(want) {
 		t.Errorf("Methods %v, want %v", Methods, want)
 	}
@@ -164,5 +165,42 @@ func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
 		if want[m.Name] != m.Permission {
 			t.Errorf("method %s needs %s, not %s", m.Name, want[m.Name], m.Permission)
 		}
+	}
+}
+
+// TestReportHostAsFaulty: the report names IMMEDIATE, the behavior and the
+// description; a retry with the same request ID is the same operation; a
+// 403 names the permission.
+func TestReportHostAsFaulty(t *testing.T) {
+	emu, m, inst := setup(t)
+	op, err := m.ReportHostAsFaulty(ctxT(t, 30*time.Second), inst, "req-f", "UNRECOVERABLE_GPU_ERROR", "condition GPUUnhealthy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := m.ReportHostAsFaulty(ctxT(t, 30*time.Second), inst, "req-f", "UNRECOVERABLE_GPU_ERROR", "condition GPUUnhealthy")
+	if err != nil || again != op {
+		t.Fatalf("the retry: %q, %v; want the same operation %q", again, err, op)
+	}
+	if err := m.WaitOperation(ctxT(t, 30*time.Second), inst, op); err != nil {
+		t.Fatalf("the report's operation: %v", err)
+	}
+	calls := emu.Calls()
+	if len(calls) != 2 {
+		t.Fatalf("calls: %+v", calls)
+	}
+	c := calls[0]
+	want := gceemu.Call{Method: "reportHostAsFaulty", Project: "p1", Zone: "us-east5-a", Instance: "gpu-0", Behavior: "UNRECOVERABLE_GPU_ERROR",
+		Description: "condition GPUUnhealthy", Schedule: "IMMEDIATE", RequestID: "req-f", Status: http.StatusOK}
+	c.Token, c.At = "", time.Time{}
+	if d := cmp.Diff(want, c); d != "" {
+		t.Errorf("the report (-want +got):\n%s", d)
+	}
+	if _, err := m.ReportHostAsFaulty(ctxT(t, 30*time.Second), inst, "req-g", "NOT_A_BEHAVIOR", ""); !errors.Is(err, ErrRefused) {
+		t.Errorf("an unknown behavior: %v, want refused", err)
+	}
+	emu.Deny(gceemu.PermissionReportHostAsFaulty, true)
+	_, err = m.ReportHostAsFaulty(ctxT(t, 30*time.Second), inst, "req-h", "CHIP_ERROR", "")
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), ReportPermission) {
+		t.Errorf("denied: %v, want ErrPermissionDenied naming %s", err, ReportPermission)
 	}
 }

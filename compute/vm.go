@@ -37,6 +37,16 @@ func (v *VM) PerformMaintenance(ctx context.Context, requestID string) (string, 
 	return v.Maintainer.perform(ctx, inst, requestID, account)
 }
 
+// ReportHostAsFaulty reports the VM's host as faulty (see
+// Maintainer.ReportHostAsFaulty).
+func (v *VM) ReportHostAsFaulty(ctx context.Context, requestID, behavior, description string) (string, error) {
+	inst, account, err := v.identity(ctx)
+	if err != nil {
+		return "", err
+	}
+	return v.Maintainer.report(ctx, inst, requestID, behavior, description, account)
+}
+
 // WaitOperation waits for the VM's operation name to end (see
 // Maintainer.WaitOperation).
 func (v *VM) WaitOperation(ctx context.Context, name string) error {

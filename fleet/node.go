@@ -4,6 +4,7 @@ package fleet
 // once per change of the Node.
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ type Node struct {
 	// active-node-maintenance label, the perform-maintenance label, or the
 	// impending-termination taint).
 	InMaintenance bool
+	// Underway: a maintenance is under way or asked for, by the keys alone
+	// (protocol.InMaintenance), whatever a fault says.
+	Underway bool
 	// Triggered: the aggregator started its maintenance (an opportunistic
 	// trigger), at TriggeredAt (zero when unreadable); Asked: the
 	// perform-maintenance label is on the node.
@@ -65,6 +69,21 @@ type Node struct {
 	// whether the slice-down taint is on it.
 	Ask        *protocol.SliceAsk
 	SliceTaint bool
+	// Conditions are the node's conditions other than Kubernetes' own and
+	// the project's: what fault detectors write.
+	Conditions []Condition
+	// ReportFaulty is a person's request for the node's repair (the
+	// label's value, a fault behavior or not; ReportFaultySet whether the
+	// label is there), and ReportDescription their words for it.
+	ReportFaulty      string
+	ReportFaultySet   bool
+	ReportDescription string
+	// Repair is the approval of the node's repair (nil for none), and
+	// FaultTaint whether the faulty taint is on it; LastRepair is how its
+	// last repair ended.
+	Repair     *protocol.RepairApproval
+	FaultTaint bool
+	LastRepair protocol.LastFaultRepair
 	// Unreadable are the keys whose values could not be read
 	// (protocol.Unreadable): they count as absent, and the node is not
 	// picked while they last.
@@ -88,10 +107,20 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	// A host whose maintenance is its slice's voluntary one, begun
 	// (AgentState.Begun), is in it until it is back, whichever host of the
 	// slice comes back first.
+	if r, ok := protocol.ReadRepairApproval(n); ok {
+		v.Repair = &r
+	}
+	v.FaultTaint, v.LastRepair = protocol.HasTaintKey(n, protocol.TaintFaulty), st.LastRepair
+	v.ReportFaulty, v.ReportFaultySet = n.Labels[protocol.LabelReportFaulty]
+	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]
+	v.Conditions = detectorConditions(n)
 	v.Voluntary = asked || st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = NodeReady(n)
-	v.InMaintenance = protocol.InMaintenance(n)
+	// A faulty node, or one whose repair is approved, is no capacity to
+	// count on, and is not picked for opportunistic maintenance.
+	v.Underway = protocol.InMaintenance(n)
+	v.InMaintenance = v.Underway || v.FaultTaint || v.Repair != nil
 	_, _, ms := protocol.ReadTrigger(n)
 	v.Triggered = ms.OpportunisticTriggered
 	v.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
@@ -103,12 +132,49 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 		v.SliceHosts = protocol.SliceHosts(n)
 	}
 	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
+	// A node in repair counts against the caps on voluntary maintenance.
+	v.Voluntary = v.Voluntary || v.InRepair()
 	if ask, ok := protocol.ReadSliceAsk(n); ok {
 		v.Ask = &ask
 	}
 	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
 	v.Unreadable = protocol.Unreadable(n)
 	return v
+}
+
+// Condition is a node condition a fault detector wrote.
+type Condition struct {
+	Type, Status string
+	// Since is its last transition time.
+	Since time.Time
+}
+
+// kubernetesConditions are the condition types Kubernetes itself writes.
+var kubernetesConditions = map[corev1.NodeConditionType]bool{corev1.NodeReady: true, corev1.NodeMemoryPressure: true,
+	corev1.NodeDiskPressure: true, corev1.NodePIDPressure: true, corev1.NodeNetworkUnavailable: true}
+
+// detectorConditions are n's conditions but Kubernetes' own and the
+// project's.
+func detectorConditions(n *corev1.Node) []Condition {
+	var out []Condition
+	for _, c := range n.Status.Conditions {
+		if !DetectorCondition(c.Type) {
+			continue
+		}
+		out = append(out, Condition{Type: string(c.Type), Status: string(c.Status), Since: c.LastTransitionTime.Time})
+	}
+	return out
+}
+
+// DetectorCondition: a condition of type t may be a fault detector's (it
+// is neither Kubernetes' own nor the project's).
+func DetectorCondition(t corev1.NodeConditionType) bool {
+	return !kubernetesConditions[t] && !slices.Contains(protocol.NodeConditionTypes, t)
+}
+
+// InRepair: the node's repair is approved, or under way on its agent.
+func (v *Node) InRepair() bool {
+	return v.Repair != nil || v.Phase != protocol.PhaseIdle && v.Phase != "" && v.Reason == protocol.ReasonFault
 }
 
 // NodeReady: n's NodeReady condition is True.

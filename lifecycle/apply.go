@@ -15,6 +15,9 @@ func (d Decision) Apply(n *corev1.Node) bool {
 	if d.RemoveTrigger {
 		protocol.ConsumeTrigger(n)
 	}
+	if d.RemoveRepair {
+		protocol.ConsumeRepairApproval(n)
+	}
 	if d.Cordon {
 		n.Spec.Unschedulable = true
 	}

@@ -51,12 +51,14 @@ func (d *Decision) backInService(obs Observation) {
 		reason, msg, warning = protocol.EventSliceBack, fmt.Sprintf("A host of the multi-host slice %s has been down for %s, the longest a host drains for its slice; this host goes back in service, though its slice is not whole", obs.SliceAsk.Slice, SliceDrainLimit), true
 	case !booted && st.Reason == protocol.ReasonSlice:
 		reason, msg = protocol.EventSliceBack, "The multi-host slice is back in service (no host of it is in a maintenance of its own, and the aggregator asks nothing); so is this host"
+	case booted && st.Reason == protocol.ReasonFault:
+		reason, msg = protocol.EventFaultRepaired, fmt.Sprintf("The VM is back from its host's repair (boot ID %s); removing the taint and the maintenance label", obs.BootID)
 	case !booted:
 		reason, msg, warning = protocol.EventMaintenanceAborted, fmt.Sprintf("The %s was withdrawn before the VM stopped; putting the node back in service", st.Reason), true
 	}
 	d.Events = append(d.Events, EventRecord{Warning: warning, Reason: reason, Message: msg})
 	d.Uncordon = !st.CordonedBefore
-	d.RemoveTrigger = st.RequestID != ""
+	d.RemoveTrigger = st.RequestID != "" && st.Reason != protocol.ReasonFault
 	d.State = idleState(st)
 	if booted {
 		// The maintenance that took the VM down is over, and so is its

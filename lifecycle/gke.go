@@ -29,7 +29,9 @@ func (d *Decision) leaveToGKE(cfg Config, before State, obs Observation) {
 		// first, would never see it, and both would drain.
 		handling = "its kubelet is GKE's, 1.33 or later, whose own handler drains host maintenance, writing the same label and taint as this agent"
 	}
-	if cfg.IgnoreGKEHandler || handling == "" || !d.State.Active() || d.State.LeftToGKE {
+	// A fault's repair is the project's own: GKE's handler never asks
+	// for one.
+	if cfg.IgnoreGKEHandler || handling == "" || !d.State.Active() || d.State.LeftToGKE || d.State.Reason == protocol.ReasonFault {
 		return
 	}
 	d.State.LeftToGKE = true

@@ -125,6 +125,8 @@ func conditionReason(r protocol.Reason) string {
 		return "ManualMaintenance"
 	case protocol.ReasonSlice:
 		return "MultiHostSlice"
+	case protocol.ReasonFault:
+		return "HostRepair"
 	}
 	return "Maintenance"
 }

@@ -51,6 +51,7 @@ type Observation struct {
 	PodsView
 	TriggerView
 	SliceView
+	FaultView
 }
 
 // MachineView is what the Node shows of the machine now.

@@ -38,6 +38,8 @@ func ruleOf(r protocol.Reason) reasonRule {
 		return manualRule
 	case protocol.ReasonSlice:
 		return sliceRule
+	case protocol.ReasonFault:
+		return faultRule
 	}
 	return hostMaintenanceRule
 }

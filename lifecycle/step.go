@@ -127,6 +127,11 @@ type Decision struct {
 	Perform bool
 	// Manual is the outcome of a manual trigger to count, if any.
 	Manual string
+	// RemoveRepair removes the aggregator's approval of the node's repair
+	// (the repair is over), and Repair is the repair's outcome to count,
+	// if any (a protocol.Repair* value).
+	RemoveRepair bool
+	Repair       string
 	// WakeAt, when set, is when to step again though nothing changes.
 	WakeAt time.Time
 	// Drain is the drain that must be running now; zero when none must.
@@ -187,10 +192,12 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.sliceAskLimit(obs)
 	d.unannouncedReboot(obs)
 	d.backInService(obs)
+	d.repairBack(before, obs)
 	d.maintenanceStarts(cfg, obs)
 	d.migration(obs.Signals)
 	d.sliceTurnsForced(obs)
 	d.manual(cfg, obs)
+	d.fault(cfg, obs)
 	d.followSlice(cfg, obs)
 	d.leaveToGKE(cfg, before, obs)
 	d.drained(cfg, obs)
@@ -239,7 +246,7 @@ func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.
 func idleState(st State) State {
 	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
 		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
-		Failures: st.Failures, NoticeForeign: st.NoticeForeign}
+		Failures: st.Failures, NoticeForeign: st.NoticeForeign, LastRepair: st.LastRepair}
 }
 
 // drainOrder: the drain runs while the node drains and the drain its

@@ -37,6 +37,11 @@ type Agent struct {
 	// PermissionDenials counts Compute Engine calls refused for a missing
 	// IAM permission, by permission.
 	PermissionDenials *prometheus.CounterVec
+	// FaultRepairs counts the node's fault repairs by behavior and
+	// outcome; RepairDurationSeconds the time from a repair's approval to
+	// the VM's return.
+	FaultRepairs          *prometheus.CounterVec
+	RepairDurationSeconds prometheus.Histogram
 }
 
 // NewAgent creates the agent's metrics and registers them with reg.
@@ -84,10 +89,15 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 		PermissionDenials: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "compute_permission_denied_total",
 			Help: "Compute Engine calls refused (403) because the node's service account lacks an IAM permission, by the permission: compute.instances.performMaintenance (the maintenance was not started) or compute.zoneOperations.get (its operation could not be followed).",
 		}, []string{"permission"}),
+		FaultRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "fault_repairs_total",
+			Help: "Repairs of this node's host after a fault, by the fault's behavior (" + strings.Join(protocol.FaultBehaviors, ", ") + ") and outcome: started (the drain began), accepted (Compute Engine took the report, or the booked repair pulled forward), repaired (the VM came back), failed, permission_denied, refused (the call failed; the node stays tainted faulty), cancelled (the approval was withdrawn before the call).",
+		}, []string{"behavior", "outcome"}),
+		RepairDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "fault_repair_duration_seconds",
+			Help: "Time from the approval of a fault's repair to the VM's return from it.", Buckets: []float64{60, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600, 3 * 86400, 7 * 86400, 14 * 86400}}),
 	}
 	reg.MustRegister(m.Interruptions, m.Migrations, m.Evictions, m.Escalations, m.DrainDurationSeconds,
 		m.MetadataRequests, m.UnrecognizedValues, m.TaintLatencySeconds, m.Phase, m.ManualTriggers,
-		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy, m.VoluntaryFailures, m.PermissionDenials)
+		m.DrainDeadline, m.ScheduledMaintenance, m.Busy, m.MetadataKeyHealthy, m.VoluntaryFailures, m.PermissionDenials, m.FaultRepairs, m.RepairDurationSeconds)
 	// Every series exists from the start at 0, so that the first one is
 	// seen as an increase.
 	for _, i := range protocol.Interruptions {
@@ -168,6 +178,15 @@ func (m *Agent) DrainDuration(d time.Duration) { m.DrainDurationSeconds.Observe(
 
 // ManualTrigger counts one outcome of the perform-maintenance label.
 func (m *Agent) ManualTrigger(outcome string) { m.ManualTriggers.WithLabelValues(outcome).Inc() }
+
+// FaultRepair counts one outcome of a fault's repair.
+func (m *Agent) FaultRepair(behavior, outcome string) {
+	m.FaultRepairs.WithLabelValues(behavior, outcome).Inc()
+}
+
+// RepairDuration observes the time from a repair's approval to the VM's
+// return.
+func (m *Agent) RepairDuration(d time.Duration) { m.RepairDurationSeconds.Observe(d.Seconds()) }
 
 // PermissionDenied counts a Compute Engine call refused for lack of
 // permission.

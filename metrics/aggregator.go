@@ -29,6 +29,11 @@ type Aggregator struct {
 	// Unreadable exports, for the leader's last pass, how many keys each
 	// node with values it cannot read has (only those nodes have series).
 	Unreadable *NodeGauge
+	// FaultDecisions counts decisions about faulty nodes, by pool and
+	// reason; InRepair is each pool's nodes in repair, as of the leader's
+	// last pass.
+	FaultDecisions *prometheus.CounterVec
+	InRepair       *prometheus.GaugeVec
 }
 
 // NodeGauge is a gauge per node, for the nodes of the last pass it was
@@ -181,7 +186,12 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		Help: "Memory this replica's Go runtime holds from the operating system (what its container is charged for, less a few pages)."})
 	m.MemoryLimit = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "memory_limit_bytes",
 		Help: "This replica's container memory limit (--memory-limit, from the Downward API); 0: unknown. At 90% of it the replica records a Warning Event MemoryNearLimit."})
-	reg.MustRegister(m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.FaultDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "fault_decisions_total",
+		Help: "Decisions about faulty nodes, counted when a node's decision changes, by pool and reason: approved (its repair starts), max_in_repair, maintenance_under_way, cooling_down (it waits), invalid_request (the request label names no fault behavior)."},
+		[]string{"node_pool_name", "reason"})
+	m.InRepair = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "nodes_in_repair",
+		Help: "Nodes of the pool whose repair after a fault is approved or under way, as of the leader's last pass."}, []string{"node_pool_name"})
+	reg.MustRegister(m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -53,6 +53,8 @@ type scopeFile struct {
 	// OpportunisticWhenAutoscaled opts in to opportunistic maintenance in
 	// pools the cluster autoscaler manages.
 	OpportunisticWhenAutoscaled *bool `json:"opportunisticWhenAutoscaled,omitempty"`
+	// Faults finds faulty nodes and bounds their repair (faults.go).
+	Faults *faultsFile `json:"faults,omitempty"`
 }
 
 type poolFile struct {
@@ -81,6 +83,9 @@ func ParseConfig(data string) (Config, error) {
 	} else if err := cfg.Cluster.CheckLimits(); err != nil {
 		errs = append(errs, fmt.Errorf("cluster: %w", err))
 	}
+	if cfg.ClusterFaults, err = parseFaults("cluster.faults", f.Cluster.Faults); err != nil {
+		errs = append(errs, err)
+	}
 	cfg.GateManual = f.Cluster.GateManualTriggers != nil && *f.Cluster.GateManualTriggers
 	cfg.WhenAutoscaled = f.Cluster.OpportunisticWhenAutoscaled != nil && *f.Cluster.OpportunisticWhenAutoscaled
 	if v := f.Cluster.MaxVoluntaryMaintenance; v != "" {
@@ -96,30 +101,7 @@ func ParseConfig(data string) (Config, error) {
 	cfg.PoolErrors = map[string]error{}
 	var allPoolErrs []error
 	for _, name := range names {
-		pf := f.Pools[name]
-		var poolErrs []error
-		scope, err := parseScope("pools."+name, pf.scopeFile)
-		if err != nil {
-			poolErrs = append(poolErrs, err)
-		}
-		pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers,
-			Autoscaled: pf.Autoscaled, WhenAutoscaled: pf.OpportunisticWhenAutoscaled}
-		if v := pf.MaxVoluntaryMaintenance; v != "" {
-			b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", v)
-			if err != nil {
-				poolErrs = append(poolErrs, err)
-			} else {
-				pc.MaxVoluntary = &b
-			}
-		}
-		if pf.Opportunistic != "" {
-			o, err := ParseOpportunistic(pf.Opportunistic)
-			if err != nil {
-				poolErrs = append(poolErrs, fmt.Errorf("pools.%s.opportunistic: %w", name, err))
-			} else {
-				pc.Opportunistic = &o
-			}
-		}
+		pc, poolErrs := parsePool(name, f.Pools[name])
 		if len(poolErrs) == 0 && len(errs) == 0 {
 			// GKE's limits hold for what applies to the pool: its window
 			// or the cluster's, and the exclusions of both.
@@ -145,6 +127,37 @@ func ParseConfig(data string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, errors.Join(errs...))
 	}
 	return cfg, nil
+}
+
+// parsePool reads one pool's section, with every problem found in it.
+func parsePool(name string, pf poolFile) (PoolConfig, []error) {
+	var poolErrs []error
+	scope, err := parseScope("pools."+name, pf.scopeFile)
+	if err != nil {
+		poolErrs = append(poolErrs, err)
+	}
+	pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers,
+		Autoscaled: pf.Autoscaled, WhenAutoscaled: pf.OpportunisticWhenAutoscaled}
+	if v := pf.MaxVoluntaryMaintenance; v != "" {
+		b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", v)
+		if err != nil {
+			poolErrs = append(poolErrs, err)
+		} else {
+			pc.MaxVoluntary = &b
+		}
+	}
+	if pc.Faults, err = parseFaults("pools."+name+".faults", pf.Faults); err != nil {
+		poolErrs = append(poolErrs, err)
+	}
+	if pf.Opportunistic != "" {
+		o, err := ParseOpportunistic(pf.Opportunistic)
+		if err != nil {
+			poolErrs = append(poolErrs, fmt.Errorf("pools.%s.opportunistic: %w", name, err))
+		} else {
+			pc.Opportunistic = &o
+		}
+	}
+	return pc, poolErrs
 }
 
 func parseTime(field, v string) (time.Time, error) {

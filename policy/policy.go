@@ -151,7 +151,10 @@ type Config struct {
 	// WhenAutoscaled: opportunistic maintenance also in pools the cluster
 	// autoscaler manages. Off by default.
 	WhenAutoscaled bool
-	Pools          map[string]PoolConfig
+	// ClusterFaults, when set, is how every pool without its own finds
+	// faulty nodes and bounds their repair (Faults).
+	ClusterFaults *Faults
+	Pools         map[string]PoolConfig
 	// PoolErrors holds the pools whose part of policy.yaml is invalid: no
 	// opportunistic action and no manual trigger there, while every other
 	// pool goes on.
@@ -201,6 +204,8 @@ type PoolConfig struct {
 	Autoscaled *bool
 	// WhenAutoscaled, when set, replaces the cluster's WhenAutoscaled.
 	WhenAutoscaled *bool
+	// Faults, when set, replaces the cluster's faults section.
+	Faults *Faults
 }
 
 // Autoscaled reports whether the cluster autoscaler manages pool: as the

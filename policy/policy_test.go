@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 var gkeLike = Opportunistic{NodeIdleTime: 600 * time.Second, MinNodes: 3, Window: 2419200 * time.Second}
@@ -199,5 +201,52 @@ pools:
 	// The long no_minor_upgrades exclusion does not block node maintenance.
 	if r, _ := cfg.Policy("fine").Blocks(time.Date(2026, 12, 15, 0, 0, 0, 0, time.UTC)); r != "" {
 		t.Errorf("blocked by a no_minor_upgrades exclusion: %q", r)
+	}
+}
+
+// TestParseFaults: a faults section for the cluster and one pool; fields
+// left out are DefaultFaults'; every problem is said at once, and a pool's
+// bad section leaves the others alone.
+func TestParseFaults(t *testing.T) {
+	cfg, err := ParseConfig(`
+cluster:
+  faults:
+    conditions:
+    - type: GPUUnhealthy
+      for: 2m
+      behavior: UNRECOVERABLE_GPU_ERROR
+    maxInRepair: "10%"
+pools:
+  tpu:
+    faults:
+      drainTimeout: 10m
+      cooldown: 0s
+  bad:
+    faults:
+      conditions:
+      - type: ""
+        status: Maybe
+        behavior: XID
+      drainTimeout: soon
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Faults{Conditions: []FaultCondition{{Type: "GPUUnhealthy", Status: "True", For: 2 * time.Minute, Behavior: "UNRECOVERABLE_GPU_ERROR"}},
+		DrainTimeout: 30 * time.Minute, MaxInRepair: Budget{Percent: 10}, Cooldown: 6 * time.Hour}
+	if d := cmp.Diff(want, cfg.Faults("a3")); d != "" {
+		t.Errorf("the cluster's faults (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(Faults{DrainTimeout: 10 * time.Minute, MaxInRepair: Budget{Count: 1}}, cfg.Faults("tpu")); d != "" {
+		t.Errorf("the pool's faults (-want +got):\n%s", d)
+	}
+	bad := cfg.PoolErrors["bad"]
+	for _, want := range []string{"conditions[0].type", "status \"Maybe\"", "behavior \"XID\"", "drainTimeout \"soon\""} {
+		if bad == nil || !strings.Contains(bad.Error(), want) {
+			t.Errorf("the bad pool's error %v does not say %s", bad, want)
+		}
+	}
+	if d := cmp.Diff(DefaultFaults, (Config{}).Faults("any")); d != "" {
+		t.Errorf("no faults section (-want +got):\n%s", d)
 	}
 }

@@ -82,6 +82,19 @@ const (
 	// call while its multi-host slice cannot be told (agent).
 	EventSliceUnknown = "SliceMembershipUnknown"
 
+	// A fault's repair: the aggregator finds the node faulty and approves
+	// its repair or says why it waits; the agent drains, asks Compute
+	// Engine, and says how the repair ended.
+	EventFaultDetected       = "FaultDetected"
+	EventFaultRepairWaits    = "FaultRepairWaits"
+	EventFaultRepairApproved = "FaultRepairApproved"
+	EventFaultRepairStarted  = "FaultRepairStarted"
+	EventFaultReported       = "FaultReported"
+	EventFaultRepairFailed   = "FaultRepairFailed"
+	EventFaultRepaired       = "FaultRepaired"
+	EventFaultRepairCanceled = "FaultRepairCancelled"
+	EventFaultRequestInvalid = "FaultRequestInvalid"
+
 	// Opportunistic maintenance and accounting (aggregator).
 	EventTriggered = "OpportunisticMaintenanceTriggered"
 	// EventTriggerWithdrawn: no agent answered an opportunistic trigger in
@@ -158,6 +171,11 @@ var EventReasons = []EventReason{
 	{EventSliceDeadline, agentOnly, true},
 	{EventSliceUnknown, agentOnly, true},
 	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
+	{EventFaultRepairStarted, agentOnly, true},
+	{EventFaultReported, agentOnly, true},
+	{EventFaultRepairFailed, agentOnly, true},
+	{EventFaultRepaired, agentOnly, false},
+	{EventFaultRepairCanceled, agentOnly, true},
 	{EventTriggered, aggregatorOnly, false},
 	{EventTriggerWithdrawn, aggregatorOnly, true},
 	{EventSkipped, aggregatorOnly, false},
@@ -168,6 +186,10 @@ var EventReasons = []EventReason{
 	{EventUnreadableState, aggregatorOnly, true},
 	{EventClaimsRefused, aggregatorOnly, true},
 	{EventMemoryNearLimit, aggregatorOnly, true},
+	{EventFaultDetected, aggregatorOnly, true},
+	{EventFaultRepairWaits, aggregatorOnly, true},
+	{EventFaultRepairApproved, aggregatorOnly, true},
+	{EventFaultRequestInvalid, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

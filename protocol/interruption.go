@@ -35,6 +35,11 @@ const (
 	// AutoRepair: the Node object was deleted and created again, as node
 	// auto-repair does.
 	AutoRepair InterruptionReason = "AutoRepair"
+	// FaultRepairReason: the VM stopped for the repair of a host the
+	// project found faulty (reported, or a booked repair pulled forward).
+	// Google counts the remediation of detected issues as termination
+	// events (docs/faults.md).
+	FaultRepairReason InterruptionReason = "FaultRepair"
 )
 
 // Interruption is one kind of interruption: a type and a reason.
@@ -50,6 +55,7 @@ var (
 	Preemption        = Interruption{PreemptionEvent, Eviction}
 	UnannouncedReboot = Interruption{TerminationEvent, HostError}
 	Repair            = Interruption{TerminationEvent, AutoRepair}
+	FaultRepair       = Interruption{TerminationEvent, FaultRepairReason}
 )
 
 // A manual or opportunistic maintenance is a host maintenance started
@@ -62,7 +68,7 @@ var (
 
 // Interruptions lists the taxonomy, for metrics that show every series
 // from the start.
-var Interruptions = []Interruption{HostMaintenance, Upgrade, Preemption, UnannouncedReboot, Repair}
+var Interruptions = []Interruption{HostMaintenance, Upgrade, Preemption, UnannouncedReboot, Repair, FaultRepair}
 
 // InterruptionTypes lists the types, in Interruptions' order.
 func InterruptionTypes() []InterruptionType {

@@ -238,4 +238,10 @@ var Keys = []Key{
 	{Name: AnnotationLeftToGKE, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationDrain, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: TaintMaintenanceWindowStarted, Kind: Taint, Writer: GKE, Readers: []Component{Agent}},
+	{Name: LabelReportFaulty, Kind: Label, Writer: Aggregator, Requesters: []Component{Person}, Consumer: Aggregator, Readers: []Component{Aggregator}},
+	{Name: AnnotationReportFaultyDescription, Kind: Annotation, Writer: Aggregator, Requesters: []Component{Person}, Consumer: Aggregator, Readers: []Component{Aggregator}},
+	{Name: TaintFaulty, Kind: Taint, Writer: Aggregator, Readers: []Component{Aggregator, Person}},
+	{Name: AnnotationFaultRepair, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent, Aggregator, Person}},
+	{Name: AnnotationRepairCall, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
+	{Name: AnnotationLastFaultRepair, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 }

@@ -21,7 +21,8 @@ import (
 
 // TestKeysHaveOneWriter: every key is in the table once, with one writer;
 // the project's own keys are written by the agent or the aggregator, and a
-// key another component may request is consumed by the agent.
+// key another component may request is consumed by the agent or the
+// aggregator.
 func TestKeysHaveOneWriter(t *testing.T) {
 	seen := map[string]bool{}
 	for _, k := range Keys {
@@ -35,8 +36,8 @@ func TestKeysHaveOneWriter(t *testing.T) {
 		if strings.HasPrefix(k.Name, Prefix) && k.Writer != Agent && k.Writer != Aggregator {
 			t.Errorf("%s is the project's, but written by %s", k.Name, k.Writer)
 		}
-		if len(k.Requesters) > 0 && k.Consumer != Agent {
-			t.Errorf("%s is a request, but the agent does not consume it", k.Name)
+		if len(k.Requesters) > 0 && k.Consumer != Agent && k.Consumer != Aggregator {
+			t.Errorf("%s is a request, but neither the agent nor the aggregator consumes it", k.Name)
 		}
 	}
 	// Every key the package declares is in the table.
@@ -51,7 +52,8 @@ func TestKeysHaveOneWriter(t *testing.T) {
 			writes = append(writes, k.Name)
 		}
 	}
-	if want := []string{LabelPerformMaintenance, AnnotationMaintenanceState, AnnotationRepairs, AnnotationSliceMaintenance, TaintSliceDown}; !cmp.Equal(writes, want) {
+	if want := []string{LabelPerformMaintenance, AnnotationMaintenanceState, AnnotationRepairs, AnnotationSliceMaintenance, TaintSliceDown,
+		LabelReportFaulty, AnnotationReportFaultyDescription, TaintFaulty, AnnotationFaultRepair}; !cmp.Equal(writes, want) {
 		t.Errorf("the aggregator writes %v, want %v", writes, want)
 	}
 }

@@ -67,6 +67,13 @@ type AgentState struct {
 	// while it runs); set only while active, for the hosts of a
 	// multi-host slice, which wait for each other (AnnotationDrain).
 	Drain DrainEnd
+	// RepairCall is the Compute Engine method a fault's repair asks with
+	// (AnnotationRepairCall), chosen and written before the call; set
+	// only while active.
+	RepairCall RepairCall
+	// LastRepair is how the node's last fault repair ended
+	// (AnnotationLastFaultRepair).
+	LastRepair LastFaultRepair
 }
 
 // DrainEnd is how a drain ended: the value of AnnotationDrain.
@@ -143,12 +150,14 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		Failures:       decodeFailures(a[AnnotationVoluntaryFailures]),
 		LeftToGKE:      a[AnnotationLeftToGKE] == "true",
 		Drain:          readDrainEnd(a[AnnotationDrain]),
+		RepairCall:     readRepairCall(a[AnnotationRepairCall]),
+		LastRepair:     decodeLastFaultRepair(a[AnnotationLastFaultRepair]),
 	}
 	if !st.Active() {
 		// The keys of a maintenance under way mean nothing without one.
 		st.Phase, st.LeftToGKE, st.Drain = PhaseIdle, false, ""
 		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
-		st.RequestID, st.Requested, st.Begun = "", time.Time{}, false
+		st.RequestID, st.Requested, st.Begun, st.RepairCall = "", time.Time{}, false, ""
 	}
 	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], ReadNotice(a[AnnotationUpcomingMaintenance])
 	// The notice keys are the agent's only while it mirrors them: GKE's
@@ -252,6 +261,8 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	}
 	set(a, AnnotationLeftToGKE, whileActive(left))
 	set(a, AnnotationDrain, whileActive(string(st.Drain)))
+	set(a, AnnotationRepairCall, whileActive(string(st.RepairCall)))
+	set(a, AnnotationLastFaultRepair, st.LastRepair.encode())
 	// The notice keys: the agent's mirror, unless another controller's.
 	if !st.NoticeForeign {
 		set(a, AnnotationUpcomingMaintenance, st.Notice.Raw)

@@ -38,7 +38,7 @@ func Unreadable(n *corev1.Node) []string {
 	}
 
 	check(AnnotationPhase, oneOf(string(PhaseIdle), string(PhaseDraining), string(PhaseTerminating)))
-	check(AnnotationReason, oneOf(string(ReasonHostMaintenance), string(ReasonPreemption), string(ReasonManual), string(ReasonSlice)))
+	check(AnnotationReason, oneOf(string(ReasonHostMaintenance), string(ReasonPreemption), string(ReasonManual), string(ReasonSlice), string(ReasonFault)))
 	for _, key := range []string{AnnotationStarted, AnnotationDeadline, AnnotationRequested, AnnotationIdleSince} {
 		check(key, isTime)
 	}
@@ -59,6 +59,9 @@ func Unreadable(n *corev1.Node) []string {
 	check(AnnotationRepairs, isJSON(func() any { return &Repairs{} }))
 	check(AnnotationMaintenanceState, isJSON(func() any { return &MaintenanceState{} }))
 	check(AnnotationSliceMaintenance, func(string) bool { _, ok := ReadSliceAsk(n); return ok })
+	check(AnnotationFaultRepair, func(v string) bool { _, ok := decodeRepairApproval(v); return ok })
+	check(AnnotationRepairCall, func(v string) bool { return readRepairCall(v) != "" })
+	check(AnnotationLastFaultRepair, func(v string) bool { return decodeLastFaultRepair(v).Outcome != "" })
 	check(AnnotationUpcomingMaintenance, func(v string) bool { _, _, err := maintenance.ParseNotice(v); return err == nil })
 	slices.Sort(out)
 	return out

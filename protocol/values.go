@@ -40,6 +40,10 @@ const (
 	// the slice is drained as one (the aggregator's SliceAsk). Not an
 	// interruption of this host's VM.
 	ReasonSlice Reason = "slice"
+	// ReasonFault: the aggregator approved the repair of a faulty node
+	// (AnnotationFaultRepair): the node drains, then Compute Engine is
+	// asked to repair its host.
+	ReasonFault Reason = "fault"
 )
 
 // Interruption is the interruption a maintenance of this reason counts
@@ -51,6 +55,8 @@ func (r Reason) Interruption() (Interruption, bool) {
 		return HostMaintenance, true
 	case ReasonPreemption:
 		return Preemption, true
+	case ReasonFault:
+		return FaultRepair, true
 	}
 	return Interruption{}, false
 }
@@ -65,11 +71,12 @@ const (
 	DisruptionPreemption      = "TerminationByPreemption"
 	DisruptionManual          = "TerminationByManualMaintenance"
 	DisruptionSlice           = "TerminationBySliceMaintenance"
+	DisruptionFault           = "TerminationByFaultRepair"
 )
 
 // DisruptionReasons lists them: the admission policy lets the agent set
 // DisruptionTarget with these reasons and no other.
-var DisruptionReasons = []string{DisruptionHostMaintenance, DisruptionPreemption, DisruptionManual, DisruptionSlice}
+var DisruptionReasons = []string{DisruptionHostMaintenance, DisruptionPreemption, DisruptionManual, DisruptionSlice, DisruptionFault}
 
 // DisruptionReason is the DisruptionTarget reason of a pod deleted for a
 // maintenance of reason r (a reason this version does not know is a host
@@ -82,6 +89,8 @@ func (r Reason) DisruptionReason() string {
 		return DisruptionManual
 	case ReasonSlice:
 		return DisruptionSlice
+	case ReasonFault:
+		return DisruptionFault
 	}
 	return DisruptionHostMaintenance
 }

@@ -1,16 +1,24 @@
 package gceemu
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
 
-// Call is one performMaintenance request the Compute API emulator received.
+// Call is one performMaintenance or reportHostAsFaulty request the Compute
+// API emulator received.
 type Call struct {
+	// Method is "performMaintenance" or "reportHostAsFaulty".
+	Method                  string
 	Project, Zone, Instance string
+	// Behavior, Description and Schedule are a fault report's
+	// (faultReasons[0] and disruptionSchedule).
+	Behavior, Description, Schedule string
 	// Token is the bearer token the request carried.
 	Token string
 	// RequestID is the requestId query parameter, if any.
@@ -94,7 +102,9 @@ func (s *Server) sliceFollows(others []*Server, begun bool, at time.Time) {
 }
 
 type operation struct {
-	name    string
+	name string
+	// kind is the operationType ("" for performMaintenance).
+	kind    string
 	started time.Time
 	done    time.Time
 	// err is the error the operation ends with ("" for success).
@@ -123,14 +133,15 @@ func (s *Server) SetPerformMaintenanceDelay(d time.Duration) {
 const (
 	PermissionPerformMaintenance = "compute.instances.performMaintenance"
 	PermissionGetOperation       = "compute.zoneOperations.get"
+	PermissionReportHostAsFaulty = "compute.instances.reportHostAsFaulty"
 )
 
 // SetPermissionDenied makes performMaintenance answer 403, as when the
 // service account lacks compute.instances.performMaintenance.
 func (s *Server) SetPermissionDenied(denied bool) { s.Deny(PermissionPerformMaintenance, denied) }
 
-// Deny makes the method that needs permission (PermissionPerformMaintenance
-// or PermissionGetOperation) answer 403 while denied, as Compute Engine
+// Deny makes the method that needs permission (PermissionPerformMaintenance,
+// PermissionReportHostAsFaulty or PermissionGetOperation) answer 403 while denied, as Compute Engine
 // answers a service account whose roles lack it.
 func (s *Server) Deny(permission string, denied bool) {
 	s.mu.Lock()
@@ -146,8 +157,8 @@ func forbidden(w http.ResponseWriter, permission, resource string) {
 	computeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", permission, resource))
 }
 
-// Calls returns the performMaintenance requests received so far, including
-// refused ones (see Call.Status).
+// Calls returns the performMaintenance and reportHostAsFaulty requests
+// received so far, including refused ones (see Call.Status).
 func (s *Server) Calls() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,6 +194,12 @@ func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.performMaintenance(w, r, parts[1], parts[3], parts[5])
+	case len(parts) == 7 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "instances" && parts[6] == "reportHostAsFaulty":
+		if r.Method != http.MethodPost {
+			computeError(w, http.StatusMethodNotAllowed, "httpMethodNotAllowed", "reportHostAsFaulty takes POST")
+			return
+		}
+		s.reportHostAsFaulty(w, r, parts[1], parts[3], parts[5])
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "operations":
 		if !s.authorized(r) {
 			computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token.")
@@ -201,7 +218,7 @@ func (s *Server) authorized(r *http.Request) bool {
 
 func (s *Server) performMaintenance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	call := Call{Project: project, Zone: zone, Instance: instance, Token: token,
+	call := Call{Method: "performMaintenance", Project: project, Zone: zone, Instance: instance, Token: token,
 		RequestID: r.URL.Query().Get("requestId"), At: s.clock.Now()}
 	status, reason, msg, op := s.acceptPerformMaintenance(call, r)
 	call.Status = status
@@ -312,6 +329,80 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 	return http.StatusOK, "", "", op
 }
 
+// reportHostAsFaulty answers a fault report as Compute Engine does: the
+// body must name IMMEDIATE and one fault reason with a known behavior; a
+// retried request with the same requestId gets the same operation. An
+// accepted report is an operation that ends after the perform-maintenance
+// delay (with the operation failure set, if any); the VM's stop and
+// return are the test's to play (its Node's boot ID).
+func (s *Server) reportHostAsFaulty(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	call := Call{Method: "reportHostAsFaulty", Project: project, Zone: zone, Instance: instance, Token: token,
+		RequestID: r.URL.Query().Get("requestId"), At: s.clock.Now()}
+	var body struct {
+		DisruptionSchedule string `json:"disruptionSchedule"`
+		FaultReasons       []struct {
+			Behavior    string `json:"behavior"`
+			Description string `json:"description"`
+		} `json:"faultReasons"`
+	}
+	decodeErr := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&body)
+	call.Schedule = body.DisruptionSchedule
+	if len(body.FaultReasons) > 0 {
+		call.Behavior, call.Description = body.FaultReasons[0].Behavior, body.FaultReasons[0].Description
+	}
+	status, reason, msg, op := s.acceptReport(call, r, decodeErr, len(body.FaultReasons))
+	call.Status = status
+	s.mu.Lock()
+	s.compute.calls = append(s.compute.calls, call)
+	s.mu.Unlock()
+	if status != http.StatusOK {
+		computeError(w, status, reason, msg)
+		return
+	}
+	s.writeOperation(w, project, zone, op)
+}
+
+// FaultBehaviors are the behaviors reportHostAsFaulty accepts.
+var FaultBehaviors = []string{"CHIP_ERROR", "PERFORMANCE", "SILENT_DATA_CORRUPTION", "UNRECOVERABLE_GPU_ERROR"}
+
+func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reasons int) (status int, reason, msg string, op operation) {
+	resource := fmt.Sprintf("projects/%s/zones/%s/instances/%s", call.Project, call.Zone, call.Instance)
+	switch {
+	case !s.authorized(r):
+		return http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.", op
+	case call.Project != s.cfg.Project || call.Zone != s.cfg.Zone || call.Instance != s.cfg.Name:
+		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource), op
+	case decodeErr != nil:
+		return http.StatusBadRequest, "parseError", "Invalid JSON payload received. " + decodeErr.Error(), op
+	case call.Schedule != "IMMEDIATE":
+		return http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.disruptionSchedule': '%s'. Only IMMEDIATE is supported.", call.Schedule), op
+	case reasons != 1 || !slices.Contains(FaultBehaviors, call.Behavior):
+		return http.StatusBadRequest, "invalid", fmt.Sprintf("Invalid value for field 'resource.faultReasons[0].behavior': '%s'.", call.Behavior), op
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.compute.denied[PermissionReportHostAsFaulty] {
+		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", PermissionReportHostAsFaulty, resource), op
+	}
+	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
+		return http.StatusOK, "", "", s.compute.ops[name]
+	}
+	now := s.clock.Now()
+	s.compute.opSeq++
+	op = operation{name: fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq), kind: "reportHostAsFaulty",
+		started: now, done: now.Add(s.compute.delay), err: s.compute.failWith}
+	if s.compute.ops == nil {
+		s.compute.ops = map[string]operation{}
+		s.compute.byRequestID = map[string]string{}
+	}
+	s.compute.ops[op.name] = op
+	if call.RequestID != "" {
+		s.compute.byRequestID[call.RequestID] = op.name
+	}
+	return http.StatusOK, "", "", op
+}
+
 func (s *Server) getOperation(w http.ResponseWriter, project, zone, name string) {
 	s.mu.Lock()
 	op, ok := s.compute.ops[name]
@@ -339,7 +430,7 @@ func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op 
 		"id":            fmt.Sprint(op.started.UnixNano()),
 		"name":          op.name,
 		"zone":          base + "/zones/" + zone,
-		"operationType": "performMaintenance",
+		"operationType": cmp.Or(op.kind, "performMaintenance"),
 		"targetLink":    base + "/zones/" + zone + "/instances/" + s.cfg.Name,
 		"targetId":      fmt.Sprint(s.cfg.ID),
 		"status":        status,

@@ -114,15 +114,15 @@ func TestPerformMaintenance(t *testing.T) {
 	}
 
 	want := []Call{
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Status: 401},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: "wrong", Status: 401},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-9", Token: token, Status: 404},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 403},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, RequestID: "r-1", Status: 200},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, RequestID: "r-1", Status: 200},
-		{Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Status: 401},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: "wrong", Status: 401},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-9", Token: token, Status: 404},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 403},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, RequestID: "r-1", Status: 200},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, RequestID: "r-1", Status: 200},
+		{Method: "performMaintenance", Project: "p1", Zone: "us-central1-a", Instance: "gpu-0", Token: token, Status: 400},
 	}
 	if d := cmp.Diff(want, s.Calls(), cmpopts.IgnoreFields(Call{}, "At")); d != "" {
 		t.Errorf("recorded calls (-want +got):\n%s", d)

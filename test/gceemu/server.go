@@ -83,6 +83,15 @@ func ScheduledNotice(start time.Time, d time.Duration) Notice {
 	}
 }
 
+// RepairNotice returns a PENDING, UNSCHEDULED, reschedulable notice of a
+// repair Compute Engine booked for reason (a FAILURE_* one, such as
+// FAILURE_GPU), whose window starts at start and lasts d.
+func RepairNotice(start time.Time, d time.Duration, reason string) Notice {
+	n := ScheduledNotice(start, d)
+	n.Type, n.MaintenanceReasons = "UNSCHEDULED", []string{reason}
+	return n
+}
+
 // Config describes one simulated VM.
 type Config struct {
 	Project       string // project id, e.g. "demo-project"

@@ -1,0 +1,252 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
+)
+
+// faultPolicy finds a faulty GPU by the condition GPUUnhealthy held 2 s,
+// one node of the pool in repair at a time.
+const faultPolicy = `
+pools:
+  %s:
+    faults:
+      conditions:
+      - type: GPUUnhealthy
+        for: 2s
+        behavior: UNRECOVERABLE_GPU_ERROR
+      maxInRepair: "1"
+      drainTimeout: 1m
+`
+
+// faultyPool is a pool of GPU nodes with real agents, each running one
+// workload pod (3 s of grace), and a real aggregator reading faultPolicy.
+type faultyPool struct {
+	p     *procs
+	vms   map[string]*vms.VM
+	agg   string // the aggregator's metrics address
+	names []string
+}
+
+func newFaultyPool(t *testing.T, ctx context.Context, pool string, size int) *faultyPool {
+	t.Helper()
+	fp := &faultyPool{p: newProcs(t, "--eviction-retry-interval", "1s"), vms: map[string]*vms.VM{}}
+	for i := range size {
+		name := fmt.Sprintf("%s-%d", pool, i)
+		fp.names = append(fp.names, name)
+		v, err := fp.p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool}, gceemu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp.vms[name] = v
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		grace := int64(3)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-" + name, Namespace: fp.p.ns},
+			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{protocol.ResourceGPU: resource.MustParse("8")}, Limits: corev1.ResourceList{protocol.ResourceGPU: resource.MustParse("8")}}}}}}
+		if _, err := world.Client.CoreV1().Pods(fp.p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	world.WaitNodes(t, fp.names, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
+	configMap(t, fp.p.ns, fmt.Sprintf(faultPolicy, pool))
+	fp.agg = testworld.FreeAddrT(t)
+	fp.p.aggregatorWith("agg-"+pool, fp.agg, "maintenance-handler")
+	return fp
+}
+
+// setCondition writes the GPUUnhealthy condition on name, as a fault
+// detector does (status "" removes it).
+func setCondition(t *testing.T, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	ctx := testworld.Ctx(t, 30*time.Second)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Conditions = slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == "GPUUnhealthy" })
+		if status != "" {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "GPUUnhealthy", Status: status, Reason: "XID79",
+				Message: "GPU has fallen off the bus", LastTransitionTime: metav1.Now(), LastHeartbeatTime: metav1.Now()})
+		}
+		_, err = world.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reports are the fault reports v's Compute Engine accepted.
+func reports(v *vms.VM) []gceemu.Call {
+	var out []gceemu.Call
+	for _, c := range v.Emu.Calls() {
+		if c.Method == "reportHostAsFaulty" && c.Status == 200 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func inService(n *corev1.Node) bool {
+	st := protocol.ReadAgentState(n)
+	_, approved := n.Annotations[protocol.AnnotationFaultRepair]
+	return st.Phase == protocol.PhaseIdle && !protocol.HasTaint(n) && !protocol.HasTaintKey(n, protocol.TaintFaulty) && !n.Spec.Unschedulable && !approved
+}
+
+// TestFaultDrainedReportedOnceAndBack: real agents and a real aggregator.
+// Two nodes' GPUs turn unhealthy: both are tainted faulty at once; the
+// pool's cap lets one repair run, and the other waits, said. The first is
+// drained (its pod told to stop with its grace), reported once, with the
+// behavior and the signal, and waits for the stop; when the VM comes back
+// healthy, it is back in service and the repair is counted. Then the
+// second's repair starts; its agent lacks the permission: a Warning naming
+// it, the metric, and the node stays drained and tainted faulty.
+func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	fp := newFaultyPool(t, ctx, "xid", 3)
+	first, second := "xid-0", "xid-1"
+	fp.vms[second].Emu.Deny(gceemu.PermissionReportHostAsFaulty, true)
+	setCondition(t, first, corev1.ConditionTrue)
+	setCondition(t, second, corev1.ConditionTrue)
+
+	world.WaitNodes(t, []string{first, second}, "tainted faulty", func(n *corev1.Node) bool { return protocol.HasTaintKey(n, protocol.TaintFaulty) })
+	world.WaitEvent(t, first, protocol.EventFaultRepairApproved, "UNRECOVERABLE_GPU_ERROR", "GPUUnhealthy")
+	world.WaitEvent(t, second, protocol.EventFaultDetected, "the pool xid has 1 node(s) in repair, its cap")
+	world.WaitPod(t, fp.p.ns, "train-"+first, "told to stop with its grace", func(p *corev1.Pod) bool {
+		return p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 3
+	})
+	n := world.WaitNode(t, first, "reported and terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	world.WaitEvent(t, first, protocol.EventFaultReported, "reportHostAsFaulty")
+	got := reports(fp.vms[first])
+	if len(got) != 1 || got[0].Behavior != protocol.BehaviorUnrecoverableGPUError || got[0].Schedule != "IMMEDIATE" ||
+		!strings.Contains(got[0].Description, "GPUUnhealthy") || got[0].RequestID != n.Annotations[protocol.AnnotationRequestID] {
+		t.Fatalf("reports %+v; want one, of UNRECOVERABLE_GPU_ERROR, naming the condition, with the request ID on the Node", got)
+	}
+	// The waiting node keeps its workload.
+	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod of %s, whose repair waits: %v, %v; want it running", second, err, p.DeletionTimestamp)
+	}
+
+	// The VM stops for its repair and comes back on a healthy host.
+	setCondition(t, first, "")
+	if err := fp.p.f.Reboot(ctx, fp.vms[first]); err != nil {
+		t.Fatal(err)
+	}
+	n = world.WaitNode(t, first, "back in service", inService)
+	st := protocol.ReadAgentState(n)
+	if st.LastRepair.Outcome != protocol.RepairDone || st.Interruptions[protocol.FaultRepair.Key()] != 1 {
+		t.Errorf("back: last repair %+v, interruptions %v; want repaired and one %s", st.LastRepair, st.Interruptions, protocol.FaultRepair.Key())
+	}
+	world.WaitEvent(t, first, protocol.EventFaultRepaired)
+	if got := reports(fp.vms[first]); len(got) != 1 {
+		t.Errorf("%d reports of %s; want one", len(got), first)
+	}
+
+	// The cap is free: the second node's repair starts, and its report is
+	// refused for the permission.
+	world.WaitEvent(t, second, protocol.EventFaultRepairApproved)
+	world.WaitEvent(t, second, protocol.EventPermissionDenied, compute.ReportPermission)
+	world.WaitEvent(t, second, protocol.EventFaultRepairFailed, "stays faulty")
+	world.WaitNode(t, second, "drained, tainted faulty, the approval gone", func(n *corev1.Node) bool {
+		_, approved := n.Annotations[protocol.AnnotationFaultRepair]
+		return !approved && protocol.HasTaintKey(n, protocol.TaintFaulty) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairPermissionDenied
+	})
+	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_compute_permission_denied_total{node_name="xid-1",node_pool_name="xid",permission="`+compute.ReportPermission+`"}`, 1)
+	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_fault_repairs_total{behavior="UNRECOVERABLE_GPU_ERROR",node_name="xid-1",node_pool_name="xid",outcome="permission_denied"}`, 1)
+	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("the pod of %s is still running after its drain", second)
+	}
+}
+
+// TestFaultRepairAsksOnce: a person asks for a node's repair (the label
+// and a description): a repair Compute Engine already booked is pulled
+// forward with performMaintenance, not reported again. Another node's
+// agent is killed while its report hangs: restarted, it asks again with
+// the same request ID, and Compute Engine takes one report.
+func TestFaultRepairAsksOnce(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	fp := newFaultyPool(t, ctx, "xb", 2)
+	booked, hung := "xb-0", "xb-1"
+	fp.vms[booked].Emu.ScheduleNotice(gceemu.RepairNotice(time.Now().Add(72*time.Hour), 4*time.Hour, "FAILURE_GPU"))
+	world.WaitNode(t, booked, "the booked repair mirrored", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, booked, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
+		n.Annotations[protocol.AnnotationReportFaultyDescription] = "GPU 3 stopped answering"
+		_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	world.WaitEvent(t, booked, protocol.EventFaultRepairApproved, "CHIP_ERROR", "GPU 3 stopped answering")
+	world.WaitNode(t, booked, "the booked repair begun: terminating", func(n *corev1.Node) bool {
+		_, asked := n.Labels[protocol.LabelReportFaulty]
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && !asked
+	})
+	world.WaitEvent(t, booked, protocol.EventFaultReported, "performMaintenance")
+	var methods []string
+	for _, c := range fp.vms[booked].Emu.Calls() {
+		methods = append(methods, c.Method)
+	}
+	if !slices.Equal(methods, []string{"performMaintenance"}) {
+		t.Errorf("calls %v; want the booked repair pulled forward, once, and no report", methods)
+	}
+	if err := fp.p.f.Reboot(ctx, fp.vms[booked]); err != nil {
+		t.Fatal(err)
+	}
+	if st := protocol.ReadAgentState(world.WaitNode(t, booked, "back in service", inService)); st.Interruptions[protocol.FaultRepair.Key()] != 1 {
+		t.Errorf("interruptions %v; want one %s", st.Interruptions, protocol.FaultRepair.Key())
+	}
+
+	// The second node's report hangs; its agent is killed and restarted.
+	v := fp.vms[hung]
+	v.Emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix + "projects/", Kind: gceemu.FaultHang, Times: 1})
+	setCondition(t, hung, corev1.ConditionTrue)
+	n := world.WaitNode(t, hung, "asking for its repair", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationRepairCall] == string(protocol.RepairReport) && n.Annotations[protocol.AnnotationRequested] != ""
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return v.Emu.FaultsServed() >= 1, nil }); err != nil {
+		t.Fatal("the report never reached Compute Engine")
+	}
+	if err := v.Agent.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	v.Emu.ClearFaults()
+	if err := fp.p.f.StartAgent(v); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNode(t, hung, "reported and terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	got := reports(v)
+	if len(got) != 1 || got[0].RequestID != n.Annotations[protocol.AnnotationRequestID] {
+		t.Errorf("reports %+v; want one, with the request ID %s written before the first try", got, n.Annotations[protocol.AnnotationRequestID])
+	}
+}

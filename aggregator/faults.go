@@ -1,0 +1,179 @@
+package aggregator
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// applyFaults decides about faulty nodes (fleet.DecideFaults) and writes
+// what changed (writeFaults); each decision is announced once per change.
+// The rest of the pass sees the faulty nodes as out of service, and those
+// approved now as in repair (counted against the caps); the next pass is
+// due when a detector's condition reaches its duration.
+func (a *Aggregator) applyFaults(ctx context.Context, cfg policy.Config, views []fleet.Node, decidedOn map[string]*corev1.Node) {
+	plan := fleet.DecideFaults(a.opts.Clock.Now(), cfg, views)
+	a.mu.Lock()
+	a.faultCheck = plan.NextCheck
+	a.mu.Unlock()
+	a.opts.Metrics.InRepair.Reset()
+	for pool, n := range plan.InRepair {
+		a.opts.Metrics.InRepair.WithLabelValues(pool).Set(float64(n))
+	}
+	changes := map[string]faultChange{}
+	index := map[string]int{}
+	for i, v := range views {
+		index[v.Name] = i
+	}
+	for i := range plan.Faults {
+		f := &plan.Faults[i]
+		v := &views[index[f.Node]]
+		if f.Reason == fleet.FaultApproved || f.Reason == fleet.FaultInvalidRequest || !v.FaultTaint {
+			changes[f.Node] = faultChange{fault: f}
+		}
+		if f.Reason == fleet.FaultInvalidRequest {
+			continue
+		}
+		v.FaultTaint, v.InMaintenance = true, true
+		if f.Reason == fleet.FaultApproved {
+			v.Repair, v.Voluntary = &f.Approval, true
+		}
+	}
+	for _, name := range plan.Untaint {
+		changes[name] = faultChange{untaint: true}
+	}
+	for _, name := range plan.Consume {
+		changes[name] = faultChange{}
+	}
+	landed := a.writeFaults(ctx, changes, decidedOn)
+	a.announceFaults(plan, func(name string) bool { w, ok := landed[name]; return !ok || w })
+}
+
+// faultChange is what a pass writes on one node about its fault: the
+// decision's consequences (fault), the taint removed (untaint), or else
+// the answered request removed.
+type faultChange struct {
+	fault   *fleet.Fault
+	untaint bool
+}
+
+// writeFaults writes changes, one update per node, conditional on the
+// node being as the pass saw it (a conflict is retried by the next pass):
+// the faulty taint on every faulty node, the approval on those whose
+// repair starts, the person's request removed once answered, the taint
+// removed from a node no longer faulty. It returns whether each landed.
+func (a *Aggregator) writeFaults(ctx context.Context, changes map[string]faultChange, decidedOn map[string]*corev1.Node) map[string]bool {
+	names := slices.Sorted(maps.Keys(changes))
+	written := make([]bool, len(names))
+	var g errgroup.Group
+	g.SetLimit(inFlight)
+	for i, name := range names {
+		g.Go(func() error {
+			if ctx.Err() != nil || decidedOn[name] == nil {
+				return nil // leadership lost
+			}
+			n := decidedOn[name].DeepCopy()
+			c := changes[name]
+			switch {
+			case c.untaint:
+				setFaultyTaint(n, false)
+			case c.fault == nil:
+				consumeReport(n)
+			case c.fault.Reason == fleet.FaultInvalidRequest:
+				consumeReport(n)
+			case c.fault.Reason == fleet.FaultApproved:
+				consumeReport(n)
+				setFaultyTaint(n, true)
+				protocol.WriteRepairApproval(n, c.fault.Approval)
+			default:
+				setFaultyTaint(n, true)
+			}
+			if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
+				if !apierrors.IsConflict(err) {
+					a.log.Warn("fault decision not written", "node", name, "err", err)
+				}
+				a.poke()
+				return nil
+			}
+			written[i] = true
+			return nil
+		})
+	}
+	_ = g.Wait()
+	landed := make(map[string]bool, len(names))
+	for i, name := range names {
+		landed[name] = written[i]
+	}
+	return landed
+}
+
+// announceFaults says each faulty node's decision once per change (an
+// approval or an answered request only once written), and forgets the
+// nodes no longer faulty, so that a fault that comes back is said again.
+func (a *Aggregator) announceFaults(plan fleet.FaultPlan, landed func(string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := map[string]bool{}
+	for _, f := range plan.Faults {
+		seen[f.Node] = true
+		if a.lastFault[f.Node] == f.Reason || !landed(f.Node) {
+			continue
+		}
+		first := a.lastFault[f.Node] == ""
+		a.lastFault[f.Node] = f.Reason
+		a.opts.Metrics.FaultDecisions.WithLabelValues(f.Pool, string(f.Reason)).Inc()
+		reason := protocol.EventFaultRepairWaits
+		switch {
+		case f.Reason == fleet.FaultInvalidRequest:
+			reason = protocol.EventFaultRequestInvalid
+			delete(a.lastFault, f.Node) // answered: a new request is said again
+		case f.Reason == fleet.FaultApproved:
+			reason = protocol.EventFaultRepairApproved
+		case first:
+			reason = protocol.EventFaultDetected
+		}
+		a.log.Info("faulty node", "node", f.Node, "pool", f.Pool, "decision", f.Reason, "behavior", f.Approval.Behavior, "source", f.Approval.Source)
+		a.nodeEvent(f.Node, f.UID, true, reason, f.Message)
+	}
+	for name := range a.lastFault {
+		if !seen[name] {
+			delete(a.lastFault, name)
+		}
+	}
+}
+
+// setFaultyTaint puts the faulty taint on n, or takes it off.
+func setFaultyTaint(n *corev1.Node, on bool) {
+	taints := slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key == protocol.TaintFaulty })
+	if on {
+		taints = append(taints, corev1.Taint{Key: protocol.TaintFaulty, Effect: corev1.TaintEffectNoSchedule})
+	}
+	n.Spec.Taints = taints
+}
+
+// consumeReport removes a person's request, once answered.
+func consumeReport(n *corev1.Node) {
+	delete(n.Labels, protocol.LabelReportFaulty)
+	delete(n.Annotations, protocol.AnnotationReportFaultyDescription)
+}
+
+// untilNextPass is the longest wait for the next pass: Interval, or less
+// when a fault detector's condition reaches its duration sooner.
+func (a *Aggregator) untilNextPass() time.Duration {
+	a.mu.Lock()
+	check := a.faultCheck
+	a.mu.Unlock()
+	if d := check.Sub(a.opts.Clock.Now()); !check.IsZero() && d < a.opts.Interval {
+		return max(d, 0)
+	}
+	return a.opts.Interval
+}

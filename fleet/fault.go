@@ -1,0 +1,207 @@
+package fleet
+
+// Faulty nodes: which nodes are faulty (a person's request, or a detector's
+// condition held for the policy's duration), which of them start their
+// repair now, within each pool's cap, and why the others wait.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// FaultReason is why a faulty node's repair waits (the reason label of
+// fault_decisions_total).
+type FaultReason string
+
+const (
+	// FaultApproved: the repair starts now.
+	FaultApproved FaultReason = "approved"
+	// FaultMaxInRepair: the pool's cap on nodes in repair is reached.
+	FaultMaxInRepair FaultReason = "max_in_repair"
+	// FaultUnderWay: another maintenance is under way on the node; the
+	// repair waits for it to end (the VM may come back repaired).
+	FaultUnderWay FaultReason = "maintenance_under_way"
+	// FaultCoolingDown: the node's last repair ended less than the pool's
+	// cool-down ago (a person's request is not held by it).
+	FaultCoolingDown FaultReason = "cooling_down"
+	// FaultInvalidRequest: the request label names no fault behavior.
+	FaultInvalidRequest FaultReason = "invalid_request"
+)
+
+// FaultReasons lists them.
+var FaultReasons = []FaultReason{FaultApproved, FaultMaxInRepair, FaultUnderWay, FaultCoolingDown, FaultInvalidRequest}
+
+// Fault is one faulty node and what the pass decided about it.
+type Fault struct {
+	Node string
+	UID  types.UID
+	Pool string
+	// Reason is the decision; Approval, for an approved one, is what the
+	// node's agent is given; Message says it in words, for the Event.
+	Reason   FaultReason
+	Approval protocol.RepairApproval
+	Message  string
+}
+
+// FaultPlan is one pass's decision about faulty nodes.
+type FaultPlan struct {
+	// Faults are the faulty nodes not in repair, each with its decision,
+	// sorted by pool and name.
+	Faults []Fault
+	// Untaint are the nodes that carry the faulty taint and are neither
+	// faulty nor in repair any more.
+	Untaint []string
+	// Consume are the nodes in repair that still carry a person's
+	// request: it was answered.
+	Consume []string
+	// InRepair counts each pool's nodes in repair.
+	InRepair map[string]int
+	// NextCheck is the earliest time a condition that holds now reaches
+	// its policy's duration (zero for none): a pass is due then.
+	NextCheck time.Time
+}
+
+// DecideFaults decides about every faulty node: a pure function of what
+// is on the Nodes, the configuration and now. A faulty node is tainted
+// whatever the decision (no new pod lands on it). Its repair is approved
+// when no other maintenance is under way on it, its last repair ended at
+// least the pool's cool-down ago (unless a person asks), and the pool has
+// fewer nodes in repair than its cap; within a pool a person's requests
+// come first, then by name. min-nodes does not hold a repair back: a
+// faulty node is no capacity to keep.
+func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
+	plan := FaultPlan{InRepair: map[string]int{}}
+	byPool := map[string][]*Node{}
+	for i := range nodes {
+		n := &nodes[i]
+		byPool[n.Pool] = append(byPool[n.Pool], n)
+		if n.InRepair() {
+			plan.InRepair[n.Pool]++
+		}
+	}
+	pools := make([]string, 0, len(byPool))
+	for p := range byPool {
+		pools = append(pools, p)
+	}
+	sort.Strings(pools)
+	for _, pool := range pools {
+		members := byPool[pool]
+		setting := cfg.Faults(pool)
+		left := setting.MaxInRepair.Of(len(members)) - plan.InRepair[pool]
+		var faulty []Fault
+		for _, n := range members {
+			if n.InRepair() {
+				if n.ReportFaultySet {
+					plan.Consume = append(plan.Consume, n.Name)
+				}
+				continue
+			}
+			f, ok := faultOf(now, setting, n, &plan.NextCheck)
+			if !ok {
+				if n.FaultTaint {
+					plan.Untaint = append(plan.Untaint, n.Name)
+				}
+				continue
+			}
+			faulty = append(faulty, f)
+		}
+		sort.SliceStable(faulty, func(i, j int) bool {
+			pi, pj := faulty[i].Approval.Source == protocol.FaultSourcePerson, faulty[j].Approval.Source == protocol.FaultSourcePerson
+			if pi != pj {
+				return pi
+			}
+			return faulty[i].Node < faulty[j].Node
+		})
+		for _, f := range faulty {
+			if f.Reason == FaultApproved {
+				if left <= 0 {
+					f.Reason = FaultMaxInRepair
+					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits: the pool %s has %d node(s) in repair, its cap (maxInRepair %s)",
+						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, pool, plan.InRepair[pool], setting.MaxInRepair)
+				} else {
+					left--
+					plan.InRepair[pool]++
+					f.Approval.Approved, f.Approval.DrainTimeout = now, protocol.Duration(setting.DrainTimeout)
+					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair is approved: its agent drains it (by %s) and asks Compute Engine to repair the host",
+						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, setting.DrainTimeout)
+				}
+			}
+			plan.Faults = append(plan.Faults, f)
+		}
+	}
+	return plan
+}
+
+// faultOf is n's fault, if it is faulty and not in repair: a person's
+// request first, else the first of the policy's conditions that has held
+// for its duration (next moves to when one that holds will have). Its
+// Reason is FaultApproved unless something other than the cap holds it.
+func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fault, bool) {
+	f := Fault{Node: n.Name, UID: n.UID, Pool: n.Pool, Reason: FaultApproved}
+	switch {
+	case n.ReportFaultySet && !protocol.ValidBehavior(n.ReportFaulty):
+		f.Reason = FaultInvalidRequest
+		f.Message = fmt.Sprintf("The label %s=%q names no fault behavior (want one of %s); it was removed and nothing else changed",
+			protocol.LabelReportFaulty, n.ReportFaulty, strings.Join(protocol.FaultBehaviors, ", "))
+		return f, true
+	case n.ReportFaultySet:
+		signal := "a person labelled the node " + protocol.LabelReportFaulty + "=" + n.ReportFaulty
+		if n.ReportDescription != "" {
+			signal += ": " + n.ReportDescription
+		}
+		f.Approval = protocol.RepairApproval{Behavior: n.ReportFaulty, Source: protocol.FaultSourcePerson, Signal: signal}
+	default:
+		c, ok := heldCondition(now, setting, n, next)
+		if !ok {
+			return Fault{}, false
+		}
+		f.Approval = protocol.RepairApproval{Behavior: c.Behavior, Source: protocol.FaultSourceCondition,
+			Signal: fmt.Sprintf("the node condition %s has been %s for %s or more", c.Type, c.Status, c.For)}
+	}
+	switch {
+	case n.Underway:
+		// Another maintenance (or a request for one) is under way.
+		f.Reason = FaultUnderWay
+		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits for the maintenance under way to end", f.Approval.Behavior, f.Approval.Source, f.Approval.Signal)
+	case n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating:
+		f.Reason = FaultUnderWay
+		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits for the %s under way to end", f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, n.Reason)
+	case f.Approval.Source != protocol.FaultSourcePerson && n.LastRepair.Outcome != "" && now.Before(n.LastRepair.Ended.Add(setting.Cooldown)):
+		f.Reason = FaultCoolingDown
+		until := n.LastRepair.Ended.Add(setting.Cooldown)
+		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its last repair ended (%s) at %s, and another waits for the pool's cool-down, until %s",
+			f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, n.LastRepair.Outcome, n.LastRepair.Ended.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+		if next.IsZero() || until.Before(*next) {
+			*next = until
+		}
+	}
+	return f, true
+}
+
+// heldCondition is the first of setting's conditions n has held for its
+// duration; a condition that holds and has not yet moves next to when it
+// will have.
+func heldCondition(now time.Time, setting policy.Faults, n *Node, next *time.Time) (policy.FaultCondition, bool) {
+	for _, want := range setting.Conditions {
+		for _, c := range n.Conditions {
+			if c.Type != want.Type || c.Status != want.Status {
+				continue
+			}
+			at := c.Since.Add(want.For)
+			if !now.Before(at) {
+				return want, true
+			}
+			if next.IsZero() || at.Before(*next) {
+				*next = at
+			}
+		}
+	}
+	return policy.FaultCondition{}, false
+}

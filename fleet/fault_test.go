@@ -1,0 +1,98 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestDecideFaults: a condition counts once it has held for its duration
+// (the plan says when the next will); a person's request comes first and
+// is not held by the cool-down; the pool's cap holds the rest; a node under
+// another maintenance waits; an invalid request is answered; a tainted
+// node no longer faulty is untainted; a node in repair counts against the
+// cap and has its request consumed.
+func TestDecideFaults(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig(`
+pools:
+  a3:
+    faults:
+      conditions:
+      - type: GPUUnhealthy
+        for: 2m
+        behavior: UNRECOVERABLE_GPU_ERROR
+      maxInRepair: "2"
+      cooldown: 1h
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := func(name string, since time.Duration) Node {
+		return Node{Name: name, Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-since)}}}
+	}
+	nodes := []Node{
+		bad("a-held", 5*time.Minute),
+		bad("b-held", 3*time.Minute),
+		bad("c-young", time.Minute),
+		{Name: "d-person", Pool: "a3", ReportFaulty: protocol.BehaviorPerformance, ReportFaultySet: true, ReportDescription: "slow allreduce",
+			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-time.Minute)}},
+		{Name: "e-invalid", Pool: "a3", ReportFaulty: "XID", ReportFaultySet: true},
+		{Name: "f-healed", Pool: "a3", FaultTaint: true},
+		{Name: "g-cooling", Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}},
+			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: now.Add(-10 * time.Minute)}},
+		{Name: "h-maintained", Pool: "a3", Underway: true, InMaintenance: true, Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}}},
+		{Name: "x-other-pool", Pool: "n2", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}}},
+	}
+	plan := DecideFaults(now, cfg, nodes)
+	got := map[string]FaultReason{}
+	for _, f := range plan.Faults {
+		got[f.Node] = f.Reason
+		if f.Message == "" {
+			t.Errorf("%s: no message", f.Node)
+		}
+	}
+	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultApproved, "b-held": FaultMaxInRepair,
+		"e-invalid": FaultInvalidRequest, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("decisions (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"f-healed"}, plan.Untaint); d != "" {
+		t.Errorf("untainted (-want +got):\n%s", d)
+	}
+	if want := now.Add(time.Minute); !plan.NextCheck.Equal(want) {
+		t.Errorf("next check %s, want %s (when c-young's condition has held 2m)", plan.NextCheck, want)
+	}
+	for _, f := range plan.Faults {
+		if f.Node == "d-person" && (f.Approval.Source != protocol.FaultSourcePerson || f.Approval.Behavior != protocol.BehaviorPerformance ||
+			!f.Approval.Approved.Equal(now) || f.Approval.DrainTimeout != protocol.Duration(30*time.Minute)) {
+			t.Errorf("the person's approval: %+v", f.Approval)
+		}
+	}
+	// Once approved, the two count against the cap: b waits still, and
+	// the person's label on an approved node is consumed.
+	for i := range nodes {
+		for _, f := range plan.Faults {
+			if f.Node == nodes[i].Name && f.Reason == FaultApproved {
+				a := f.Approval
+				nodes[i].Repair = &a
+			}
+		}
+	}
+	again := DecideFaults(now, cfg, nodes)
+	if again.InRepair["a3"] != 2 {
+		t.Errorf("in repair %v, want 2 in a3", again.InRepair)
+	}
+	if d := cmp.Diff([]string{"d-person"}, again.Consume); d != "" {
+		t.Errorf("consumed (-want +got):\n%s", d)
+	}
+	for _, f := range again.Faults {
+		if f.Reason == FaultApproved {
+			t.Errorf("%s approved past the cap", f.Node)
+		}
+	}
+}

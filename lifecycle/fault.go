@@ -1,0 +1,169 @@
+package lifecycle
+
+// A fault's repair: the aggregator approved the repair of a node found
+// faulty (protocol.AnnotationFaultRepair). The node drains as for a
+// forced maintenance, by the pool's drain timeout; then the agent asks
+// Compute Engine, once, for the repair the platform offers: a repair
+// Compute Engine already booked (a FAILURE_* maintenance that can be
+// rescheduled) is pulled forward with performMaintenance, any other fault
+// is reported with reportHostAsFaulty. The method is chosen and written
+// with the request ID before the call, so that an agent restarted at any
+// point repeats the same request, which Compute Engine answers as the
+// same. The VM then stops; when it comes back the repair is over.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// faultRule: started by the aggregator's approval, it is counted when the
+// VM comes back from the repair it asked for, yields to the VM's own
+// maintenance until Compute Engine is asked (to a preemption always), is
+// drained by force (a faulty node is not kept for a budget), and, drained,
+// asks Compute Engine. It ends when the VM stops and comes back, or when
+// the approval is withdrawn before the call (fault).
+var faultRule = reasonRule{over: never, counted: neverCounted, yields: faultYields, voluntary: forced, asksCompute: true}
+
+// FaultView is the aggregator's approval of the node's repair.
+type FaultView struct {
+	// Repair is the approval; RepairSet whether one the agent can read is
+	// on the Node.
+	Repair    protocol.RepairApproval
+	RepairSet bool
+}
+
+func never(State, Observation) bool { return false }
+
+// faultYields: a preemption takes a repair over in any phase; a host
+// maintenance only while Compute Engine has not been asked.
+func faultYields(st State, to protocol.Reason) bool {
+	return to == protocol.ReasonPreemption || st.Phase == protocol.PhaseDraining && st.Requested.IsZero()
+}
+
+// fault starts an approved repair on a node in service, and carries one
+// under way to its call.
+func (d *Decision) fault(cfg Config, obs Observation) {
+	st := d.State
+	switch {
+	case st.Phase == protocol.PhaseIdle && obs.RepairSet && !d.RemoveRepair:
+		d.startRepair(obs)
+	case st.Reason != protocol.ReasonFault || st.Phase != protocol.PhaseDraining:
+	case !obs.RepairSet && st.Requested.IsZero():
+		d.endRepair(protocol.RepairCancelled, obs.Now, protocol.EventFaultRepairCanceled,
+			"The approval of this node's repair was withdrawn before Compute Engine was asked; the node is back in service (taint removed)")
+	default:
+		d.askRepair(cfg, obs)
+	}
+}
+
+// startRepair: the node drains for its repair, by the pool's drain timeout.
+func (d *Decision) startRepair(obs Observation) {
+	r := obs.Repair
+	deadline := obs.Now.Add(time.Duration(r.DrainTimeout))
+	d.start(obs, protocol.ReasonFault, deadline)
+	d.State.RequestID = obs.RequestID
+	d.Repair = protocol.RepairStarted
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventFaultRepairStarted,
+		Message: fmt.Sprintf("The node is faulty (%s, seen by %s: %s) and its repair was approved: draining before %s, then asking Compute Engine to repair the host",
+			r.Behavior, r.Source, r.Signal, deadline.UTC().Format(time.RFC3339))})
+}
+
+// askRepair: drained, the node asks Compute Engine for the repair, once;
+// how the call ends decides what follows.
+func (d *Decision) askRepair(cfg Config, obs Observation) {
+	sig, st, r := obs.Signals, d.State, obs.Perform
+	answered := r != nil && r.RequestID == st.RequestID
+	switch {
+	case answered && r.Err == nil:
+		d.repairAccepted(cfg, obs.Now, fmt.Sprintf("%s, operation %s", st.RepairCall, r.Operation))
+	case answered && st.RepairCall == protocol.RepairPerformMaintenance && underWay(sig):
+		d.repairAccepted(cfg, obs.Now, "the metadata server shows the booked repair starting")
+	case answered:
+		outcome := protocol.RepairFailed
+		switch r.Outcome {
+		case protocol.ManualPermissionDenied:
+			outcome = protocol.RepairPermissionDenied
+		case protocol.ManualRefused:
+			outcome = protocol.RepairRefused
+		}
+		d.endRepair(outcome, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
+			"Compute Engine did not take the repair (%s): %v. The node is drained and stays faulty; its repair is approved again after the pool's cool-down", st.RepairCall, r.Err))
+	case !st.Requested.IsZero() && st.RepairCall == protocol.RepairPerformMaintenance && startedByCompute(sig):
+		// Asked before (by this agent or one before it), and the signals
+		// show the booked repair beginning: never ask twice.
+		d.repairAccepted(cfg, obs.Now, "the metadata server shows the booked repair starting")
+	case d.drainDone(cfg, obs) && sig.NoticeKnown:
+		if st.RepairCall == "" {
+			d.State.RepairCall = repairCallFor(sig)
+		}
+		if st.Requested.IsZero() {
+			d.State.Requested = obs.Now
+		}
+		d.Perform = true
+	}
+}
+
+// repairCallFor is the method a drained faulty node asks with: a repair
+// Compute Engine booked already, pending and reschedulable, is pulled
+// forward; any other fault is reported.
+func repairCallFor(sig Signals) protocol.RepairCall {
+	if n := sig.Notice; sig.NoticePresent && n.Status == maintenance.StatusPending && n.CanReschedule && BookedRepair(n) {
+		return protocol.RepairPerformMaintenance
+	}
+	return protocol.RepairReport
+}
+
+// BookedRepair: the notice is a repair Compute Engine booked (one of its
+// reasons is a FAILURE_* one).
+func BookedRepair(n maintenance.Notice) bool {
+	for _, r := range n.Reasons {
+		if strings.HasPrefix(r, "FAILURE_") {
+			return true
+		}
+	}
+	return false
+}
+
+// repairAccepted: Compute Engine took the repair; the drained node waits
+// for the VM to stop.
+func (d *Decision) repairAccepted(cfg Config, now time.Time, how string) {
+	d.State.Phase = protocol.PhaseTerminating
+	d.State.Deadline = now.Add(cfg.HostMaintenanceDeadline)
+	d.Drained = true
+	d.Repair = protocol.RepairAccepted
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventFaultReported,
+		Message: fmt.Sprintf("Compute Engine took the host's repair (%s); the node is drained, awaiting the VM's stop", how)})
+}
+
+// endRepair ends a repair with outcome, the node back in service but for
+// the aggregator's faulty taint, which stays while the node is faulty.
+func (d *Decision) endRepair(outcome string, now time.Time, reason, msg string) {
+	d.Repair = outcome
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: reason, Message: msg})
+	d.Uncordon = !d.State.CordonedBefore
+	d.RemoveRepair = true
+	d.State = idleState(d.State)
+	d.State.LastRepair = protocol.LastFaultRepair{Outcome: outcome, Ended: now}
+}
+
+// repairBack: the VM came back while a repair was under way, or a
+// maintenance that took it over (backInService has put the node back in
+// service): the repair is over, and counted when Compute Engine had taken
+// it. The approval goes either way: the VM stopped, and the aggregator
+// looks at the node afresh after its cool-down.
+func (d *Decision) repairBack(before State, obs Observation) {
+	booted := obs.BootID != "" && before.BootID != "" && obs.BootID != before.BootID
+	if !before.Active() || !booted || before.Reason != protocol.ReasonFault && !obs.RepairSet {
+		return
+	}
+	d.RemoveRepair = true
+	d.Repair = protocol.RepairDone
+	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
+	if before.Phase == protocol.PhaseTerminating {
+		d.Interruption = counted(protocol.FaultRepair)
+	}
+}

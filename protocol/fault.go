@@ -1,0 +1,206 @@
+package protocol
+
+// Faults: what says a node's accelerator or host is failing, the
+// aggregator's approval of its repair, and the agent's record of the
+// repair's call and of how the last repair ended.
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The fault behaviors of Compute Engine's reportHostAsFaulty
+// (faultReasons[].behavior).
+const (
+	// BehaviorChipError: an accelerator became unusable.
+	BehaviorChipError = "CHIP_ERROR"
+	// BehaviorPerformance: the host runs, slower than it should.
+	BehaviorPerformance = "PERFORMANCE"
+	// BehaviorSilentDataCorruption: the host computes wrong results.
+	BehaviorSilentDataCorruption = "SILENT_DATA_CORRUPTION"
+	// BehaviorUnrecoverableGPUError: a GPU reported an error it cannot
+	// recover from (an XID).
+	BehaviorUnrecoverableGPUError = "UNRECOVERABLE_GPU_ERROR"
+)
+
+// FaultBehaviors lists every behavior a fault may name.
+var FaultBehaviors = []string{BehaviorChipError, BehaviorPerformance, BehaviorSilentDataCorruption, BehaviorUnrecoverableGPUError}
+
+// ValidBehavior: b is one of FaultBehaviors.
+func ValidBehavior(b string) bool { return slices.Contains(FaultBehaviors, b) }
+
+// Where a fault was seen: the source label of the fault metrics.
+const (
+	// FaultSourceCondition: a node condition a detector wrote held for
+	// the policy's duration.
+	FaultSourceCondition = "condition"
+	// FaultSourcePerson: a person asked (LabelReportFaulty).
+	FaultSourcePerson = "person"
+)
+
+// FaultSources lists them.
+var FaultSources = []string{FaultSourceCondition, FaultSourcePerson}
+
+// The keys of a fault's repair.
+const (
+	// LabelReportFaulty, set by a person (or `kubectl maintenance
+	// report-faulty`) to a fault behavior, asks for the node's repair.
+	// The aggregator answers it: it approves the repair within the pool's
+	// caps (and removes the label), or says why it waits.
+	LabelReportFaulty = "maintenance-handler.io/report-faulty"
+	// AnnotationReportFaultyDescription is the person's words for the
+	// fault, sent to Compute Engine with the report (optional).
+	AnnotationReportFaultyDescription = "maintenance-handler.io/fault-description"
+	// TaintFaulty (NoSchedule, no value): the aggregator found the node
+	// faulty. It keeps new pods off the node from the moment the fault is
+	// seen, whether its repair starts now or waits for the pool's cap,
+	// until the node is back from its repair and no longer faulty.
+	TaintFaulty = "maintenance-handler.io/faulty"
+	// AnnotationFaultRepair is RepairApproval's JSON: the aggregator approved
+	// the node's repair; the node's agent drains it and asks Compute
+	// Engine for the repair, and removes the annotation when the repair
+	// is over.
+	AnnotationFaultRepair = "maintenance-handler.io/fault-repair"
+	// AnnotationRepairCall names the Compute Engine method the agent
+	// chose for the repair under way (a RepairCall), written before the
+	// call with the request ID.
+	AnnotationRepairCall = "maintenance-handler.io/repair-call"
+	// AnnotationLastFaultRepair is LastFaultRepair's JSON: how the node's
+	// last repair ended, kept while the node lives (the aggregator's
+	// cool-down reads it).
+	AnnotationLastFaultRepair = "maintenance-handler.io/last-fault-repair"
+)
+
+// RepairApproval is the aggregator's approval of a node's repair.
+type RepairApproval struct {
+	// Behavior is the fault's (one of FaultBehaviors).
+	Behavior string `json:"behavior"`
+	// Source is where it was seen (one of FaultSources), and Signal what
+	// was seen, in words; both go to Compute Engine in the report's
+	// description.
+	Source string `json:"source"`
+	Signal string `json:"signal,omitempty"`
+	// Approved is when the aggregator approved the repair.
+	Approved time.Time `json:"approved"`
+	// DrainTimeout bounds the drain, from its start (the pool's policy).
+	DrainTimeout Duration `json:"drain-timeout"`
+}
+
+// Duration is a time.Duration that reads and writes as "30m".
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// ReadRepairApproval reads n's approved repair: false when there is none, or
+// when it cannot be read or names a behavior this version does not know
+// (Unreadable names the key then): nothing is drained on a value no one
+// understands.
+func ReadRepairApproval(n *corev1.Node) (RepairApproval, bool) {
+	raw, ok := n.Annotations[AnnotationFaultRepair]
+	if !ok {
+		return RepairApproval{}, false
+	}
+	return decodeRepairApproval(raw)
+}
+
+func decodeRepairApproval(raw string) (RepairApproval, bool) {
+	var f RepairApproval
+	if json.Unmarshal([]byte(raw), &f) != nil || !ValidBehavior(f.Behavior) || f.DrainTimeout <= 0 {
+		return RepairApproval{}, false
+	}
+	return f, true
+}
+
+// WriteRepairApproval approves n's repair, as the aggregator.
+func WriteRepairApproval(n *corev1.Node, f RepairApproval) {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	f.Approved = f.Approved.UTC()
+	raw, _ := json.Marshal(f)
+	n.Annotations[AnnotationFaultRepair] = string(raw)
+}
+
+// RepairCall is the Compute Engine method a repair asks with.
+type RepairCall string
+
+const (
+	// RepairReport: instances.reportHostAsFaulty.
+	RepairReport RepairCall = "reportHostAsFaulty"
+	// RepairPerformMaintenance: instances.performMaintenance, which pulls
+	// a repair Compute Engine booked (a FAILURE_* maintenance) forward.
+	RepairPerformMaintenance RepairCall = "performMaintenance"
+)
+
+// readRepairCall reads AnnotationRepairCall; a value it does not know is
+// none.
+func readRepairCall(s string) RepairCall {
+	if c := RepairCall(s); c == RepairReport || c == RepairPerformMaintenance {
+		return c
+	}
+	return ""
+}
+
+// How a repair ended (the outcome of LastFaultRepair, and the outcome
+// label of fault_repairs_total).
+const (
+	// RepairStarted: the drain began.
+	RepairStarted = "started"
+	// RepairAccepted: Compute Engine accepted the call.
+	RepairAccepted = "accepted"
+	// RepairDone: the VM stopped and came back.
+	RepairDone = "repaired"
+	// RepairFailed, RepairPermissionDenied, RepairRefused: the call
+	// failed; the node stays faulty (the aggregator's taint) and its
+	// repair is approved again after the cool-down.
+	RepairFailed           = "failed"
+	RepairPermissionDenied = "permission_denied"
+	RepairRefused          = "refused"
+	// RepairCancelled: the approval was removed before Compute Engine was
+	// asked; the node went back in service.
+	RepairCancelled = "cancelled"
+)
+
+// RepairOutcomes lists them.
+var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairFailed, RepairPermissionDenied, RepairRefused, RepairCancelled}
+
+// LastFaultRepair is the JSON of AnnotationLastFaultRepair.
+type LastFaultRepair struct {
+	Outcome string    `json:"outcome"`
+	Ended   time.Time `json:"ended"`
+}
+
+func (r LastFaultRepair) encode() string {
+	if r.Outcome == "" {
+		return ""
+	}
+	r.Ended = r.Ended.UTC()
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func decodeLastFaultRepair(raw string) LastFaultRepair {
+	var r LastFaultRepair
+	if raw == "" || json.Unmarshal([]byte(raw), &r) != nil || !slices.Contains(RepairOutcomes, r.Outcome) {
+		return LastFaultRepair{}
+	}
+	return r
+}
+
+// ConsumeRepairApproval removes the approval once the agent is done with it.
+func ConsumeRepairApproval(n *corev1.Node) {
+	delete(n.Annotations, AnnotationFaultRepair)
+}
