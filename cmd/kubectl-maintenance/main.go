@@ -1,8 +1,10 @@
 // Command kubectl-maintenance is a kubectl plugin: the fleet's maintenance
 // at a glance (status), why a node is or is not in maintenance (why), and
-// a manual trigger with a pre-flight check (trigger). It reads the Node
+// a manual trigger with a pre-flight check (trigger), and a person's
+// request for a faulty node's repair (report-faulty). It reads the Node
 // protocol and the project's Events, and writes nothing but the
-// perform-maintenance label. Install it by copying the binary onto PATH:
+// perform-maintenance label and the report-faulty label (with its
+// description). Install it by copying the binary onto PATH:
 // kubectl finds it as `kubectl maintenance`.
 //
 // Exit codes: 0 done; 1 an error (no such node, no permission, the API
@@ -90,6 +92,6 @@ func (a *app) command() *cobra.Command {
 	root.SetVersionTemplate("maintenance-handler kubectl-maintenance {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	a.flags.addFlags(root.PersistentFlags())
-	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand())
+	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand(), a.reportFaultyCommand())
 	return root
 }

@@ -463,3 +463,51 @@ func TestNoPermissionIsSaid(t *testing.T) {
 		t.Errorf("exit %d, %q; want 1 saying there is no permission", code, out.String())
 	}
 }
+
+// TestReportFaulty: report-faulty --dry-run says what would happen and
+// changes nothing; without it, the node carries the request and the
+// description; an unknown behavior is a usage error. status and why show
+// a faulty node and where its repair stands.
+func TestReportFaulty(t *testing.T) {
+	testworld.Need(t)
+	for _, name := range []string{"rf-0", "rf-1"} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "rf"})
+		publish(t, name, func(*corev1.Node) {})
+	}
+	before, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rf-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := kubectl(t, true, "", "report-faulty", "rf-0", "--behavior", "CHIP_ERROR", "--dry-run")
+	if code != exitOK || !strings.Contains(out, "approve its repair at once") || !strings.Contains(out, "reportHostAsFaulty (CHIP_ERROR)") ||
+		!strings.Contains(out, "Dry run: nothing changed.") {
+		t.Errorf("dry run: exit %d, %q", code, out)
+	}
+	after, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rf-0", metav1.GetOptions{})
+	if err != nil || after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the dry run changed the node (resourceVersion %s, was %s): %v", after.ResourceVersion, before.ResourceVersion, err)
+	}
+	if code, out := kubectl(t, true, "", "report-faulty", "rf-0", "--behavior", "XID"); code != exitUsage || !strings.Contains(out, "UNRECOVERABLE_GPU_ERROR") {
+		t.Errorf("an unknown behavior: exit %d, %q; want a usage error naming the behaviors", code, out)
+	}
+	code, out = kubectl(t, true, "", "report-faulty", "rf-0", "--behavior", "CHIP_ERROR", "--description", "GPU 3 stopped answering", "--yes")
+	if code != exitOK {
+		t.Fatalf("report: exit %d, %q", code, out)
+	}
+	world.WaitNode(t, "rf-0", "asking for its repair", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelReportFaulty] == "CHIP_ERROR" && n.Annotations[protocol.AnnotationReportFaultyDescription] == "GPU 3 stopped answering"
+	})
+	code, out = kubectl(t, true, "", "status", "--pool", "rf")
+	if code != exitOK || !strings.Contains(out, "FAULTY NODE") || !strings.Contains(out, "approved at the next pass") || !strings.Contains(out, "1 of 1") {
+		t.Errorf("status: exit %d, %q; want the faulty line", code, out)
+	}
+	// The aggregator (not running here) would approve it; as approved:
+	publish(t, "rf-0", func(n *corev1.Node) {
+		protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: "CHIP_ERROR", Source: protocol.FaultSourcePerson, Signal: "a person said so",
+			Approved: time.Now(), DrainTimeout: protocol.Duration(30 * time.Minute)})
+	})
+	code, out = kubectl(t, true, "", "why", "rf-0")
+	if code != exitOK || !strings.Contains(out, "its repair is under way (1 of 1") {
+		t.Errorf("why: exit %d, %q; want the repair under way", code, out)
+	}
+}

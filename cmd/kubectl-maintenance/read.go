@@ -82,6 +82,11 @@ A line per pool:
   MIN-NODES      the nodes the pool keeps Ready and out of maintenance (opportunistic)
   NEXT WINDOW    the earliest pending window
   CONFIG         none, valid, or why the pool's opportunistic configuration is invalid
+A line per faulty node, when there are any (see report-faulty):
+  BEHAVIOR       the fault, as Compute Engine names it; SEEN BY: condition or person
+  REPAIR         in repair (and the agent's phase), or why it waits: max_in_repair,
+                 maintenance_under_way, cooling_down
+  POOL IN REPAIR the pool's nodes in repair, of its maxInRepair
 Then the cluster's cap on voluntary maintenance, which the pools share.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if o.output != "" && o.output != "json" && o.output != "yaml" && o.output != "wide" {

@@ -119,10 +119,73 @@ type SliceStatus struct {
 // Status is the fleet at a glance. Nodes has every shown node, the hosts
 // of multi-host slices too; the table shows those as their Slices' lines.
 type Status struct {
-	Nodes   []NodeStatus  `json:"nodes"`
-	Slices  []SliceStatus `json:"slices,omitempty"`
+	Nodes  []NodeStatus  `json:"nodes"`
+	Slices []SliceStatus `json:"slices,omitempty"`
+	// Faults are the shown nodes that are faulty or in repair.
+	Faults  []FaultStatus `json:"faults,omitempty"`
 	Pools   []PoolStatus  `json:"pools"`
 	Cluster ClusterStatus `json:"cluster"`
+}
+
+// FaultStatus is one faulty node's line: what says it is faulty, and
+// where its repair stands.
+type FaultStatus struct {
+	Node     string `json:"node"`
+	Pool     string `json:"pool"`
+	Behavior string `json:"behavior"`
+	Source   string `json:"source"`
+	Signal   string `json:"signal,omitempty"`
+	// State is "in repair" (approved, or under way on its agent: Phase
+	// says how far), or the aggregator's reason it waits
+	// (fleet.FaultReason).
+	State string `json:"state"`
+	Phase string `json:"phase,omitempty"`
+	// InRepair and MaxInRepair are its pool's nodes in repair and cap.
+	InRepair    int `json:"inRepair"`
+	MaxInRepair int `json:"maxInRepair"`
+}
+
+// faultStatus is the fault lines of views, as the aggregator decides
+// about them at now; show says which nodes to show.
+func faultStatus(now time.Time, cfg policy.Config, views []fleet.Node, show func(string) bool) []FaultStatus {
+	plan := fleet.DecideFaults(now, cfg, views)
+	pools := map[string]int{}
+	for _, v := range views {
+		pools[v.Pool]++
+	}
+	line := func(v fleet.Node, r protocol.RepairApproval, state string) FaultStatus {
+		return FaultStatus{Node: v.Name, Pool: v.Pool, Behavior: r.Behavior, Source: r.Source, Signal: r.Signal, State: state,
+			InRepair: plan.InRepair[v.Pool], MaxInRepair: cfg.Faults(v.Pool).MaxInRepair.Of(pools[v.Pool])}
+	}
+	var out []FaultStatus
+	for _, v := range views {
+		if !show(v.Name) || !v.InRepair() {
+			continue
+		}
+		var r protocol.RepairApproval
+		if v.Repair != nil {
+			r = *v.Repair
+		}
+		fs := line(v, r, "in repair")
+		fs.Phase = string(v.Phase)
+		out = append(out, fs)
+	}
+	byName := map[string]fleet.Node{}
+	for _, v := range views {
+		byName[v.Name] = v
+	}
+	for _, f := range plan.Faults {
+		if !show(f.Node) {
+			continue
+		}
+		state := string(f.Reason)
+		if f.Reason == fleet.FaultApproved {
+			state = "approved at the next pass"
+		}
+		out = append(out, line(byName[f.Node], f.Approval, state))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }
 
 // BuildStatus is the status of in's nodes and of their pools.
@@ -163,6 +226,7 @@ func BuildStatus(in Input) Status {
 		st.Slices = append(st.Slices, *ss)
 	}
 	sort.Slice(st.Slices, func(i, j int) bool { return st.Slices[i].Slice < st.Slices[j].Slice })
+	st.Faults = faultStatus(in.Now, cfg, views, func(name string) bool { return in.Shown == nil || in.Shown[name] })
 	for _, p := range plans {
 		if !shownPools[p.Pool] {
 			continue

@@ -104,6 +104,41 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 			fmt.Fprintln(tw, "  "+u)
 		}
 	}
+	st.writeFaults(tw)
+	st.writeSlices(tw, at)
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tVOLUNTARY\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
+	for _, p := range st.Pools {
+		min := "-"
+		if p.MinNodes != nil {
+			min = fmt.Sprint(*p.MinNodes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", dash(p.Pool), p.Nodes, p.Pending, p.InMaintenance, p.Voluntary, p.Cap, min, at(p.NextWindow), p.Config)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nCluster: %d of %d nodes in voluntary maintenance (cap %d, which the pools share).\n", st.Cluster.Voluntary, st.Cluster.Nodes, st.Cluster.Cap)
+	return err
+}
+
+// writeFaults writes the faulty nodes' lines, if any.
+func (st Status) writeFaults(tw io.Writer) {
+	if len(st.Faults) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "FAULTY NODE\tPOOL\tBEHAVIOR\tSEEN BY\tREPAIR\tPOOL IN REPAIR")
+		for _, f := range st.Faults {
+			state := f.State
+			if f.Phase != "" && f.Phase != string(protocol.PhaseIdle) {
+				state += " (" + f.Phase + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d of %d\n", f.Node, dash(f.Pool), f.Behavior, f.Source, state, f.InRepair, f.MaxInRepair)
+		}
+	}
+}
+
+// writeSlices writes the multi-host slices' lines, if any.
+func (st Status) writeSlices(tw io.Writer, at func(*time.Time) string) {
 	if len(st.Slices) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "SLICE\tPOOL\tHOSTS\tWINDOW\tPHASES\tCAUSE\tDEADLINE\tPODS LEFT")
@@ -124,20 +159,6 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", ss.Slice, dash(ss.Pool), hosts, at(ss.WindowStart), strings.Join(phases, ","), cause, at(ss.Deadline), ss.PodsLeft)
 		}
 	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tVOLUNTARY\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
-	for _, p := range st.Pools {
-		min := "-"
-		if p.MinNodes != nil {
-			min = fmt.Sprint(*p.MinNodes)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", dash(p.Pool), p.Nodes, p.Pending, p.InMaintenance, p.Voluntary, p.Cap, min, at(p.NextWindow), p.Config)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\nCluster: %d of %d nodes in voluntary maintenance (cap %d, which the pools share).\n", st.Cluster.Voluntary, st.Cluster.Nodes, st.Cluster.Cap)
-	return err
 }
 
 // hostList names hosts, the first and last of a long list only.

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -56,6 +57,7 @@ func Why(in Input, n *corev1.Node) string {
 	if v, set := n.Labels[protocol.LabelPerformMaintenance]; set && !st.Active() {
 		say("%s=%s is set and not answered yet by the node's agent (is it running?).", protocol.LabelPerformMaintenance, v)
 	}
+	whyFault(in, n, st, say, at)
 	if f := st.Failures; f.Count > 0 {
 		say("Its last %d voluntary maintenance(s) failed (%s, last at %s); the aggregator does not pick it before %s.", f.Count, f.Reason, at(f.Last), at(f.RetryAfter))
 	}
@@ -78,4 +80,66 @@ func orNone(s, none string) string {
 		return none
 	}
 	return s
+}
+
+// whyFault says whether n is faulty and where its repair stands, as the
+// aggregator decides it, and how its last repair ended.
+func whyFault(in Input, n *corev1.Node, st protocol.AgentState, say func(string, ...any), at func(time.Time) string) {
+	views := make([]fleet.Node, 0, len(in.Nodes))
+	for _, m := range in.Nodes {
+		views = append(views, fleet.NodeOf(m, in.PoolLabel, in.SliceLabel))
+	}
+	for _, f := range faultStatus(in.Now, in.Config, views, func(name string) bool { return name == n.Name }) {
+		switch {
+		case f.State == "in repair":
+			say("It is faulty (%s, seen by %s: %s), and its repair is under way (%d of %d of its pool's nodes in repair).", f.Behavior, f.Source, f.Signal, f.InRepair, f.MaxInRepair)
+		case f.State == string(fleet.FaultInvalidRequest):
+			say("Its %s label names no fault behavior; the aggregator removes it.", protocol.LabelReportFaulty)
+		default:
+			say("It is faulty (%s, seen by %s: %s), tainted %s; its repair: %s (%d of %d of its pool's nodes in repair).", f.Behavior, f.Source, f.Signal, protocol.TaintFaulty, f.State, f.InRepair, f.MaxInRepair)
+		}
+	}
+	if r := st.LastRepair; r.Outcome != "" {
+		say("Its last repair after a fault ended %s at %s.", r.Outcome, at(r.Ended))
+	}
+}
+
+// FaultPreview says what reporting node faulty with behavior (and
+// description) would do now: whether the aggregator would approve its
+// repair at once or why it would wait, and how the agent would ask
+// Compute Engine.
+func FaultPreview(in Input, node, behavior, description string) string {
+	views := make([]fleet.Node, 0, len(in.Nodes))
+	var n *corev1.Node
+	for _, m := range in.Nodes {
+		v := fleet.NodeOf(m, in.PoolLabel, in.SliceLabel)
+		if m.Name == node {
+			n = m
+			v.ReportFaulty, v.ReportFaultySet, v.ReportDescription = behavior, true, description
+		}
+		views = append(views, v)
+	}
+	if n == nil {
+		return fmt.Sprintf("Node %s not found.", node)
+	}
+	st := protocol.ReadAgentState(n)
+	var parts []string
+	for _, f := range faultStatus(in.Now, in.Config, views, func(name string) bool { return name == node }) {
+		switch f.State {
+		case "in repair":
+			parts = append(parts, fmt.Sprintf("%s is already in repair (%s, seen by %s); the label would be removed as answered.", node, f.Behavior, f.Source))
+		case "approved at the next pass":
+			parts = append(parts, fmt.Sprintf("The aggregator would taint %s %s and approve its repair at once (%d of %d of the pool's nodes in repair now): its agent drains it, by %s, then asks Compute Engine.",
+				node, protocol.TaintFaulty, f.InRepair, f.MaxInRepair, in.Config.Faults(f.Pool).DrainTimeout))
+		default:
+			parts = append(parts, fmt.Sprintf("The aggregator would taint %s %s at once; its repair would wait: %s (%d of %d of the pool's nodes in repair now).",
+				node, protocol.TaintFaulty, f.State, f.InRepair, f.MaxInRepair))
+		}
+	}
+	how := "report its host with reportHostAsFaulty (" + behavior + ")"
+	if n := st.Notice; n.Status == maintenance.StatusPending && n.CanReschedule && lifecycle.BookedRepair(n) {
+		how = fmt.Sprintf("pull the repair Compute Engine booked (%s, window %s) forward with performMaintenance", strings.Join(n.Reasons, ", "), n.WindowStart.UTC().Format(time.RFC3339))
+	}
+	parts = append(parts, "Drained, the agent would "+how+".")
+	return strings.Join(parts, " ")
 }
