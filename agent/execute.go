@@ -41,7 +41,7 @@ func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried pro
 		a.startPerform(ctx, st, repair)
 	}
 	if dec.Repair != "" {
-		a.opts.Metrics.FaultRepair(repair.Behavior, dec.Repair)
+		a.opts.Metrics.FaultRepair(repair.Behavior, repair.Source, dec.Repair)
 		if dec.Repair == protocol.RepairDone && !repair.Approved.IsZero() {
 			a.opts.Metrics.RepairDuration(a.opts.Clock.Since(repair.Approved))
 		}

@@ -39,7 +39,7 @@ type Metrics interface {
 	// FaultRepair counts one outcome of a fault's repair (a
 	// protocol.Repair* value), by the fault's behavior; RepairDuration
 	// observes the time from its approval to the VM's return.
-	FaultRepair(behavior, outcome string)
+	FaultRepair(behavior, source, outcome string)
 	RepairDuration(d time.Duration)
 }
 
@@ -164,7 +164,7 @@ func (nopMetrics) SetNode(time.Time, time.Time, bool) {}
 
 func (nopMetrics) SetFailures(int) {}
 
-func (nopMetrics) FaultRepair(string, string) {}
+func (nopMetrics) FaultRepair(string, string, string) {}
 
 func (nopMetrics) RepairDuration(time.Duration) {}
 

@@ -126,5 +126,10 @@ func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecyc
 	}
 	caller := lifecycle.SliceCaller(hosts)
 	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
+	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault {
+		// A fault's repair stops the slice: it waits for the other hosts
+		// as a voluntary maintenance's call does.
+		caller = node.Name
+	}
 	obs.SliceWaiting, obs.SliceIncomplete, obs.SliceRecheck = lifecycle.SliceDrained(hosts, caller, obs.Now)
 }

@@ -251,7 +251,7 @@ func TestGKEExample(t *testing.T) {
 	}
 }
 
-func configMap(t *testing.T, ns, text string) {
+func configMap(t testing.TB, ns, text string) {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: ns}, Data: map[string]string{policy.ConfigKey: text}}
 	if _, err := world.Client.CoreV1().ConfigMaps(ns).Create(testworld.Ctx(t, 10*time.Second), cm, metav1.CreateOptions{}); err != nil {

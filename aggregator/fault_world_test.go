@@ -17,19 +17,20 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/gkeemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
-// faultPolicy finds a faulty GPU by the condition GPUUnhealthy held 2 s,
-// one node of the pool in repair at a time.
+// faultPolicy finds a faulty GPU by the condition GPUUnhealthy held for
+// the given time, one node of the pool in repair at a time.
 const faultPolicy = `
 pools:
   %s:
     faults:
       conditions:
       - type: GPUUnhealthy
-        for: 2s
+        for: %s
         behavior: UNRECOVERABLE_GPU_ERROR
       maxInRepair: "1"
       drainTimeout: 1m
@@ -44,13 +45,22 @@ type faultyPool struct {
 	names []string
 }
 
-func newFaultyPool(t *testing.T, ctx context.Context, pool string, size int) *faultyPool {
+func newFaultyPool(t testing.TB, ctx context.Context, pool string, size int) *faultyPool {
+	t.Helper()
+	return newFaultyPoolOf(t, ctx, pool, size, 2*time.Second, func(*testworld.NodeSpec) {})
+}
+
+// newFaultyPoolOf is newFaultyPool, the condition held for hold, each
+// node's spec changed by change.
+func newFaultyPoolOf(t testing.TB, ctx context.Context, pool string, size int, hold time.Duration, change func(*testworld.NodeSpec)) *faultyPool {
 	t.Helper()
 	fp := &faultyPool{p: newProcs(t, "--eviction-retry-interval", "1s"), vms: map[string]*vms.VM{}}
 	for i := range size {
 		name := fmt.Sprintf("%s-%d", pool, i)
 		fp.names = append(fp.names, name)
-		v, err := fp.p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool}, gceemu.Config{})
+		spec := testworld.NodeSpec{Name: name, Pool: pool}
+		change(&spec)
+		v, err := fp.p.f.Add(ctx, spec, gceemu.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +76,7 @@ func newFaultyPool(t *testing.T, ctx context.Context, pool string, size int) *fa
 		}
 	}
 	world.WaitNodes(t, fp.names, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
-	configMap(t, fp.p.ns, fmt.Sprintf(faultPolicy, pool))
+	configMap(t, fp.p.ns, fmt.Sprintf(faultPolicy, pool, hold))
 	fp.agg = testworld.FreeAddrT(t)
 	fp.p.aggregatorWith("agg-"+pool, fp.agg, "maintenance-handler")
 	return fp
@@ -74,7 +84,7 @@ func newFaultyPool(t *testing.T, ctx context.Context, pool string, size int) *fa
 
 // setCondition writes the GPUUnhealthy condition on name, as a fault
 // detector does (status "" removes it).
-func setCondition(t *testing.T, name string, status corev1.ConditionStatus) {
+func setCondition(t testing.TB, name string, status corev1.ConditionStatus) {
 	t.Helper()
 	ctx := testworld.Ctx(t, 30*time.Second)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -174,7 +184,7 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 		return !approved && protocol.HasTaintKey(n, protocol.TaintFaulty) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairPermissionDenied
 	})
 	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_compute_permission_denied_total{node_name="xid-1",node_pool_name="xid",permission="`+compute.ReportPermission+`"}`, 1)
-	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_fault_repairs_total{behavior="UNRECOVERABLE_GPU_ERROR",node_name="xid-1",node_pool_name="xid",outcome="permission_denied"}`, 1)
+	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_fault_repairs_total{behavior="UNRECOVERABLE_GPU_ERROR",node_name="xid-1",node_pool_name="xid",outcome="permission_denied",source="condition"}`, 1)
 	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
 		t.Errorf("the pod of %s is still running after its drain", second)
 	}
@@ -249,4 +259,80 @@ func TestFaultRepairAsksOnce(t *testing.T) {
 	if len(got) != 1 || got[0].RequestID != n.Annotations[protocol.AnnotationRequestID] {
 		t.Errorf("reports %+v; want one, with the request ID %s written before the first try", got, n.Annotations[protocol.AnnotationRequestID])
 	}
+}
+
+// TestFaultRepairThroughGKE: on GKE nodes that run GKE's own
+// report-and-replace flow (a stand-in here, as GKE documents it), the agent
+// drains in order first, then sets GKE's fault-behavior label, follows
+// GKE's status, and makes no Compute Engine call of its own; the VM's
+// return ends the repair. Where GKE's flow ends in Error, the label is
+// removed and the node stays faulty.
+func TestFaultRepairThroughGKE(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	gke := gkeemu.Start(ctx, world.Client)
+	fp := newFaultyPoolOf(t, ctx, "a3u", 2, 2*time.Second, func(s *testworld.NodeSpec) {
+		s.KubeletVersion = "v1.32.3-gke.1057001"
+		s.Labels = map[string]string{corev1.LabelInstanceTypeStable: "a3-ultragpu-8g"}
+	})
+	node := "a3u-0"
+	setCondition(t, node, corev1.ConditionTrue)
+	world.WaitPod(t, fp.p.ns, "train-"+node, "told to stop by the agent's drain", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	n := world.WaitNode(t, node, "reported by GKE: terminating", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	if n.Annotations[protocol.AnnotationRepairCall] != string(protocol.RepairGKE) || n.Labels[protocol.LabelReportAndReplaceOperation] == "" {
+		t.Errorf("repair call %q, GKE's operation %q; want GKE's flow, under way", n.Annotations[protocol.AnnotationRepairCall], n.Labels[protocol.LabelReportAndReplaceOperation])
+	}
+	world.WaitEvent(t, node, protocol.EventFaultReported, "GKE's report-and-replace")
+	if got := gke.Reports(); len(got) != 1 || got[0].Behavior != "XID" {
+		t.Errorf("GKE's reports %+v; want one, XID", got)
+	}
+	if calls := fp.vms[node].Emu.Calls(); len(calls) != 0 {
+		t.Errorf("Compute Engine calls %+v; want none: GKE reports", calls)
+	}
+	setCondition(t, node, "")
+	if err := fp.p.f.Reboot(ctx, fp.vms[node]); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNode(t, node, "back in service, GKE's flow done", func(n *corev1.Node) bool {
+		_, label := n.Labels[protocol.LabelFaultBehavior]
+		return inService(n) && !label && n.Labels[protocol.LabelReportAndReplaceStatus] == protocol.GKEStatusOperationDone
+	})
+
+	// GKE refuses the other node (not reservation-bound): Error.
+	gke.SetRefuse(true)
+	other := "a3u-1"
+	setCondition(t, other, corev1.ConditionTrue)
+	world.WaitEvent(t, other, protocol.EventFaultRepairFailed, "GKE's report-and-replace flow ended in Error")
+	world.WaitNode(t, other, "drained, faulty, GKE's label removed", func(n *corev1.Node) bool {
+		_, label := n.Labels[protocol.LabelFaultBehavior]
+		return !label && protocol.HasTaintKey(n, protocol.TaintFaulty) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairFailed
+	})
+}
+
+// BenchmarkFaultToRepair: a GPU node (a real agent, a real aggregator, the
+// shipped defaults but the policy's) whose detector's condition turns bad,
+// held 0 s: the time from the condition written to the first eviction
+// (its pod told to stop), and to Compute Engine's report.
+func BenchmarkFaultToRepair(b *testing.B) {
+	testworld.Need(b)
+	ctx := testworld.Ctx(b, 5*time.Minute)
+	fp := newFaultyPoolOf(b, ctx, "fbench", 1, 0, func(*testworld.NodeSpec) {})
+	node := "fbench-0"
+	b.ResetTimer()
+	start := time.Now()
+	setCondition(b, node, corev1.ConditionTrue)
+	world.WaitPod(b, fp.p.ns, "train-"+node, "told to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	evicted := time.Since(start)
+	world.WaitNode(b, node, "reported", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	})
+	b.StopTimer()
+	got := reports(fp.vms[node])
+	if len(got) != 1 {
+		b.Fatalf("reports %+v; want one", got)
+	}
+	b.ReportMetric(evicted.Seconds(), "s-condition-to-first-eviction")
+	b.ReportMetric(got[0].At.Sub(start).Seconds(), "s-condition-to-report")
 }

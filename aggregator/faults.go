@@ -6,9 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -73,42 +71,20 @@ type faultChange struct {
 // removed from a node no longer faulty. It returns whether each landed.
 func (a *Aggregator) writeFaults(ctx context.Context, changes map[string]faultChange, decidedOn map[string]*corev1.Node) map[string]bool {
 	names := slices.Sorted(maps.Keys(changes))
-	written := make([]bool, len(names))
-	var g errgroup.Group
-	g.SetLimit(inFlight)
-	for i, name := range names {
-		g.Go(func() error {
-			if ctx.Err() != nil || decidedOn[name] == nil {
-				return nil // leadership lost
-			}
-			n := decidedOn[name].DeepCopy()
-			c := changes[name]
-			switch {
-			case c.untaint:
-				setFaultyTaint(n, false)
-			case c.fault == nil:
-				consumeReport(n)
-			case c.fault.Reason == fleet.FaultInvalidRequest:
-				consumeReport(n)
-			case c.fault.Reason == fleet.FaultApproved:
-				consumeReport(n)
-				setFaultyTaint(n, true)
-				protocol.WriteRepairApproval(n, c.fault.Approval)
-			default:
-				setFaultyTaint(n, true)
-			}
-			if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
-				if !apierrors.IsConflict(err) {
-					a.log.Warn("fault decision not written", "node", name, "err", err)
-				}
-				a.poke()
-				return nil
-			}
-			written[i] = true
-			return nil
-		})
-	}
-	_ = g.Wait()
+	written := a.updateNodes(ctx, names, decidedOn, "fault decision", func(name string, n *corev1.Node) {
+		switch c := changes[name]; {
+		case c.untaint:
+			setFaultyTaint(n, false)
+		case c.fault == nil || c.fault.Reason == fleet.FaultInvalidRequest:
+			consumeReport(n)
+		case c.fault.Reason == fleet.FaultApproved:
+			consumeReport(n)
+			setFaultyTaint(n, true)
+			protocol.WriteRepairApproval(n, c.fault.Approval)
+		default:
+			setFaultyTaint(n, true)
+		}
+	})
 	landed := make(map[string]bool, len(names))
 	for i, name := range names {
 		landed[name] = written[i]

@@ -42,28 +42,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []fleet.Node, dec
 		}
 	}
 	sort.Strings(names)
-	written := make([]bool, len(names))
-	var g errgroup.Group
-	g.SetLimit(inFlight)
-	for i, name := range names {
-		g.Go(func() error {
-			if ctx.Err() != nil {
-				return nil // leadership lost
-			}
-			n := decidedOn[name].DeepCopy()
-			protocol.WriteSliceAsk(n, want[name])
-			if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
-				if !apierrors.IsConflict(err) {
-					a.log.Warn("slice ask not written", "node", name, "err", err)
-				}
-				a.poke()
-				return nil
-			}
-			written[i] = true
-			return nil
-		})
-	}
-	_ = g.Wait()
+	written := a.updateNodes(ctx, names, decidedOn, "slice ask", func(name string, n *corev1.Node) { protocol.WriteSliceAsk(n, want[name]) })
 	for i, name := range names {
 		if !written[i] {
 			continue
@@ -91,4 +70,35 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []fleet.Node, dec
 			a.nodeEvent(name, v.UID, false, protocol.EventSliceBack, fmt.Sprintf("Every host of the multi-host slice %s that stopped is back (%s was the cause); this host goes back in service", v.Ask.Slice, v.Ask.Cause))
 		}
 	}
+}
+
+// updateNodes writes change onto each of names (sorted), up to inFlight
+// at once, each conditional on the node being as the pass saw it
+// (decidedOn): a conflict, or another error (logged, what naming the
+// write), is retried by the next pass. It says, name by name, which
+// landed; none once leadership is lost.
+func (a *Aggregator) updateNodes(ctx context.Context, names []string, decidedOn map[string]*corev1.Node, what string, change func(string, *corev1.Node)) []bool {
+	written := make([]bool, len(names))
+	var g errgroup.Group
+	g.SetLimit(inFlight)
+	for i, name := range names {
+		g.Go(func() error {
+			if ctx.Err() != nil || decidedOn[name] == nil {
+				return nil // leadership lost
+			}
+			n := decidedOn[name].DeepCopy()
+			change(name, n)
+			if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
+				if !apierrors.IsConflict(err) {
+					a.log.Warn(what+" not written", "node", name, "err", err)
+				}
+				a.poke()
+				return nil
+			}
+			written[i] = true
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return written
 }

@@ -128,7 +128,7 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 				} else {
 					left--
 					plan.InRepair[pool]++
-					f.Approval.Approved, f.Approval.DrainTimeout = now, protocol.Duration(setting.DrainTimeout)
+					f.Approval.Approved, f.Approval.DrainTimeout, f.Approval.With = now, protocol.Duration(setting.DrainTimeout), setting.RepairWith
 					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair is approved: its agent drains it (by %s) and asks Compute Engine to repair the host",
 						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, setting.DrainTimeout)
 				}
@@ -159,11 +159,19 @@ func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fa
 		f.Approval = protocol.RepairApproval{Behavior: n.ReportFaulty, Source: protocol.FaultSourcePerson, Signal: signal}
 	default:
 		c, ok := heldCondition(now, setting, n, next)
-		if !ok {
+		switch {
+		case ok:
+			f.Approval = protocol.RepairApproval{Behavior: c.Behavior, Source: protocol.FaultSourceCondition,
+				Signal: fmt.Sprintf("the node condition %s has been %s for %s or more", c.Type, c.Status, c.For)}
+		case setting.Prediction != "" && n.PredictedToDegrade && !n.IdleSince.IsZero() && n.Busy == "":
+			// Acted on for idle nodes only, as opportunistic maintenance
+			// is: a prediction is no failure, and a busy node's work is
+			// worth more than the hours it may have left.
+			f.Approval = protocol.RepairApproval{Behavior: setting.Prediction, Source: protocol.FaultSourcePrediction,
+				Signal: fmt.Sprintf("GKE's node health prediction %s=false (likely to degrade within five hours), and the node is idle", protocol.LabelHealthPrediction)}
+		default:
 			return Fault{}, false
 		}
-		f.Approval = protocol.RepairApproval{Behavior: c.Behavior, Source: protocol.FaultSourceCondition,
-			Signal: fmt.Sprintf("the node condition %s has been %s for %s or more", c.Type, c.Status, c.For)}
 	}
 	switch {
 	case n.Underway:

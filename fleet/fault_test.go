@@ -96,3 +96,26 @@ pools:
 		}
 	}
 }
+
+// TestDecideFaultsOnPrediction: GKE's health prediction is acted on where
+// the policy opts in, for idle nodes only.
+func TestDecideFaultsOnPrediction(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    healthPrediction: PERFORMANCE\n    maxInRepair: \"5\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{
+		{Name: "idle", Pool: "a4", PredictedToDegrade: true, IdleSince: now.Add(-time.Hour)},
+		{Name: "busy", Pool: "a4", PredictedToDegrade: true, Busy: protocol.BusyAccelerators},
+		{Name: "healthy", Pool: "a4", IdleSince: now.Add(-time.Hour)},
+	}
+	plan := DecideFaults(now, cfg, nodes)
+	if len(plan.Faults) != 1 || plan.Faults[0].Node != "idle" || plan.Faults[0].Reason != FaultApproved ||
+		plan.Faults[0].Approval.Source != protocol.FaultSourcePrediction || plan.Faults[0].Approval.Behavior != protocol.BehaviorPerformance {
+		t.Errorf("faults %+v; want the idle predicted node approved, as PERFORMANCE from the prediction", plan.Faults)
+	}
+	if plan := DecideFaults(now, policy.Config{}, nodes); len(plan.Faults) != 0 {
+		t.Errorf("without the policy's opt-in: %+v, want none", plan.Faults)
+	}
+}

@@ -78,6 +78,9 @@ type Node struct {
 	ReportFaulty      string
 	ReportFaultySet   bool
 	ReportDescription string
+	// PredictedToDegrade: GKE's node health prediction says the node is
+	// likely to degrade soon (protocol.LabelHealthPrediction "false").
+	PredictedToDegrade bool
 	// Repair is the approval of the node's repair (nil for none), and
 	// FaultTaint whether the faulty taint is on it; LastRepair is how its
 	// last repair ended.
@@ -113,6 +116,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	v.FaultTaint, v.LastRepair = protocol.HasTaintKey(n, protocol.TaintFaulty), st.LastRepair
 	v.ReportFaulty, v.ReportFaultySet = n.Labels[protocol.LabelReportFaulty]
 	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]
+	v.PredictedToDegrade = n.Labels[protocol.LabelHealthPrediction] == "false"
 	v.Conditions = detectorConditions(n)
 	v.Voluntary = asked || st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)

@@ -18,6 +18,12 @@ func (d Decision) Apply(n *corev1.Node) bool {
 	if d.RemoveRepair {
 		protocol.ConsumeRepairApproval(n)
 	}
+	if d.FaultBehavior != "" {
+		n.Labels[protocol.LabelFaultBehavior] = d.FaultBehavior
+	}
+	if d.RemoveFaultBehavior {
+		delete(n.Labels, protocol.LabelFaultBehavior)
+	}
 	if d.Cordon {
 		n.Spec.Unschedulable = true
 	}

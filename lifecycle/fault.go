@@ -57,6 +57,12 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 			"The approval of this node's repair was withdrawn before Compute Engine was asked; the node is back in service (taint removed)")
 	default:
 		d.askRepair(cfg, obs)
+		if d.State.Phase == protocol.PhaseIdle {
+			// The repair ended without the VM stopping for it, while the
+			// VM's own maintenance, which it did not yield to once asked
+			// for, may be under way: that one starts now.
+			d.maintenanceStarts(cfg, obs)
+		}
 	}
 }
 
@@ -76,6 +82,10 @@ func (d *Decision) startRepair(obs Observation) {
 // how the call ends decides what follows.
 func (d *Decision) askRepair(cfg Config, obs Observation) {
 	sig, st, r := obs.Signals, d.State, obs.Perform
+	if st.RepairCall == protocol.RepairGKE {
+		d.followGKERepair(cfg, obs)
+		return
+	}
 	answered := r != nil && r.RequestID == st.RequestID
 	switch {
 	case answered && r.Err == nil:
@@ -96,25 +106,79 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 		// Asked before (by this agent or one before it), and the signals
 		// show the booked repair beginning: never ask twice.
 		d.repairAccepted(cfg, obs.Now, "the metadata server shows the booked repair starting")
+	case d.drainDone(cfg, obs) && st.Requested.IsZero() && d.sliceHoldsRepair(obs):
+		// Wait for the slice's other hosts, whose pods its stop ends.
 	case d.drainDone(cfg, obs) && sig.NoticeKnown:
 		if st.RepairCall == "" {
-			d.State.RepairCall = repairCallFor(sig)
+			d.State.RepairCall = repairCallFor(obs)
 		}
 		if st.Requested.IsZero() {
 			d.State.Requested = obs.Now
+		}
+		if d.State.RepairCall == protocol.RepairGKE {
+			d.followGKERepair(cfg, obs)
+			return
 		}
 		d.Perform = true
 	}
 }
 
-// repairCallFor is the method a drained faulty node asks with: a repair
-// Compute Engine booked already, pending and reschedulable, is pulled
-// forward; any other fault is reported.
-func repairCallFor(sig Signals) protocol.RepairCall {
-	if n := sig.Notice; sig.NoticePresent && n.Status == maintenance.StatusPending && n.CanReschedule && BookedRepair(n) {
+// sliceHoldsRepair: on a host of a multi-host slice, the repair waits
+// until every other host has drained (they drain by this host's deadline,
+// the slice's ask) or the slice can be told, so that the VM's stop cuts no
+// pod's grace on another host; never past the deadline, when it goes on.
+func (d *Decision) sliceHoldsRepair(obs Observation) bool {
+	if len(obs.SliceWaiting) == 0 && obs.SliceUnknown == "" || !obs.Now.Before(d.State.Deadline) {
+		return false
+	}
+	d.wakeAt(d.State.Deadline)
+	if !obs.SliceRecheck.IsZero() {
+		d.wakeAt(obs.SliceRecheck)
+	}
+	return true
+}
+
+// repairCallFor is how a drained faulty node asks: a repair Compute Engine
+// booked already, pending and reschedulable, is pulled forward; any other
+// fault goes through GKE's own flow where GKE runs it and the approval
+// allows it, else it is reported.
+func repairCallFor(obs Observation) protocol.RepairCall {
+	sig, with := obs.Signals, obs.Repair.With
+	switch {
+	case sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule && BookedRepair(sig.Notice):
 		return protocol.RepairPerformMaintenance
+	case with == protocol.RepairWithGKE || with == protocol.RepairWithAuto && obs.GKEReportsFaults:
+		return protocol.RepairGKE
 	}
 	return protocol.RepairReport
+}
+
+// followGKERepair: the drained node asks GKE's report-and-replace flow for
+// its repair (the fault-behavior label, kept on while it waits) and
+// follows GKE's status: the report under way is Compute Engine taking the
+// repair; Error, or no answer within GKERepairTimeout, fails it (the label
+// is removed, so that GKE does not act on it later).
+func (d *Decision) followGKERepair(cfg Config, obs Observation) {
+	st := d.State
+	giveUpAt := st.Requested.Add(cfg.GKERepairTimeout)
+	switch status := obs.GKERepairStatus; {
+	case status == protocol.GKEStatusOperationRunning || status == protocol.GKEStatusOperationDone:
+		d.repairAccepted(cfg, obs.Now, "GKE's report-and-replace flow reports the host: "+status)
+	case status == protocol.GKEStatusError:
+		d.RemoveFaultBehavior = true
+		d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed,
+			"GKE's report-and-replace flow ended in Error (its label "+protocol.LabelReportAndReplaceStatus+"); the node is drained and stays faulty; its repair is approved again after the pool's cool-down")
+	case !obs.Now.Before(giveUpAt):
+		d.RemoveFaultBehavior = true
+		d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
+			"GKE's report-and-replace flow did not report the host within %s of the label %s; the label is removed, the node is drained and stays faulty; its repair is approved again after the pool's cool-down",
+			cfg.GKERepairTimeout, protocol.LabelFaultBehavior))
+	default:
+		if obs.RepairSet {
+			d.FaultBehavior = protocol.GKEBehavior(obs.Repair.Behavior)
+		}
+		d.wakeAt(giveUpAt)
+	}
 }
 
 // BookedRepair: the notice is a repair Compute Engine booked (one of its
@@ -163,7 +227,7 @@ func (d *Decision) repairBack(before State, obs Observation) {
 	d.RemoveRepair = true
 	d.Repair = protocol.RepairDone
 	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
-	if before.Phase == protocol.PhaseTerminating {
+	if before.Reason == protocol.ReasonFault && before.Phase == protocol.PhaseTerminating {
 		d.Interruption = counted(protocol.FaultRepair)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/maintenance"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 var approval = protocol.RepairApproval{Behavior: protocol.BehaviorUnrecoverableGPUError, Source: protocol.FaultSourceCondition,
@@ -162,5 +164,98 @@ func TestStepFaultRepairYields(t *testing.T) {
 	preempted := approved(obs(with(func(s *Signals) { s.Preempted = true })))
 	if d := stepChecked(t, cfg, st, preempted); d.State.Reason != protocol.ReasonPreemption {
 		t.Fatalf("preempted: %+v, want the preemption to take over", d.State)
+	}
+}
+
+// TestStepFaultRepairThroughGKE: where GKE runs its report-and-replace
+// flow (or the approval says so), the drained node carries GKE's
+// fault-behavior label and follows GKE's status: the operation running is
+// the repair taken; Error, or no answer in time, fails it and removes the
+// label. A booked repair is still pulled forward first.
+func TestStepFaultRepairThroughGKE(t *testing.T) {
+	st := draining(protocol.ReasonFault, 30*time.Minute)
+	st.RequestID = "req-fault"
+	o := approved(obs(quiet()))
+	o.GKEReportsFaults = true
+	o = ran(cfg, st, o)
+	d := stepChecked(t, cfg, st, o)
+	if d.State.RepairCall != protocol.RepairGKE || d.Perform || d.FaultBehavior != "XID" || d.State.Phase != protocol.PhaseDraining ||
+		!d.WakeAt.Equal(t0.Add(cfg.GKERepairTimeout)) {
+		t.Fatalf("drained on a GKE node: %+v, want GKE's label XID and no call", d)
+	}
+	asked := d.State
+	for _, tc := range []struct {
+		status string
+		now    time.Duration
+		phase  protocol.Phase
+		remove bool
+	}{
+		{status: protocol.GKEStatusPodsEvicted, phase: protocol.PhaseDraining},
+		{status: protocol.GKEStatusOperationRunning, phase: protocol.PhaseTerminating},
+		{status: protocol.GKEStatusError, phase: protocol.PhaseIdle, remove: true},
+		{status: "", now: cfg.GKERepairTimeout, phase: protocol.PhaseIdle, remove: true},
+	} {
+		o := o
+		o.GKERepairStatus, o.Now = tc.status, t0.Add(tc.now)
+		d := stepChecked(t, cfg, asked, o)
+		if d.State.Phase != tc.phase || d.RemoveFaultBehavior != tc.remove || d.Perform {
+			t.Errorf("GKE's status %q at +%s: phase %s, remove the label %t; want %s, %t", tc.status, tc.now, d.State.Phase, d.RemoveFaultBehavior, tc.phase, tc.remove)
+		}
+	}
+	o.Repair.With = protocol.RepairWithCompute
+	if d := stepChecked(t, cfg, st, o); d.State.RepairCall != protocol.RepairReport || !d.Perform {
+		t.Errorf("repairWith compute on a GKE node: %+v, want a report", d.State)
+	}
+	o.Repair.With = protocol.RepairWithGKE
+	o.GKEReportsFaults = false
+	if d := stepChecked(t, cfg, st, o); d.State.RepairCall != protocol.RepairGKE {
+		t.Errorf("repairWith gke: %+v, want GKE's flow", d.State)
+	}
+}
+
+// TestGKEReportsFaults: GKE's kubelet 1.32.3-gke.1057001 or later, on the
+// families GKE documents.
+func TestGKEReportsFaults(t *testing.T) {
+	for _, tc := range []struct {
+		kubelet, machine string
+		want             bool
+	}{
+		{"v1.32.3-gke.1057001", "a3-ultragpu-8g", true},
+		{"v1.33.1-gke.100", "a4-highgpu-8g", true},
+		{"v1.32.3-gke.1057000", "a3-megagpu-8g", false},
+		{"v1.32.2-gke.9999999", "a3-highgpu-8g", false},
+		{"v1.34.0", "a3-highgpu-8g", false},
+		{"v1.33.1-gke.100", "g2-standard-48", false},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{corev1.LabelInstanceTypeStable: tc.machine}},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{KubeletVersion: tc.kubelet}}}
+		if got := GKEReportsFaults(n); got != tc.want {
+			t.Errorf("%s on %s: %t, want %t", tc.kubelet, tc.machine, got, tc.want)
+		}
+	}
+}
+
+// TestStepFaultRepairEndsIntoTheVMsOwn: a report refused while the VM's
+// own host maintenance is served (which the repair no longer yields to
+// once asked) starts that maintenance in the same step; a preemption that
+// took a repair over is counted once, not again as the repair when the VM
+// comes back.
+func TestStepFaultRepairEndsIntoTheVMsOwn(t *testing.T) {
+	st := draining(protocol.ReasonFault, 30*time.Minute)
+	st.RequestID, st.RepairCall, st.Requested = "req-fault", protocol.RepairReport, t0
+	o := approved(obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate })))
+	o.Perform = &PerformResult{RequestID: "req-fault", Err: errors.New("400"), Outcome: protocol.ManualRefused}
+	o = ran(cfg, st, o)
+	d := stepChecked(t, cfg, st, o)
+	if d.State.Phase != protocol.PhaseDraining || d.State.Reason != protocol.ReasonHostMaintenance || d.Uncordon || d.State.LastRepair.Outcome != protocol.RepairRefused {
+		t.Errorf("refused during host maintenance: %+v; want the host maintenance drained, the repair's end remembered", d.State)
+	}
+
+	preempted := draining(protocol.ReasonPreemption, 30*time.Second)
+	preempted.Phase, preempted.RequestID = protocol.PhaseTerminating, "req-fault"
+	back := approved(obs(quiet()))
+	back.BootID = bootB
+	if d := stepChecked(t, cfg, preempted, back); d.Interruption != nil || !d.RemoveRepair {
+		t.Errorf("back from a preemption that took the repair over: counted %v, removed the approval %t; want nothing counted again", d.Interruption, d.RemoveRepair)
 	}
 }

@@ -105,3 +105,45 @@ func gkeAtLeast(kubeletVersion string, minor int) bool {
 	got, err2 := strconv.Atoi(parts[1])
 	return err1 == nil && err2 == nil && (major > 1 || major == 1 && got >= minor)
 }
+
+// GKEReportsFaults reports whether GKE runs its own report-and-replace
+// flow on n (protocol.LabelFaultBehavior): GKE's kubelet 1.32.3-gke.1057001
+// or later, on a machine of the families GKE documents it for (A3 High,
+// A3 Mega, A3 Ultra, A4, A4X; instance types a3-highgpu-8g,
+// a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g, a4x-highgpu-4g and their
+// like). GKE also requires the node to consume a reservation, which the
+// Node does not show: a report GKE refuses for that ends in its Error
+// status, and the repair is asked of Compute Engine after the cool-down
+// only if the pool's policy says repairWith: compute.
+func GKEReportsFaults(n *corev1.Node) bool {
+	t := n.Labels[corev1.LabelInstanceTypeStable]
+	family := strings.HasPrefix(t, "a3-highgpu-") || strings.HasPrefix(t, "a3-megagpu-") || strings.HasPrefix(t, "a3-ultragpu-") ||
+		strings.HasPrefix(t, "a4-") || strings.HasPrefix(t, "a4x-")
+	return family && gkeVersionAtLeast(n.Status.NodeInfo.KubeletVersion, 1, 32, 3, 1057001)
+}
+
+// gkeVersionAtLeast: kubeletVersion is GKE's kubelet ("v1.32.3-gke.1057001")
+// at major.minor.patch-gke.build or later.
+func gkeVersionAtLeast(kubeletVersion string, want ...int) bool {
+	v, ok := strings.CutPrefix(kubeletVersion, "v")
+	semver, build, gke := strings.Cut(v, "-gke.")
+	if !ok || !gke {
+		return false
+	}
+	parts := strings.SplitN(semver, ".", 3)
+	build, _, _ = strings.Cut(build, "-")
+	parts = append(parts, build)
+	if len(parts) != len(want) {
+		return false
+	}
+	for i, p := range parts {
+		got, err := strconv.Atoi(p)
+		if err != nil {
+			return false
+		}
+		if got != want[i] {
+			return got > want[i]
+		}
+	}
+	return true
+}

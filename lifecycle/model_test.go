@@ -59,6 +59,14 @@ type model struct {
 	// What a person did: cordoned the node while it was idle.
 	personCordoned bool
 
+	// faults: the aggregator approves and withdraws repairs of this node
+	// and GKE's report-and-replace flow may answer (gke); frng draws
+	// those, so that a model without faults draws as it did before they
+	// were modelled. gkeStatus is GKE's progress label.
+	faults, gke bool
+	frng        *rand.Rand
+	gkeStatus   string
+
 	// Bookkeeping for the invariants.
 	maint         int                     // numbers the maintenances, from Idle to Idle
 	calledFor     map[int]map[string]bool // maintenance -> request IDs called
@@ -93,7 +101,30 @@ func newModel(seed uint64) *model {
 	m.served.EventNotServed = m.tpu
 	m.sliceHost = m.rng.IntN(3) == 0
 	m.chipsKnown = !m.sliceHost || m.rng.IntN(2) == 0
+	m.frng = rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	m.faults = m.frng.IntN(2) == 0
+	m.gke = m.faults && m.frng.IntN(3) == 0
 	return m
+}
+
+// faultEvent: the aggregator approves the node's repair or withdraws the
+// approval, or GKE's flow moves on.
+func (m *model) faultEvent() {
+	switch r := m.frng.IntN(6); {
+	case r < 3:
+		with := []string{protocol.RepairWithAuto, protocol.RepairWithCompute, protocol.RepairWithGKE}[m.frng.IntN(3)]
+		protocol.WriteRepairApproval(m.node, protocol.RepairApproval{Behavior: protocol.BehaviorUnrecoverableGPUError, Source: protocol.FaultSourceCondition,
+			Approved: m.now, DrainTimeout: protocol.Duration(30 * time.Minute), With: with})
+		m.logf("aggregator: repair approved (with %q)", with)
+	case r < 4:
+		protocol.ConsumeRepairApproval(m.node)
+		m.logf("aggregator: approval removed")
+	default:
+		if _, asked := m.node.Labels[protocol.LabelFaultBehavior]; asked || m.frng.IntN(4) == 0 {
+			m.gkeStatus = []string{protocol.GKEStatusPodsEvicted, protocol.GKEStatusOperationRunning, protocol.GKEStatusError, ""}[m.frng.IntN(4)]
+			m.logf("gke: report-and-replace status %q", m.gkeStatus)
+		}
+	}
 }
 
 // sliceEvent: the slice changes: the device plugin registers this host's
@@ -152,6 +183,10 @@ func (m *model) event() {
 	// A moment passes between two happenings: the agent keys a drain by
 	// its start time, which a real clock never repeats.
 	m.now = m.now.Add(time.Second)
+	if m.faults && m.frng.IntN(8) == 0 {
+		m.faultEvent()
+		return
+	}
 	switch r := m.rng.IntN(100); {
 	case r < 30: // the metadata server's answers change
 		m.changeServed()
@@ -314,13 +349,15 @@ func (m *model) answerCall() {
 func (m *model) observation(st State) Observation {
 	m.requestSeq++
 	obs := Observation{
-		Now:         m.now,
-		Signals:     m.known,
-		MachineView: MachineView{BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion, Unschedulable: m.node.Spec.Unschedulable},
+		Now:     m.now,
+		Signals: m.known,
+		MachineView: MachineView{BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion, Unschedulable: m.node.Spec.Unschedulable,
+			GKEReportsFaults: m.gke, GKERepairStatus: m.gkeStatus},
 		PodsView:    PodsView{PodsKnown: true, Idle: true},
 		TriggerView: TriggerView{RequestID: fmt.Sprintf("req-%d", m.requestSeq)},
 	}
 	obs.Trigger, obs.TriggerSet, _ = protocol.ReadTrigger(m.node)
+	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(m.node)
 	obs.DrainEnded, obs.DrainLeft = m.drainEnded, m.drainLeft
 	if m.sliceHost && !m.chipsKnown {
 		obs.SliceUnknown = "its TPU topology 2x2x2 may span several hosts"
@@ -416,26 +453,37 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 	st := protocol.ReadAgentState(m.node)
 	k := m.known
 	forced := obs.SliceAskSet && obs.SliceAsk.Reason != protocol.ReasonManual
+	// A fault's repair waits for the slice until its deadline, no longer.
+	faultDue := st.Reason == protocol.ReasonFault && !m.now.Before(st.Deadline)
 	switch {
-	case dec.Perform && obs.SliceUnknown != "":
+	case dec.Perform && obs.SliceUnknown != "" && !faultDue:
 		m.fail(t, "asked Compute Engine while the node's slice cannot be told: %s", obs.SliceUnknown)
-	case dec.Perform && st.Requested.Equal(m.now) && len(obs.SliceWaiting) > 0:
+	case dec.Perform && st.Requested.Equal(m.now) && len(obs.SliceWaiting) > 0 && !faultDue:
 		m.fail(t, "asked Compute Engine while %v still drain for the slice", obs.SliceWaiting)
-	case forced && before.Requested.IsZero() && (dec.Perform || !dec.Drain.IsZero() && dec.Drain.Voluntary):
+	case forced && before.Requested.IsZero() && st.Reason != protocol.ReasonFault && (dec.Perform || !dec.Drain.IsZero() && dec.Drain.Voluntary):
+		// (A fault's repair is still asked for: the host comes back faulty
+		// otherwise.)
 		m.fail(t, "the slice stops by force (%s), and this host asks Compute Engine (%t) or drains voluntarily (%+v)", obs.SliceAsk.Reason, dec.Perform, dec.Drain)
 	case forced && before.Requested.IsZero() && dec.State.Failures.Count > before.Failures.Count:
 		m.fail(t, "a failure recorded (%s) while the slice stops by force", dec.Manual)
 	}
 	if st.Phase == protocol.PhaseIdle && (k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted) {
-		m.fail(t, "idle while TERMINATE_ON_HOST_MAINTENANCE or preemption is served: %+v", k)
+		m.fail(t, "idle while TERMINATE_ON_HOST_MAINTENANCE or preemption is served: %+v (was %s %s requested %s call %s; events %v; repair %q)", k, before.Phase, before.Reason, before.Requested, before.RepairCall, dec.Events, dec.Repair)
 	}
 	if before.Phase == protocol.PhaseIdle && st.Phase != protocol.PhaseIdle {
 		started := k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted ||
 			k.NoticeKnown && k.NoticePresent && k.Notice.Status == maintenance.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted ||
-			obs.SliceAskSet
+			obs.SliceAskSet || dec.Repair == protocol.RepairStarted && obs.RepairSet
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}
+	}
+	if _, asked := m.node.Labels[protocol.LabelFaultBehavior]; asked && (st.Reason != protocol.ReasonFault || st.RepairCall != protocol.RepairGKE) &&
+		before.Reason == protocol.ReasonFault && before.RepairCall == protocol.RepairGKE && st.Phase == protocol.PhaseIdle && dec.Repair != protocol.RepairDone {
+		m.fail(t, "GKE's fault-behavior label left behind by a repair that failed (%s)", dec.Repair)
+	}
+	if dec.Perform && st.RepairCall == protocol.RepairGKE {
+		m.fail(t, "a Compute Engine call asked for a repair GKE's flow makes")
 	}
 	if len(m.calledFor[m.maint]) > 1 {
 		m.fail(t, "more than one performMaintenance request for one maintenance: %v", m.calledFor[m.maint])
@@ -470,6 +518,8 @@ func (m *model) settle(t *testing.T) {
 	m.restartAgent()
 	m.known = quiet()
 	delete(m.node.Labels, protocol.LabelPerformMaintenance)
+	protocol.ConsumeRepairApproval(m.node)
+	m.gkeStatus = ""
 	m.ask, m.siblingsWaiting, m.chipsKnown = nil, false, true
 	m.logf("settle: reboot, quiet, trigger removed, the slice whole and its chips registered")
 	for range 4 {
@@ -510,7 +560,8 @@ var regressionSeeds = []struct {
 	histories int
 	what      string
 }{
-	{220040227790608171, 3000, "a reboot ends a manual maintenance in the pass that begins the slice's: what it counts is the manual one's"},
+	{220040227790608171, 3000, "a reboot ends a manual maintenance in the pass that begins the slice's: what it counts is the manual one's; and (with faults modelled) a preemption that took a fault's repair over, drained, was counted again as the repair when the VM came back"},
+	{5827604864258396149, 100, "a fault's report refused while TERMINATE_ON_HOST_MAINTENANCE was served left the node idle: the host maintenance it did not yield to once asked must start"},
 }
 
 // TestStateMachineModelRegressions replays regressionSeeds.

@@ -73,6 +73,11 @@ type MachineView struct {
 	// opening is its host maintenance signal, whatever maintenance-event
 	// answers.
 	TPU bool
+	// GKEReportsFaults: GKE runs its own report-and-replace flow on the
+	// node (GKEReportsFaults), and GKERepairStatus is its progress (the
+	// report-and-replace-status label; "" for none).
+	GKEReportsFaults bool
+	GKERepairStatus  string
 }
 
 // PodsView is what the node runs, and how its drain went.

@@ -57,6 +57,10 @@ type Config struct {
 	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
 	// an older one was decided about a node that may have changed since.
 	TriggerMaxAge time.Duration
+	// GKERepairTimeout bounds the time from GKE's fault-behavior label to
+	// GKE's status showing the report under way: past it, the repair has
+	// failed.
+	GKERepairTimeout time.Duration
 	// IgnoreGKEHandler: the agent handles every maintenance itself, even
 	// one GKE's own handler is seen handling. False (the default): such a
 	// maintenance is left to GKE's handler (leaveToGKE).
@@ -65,7 +69,7 @@ type Config struct {
 
 // DefaultConfig is what Compute Engine documents.
 var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, OngoingDeadline: 5 * time.Minute, ManualDrainTimeout: DefaultManualDrainTimeout,
-	ManualStartTimeout: 15 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
+	ManualStartTimeout: 15 * time.Minute, GKERepairTimeout: 30 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
 
 // WithDefaults fills every zero field from DefaultConfig: a zero deadline
 // would evict every pod at once.
@@ -76,6 +80,7 @@ func (c Config) WithDefaults() Config {
 		{&c.OngoingDeadline, &DefaultConfig.OngoingDeadline},
 		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
 		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
+		{&c.GKERepairTimeout, &DefaultConfig.GKERepairTimeout},
 		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
 		{&c.FailureCooldown, &DefaultConfig.FailureCooldown},
 		{&c.MaxFailureCooldown, &DefaultConfig.MaxFailureCooldown},
@@ -132,6 +137,11 @@ type Decision struct {
 	// if any (a protocol.Repair* value).
 	RemoveRepair bool
 	Repair       string
+	// FaultBehavior, when set, is GKE's fault-behavior label to put on
+	// the Node (GKE's report-and-replace flow asked for); RemoveFaultBehavior
+	// removes it (that flow failed).
+	FaultBehavior       string
+	RemoveFaultBehavior bool
 	// WakeAt, when set, is when to step again though nothing changes.
 	WakeAt time.Time
 	// Drain is the drain that must be running now; zero when none must.

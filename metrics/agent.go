@@ -90,8 +90,8 @@ func NewAgent(reg prometheus.Registerer) *Agent {
 			Help: "Compute Engine calls refused (403) because the node's service account lacks an IAM permission, by the permission: compute.instances.performMaintenance (the maintenance was not started) or compute.zoneOperations.get (its operation could not be followed).",
 		}, []string{"permission"}),
 		FaultRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "fault_repairs_total",
-			Help: "Repairs of this node's host after a fault, by the fault's behavior (" + strings.Join(protocol.FaultBehaviors, ", ") + ") and outcome: started (the drain began), accepted (Compute Engine took the report, or the booked repair pulled forward), repaired (the VM came back), failed, permission_denied, refused (the call failed; the node stays tainted faulty), cancelled (the approval was withdrawn before the call).",
-		}, []string{"behavior", "outcome"}),
+			Help: "Repairs of this node's host after a fault, by the fault's behavior (" + strings.Join(protocol.FaultBehaviors, ", ") + "), where it was seen (" + strings.Join(protocol.FaultSources, ", ") + ") and outcome: started (the drain began), accepted (Compute Engine took the report, or the booked repair pulled forward), repaired (the VM came back), failed, permission_denied, refused (the call failed; the node stays tainted faulty), cancelled (the approval was withdrawn before the call).",
+		}, []string{"behavior", "source", "outcome"}),
 		RepairDurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "fault_repair_duration_seconds",
 			Help: "Time from the approval of a fault's repair to the VM's return from it.", Buckets: []float64{60, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600, 3 * 86400, 7 * 86400, 14 * 86400}}),
 	}
@@ -180,8 +180,8 @@ func (m *Agent) DrainDuration(d time.Duration) { m.DrainDurationSeconds.Observe(
 func (m *Agent) ManualTrigger(outcome string) { m.ManualTriggers.WithLabelValues(outcome).Inc() }
 
 // FaultRepair counts one outcome of a fault's repair.
-func (m *Agent) FaultRepair(behavior, outcome string) {
-	m.FaultRepairs.WithLabelValues(behavior, outcome).Inc()
+func (m *Agent) FaultRepair(behavior, source, outcome string) {
+	m.FaultRepairs.WithLabelValues(behavior, source, outcome).Inc()
 }
 
 // RepairDuration observes the time from a repair's approval to the VM's

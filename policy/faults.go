@@ -24,6 +24,14 @@ type Faults struct {
 	// Cooldown is how long after a node's repair ended (however it ended)
 	// a condition may start another; a person's request is not held by it.
 	Cooldown time.Duration
+	// Prediction, when set, acts on GKE's node health prediction: an idle
+	// node predicted to degrade is repaired as this behavior (off by
+	// default).
+	Prediction string
+	// RepairWith says how a drained node asks for its repair: "" (auto:
+	// GKE's report-and-replace flow where GKE runs it, else Compute
+	// Engine), "compute" or "gke" (protocol.RepairWith).
+	RepairWith string
 }
 
 // FaultCondition is one node condition that says a node is faulty.
@@ -59,6 +67,10 @@ type faultsFile struct {
 	DrainTimeout string               `json:"drainTimeout,omitempty"`
 	MaxInRepair  string               `json:"maxInRepair,omitempty"`
 	Cooldown     string               `json:"cooldown,omitempty"`
+	RepairWith   string               `json:"repairWith,omitempty"`
+	// HealthPrediction is the behavior an idle node GKE predicts to
+	// degrade is repaired as ("" or "off": not acted on).
+	HealthPrediction string `json:"healthPrediction,omitempty"`
 }
 
 type faultConditionFile struct {
@@ -89,6 +101,20 @@ func parseFaults(where string, f *faultsFile) (*Faults, error) {
 	}
 	duration("drainTimeout", f.DrainTimeout, &out.DrainTimeout, false)
 	duration("cooldown", f.Cooldown, &out.Cooldown, true)
+	switch p := f.HealthPrediction; {
+	case p == "" || p == "off":
+	case protocol.ValidBehavior(p):
+		out.Prediction = p
+	default:
+		errs = append(errs, fmt.Errorf("%s.healthPrediction %q: want off or one of %v", where, p, protocol.FaultBehaviors))
+	}
+	switch f.RepairWith {
+	case "auto", "":
+	case protocol.RepairWithCompute, protocol.RepairWithGKE:
+		out.RepairWith = f.RepairWith
+	default:
+		errs = append(errs, fmt.Errorf("%s.repairWith %q: want auto, compute or gke", where, f.RepairWith))
+	}
 	if f.MaxInRepair != "" {
 		b, err := ParseBudget(where+".maxInRepair", f.MaxInRepair)
 		if err != nil {

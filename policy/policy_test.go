@@ -221,6 +221,7 @@ pools:
     faults:
       drainTimeout: 10m
       cooldown: 0s
+      repairWith: gke
   bad:
     faults:
       conditions:
@@ -228,6 +229,7 @@ pools:
         status: Maybe
         behavior: XID
       drainTimeout: soon
+      repairWith: smoke
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -237,11 +239,11 @@ pools:
 	if d := cmp.Diff(want, cfg.Faults("a3")); d != "" {
 		t.Errorf("the cluster's faults (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff(Faults{DrainTimeout: 10 * time.Minute, MaxInRepair: Budget{Count: 1}}, cfg.Faults("tpu")); d != "" {
+	if d := cmp.Diff(Faults{DrainTimeout: 10 * time.Minute, MaxInRepair: Budget{Count: 1}, RepairWith: "gke"}, cfg.Faults("tpu")); d != "" {
 		t.Errorf("the pool's faults (-want +got):\n%s", d)
 	}
 	bad := cfg.PoolErrors["bad"]
-	for _, want := range []string{"conditions[0].type", "status \"Maybe\"", "behavior \"XID\"", "drainTimeout \"soon\""} {
+	for _, want := range []string{"conditions[0].type", "status \"Maybe\"", "behavior \"XID\"", "drainTimeout \"soon\"", "repairWith \"smoke\""} {
 		if bad == nil || !strings.Contains(bad.Error(), want) {
 			t.Errorf("the bad pool's error %v does not say %s", bad, want)
 		}

@@ -39,10 +39,19 @@ const (
 	FaultSourceCondition = "condition"
 	// FaultSourcePerson: a person asked (LabelReportFaulty).
 	FaultSourcePerson = "person"
+	// FaultSourcePrediction: GKE's node health prediction says the node
+	// is likely to degrade soon (LabelHealthPrediction false), and it is
+	// idle.
+	FaultSourcePrediction = "prediction"
 )
 
 // FaultSources lists them.
-var FaultSources = []string{FaultSourceCondition, FaultSourcePerson}
+var FaultSources = []string{FaultSourceCondition, FaultSourcePerson, FaultSourcePrediction}
+
+// LabelHealthPrediction is GKE's node health prediction, on
+// reservation-bound A3 Ultra, A4 and A4X nodes, refreshed every 10
+// minutes: "false" says the node is likely to degrade within five hours.
+const LabelHealthPrediction = "gke.google.com/recommended-to-run-large-training-workload"
 
 // The keys of a fault's repair.
 const (
@@ -78,6 +87,11 @@ const (
 type RepairApproval struct {
 	// Behavior is the fault's (one of FaultBehaviors).
 	Behavior string `json:"behavior"`
+	// With says how the repair is asked for: RepairWithCompute (the
+	// agent calls Compute Engine), RepairWithGKE (GKE's own flow, through
+	// its fault-behavior label), or "" (auto: GKE's where the node
+	// supports it).
+	With string `json:"with,omitempty"`
 	// Source is where it was seen (one of FaultSources), and Signal what
 	// was seen, in words; both go to Compute Engine in the report's
 	// description.
@@ -118,7 +132,7 @@ func ReadRepairApproval(n *corev1.Node) (RepairApproval, bool) {
 
 func decodeRepairApproval(raw string) (RepairApproval, bool) {
 	var f RepairApproval
-	if json.Unmarshal([]byte(raw), &f) != nil || !ValidBehavior(f.Behavior) || f.DrainTimeout <= 0 {
+	if json.Unmarshal([]byte(raw), &f) != nil || !ValidBehavior(f.Behavior) || f.DrainTimeout <= 0 || !slices.Contains(RepairWith, f.With) {
 		return RepairApproval{}, false
 	}
 	return f, true
@@ -134,10 +148,24 @@ func WriteRepairApproval(n *corev1.Node, f RepairApproval) {
 	n.Annotations[AnnotationFaultRepair] = string(raw)
 }
 
-// RepairCall is the Compute Engine method a repair asks with.
+// How a repair is asked for (RepairApproval.With).
+const (
+	RepairWithAuto    = ""
+	RepairWithCompute = "compute"
+	RepairWithGKE     = "gke"
+)
+
+// RepairWith lists them.
+var RepairWith = []string{RepairWithAuto, RepairWithCompute, RepairWithGKE}
+
+// RepairCall is how a repair asks: a Compute Engine method, or GKE's own
+// flow.
 type RepairCall string
 
 const (
+	// RepairGKE: GKE's report-and-replace flow, asked for with its
+	// LabelFaultBehavior and followed through its status label.
+	RepairGKE RepairCall = "gke-report-and-replace"
 	// RepairReport: instances.reportHostAsFaulty.
 	RepairReport RepairCall = "reportHostAsFaulty"
 	// RepairPerformMaintenance: instances.performMaintenance, which pulls
@@ -148,7 +176,7 @@ const (
 // readRepairCall reads AnnotationRepairCall; a value it does not know is
 // none.
 func readRepairCall(s string) RepairCall {
-	if c := RepairCall(s); c == RepairReport || c == RepairPerformMaintenance {
+	if c := RepairCall(s); c == RepairReport || c == RepairPerformMaintenance || c == RepairGKE {
 		return c
 	}
 	return ""
@@ -203,4 +231,42 @@ func decodeLastFaultRepair(raw string) LastFaultRepair {
 // ConsumeRepairApproval removes the approval once the agent is done with it.
 func ConsumeRepairApproval(n *corev1.Node) {
 	delete(n.Annotations, AnnotationFaultRepair)
+}
+
+// GKE's report-and-replace flow (GKE 1.32.3-gke.1057001 and later, on
+// reservation-bound A3 High, A3 Mega, A3 Ultra, A4, A4X and later
+// families): a label asks for it; GKE taints the node, evicts its pods,
+// reports the host, waits for the VM to return, then clears its taint
+// and the label; two labels of its own say how far it is.
+const (
+	// LabelFaultBehavior asks GKE to report the node's host (a
+	// GKEBehavior value); the agent sets it on its own Node once the node
+	// is drained, and removes it only if GKE's flow failed.
+	LabelFaultBehavior = "cloud.google.com/fault-behavior"
+	// LabelReportAndReplaceStatus is GKE's progress: one of the GKEStatus*
+	// values.
+	LabelReportAndReplaceStatus = "cloud.google.com/report-and-replace-status"
+	// LabelReportAndReplaceOperation names GKE's Compute Engine operation.
+	LabelReportAndReplaceOperation = "cloud.google.com/report-and-replace-operation"
+)
+
+// The values of LabelReportAndReplaceStatus.
+const (
+	GKEStatusPodsEvicted      = "PodsEvicted"
+	GKEStatusOperationRunning = "OperationRUNNING"
+	GKEStatusOperationDone    = "OperationDone"
+	GKEStatusError            = "Error"
+)
+
+// GKEBehavior is behavior as GKE's fault-behavior label spells it.
+func GKEBehavior(behavior string) string {
+	switch behavior {
+	case BehaviorPerformance:
+		return "PERFORMANCE"
+	case BehaviorSilentDataCorruption:
+		return "SDC"
+	case BehaviorUnrecoverableGPUError:
+		return "XID"
+	}
+	return "unspecified"
 }

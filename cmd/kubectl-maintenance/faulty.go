@@ -20,7 +20,7 @@ func (a *app) reportFaultyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "report-faulty NODE --behavior BEHAVIOR",
 		Short: "Ask for a faulty node's repair: drained in order, its host reported to Compute Engine, back when the VM returns",
-		Long: `Ask for a faulty node's repair: the label maintenance-handler.io/report-faulty=BEHAVIOR
+		Long: `Ask for a faulty node's repair: the label ` + protocol.LabelReportFaulty + `=BEHAVIOR
 (and your --description). The aggregator taints the node faulty at once and approves its repair
 within the pool's maxInRepair; the node's agent drains it in order, then asks Compute Engine to
 repair the host (reportHostAsFaulty, or performMaintenance for a repair Compute Engine booked).

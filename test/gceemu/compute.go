@@ -217,10 +217,22 @@ func (s *Server) authorized(r *http.Request) bool {
 }
 
 func (s *Server) performMaintenance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
+	s.answerCall(w, s.callOf(r, "performMaintenance", project, zone, instance), func(call Call) (int, string, string, operation) {
+		return s.acceptPerformMaintenance(call, r)
+	})
+}
+
+// callOf is the Call r makes of method on an instance.
+func (s *Server) callOf(r *http.Request, method, project, zone, instance string) Call {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	call := Call{Method: "performMaintenance", Project: project, Zone: zone, Instance: instance, Token: token,
+	return Call{Method: method, Project: project, Zone: zone, Instance: instance, Token: token,
 		RequestID: r.URL.Query().Get("requestId"), At: s.clock.Now()}
-	status, reason, msg, op := s.acceptPerformMaintenance(call, r)
+}
+
+// answerCall records call with the status accept decides, and answers
+// with the operation or the error.
+func (s *Server) answerCall(w http.ResponseWriter, call Call, accept func(Call) (status int, reason, msg string, op operation)) {
+	status, reason, msg, op := accept(call)
 	call.Status = status
 	s.mu.Lock()
 	s.compute.calls = append(s.compute.calls, call)
@@ -229,7 +241,7 @@ func (s *Server) performMaintenance(w http.ResponseWriter, r *http.Request, proj
 		computeError(w, status, reason, msg)
 		return
 	}
-	s.writeOperation(w, project, zone, op)
+	s.writeOperation(w, call.Project, call.Zone, op)
 }
 
 // acceptPerformMaintenance decides the answer and, when accepted, schedules
@@ -259,22 +271,7 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 	if !s.notice.CanReschedule {
 		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid resource usage: 'Maintenance for instance %s cannot be rescheduled.'", resource), op
 	}
-	now := s.clock.Now()
-	s.compute.opSeq++
-	op = operation{
-		name:    fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq),
-		started: now,
-		done:    now.Add(s.compute.delay),
-		err:     s.compute.failWith,
-	}
-	if s.compute.ops == nil {
-		s.compute.ops = map[string]operation{}
-		s.compute.byRequestID = map[string]string{}
-	}
-	s.compute.ops[op.name] = op
-	if call.RequestID != "" {
-		s.compute.byRequestID[call.RequestID] = op.name
-	}
+	op = s.newOperationLocked("", call.RequestID)
 	// The notice can no longer be rescheduled from this moment on.
 	n := *s.notice
 	n.CanReschedule = false
@@ -336,9 +333,7 @@ func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status in
 // delay (with the operation failure set, if any); the VM's stop and
 // return are the test's to play (its Node's boot ID).
 func (s *Server) reportHostAsFaulty(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	call := Call{Method: "reportHostAsFaulty", Project: project, Zone: zone, Instance: instance, Token: token,
-		RequestID: r.URL.Query().Get("requestId"), At: s.clock.Now()}
+	call := s.callOf(r, "reportHostAsFaulty", project, zone, instance)
 	var body struct {
 		DisruptionSchedule string `json:"disruptionSchedule"`
 		FaultReasons       []struct {
@@ -351,16 +346,9 @@ func (s *Server) reportHostAsFaulty(w http.ResponseWriter, r *http.Request, proj
 	if len(body.FaultReasons) > 0 {
 		call.Behavior, call.Description = body.FaultReasons[0].Behavior, body.FaultReasons[0].Description
 	}
-	status, reason, msg, op := s.acceptReport(call, r, decodeErr, len(body.FaultReasons))
-	call.Status = status
-	s.mu.Lock()
-	s.compute.calls = append(s.compute.calls, call)
-	s.mu.Unlock()
-	if status != http.StatusOK {
-		computeError(w, status, reason, msg)
-		return
-	}
-	s.writeOperation(w, project, zone, op)
+	s.answerCall(w, call, func(call Call) (int, string, string, operation) {
+		return s.acceptReport(call, r, decodeErr, len(body.FaultReasons))
+	})
 }
 
 // FaultBehaviors are the behaviors reportHostAsFaulty accepts.
@@ -388,19 +376,26 @@ func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reaso
 	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
 		return http.StatusOK, "", "", s.compute.ops[name]
 	}
+	return http.StatusOK, "", "", s.newOperationLocked("reportHostAsFaulty", call.RequestID)
+}
+
+// newOperationLocked starts an operation of kind ("" for
+// performMaintenance) that ends after the perform-maintenance delay (with
+// the operation failure set, if any), remembered by requestID.
+func (s *Server) newOperationLocked(kind, requestID string) operation {
 	now := s.clock.Now()
 	s.compute.opSeq++
-	op = operation{name: fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq), kind: "reportHostAsFaulty",
+	op := operation{name: fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq), kind: kind,
 		started: now, done: now.Add(s.compute.delay), err: s.compute.failWith}
 	if s.compute.ops == nil {
 		s.compute.ops = map[string]operation{}
 		s.compute.byRequestID = map[string]string{}
 	}
 	s.compute.ops[op.name] = op
-	if call.RequestID != "" {
-		s.compute.byRequestID[call.RequestID] = op.name
+	if requestID != "" {
+		s.compute.byRequestID[requestID] = op.name
 	}
-	return http.StatusOK, "", "", op
+	return op
 }
 
 func (s *Server) getOperation(w http.ResponseWriter, project, zone, name string) {

@@ -301,7 +301,7 @@ func TestDemoShort(t *testing.T) {
 		`^== 3\. `,
 		`^   Compute Engine received: POST projects/demo-project/zones/us-central1-a/instances/`+n0+`/performMaintenance\?requestId=[0-9a-f-]{36} -> 200$`,
 		`^== 4\. `)
-	if c := count(lines, `Compute Engine received: POST`); c != 1 {
+	if c := count(lines, `Compute Engine received: POST .*/performMaintenance`); c != 1 {
 		t.Errorf("%d performMaintenance calls shown, want 1", c)
 	}
 	// 4. Host maintenance on a busy node: the PDB is honoured, the trainer
@@ -347,7 +347,7 @@ func TestDemoShort(t *testing.T) {
 		`^== What the agents counted`,
 		`^   `+n0+`: MaintenanceEvent/HW/SW Maintenance 1$`,
 		`^   `+n1+`: MaintenanceEvent/HW/SW Maintenance 1$`,
-		`^   `+n2+`: none$`,
+		`^   `+n2+`: TerminationEvent/FaultRepair 1$`,
 		`^   `+n3+`: PreemptionEvent/Eviction 1$`,
 		`^   `+spare+`: MaintenanceEvent/HW/SW Maintenance 1$`,
 		`^   gke-v5p-slice-0: none$`,
@@ -357,7 +357,7 @@ func TestDemoShort(t *testing.T) {
 		`^   slice v5p-slice: PreemptionEvent/Eviction 1$`,
 		`^== kubectl maintenance status`,
 		`^   NODE +POOL +WINDOW +PHASE`,
-		`^   `+n2+` +a3-highgpu-8g +\d{4}-\d\d-\d\d \d\d:\d\d \(in \S+\) +Idle `,
+		`^   `+n2+` +a3-highgpu-8g +- +Idle `,
 		`^   POOL +NODES +PENDING`,
 		`^   a3-highgpu-8g +5 +`,
 		`^demo: scenario done`)
@@ -374,19 +374,36 @@ func TestDemoShort(t *testing.T) {
 			`^   gke-v5p-slice-1 is back: every host of the slice is back in service$`)
 	}
 	inOrder(t, lines, `^== 6\. `, `^gke-v5p-slice-1: the VM stops and boots again$`, `^node gke-v5p-slice-1: in service$`)
-	// 7. The real node, where the machine runs one: the trainer's own
+	// 7. A GPU fails: the node is tainted faulty, drained in order (the
+	// trainer with its grace), reported once, and back in service.
+	inOrder(t, lines,
+		`^== 7\. A GPU of `+n2+` falls off the bus`,
+		`^event `+n2+` FaultRepairApproved \(aggregator\): The node is faulty \(UNRECOVERABLE_GPU_ERROR, condition: the node condition GPUUnhealthy has been True for 5s or more\)`,
+		`^event `+n2+` FaultRepairStarted: `,
+		`^event `+n2+` FaultReported: Compute Engine took the host's repair \(reportHostAsFaulty, operation `,
+		`^event `+n2+` FaultRepaired: `)
+	inOrder(t, lines, `^== 7\. `,
+		`^node `+n2+`: .*active-node-maintenance=ONGOING, tainted cloud.google.com/impending-node-termination:NoSchedule, tainted maintenance-handler.io/faulty:NoSchedule, cordoned$`,
+		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n2+`\)$`,
+		`^   Compute Engine received: POST projects/demo-project/zones/us-central1-a/instances/`+n2+`/reportHostAsFaulty\?requestId=[0-9a-f-]{36} \{UNRECOVERABLE_GPU_ERROR, "maintenance-handler: condition: the node condition GPUUnhealthy has been True for 5s or more"\} -> 200$`,
+		`^`+n2+`: the VM stops and boots again$`,
+		`^   `+n2+` is back on a repaired host, in service$`)
+	if c := count(lines, `Compute Engine received: POST .*/reportHostAsFaulty`); c != 1 {
+		t.Errorf("%d reports shown, want 1", c)
+	}
+	// 8. The real node, where the machine runs one: the trainer's own
 	// output shows the checkpoint when told, then the real SIGTERM.
 	if err := testworld.RealNodeSupport(); err != nil {
 		inOrder(t, lines, `^demo: no real node on this machine`)
 		return
 	}
 	inOrder(t, lines,
-		`^== 7\. A real node: gke-a3-real-0 runs a kubelet and containerd`,
+		`^== 8\. A real node: gke-a3-real-0 runs a kubelet and containerd`,
 		`^event gke-a3-real-0 TerminateOnHostMaintenance: `,
 		`^   real-trainer \(container output\): checkpointed at a step boundary: maintenance starting, eviction at `,
 		`^   real-trainer \(container output\): SIGTERM received: stopping, the checkpoint is saved$`,
 		`^event gke-a3-real-0 PodEvictionComplete: `)
-	inOrder(t, lines, `^== 7\. `, `^pod ml/real-trainer: SIGTERM, 10 s to stop \(on gke-a3-real-0\)$`, `^node gke-a3-real-0: active-node-maintenance=terminating`)
+	inOrder(t, lines, `^== 8\. `, `^pod ml/real-trainer: SIGTERM, 10 s to stop \(on gke-a3-real-0\)$`, `^node gke-a3-real-0: active-node-maintenance=terminating`)
 	if c := count(lines, `^   real-trainer \(container output\): checkpointed at a step boundary`); c != 1 {
 		t.Errorf("the real trainer checkpointed %d times, want once", c)
 	}

@@ -19,7 +19,10 @@
 //  5. A Spot node is preempted: drained within 30 s; it comes back.
 //  6. One host of a multi-host TPU slice is preempted: the slice is
 //     drained as one and comes back as one.
-//  7. Where the machine allows (root, overlayfs, a memory cgroup), one real
+//  7. A GPU fails (its health check's node condition): the node is found
+//     faulty, drained, its host reported to the emulated Compute API, and
+//     it comes back repaired.
+//  8. Where the machine allows (root, overlayfs, a memory cgroup), one real
 //     node (a kubelet and containerd) runs a real trainer container with
 //     examples/checkpoint/loop.sh: host maintenance there, and its own
 //     output shows it checkpoint when told and stop on a real SIGTERM.
@@ -30,7 +33,7 @@
 // Ctrl-C stops everything, leaving no process behind. --keep keeps the
 // cluster running after the scenario for exploration with kubectl.
 // --short gives the trainer a 10 s grace instead of 60 s, so the whole run
-// takes about 90 s; CI runs it that way (demo_test.go) and checks the
+// takes about two minutes; CI runs it that way (demo_test.go) and checks the
 // timeline for the scenario's key moments.
 package main
 

@@ -128,7 +128,7 @@ func (d *demo) realScenario(ctx context.Context) error {
 		return nil
 	}
 	v := d.realVM
-	d.say("== 7. A real node: %s runs a kubelet and containerd; its trainer is a real container running", v.Name)
+	d.say("== 8. A real node: %s runs a kubelet and containerd; its trainer is a real container running", v.Name)
 	d.say("   examples/checkpoint/loop.sh on the notice file the kubelet keeps from the pod's annotation")
 	d.say("   Compute Engine starts host maintenance there: the trainer is told, checkpoints in its %s lead, then gets a real SIGTERM", checkpointLead)
 	stop, err := d.tailContainer(d.real.ContainerLog(d.realPod, "train", 0), d.realPod.Name)

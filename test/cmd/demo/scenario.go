@@ -34,6 +34,8 @@ const (
 	pool          = "a3-highgpu-8g"
 	slicePool     = "v5p-slice"
 	workloads     = "ml"
+	// policyConfigMap is the policy ConfigMap's name, in kube-system.
+	policyConfigMap = "maintenance-handler"
 )
 
 type demo struct {
@@ -89,6 +91,9 @@ func (d *demo) setUp(ctx context.Context) error {
 			return err
 		}
 		d.slice = append(d.slice, v)
+	}
+	if err := d.createPolicy(ctx); err != nil {
+		return err
 	}
 	for i := range 2 {
 		if err := d.startAggregator(fmt.Sprintf("aggregator-%d", i)); err != nil {
@@ -222,7 +227,7 @@ func (d *demo) startAggregator(id string) error {
 		return err
 	}
 	_, err = d.world.StartProcess(id, d.aggregatorBin, "--kubeconfig", d.world.Kubeconfig, "--namespace", metav1.NamespaceSystem,
-		"--identity", id, "--config-map", "", "--interval", "2s", "--listen-address", addr)
+		"--identity", id, "--config-map", policyConfigMap, "--interval", "2s", "--listen-address", addr)
 	if err == nil {
 		d.aggregatorAddrs = append(d.aggregatorAddrs, addr)
 	}
@@ -345,6 +350,9 @@ func (d *demo) scenario(ctx context.Context) error {
 	if err := d.sliceScenario(ctx); err != nil {
 		return err
 	}
+	if err := d.faultScenario(ctx); err != nil {
+		return err
+	}
 	return d.realScenario(ctx)
 }
 
@@ -453,6 +461,9 @@ func nodeSummary(n *corev1.Node) string {
 	}
 	if protocol.HasTaint(n) {
 		parts = append(parts, "tainted "+protocol.TaintImpendingTermination+":NoSchedule")
+	}
+	if protocol.HasTaintKey(n, protocol.TaintFaulty) {
+		parts = append(parts, "tainted "+protocol.TaintFaulty+":NoSchedule")
 	}
 	if n.Spec.Unschedulable {
 		parts = append(parts, "cordoned")
