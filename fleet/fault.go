@@ -33,10 +33,12 @@ const (
 	FaultCoolingDown FaultReason = "cooling_down"
 	// FaultInvalidRequest: the request label names no fault behavior.
 	FaultInvalidRequest FaultReason = "invalid_request"
+	// FaultRateLimited: the pool's repairRate is used up.
+	FaultRateLimited FaultReason = "rate_limited"
 )
 
 // FaultReasons lists them.
-var FaultReasons = []FaultReason{FaultApproved, FaultMaxInRepair, FaultUnderWay, FaultCoolingDown, FaultInvalidRequest}
+var FaultReasons = []FaultReason{FaultApproved, FaultMaxInRepair, FaultUnderWay, FaultCoolingDown, FaultInvalidRequest, FaultRateLimited}
 
 // Fault is one faulty node and what the pass decided about it.
 type Fault struct {
@@ -95,6 +97,7 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 		members := byPool[pool]
 		setting := cfg.Faults(pool)
 		left := setting.MaxInRepair.Of(len(members)) - plan.InRepair[pool]
+		rateLeft, rateUsed := repairRateLeft(now, setting, members)
 		var faulty []Fault
 		for _, n := range members {
 			if n.InRepair() {
@@ -121,12 +124,18 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 		})
 		for _, f := range faulty {
 			if f.Reason == FaultApproved {
-				if left <= 0 {
+				switch {
+				case rateLeft <= 0 && setting.RateCount > 0:
+					f.Reason = FaultRateLimited
+					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits: the pool %s had %d repair(s) in the last %s, its repairRate %d/%s",
+						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, pool, rateUsed, setting.RateWindow, setting.RateCount, setting.RateWindow)
+				case left <= 0:
 					f.Reason = FaultMaxInRepair
 					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits: the pool %s has %d node(s) in repair, its cap (maxInRepair %s)",
 						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, pool, plan.InRepair[pool], setting.MaxInRepair)
-				} else {
+				default:
 					left--
+					rateLeft--
 					plan.InRepair[pool]++
 					f.Approval.Approved, f.Approval.DrainTimeout, f.Approval.With = now, protocol.Duration(setting.DrainTimeout), setting.RepairWith
 					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair is approved: its agent drains it (by %s) and asks Compute Engine to repair the host",
@@ -137,6 +146,22 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 		}
 	}
 	return plan
+}
+
+// repairRateLeft is how many more repairs setting's rate lets members'
+// pool approve now, and how many it counts: the nodes in repair and those
+// whose last repair ended within the window (a node repaired twice in it
+// counts once).
+func repairRateLeft(now time.Time, setting policy.Faults, members []*Node) (left, used int) {
+	if setting.RateCount == 0 {
+		return 0, 0
+	}
+	for _, n := range members {
+		if n.InRepair() || n.LastRepair.Outcome != "" && now.Sub(n.LastRepair.Ended) < setting.RateWindow {
+			used++
+		}
+	}
+	return setting.RateCount - used, used
 }
 
 // faultOf is n's fault, if it is faulty and not in repair: a person's

@@ -119,3 +119,26 @@ func TestDecideFaultsOnPrediction(t *testing.T) {
 		t.Errorf("without the policy's opt-in: %+v, want none", plan.Faults)
 	}
 }
+
+// TestDecideFaultsRate: the pool's repairRate counts the nodes in repair
+// and those repaired within its window.
+func TestDecideFaultsRate(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 2/168h\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := func(name string) Node {
+		return Node{Name: name, Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true}
+	}
+	nodes := []Node{asked("a"), asked("b"),
+		{Name: "old", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-200 * time.Hour)}},
+		{Name: "recent", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-time.Hour)}}}
+	got := map[string]FaultReason{}
+	for _, f := range DecideFaults(now, cfg, nodes).Faults {
+		got[f.Node] = f.Reason
+	}
+	if d := cmp.Diff(map[string]FaultReason{"a": FaultApproved, "b": FaultRateLimited}, got); d != "" {
+		t.Errorf("decisions (-want +got):\n%s", d)
+	}
+}

@@ -51,19 +51,54 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 	switch {
 	case st.Phase == protocol.PhaseIdle && obs.RepairSet && !d.RemoveRepair:
 		d.startRepair(obs)
-	case st.Reason != protocol.ReasonFault || st.Phase != protocol.PhaseDraining:
+		return
+	case st.Reason != protocol.ReasonFault:
+		return
+	case st.Phase == protocol.PhaseTerminating:
+		d.awaitRepairStop(cfg, obs)
 	case !obs.RepairSet && st.Requested.IsZero():
 		d.endRepair(protocol.RepairCancelled, obs.Now, protocol.EventFaultRepairCanceled,
 			"The approval of this node's repair was withdrawn before Compute Engine was asked; the node is back in service (taint removed)")
 	default:
 		d.askRepair(cfg, obs)
-		if d.State.Phase == protocol.PhaseIdle {
-			// The repair ended without the VM stopping for it, while the
-			// VM's own maintenance, which it did not yield to once asked
-			// for, may be under way: that one starts now.
-			d.maintenanceStarts(cfg, obs)
-		}
 	}
+	if d.State.Phase == protocol.PhaseIdle {
+		// The repair ended without the VM stopping for it, while the VM's
+		// own maintenance, which it did not yield to once asked for, may
+		// be under way: that one starts now.
+		d.maintenanceStarts(cfg, obs)
+	}
+}
+
+// awaitRepairStop: Compute Engine took the repair, and the VM has not
+// stopped. An operation that failed, GKE's flow ending in Error, or, for
+// a call of the agent's own, no stop (nor the booked repair begun)
+// ManualStartTimeout after Compute Engine took it, ends the repair with
+// the node drained and still faulty; otherwise the loop wakes at that
+// bound. The time it was taken is the deadline repairAccepted set, less
+// HostMaintenanceDeadline.
+func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
+	st, r := d.State, obs.Perform
+	stopBy := st.Deadline.Add(cfg.ManualStartTimeout - cfg.HostMaintenanceDeadline)
+	var why string
+	switch {
+	case st.RepairCall == protocol.RepairGKE && obs.GKERepairStatus == protocol.GKEStatusError:
+		d.RemoveFaultBehavior = true
+		why = "GKE's report-and-replace flow ended in Error (its label " + protocol.LabelReportAndReplaceStatus + ")"
+	case st.RepairCall == protocol.RepairGKE:
+		return // GKE's flow says when it is done
+	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
+		why = fmt.Sprintf("its operation failed: %v", r.OperationErr)
+	case underWay(obs.Signals):
+		return // the booked repair has begun: the VM stops within it
+	case !obs.Now.Before(stopBy):
+		why = fmt.Sprintf("the VM has not stopped %s after Compute Engine took the repair", cfg.ManualStartTimeout)
+	default:
+		d.wakeAt(stopBy)
+		return
+	}
+	d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
+		"Compute Engine took the repair (%s), but %s. The node is drained and stays faulty; its repair is approved again after the pool's cool-down", st.RepairCall, why))
 }
 
 // startRepair: the node drains for its repair, by the pool's drain timeout.

@@ -259,3 +259,41 @@ func TestStepFaultRepairEndsIntoTheVMsOwn(t *testing.T) {
 		t.Errorf("back from a preemption that took the repair over: counted %v, removed the approval %t; want nothing counted again", d.Interruption, d.RemoveRepair)
 	}
 }
+
+// TestStepFaultRepairNeverStops: Compute Engine took the repair, and the
+// VM does not stop: an operation that failed, GKE's Error, or no stop
+// within ManualStartTimeout ends the repair, the node still faulty; a
+// booked repair that has begun is waited for.
+func TestStepFaultRepairNeverStops(t *testing.T) {
+	taken := draining(protocol.ReasonFault, 30*time.Minute)
+	taken.Phase, taken.RequestID, taken.RepairCall, taken.Requested = protocol.PhaseTerminating, "req-fault", protocol.RepairReport, t0
+	taken.Deadline = t0.Add(cfg.HostMaintenanceDeadline)
+	for _, tc := range []struct {
+		name   string
+		change func(*State, *Observation)
+		ended  bool
+	}{
+		{"waiting", func(*State, *Observation) {}, false},
+		{"the operation failed", func(_ *State, o *Observation) {
+			o.Perform = &PerformResult{RequestID: "req-fault", Operation: "op", OperationErr: errors.New("HOST_NOT_FOUND")}
+		}, true},
+		{"no stop in time", func(_ *State, o *Observation) { o.Now = t0.Add(cfg.ManualStartTimeout) }, true},
+		{"the booked repair begun", func(st *State, o *Observation) {
+			st.RepairCall = protocol.RepairPerformMaintenance
+			o.Now, o.Signals.Event = t0.Add(cfg.ManualStartTimeout), maintenance.EventTerminate
+		}, false},
+		{"GKE's Error", func(st *State, o *Observation) {
+			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, protocol.GKEStatusError
+		}, true},
+		{"GKE's flow running", func(st *State, o *Observation) {
+			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(24*time.Hour)
+		}, false},
+	} {
+		st, o := taken, approved(obs(quiet()))
+		tc.change(&st, &o)
+		d := stepChecked(t, cfg, st, o)
+		if ended := d.State.Phase == protocol.PhaseIdle; ended != tc.ended || ended && (d.Repair != protocol.RepairFailed || !d.RemoveRepair) {
+			t.Errorf("%s: phase %s, repair %q; want ended %t", tc.name, d.State.Phase, d.Repair, tc.ended)
+		}
+	}
+}

@@ -6,6 +6,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -24,6 +26,10 @@ type Faults struct {
 	// Cooldown is how long after a node's repair ended (however it ended)
 	// a condition may start another; a person's request is not held by it.
 	Cooldown time.Duration
+	// RateCount repairs at most, per pool, in any RateWindow (zero: no
+	// rate): Compute Engine may limit reports per reservation.
+	RateCount  int
+	RateWindow time.Duration
 	// Prediction, when set, acts on GKE's node health prediction: an idle
 	// node predicted to degrade is repaired as this behavior (off by
 	// default).
@@ -71,6 +77,8 @@ type faultsFile struct {
 	// HealthPrediction is the behavior an idle node GKE predicts to
 	// degrade is repaired as ("" or "off": not acted on).
 	HealthPrediction string `json:"healthPrediction,omitempty"`
+	// RepairRate is "COUNT/WINDOW", such as 4/168h.
+	RepairRate string `json:"repairRate,omitempty"`
 }
 
 type faultConditionFile struct {
@@ -101,6 +109,12 @@ func parseFaults(where string, f *faultsFile) (*Faults, error) {
 	}
 	duration("drainTimeout", f.DrainTimeout, &out.DrainTimeout, false)
 	duration("cooldown", f.Cooldown, &out.Cooldown, true)
+	if f.RepairRate != "" {
+		var err error
+		if out.RateCount, out.RateWindow, err = parseRate(where+".repairRate", f.RepairRate); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	switch p := f.HealthPrediction; {
 	case p == "" || p == "off":
 	case protocol.ValidBehavior(p):
@@ -123,25 +137,50 @@ func parseFaults(where string, f *faultsFile) (*Faults, error) {
 		out.MaxInRepair = b
 	}
 	for i, c := range f.Conditions {
-		field := fmt.Sprintf("%s.conditions[%d]", where, i)
-		fc := FaultCondition{Type: c.Type, Status: c.Status, Behavior: c.Behavior}
-		if fc.Status == "" {
-			fc.Status = "True"
-		}
-		if fc.Type == "" {
-			errs = append(errs, fmt.Errorf("%s.type: name the node condition", field))
-		}
-		if fc.Status != "True" && fc.Status != "False" && fc.Status != "Unknown" {
-			errs = append(errs, fmt.Errorf("%s.status %q: want True, False or Unknown", field, c.Status))
-		}
-		if !protocol.ValidBehavior(fc.Behavior) {
-			errs = append(errs, fmt.Errorf("%s.behavior %q: want one of %v", field, c.Behavior, protocol.FaultBehaviors))
-		}
-		duration("conditions["+fmt.Sprint(i)+"].for", c.For, &fc.For, true)
+		fc, err := parseFaultCondition(fmt.Sprintf("%s.conditions[%d]", where, i), c)
+		errs = append(errs, err...)
 		out.Conditions = append(out.Conditions, fc)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return &out, nil
+}
+
+// parseRate reads COUNT/WINDOW, such as 4/168h, at field.
+func parseRate(field, v string) (int, time.Duration, error) {
+	count, window, ok := strings.Cut(v, "/")
+	n, err1 := strconv.Atoi(count)
+	d, err2 := time.ParseDuration(window)
+	if !ok || err1 != nil || err2 != nil || n < 1 || d <= 0 {
+		return 0, 0, fmt.Errorf("%s %q: want COUNT/WINDOW, such as 4/168h", field, v)
+	}
+	return n, d, nil
+}
+
+// parseFaultCondition reads one condition at field, with every problem
+// found in it.
+func parseFaultCondition(field string, c faultConditionFile) (FaultCondition, []error) {
+	var errs []error
+	fc := FaultCondition{Type: c.Type, Status: c.Status, Behavior: c.Behavior}
+	if fc.Status == "" {
+		fc.Status = "True"
+	}
+	if fc.Type == "" {
+		errs = append(errs, fmt.Errorf("%s.type: name the node condition", field))
+	}
+	if fc.Status != "True" && fc.Status != "False" && fc.Status != "Unknown" {
+		errs = append(errs, fmt.Errorf("%s.status %q: want True, False or Unknown", field, c.Status))
+	}
+	if !protocol.ValidBehavior(fc.Behavior) {
+		errs = append(errs, fmt.Errorf("%s.behavior %q: want one of %v", field, c.Behavior, protocol.FaultBehaviors))
+	}
+	if c.For != "" {
+		d, err := time.ParseDuration(c.For)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("%s.for %q: want a duration such as 2m", field, c.For))
+		}
+		fc.For = d
+	}
+	return fc, errs
 }
