@@ -86,8 +86,13 @@ func newFaultyPoolOf(t testing.TB, ctx context.Context, pool string, size int, h
 // detector does (status "" removes it).
 func setCondition(t testing.TB, name string, status corev1.ConditionStatus) {
 	t.Helper()
-	ctx := testworld.Ctx(t, 30*time.Second)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := writeCondition(testworld.Ctx(t, 30*time.Second), name, status); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeCondition(ctx context.Context, name string, status corev1.ConditionStatus) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -100,9 +105,6 @@ func setCondition(t testing.TB, name string, status corev1.ConditionStatus) {
 		_, err = world.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // reports are the fault reports v's Compute Engine accepted.
@@ -125,9 +127,11 @@ func inService(n *corev1.Node) bool {
 // TestFaultDrainedReportedOnceAndBack: real agents and a real aggregator.
 // Two nodes' GPUs turn unhealthy: both are tainted faulty at once; the
 // pool's cap lets one repair run, and the other waits, said. The first is
-// drained (its pod told to stop with its grace), reported once, with the
-// behavior and the signal, and waits for the stop; when the VM comes back
-// healthy, it is back in service and the repair is counted. Then the
+// drained (its pod told to stop with its grace) and reported once, with
+// the behavior and the signal; Compute Engine stops the VM at once, as a
+// report's IMMEDIATE schedule does (the emulator plays it), and when the
+// VM comes back healthy, the node is back in service and the repair is
+// counted. Then the
 // second's repair starts; its agent lacks the permission: a Warning naming
 // it, the metric, and the node stays drained and tainted faulty.
 func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
@@ -142,27 +146,26 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 	world.WaitNodes(t, []string{first, second}, "tainted faulty", func(n *corev1.Node) bool { return protocol.HasTaintKey(n, protocol.TaintFaulty) })
 	world.WaitEvent(t, first, protocol.EventFaultRepairApproved, "UNRECOVERABLE_GPU_ERROR", "GPUUnhealthy")
 	world.WaitEvent(t, second, protocol.EventFaultDetected, "the pool xid has 1 node(s) in repair, its cap")
+	// Compute Engine stops the VM the moment it takes the report, and
+	// brings it back on a healthy host.
+	back := fp.p.f.RepairOnReport(ctx, fp.vms[first], 2*time.Second, func() error { return writeCondition(ctx, first, "") })
 	world.WaitPod(t, fp.p.ns, "train-"+first, "told to stop with its grace", func(p *corev1.Pod) bool {
 		return p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 3
 	})
-	n := world.WaitNode(t, first, "reported and terminating", func(n *corev1.Node) bool {
-		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
+	n := world.WaitNode(t, first, "asking for its repair", func(n *corev1.Node) bool {
+		return n.Annotations[protocol.AnnotationRepairCall] == string(protocol.RepairReport)
 	})
-	world.WaitEvent(t, first, protocol.EventFaultReported, "reportHostAsFaulty")
-	got := reports(fp.vms[first])
-	if len(got) != 1 || got[0].Behavior != protocol.BehaviorUnrecoverableGPUError || got[0].Schedule != "IMMEDIATE" ||
-		!strings.Contains(got[0].Description, "GPUUnhealthy") || got[0].RequestID != n.Annotations[protocol.AnnotationRequestID] {
-		t.Fatalf("reports %+v; want one, of UNRECOVERABLE_GPU_ERROR, naming the condition, with the request ID on the Node", got)
-	}
 	// The waiting node keeps its workload.
 	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the pod of %s, whose repair waits: %v, %v; want it running", second, err, p.DeletionTimestamp)
 	}
-
-	// The VM stops for its repair and comes back on a healthy host.
-	setCondition(t, first, "")
-	if err := fp.p.f.Reboot(ctx, fp.vms[first]); err != nil {
-		t.Fatal(err)
+	if err := <-back; err != nil {
+		t.Fatalf("the VM's return from its repair: %v", err)
+	}
+	got := reports(fp.vms[first])
+	if len(got) != 1 || got[0].Behavior != protocol.BehaviorUnrecoverableGPUError || got[0].Schedule != "IMMEDIATE" ||
+		!strings.Contains(got[0].Description, "GPUUnhealthy") || got[0].RequestID != n.Annotations[protocol.AnnotationRequestID] {
+		t.Fatalf("reports %+v; want one, of UNRECOVERABLE_GPU_ERROR, naming the condition, with the request ID on the Node", got)
 	}
 	n = world.WaitNode(t, first, "back in service", inService)
 	st := protocol.ReadAgentState(n)

@@ -251,8 +251,7 @@ func (d *Decision) endRepair(outcome string, now time.Time, reason, msg string) 
 
 // repairBack: the VM came back while a repair was under way, or a
 // maintenance that took it over (backInService has put the node back in
-// service): the repair is over, and counted when Compute Engine had taken
-// it. The approval goes either way: the VM stopped, and the aggregator
+// service): the repair is over, and counted when it had been asked for. The approval goes either way: the VM stopped, and the aggregator
 // looks at the node afresh after its cool-down.
 func (d *Decision) repairBack(before State, obs Observation) {
 	booted := obs.BootID != "" && before.BootID != "" && obs.BootID != before.BootID
@@ -262,7 +261,9 @@ func (d *Decision) repairBack(before State, obs Observation) {
 	d.RemoveRepair = true
 	d.Repair = protocol.RepairDone
 	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
-	if before.Reason == protocol.ReasonFault && before.Phase == protocol.PhaseTerminating {
+	if before.Reason == protocol.ReasonFault && !before.Requested.IsZero() {
+		// Asked for: the VM stopped for it, though a report disrupts at
+		// once and may stop it before its answer was written.
 		d.Interruption = counted(protocol.FaultRepair)
 	}
 }

@@ -49,6 +49,18 @@ type computeState struct {
 	// slice are the other instances of this one's multi-host slice
 	// (JoinSlice): a maintenance started on one starts on every one.
 	slice []*Server
+	// onReport runs once for each report accepted (SetOnReport).
+	onReport func(Call)
+}
+
+// SetOnReport makes f run, in a goroutine of its own, once for each fault
+// report accepted (a retry with the same requestId is not another): what
+// Compute Engine does next, the VM's stop and its return from the repair,
+// is the test's to play (vms.Fleet.RepairOnReport).
+func (s *Server) SetOnReport(f func(Call)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compute.onReport = f
 }
 
 // JoinSlice makes servers the instances of one multi-host TPU slice:
@@ -375,6 +387,9 @@ func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reaso
 	}
 	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
 		return http.StatusOK, "", "", s.compute.ops[name]
+	}
+	if f := s.compute.onReport; f != nil {
+		go f(call)
 	}
 	return http.StatusOK, "", "", s.newOperationLocked("reportHostAsFaulty", call.RequestID)
 }

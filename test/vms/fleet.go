@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -93,6 +94,39 @@ func (f *Fleet) RebootInto(ctx context.Context, v *VM, kubeletVersion string) er
 	if err := v.Agent.Kill(); err != nil {
 		return err
 	}
+	return f.bootInto(ctx, v, kubeletVersion)
+}
+
+// RepairOnReport plays Compute Engine taking v's fault report: the VM
+// stops at once (its agent dies with it), and comes back from the repair
+// after away, on a host made healthy by repaired (run just before), as
+// Reboot has it come back. Errors are the returned channel's (one value
+// per report, nil when the VM came back).
+func (f *Fleet) RepairOnReport(ctx context.Context, v *VM, away time.Duration, repaired func() error) <-chan error {
+	done := make(chan error, 4)
+	v.Emu.SetOnReport(func(gceemu.Call) {
+		err := v.Agent.Kill()
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(away):
+			}
+		}
+		if err == nil && repaired != nil {
+			err = repaired()
+		}
+		if err == nil {
+			err = f.bootInto(ctx, v, "")
+		}
+		done <- err
+	})
+	return done
+}
+
+// bootInto brings v's VM up again: a new boot ID (and kubeletVersion
+// unless ""), the metadata server quiet, a new agent.
+func (f *Fleet) bootInto(ctx context.Context, v *VM, kubeletVersion string) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := f.World.Client.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
 		if err != nil {
