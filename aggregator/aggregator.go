@@ -287,11 +287,11 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	views, decidedOn := a.viewNodes()
 	spent := a.opts.Clock.Since(start)
 	cfg, cfgErr := a.config()
-	a.unclaimed(ctx, cfg, views, decidedOn)
+	a.unclaimed(ctx, views, decidedOn)
 	cl, err := readClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
 	if err != nil {
 		// Claims not counted could exceed the caps: decide nothing.
-		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger until they can be", err)
+		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger and no repair until they can be", err)
 		return nil
 	}
 	a.warnOnce("claims", "", nil)
@@ -301,34 +301,23 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	groups := a.scaler.groups()
 	for i := range views {
 		if _, ok := live[views[i].Name]; ok {
-			// A write that may still land: counted as in maintenance.
-			views[i].Voluntary, views[i].InMaintenance = true, true
+			// A write that may still land: counted as in maintenance, and
+			// as in repair.
+			views[i].Voluntary, views[i].InMaintenance, views[i].Claimed = true, true, true
 		}
 		views[i].AutoscalerGroup = fleet.NodeGroupOf(views[i].Name, groups)
 		if at, ok := a.unanswered[views[i].Name]; ok {
 			views[i].Failures = unansweredFailure(views[i].Failures, at)
 		}
 	}
+	faults := a.decideFaults(cfg, views)
 	plans := fleet.Decide(start, cfg, views)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
 	a.announceUnreadable(views)
 	a.forgetUndecided(plans)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
-
-	claimed := maps.Clone(live)
-	var toTrigger []*corev1.Node
-	for _, p := range plans {
-		if cfgErr != nil || p.ConfigErr != nil {
-			continue
-		}
-		for _, name := range p.Trigger {
-			if n := decidedOn[name]; n != nil {
-				toTrigger = append(toTrigger, n)
-				claimed[name] = n.ResourceVersion
-			}
-		}
-	}
+	toTrigger, approved, claimed := claimsOf(plans, faults, live, decidedOn, cfgErr)
 	if !maps.Equal(claimed, cl.nodes) {
 		if ctx.Err() != nil {
 			return plans // leadership lost: stop acting at once
@@ -339,16 +328,17 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 				result = "fenced"
 			}
 			a.opts.Metrics.Triggers.WithLabelValues(result).Add(float64(len(toTrigger)))
-			a.log.Info("claims not written; nothing triggered in this pass", "nodes", len(toTrigger), "err", err)
+			a.log.Info("claims not written; nothing triggered or approved in this pass", "nodes", len(toTrigger)+len(approved), "err", err)
 			return plans
 		}
 	}
 	for _, p := range plans {
 		a.announce(p)
 	}
-	for _, n := range toTrigger {
+	for _, n := range append(toTrigger, approved...) {
 		a.claimedHere[n.Name] = n.ResourceVersion
 	}
+	written := a.writeFaults(ctx, faults, decidedOn)
 	// Up to inFlight at once: after a fleet-wide storm of notices a pass
 	// picks hundreds of nodes, and one at a time the last would wait for
 	// every round trip before it.
@@ -364,7 +354,6 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 		})
 	}
 	_ = g.Wait()
-	written := map[string]string{} // node -> resourceVersion before our write
 	for i, n := range toTrigger {
 		if landed[i] {
 			written[n.Name] = n.ResourceVersion
@@ -375,10 +364,9 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 }
 
 // unclaimed is the part of a pass that does not depend on the claims:
-// slices, faults, and the accounting.
-func (a *Aggregator) unclaimed(ctx context.Context, cfg policy.Config, views []fleet.Node, decidedOn map[string]*corev1.Node) {
+// slices and the accounting.
+func (a *Aggregator) unclaimed(ctx context.Context, views []fleet.Node, decidedOn map[string]*corev1.Node) {
 	a.applySliceAsks(ctx, views, decidedOn)
-	a.applyFaults(ctx, cfg, views, decidedOn)
 	a.countRecreated(ctx)
 	a.countVanished()
 }

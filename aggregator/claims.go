@@ -288,3 +288,29 @@ func unansweredFailure(f protocol.Failures, at time.Time) protocol.Failures {
 	}
 	return f
 }
+
+// claimsOf is what a pass claims: the nodes to trigger (plans', unless
+// the configuration is invalid), those whose repair it approves
+// (faults'), and every claim, with the live ones, at the resourceVersion
+// each write is conditional on.
+func claimsOf(plans []fleet.PoolPlan, faults fleet.FaultPlan, live map[string]string, decidedOn map[string]*corev1.Node, cfgErr error) (toTrigger, approved []*corev1.Node, claimed map[string]string) {
+	claimed = maps.Clone(live)
+	for _, p := range plans {
+		if cfgErr != nil || p.ConfigErr != nil {
+			continue
+		}
+		for _, name := range p.Trigger {
+			if n := decidedOn[name]; n != nil {
+				toTrigger = append(toTrigger, n)
+				claimed[name] = n.ResourceVersion
+			}
+		}
+	}
+	for _, f := range faults.Faults {
+		if n := decidedOn[f.Node]; n != nil && f.Reason == fleet.FaultApproved {
+			approved = append(approved, n)
+			claimed[f.Node] = n.ResourceVersion
+		}
+	}
+	return toTrigger, approved, claimed
+}

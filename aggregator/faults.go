@@ -13,12 +13,12 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// applyFaults decides about faulty nodes (fleet.DecideFaults) and writes
-// what changed (writeFaults); each decision is announced once per change.
-// The rest of the pass sees the faulty nodes as out of service, and those
-// approved now as in repair (counted against the caps); the next pass is
-// due when a detector's condition reaches its duration.
-func (a *Aggregator) applyFaults(ctx context.Context, cfg policy.Config, views []fleet.Node, decidedOn map[string]*corev1.Node) {
+// decideFaults decides about faulty nodes (fleet.DecideFaults): the rest
+// of the pass sees the faulty nodes as out of service, and those approved
+// now as in repair (counted against the caps); the next pass is due when
+// a detector's condition reaches its duration. Approvals are claimed
+// (claims.go) before they are written (writeFaults).
+func (a *Aggregator) decideFaults(cfg policy.Config, views []fleet.Node) fleet.FaultPlan {
 	plan := fleet.DecideFaults(a.opts.Clock.Now(), cfg, views)
 	a.mu.Lock()
 	a.faultCheck = plan.NextCheck
@@ -27,23 +27,33 @@ func (a *Aggregator) applyFaults(ctx context.Context, cfg policy.Config, views [
 	for pool, n := range plan.InRepair {
 		a.opts.Metrics.InRepair.WithLabelValues(pool).Set(float64(n))
 	}
-	changes := map[string]faultChange{}
 	index := map[string]int{}
 	for i, v := range views {
 		index[v.Name] = i
 	}
 	for i := range plan.Faults {
 		f := &plan.Faults[i]
-		v := &views[index[f.Node]]
-		if f.Reason == fleet.FaultApproved || f.Reason == fleet.FaultInvalidRequest || !v.FaultTaint {
-			changes[f.Node] = faultChange{fault: f}
-		}
 		if f.Reason == fleet.FaultInvalidRequest {
 			continue
 		}
-		v.FaultTaint, v.InMaintenance = true, true
+		v := &views[index[f.Node]]
+		v.InMaintenance = true
 		if f.Reason == fleet.FaultApproved {
 			v.Repair, v.Voluntary = &f.Approval, true
+		}
+	}
+	return plan
+}
+
+// writeFaults writes what plan changes, announces each decision once per
+// change, and returns the nodes whose approval landed (node ->
+// resourceVersion before the write), for the next pass to wait for.
+func (a *Aggregator) writeFaults(ctx context.Context, plan fleet.FaultPlan, decidedOn map[string]*corev1.Node) map[string]string {
+	changes := map[string]faultChange{}
+	for i := range plan.Faults {
+		f := &plan.Faults[i]
+		if n := decidedOn[f.Node]; n != nil && (f.Reason == fleet.FaultApproved || f.Reason == fleet.FaultInvalidRequest || !protocol.HasTaintKey(n, protocol.TaintFaulty)) {
+			changes[f.Node] = faultChange{fault: f}
 		}
 	}
 	for _, name := range plan.Untaint {
@@ -52,8 +62,15 @@ func (a *Aggregator) applyFaults(ctx context.Context, cfg policy.Config, views [
 	for _, name := range plan.Consume {
 		changes[name] = faultChange{}
 	}
-	landed := a.writeFaults(ctx, changes, decidedOn)
+	landed := a.writeFaultChanges(ctx, changes, decidedOn)
 	a.announceFaults(plan, func(name string) bool { w, ok := landed[name]; return !ok || w })
+	written := map[string]string{}
+	for name, c := range changes {
+		if landed[name] && c.fault != nil && c.fault.Reason == fleet.FaultApproved {
+			written[name] = decidedOn[name].ResourceVersion
+		}
+	}
+	return written
 }
 
 // faultChange is what a pass writes on one node about its fault: the
@@ -64,12 +81,13 @@ type faultChange struct {
 	untaint bool
 }
 
-// writeFaults writes changes, one update per node, conditional on the
-// node being as the pass saw it (a conflict is retried by the next pass):
-// the faulty taint on every faulty node, the approval on those whose
-// repair starts, the person's request removed once answered, the taint
-// removed from a node no longer faulty. It returns whether each landed.
-func (a *Aggregator) writeFaults(ctx context.Context, changes map[string]faultChange, decidedOn map[string]*corev1.Node) map[string]bool {
+// writeFaultChanges writes changes, one update per node, conditional on
+// the node being as the pass saw it (a conflict is retried by the next
+// pass): the faulty taint on every faulty node, the approval on those
+// whose repair starts, the person's request removed once answered, the
+// taint removed from a node no longer faulty. It returns whether each
+// landed.
+func (a *Aggregator) writeFaultChanges(ctx context.Context, changes map[string]faultChange, decidedOn map[string]*corev1.Node) map[string]bool {
 	names := slices.Sorted(maps.Keys(changes))
 	written := a.updateNodes(ctx, names, decidedOn, "fault decision", func(name string, n *corev1.Node) {
 		switch c := changes[name]; {

@@ -3,9 +3,11 @@ package aggregator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -178,4 +180,91 @@ func TestUnansweredTriggerFreesItsSlot(t *testing.T) {
 	if err != nil {
 		t.Errorf("triggered %v, want one node other than unans-00 (its place freed)", countTriggered(t, names))
 	}
+}
+
+// TestDeposedLeadersLateApprovalCannotExceedTheRepairCap: three faulty
+// nodes, tainted faulty by an earlier pass, maxInRepair 1. Leader A
+// decided to approve ff-02's repair, claimed it and paused before its
+// write; B leads now, counts A's claim and approves nothing; A's late
+// approval lands, and still one node is in repair. (Before approvals were
+// claimed, B approved ff-00 and A's write landed beside it: two.)
+func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	_, leases := clients(t)
+	names := []string{"ff-00", "ff-01", "ff-02"}
+	for _, name := range names {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "ff"})
+		if err := writeCondition(ctx, name, "True"); err != nil {
+			t.Fatal(err)
+		}
+		write(t, name, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintFaulty, Effect: corev1.TaintEffectNoSchedule})
+		})
+	}
+	configMap(t, ns, fmt.Sprintf(faultPolicy, "ff", "0s"))
+	claimsLease := aggregator.ClaimsLeaseName("aggregator")
+
+	// A, leading: it approves ff-02's repair as ff-02 is now, and claims it.
+	seenByA, err := world.Client.CoreV1().Nodes().Get(ctx, "ff-02", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versionA, _, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = aggregator.WriteClaims(ctx, leases, ns, claimsLease, versionA, map[string]string{"ff-02": seenByA.ResourceVersion}); err != nil {
+		t.Fatalf("A's claim: %v", err)
+	}
+
+	// A pauses; B leads: the two others wait for the cap, A's claim counted.
+	r := startAggregator(t, ns, "maintenance-handler")
+	waiting := r.metrics.FaultDecisions.WithLabelValues("ff", string(fleet.FaultMaxInRepair))
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return testutil.ToFloat64(waiting) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("fault_decisions{ff,max_in_repair} = %v, want 2 (A's claim counted)", testutil.ToFloat64(waiting))
+	}
+	waitPasses(t, r.agg, 3)
+	if got := approvedOf(t, names); len(got) != 0 {
+		t.Fatalf("B approved %v while A's claim on ff-02 could still land", got)
+	}
+
+	// A wakes and writes its approval, conditional on what it saw: it lands.
+	late := seenByA.DeepCopy()
+	protocol.WriteRepairApproval(late, protocol.RepairApproval{Behavior: protocol.BehaviorUnrecoverableGPUError, Source: protocol.FaultSourceCondition,
+		Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
+	if _, err := world.Client.CoreV1().Nodes().Update(ctx, late, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("A's late write: %v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, nodes, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
+		return err == nil && len(nodes) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("B never dropped the resolved claim: %v", err)
+	}
+	waitPasses(t, r.agg, 3)
+	if got := approvedOf(t, names); len(got) != 1 || got[0] != "ff-02" {
+		t.Errorf("approved %v, want only A's ff-02 (maxInRepair 1)", got)
+	}
+}
+
+// approvedOf lists the nodes among names whose repair is approved.
+func approvedOf(t *testing.T, names []string) []string {
+	t.Helper()
+	var out []string
+	for _, name := range names {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := protocol.ReadRepairApproval(n); ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }

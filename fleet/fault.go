@@ -84,7 +84,7 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 	for i := range nodes {
 		n := &nodes[i]
 		byPool[n.Pool] = append(byPool[n.Pool], n)
-		if n.InRepair() {
+		if n.InRepair() || n.Claimed {
 			plan.InRepair[n.Pool]++
 		}
 	}
@@ -100,6 +100,9 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 		rateLeft, rateUsed := repairRateLeft(now, setting, members)
 		var faulty []Fault
 		for _, n := range members {
+			if n.Claimed && !n.InRepair() {
+				continue // decided when its claimed write is resolved
+			}
 			if n.InRepair() {
 				if n.ReportFaultySet {
 					plan.Consume = append(plan.Consume, n.Name)

@@ -30,6 +30,10 @@ type Node struct {
 	// Underway: a maintenance is under way or asked for, by the keys alone
 	// (protocol.InMaintenance), whatever a fault says.
 	Underway bool
+	// Claimed: a claimed write (an opportunistic trigger, or a repair's
+	// approval) may still land on the node: set by the pass from the
+	// claims; counted as in repair against the faults' cap.
+	Claimed bool
 	// Triggered: the aggregator started its maintenance (an opportunistic
 	// trigger), at TriggeredAt (zero when unreadable); Asked: the
 	// perform-maintenance label is on the node.
