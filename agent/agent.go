@@ -61,9 +61,10 @@ type Agent struct {
 	// times.
 	timing drain.Timing
 
-	performFor    string                   // request ID of the call started by this process
-	performResult *lifecycle.PerformResult // how it ended
-	performGroup  sync.WaitGroup
+	performFor       string                   // request ID of the call started by this process
+	preemptionNotice time.Duration            // the VM's preemption notice, once known
+	performResult    *lifecycle.PerformResult // how it ended
+	performGroup     sync.WaitGroup
 
 	nodes *kube.Informer
 
@@ -181,10 +182,14 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer wg.Wait()
 	defer a.performGroup.Wait()
 	defer a.stopDrain()
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		a.notify(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.learnPreemptionNotice(ctx)
 	}()
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
 		wg.Add(1)
@@ -299,39 +304,6 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 	a.changedAt = a.opts.Clock.Now()
 	a.poke()
 	return true
-}
-
-// observation is what a step reads besides st, the state on node: the
-// Node, the metadata server's signals, the pods, the drain's and the
-// call's progress; and when the metadata last changed.
-func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Observation, time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	obs := lifecycle.Observation{
-		Now:     a.opts.Clock.Now(),
-		Signals: a.signals,
-		MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
-			TPU: protocol.IsTPU(node), GKEReportsFaults: lifecycle.GKEReportsFaults(node), GKERepairStatus: node.Labels[protocol.LabelReportAndReplaceStatus]},
-		TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
-	}
-	var ms protocol.MaintenanceState
-	obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
-	obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
-	obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
-	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(node)
-	a.observeSlice(node, st, &obs)
-	if obs.TriggerSet && a.opts.ManualGate != nil {
-		obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
-	}
-	obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources, a.claimsAccelerator)
-	obs.PodsKnown = true
-	obs.GKEHandling = lifecycle.GKEHandling(node, st)
-	obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
-	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
-	if r := a.performResult; r != nil && r.RequestID == st.RequestID {
-		obs.Perform = r
-	}
-	return obs, a.changedAt
 }
 
 // reconcile reads the Node, steps the state machine, writes the result in

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -156,4 +157,38 @@ func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
 		return
 	}
 	a.conditionsFrom = node.ResourceVersion
+}
+
+// observation is what a step reads besides st, the state on node: the
+// Node, the metadata server's signals, the pods, the drain's and the
+// call's progress; and when the metadata last changed.
+func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Observation, time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	obs := lifecycle.Observation{
+		Now:     a.opts.Clock.Now(),
+		Signals: a.signals,
+		MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
+			TPU: protocol.IsTPU(node), GKEReportsFaults: lifecycle.GKEReportsFaults(node), GKERepairStatus: node.Labels[protocol.LabelReportAndReplaceStatus]},
+		TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
+	}
+	var ms protocol.MaintenanceState
+	obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
+	obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
+	obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
+	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(node)
+	a.observeSlice(node, st, &obs)
+	if obs.TriggerSet && a.opts.ManualGate != nil {
+		obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
+	}
+	obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources, a.claimsAccelerator)
+	obs.PodsKnown = true
+	obs.GKEHandling = lifecycle.GKEHandling(node, st)
+	obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
+	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
+	obs.PreemptionNotice = a.preemptionNotice
+	if r := a.performResult; r != nil && r.RequestID == st.RequestID {
+		obs.Perform = r
+	}
+	return obs, a.changedAt
 }

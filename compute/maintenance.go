@@ -29,6 +29,9 @@ const (
 	OperationPermission = "compute.zoneOperations.get"
 	// ReportPermission is what instances.reportHostAsFaulty needs.
 	ReportPermission = "compute.instances.reportHostAsFaulty"
+	// GetPermission is what instances.get needs, to read a Spot VM's
+	// preemption notice (optional: --preemption-notice says it instead).
+	GetPermission = "compute.instances.get"
 )
 
 // Method is one Compute Engine method the agent calls.
@@ -43,6 +46,12 @@ var Methods = []Method{
 	{"instances.performMaintenance", Permission},
 	{"zoneOperations.get", OperationPermission},
 	{"instances.reportHostAsFaulty", ReportPermission},
+}
+
+// OptionalMethods are the methods the agent calls only where its flags
+// ask it to, with the permission each needs.
+var OptionalMethods = []Method{
+	{"instances.get", GetPermission},
 }
 
 // Instance names a VM.

@@ -161,7 +161,11 @@ func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
 	if len(Methods) != len(want) {
 		t.Errorf("Methods %v, want %v", Methods, want)
 	}
-	for _, m := range Methods {
+	want["instances.get"] = gceemu.PermissionGetInstance
+	if len(OptionalMethods) != 1 {
+		t.Errorf("OptionalMethods %v", OptionalMethods)
+	}
+	for _, m := range append(append([]Method(nil), Methods...), OptionalMethods...) {
 		if want[m.Name] != m.Permission {
 			t.Errorf("method %s needs %s, not %s", m.Name, want[m.Name], m.Permission)
 		}
@@ -202,5 +206,36 @@ func TestReportHostAsFaulty(t *testing.T) {
 	_, err = m.ReportHostAsFaulty(ctxT(t, 30*time.Second), inst, "req-h", "CHIP_ERROR", "")
 	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), ReportPermission) {
 		t.Errorf("denied: %v, want ErrPermissionDenied naming %s", err, ReportPermission)
+	}
+}
+
+// TestPreemptionNotice: instances.get says whether the VM is Spot and its
+// preemption notice; a 403 names the permission.
+func TestPreemptionNotice(t *testing.T) {
+	for _, tc := range []struct {
+		cfg    gceemu.Config
+		spot   bool
+		notice time.Duration
+	}{
+		{gceemu.Config{Preemptible: true, PreemptionNotice: 2 * time.Minute}, true, 2 * time.Minute},
+		{gceemu.Config{Preemptible: true}, true, 0},
+		{gceemu.Config{}, false, 0},
+	} {
+		tc.cfg.Project, tc.cfg.Zone, tc.cfg.Name = "p1", "us-east5-a", "gpu-0"
+		emu := gceemu.StartT(t, tc.cfg)
+		t.Setenv("GCE_METADATA_HOST", emu.Host())
+		m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emu.ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst := Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"}
+		spot, notice, err := m.PreemptionNotice(ctxT(t, 10*time.Second), inst)
+		if err != nil || spot != tc.spot || notice != tc.notice {
+			t.Errorf("%+v: spot %t, notice %s, %v; want %t, %s", tc.cfg, spot, notice, err, tc.spot, tc.notice)
+		}
+		emu.Deny(gceemu.PermissionGetInstance, true)
+		if _, _, err := m.PreemptionNotice(ctxT(t, 10*time.Second), inst); !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), GetPermission) {
+			t.Errorf("denied: %v, want ErrPermissionDenied naming %s", err, GetPermission)
+		}
 	}
 }

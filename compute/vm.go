@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	gcemetadata "cloud.google.com/go/compute/metadata"
 )
@@ -45,6 +46,16 @@ func (v *VM) ReportHostAsFaulty(ctx context.Context, requestID, behavior, descri
 		return "", err
 	}
 	return v.Maintainer.report(ctx, inst, requestID, behavior, description, account)
+}
+
+// PreemptionNotice reads the VM's preemption notice (see
+// Maintainer.PreemptionNotice).
+func (v *VM) PreemptionNotice(ctx context.Context) (bool, time.Duration, error) {
+	inst, account, err := v.identity(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	return v.Maintainer.preemptionNotice(ctx, inst, account)
 }
 
 // WaitOperation waits for the VM's operation name to end (see

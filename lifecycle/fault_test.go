@@ -297,3 +297,19 @@ func TestStepFaultRepairNeverStops(t *testing.T) {
 		}
 	}
 }
+
+// TestBookedRepair: a notice with a FAILURE_* reason, as served (newer
+// ones included: FAILURE_CUSTOMER_REPORTED, the repair a report books), is
+// a repair Compute Engine booked; a planned update is not.
+func TestBookedRepair(t *testing.T) {
+	for raw, want := range map[string]bool{
+		`{"type":"UNSCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["FAILURE_CUSTOMER_REPORTED"]}`: true,
+		`{"type":"UNSCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["FAILURE_GPU_XID"]}`:           true,
+		`{"type":"SCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["PLANNED_UPDATE"]}`:             false,
+	} {
+		n := protocol.ReadNotice(raw)
+		if n.Status == "" || BookedRepair(n) != want {
+			t.Errorf("%s: read %+v, booked repair %t; want %t", raw, n, BookedRepair(n), want)
+		}
+	}
+}

@@ -66,6 +66,8 @@ type model struct {
 	faults, gke bool
 	frng        *rand.Rand
 	gkeStatus   string
+	// notice is the VM's preemption notice (a Spot VM that has one).
+	notice time.Duration
 
 	// Bookkeeping for the invariants.
 	maint         int                     // numbers the maintenances, from Idle to Idle
@@ -104,6 +106,9 @@ func newModel(seed uint64) *model {
 	m.frng = rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
 	m.faults = m.frng.IntN(2) == 0
 	m.gke = m.faults && m.frng.IntN(3) == 0
+	if m.frng.IntN(3) == 0 {
+		m.notice = 2 * time.Minute
+	}
 	return m
 }
 
@@ -352,7 +357,7 @@ func (m *model) observation(st State) Observation {
 		Now:     m.now,
 		Signals: m.known,
 		MachineView: MachineView{BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion, Unschedulable: m.node.Spec.Unschedulable,
-			GKEReportsFaults: m.gke, GKERepairStatus: m.gkeStatus},
+			GKEReportsFaults: m.gke, GKERepairStatus: m.gkeStatus, PreemptionNotice: m.notice},
 		PodsView:    PodsView{PodsKnown: true, Idle: true},
 		TriggerView: TriggerView{RequestID: fmt.Sprintf("req-%d", m.requestSeq)},
 	}

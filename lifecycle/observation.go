@@ -78,6 +78,11 @@ type MachineView struct {
 	// report-and-replace-status label; "" for none).
 	GKEReportsFaults bool
 	GKERepairStatus  string
+	// PreemptionNotice is the VM's preemption notice, where it is a Spot
+	// VM that has one (scheduling.preemptionNoticeDuration): preempted
+	// turns TRUE this long before the soft-off; zero when it has none or
+	// it is not known (preemptionBudget).
+	PreemptionNotice time.Duration
 }
 
 // PodsView is what the node runs, and how its drain went.

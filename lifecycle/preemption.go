@@ -1,7 +1,8 @@
 package lifecycle
 
 // Preemption: a Spot or preemptible VM is told it is preempted (preempted
-// TRUE) and stops about 30 s later. It takes over any maintenance under
+// TRUE) and stops about 30 s later, or, for a Spot VM with a preemption
+// notice, that notice and 30 s later. It takes over any maintenance under
 // way, and shortens its deadline.
 
 import (
@@ -26,7 +27,7 @@ func (d *Decision) preemption(cfg Config, obs Observation) bool {
 		return false
 	}
 	now, idle, rule := obs.Now, d.State.Phase == protocol.PhaseIdle, ruleOf(d.State.Reason)
-	deadline, how := stopAt(cfg, now, cfg.PreemptionDeadline, sig.PreemptedSince, time.Time{}, time.Time{})
+	deadline, how := stopAt(cfg, now, preemptionBudget(cfg, obs), sig.PreemptedSince, time.Time{}, time.Time{})
 	if idle {
 		d.start(obs, protocol.ReasonPreemption, deadline)
 		d.Interruption = countedAs(protocol.ReasonPreemption)
@@ -47,4 +48,18 @@ func (d *Decision) preemption(cfg Config, obs Observation) bool {
 	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventPreempted,
 		Message: fmt.Sprintf("The VM was preempted during maintenance; the drain deadline moves to %s", d.State.Deadline.UTC().Format(time.RFC3339))})
 	return true
+}
+
+// SpotSoftOff is the time from a Spot VM's soft-off (ACPI G2) to its hard
+// stop.
+const SpotSoftOff = 30 * time.Second
+
+// preemptionBudget is the time from preempted=TRUE to the VM's stop: a
+// Spot VM with a preemption notice gets the notice and then the soft-off
+// (MachineView.PreemptionNotice); any other, PreemptionDeadline.
+func preemptionBudget(cfg Config, obs Observation) time.Duration {
+	if obs.PreemptionNotice > 0 {
+		return obs.PreemptionNotice + SpotSoftOff
+	}
+	return cfg.PreemptionDeadline
 }

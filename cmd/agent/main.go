@@ -143,6 +143,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	if err != nil {
 		return err
 	}
+	vm := &compute.VM{Maintainer: maintainer, Metadata: metadata.NewClient(30*time.Second, opts.MetadataHost), ProviderID: node.Spec.ProviderID}
 	var manualGate func(*corev1.Node, time.Time) (string, string)
 	if opts.PolicyConfigMap != "" {
 		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
@@ -188,17 +189,14 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		AcceleratorResources:     resourceNames(opts.AcceleratorResources),
 		AcceleratorDeviceClasses: opts.AcceleratorDeviceClasses,
 		ManualGate:               manualGate,
-		Maintainer: &compute.VM{
-			Maintainer: maintainer,
-			Metadata:   metadata.NewClient(30*time.Second, opts.MetadataHost),
-			ProviderID: node.Spec.ProviderID,
-		},
-		RetryInterval: opts.EvictionRetryInterval,
-		DrainTiming:   &drain.Timing{Reserve: opts.DrainReserve, Margin: opts.DrainMargin},
-		Metrics:       m,
-		Events:        events,
-		Clock:         clk,
-		Logger:        logger,
+		Maintainer:               vm,
+		PreemptionNotice:         preemptionNotice(opts, vm),
+		RetryInterval:            opts.EvictionRetryInterval,
+		DrainTiming:              &drain.Timing{Reserve: opts.DrainReserve, Margin: opts.DrainMargin},
+		Metrics:                  m,
+		Events:                   events,
+		Clock:                    clk,
+		Logger:                   logger,
 	})
 	if err != nil {
 		return err
@@ -244,4 +242,26 @@ func resourceNames(names []string) []corev1.ResourceName {
 		out = append(out, corev1.ResourceName(n))
 	}
 	return out
+}
+
+// preemptionNotice is how the agent learns the VM's preemption notice,
+// as --preemption-notice says: the duration given, none, or, for auto,
+// where the metadata server says the VM is preemptible, its own
+// instances.get.
+func preemptionNotice(opts *Options, vm *compute.VM) func(context.Context) (time.Duration, error) {
+	notice, auto, _ := opts.preemptionNotice()
+	if !auto {
+		return func(context.Context) (time.Duration, error) { return notice, nil }
+	}
+	return func(ctx context.Context) (time.Duration, error) {
+		preemptible, err := vm.Metadata.GetWithContext(ctx, "instance/scheduling/preemptible")
+		if err != nil {
+			return 0, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
+		}
+		if strings.TrimSpace(preemptible) != "TRUE" {
+			return 0, nil
+		}
+		_, notice, err := vm.PreemptionNotice(ctx)
+		return notice, err
+	}
 }

@@ -46,6 +46,9 @@ type Options struct {
 	UnhealthyAfter          time.Duration
 	HostMaintenanceDeadline time.Duration
 	PreemptionDeadline      time.Duration
+	// PreemptionNotice is the VM's preemption notice: "auto" (a Spot VM's
+	// own, read with instances.get), "none", or a duration.
+	PreemptionNotice string
 	// GKEHandler is "defer" (a maintenance GKE's own handler is seen
 	// handling is left to it) or "ignore" (the agent handles it too).
 	GKEHandler string
@@ -104,6 +107,7 @@ func NewOptions() *Options {
 		UnhealthyAfter:           3 * time.Minute,
 		HostMaintenanceDeadline:  lifecycle.DefaultConfig.HostMaintenanceDeadline,
 		PreemptionDeadline:       lifecycle.DefaultConfig.PreemptionDeadline,
+		PreemptionNotice:         preemptionNoticeAuto,
 		OngoingDeadline:          lifecycle.DefaultConfig.OngoingDeadline,
 		GKEHandler:               gkeHandlerDefer,
 		ManualDrainTimeout:       lifecycle.DefaultConfig.ManualDrainTimeout,
@@ -136,6 +140,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE appearing to the VM stopping (60m for GPU VMs); counted from when the signal appeared, as far as the agent can tell, and never past the maintenance window's end.")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE appearing to the VM stopping; also the drain of a VM that outlived its estimated stop.")
+	fs.StringVar(&o.PreemptionNotice, "preemption-notice", o.PreemptionNotice, "A Spot VM's preemption notice (scheduling.preemptionNoticeDuration: preempted turns TRUE this long before the soft-off, which leaves 30s more): auto (where the metadata server says the VM is preemptible, read it with instances.get, which needs compute.instances.get; without it, or with none, --preemption-deadline), none, or the duration, such as 120s.")
 	fs.StringVar(&o.GKEHandler, "gke-handler", o.GKEHandler, "What to do where GKE's own maintenance handler is seen handling the node (its active-node-maintenance label with a value this agent did not write, or its maintenance-window-started taint): defer (leave the maintenance to it: no drain, cordon or Compute Engine call; the interruption is still counted) or ignore (handle it too).")
 	fs.DurationVar(&o.OngoingDeadline, "ongoing-deadline", o.OngoingDeadline, "Where maintenance-event is not served (TPU VMs) and the drain starts on the notice turning ONGOING: time from the window's opening to the VM stopping (5m: Cloud TPU waits at most that long for a process to exit after SIGTERM).")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
@@ -170,6 +175,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--gke-handler %q: want %s or %s", o.GKEHandler, gkeHandlerDefer, gkeHandlerIgnore))
 	}
 	errs = append(errs, o.durationProblems()...)
+	if _, _, err := o.preemptionNotice(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.ComputeEndpoint != "" {
 		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
@@ -271,4 +279,26 @@ func (o *Options) noticeRanges() ([]*net.IPNet, []error) {
 		out = append(out, r)
 	}
 	return out, errs
+}
+
+// The --preemption-notice values besides a duration.
+const (
+	preemptionNoticeAuto = "auto"
+	preemptionNoticeNone = "none"
+)
+
+// preemptionNotice reads --preemption-notice: the duration given (zero
+// for none), or auto (true).
+func (o *Options) preemptionNotice() (notice time.Duration, auto bool, err error) {
+	switch o.PreemptionNotice {
+	case preemptionNoticeAuto:
+		return 0, true, nil
+	case preemptionNoticeNone:
+		return 0, false, nil
+	}
+	d, err := time.ParseDuration(o.PreemptionNotice)
+	if err != nil || d <= 0 || d > time.Hour {
+		return 0, false, fmt.Errorf("--preemption-notice %q: want auto, none or a duration up to 1h, such as 120s", o.PreemptionNotice)
+	}
+	return d, false, nil
 }

@@ -146,6 +146,7 @@ const (
 	PermissionPerformMaintenance = "compute.instances.performMaintenance"
 	PermissionGetOperation       = "compute.zoneOperations.get"
 	PermissionReportHostAsFaulty = "compute.instances.reportHostAsFaulty"
+	PermissionGetInstance        = "compute.instances.get"
 )
 
 // SetPermissionDenied makes performMaintenance answer 403, as when the
@@ -212,6 +213,8 @@ func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.reportHostAsFaulty(w, r, parts[1], parts[3], parts[5])
+	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "instances" && r.Method == http.MethodGet:
+		s.getInstance(w, r, parts[1], parts[3], parts[5])
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "operations":
 		if !s.authorized(r) {
 			computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token.")
@@ -459,4 +462,37 @@ func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op 
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// getInstance answers instances.get with what the agent reads of it: the
+// VM's scheduling (its provisioning model, and a Spot VM's preemption
+// notice as a Duration of seconds, as Compute Engine spells it).
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
+	resource := fmt.Sprintf("projects/%s/zones/%s/instances/%s", project, zone, instance)
+	s.mu.Lock()
+	denied := s.compute.denied[PermissionGetInstance]
+	s.mu.Unlock()
+	switch {
+	case !s.authorized(r):
+		computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token.")
+		return
+	case project != s.cfg.Project || zone != s.cfg.Zone || instance != s.cfg.Name:
+		computeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource))
+		return
+	case denied:
+		forbidden(w, PermissionGetInstance, resource)
+		return
+	}
+	model := "STANDARD"
+	if s.cfg.Preemptible {
+		model = "SPOT"
+	}
+	scheduling := map[string]any{"preemptible": s.cfg.Preemptible, "provisioningModel": model, "onHostMaintenance": "TERMINATE",
+		"automaticRestart": !s.cfg.Preemptible}
+	if s.cfg.Preemptible && s.cfg.PreemptionNotice > 0 {
+		scheduling["preemptionNoticeDuration"] = map[string]any{"seconds": fmt.Sprint(int64(s.cfg.PreemptionNotice.Seconds()))}
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_ = json.NewEncoder(w).Encode(map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
+		"zone": s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone, "status": "RUNNING", "scheduling": scheduling})
 }

@@ -105,6 +105,10 @@ type Config struct {
 	Absence Absence
 	// Preemptible is served at instance/scheduling/preemptible.
 	Preemptible bool
+	// PreemptionNotice is a Spot VM's scheduling.preemptionNoticeDuration
+	// (zero: none), which instances.get returns: preempted turns TRUE this
+	// long before the soft-off.
+	PreemptionNotice time.Duration
 	// DefaultHang is how long a long poll without timeout_sec hangs at most;
 	// zero means 300 s.
 	DefaultHang time.Duration
