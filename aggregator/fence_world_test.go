@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/fleet"
@@ -33,22 +34,11 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	claimsLease := aggregator.ClaimsLeaseName("aggregator")
 
 	// A, leading: it decides on fence-00 as it is now, and claims it.
-	seenByA, err := world.Client.CoreV1().Nodes().Get(ctx, "fence-00", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	versionA, _, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	versionA, err = aggregator.WriteClaims(ctx, leases, ns, claimsLease, versionA, map[string]string{"fence-00": seenByA.ResourceVersion})
-	if err != nil {
-		t.Fatalf("A's claim: %v", err)
-	}
+	seenByA, versionA := claimAsLeader(t, ctx, leases, ns, claimsLease, "fence-00")
 
 	// A pauses; B leads.
 	r := startAggregator(t, ns, "")
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(r.metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonMaxVoluntary))) == 19, nil
 	})
 	if err != nil {
@@ -93,13 +83,19 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 // trigger.
 func countTriggered(t *testing.T, names []string) []string {
 	t.Helper()
+	return nodesWhere(t, names, triggered)
+}
+
+// nodesWhere lists the nodes among names for which is holds now.
+func nodesWhere(t *testing.T, names []string, is func(*corev1.Node) bool) []string {
+	t.Helper()
 	var out []string
 	for _, name := range names {
 		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if triggered(n) {
+		if is(n) {
 			out = append(out, name)
 		}
 	}
@@ -182,8 +178,8 @@ func TestUnansweredTriggerFreesItsSlot(t *testing.T) {
 	}
 }
 
-// TestDeposedLeadersLateApprovalCannotExceedTheRepairCap: three faulty
-// nodes, tainted faulty by an earlier pass, maxInRepair 1. Leader A
+// TestDeposedLeadersLateApprovalCannotExceedTheRepairCap: three nodes a
+// person reported faulty, tainted faulty by an earlier pass, maxInRepair 1. Leader A
 // decided to approve ff-02's repair, claimed it and paused before its
 // write; B leads now, counts A's claim and approves nothing; A's late
 // approval lands, and still one node is in repair. (Before approvals were
@@ -196,10 +192,11 @@ func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
 	names := []string{"ff-00", "ff-01", "ff-02"}
 	for _, name := range names {
 		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "ff"})
-		if err := writeCondition(ctx, name, "True"); err != nil {
-			t.Fatal(err)
-		}
+		// A person asked for its repair (a label: kwok, which answers a
+		// status write with its own, leaves it alone, so the Node stays
+		// at the version A claims).
 		write(t, name, func(n *corev1.Node) {
+			n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintFaulty, Effect: corev1.TaintEffectNoSchedule})
 		})
 	}
@@ -207,22 +204,12 @@ func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
 	claimsLease := aggregator.ClaimsLeaseName("aggregator")
 
 	// A, leading: it approves ff-02's repair as ff-02 is now, and claims it.
-	seenByA, err := world.Client.CoreV1().Nodes().Get(ctx, "ff-02", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	versionA, _, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err = aggregator.WriteClaims(ctx, leases, ns, claimsLease, versionA, map[string]string{"ff-02": seenByA.ResourceVersion}); err != nil {
-		t.Fatalf("A's claim: %v", err)
-	}
+	seenByA, _ := claimAsLeader(t, ctx, leases, ns, claimsLease, "ff-02")
 
 	// A pauses; B leads: the two others wait for the cap, A's claim counted.
 	r := startAggregator(t, ns, "maintenance-handler")
 	waiting := r.metrics.FaultDecisions.WithLabelValues("ff", string(fleet.FaultMaxInRepair))
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return testutil.ToFloat64(waiting) == 2, nil
 	})
 	if err != nil {
@@ -256,15 +243,24 @@ func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
 // approvedOf lists the nodes among names whose repair is approved.
 func approvedOf(t *testing.T, names []string) []string {
 	t.Helper()
-	var out []string
-	for _, name := range names {
-		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := protocol.ReadRepairApproval(n); ok {
-			out = append(out, name)
-		}
+	return nodesWhere(t, names, func(n *corev1.Node) bool { _, ok := protocol.ReadRepairApproval(n); return ok })
+}
+
+// claimAsLeader plays a leader that decided on node as it is now and
+// claimed it: the node it saw, and the claims' version after its claim.
+func claimAsLeader(t *testing.T, ctx context.Context, leases coordinationv1client.LeasesGetter, ns, claimsLease, node string) (*corev1.Node, string) {
+	t.Helper()
+	seen, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	version, _, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err = aggregator.WriteClaims(ctx, leases, ns, claimsLease, version, map[string]string{node: seen.ResourceVersion})
+	if err != nil {
+		t.Fatalf("the leader's claim: %v", err)
+	}
+	return seen, version
 }
