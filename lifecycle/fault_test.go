@@ -305,7 +305,7 @@ func TestBookedRepair(t *testing.T) {
 	for raw, want := range map[string]bool{
 		`{"type":"UNSCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["FAILURE_CUSTOMER_REPORTED"]}`: true,
 		`{"type":"UNSCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["FAILURE_GPU_XID"]}`:           true,
-		`{"type":"SCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["PLANNED_UPDATE"]}`:             false,
+		`{"type":"SCHEDULED","maintenance_status":"PENDING","can_reschedule":true,"window_start_time":"2026-12-01T19:00:00Z","maintenance_reasons":["PLANNED_UPDATE"]}`:              false,
 	} {
 		n := protocol.ReadNotice(raw)
 		if n.Status == "" || BookedRepair(n) != want {
