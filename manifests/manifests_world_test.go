@@ -196,8 +196,23 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			return err
 		})
 	}
+	// The aggregator approved the node's repair: the agent may remove the
+	// approval (the repair over), below, never write one.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson,
+			Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// Its own node, its own keys: allowed.
 	err = update("rbac-gpu-a", func(n *corev1.Node) {
+		protocol.ConsumeRepairApproval(n)
 		n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing
 		n.Annotations[protocol.AnnotationPhase] = "Draining"
 		n.Annotations[protocol.AnnotationUpcomingMaintenance] = `{"maintenance_status":"PENDING"}`
@@ -245,6 +260,10 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			n.Annotations[protocol.AnnotationOpportunisticConfig] = "node-idle-time=1s,min-nodes=0,window=99999999s"
 		}},
 		{ruleAnnotations, "removing an annotation it does not own", func(n *corev1.Node) { delete(n.Annotations, testworld.KwokNodeAnnotation) }},
+		{ruleAnnotations, "approving its own repair", func(n *corev1.Node) {
+			protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson,
+				Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
+		}},
 		{ruleTaint, "removing another taint", func(n *corev1.Node) { n.Spec.Taints = nil }},
 		// The API server's validation refuses this before the policy does.
 		{"may not change providerID", "its provider ID", func(n *corev1.Node) { n.Spec.ProviderID = "gce://other/zone/other" }},
