@@ -72,14 +72,12 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 
 // awaitRepairStop: Compute Engine took the repair, and the VM has not
 // stopped. An operation that failed, GKE's flow ending in Error, or, for
-// a call of the agent's own, no stop (nor the booked repair begun)
-// ManualStartTimeout after Compute Engine took it, ends the repair with
-// the node drained and still faulty; otherwise the loop wakes at that
-// bound. The time it was taken is the deadline repairAccepted set, less
-// HostMaintenanceDeadline.
+// a call of the agent's own, no stop (nor the booked repair begun) by
+// startBound, ends the repair with the node drained and still faulty;
+// otherwise the loop wakes at that bound.
 func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
 	st, r := d.State, obs.Perform
-	stopBy := st.Deadline.Add(cfg.ManualStartTimeout - cfg.HostMaintenanceDeadline)
+	stopBy := startBound(cfg, st)
 	var why string
 	switch {
 	case st.RepairCall == protocol.RepairGKE && obs.GKERepairStatus == protocol.GKEStatusError:
@@ -180,7 +178,7 @@ func (d *Decision) sliceHoldsRepair(obs Observation) bool {
 func repairCallFor(obs Observation) protocol.RepairCall {
 	sig, with := obs.Signals, obs.Repair.With
 	switch {
-	case sig.NoticePresent && sig.Notice.Status == maintenance.StatusPending && sig.Notice.CanReschedule && BookedRepair(sig.Notice):
+	case sig.NoticePresent && sig.Notice.Reschedulable() && BookedRepair(sig.Notice):
 		return protocol.RepairPerformMaintenance
 	case with == protocol.RepairWithGKE || with == protocol.RepairWithAuto && obs.GKEReportsFaults:
 		return protocol.RepairGKE

@@ -171,13 +171,12 @@ func triggerCheck(cfg Config, st State, obs Observation) TriggerCheck {
 
 // awaitStart: Compute Engine accepted the call and the maintenance has not
 // begun. If the call's operation failed, or the maintenance has not begun
-// ManualStartTimeout after the acceptance, the node goes back in service;
-// otherwise the loop wakes at that bound. The acceptance time is the
-// deadline accept set, less HostMaintenanceDeadline.
+// by startBound, the node goes back in service; otherwise the loop wakes
+// at that bound.
 func (d *Decision) awaitStart(cfg Config, obs Observation) {
 	st := d.State
 	r := obs.Perform
-	startBy := st.Deadline.Add(cfg.ManualStartTimeout - cfg.HostMaintenanceDeadline)
+	startBy := startBound(cfg, st)
 	var why string
 	switch {
 	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
@@ -278,4 +277,11 @@ func manualWithdrawn(st State, obs Observation) bool {
 // phase; a host maintenance only while Compute Engine has not been asked.
 func manualYields(st State, to protocol.Reason) bool {
 	return to == protocol.ReasonPreemption || st.Phase == protocol.PhaseDraining && st.Requested.IsZero()
+}
+
+// startBound is when a maintenance or repair Compute Engine accepted must
+// have begun: ManualStartTimeout after the acceptance, which is the
+// deadline accept (or repairAccepted) set, less HostMaintenanceDeadline.
+func startBound(cfg Config, st State) time.Time {
+	return st.Deadline.Add(cfg.ManualStartTimeout - cfg.HostMaintenanceDeadline)
 }

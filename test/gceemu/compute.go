@@ -244,6 +244,37 @@ func (s *Server) callOf(r *http.Request, method, project, zone, instance string)
 		RequestID: r.URL.Query().Get("requestId"), At: s.clock.Now()}
 }
 
+// resource names the instance call is made on.
+func (c Call) resource() string {
+	return fmt.Sprintf("projects/%s/zones/%s/instances/%s", c.Project, c.Zone, c.Instance)
+}
+
+// refusal is Compute Engine's answer to a call r makes before it looks at
+// what the call asks: unauthenticated (401), or another instance than
+// this VM (404); status 0 when there is none.
+func (s *Server) refusal(call Call, r *http.Request) (status int, reason, msg string) {
+	switch {
+	case !s.authorized(r):
+		return http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential."
+	case call.Project != s.cfg.Project || call.Zone != s.cfg.Zone || call.Instance != s.cfg.Name:
+		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", call.resource())
+	}
+	return 0, "", ""
+}
+
+// deniedOrRetriedLocked answers a call whose caller lacks permission
+// (403), or one that retries an accepted requestId (the same operation);
+// done is false when neither.
+func (s *Server) deniedOrRetriedLocked(call Call, permission string) (status int, reason, msg string, op operation, done bool) {
+	if s.compute.denied[permission] {
+		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", permission, call.resource()), op, true
+	}
+	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
+		return http.StatusOK, "", "", s.compute.ops[name], true
+	}
+	return 0, "", "", op, false
+}
+
 // answerCall records call with the status accept decides, and answers
 // with the operation or the error.
 func (s *Server) answerCall(w http.ResponseWriter, call Call, accept func(Call) (status int, reason, msg string, op operation)) {
@@ -262,20 +293,14 @@ func (s *Server) answerCall(w http.ResponseWriter, call Call, accept func(Call) 
 // acceptPerformMaintenance decides the answer and, when accepted, schedules
 // the transition to ONGOING.
 func (s *Server) acceptPerformMaintenance(call Call, r *http.Request) (status int, reason, msg string, op operation) {
-	resource := fmt.Sprintf("projects/%s/zones/%s/instances/%s", call.Project, call.Zone, call.Instance)
-	if !s.authorized(r) {
-		return http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.", op
-	}
-	if call.Project != s.cfg.Project || call.Zone != s.cfg.Zone || call.Instance != s.cfg.Name {
-		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource), op
+	resource := call.resource()
+	if status, reason, msg := s.refusal(call, r); status != 0 {
+		return status, reason, msg, op
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.compute.denied[PermissionPerformMaintenance] {
-		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", PermissionPerformMaintenance, resource), op
-	}
-	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
-		return http.StatusOK, "", "", s.compute.ops[name]
+	if status, reason, msg, op, done := s.deniedOrRetriedLocked(call, PermissionPerformMaintenance); done {
+		return status, reason, msg, op
 	}
 	if s.notice == nil {
 		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid resource usage: 'There is no pending maintenance for instance %s.'", resource), op
@@ -370,12 +395,10 @@ func (s *Server) reportHostAsFaulty(w http.ResponseWriter, r *http.Request, proj
 var FaultBehaviors = []string{"CHIP_ERROR", "PERFORMANCE", "SILENT_DATA_CORRUPTION", "UNRECOVERABLE_GPU_ERROR"}
 
 func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reasons int) (status int, reason, msg string, op operation) {
-	resource := fmt.Sprintf("projects/%s/zones/%s/instances/%s", call.Project, call.Zone, call.Instance)
+	if status, reason, msg := s.refusal(call, r); status != 0 {
+		return status, reason, msg, op
+	}
 	switch {
-	case !s.authorized(r):
-		return http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.", op
-	case call.Project != s.cfg.Project || call.Zone != s.cfg.Zone || call.Instance != s.cfg.Name:
-		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource), op
 	case decodeErr != nil:
 		return http.StatusBadRequest, "parseError", "Invalid JSON payload received. " + decodeErr.Error(), op
 	case call.Schedule != "IMMEDIATE":
@@ -385,11 +408,8 @@ func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reaso
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.compute.denied[PermissionReportHostAsFaulty] {
-		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", PermissionReportHostAsFaulty, resource), op
-	}
-	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
-		return http.StatusOK, "", "", s.compute.ops[name]
+	if status, reason, msg, op, done := s.deniedOrRetriedLocked(call, PermissionReportHostAsFaulty); done {
+		return status, reason, msg, op
 	}
 	if f := s.compute.onReport; f != nil {
 		go f(call)
@@ -468,19 +488,16 @@ func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op 
 // VM's scheduling (its provisioning model, and a Spot VM's preemption
 // notice as a Duration of seconds, as Compute Engine spells it).
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
-	resource := fmt.Sprintf("projects/%s/zones/%s/instances/%s", project, zone, instance)
+	call := Call{Project: project, Zone: zone, Instance: instance}
+	if status, reason, msg := s.refusal(call, r); status != 0 {
+		computeError(w, status, reason, msg)
+		return
+	}
 	s.mu.Lock()
 	denied := s.compute.denied[PermissionGetInstance]
 	s.mu.Unlock()
-	switch {
-	case !s.authorized(r):
-		computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token.")
-		return
-	case project != s.cfg.Project || zone != s.cfg.Zone || instance != s.cfg.Name:
-		computeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource))
-		return
-	case denied:
-		forbidden(w, PermissionGetInstance, resource)
+	if denied {
+		forbidden(w, PermissionGetInstance, call.resource())
 		return
 	}
 	model := "STANDARD"
