@@ -61,10 +61,10 @@ type Agent struct {
 	// times.
 	timing drain.Timing
 
-	performFor       string                   // request ID of the call started by this process
-	preemptionNotice time.Duration            // the VM's preemption notice, once known
-	performResult    *lifecycle.PerformResult // how it ended
-	performGroup     sync.WaitGroup
+	performFor    string                   // request ID of the call started by this process
+	schedule      Schedule                 // what the VM's own clock says, once known
+	performResult *lifecycle.PerformResult // how it ended
+	performGroup  sync.WaitGroup
 
 	nodes *kube.Informer
 
@@ -189,7 +189,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		a.learnPreemptionNotice(ctx)
+		a.learnSchedule(ctx)
 	}()
 	for _, key := range []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance} {
 		wg.Add(1)

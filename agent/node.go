@@ -186,7 +186,8 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 	obs.GKEHandling = lifecycle.GKEHandling(node, st)
 	obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
 	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
-	obs.PreemptionNotice = a.preemptionNotice
+	obs.PreemptionNotice = a.schedule.PreemptionNotice
+	obs.KnownEndView = a.schedule.knownEnd()
 	if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}

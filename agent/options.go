@@ -99,11 +99,11 @@ type Options struct {
 	// Maintainer starts a manual maintenance once the node is drained; nil
 	// fails every manual maintenance (the node goes back in service).
 	Maintainer Maintainer
-	// PreemptionNotice, when set, tells the VM's preemption notice (zero:
-	// none), or fails: asked once at start, again with backoff after an
-	// error but for a missing permission (said, and the 30 s rule kept).
-	// Nil: the notice is not known (the 30 s rule).
-	PreemptionNotice func(context.Context) (time.Duration, error)
+	// Schedule, when set, tells what the VM's own clock says (its
+	// preemption notice and known end), or fails: asked once at start,
+	// again with backoff after an error but for a missing permission
+	// (said, and the 30 s rule kept). Nil: neither is known.
+	Schedule func(context.Context) (Schedule, error)
 	// NewRequestID returns a fresh performMaintenance requestId (a UUID);
 	// nil means a random UUID.
 	NewRequestID func() string

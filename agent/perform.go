@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -125,7 +124,7 @@ func (a *Agent) permissionDenied(permission string, err error) {
 	what := "the maintenance was not started"
 	switch permission {
 	case compute.GetPermission:
-		what = "the VM's preemption notice is not known, so a preemption is drained by --preemption-deadline; grant it, or give the notice with --preemption-notice"
+		what = "the VM's preemption notice and known end are not known, so a preemption is drained by --preemption-deadline and a time limit is not drained for; grant it, or give the notice with --preemption-notice"
 	case compute.ReportPermission:
 		what = "the faulty host was not reported; the node stays drained and tainted faulty, and its repair is approved again after the pool's cool-down"
 	case compute.OperationPermission:
@@ -144,38 +143,4 @@ func faultDescription(r protocol.RepairApproval) string {
 		d += ": " + r.Signal
 	}
 	return d
-}
-
-// learnPreemptionNotice asks for the VM's preemption notice once (again
-// with backoff after an error, but for a missing permission, which is
-// said), and wakes the loop when it is known.
-func (a *Agent) learnPreemptionNotice(ctx context.Context) {
-	if a.opts.PreemptionNotice == nil {
-		return
-	}
-	for attempt := 1; ; attempt++ {
-		notice, err := a.opts.PreemptionNotice(ctx)
-		switch {
-		case err == nil:
-			a.mu.Lock()
-			a.preemptionNotice = notice
-			a.mu.Unlock()
-			if notice > 0 {
-				a.log.Info("the VM has a preemption notice", "notice", notice)
-			}
-			a.poke()
-			return
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, compute.ErrPermissionDenied):
-			a.log.Warn("the VM's preemption notice cannot be read", "err", err)
-			a.permissionDenied(compute.GetPermission, err)
-			return
-		}
-		delay := backoff.Default.Delay(attempt)
-		a.log.Warn("the VM's preemption notice not read; retrying", "err", err, "retry_in", delay)
-		if backoff.Wait(ctx, a.opts.Clock, delay) != nil {
-			return
-		}
-	}
 }

@@ -1,7 +1,7 @@
 package compute
 
 // What the agent reads of its own VM with instances.get: a Spot VM's
-// preemption notice.
+// preemption notice, and the VM's known end.
 
 import (
 	"context"
@@ -21,24 +21,49 @@ type durationJSON struct {
 	Nanos   int64       `json:"nanos"`
 }
 
-// PreemptionNotice reads inst's scheduling with instances.get: whether it
-// is a Spot (or preemptible) VM, and its preemptionNoticeDuration (zero
-// when it has none). A 403 is ErrPermissionDenied naming GetPermission.
-func (m *Maintainer) PreemptionNotice(ctx context.Context, inst Instance) (spot bool, notice time.Duration, err error) {
-	return m.preemptionNotice(ctx, inst, "")
+// Scheduling is what the agent reads of its VM with instances.get: the
+// preemption notice of a Spot VM, and the VM's known end.
+type Scheduling struct {
+	// Spot: the VM is a Spot (or preemptible) VM, and PreemptionNotice
+	// its scheduling.preemptionNoticeDuration (zero when it has none).
+	Spot             bool
+	PreemptionNotice time.Duration
+	// End is resourceStatus.scheduling.terminationTimestamp: when Compute
+	// Engine terminates the VM for its time limit (zero: it has none).
+	// EndCause says which limit and what Compute Engine does then, for
+	// people.
+	End      time.Time
+	EndCause string
 }
 
-func (m *Maintainer) preemptionNotice(ctx context.Context, inst Instance, account string) (bool, time.Duration, error) {
+// Scheduling reads inst's scheduling with instances.get. A 403 is
+// ErrPermissionDenied naming GetPermission.
+func (m *Maintainer) Scheduling(ctx context.Context, inst Instance) (Scheduling, error) {
+	return m.scheduling(ctx, inst, "")
+}
+
+// instanceJSON is what the agent reads of an instances.get answer.
+type instanceJSON struct {
+	Scheduling struct {
+		Preemptible               bool          `json:"preemptible"`
+		ProvisioningModel         string        `json:"provisioningModel"`
+		PreemptionNoticeDuration  *durationJSON `json:"preemptionNoticeDuration"`
+		MaxRunDuration            *durationJSON `json:"maxRunDuration"`
+		TerminationTime           string        `json:"terminationTime"`
+		InstanceTerminationAction string        `json:"instanceTerminationAction"`
+	} `json:"scheduling"`
+	ResourceStatus struct {
+		Scheduling struct {
+			TerminationTimestamp string `json:"terminationTimestamp"`
+		} `json:"scheduling"`
+	} `json:"resourceStatus"`
+}
+
+func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account string) (Scheduling, error) {
 	if account == "" {
 		account = m.opts.ServiceAccount
 	}
-	var got struct {
-		Scheduling struct {
-			Preemptible              bool          `json:"preemptible"`
-			ProvisioningModel        string        `json:"provisioningModel"`
-			PreemptionNoticeDuration *durationJSON `json:"preemptionNoticeDuration"`
-		} `json:"scheduling"`
-	}
+	var got instanceJSON
 	for attempt := 1; ; attempt++ {
 		err := m.getJSON(ctx, instancePath(inst), &got)
 		if err == nil {
@@ -47,26 +72,61 @@ func (m *Maintainer) preemptionNotice(ctx context.Context, inst Instance, accoun
 		var aerr *apiError
 		switch {
 		case isForbidden(err):
-			return false, 0, fmt.Errorf("instances.get on %s: %w: %s lacks the IAM permission %s: %v", inst, ErrPermissionDenied, account, GetPermission, err)
+			return Scheduling{}, fmt.Errorf("instances.get on %s: %w: %s lacks the IAM permission %s: %v", inst, ErrPermissionDenied, account, GetPermission, err)
 		case errors.As(err, &aerr) && aerr.Code != http.StatusTooManyRequests && aerr.Code < 500 && aerr.Code != http.StatusUnauthorized:
-			return false, 0, fmt.Errorf("instances.get on %s: %w", inst, err)
+			return Scheduling{}, fmt.Errorf("instances.get on %s: %w", inst, err)
 		case ctx.Err() != nil:
-			return false, 0, fmt.Errorf("instances.get on %s: gave up after %d attempts: %w", inst, attempt, err)
+			return Scheduling{}, fmt.Errorf("instances.get on %s: gave up after %d attempts: %w", inst, attempt, err)
 		}
 		if err := m.sleep(ctx, m.opts.Backoff.Delay(attempt)); err != nil {
-			return false, 0, fmt.Errorf("instances.get on %s: gave up after %d attempts: %w", inst, attempt, err)
+			return Scheduling{}, fmt.Errorf("instances.get on %s: gave up after %d attempts: %w", inst, attempt, err)
 		}
 	}
 	sc := got.Scheduling
-	spot := sc.Preemptible || sc.ProvisioningModel == "SPOT"
-	if !spot || sc.PreemptionNoticeDuration == nil {
-		return spot, 0, nil
+	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT"}
+	var err error
+	if end := got.ResourceStatus.Scheduling.TerminationTimestamp; end != "" {
+		if out.End, err = time.Parse(time.RFC3339Nano, end); err != nil {
+			return Scheduling{}, fmt.Errorf("instances.get on %s: terminationTimestamp %q is not a time: %w", inst, end, err)
+		}
+		out.EndCause = endCause(got)
 	}
-	secs, err := sc.PreemptionNoticeDuration.Seconds.Int64()
-	if err != nil || secs < 0 || secs > 3600 {
-		return spot, 0, fmt.Errorf("instances.get on %s: preemptionNoticeDuration %q is not a duration this agent believes", inst, sc.PreemptionNoticeDuration.Seconds)
+	if !out.Spot || sc.PreemptionNoticeDuration == nil {
+		return out, nil
 	}
-	return spot, time.Duration(secs)*time.Second + time.Duration(sc.PreemptionNoticeDuration.Nanos), nil
+	if out.PreemptionNotice, err = sc.PreemptionNoticeDuration.duration(time.Hour); err != nil {
+		return Scheduling{}, fmt.Errorf("instances.get on %s: preemptionNoticeDuration: %w", inst, err)
+	}
+	return out, nil
+}
+
+// endCause says which time limit ends the VM, and what Compute Engine
+// does then.
+func endCause(got instanceJSON) string {
+	sc, what := got.Scheduling, "a time limit"
+	switch {
+	case sc.MaxRunDuration != nil:
+		what = "maxRunDuration " + string(sc.MaxRunDuration.Seconds) + "s"
+	case sc.TerminationTime != "":
+		what = "terminationTime " + sc.TerminationTime
+	}
+	if sc.ProvisioningModel == "FLEX_START" {
+		what = "a flex-start VM, " + what
+	}
+	action := "stops"
+	if sc.InstanceTerminationAction == "DELETE" {
+		action = "deletes"
+	}
+	return what + "; Compute Engine " + action + " the VM then"
+}
+
+// duration reads d, which must lie between 0 and most.
+func (d durationJSON) duration(most time.Duration) (time.Duration, error) {
+	secs, err := d.Seconds.Int64()
+	if err != nil || secs < 0 || time.Duration(secs)*time.Second > most {
+		return 0, fmt.Errorf("%q is not a duration this agent believes", d.Seconds)
+	}
+	return time.Duration(secs)*time.Second + time.Duration(d.Nanos), nil
 }
 
 // getJSON reads path from the Compute API into into.

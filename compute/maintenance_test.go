@@ -229,13 +229,42 @@ func TestPreemptionNotice(t *testing.T) {
 			t.Fatal(err)
 		}
 		inst := Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"}
-		spot, notice, err := m.PreemptionNotice(ctxT(t, 10*time.Second), inst)
-		if err != nil || spot != tc.spot || notice != tc.notice {
-			t.Errorf("%+v: spot %t, notice %s, %v; want %t, %s", tc.cfg, spot, notice, err, tc.spot, tc.notice)
+		sc, err := m.Scheduling(ctxT(t, 10*time.Second), inst)
+		if err != nil || sc.Spot != tc.spot || sc.PreemptionNotice != tc.notice {
+			t.Errorf("%+v: spot %t, notice %s, %v; want %t, %s", tc.cfg, sc.Spot, sc.PreemptionNotice, err, tc.spot, tc.notice)
 		}
 		emu.Deny(gceemu.PermissionGetInstance, true)
-		if _, _, err := m.PreemptionNotice(ctxT(t, 10*time.Second), inst); !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), GetPermission) {
+		if _, err := m.Scheduling(ctxT(t, 10*time.Second), inst); !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), GetPermission) {
 			t.Errorf("denied: %v, want ErrPermissionDenied naming %s", err, GetPermission)
+		}
+	}
+}
+
+// TestKnownEnd: instances.get says when the VM's time limit ends it, and
+// how; a VM without one has no end.
+func TestKnownEnd(t *testing.T) {
+	end := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		limit *gceemu.TimeLimit
+		cause string
+	}{
+		{nil, ""},
+		{&gceemu.TimeLimit{End: end, MaxRunDuration: 7 * 24 * time.Hour, Action: "DELETE", FlexStart: true}, "a flex-start VM, maxRunDuration 604800s; Compute Engine deletes the VM then"},
+		{&gceemu.TimeLimit{End: end, TerminationTime: end}, "terminationTime 2026-12-01T08:00:00Z; Compute Engine stops the VM then"},
+	} {
+		emu := gceemu.StartT(t, gceemu.Config{Project: "p1", Zone: "us-east5-a", Name: "gpu-0", TimeLimit: tc.limit})
+		t.Setenv("GCE_METADATA_HOST", emu.Host())
+		m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emu.ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := m.Scheduling(ctxT(t, 10*time.Second), Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"})
+		wantEnd := time.Time{}
+		if tc.limit != nil {
+			wantEnd = end
+		}
+		if err != nil || !sc.End.Equal(wantEnd) || sc.EndCause != tc.cause {
+			t.Errorf("%+v: end %s (%q), %v; want %s (%q)", tc.limit, sc.End, sc.EndCause, err, wantEnd, tc.cause)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	gcemetadata "cloud.google.com/go/compute/metadata"
 )
@@ -48,14 +47,13 @@ func (v *VM) ReportHostAsFaulty(ctx context.Context, requestID, behavior, descri
 	return v.Maintainer.report(ctx, inst, requestID, behavior, description, account)
 }
 
-// PreemptionNotice reads the VM's preemption notice (see
-// Maintainer.PreemptionNotice).
-func (v *VM) PreemptionNotice(ctx context.Context) (bool, time.Duration, error) {
+// Scheduling reads the VM's scheduling (see Maintainer.Scheduling).
+func (v *VM) Scheduling(ctx context.Context) (Scheduling, error) {
 	inst, account, err := v.identity(ctx)
 	if err != nil {
-		return false, 0, err
+		return Scheduling{}, err
 	}
-	return v.Maintainer.preemptionNotice(ctx, inst, account)
+	return v.Maintainer.scheduling(ctx, inst, account)
 }
 
 // WaitOperation waits for the VM's operation name to end (see

@@ -45,7 +45,15 @@ const (
 	// ReasonUnreadable: the node's agent wrote values the aggregator cannot
 	// read (protocol.Unreadable).
 	ReasonUnreadable Reason = "unreadable"
+	// ReasonEndsSoon: the node's VM has a known end (a time limit) before
+	// its maintenance window closes, or within KnownEndQuiet: maintaining
+	// it early would cost its workloads a drain for a VM about to go.
+	ReasonEndsSoon Reason = "ends_soon"
 )
+
+// KnownEndQuiet: a node whose VM ends within this long is not picked for
+// opportunistic maintenance (ReasonEndsSoon).
+const KnownEndQuiet = 6 * time.Hour
 
 // Decision is what the aggregator decided about one node with a pending
 // notice.

@@ -89,11 +89,14 @@ func TestDecideReasons(t *testing.T) {
 	cooled.Failures = protocol.Failures{Count: 1, Reason: protocol.ManualAbandoned, Last: now.Add(-2 * time.Hour), RetryAfter: now.Add(-time.Hour)}
 	garbled := node("garbled", 2*time.Hour) // idle the longest: picked first, were it readable
 	garbled.Unreadable = []string{protocol.AnnotationPhase}
+	cooled.KnownEnd = now.Add(30 * 24 * time.Hour) // an end long after its window holds nothing
+	ending := node("ending", 3*time.Hour)          // idle the longest: picked first, were its VM not about to end
+	ending.KnownEnd = now.Add(2 * time.Hour)
 	lax := gkeLike
 	lax.MinNodes = 0
-	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady, failing, cooled, garbled})[0]
+	plan := Decide(now, configured(lax), []Node{fixed, opted, far, pinned, notReady, failing, cooled, garbled, ending})[0]
 	want := map[string]Reason{"fixed": ReasonNotReschedulable, "opted": ReasonOptedOut, "far": ReasonTooEarly, "pinned": ReasonNotEvictable, "down": ReasonNotReady,
-		"failing": ReasonCoolingDown, "cooled": ReasonTriggered, "garbled": ReasonUnreadable}
+		"failing": ReasonCoolingDown, "cooled": ReasonTriggered, "garbled": ReasonUnreadable, "ending": ReasonEndsSoon}
 	if d := cmp.Diff(want, reasons(plan)); d != "" || len(plan.Trigger) != 1 {
 		t.Errorf("reasons (-want +got):\n%s\ntrigger %v", d, plan.Trigger)
 	}

@@ -91,6 +91,9 @@ type Node struct {
 	Repair     *protocol.RepairApproval
 	FaultTaint bool
 	LastRepair protocol.LastFaultRepair
+	// KnownEnd is the VM's known end, as its agent mirrored it (zero:
+	// none).
+	KnownEnd time.Time
 	// Unreadable are the keys whose values could not be read
 	// (protocol.Unreadable): they count as absent, and the node is not
 	// picked while they last.
@@ -108,7 +111,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 		OptOut: n.Labels[protocol.LabelOpportunisticDisable] == "true",
 	}
 	st := protocol.ReadAgentState(n)
-	v.Busy, v.IdleSince, v.Failures = st.Busy, st.IdleSince, st.Failures
+	v.Busy, v.IdleSince, v.Failures, v.KnownEnd = st.Busy, st.IdleSince, st.Failures, st.KnownEnd
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Asked = asked
 	// A host whose maintenance is its slice's voluntary one, begun

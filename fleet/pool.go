@@ -169,6 +169,11 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 		return ReasonTooEarly, func() string {
 			return fmt.Sprintf("its maintenance at %s is more than window=%s away", start.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
 		}
+	case endsSoon(now, n):
+		end := n.KnownEnd
+		return ReasonEndsSoon, func() string {
+			return fmt.Sprintf("its VM's run ends at %s (a time limit), before its maintenance window closes or within %s: it goes before the maintenance would matter", end.UTC().Format(time.RFC3339), KnownEndQuiet)
+		}
 	case n.Busy == protocol.BusySafeToEvict:
 		return ReasonNotEvictable, text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
 	case n.IdleSince.IsZero() || n.Busy != "":
@@ -294,4 +299,17 @@ func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) 
 		}
 	}
 	return o, true, nil
+}
+
+// endsSoon: n's VM has a known end before its maintenance window closes
+// (its start, where the notice gives no end), or within KnownEndQuiet.
+func endsSoon(now time.Time, n *Node) bool {
+	if n.KnownEnd.IsZero() {
+		return false
+	}
+	closes := n.Notice.WindowEnd
+	if closes.IsZero() {
+		closes = n.Notice.WindowStart
+	}
+	return n.KnownEnd.Before(closes) || n.KnownEnd.Before(now.Add(KnownEndQuiet))
 }

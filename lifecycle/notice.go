@@ -88,6 +88,10 @@ func NodeConditions(st protocol.AgentState) []corev1.NodeCondition {
 		planned = cond(protocol.ConditionMaintenancePlanned, true, "MaintenanceWindowOpen", fmt.Sprintf("Compute Engine's %s maintenance window starting %s%s is open: the VM may be stopped for it at any moment",
 			n.Type, n.WindowStart.UTC().Format(time.RFC3339), windowEnd(n)))
 	}
+	if end := st.KnownEnd; !end.IsZero() && (st.Notice.Status == "" || st.Notice.Status == maintenance.StatusPending && end.Before(st.Notice.WindowStart)) {
+		planned = cond(protocol.ConditionMaintenancePlanned, true, conditionReason(protocol.ReasonKnownEnd), fmt.Sprintf("The VM's run ends at %s: Compute Engine stops or deletes it then (a time limit)",
+			end.UTC().Format(time.RFC3339)))
+	}
 	active := st.Active()
 	inProgress := cond(protocol.ConditionMaintenanceInProgress, false, "NoMaintenance", "The node is in service")
 	draining := cond(protocol.ConditionDrainInProgress, false, "NotDraining", "No drain runs")
@@ -127,6 +131,8 @@ func conditionReason(r protocol.Reason) string {
 		return "MultiHostSlice"
 	case protocol.ReasonFault:
 		return "HostRepair"
+	case protocol.ReasonKnownEnd:
+		return "KnownEnd"
 	}
 	return "Maintenance"
 }

@@ -52,6 +52,7 @@ type Observation struct {
 	TriggerView
 	SliceView
 	FaultView
+	KnownEndView
 }
 
 // MachineView is what the Node shows of the machine now.

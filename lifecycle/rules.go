@@ -40,6 +40,8 @@ func ruleOf(r protocol.Reason) reasonRule {
 		return sliceRule
 	case protocol.ReasonFault:
 		return faultRule
+	case protocol.ReasonKnownEnd:
+		return knownEndRule
 	}
 	return hostMaintenanceRule
 }

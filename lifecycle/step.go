@@ -61,6 +61,9 @@ type Config struct {
 	// GKE's status showing the report under way: past it, the repair has
 	// failed.
 	GKERepairTimeout time.Duration
+	// KnownEndLead is how long before the VM's known end its drain
+	// starts (the drain's deadline is the end itself).
+	KnownEndLead time.Duration
 	// IgnoreGKEHandler: the agent handles every maintenance itself, even
 	// one GKE's own handler is seen handling. False (the default): such a
 	// maintenance is left to GKE's handler (leaveToGKE).
@@ -69,7 +72,7 @@ type Config struct {
 
 // DefaultConfig is what Compute Engine documents.
 var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, OngoingDeadline: 5 * time.Minute, ManualDrainTimeout: DefaultManualDrainTimeout,
-	ManualStartTimeout: 15 * time.Minute, GKERepairTimeout: 30 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
+	ManualStartTimeout: 15 * time.Minute, GKERepairTimeout: 30 * time.Minute, KnownEndLead: 60 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
 
 // WithDefaults fills every zero field from DefaultConfig: a zero deadline
 // would evict every pod at once.
@@ -81,6 +84,7 @@ func (c Config) WithDefaults() Config {
 		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
 		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
 		{&c.GKERepairTimeout, &DefaultConfig.GKERepairTimeout},
+		{&c.KnownEndLead, &DefaultConfig.KnownEndLead},
 		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
 		{&c.FailureCooldown, &DefaultConfig.FailureCooldown},
 		{&c.MaxFailureCooldown, &DefaultConfig.MaxFailureCooldown},
@@ -181,8 +185,9 @@ func (o DrainOrder) Equal(p DrainOrder) bool {
 //  1. What ended (an unannounced reboot, the node back in service) comes
 //     first, so that a maintenance starting in the same step starts on an
 //     idle node.
-//  2. The VM's own maintenance or preemption (host.go, preemption.go)
-//     comes before the trigger and the slice, which yield to it.
+//  2. The VM's own maintenance or preemption (host.go, preemption.go),
+//     then its known end (knownend.go), come before the trigger and the
+//     slice, which yield to them.
 //  3. The trigger (manual.go) comes before the slice's ask (slice.go): a
 //     host whose own pending maintenance is taken with its slice's starts
 //     that maintenance instead.
@@ -204,6 +209,7 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.backInService(obs)
 	d.repairBack(before, obs)
 	d.maintenanceStarts(cfg, obs)
+	d.knownEnd(cfg, obs)
 	d.migration(obs.Signals)
 	d.sliceTurnsForced(obs)
 	d.manual(cfg, obs)
@@ -256,7 +262,7 @@ func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.
 func idleState(st State) State {
 	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
 		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
-		Failures: st.Failures, NoticeForeign: st.NoticeForeign, LastRepair: st.LastRepair}
+		Failures: st.Failures, NoticeForeign: st.NoticeForeign, LastRepair: st.LastRepair, KnownEnd: st.KnownEnd}
 }
 
 // drainOrder: the drain runs while the node drains and the drain its

@@ -30,18 +30,30 @@ type WorkloadTarget struct {
 // WorkloadTargetOf is the notice a node in state st gives its pods; drainStart is
 // when the running drain began.
 func WorkloadTargetOf(st State, drainStart time.Time) WorkloadTarget {
-	n := st.Notice
+	n, end := st.Notice, st.KnownEnd
 	switch {
+	case st.Active() && st.Reason == protocol.ReasonKnownEnd:
+		return WorkloadTarget{Phase: protocol.NoticeStarting, WindowStart: end, DrainStart: drainStart, Deadline: st.Deadline}
 	case st.Active():
 		return WorkloadTarget{Phase: protocol.NoticeStarting, WindowStart: n.WindowStart, DrainStart: drainStart, Deadline: st.Deadline}
+	case !end.IsZero() && (st.ScheduledTime == "" && !windowOpen(st) || end.Before(n.WindowStart)):
+		// The VM's known end, as a window that opens when it ends (and
+		// the earlier of the two where a maintenance is pending too).
+		return WorkloadTarget{Phase: protocol.NoticePending, WindowStart: end}
 	case st.ScheduledTime != "":
 		return WorkloadTarget{Phase: protocol.NoticePending, WindowStart: n.WindowStart}
-	case n.Status == maintenance.StatusOngoing && NoticeID(n) != st.NoticeDone:
+	case windowOpen(st):
 		// The window is open and the VM may stop within it, though the
 		// drain waits for the stop's own signal: not "no maintenance".
 		return WorkloadTarget{Phase: protocol.NoticeOngoing, WindowStart: n.WindowStart, WindowEnd: n.WindowEnd}
 	}
 	return WorkloadTarget{}
+}
+
+// windowOpen: the notice's window is open and the maintenance that
+// stopped the VM was not that one.
+func windowOpen(st State) bool {
+	return st.Notice.Status == maintenance.StatusOngoing && NoticeID(st.Notice) != st.NoticeDone
 }
 
 // NoticeFor is what pod p is told ("" for nothing); evictAt is when the

@@ -176,6 +176,8 @@ var EventReasons = []EventReason{
 	{EventFaultRepairFailed, agentOnly, true},
 	{EventFaultRepaired, agentOnly, false},
 	{EventFaultRepairCanceled, agentOnly, true},
+	{EventKnownEndScheduled, agentOnly, false},
+	{EventKnownEndDrain, agentOnly, true},
 	{EventTriggered, aggregatorOnly, false},
 	{EventTriggerWithdrawn, aggregatorOnly, true},
 	{EventSkipped, aggregatorOnly, false},

@@ -38,7 +38,7 @@ const (
 	// FaultRepairReason: the VM stopped for the repair of a host the
 	// project found faulty (reported, or a booked repair pulled forward).
 	// Google counts the remediation of detected issues as termination
-	// events (docs/faults.md).
+	// events (docs/reference.md).
 	FaultRepairReason InterruptionReason = "FaultRepair"
 )
 
@@ -68,7 +68,7 @@ var (
 
 // Interruptions lists the taxonomy, for metrics that show every series
 // from the start.
-var Interruptions = []Interruption{HostMaintenance, Upgrade, Preemption, UnannouncedReboot, Repair, FaultRepair}
+var Interruptions = []Interruption{HostMaintenance, Upgrade, Preemption, UnannouncedReboot, Repair, FaultRepair, KnownEnd}
 
 // InterruptionTypes lists the types, in Interruptions' order.
 func InterruptionTypes() []InterruptionType {

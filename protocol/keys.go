@@ -248,4 +248,5 @@ var Keys = []Key{
 	{Name: AnnotationFaultRepair, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: AnnotationRepairCall, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationLastFaultRepair, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
+	{Name: LabelKnownEnd, Kind: Label, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 }

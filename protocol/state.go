@@ -74,6 +74,9 @@ type AgentState struct {
 	// LastRepair is how the node's last fault repair ended
 	// (AnnotationLastFaultRepair).
 	LastRepair LastFaultRepair
+	// KnownEnd is the VM's known end, as the agent last learned it
+	// (LabelKnownEnd); zero when none is known.
+	KnownEnd time.Time
 }
 
 // DrainEnd is how a drain ended: the value of AnnotationDrain.
@@ -160,6 +163,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		st.RequestID, st.Requested, st.Begun, st.RepairCall = "", time.Time{}, false, ""
 	}
 	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], ReadNotice(a[AnnotationUpcomingMaintenance])
+	st.KnownEnd = ReadKnownEnd(n)
 	// The notice keys are the agent's only while it mirrors them: GKE's
 	// handler writes the same keys. Keys an agent of a version before the
 	// record wrote (its field manager owns them) are the agent's too: they
@@ -273,6 +277,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 		}
 		set(a, AnnotationNoticeMirrored, mirrored)
 	}
+	set(n.Labels, LabelKnownEnd, writeUnix(st.KnownEnd))
 	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
 	set(a, AnnotationBusy, st.Busy)
 	set(a, AnnotationInterruptions, st.Interruptions.encode())

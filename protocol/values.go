@@ -57,6 +57,8 @@ func (r Reason) Interruption() (Interruption, bool) {
 		return Preemption, true
 	case ReasonFault:
 		return FaultRepair, true
+	case ReasonKnownEnd:
+		return KnownEnd, true
 	}
 	return Interruption{}, false
 }
@@ -76,7 +78,7 @@ const (
 
 // DisruptionReasons lists them: the admission policy lets the agent set
 // DisruptionTarget with these reasons and no other.
-var DisruptionReasons = []string{DisruptionHostMaintenance, DisruptionPreemption, DisruptionManual, DisruptionSlice, DisruptionFault}
+var DisruptionReasons = []string{DisruptionHostMaintenance, DisruptionPreemption, DisruptionManual, DisruptionSlice, DisruptionFault, DisruptionKnownEnd}
 
 // DisruptionReason is the DisruptionTarget reason of a pod deleted for a
 // maintenance of reason r (a reason this version does not know is a host
@@ -91,6 +93,8 @@ func (r Reason) DisruptionReason() string {
 		return DisruptionSlice
 	case ReasonFault:
 		return DisruptionFault
+	case ReasonKnownEnd:
+		return DisruptionKnownEnd
 	}
 	return DisruptionHostMaintenance
 }

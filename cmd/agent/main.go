@@ -181,7 +181,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Watcher:  watcher,
 		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName), logger.With("watch", "pods")),
 		Config: lifecycle.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
-			OngoingDeadline: opts.OngoingDeadline, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
+			OngoingDeadline: opts.OngoingDeadline, KnownEndLead: opts.KnownEndLead, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
 			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
 			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},
 		PoolLabel:                opts.PoolLabel,
@@ -190,7 +190,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		AcceleratorDeviceClasses: opts.AcceleratorDeviceClasses,
 		ManualGate:               manualGate,
 		Maintainer:               vm,
-		PreemptionNotice:         preemptionNotice(opts, vm),
+		Schedule:                 schedule(opts, vm),
 		RetryInterval:            opts.EvictionRetryInterval,
 		DrainTiming:              &drain.Timing{Reserve: opts.DrainReserve, Margin: opts.DrainMargin},
 		Metrics:                  m,
@@ -244,24 +244,36 @@ func resourceNames(names []string) []corev1.ResourceName {
 	return out
 }
 
-// preemptionNotice is how the agent learns the VM's preemption notice,
-// as --preemption-notice says: the duration given, none, or, for auto,
-// where the metadata server says the VM is preemptible, its own
-// instances.get.
-func preemptionNotice(opts *Options, vm *compute.VM) func(context.Context) (time.Duration, error) {
+// schedule is how the agent learns what the VM's own clock says.
+// --preemption-notice gives the notice, none, or, for auto, where the
+// metadata server says the VM is preemptible, its own instances.get;
+// --known-end auto reads the VM's end with the same call, and none looks
+// for no end.
+func schedule(opts *Options, vm *compute.VM) func(context.Context) (agent.Schedule, error) {
 	notice, auto, _ := opts.preemptionNotice()
-	if !auto {
-		return func(context.Context) (time.Duration, error) { return notice, nil }
-	}
-	return func(ctx context.Context) (time.Duration, error) {
-		preemptible, err := vm.Metadata.GetWithContext(ctx, "instance/scheduling/preemptible")
+	endAuto := opts.KnownEnd == knownEndAuto
+	return func(ctx context.Context) (agent.Schedule, error) {
+		out := agent.Schedule{PreemptionNotice: notice, EndKnown: !endAuto}
+		if auto {
+			preemptible, err := vm.Metadata.GetWithContext(ctx, "instance/scheduling/preemptible")
+			if err != nil {
+				return out, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
+			}
+			out.NoticeWanted = strings.TrimSpace(preemptible) == "TRUE"
+		}
+		if !out.NoticeWanted && !endAuto {
+			return out, nil
+		}
+		sc, err := vm.Scheduling(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
+			return out, err
 		}
-		if strings.TrimSpace(preemptible) != "TRUE" {
-			return 0, nil
+		if out.NoticeWanted {
+			out.PreemptionNotice = sc.PreemptionNotice
 		}
-		_, notice, err := vm.PreemptionNotice(ctx)
-		return notice, err
+		if endAuto {
+			out.End, out.EndCause, out.EndKnown = sc.End, sc.EndCause, true
+		}
+		return out, nil
 	}
 }

@@ -49,6 +49,11 @@ type Options struct {
 	// PreemptionNotice is the VM's preemption notice: "auto" (a Spot VM's
 	// own, read with instances.get), "none", or a duration.
 	PreemptionNotice string
+	// KnownEnd is "auto" (the VM's time limit, read with instances.get)
+	// or "none"; KnownEndLead is how long before the end its drain
+	// starts.
+	KnownEnd     string
+	KnownEndLead time.Duration
 	// GKEHandler is "defer" (a maintenance GKE's own handler is seen
 	// handling is left to it) or "ignore" (the agent handles it too).
 	GKEHandler string
@@ -108,6 +113,8 @@ func NewOptions() *Options {
 		HostMaintenanceDeadline:  lifecycle.DefaultConfig.HostMaintenanceDeadline,
 		PreemptionDeadline:       lifecycle.DefaultConfig.PreemptionDeadline,
 		PreemptionNotice:         preemptionNoticeAuto,
+		KnownEnd:                 knownEndAuto,
+		KnownEndLead:             lifecycle.DefaultConfig.KnownEndLead,
 		OngoingDeadline:          lifecycle.DefaultConfig.OngoingDeadline,
 		GKEHandler:               gkeHandlerDefer,
 		ManualDrainTimeout:       lifecycle.DefaultConfig.ManualDrainTimeout,
@@ -141,6 +148,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE appearing to the VM stopping (60m for GPU VMs); counted from when the signal appeared, as far as the agent can tell, and never past the maintenance window's end.")
 	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE appearing to the VM stopping; also the drain of a VM that outlived its estimated stop.")
 	fs.StringVar(&o.PreemptionNotice, "preemption-notice", o.PreemptionNotice, "A Spot VM's preemption notice (scheduling.preemptionNoticeDuration: preempted turns TRUE this long before the soft-off, which leaves 30s more): auto (where the metadata server says the VM is preemptible, read it with instances.get, which needs compute.instances.get; without it, or with none, --preemption-deadline), none, or the duration, such as 120s.")
+	fs.StringVar(&o.KnownEnd, "known-end", o.KnownEnd, "A VM whose end Compute Engine knows (a time limit: scheduling.maxRunDuration or terminationTime, as flex-start VMs have): auto (read resourceStatus.scheduling.terminationTimestamp with instances.get, which needs compute.instances.get; without it, nothing is drained for the end) or none (the end is not looked for).")
+	fs.DurationVar(&o.KnownEndLead, "known-end-lead", o.KnownEndLead, "How long before a VM's known end its drain starts; the drain's deadline is the end itself, so every grace ends before it.")
 	fs.StringVar(&o.GKEHandler, "gke-handler", o.GKEHandler, "What to do where GKE's own maintenance handler is seen handling the node (its active-node-maintenance label with a value this agent did not write, or its maintenance-window-started taint): defer (leave the maintenance to it: no drain, cordon or Compute Engine call; the interruption is still counted) or ignore (handle it too).")
 	fs.DurationVar(&o.OngoingDeadline, "ongoing-deadline", o.OngoingDeadline, "Where maintenance-event is not served (TPU VMs) and the drain starts on the notice turning ONGOING: time from the window's opening to the VM stopping (5m: Cloud TPU waits at most that long for a process to exit after SIGTERM).")
 	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
@@ -177,6 +186,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.durationProblems()...)
 	if _, _, err := o.preemptionNotice(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.KnownEnd != knownEndAuto && o.KnownEnd != knownEndNone {
+		errs = append(errs, fmt.Errorf("--known-end %q: want %s or %s", o.KnownEnd, knownEndAuto, knownEndNone))
 	}
 	if o.ComputeEndpoint != "" {
 		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -226,6 +238,7 @@ func (o *Options) durationProblems() []error {
 		"--host-maintenance-deadline":     o.HostMaintenanceDeadline,
 		"--preemption-deadline":           o.PreemptionDeadline,
 		"--ongoing-deadline":              o.OngoingDeadline,
+		"--known-end-lead":                o.KnownEndLead,
 		"--manual-drain-timeout":          o.ManualDrainTimeout,
 		"--manual-start-timeout":          o.ManualStartTimeout,
 		"--opportunistic-trigger-max-age": o.TriggerMaxAge,
@@ -280,6 +293,12 @@ func (o *Options) noticeRanges() ([]*net.IPNet, []error) {
 	}
 	return out, errs
 }
+
+// The --known-end values.
+const (
+	knownEndAuto = "auto"
+	knownEndNone = "none"
+)
 
 // The --preemption-notice values besides a duration.
 const (

@@ -509,7 +509,58 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	if s.cfg.Preemptible && s.cfg.PreemptionNotice > 0 {
 		scheduling["preemptionNoticeDuration"] = map[string]any{"seconds": fmt.Sprint(int64(s.cfg.PreemptionNotice.Seconds()))}
 	}
+	inst := map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
+		"zone": s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone, "status": "RUNNING", "scheduling": scheduling}
+	s.mu.Lock()
+	limit := s.timeLimit
+	s.mu.Unlock()
+	if limit != nil {
+		limit.serve(scheduling, inst)
+	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-	_ = json.NewEncoder(w).Encode(map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
-		"zone": s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone, "status": "RUNNING", "scheduling": scheduling})
+	_ = json.NewEncoder(w).Encode(inst)
+}
+
+// TimeLimit is a VM's time limit: Compute Engine terminates it (stops or
+// deletes it, as Action says) at End, the resourceStatus's
+// terminationTimestamp, which it computes from the VM's maxRunDuration
+// or terminationTime when the VM starts running.
+type TimeLimit struct {
+	End time.Time
+	// MaxRunDuration or TerminationTime is the limit as set (one of them).
+	MaxRunDuration  time.Duration
+	TerminationTime time.Time
+	// Action is instanceTerminationAction: "STOP" (the default) or
+	// "DELETE".
+	Action string
+	// FlexStart: the VM's provisioning model is FLEX_START.
+	FlexStart bool
+}
+
+func (l *TimeLimit) serve(scheduling, inst map[string]any) {
+	action := l.Action
+	if action == "" {
+		action = "STOP"
+	}
+	scheduling["instanceTerminationAction"] = action
+	if l.MaxRunDuration > 0 {
+		scheduling["maxRunDuration"] = map[string]any{"seconds": fmt.Sprint(int64(l.MaxRunDuration.Seconds()))}
+	}
+	if !l.TerminationTime.IsZero() {
+		scheduling["terminationTime"] = l.TerminationTime.UTC().Format(time.RFC3339)
+	}
+	if l.FlexStart {
+		scheduling["provisioningModel"] = "FLEX_START"
+	}
+	if !l.End.IsZero() {
+		inst["resourceStatus"] = map[string]any{"scheduling": map[string]any{"terminationTimestamp": l.End.UTC().Format(time.RFC3339Nano)}}
+	}
+}
+
+// SetTimeLimit sets the VM's time limit (nil: none), as instances.get
+// returns it from now on.
+func (s *Server) SetTimeLimit(l *TimeLimit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timeLimit = l
 }

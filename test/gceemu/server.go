@@ -109,6 +109,9 @@ type Config struct {
 	// (zero: none), which instances.get returns: preempted turns TRUE this
 	// long before the soft-off.
 	PreemptionNotice time.Duration
+	// TimeLimit, when set, is the VM's time limit, which instances.get
+	// returns (SetTimeLimit changes it).
+	TimeLimit *TimeLimit
 	// DefaultHang is how long a long poll without timeout_sec hangs at most;
 	// zero means 300 s.
 	DefaultHang time.Duration
@@ -137,6 +140,8 @@ type Server struct {
 	event   string
 	preempt bool
 	notice  *Notice
+	// timeLimit is the VM's time limit (Config.TimeLimit, SetTimeLimit).
+	timeLimit *TimeLimit
 	// noticeRaw, when set, is served verbatim instead of notice.
 	noticeRaw  *string
 	absence    Absence
@@ -185,6 +190,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		cfg:        cfg,
+		timeLimit:  cfg.TimeLimit,
 		clock:      cfg.Clock,
 		changed:    make(chan struct{}),
 		event:      EventNone,

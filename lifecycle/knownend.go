@@ -1,0 +1,92 @@
+package lifecycle
+
+// A known end: Compute Engine stops or deletes the VM at a time it knows
+// in advance (a time limit: maxRunDuration or terminationTime, as
+// flex-start VMs have). The end is mirrored on the Node
+// (protocol.LabelKnownEnd) and told to the pods as a pending maintenance
+// whose window opens at the end; KnownEndLead before it, the node drains
+// by force so that every grace ends before it, as for a host maintenance.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// knownEndRule: started by the clock, it ends when the end is known to
+// be gone or later than the drain's deadline (or the VM stops), is
+// counted when it starts, yields to nothing (a preemption still shortens
+// its deadline), and its drain is forced: the end does not wait for a
+// budget.
+var knownEndRule = reasonRule{over: knownEndMoved, counted: alwaysCounted, yields: neverYields, voluntary: forced}
+
+// KnownEndView is what the agent learned of the VM's end.
+type KnownEndView struct {
+	// KnownEnd is the VM's end (zero: it has none), once KnownEndKnown:
+	// the agent learned it since it started. Until then nothing is
+	// decided on it, whatever the Node's label says (it may be a
+	// previous run's).
+	KnownEnd      time.Time
+	KnownEndKnown bool
+	// KnownEndCause says where the end comes from, for the Events (such
+	// as "maxRunDuration 86400s; Compute Engine deletes the VM then").
+	KnownEndCause string
+}
+
+// knownEndMoved: the VM's end is known to be gone, or later than the
+// drain's deadline (a drain for an end that moved away).
+func knownEndMoved(st State, obs Observation) bool {
+	return obs.KnownEndKnown && (obs.KnownEnd.IsZero() || obs.KnownEnd.After(st.Deadline))
+}
+
+// knownEnd mirrors the VM's known end, starts its drain on an idle node
+// KnownEndLead before it, and moves any earlier deadline of a
+// maintenance under way to it.
+func (d *Decision) knownEnd(cfg Config, obs Observation) {
+	if !obs.KnownEndKnown {
+		return
+	}
+	d.mirrorKnownEnd(cfg, obs)
+	end := obs.KnownEnd
+	if end.IsZero() {
+		return
+	}
+	drainFrom := end.Add(-cfg.KnownEndLead)
+	switch {
+	case d.State.Phase == protocol.PhaseIdle && obs.Now.Before(drainFrom):
+		d.wakeAt(drainFrom)
+	case d.State.Phase == protocol.PhaseIdle:
+		deadline, how := end, ""
+		if !end.After(obs.Now) {
+			deadline, how = obs.Now.Add(cfg.PreemptionDeadline), " (the end is past and the VM still runs: it may stop at any moment)"
+		}
+		d.start(obs, protocol.ReasonKnownEnd, deadline)
+		d.Interruption = countedAs(protocol.ReasonKnownEnd)
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
+			Message: fmt.Sprintf("The VM reaches its known end at %s (%s); draining so that every pod has stopped before %s%s",
+				end.UTC().Format(time.RFC3339), obs.KnownEndCause, deadline.UTC().Format(time.RFC3339), how)})
+	case end.Before(d.State.Deadline):
+		d.State.Deadline = end
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
+			Message: fmt.Sprintf("The VM reaches its known end at %s, before the %s under way would have stopped it; the drain deadline moves to the end", end.UTC().Format(time.RFC3339), d.State.Reason)})
+	}
+}
+
+// mirrorKnownEnd keeps the state's known end as learned, and says so
+// when it changes.
+func (d *Decision) mirrorKnownEnd(cfg Config, obs Observation) {
+	was, now := d.State.KnownEnd, obs.KnownEnd
+	if was.Unix() == now.Unix() || was.IsZero() && now.IsZero() {
+		return
+	}
+	d.State.KnownEnd = now
+	msg := fmt.Sprintf("The VM's run ends at %s (%s): its pods are told now, and it drains from %s", now.UTC().Format(time.RFC3339), obs.KnownEndCause, now.Add(-cfg.KnownEndLead).UTC().Format(time.RFC3339))
+	switch {
+	case now.IsZero():
+		msg = "The VM no longer has a known end"
+	case !was.IsZero():
+		msg = fmt.Sprintf("The VM's known end moved to %s (%s)", now.UTC().Format(time.RFC3339), obs.KnownEndCause)
+	}
+	d.Events = append(d.Events, EventRecord{Reason: protocol.EventKnownEndScheduled, Message: msg})
+}

@@ -1,0 +1,111 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+func knownEnd(o Observation, end time.Time) Observation {
+	o.KnownEnd, o.KnownEndKnown, o.KnownEndCause = end, true, "maxRunDuration 86400s; Compute Engine deletes the VM then"
+	return o
+}
+
+// TestStepKnownEndTold: an end more than the lead away is mirrored,
+// told to the pods as a pending window that opens at the end, said in
+// the conditions and an Event, and the loop wakes when the drain is due;
+// nothing drains yet.
+func TestStepKnownEndTold(t *testing.T) {
+	end := t0.Add(3 * time.Hour)
+	d := stepChecked(t, cfg, State{}, knownEnd(obs(quiet()), end))
+	if !d.State.KnownEnd.Equal(end) || d.State.Phase != protocol.PhaseIdle || !d.Drain.IsZero() || d.Interruption != nil {
+		t.Fatalf("known end %s: state %+v, drain %+v, interruption %v; want it mirrored, idle, no drain, nothing counted", end, d.State, d.Drain, d.Interruption)
+	}
+	if !d.WakeAt.Equal(end.Add(-cfg.KnownEndLead)) {
+		t.Errorf("wake at %s; want %s, the lead before the end", d.WakeAt, end.Add(-cfg.KnownEndLead))
+	}
+	if len(d.Events) != 1 || d.Events[0].Reason != protocol.EventKnownEndScheduled || d.Events[0].Warning {
+		t.Errorf("events %+v; want one Normal %s", d.Events, protocol.EventKnownEndScheduled)
+	}
+	if w := WorkloadTargetOf(d.State, time.Time{}); w.Phase != protocol.NoticePending || !w.WindowStart.Equal(end) {
+		t.Errorf("pods are told %+v; want pending with the end as the window", w)
+	}
+	if c := NodeConditions(d.State)[0]; c.Status != "True" || c.Reason != "KnownEnd" {
+		t.Errorf("MaintenancePlanned %+v; want True for the known end", c)
+	}
+	again := stepChecked(t, cfg, d.State, knownEnd(obs(quiet()), end))
+	if len(again.Events) != 0 {
+		t.Errorf("the same end again: events %+v; want none", again.Events)
+	}
+}
+
+// TestStepKnownEndDrains: within the lead the node drains by force, the
+// deadline the end itself, counted once as an automatic termination; an
+// end already past drains as for a preemption.
+func TestStepKnownEndDrains(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		end      time.Time
+		deadline time.Time
+	}{
+		{"within the lead", t0.Add(30 * time.Minute), t0.Add(30 * time.Minute)},
+		{"at the lead", t0.Add(cfg.KnownEndLead), t0.Add(cfg.KnownEndLead)},
+		{"past", t0.Add(-10 * time.Second), t0.Add(cfg.PreemptionDeadline)},
+	} {
+		d := stepChecked(t, cfg, State{}, knownEnd(obs(quiet()), tc.end))
+		if d.State.Reason != protocol.ReasonKnownEnd || !d.State.Deadline.Equal(tc.deadline) || d.Drain.Voluntary || d.Drain.IsZero() || !d.Cordon {
+			t.Errorf("%s: %s by %s, drain %+v, cordon %t; want a forced drain by %s", tc.name, d.State.Reason, d.State.Deadline, d.Drain, d.Cordon, tc.deadline)
+		}
+		if d.Interruption == nil || *d.Interruption != protocol.KnownEnd || d.State.Interruptions[protocol.KnownEnd.Key()] != 1 {
+			t.Errorf("%s: counted %v (%v); want one %s", tc.name, d.Interruption, d.State.Interruptions, protocol.KnownEnd.Key())
+		}
+		if w := WorkloadTargetOf(d.State, t0); w.Phase != protocol.NoticeStarting || !w.WindowStart.Equal(tc.end.Truncate(time.Second)) || !w.Deadline.Equal(tc.deadline) {
+			t.Errorf("%s: pods are told %+v; want starting, the end as the window", tc.name, w)
+		}
+	}
+}
+
+// TestStepKnownEndUnknownDecidesNothing: before the agent learned the
+// end, a label a previous run left (an end now past) starts nothing.
+func TestStepKnownEndUnknownDecidesNothing(t *testing.T) {
+	d := stepChecked(t, cfg, State{KnownEnd: t0.Add(-time.Hour)}, obs(quiet()))
+	if d.State.Phase != protocol.PhaseIdle || len(d.Events) != 0 {
+		t.Errorf("state %+v, events %+v; want idle and nothing said", d.State, d.Events)
+	}
+}
+
+// TestStepKnownEndWithdrawnOrMoved: a drain for an end that is gone, or
+// moved past its deadline, puts the node back in service.
+func TestStepKnownEndWithdrawnOrMoved(t *testing.T) {
+	end := t0.Add(20 * time.Minute)
+	start := stepChecked(t, cfg, State{}, knownEnd(obs(quiet()), end))
+	for _, moved := range []time.Time{{}, end.Add(24 * time.Hour)} {
+		d := stepChecked(t, cfg, start.State, knownEnd(obs(quiet()), moved))
+		if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.State.KnownEnd.Equal(moved) {
+			t.Errorf("end moved to %s: state %+v, uncordon %t; want back in service with the new end", moved, d.State, d.Uncordon)
+		}
+	}
+	same := stepChecked(t, cfg, start.State, knownEnd(obs(quiet()), end))
+	if same.State.Phase != protocol.PhaseDraining {
+		t.Errorf("the same end: %s; want it draining still", same.State.Phase)
+	}
+}
+
+// TestStepKnownEndShortensAndYields: an end before the deadline of a
+// maintenance under way moves that deadline to it; a preemption takes a
+// known end's drain over without counting again.
+func TestStepKnownEndShortensAndYields(t *testing.T) {
+	host := stepChecked(t, cfg, State{}, obs(with(func(s *Signals) { s.Event = "TERMINATE_ON_HOST_MAINTENANCE" })))
+	end := t0.Add(10 * time.Minute)
+	d := stepChecked(t, cfg, host.State, knownEnd(obs(with(func(s *Signals) { s.Event = "TERMINATE_ON_HOST_MAINTENANCE" })), end))
+	if d.State.Reason != protocol.ReasonHostMaintenance || !d.State.Deadline.Equal(end) {
+		t.Errorf("host maintenance with an earlier end: %s by %s; want host maintenance by the end %s", d.State.Reason, d.State.Deadline, end)
+	}
+
+	ending := stepChecked(t, cfg, State{}, knownEnd(obs(quiet()), end))
+	pre := stepChecked(t, cfg, ending.State, knownEnd(obs(with(func(s *Signals) { s.Preempted = true })), end))
+	if pre.State.Reason != protocol.ReasonPreemption || !pre.State.Deadline.Equal(t0.Add(cfg.PreemptionDeadline)) || pre.Interruption != nil {
+		t.Errorf("preempted during a known end's drain: %s by %s, counted %v; want the preemption, by its deadline, not counted again", pre.State.Reason, pre.State.Deadline, pre.Interruption)
+	}
+}
