@@ -30,10 +30,12 @@ type Agent struct {
 
 	wake chan struct{}
 
-	// slice is the node's multi-host slice ("" for none), siblings the
-	// watch of its hosts and stopSiblings its end (slice.go); they follow
-	// the Node (followMembership). Used by the loop goroutine only.
+	// slice is the node's group, a multi-host slice or a reservation
+	// group ("" for none), groupLabel the label that names it, siblings
+	// the watch of its hosts and stopSiblings its end (slice.go); they
+	// follow the Node (followMembership). Used by the loop goroutine only.
 	slice        string
+	groupLabel   string
 	siblings     *kube.Informer
 	stopSiblings context.CancelFunc
 

@@ -406,6 +406,13 @@ func (k *killedAfterCall) PerformMaintenance(ctx context.Context, requestID stri
 	return op, err
 }
 
+func (k *killedAfterCall) PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool) (string, error) {
+	op, err := k.next.PerformGroupMaintenance(ctx, requestID, subBlock)
+	close(k.made)
+	<-ctx.Done()
+	return op, err
+}
+
 func (k *killedAfterCall) ReportHostAsFaulty(ctx context.Context, requestID, behavior, description string) (string, error) {
 	op, err := k.next.ReportHostAsFaulty(ctx, requestID, behavior, description)
 	close(k.made)

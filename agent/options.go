@@ -115,6 +115,10 @@ type Options struct {
 	// to (protocol.SliceOf); PoolLabel "" means protocol.LabelNodePool.
 	// The agent follows the other hosts of its slice (slice.go).
 	PoolLabel, SliceLabel string
+	// ReservationGroups is protocol.Grouping.Reservation: whether the
+	// nodes of a reservation's sub-block or block, by GKE's topology
+	// labels, are maintained as one group ("" for no).
+	ReservationGroups string
 	// AcceleratorResources make a pod accelerator work (see idleness); nil
 	// means DefaultAcceleratorResources.
 	AcceleratorResources []corev1.ResourceName

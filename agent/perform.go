@@ -18,6 +18,10 @@ type Maintainer interface {
 	// ReportHostAsFaulty reports the VM's host as faulty, with the fault's
 	// behavior and a description of what was seen.
 	ReportHostAsFaulty(ctx context.Context, requestID, behavior, description string) (operation string, err error)
+	// PerformGroupMaintenance starts, at once, the maintenance of the
+	// reservation group the VM runs in: its sub-block (subBlock), else its
+	// block; compute.ErrNoReservationGroup when the VM names none.
+	PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool) (operation string, err error)
 	// WaitOperation returns when the operation has ended: nil when it
 	// succeeded.
 	WaitOperation(ctx context.Context, operation string) error
@@ -41,10 +45,7 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 	a.performFor = st.RequestID
 	a.mu.Unlock()
 	timeout := max(st.Deadline.Sub(a.opts.Clock.Now()), performMinimum)
-	method, permission := "performMaintenance", compute.Permission
-	if st.RepairCall == protocol.RepairReport {
-		method, permission = string(protocol.RepairReport), compute.ReportPermission
-	}
+	method, permission, group, subBlock := a.callFor(st)
 	a.performGroup.Add(1)
 	go func() {
 		defer a.performGroup.Done()
@@ -54,9 +55,12 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			if st.RepairCall == protocol.RepairReport {
+			switch {
+			case st.RepairCall == protocol.RepairReport:
 				res.Operation, res.Err = a.opts.Maintainer.ReportHostAsFaulty(cctx, st.RequestID, repair.Behavior, faultDescription(repair))
-			} else {
+			case group:
+				res.Operation, res.Err = a.performReservationGroup(cctx, st.RequestID, subBlock)
+			default:
 				res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
 			}
 			cancel()
@@ -143,4 +147,38 @@ func faultDescription(r protocol.RepairApproval) string {
 		d += ": " + r.Signal
 	}
 	return d
+}
+
+// callFor is the Compute Engine method st's call asks with, and the
+// permission it needs: a fault's report; for a voluntary maintenance of
+// a reservation group, the group's (its sub-block's, or its block's);
+// else the VM's own performMaintenance.
+func (a *Agent) callFor(st lifecycle.State) (method, permission string, group, subBlock bool) {
+	group = st.Reason == protocol.ReasonManual && (a.groupLabel == protocol.LabelTopologySubblock || a.groupLabel == protocol.LabelTopologyBlock)
+	subBlock = a.groupLabel == protocol.LabelTopologySubblock
+	switch {
+	case st.RepairCall == protocol.RepairReport:
+		return string(protocol.RepairReport), compute.ReportPermission, false, false
+	case group && subBlock:
+		return "reservationSubBlocks.performMaintenance", compute.SubBlockPermission, true, true
+	case group:
+		return "reservationBlocks.performMaintenance", compute.BlockPermission, true, false
+	}
+	return "performMaintenance", compute.Permission, false, false
+}
+
+// performReservationGroup starts the maintenance of the reservation group the node
+// is maintained with, at the group's scope; where the VM names no
+// reservation block or sub-block (or its instances.get is refused), it
+// asks for its own VM's, which Compute Engine synchronises across a
+// GROUPED reservation, and says so.
+func (a *Agent) performReservationGroup(ctx context.Context, requestID string, subBlock bool) (string, error) {
+	op, err := a.opts.Maintainer.PerformGroupMaintenance(ctx, requestID, subBlock)
+	if err == nil || !errors.Is(err, compute.ErrNoReservationGroup) && !errors.Is(err, compute.ErrPermissionDenied) || ctx.Err() != nil {
+		return op, err
+	}
+	a.log.Warn("the reservation group's maintenance cannot be asked for at its scope; asking for this VM's", "err", err)
+	a.opts.Events.NodeEvent(true, protocol.EventGroupScopeUnknown, fmt.Sprintf(
+		"The reservation group's maintenance was asked for at this VM's scope (instances.performMaintenance), not the group's: %v", err))
+	return a.opts.Maintainer.PerformMaintenance(ctx, requestID)
 }

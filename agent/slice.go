@@ -35,8 +35,8 @@ const sliceSyncWait = 30 * time.Second
 // follows, so that a host mid-maintenance never leaves its slice for a
 // chip count that is missing for a while.
 func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
-	slice := protocol.SliceOf(node, a.opts.PoolLabel, a.opts.SliceLabel)
-	if slice == a.slice || slice == "" && protocol.SliceUnknown(node, a.opts.SliceLabel) != "" {
+	key, slice := a.grouping().Of(node)
+	if slice == a.slice || slice == "" && a.grouping().Unknown(node) != "" {
 		return
 	}
 	if a.siblings != nil {
@@ -44,14 +44,11 @@ func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
 		a.unneed(a.siblings)
 		a.log.Info("no longer following the multi-host slice", "slice", a.slice)
 	}
-	a.slice, a.siblings, a.stopSiblings = slice, nil, nil
+	a.slice, a.groupLabel, a.siblings, a.stopSiblings = slice, "", nil, nil
 	if slice == "" {
 		return
 	}
-	key := a.opts.SliceLabel
-	if key == "" {
-		key = a.opts.PoolLabel
-	}
+	a.groupLabel = key
 	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), kube.InformerOptions{Name: "slice", Transform: slimNode, Logger: a.log.With("watch", "slice"), Clock: a.opts.Clock})
 	// Only a change of what another host acts on wakes the agent
 	// (SliceSignal): the other hosts write their Nodes for many other
@@ -81,6 +78,11 @@ func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
 	a.poke() // step again with the slice
 }
 
+// grouping is what makes the node's group (protocol.Grouping).
+func (a *Agent) grouping() protocol.Grouping {
+	return protocol.Grouping{PoolLabel: a.opts.PoolLabel, SliceLabel: a.opts.SliceLabel, Reservation: a.opts.ReservationGroups}
+}
+
 // sliceHosts is every host of the slice as its watch has it, but node (the
 // agent's own, as it reads it now).
 func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
@@ -88,7 +90,7 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	own.Ready = true // the agent runs
 	hosts := []protocol.SliceHost{own}
 	for _, o := range a.siblings.List() {
-		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel) == a.slice {
+		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && a.grouping().Name(n) == a.slice {
 			hosts = append(hosts, protocol.SliceHostOf(n))
 		}
 	}
@@ -103,7 +105,7 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 // drain.
 func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecycle.Observation) {
 	written, set := protocol.ReadSliceAsk(node)
-	obs.SliceUnknown = protocol.SliceUnknown(node, a.opts.SliceLabel)
+	obs.SliceUnknown = a.grouping().Unknown(node)
 	if a.siblings == nil {
 		obs.SliceAsk, obs.SliceAskSet = written, set
 		return

@@ -228,7 +228,7 @@ func (a *Aggregator) observeNode(old, cur any) {
 	if !ok1 || !ok2 {
 		return
 	}
-	slice := protocol.SliceOf(n, a.opts.PoolLabel, a.opts.SliceLabel)
+	slice := a.opts.grouping().Name(n)
 	claimed := begun(o, n)
 	if len(claimed) == 0 {
 		return

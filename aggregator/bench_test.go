@@ -53,7 +53,9 @@ func fleetNodes(n int) []*corev1.Node {
 // update it watches. Each prints its time and what it allocates.
 func BenchmarkPass(b *testing.B) {
 	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}
-	read := func(n *corev1.Node) fleet.Node { return fleet.NodeOf(n, protocol.LabelNodePool, "") }
+	read := func(n *corev1.Node) fleet.Node {
+		return fleet.NodeOf(n, protocol.Grouping{PoolLabel: protocol.LabelNodePool})
+	}
 	for _, size := range []int{5000, 20000, 65000} {
 		objs := fleetNodes(size)
 		list := make([]kube.Object, len(objs))

@@ -83,7 +83,7 @@ func (c *viewCache) refresh(objs []kube.Object, read func(*corev1.Node) fleet.No
 // it was read from, by name.
 func (a *Aggregator) viewNodes() ([]fleet.Node, map[string]*corev1.Node) {
 	return a.views.refresh(a.nodes.List(), func(n *corev1.Node) fleet.Node {
-		v := fleet.NodeOf(n, a.opts.PoolLabel, a.opts.SliceLabel)
+		v := fleet.NodeOf(n, a.opts.grouping())
 		if a.opts.AdoptGKEConfig {
 			v.GKEHandled = false
 		}

@@ -46,6 +46,10 @@ type Options struct {
 	// cluster's own label); empty: GKE's rule, a TPU pool whose topology
 	// has more chips than one node (protocol.SliceOf).
 	SliceLabel string
+	// ReservationGroups is protocol.Grouping.Reservation: whether the
+	// nodes of a reservation's sub-block or block, by GKE's topology
+	// labels, are maintained as one group ("" for no).
+	ReservationGroups string
 	// Interval is the longest time between passes (idle times and windows
 	// change with time alone); MinInterval is the shortest.
 	Interval, MinInterval time.Duration
@@ -122,3 +126,8 @@ func (o Options) withDefaults() Options {
 // ErrInvalidOptions is returned by New for Options missing a required
 // field.
 var ErrInvalidOptions = errors.New("invalid aggregator options")
+
+// grouping is what makes a node's group (protocol.Grouping).
+func (o Options) grouping() protocol.Grouping {
+	return protocol.Grouping{PoolLabel: o.PoolLabel, SliceLabel: o.SliceLabel, Reservation: o.ReservationGroups}
+}

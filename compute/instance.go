@@ -34,6 +34,11 @@ type Scheduling struct {
 	// people.
 	End      time.Time
 	EndCause string
+	// Reservation is the reservation the VM consumes, as
+	// resourceStatus.reservationConsumptionInfo.consumedReservation names
+	// it ("" for none): ParseConsumedReservation reads its block and
+	// sub-block.
+	Reservation string
 }
 
 // Scheduling reads inst's scheduling with instances.get. A 403 is
@@ -56,6 +61,9 @@ type instanceJSON struct {
 		Scheduling struct {
 			TerminationTimestamp string `json:"terminationTimestamp"`
 		} `json:"scheduling"`
+		ReservationConsumptionInfo struct {
+			ConsumedReservation string `json:"consumedReservation"`
+		} `json:"reservationConsumptionInfo"`
 	} `json:"resourceStatus"`
 }
 
@@ -83,7 +91,7 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 		}
 	}
 	sc := got.Scheduling
-	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT"}
+	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT", Reservation: got.ResourceStatus.ReservationConsumptionInfo.ConsumedReservation}
 	var err error
 	if end := got.ResourceStatus.Scheduling.TerminationTimestamp; end != "" {
 		if out.End, err = time.Parse(time.RFC3339Nano, end); err != nil {

@@ -52,6 +52,8 @@ var Methods = []Method{
 // ask it to, with the permission each needs.
 var OptionalMethods = []Method{
 	{"instances.get", GetPermission},
+	{"reservationSubBlocks.performMaintenance", SubBlockPermission},
+	{"reservationBlocks.performMaintenance", BlockPermission},
 }
 
 // Instance names a VM.
@@ -281,6 +283,11 @@ func (m *Maintainer) report(ctx context.Context, inst Instance, requestID, behav
 // account, when set, names the caller in a permission error instead of
 // Options.ServiceAccount.
 func (m *Maintainer) post(ctx context.Context, inst Instance, verb, permission, requestID, account string, body any) (string, error) {
+	return m.postTo(ctx, instancePath(inst), inst.String(), verb, permission, requestID, account, body)
+}
+
+// postTo is post on the resource at path, named what in errors and logs.
+func (m *Maintainer) postTo(ctx context.Context, path, what, verb, permission, requestID, account string, body any) (string, error) {
 	if account == "" {
 		account = m.opts.ServiceAccount
 	}
@@ -289,29 +296,29 @@ func (m *Maintainer) post(ctx context.Context, inst Instance, verb, permission, 
 		query.Set("requestId", requestID)
 	}
 	for attempt := 1; ; attempt++ {
-		op, err := m.call(ctx, http.MethodPost, instancePath(inst)+"/"+verb, query, body)
+		op, err := m.call(ctx, http.MethodPost, path+"/"+verb, query, body)
 		if err == nil {
 			return op.Name, nil
 		}
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("%s on %s: gave up after %d attempts: %w", verb, inst, attempt, err)
+			return "", fmt.Errorf("%s on %s: gave up after %d attempts: %w", verb, what, attempt, err)
 		}
 		var aerr *apiError
 		if errors.As(err, &aerr) {
 			switch {
 			case aerr.Code == http.StatusForbidden:
 				return "", fmt.Errorf("%s on %s: %w: %s lacks the IAM permission %s (or the VM lacks the cloud-platform or compute access scope): %s",
-					verb, inst, ErrPermissionDenied, account, permission, aerr.Message)
+					verb, what, ErrPermissionDenied, account, permission, aerr.Message)
 			case aerr.Code == http.StatusTooManyRequests || aerr.Code >= 500 || aerr.Code == http.StatusUnauthorized:
 				// transient (401: a token that expired in flight)
 			default:
-				return "", fmt.Errorf("%s on %s: %w (%d): %s", verb, inst, ErrRefused, aerr.Code, aerr.Message)
+				return "", fmt.Errorf("%s on %s: %w (%d): %s", verb, what, ErrRefused, aerr.Code, aerr.Message)
 			}
 		}
 		delay := m.opts.Backoff.Delay(attempt)
-		m.opts.Logger.Warn(verb+" failed; retrying", "instance", inst.String(), "attempt", attempt, "err", err, "retry_in", delay)
+		m.opts.Logger.Warn(verb+" failed; retrying", "resource", what, "attempt", attempt, "err", err, "retry_in", delay)
 		if err := m.sleep(ctx, delay); err != nil {
-			return "", fmt.Errorf("%s on %s: gave up after %d attempts: %w", verb, inst, attempt, err)
+			return "", fmt.Errorf("%s on %s: gave up after %d attempts: %w", verb, what, attempt, err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package compute
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -162,7 +163,9 @@ func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
 		t.Errorf("Methods %v, want %v", Methods, want)
 	}
 	want["instances.get"] = gceemu.PermissionGetInstance
-	if len(OptionalMethods) != 1 {
+	want["reservationSubBlocks.performMaintenance"] = gceemu.PermissionSubBlockMaintenance
+	want["reservationBlocks.performMaintenance"] = gceemu.PermissionBlockMaintenance
+	if len(OptionalMethods) != 3 {
 		t.Errorf("OptionalMethods %v", OptionalMethods)
 	}
 	for _, m := range append(append([]Method(nil), Methods...), OptionalMethods...) {
@@ -266,5 +269,76 @@ func TestKnownEnd(t *testing.T) {
 		if err != nil || !sc.End.Equal(wantEnd) || sc.EndCause != tc.cause {
 			t.Errorf("%+v: end %s (%q), %v; want %s (%q)", tc.limit, sc.End, sc.EndCause, err, wantEnd, tc.cause)
 		}
+	}
+}
+
+// TestPerformGroupMaintenance: the VM names its reservation sub-block in
+// its instances.get; one call on the sub-block starts the maintenance of
+// every instance in it, and a retry with the same requestId is the same
+// operation; a block call carries its scope; a VM in no reservation says
+// so; a 403 names the permission.
+func TestPerformGroupMaintenance(t *testing.T) {
+	var emus []*gceemu.Server
+	members := map[*gceemu.Server]gceemu.SubBlock{}
+	for i := range 3 {
+		emu := gceemu.StartT(t, gceemu.Config{Project: "p1", Zone: "us-east5-a", Name: fmt.Sprintf("gpu-%d", i)})
+		emus = append(emus, emu)
+		sb := gceemu.SubBlock{Reservation: "res-a", Block: "block-1", SubBlock: "sub-1"}
+		if i == 2 {
+			sb.SubBlock = "sub-2"
+		}
+		members[emu] = sb
+	}
+	gceemu.JoinReservation(members)
+	t.Setenv("GCE_METADATA_HOST", emus[0].Host())
+	m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emus[0].ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"}
+	sc, err := m.Scheduling(ctxT(t, 10*time.Second), inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := ParseConsumedReservation(inst, sc.Reservation)
+	want := ReservationGroup{Project: "p1", Zone: "us-east5-a", Reservation: "res-a", Block: "block-1", SubBlock: "sub-1"}
+	if !ok || g != want {
+		t.Fatalf("consumed %q read as %+v (%t); want %+v", sc.Reservation, g, ok, want)
+	}
+	op, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), g, "", "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), g, "", "req-1"); err != nil || again != op {
+		t.Errorf("the retried call: %s, %v; want the same operation %s", again, err, op)
+	}
+	for i, emu := range emus {
+		deadline := time.Now().Add(10 * time.Second)
+		for emu.MaintenanceEvent() != gceemu.EventTerminate && time.Now().Before(deadline) && i < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got, in := emu.MaintenanceEvent() == gceemu.EventTerminate, i < 2; got != in {
+			t.Errorf("gpu-%d in maintenance: %t; want %t (in the sub-block: %t)", i, got, in, in)
+		}
+	}
+	calls := emus[0].Calls()
+	if len(calls) != 2 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want.String() {
+		t.Errorf("calls %+v; want the sub-block's, twice (one retry)", calls)
+	}
+
+	block := g
+	block.SubBlock = ""
+	if _, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), block, ScopeUnusedCapacity, "req-2"); err != nil {
+		t.Fatal(err)
+	}
+	if c := emus[0].Calls()[2]; c.Method != "reservationBlocks.performMaintenance" || c.Scope != ScopeUnusedCapacity {
+		t.Errorf("the block call %+v; want its scope %s", c, ScopeUnusedCapacity)
+	}
+	emus[0].Deny(gceemu.PermissionSubBlockMaintenance, true)
+	if _, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), g, "", "req-3"); !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), SubBlockPermission) {
+		t.Errorf("denied: %v; want ErrPermissionDenied naming %s", err, SubBlockPermission)
+	}
+	if _, ok := ParseConsumedReservation(inst, "projects/p1/zones/us-east5-a/reservations/res-a"); ok {
+		t.Error("a reservation with no block read as a group")
 	}
 }

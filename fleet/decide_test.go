@@ -179,12 +179,12 @@ func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 	// first): the slice counts whole until every host is back.
 	begun := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t1", Labels: map[string]string{protocol.LabelNodePool: "tpu-slice"}}}
 	protocol.WriteAgentState(begun, protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: now, Deadline: now.Add(time.Hour), Begun: true})
-	if v := NodeOf(begun, protocol.LabelNodePool, ""); !v.Voluntary {
+	if v := NodeOf(begun, protocol.Grouping{PoolLabel: protocol.LabelNodePool}); !v.Voluntary {
 		t.Errorf("a host in its slice's voluntary maintenance, begun: voluntary %t; want it counted against the caps", v.Voluntary)
 	}
 	tail := append([]Node(nil), all...)
 	for i := 1; i < len(tail); i++ {
-		tail[i].InMaintenance, tail[i].Voluntary = true, NodeOf(begun, protocol.LabelNodePool, "").Voluntary
+		tail[i].InMaintenance, tail[i].Voluntary = true, NodeOf(begun, protocol.Grouping{PoolLabel: protocol.LabelNodePool}).Voluntary
 	}
 	if p := Decide(now, cfg, tail)[0]; len(p.Trigger) != 0 || p.Voluntary != 4 {
 		t.Errorf("the asking host back first: trigger %v, voluntary %d; want the slice counted whole", p.Trigger, p.Voluntary)

@@ -100,9 +100,10 @@ type Node struct {
 	Unreadable []string
 }
 
-// NodeOf reads n; poolLabel names its pool, and sliceLabel, when given,
-// its multi-host slice (protocol.SliceOf).
-func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
+// NodeOf reads n; g's pool label names its pool, and g its group (a
+// multi-host slice, or a reservation group: protocol.Grouping).
+func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
+	poolLabel := g.PoolLabel
 	v := Node{
 		Name:   n.Name,
 		UID:    n.UID,
@@ -138,7 +139,7 @@ func NodeOf(n *corev1.Node, poolLabel, sliceLabel string) Node {
 	if st.Notice.Status != "" {
 		v.Notice, v.NoticePresent = st.Notice, true
 	}
-	v.Slice = protocol.SliceOf(n, poolLabel, sliceLabel)
+	v.Slice = g.Name(n)
 	if v.Slice != "" {
 		v.SliceHosts = protocol.SliceHosts(n)
 	}

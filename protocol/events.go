@@ -81,6 +81,10 @@ const (
 	// EventSliceUnknown: a drained node holds its manual maintenance's
 	// call while its multi-host slice cannot be told (agent).
 	EventSliceUnknown = "SliceMembershipUnknown"
+	// EventGroupScopeUnknown: the caller of a reservation group's
+	// voluntary maintenance could not ask at the group's scope, and asked
+	// for its own VM's (agent).
+	EventGroupScopeUnknown = "GroupScopeUnknown"
 
 	// A fault's repair: the aggregator finds the node faulty and approves
 	// its repair or says why it waits; the agent drains, asks Compute
@@ -170,6 +174,7 @@ var EventReasons = []EventReason{
 	{EventSliceDrain, agentOnly, true},
 	{EventSliceDeadline, agentOnly, true},
 	{EventSliceUnknown, agentOnly, true},
+	{EventGroupScopeUnknown, agentOnly, true},
 	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
 	{EventFaultRepairStarted, agentOnly, true},
 	{EventFaultReported, agentOnly, true},

@@ -249,4 +249,6 @@ var Keys = []Key{
 	{Name: AnnotationRepairCall, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationLastFaultRepair, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: LabelKnownEnd, Kind: Label, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
+	{Name: LabelTopologyBlock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
+	{Name: LabelTopologySubblock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
 }

@@ -208,3 +208,86 @@ func IsTPU(n *corev1.Node) bool {
 	}
 	return n.Labels[LabelTPUTopology] != "" || n.Labels[LabelTPUAccelerator] != ""
 }
+
+// GKE's topology labels on the nodes of a reservation with a topology
+// (A3 Ultra, A4, A4X and TPU capacity): the block and the sub-block (an
+// NVLink domain) the VM runs in.
+const (
+	LabelTopologyBlock    = "cloud.google.com/gce-topology-block"
+	LabelTopologySubblock = "cloud.google.com/gce-topology-subblock"
+)
+
+// The reservation groupings (Grouping.Reservation): what of a reservation
+// under GROUPED maintenance is maintained as one unit.
+const (
+	ReservationGroupNone     = ""
+	ReservationGroupSubblock = "subblock"
+	ReservationGroupBlock    = "block"
+)
+
+// Grouping says what makes a node's maintenance group: the nodes that
+// stop together and are maintained as one unit. A multi-host TPU slice
+// (SliceOf, by PoolLabel or SliceLabel) is one; so, where Reservation
+// says so, is a reservation's sub-block or block under GROUPED
+// maintenance (GKE's topology labels name it). One notion, one set of
+// rules: a slice and a reservation group are drained and asked for alike.
+type Grouping struct {
+	PoolLabel, SliceLabel string
+	// Reservation is ReservationGroupSubblock, ReservationGroupBlock or
+	// ReservationGroupNone: whether nodes with GKE's topology labels that
+	// are no slice's hosts form groups, and of what. Compute Engine does
+	// not tell a Node whether its reservation's maintenance is GROUPED:
+	// the operator says it.
+	Reservation string
+}
+
+// Of names n's group and the label that names it ("", "" for none).
+func (g Grouping) Of(n *corev1.Node) (label, group string) {
+	if s := SliceOf(n, g.PoolLabel, g.SliceLabel); s != "" {
+		if g.SliceLabel != "" {
+			return g.SliceLabel, s
+		}
+		return g.PoolLabel, s
+	}
+	if label = g.ReservationLabel(); label != "" && n.Labels[label] != "" {
+		return label, n.Labels[label]
+	}
+	return "", ""
+}
+
+// ReservationLabel is the topology label that names a reservation group
+// ("" for none).
+func (g Grouping) ReservationLabel() string {
+	switch g.Reservation {
+	case ReservationGroupSubblock:
+		return LabelTopologySubblock
+	case ReservationGroupBlock:
+		return LabelTopologyBlock
+	}
+	return ""
+}
+
+// Name is n's group ("" for none).
+func (g Grouping) Name(n *corev1.Node) string {
+	_, group := g.Of(n)
+	return group
+}
+
+// Unknown says why n's group cannot be told yet ("" when it can): see
+// SliceUnknown.
+func (g Grouping) Unknown(n *corev1.Node) string { return SliceUnknown(n, g.SliceLabel) }
+
+// ParseReservationGroups reads a --reservation-groups flag: none,
+// subblock or block.
+func ParseReservationGroups(s string) (string, error) {
+	switch s {
+	case "none", "":
+		return ReservationGroupNone, nil
+	case ReservationGroupSubblock, ReservationGroupBlock:
+		return s, nil
+	}
+	return "", fmt.Errorf("--reservation-groups %q: want none, %s or %s", s, ReservationGroupSubblock, ReservationGroupBlock)
+}
+
+// ReservationGroupsHelp is the --reservation-groups flag's help.
+const ReservationGroupsHelp = "Where a reservation's maintenance is GROUPED (its instances maintained together; Compute Engine does not tell the Node): subblock (the nodes of one " + LabelTopologySubblock + ") or block (of one " + LabelTopologyBlock + ") are maintained as one group, as a multi-host slice is; none: each node alone. The same on the agents, the aggregator and the plugin."

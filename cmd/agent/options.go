@@ -94,7 +94,10 @@ type Options struct {
 	// SliceLabel, when set, names the label whose value is the node's
 	// multi-host slice.
 	SliceLabel string
-	LogLevel   string
+	// ReservationGroups is none, subblock or block
+	// (protocol.ParseReservationGroups).
+	ReservationGroups string
+	LogLevel          string
 	// KubeAPIQPS and KubeAPIBurst size the agent's API client for a
 	// drain: one eviction per pod, at once, on a node of 110 pods.
 	KubeAPIQPS   float32
@@ -128,6 +131,7 @@ func NewOptions() *Options {
 		DrainReserve:             drain.DefaultReserve,
 		DrainMargin:              drain.DefaultMargin,
 		LogLevel:                 "info",
+		ReservationGroups:        "none",
 		KubeAPIQPS:               50,
 		KubeAPIBurst:             100,
 	}
@@ -161,6 +165,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AcceleratorDeviceClasses, "accelerator-device-classes", o.AcceleratorDeviceClasses, "Device classes of dynamic resource allocation whose devices make a pod accelerator work: a pod holding one through a ResourceClaim (or whose claim cannot be read) keeps its node busy. The defaults are NVIDIA's GPU driver's and Google's TPU driver's; reading claims needs get on resourceclaims.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy, and, as on GKE, a multi-host TPU slice's pool is its slice).")
+	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "Node label whose value names the node's multi-host slice, where the pool does not (a self-managed cluster); the same as the aggregator's. The agent follows the other hosts of its slice.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own), when the budgets covering the pod do not allow it first.")
@@ -187,9 +192,7 @@ func (o *Options) Validate() error {
 	if _, _, err := o.preemptionNotice(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.KnownEnd != knownEndAuto && o.KnownEnd != knownEndNone {
-		errs = append(errs, fmt.Errorf("--known-end %q: want %s or %s", o.KnownEnd, knownEndAuto, knownEndNone))
-	}
+	errs = append(errs, o.choiceProblems()...)
 	if o.ComputeEndpoint != "" {
 		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
@@ -292,6 +295,19 @@ func (o *Options) noticeRanges() ([]*net.IPNet, []error) {
 		out = append(out, r)
 	}
 	return out, errs
+}
+
+// choiceProblems are what is wrong with the flags that take one of a few
+// words.
+func (o *Options) choiceProblems() []error {
+	var errs []error
+	if _, err := protocol.ParseReservationGroups(o.ReservationGroups); err != nil {
+		errs = append(errs, err)
+	}
+	if o.KnownEnd != knownEndAuto && o.KnownEnd != knownEndNone {
+		errs = append(errs, fmt.Errorf("--known-end %q: want %s or %s", o.KnownEnd, knownEndAuto, knownEndNone))
+	}
+	return errs
 }
 
 // The --known-end values.

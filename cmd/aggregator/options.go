@@ -36,7 +36,10 @@ type Options struct {
 	GKEConfig        string
 	AutoscalerStatus string
 	SliceLabel       string
-	LogLevel         string
+	// ReservationGroups is none, subblock or block
+	// (protocol.ParseReservationGroups).
+	ReservationGroups string
+	LogLevel          string
 	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
@@ -81,6 +84,7 @@ func NewOptions() *Options {
 		Interval:             aggregator.Default.Interval,
 		RecreateWindow:       aggregator.Default.RecreateWindow,
 		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
+		ReservationGroups:    "none",
 		KubeAPIQPS:           50,
 		KubeAPIBurst:         100,
 		GKEConfig:            "leave",
@@ -111,6 +115,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests above --kube-api-qps.")
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "A Node label whose value names the node's multi-host slice (for clusters whose nodes do not carry GKE's labels); empty: GKE's rule, a TPU pool whose "+protocol.LabelTPUTopology+" has more chips than one node.")
+	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "An opportunistic trigger no agent answered within this time (the agent down, the node NotReady) is withdrawn with a Warning Event, and its place under the caps freed; longer than the agents' limit on a trigger's age (5m).")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
@@ -122,6 +127,19 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit, "The container's memory limit, a quantity such as 1Gi or bytes (default $MEMORY_LIMIT, which the manifests set from the container's limit): the Go runtime keeps its memory under 90% of it (unless GOMEMLIMIT is set), and at 90% the replica records a Warning Event MemoryNearLimit about its pod. Empty: unknown.")
 	fs.BoolVar(&o.Uninstall, "uninstall", o.Uninstall, "Uninstall instead of running: once no agent pod is left in --namespace, remove the product's labels, annotations, taints and node conditions from every Node with no maintenance under way (a Node in maintenance keeps them, with a Warning Event), delete the Leases, and exit; the Helm chart's uninstall Job runs it.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
+}
+
+// choiceProblems are what is wrong with the flags that take one of a few
+// words.
+func (o *Options) choiceProblems() []error {
+	var errs []error
+	if o.GKEConfig != "leave" && o.GKEConfig != "adopt" {
+		errs = append(errs, fmt.Errorf("--gke-opportunistic-config %q: want leave or adopt", o.GKEConfig))
+	}
+	if _, err := protocol.ParseReservationGroups(o.ReservationGroups); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 // Validate reports every problem at once.
@@ -148,9 +166,7 @@ func (o *Options) Validate() error {
 	if o.RecreateWindow <= 0 {
 		errs = append(errs, fmt.Errorf("--recreate-window %s: want a positive duration", o.RecreateWindow))
 	}
-	if o.GKEConfig != "leave" && o.GKEConfig != "adopt" {
-		errs = append(errs, fmt.Errorf("--gke-opportunistic-config %q: want leave or adopt", o.GKEConfig))
-	}
+	errs = append(errs, o.choiceProblems()...)
 	if ns, name, ok := strings.Cut(o.AutoscalerStatus, "/"); o.AutoscalerStatus != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 		errs = append(errs, fmt.Errorf("--autoscaler-status %q: want namespace/name, or empty", o.AutoscalerStatus))
 	}

@@ -27,6 +27,7 @@ func (o *readOptions) addFlags(cmd *cobra.Command, output bool) {
 	cmd.Flags().StringVar(&o.Policy, "policy", "maintenance-handler/maintenance-handler", "The policy ConfigMap, namespace/name (its policy.yaml: windows, exclusions, caps); empty for none.")
 	cmd.Flags().StringVar(&o.PoolLabel, "pool-label", protocol.LabelNodePool, "The Node label naming a node's pool.")
 	cmd.Flags().StringVar(&o.SliceLabel, "slice-label", "", "A Node label whose value names the node's multi-host slice, as the aggregator's --slice-label; empty: GKE's rule.")
+	cmd.Flags().StringVar(&o.ReservationGroups, "reservation-groups", "", "subblock or block: as the aggregator's --reservation-groups; empty: none.")
 	if output {
 		cmd.Flags().StringVarP(&o.output, "output", "o", "", "json, yaml or wide.")
 	}

@@ -43,11 +43,11 @@ func Preflight(in Input, n *corev1.Node) (problems, notes []string) {
 	}
 	views := make([]fleet.Node, 0, len(in.Nodes))
 	for _, m := range in.Nodes {
-		views = append(views, fleet.NodeOf(m, in.PoolLabel, in.SliceLabel))
+		views = append(views, fleet.NodeOf(m, in.grouping()))
 	}
 	// What goes down: the node, or its whole multi-host slice.
 	down := map[string]bool{n.Name: true}
-	if slice := fleet.NodeOf(n, in.PoolLabel, in.SliceLabel).Slice; slice != "" {
+	if slice := fleet.NodeOf(n, in.grouping()).Slice; slice != "" {
 		var hosts []string
 		for _, v := range views {
 			if v.Slice == slice {

@@ -25,13 +25,15 @@ type ReadOptions struct {
 	// SliceLabel names a node's multi-host slice, as the aggregator's
 	// --slice-label ("" for GKE's rule).
 	SliceLabel string
+	// ReservationGroups is the aggregator's --reservation-groups.
+	ReservationGroups string
 }
 
 // Read reads what the plugin shows, at now: every node (pools are whole),
 // the names asked for (all when none), the project's Events, the pods of
 // the nodes in maintenance, and the policy.
 func Read(ctx context.Context, c *kube.Client, now time.Time, o ReadOptions, names []string) (Input, error) {
-	in := Input{Now: now, PoolLabel: o.PoolLabel, SliceLabel: o.SliceLabel}
+	in := Input{Now: now, PoolLabel: o.PoolLabel, SliceLabel: o.SliceLabel, ReservationGroups: o.ReservationGroups}
 	list, err := c.ListNodes(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, Explain(err, "list Nodes")

@@ -35,6 +35,13 @@ type Input struct {
 	PolicySource string
 	PoolLabel    string
 	SliceLabel   string
+	// ReservationGroups is the aggregator's --reservation-groups.
+	ReservationGroups string
+}
+
+// grouping is what makes a node's group, as the aggregator reads it.
+func (in Input) grouping() protocol.Grouping {
+	return protocol.Grouping{PoolLabel: in.PoolLabel, SliceLabel: in.SliceLabel, Reservation: in.ReservationGroups}
 }
 
 // NodeStatus is one node's line.
@@ -192,7 +199,7 @@ func faultStatus(now time.Time, cfg policy.Config, views []fleet.Node, show func
 func BuildStatus(in Input) Status {
 	views := make([]fleet.Node, 0, len(in.Nodes))
 	for _, n := range in.Nodes {
-		views = append(views, fleet.NodeOf(n, in.PoolLabel, in.SliceLabel))
+		views = append(views, fleet.NodeOf(n, in.grouping()))
 	}
 	cfg := in.Config
 	plans := fleet.Decide(in.Now, cfg, views)

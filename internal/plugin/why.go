@@ -87,7 +87,7 @@ func orNone(s, none string) string {
 func whyFault(in Input, n *corev1.Node, st protocol.AgentState, say func(string, ...any), at func(time.Time) string) {
 	views := make([]fleet.Node, 0, len(in.Nodes))
 	for _, m := range in.Nodes {
-		views = append(views, fleet.NodeOf(m, in.PoolLabel, in.SliceLabel))
+		views = append(views, fleet.NodeOf(m, in.grouping()))
 	}
 	for _, f := range faultStatus(in.Now, in.Config, views, func(name string) bool { return name == n.Name }) {
 		switch {
@@ -112,7 +112,7 @@ func FaultPreview(in Input, node, behavior, description string) string {
 	views := make([]fleet.Node, 0, len(in.Nodes))
 	var n *corev1.Node
 	for _, m := range in.Nodes {
-		v := fleet.NodeOf(m, in.PoolLabel, in.SliceLabel)
+		v := fleet.NodeOf(m, in.grouping())
 		if m.Name == node {
 			n = m
 			v.ReportFaulty, v.ReportFaultySet, v.ReportDescription = behavior, true, description

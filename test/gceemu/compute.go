@@ -23,6 +23,10 @@ type Call struct {
 	Token string
 	// RequestID is the requestId query parameter, if any.
 	RequestID string
+	// Resource names a reservation block or sub-block a call was made on
+	// (Instance is then empty), and Scope is a block call's
+	// maintenanceScope.
+	Resource, Scope string
 	// Status is the HTTP status the emulator answered with.
 	Status int
 	At     time.Time
@@ -51,6 +55,9 @@ type computeState struct {
 	slice []*Server
 	// onReport runs once for each report accepted (SetOnReport).
 	onReport func(Call)
+	// reservation is the reservation sub-block the VM runs in, and its
+	// peers (JoinReservation); nil for none.
+	reservation *membership
 }
 
 // SetOnReport makes f run, in a goroutine of its own, once for each fault
@@ -213,6 +220,12 @@ func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.reportHostAsFaulty(w, r, parts[1], parts[3], parts[5])
+	case len(parts) == 11 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "reservations" && parts[6] == "reservationBlocks" &&
+		parts[8] == "reservationSubBlocks" && parts[10] == "performMaintenance" && r.Method == http.MethodPost:
+		s.groupMaintenance(w, r, parts[1], parts[3], SubBlock{Reservation: parts[5], Block: parts[7], SubBlock: parts[9]})
+	case len(parts) == 9 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "reservations" && parts[6] == "reservationBlocks" &&
+		parts[8] == "performMaintenance" && r.Method == http.MethodPost:
+		s.groupMaintenance(w, r, parts[1], parts[3], SubBlock{Reservation: parts[5], Block: parts[7]})
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "instances" && r.Method == http.MethodGet:
 		s.getInstance(w, r, parts[1], parts[3], parts[5])
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "operations":
@@ -513,9 +526,17 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 		"zone": s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone, "status": "RUNNING", "scheduling": scheduling}
 	s.mu.Lock()
 	limit := s.timeLimit
+	consumed, topology := s.consumedReservationLocked()
 	s.mu.Unlock()
+	status := map[string]any{}
+	if consumed != "" {
+		status["reservationConsumptionInfo"] = map[string]any{"consumedReservation": consumed}
+		status["physicalHostTopology"] = topology
+		inst["resourceStatus"] = status
+	}
 	if limit != nil {
-		limit.serve(scheduling, inst)
+		limit.serve(scheduling, status)
+		inst["resourceStatus"] = status
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	_ = json.NewEncoder(w).Encode(inst)
@@ -537,7 +558,7 @@ type TimeLimit struct {
 	FlexStart bool
 }
 
-func (l *TimeLimit) serve(scheduling, inst map[string]any) {
+func (l *TimeLimit) serve(scheduling, status map[string]any) {
 	action := l.Action
 	if action == "" {
 		action = "STOP"
@@ -553,7 +574,7 @@ func (l *TimeLimit) serve(scheduling, inst map[string]any) {
 		scheduling["provisioningModel"] = "FLEX_START"
 	}
 	if !l.End.IsZero() {
-		inst["resourceStatus"] = map[string]any{"scheduling": map[string]any{"terminationTimestamp": l.End.UTC().Format(time.RFC3339Nano)}}
+		status["scheduling"] = map[string]any{"terminationTimestamp": l.End.UTC().Format(time.RFC3339Nano)}
 	}
 }
 

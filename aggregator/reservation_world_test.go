@@ -1,0 +1,136 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+)
+
+// TestReservationSubBlockMaintainedAsOne: four GPU nodes of one sub-block
+// of a GROUPED reservation (GKE's topology labels), each with a real agent
+// run with --reservation-groups subblock, and a maintenance pending on
+// every VM. A person asks for it on one node: every node drains with it,
+// and nobody asks Compute Engine while one node's pod is still held by its
+// budget. Once that pod is evicted, one call, on the sub-block
+// (reservationSubBlocks.performMaintenance), starts the maintenance of
+// every VM in it, which every other node takes as its group's: counted
+// once, by the node that asked.
+func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	p := newProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
+	sb := gceemu.SubBlock{Reservation: "a4x-res", Block: "block-7", SubBlock: "sub-3"}
+	var hosts []string
+	var emus []*gceemu.Server
+	members := map[*gceemu.Server]gceemu.SubBlock{}
+	for i := range 4 {
+		name := fmt.Sprintf("nvl-%d", i)
+		hosts = append(hosts, name)
+		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "a4x", Labels: map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock}},
+			gceemu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		emus = append(emus, v.Emu)
+		members[v.Emu] = sb
+		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+		grace := int64(5)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rank-%d", i), Namespace: p.ns, Labels: map[string]string{"job": "train"}},
+			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "train", Image: "trainer"}}}}
+		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gceemu.JoinReservation(members)
+	world.WaitNodes(t, hosts, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	for i := range hosts {
+		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	patchPod(t, ctx, p.ns, "rank-2", func(p *corev1.Pod) { p.Labels["guard"] = "yes" })
+	pdb := holdOne(t, ctx, p.ns, map[string]string{"guard": "yes"})
+	var mu sync.Mutex
+	evicted := map[string]time.Time{}
+	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(p.ns))
+	podInf := factory.Core().V1().Pods().Informer()
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if pod := o.(*corev1.Pod); pod.DeletionTimestamp != nil {
+			mu.Lock()
+			if _, ok := evicted[pod.Name]; !ok {
+				evicted[pod.Name] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}})
+	watchCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go podInf.Run(watchCtx.Done())
+	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced)
+
+	setLabel(t, ctx, "nvl-0", protocol.LabelPerformMaintenance, protocol.TriggerValue)
+	world.WaitNodes(t, []string{"nvl-1", "nvl-3"}, "drained with their group", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonSlice && st.Phase == protocol.PhaseTerminating
+	})
+	world.WaitNodes(t, []string{"nvl-0"}, "drained, waiting for its group", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonManual && st.Drain == protocol.DrainDone
+	})
+	held := world.WaitNode(t, "nvl-2", "draining with its group", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Reason == protocol.ReasonSlice && protocol.HasTaint(n)
+	})
+	if st := protocol.ReadAgentState(held); st.Phase != protocol.PhaseDraining {
+		t.Fatalf("nvl-2 is %s while its budget holds its pod", st.Phase)
+	}
+	if n := callsTo(emus); n != 0 {
+		t.Fatalf("%d Compute Engine calls while nvl-2 still drains, want none", n)
+	}
+
+	if err := world.Client.PolicyV1().PodDisruptionBudgets(p.ns).Delete(ctx, pdb, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNodes(t, []string{"nvl-1", "nvl-2", "nvl-3"}, "in their group's maintenance", func(n *corev1.Node) bool {
+		return protocol.ReadAgentState(n).Reason == protocol.ReasonHostMaintenance
+	})
+	world.WaitNodes(t, []string{"nvl-0"}, "asked, and its maintenance begun", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Phase == protocol.PhaseTerminating && st.Begun
+	})
+	var calls []gceemu.Call
+	for _, e := range emus {
+		calls = append(calls, e.Calls()...)
+	}
+	mu.Lock()
+	last := evicted["rank-2"]
+	mu.Unlock()
+	want := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation, sb.Block, sb.SubBlock)
+	if len(calls) != 1 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want || last.IsZero() || !calls[0].At.After(last) {
+		t.Fatalf("calls %+v; want one, on the sub-block %s, after rank-2 was evicted at %s", calls, want, last.Format(time.RFC3339Nano))
+	}
+	t.Logf("the last member's pod evicted at %s; the group's one call %s later", last.Format(time.RFC3339Nano), calls[0].At.Sub(last))
+	manual, _ := protocol.ReasonManual.Interruption()
+	for _, h := range hosts {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if h == "nvl-0" {
+			want = 1
+		}
+		if got := protocol.ReadAgentState(n).Interruptions; got[manual.Key()] != want || len(got) > want {
+			t.Errorf("%s counted %v; want %d of %s", h, got, want, manual.Key())
+		}
+	}
+}

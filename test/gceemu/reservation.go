@@ -1,0 +1,127 @@
+package gceemu
+
+// Reservation blocks and sub-blocks under GROUPED maintenance: the
+// instances of one are maintained together. Each VM names the reservation
+// block and sub-block it consumes in its instances.get
+// (resourceStatus.reservationConsumptionInfo.consumedReservation, and the
+// physical topology GKE's labels mirror); a performMaintenance on the
+// sub-block (reservationSubBlocks) or the block (reservationBlocks, with a
+// maintenanceScope) starts the maintenance of every instance in it.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// The IAM permissions of the reservation methods.
+const (
+	PermissionSubBlockMaintenance = "compute.reservationSubBlocks.performMaintenance"
+	PermissionBlockMaintenance    = "compute.reservationBlocks.performMaintenance"
+)
+
+// SubBlock names a reservation's sub-block.
+type SubBlock struct {
+	Reservation, Block, SubBlock string
+}
+
+// membership is one VM's reservation sub-block and the other instances
+// in it and in its block.
+type membership struct {
+	at                        SubBlock
+	subBlockPeers, blockPeers []*Server
+}
+
+// JoinReservation makes each server an instance of its sub-block, of a
+// GROUPED reservation: the servers of one sub-block are its instances,
+// and those of one block the block's. Every server must be of one
+// project and zone.
+func JoinReservation(members map[*Server]SubBlock) {
+	for s, sb := range members {
+		m := &membership{at: sb}
+		for o, osb := range members {
+			if osb.Reservation != sb.Reservation || osb.Block != sb.Block {
+				continue
+			}
+			m.blockPeers = append(m.blockPeers, o)
+			if osb.SubBlock == sb.SubBlock {
+				m.subBlockPeers = append(m.subBlockPeers, o)
+			}
+		}
+		s.mu.Lock()
+		s.compute.reservation = m
+		s.mu.Unlock()
+	}
+}
+
+// consumedReservation is the resource name the VM's instances.get gives
+// for the reservation it consumes ("" for none).
+func (s *Server) consumedReservationLocked() (string, map[string]any) {
+	m := s.compute.reservation
+	if m == nil {
+		return "", nil
+	}
+	at := m.at
+	name := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", s.cfg.Project, s.cfg.Zone, at.Reservation, at.Block, at.SubBlock)
+	return name, map[string]any{"block": at.Block, "subblock": at.SubBlock, "host": s.cfg.Name}
+}
+
+// groupMaintenance answers a performMaintenance on a reservation's
+// sub-block (subBlock set) or block: every instance of it begins its
+// maintenance, once per requestId.
+func (s *Server) groupMaintenance(w http.ResponseWriter, r *http.Request, project, zone string, sb SubBlock) {
+	method, permission := "reservationSubBlocks.performMaintenance", PermissionSubBlockMaintenance
+	if sb.SubBlock == "" {
+		method, permission = "reservationBlocks.performMaintenance", PermissionBlockMaintenance
+	}
+	call := s.callOf(r, method, project, zone, "")
+	call.Resource = fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s", project, zone, sb.Reservation, sb.Block)
+	if sb.SubBlock != "" {
+		call.Resource += "/reservationSubBlocks/" + sb.SubBlock
+	} else {
+		var body struct {
+			MaintenanceScope string `json:"maintenanceScope"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		call.Scope = body.MaintenanceScope
+	}
+	s.answerCall(w, call, func(call Call) (int, string, string, operation) {
+		return s.acceptGroupMaintenance(call, r, sb, permission)
+	})
+}
+
+func (s *Server) acceptGroupMaintenance(call Call, r *http.Request, sb SubBlock, permission string) (status int, reason, msg string, op operation) {
+	if !s.authorized(r) {
+		return http.StatusUnauthorized, "authError", "Request had invalid authentication credentials.", op
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.compute.reservation
+	if m == nil || call.Project != s.cfg.Project || call.Zone != s.cfg.Zone || m.at.Reservation != sb.Reservation || m.at.Block != sb.Block ||
+		sb.SubBlock != "" && m.at.SubBlock != sb.SubBlock {
+		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", call.Resource), op
+	}
+	if s.compute.denied[permission] {
+		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", permission, call.Resource), op
+	}
+	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
+		return http.StatusOK, "", "", s.compute.ops[name]
+	}
+	if sb.SubBlock == "" && call.Scope != "ALL" && call.Scope != "RUNNING_VMS" && call.Scope != "UNUSED_CAPACITY" {
+		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid value for field 'maintenanceScope': '%s'.", call.Scope), op
+	}
+	op = s.newOperationLocked("performMaintenance", call.RequestID)
+	members := m.subBlockPeers
+	if sb.SubBlock == "" {
+		members = m.blockPeers
+	}
+	if sb.SubBlock == "" && call.Scope == "UNUSED_CAPACITY" {
+		members = nil // no running instance is touched
+	}
+	if op.err == "" {
+		// Every instance begins its maintenance, this one included: each
+		// takes its own lock, so not under this one's.
+		go s.sliceFollows(members, true, s.clock.Now())
+	}
+	return http.StatusOK, "", "", op
+}
