@@ -219,6 +219,11 @@ func (a *Aggregator) lead(lctx context.Context) {
 	if !a.fence(lctx) {
 		return
 	}
+	if len(a.opts.Reservations) > 0 && a.opts.ReservationReader != nil {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { a.followReservations(lctx) })
+	}
 	for {
 		a.pass(lctx)
 		if lctx.Err() != nil {

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -50,6 +51,11 @@ type Options struct {
 	// nodes of a reservation's sub-block or block, by GKE's topology
 	// labels, are maintained as one group ("" for no).
 	ReservationGroups string
+	// Reservations, when set, are read by the leader every
+	// ReservationInterval with ReservationReader (reservations.go).
+	Reservations        []compute.Reservation
+	ReservationReader   ReservationReader
+	ReservationInterval time.Duration
 	// Interval is the longest time between passes (idle times and windows
 	// change with time alone); MinInterval is the shortest.
 	Interval, MinInterval time.Duration
@@ -89,6 +95,7 @@ var Default = Options{
 	PoolLabel: protocol.LabelNodePool,
 	Interval:  30 * time.Second, MinInterval: time.Second,
 	RecreateWindow: time.Hour, TriggerAnswerTimeout: 10 * time.Minute,
+	ReservationInterval: 5 * time.Minute,
 }
 
 // withDefaults fills every zero optional field.
@@ -105,6 +112,7 @@ func (o Options) withDefaults() Options {
 	fill(&o.MinInterval, Default.MinInterval)
 	fill(&o.RecreateWindow, Default.RecreateWindow)
 	fill(&o.TriggerAnswerTimeout, Default.TriggerAnswerTimeout)
+	fill(&o.ReservationInterval, Default.ReservationInterval)
 	if o.LeaseName == "" {
 		o.LeaseName = Default.LeaseName
 	}

@@ -1,8 +1,11 @@
 package aggregator_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -25,7 +29,9 @@ import (
 // budget. Once that pod is evicted, one call, on the sub-block
 // (reservationSubBlocks.performMaintenance), starts the maintenance of
 // every VM in it, which every other node takes as its group's: counted
-// once, by the node that asked.
+// once, by the node that asked. An aggregator reading the reservation
+// (--reservations) says the sub-block's pending and then ongoing hosts on
+// every node, in its metrics and in the plugin's status.
 func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
@@ -78,6 +84,37 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	go podInf.Run(watchCtx.Done())
 	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced)
 
+	// The aggregator reads the reservation through the Compute API (one
+	// emulator answers for it): the sub-block's four pending hosts, on each
+	// node, in the metric and in the plugin's status.
+	metricsAddr := testworld.FreeAddrT(t)
+	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
+	agg, err := world.StartProcessEnv("aggregator-nvl", []string{"GCE_METADATA_HOST=" + emus[0].Host()}, filepath.Join(p.bins, "aggregator"),
+		"--kubeconfig", world.Kubeconfig, "--namespace", p.ns, "--identity", "agg-nvl", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
+		"--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s", "--compute-endpoint", emus[0].ComputeEndpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agg.Kill() })
+	world.WaitNodes(t, hosts, "told of their sub-block's pending maintenance", func(n *corev1.Node) bool {
+		rg, ok := protocol.ReadReservationGroup(n)
+		return ok && rg.SubBlock == sb.SubBlock && rg.Pending == 4 && rg.Ongoing == 0 && rg.Health == "HEALTHY"
+	})
+	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_reservation_group_hosts{group="`+sb.SubBlock+`",reservation="`+sb.Reservation+`",scope="subblock",state="pending"}`, 4)
+	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_reservation_group_hosts{group="`+sb.Block+`",reservation="`+sb.Reservation+`",scope="block",state="pending"}`, 4)
+	c, _ := clients(t)
+	in, err := plugin.Read(ctx, c, time.Now(), plugin.ReadOptions{Pool: "a4x", PoolLabel: protocol.LabelNodePool, ReservationGroups: protocol.ReservationGroupSubblock}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := plugin.BuildStatus(in).WriteTable(&table, time.Now(), time.UTC, false); err != nil {
+		t.Fatal(err)
+	}
+	if out := table.String(); !regexp.MustCompile(`(?m)^` + sb.SubBlock + `\s+` + sb.Reservation + `\s+subblock\s+4\s+0\s`).MatchString(out) {
+		t.Errorf("the plugin's status shows no line for the sub-block with 4 hosts pending:\n%s", out)
+	}
+
 	setLabel(t, ctx, "nvl-0", protocol.LabelPerformMaintenance, protocol.TriggerValue)
 	world.WaitNodes(t, []string{"nvl-1", "nvl-3"}, "drained with their group", func(n *corev1.Node) bool {
 		st := protocol.ReadAgentState(n)
@@ -102,6 +139,10 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	}
 	world.WaitNodes(t, []string{"nvl-1", "nvl-2", "nvl-3"}, "in their group's maintenance", func(n *corev1.Node) bool {
 		return protocol.ReadAgentState(n).Reason == protocol.ReasonHostMaintenance
+	})
+	world.WaitNodes(t, hosts, "told that their sub-block's maintenance is under way", func(n *corev1.Node) bool {
+		rg, ok := protocol.ReadReservationGroup(n)
+		return ok && rg.Pending == 0 && rg.Ongoing == 4
 	})
 	world.WaitNodes(t, []string{"nvl-0"}, "asked, and its maintenance begun", func(n *corev1.Node) bool {
 		st := protocol.ReadAgentState(n)

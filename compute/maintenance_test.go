@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -305,6 +306,22 @@ func TestPerformGroupMaintenance(t *testing.T) {
 	if !ok || g != want {
 		t.Fatalf("consumed %q read as %+v (%t); want %+v", sc.Reservation, g, ok, want)
 	}
+	emus[1].ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), time.Hour))
+	states, err := m.ReservationGroups(ctxT(t, 10*time.Second), Reservation{Project: "p1", Zone: "us-east5-a", Name: "res-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := map[string][2]int{}
+	for _, st := range states {
+		pending[st.Group.String()] = [2]int{st.Pending, st.Count}
+	}
+	block := want
+	block.SubBlock = ""
+	sub2 := want
+	sub2.SubBlock = "sub-2"
+	if w := map[string][2]int{block.String(): {1, 3}, want.String(): {1, 2}, sub2.String(): {0, 1}}; !maps.Equal(pending, w) {
+		t.Errorf("groups (pending, hosts) %v; want %v", pending, w)
+	}
 	op, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), g, "", "req-1")
 	if err != nil {
 		t.Fatal(err)
@@ -326,8 +343,6 @@ func TestPerformGroupMaintenance(t *testing.T) {
 		t.Errorf("calls %+v; want the sub-block's, twice (one retry)", calls)
 	}
 
-	block := g
-	block.SubBlock = ""
 	if _, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), block, ScopeUnusedCapacity, "req-2"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // The IAM permissions of the reservation methods.
@@ -116,4 +118,145 @@ func (v *VM) PerformGroupMaintenance(ctx context.Context, requestID string, subB
 		g.SubBlock = ""
 	}
 	return v.Maintainer.performGroup(ctx, g, ScopeAll, requestID, account)
+}
+
+// The IAM permissions reading a reservation's blocks and sub-blocks
+// needs.
+const (
+	BlockListPermission    = "compute.reservationBlocks.list"
+	SubBlockListPermission = "compute.reservationSubBlocks.list"
+)
+
+// Reservation names a reservation.
+type Reservation struct {
+	Project, Zone, Name string
+}
+
+// ParseReservation reads projects/P/zones/Z/reservations/R.
+func ParseReservation(s string) (Reservation, error) {
+	p := strings.Split(strings.Trim(s, "/"), "/")
+	if len(p) != 6 || p[0] != "projects" || p[2] != "zones" || p[4] != "reservations" || p[1] == "" || p[3] == "" || p[5] == "" {
+		return Reservation{}, fmt.Errorf("reservation %q: want projects/PROJECT/zones/ZONE/reservations/NAME", s)
+	}
+	return Reservation{Project: p[1], Zone: p[3], Name: p[5]}, nil
+}
+
+func (r Reservation) String() string {
+	return fmt.Sprintf("projects/%s/zones/%s/reservations/%s", r.Project, r.Zone, r.Name)
+}
+
+// GroupState is what Compute Engine says of one block or sub-block of a
+// reservation: its maintenance (GroupMaintenanceInfo) and its health.
+type GroupState struct {
+	Group ReservationGroup
+	// Topology is its physical topology's ID (physicalTopology.block, or
+	// .subBlock): what GKE's topology label on its nodes says.
+	Topology string
+	// SchedulingType is GROUPED or INDEPENDENT.
+	SchedulingType string
+	// Pending and Ongoing count the hosts whose maintenance is pending or
+	// under way (maintenancePendingCount, maintenanceOngoingCount).
+	Pending, Ongoing int
+	// Window is the upcoming group maintenance's window start (zero when
+	// none, or not given).
+	Window time.Time
+	// Health is healthInfo.healthStatus: HEALTHY or DEGRADED ("" when not
+	// given).
+	Health string
+	// Count and InUse are its hosts and those with a running VM (count,
+	// inUseCount).
+	Count, InUse int
+}
+
+// groupJSON is a reservationBlocks or reservationSubBlocks list item.
+type groupJSON struct {
+	Name             string `json:"name"`
+	Count            int    `json:"count"`
+	InUseCount       int    `json:"inUseCount"`
+	PhysicalTopology struct {
+		Block    string `json:"block"`
+		SubBlock string `json:"subBlock"`
+	} `json:"physicalTopology"`
+	// The block's maintenance, under either name Compute Engine's
+	// documentation shows, and the sub-block's.
+	ReservationMaintenance         *maintenanceJSON `json:"reservationMaintenance"`
+	ReservationBlockMaintenance    *maintenanceJSON `json:"reservationBlockMaintenance"`
+	ReservationSubBlockMaintenance *maintenanceJSON `json:"reservationSubBlockMaintenance"`
+	HealthInfo                     struct {
+		HealthStatus string `json:"healthStatus"`
+	} `json:"healthInfo"`
+}
+
+type maintenanceJSON struct {
+	MaintenancePendingCount  int    `json:"maintenancePendingCount"`
+	MaintenanceOngoingCount  int    `json:"maintenanceOngoingCount"`
+	SchedulingType           string `json:"schedulingType"`
+	UpcomingGroupMaintenance struct {
+		WindowStartTime string `json:"windowStartTime"`
+	} `json:"upcomingGroupMaintenance"`
+}
+
+func (j groupJSON) state(g ReservationGroup, topology string) GroupState {
+	s := GroupState{Group: g, Topology: topology, Health: j.HealthInfo.HealthStatus, Count: j.Count, InUse: j.InUseCount}
+	for _, m := range []*maintenanceJSON{j.ReservationSubBlockMaintenance, j.ReservationBlockMaintenance, j.ReservationMaintenance} {
+		if m != nil {
+			s.Pending, s.Ongoing, s.SchedulingType = m.MaintenancePendingCount, m.MaintenanceOngoingCount, m.SchedulingType
+			s.Window, _ = time.Parse(time.RFC3339Nano, m.UpcomingGroupMaintenance.WindowStartTime)
+			break
+		}
+	}
+	return s
+}
+
+// ReservationGroups reads r's blocks and each block's sub-blocks
+// (reservationBlocks.list, reservationSubBlocks.list): their maintenance
+// and health. A 403 is ErrPermissionDenied naming the permission.
+func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]GroupState, error) {
+	base := "projects/" + url.PathEscape(r.Project) + "/zones/" + url.PathEscape(r.Zone) + "/reservations/" + url.PathEscape(r.Name)
+	var blocks struct {
+		Items []groupJSON `json:"items"`
+	}
+	if err := m.list(ctx, base+"/reservationBlocks", BlockListPermission, &blocks); err != nil {
+		return nil, fmt.Errorf("reservationBlocks.list on %s: %w", r, err)
+	}
+	var out []GroupState
+	for _, b := range blocks.Items {
+		g := ReservationGroup{Project: r.Project, Zone: r.Zone, Reservation: r.Name, Block: b.Name}
+		out = append(out, b.state(g, b.PhysicalTopology.Block))
+		var subs struct {
+			Items []groupJSON `json:"items"`
+		}
+		if err := m.list(ctx, g.path()+"/reservationSubBlocks", SubBlockListPermission, &subs); err != nil {
+			return nil, fmt.Errorf("reservationSubBlocks.list on %s: %w", g, err)
+		}
+		for _, s := range subs.Items {
+			sg := g
+			sg.SubBlock = s.Name
+			out = append(out, s.state(sg, s.PhysicalTopology.SubBlock))
+		}
+	}
+	return out, nil
+}
+
+// list reads path, which needs permission, retrying transient failures
+// until ctx ends.
+func (m *Maintainer) list(ctx context.Context, path, permission string, into any) error {
+	for attempt := 1; ; attempt++ {
+		err := m.getJSON(ctx, path, into)
+		if err == nil {
+			return nil
+		}
+		var aerr *apiError
+		switch {
+		case isForbidden(err):
+			return fmt.Errorf("%w: %s lacks the IAM permission %s: %v", ErrPermissionDenied, m.opts.ServiceAccount, permission, err)
+		case errors.As(err, &aerr) && aerr.Code != http.StatusTooManyRequests && aerr.Code < 500 && aerr.Code != http.StatusUnauthorized:
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		}
+		if err := m.sleep(ctx, m.opts.Backoff.Delay(attempt)); err != nil {
+			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		}
+	}
 }

@@ -34,6 +34,12 @@ type Aggregator struct {
 	// last pass.
 	FaultDecisions *prometheus.CounterVec
 	InRepair       *prometheus.GaugeVec
+	// ReservationHosts is each reservation group's hosts whose maintenance
+	// is pending or under way, and ReservationHealthy whether the group is
+	// healthy, as Compute Engine said at the leader's last reading (only
+	// where the aggregator reads reservations).
+	ReservationHosts   *prometheus.GaugeVec
+	ReservationHealthy *prometheus.GaugeVec
 }
 
 // NodeGauge is a gauge per node, for the nodes of the last pass it was
@@ -191,7 +197,13 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		[]string{"node_pool_name", "reason"})
 	m.InRepair = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "nodes_in_repair",
 		Help: "Nodes of the pool whose repair after a fault is approved or under way, as of the leader's last pass."}, []string{"node_pool_name"})
-	reg.MustRegister(m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.ReservationHosts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "reservation_group_hosts",
+		Help: "Hosts of a reservation's block or sub-block (scope: block, subblock) whose maintenance is pending or ongoing (state), as Compute Engine counts them (maintenancePendingCount, maintenanceOngoingCount), at the leader's last reading of --reservations."},
+		[]string{"reservation", "scope", "group", "state"})
+	m.ReservationHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "reservation_group_healthy",
+		Help: "1 when Compute Engine says a reservation's block or sub-block is HEALTHY, 0 when DEGRADED, at the leader's last reading of --reservations."},
+		[]string{"reservation", "scope", "group"})
+	reg.MustRegister(m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -251,4 +251,5 @@ var Keys = []Key{
 	{Name: LabelKnownEnd, Kind: Label, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: LabelTopologyBlock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
 	{Name: LabelTopologySubblock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
+	{Name: AnnotationReservationGroup, Kind: Annotation, Writer: Aggregator, Readers: []Component{Person}},
 }

@@ -291,3 +291,46 @@ func ParseReservationGroups(s string) (string, error) {
 
 // ReservationGroupsHelp is the --reservation-groups flag's help.
 const ReservationGroupsHelp = "Where a reservation's maintenance is GROUPED (its instances maintained together; Compute Engine does not tell the Node): subblock (the nodes of one " + LabelTopologySubblock + ") or block (of one " + LabelTopologyBlock + ") are maintained as one group, as a multi-host slice is; none: each node alone. The same on the agents, the aggregator and the plugin."
+
+// AnnotationReservationGroup is the aggregator's reading of the
+// reservation group a node is in (ReservationGroupState's JSON), where it
+// reads the reservation (opt-in): Compute Engine's own counts of the
+// group's maintenance and its health.
+const AnnotationReservationGroup = "maintenance-handler.io/reservation-group"
+
+// ReservationGroupState is what Compute Engine said of a reservation
+// group when the aggregator last read it.
+type ReservationGroupState struct {
+	// Scope is ReservationGroupSubblock or ReservationGroupBlock, and
+	// Reservation, Block and SubBlock name the group.
+	Scope       string `json:"scope"`
+	Reservation string `json:"reservation"`
+	Block       string `json:"block"`
+	SubBlock    string `json:"subBlock,omitempty"`
+	// Pending and Ongoing count the group's hosts whose maintenance is
+	// pending, or under way; Window is the group maintenance's window
+	// start, when Compute Engine gives one.
+	Pending int       `json:"pending"`
+	Ongoing int       `json:"ongoing"`
+	Window  time.Time `json:"window,omitzero"`
+	// Health is HEALTHY or DEGRADED ("" when not given).
+	Health string `json:"health,omitempty"`
+}
+
+// Encode is s's JSON.
+func (s ReservationGroupState) Encode() string {
+	s.Window = s.Window.UTC()
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// ReadReservationGroup reads n's AnnotationReservationGroup; false when
+// absent or unreadable.
+func ReadReservationGroup(n *corev1.Node) (ReservationGroupState, bool) {
+	raw := n.Annotations[AnnotationReservationGroup]
+	var s ReservationGroupState
+	if raw == "" || json.Unmarshal([]byte(raw), &s) != nil || s.Reservation == "" || s.Pending < 0 || s.Ongoing < 0 {
+		return ReservationGroupState{}, false
+	}
+	return s, true
+}

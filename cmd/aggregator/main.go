@@ -23,6 +23,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/metrics"
@@ -66,7 +67,12 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
+	reservations, reader, err := reservationReader(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
 	a, err := aggregator.New(aggregator.Options{
+		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval,
 		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
@@ -156,4 +162,23 @@ func watchMemory(ctx context.Context, opts *Options, events *kube.Client, m *met
 func reservationGroups(s string) string {
 	g, _ := protocol.ParseReservationGroups(s)
 	return g
+}
+
+// reservationReader is what reads --reservations: the Compute API, with
+// the token of the pod's service account (on GKE, Workload Identity's);
+// none when none is named.
+func reservationReader(ctx context.Context, opts *Options, logger *slog.Logger) ([]compute.Reservation, aggregator.ReservationReader, error) {
+	if len(opts.Reservations) == 0 {
+		return nil, nil, nil
+	}
+	var out []compute.Reservation
+	for _, s := range opts.Reservations {
+		r, _ := compute.ParseReservation(s) // validated before
+		out = append(out, r)
+	}
+	m, err := compute.NewMaintainer(ctx, compute.Options{Endpoint: opts.ComputeEndpoint, Logger: logger.With("component", "compute")})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, m, nil
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -39,7 +40,12 @@ type Options struct {
 	// ReservationGroups is none, subblock or block
 	// (protocol.ParseReservationGroups).
 	ReservationGroups string
-	LogLevel          string
+	// Reservations are read every ReservationInterval, through the
+	// Compute API at ComputeEndpoint ("": Google's).
+	Reservations        []string
+	ReservationInterval time.Duration
+	ComputeEndpoint     string
+	LogLevel            string
 	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
@@ -85,6 +91,7 @@ func NewOptions() *Options {
 		RecreateWindow:       aggregator.Default.RecreateWindow,
 		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
 		ReservationGroups:    "none",
+		ReservationInterval:  aggregator.Default.ReservationInterval,
 		KubeAPIQPS:           50,
 		KubeAPIBurst:         100,
 		GKEConfig:            "leave",
@@ -116,6 +123,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "leave: on nodes where GKE's own maintenance handler runs (GKE's kubelet, 1.31 or later), the "+protocol.AnnotationOpportunisticConfig+" annotation is GKE's to act on, and the aggregator does not (a pool in the policy ConfigMap is the aggregator's either way); adopt: act on it there too.")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "A Node label whose value names the node's multi-host slice (for clusters whose nodes do not carry GKE's labels); empty: GKE's rule, a TPU pool whose "+protocol.LabelTPUTopology+" has more chips than one node.")
 	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
+	fs.StringSliceVar(&o.Reservations, "reservations", o.Reservations, "Reservations to read (projects/PROJECT/zones/ZONE/reservations/NAME, comma-separated): the leader reads their blocks' and sub-blocks' maintenance (hosts pending and ongoing) and health every --reservation-interval, exports them as metrics, and writes each group's on its nodes ("+protocol.AnnotationReservationGroup+"); needs the IAM permissions compute.reservationBlocks.list and compute.reservationSubBlocks.list for the aggregator's service account. Empty: none is read.")
+	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
+	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Compute API base URL, for --reservations (tests, the demo); empty: Google's.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "An opportunistic trigger no agent answered within this time (the agent down, the node NotReady) is withdrawn with a Warning Event, and its place under the caps freed; longer than the agents' limit on a trigger's age (5m).")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
@@ -138,6 +148,14 @@ func (o *Options) choiceProblems() []error {
 	}
 	if _, err := protocol.ParseReservationGroups(o.ReservationGroups); err != nil {
 		errs = append(errs, err)
+	}
+	for _, r := range o.Reservations {
+		if _, err := compute.ParseReservation(r); err != nil {
+			errs = append(errs, fmt.Errorf("--reservations: %w", err))
+		}
+	}
+	if o.ReservationInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--reservation-interval %s: want 1s or more", o.ReservationInterval))
 	}
 	return errs
 }

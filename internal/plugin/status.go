@@ -121,6 +121,9 @@ type SliceStatus struct {
 	// WindowStart is the earliest pending window of its hosts.
 	WindowStart *time.Time `json:"windowStart,omitempty"`
 	PodsLeft    int        `json:"podsLeft"`
+	// Reservation, for a reservation group the aggregator reads, is what
+	// Compute Engine last said of it (protocol.ReservationGroupState).
+	Reservation *protocol.ReservationGroupState `json:"reservation,omitempty"`
 }
 
 // Status is the fleet at a glance. Nodes has every shown node, the hosts
@@ -225,6 +228,9 @@ func BuildStatus(in Input) Status {
 				slices[v.Slice] = ss
 			}
 			ss.add(ns, asks[v.Name])
+			if rg, ok := protocol.ReadReservationGroup(n); ok {
+				ss.Reservation = &rg
+			}
 		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Node < st.Nodes[j].Node })

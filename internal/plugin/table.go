@@ -106,6 +106,7 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 	}
 	st.writeFaults(tw)
 	st.writeSlices(tw, at)
+	st.writeReservations(tw, at)
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tVOLUNTARY\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
 	for _, p := range st.Pools {
@@ -134,6 +135,28 @@ func (st Status) writeFaults(tw io.Writer) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d of %d\n", f.Node, dash(f.Pool), f.Behavior, f.Source, state, f.InRepair, f.MaxInRepair)
 		}
+	}
+}
+
+// writeReservations writes, for the reservation groups the aggregator
+// reads, what Compute Engine last said of each, if any.
+func (st Status) writeReservations(tw io.Writer, at func(*time.Time) string) {
+	header := false
+	for _, ss := range st.Slices {
+		r := ss.Reservation
+		if r == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, "RESERVATION GROUP\tRESERVATION\tSCOPE\tHOSTS PENDING\tHOSTS ONGOING\tGROUP WINDOW\tHEALTH")
+			header = true
+		}
+		var window *time.Time
+		if !r.Window.IsZero() {
+			window = &r.Window
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", ss.Slice, r.Reservation, r.Scope, r.Pending, r.Ongoing, at(window), dash(r.Health))
 	}
 }
 

@@ -226,6 +226,11 @@ func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
 	case len(parts) == 9 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "reservations" && parts[6] == "reservationBlocks" &&
 		parts[8] == "performMaintenance" && r.Method == http.MethodPost:
 		s.groupMaintenance(w, r, parts[1], parts[3], SubBlock{Reservation: parts[5], Block: parts[7]})
+	case len(parts) == 7 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "reservations" && parts[6] == "reservationBlocks" && r.Method == http.MethodGet:
+		s.listGroups(w, r, parts[1], parts[3], SubBlock{Reservation: parts[5]})
+	case len(parts) == 9 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "reservations" && parts[6] == "reservationBlocks" &&
+		parts[8] == "reservationSubBlocks" && r.Method == http.MethodGet:
+		s.listGroups(w, r, parts[1], parts[3], SubBlock{Reservation: parts[5], Block: parts[7]})
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "instances" && r.Method == http.MethodGet:
 		s.getInstance(w, r, parts[1], parts[3], parts[5])
 	case len(parts) == 6 && parts[0] == "projects" && parts[2] == "zones" && parts[4] == "operations":

@@ -18,6 +18,8 @@ import (
 const (
 	PermissionSubBlockMaintenance = "compute.reservationSubBlocks.performMaintenance"
 	PermissionBlockMaintenance    = "compute.reservationBlocks.performMaintenance"
+	PermissionListBlocks          = "compute.reservationBlocks.list"
+	PermissionListSubBlocks       = "compute.reservationSubBlocks.list"
 )
 
 // SubBlock names a reservation's sub-block.
@@ -124,4 +126,91 @@ func (s *Server) acceptGroupMaintenance(call Call, r *http.Request, sb SubBlock,
 		go s.sliceFollows(members, true, s.clock.Now())
 	}
 	return http.StatusOK, "", "", op
+}
+
+// maintenanceOf is the state of o's maintenance, for its group's counts:
+// pending (a notice PENDING), ongoing (the notice ONGOING or
+// TERMINATE_ON_HOST_MAINTENANCE), or neither.
+func (o *Server) maintenanceOf() (pending, ongoing bool, window string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.event == EventTerminate || o.notice != nil && o.notice.MaintenanceStatus == StatusOngoing {
+		return false, true, ""
+	}
+	if o.notice != nil && o.notice.MaintenanceStatus == StatusPending {
+		return true, false, o.notice.WindowStartTime
+	}
+	return false, false, ""
+}
+
+// groupItem is a reservationBlocks or reservationSubBlocks list item for
+// the instances peers: GROUPED, healthy, their hosts' maintenance counted.
+func groupItem(name string, topology map[string]any, maintenanceKey string, peers []*Server) map[string]any {
+	pending, ongoing, window := 0, 0, ""
+	for _, o := range peers {
+		p, g, w := o.maintenanceOf()
+		if p {
+			pending++
+			if window == "" || w < window {
+				window = w
+			}
+		}
+		if g {
+			ongoing++
+		}
+	}
+	m := map[string]any{"maintenancePendingCount": pending, "maintenanceOngoingCount": ongoing, "schedulingType": "GROUPED"}
+	if pending > 0 {
+		m["upcomingGroupMaintenance"] = map[string]any{"type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": StatusPending, "windowStartTime": window}
+	}
+	return map[string]any{"kind": "compute#reservationBlock", "name": name, "count": len(peers), "inUseCount": len(peers),
+		"physicalTopology": topology, maintenanceKey: m, "healthInfo": map[string]any{"healthStatus": "HEALTHY"}}
+}
+
+// listGroups answers reservationBlocks.list (sb.Block empty) or
+// reservationSubBlocks.list on the reservation (and block) this VM's
+// reservation is: the block it is in, or that block's sub-blocks.
+func (s *Server) listGroups(w http.ResponseWriter, r *http.Request, project, zone string, sb SubBlock) {
+	if !s.authorized(r) {
+		computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials.")
+		return
+	}
+	permission, resource := PermissionListBlocks, fmt.Sprintf("projects/%s/zones/%s/reservations/%s", project, zone, sb.Reservation)
+	if sb.Block != "" {
+		permission, resource = PermissionListSubBlocks, resource+"/reservationBlocks/"+sb.Block
+	}
+	s.mu.Lock()
+	m, denied := s.compute.reservation, s.compute.denied[permission]
+	s.mu.Unlock()
+	switch {
+	case denied:
+		forbidden(w, permission, resource)
+		return
+	case m == nil || project != s.cfg.Project || zone != s.cfg.Zone || m.at.Reservation != sb.Reservation || sb.Block != "" && sb.Block != m.at.Block:
+		computeError(w, http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", resource))
+		return
+	}
+	var items []map[string]any
+	if sb.Block == "" {
+		items = append(items, groupItem(m.at.Block, map[string]any{"block": m.at.Block}, "reservationBlockMaintenance", m.blockPeers))
+	} else {
+		bySub := map[string][]*Server{}
+		var order []string
+		for _, o := range m.blockPeers {
+			o.mu.Lock()
+			sub := o.compute.reservation.at.SubBlock
+			o.mu.Unlock()
+			if _, ok := bySub[sub]; !ok {
+				order = append(order, sub)
+			}
+			bySub[sub] = append(bySub[sub], o)
+		}
+		for _, sub := range order {
+			item := groupItem(sub, map[string]any{"block": m.at.Block, "subBlock": sub}, "reservationSubBlockMaintenance", bySub[sub])
+			item["kind"] = "compute#reservationSubBlock"
+			items = append(items, item)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_ = json.NewEncoder(w).Encode(map[string]any{"kind": "compute#reservationBlocksListResponse", "items": items})
 }

@@ -1,0 +1,137 @@
+package aggregator
+
+// Reservation groups' own state: where the operator names reservations
+// (--reservations, opt-in), the leader reads each one's blocks and
+// sub-blocks every ReservationInterval (Compute Engine's counts of the
+// hosts whose maintenance is pending or under way, and their health),
+// exports them as metrics, and writes on each node of a group what
+// Compute Engine said of it (protocol.AnnotationReservationGroup), for
+// `kubectl maintenance status` and for people.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// ReservationReader reads a reservation's blocks and sub-blocks;
+// compute.Maintainer implements it.
+type ReservationReader interface {
+	ReservationGroups(ctx context.Context, r compute.Reservation) ([]compute.GroupState, error)
+}
+
+// followReservations reads the reservations until ctx ends (the lead is
+// lost), every ReservationInterval; an error is logged and counted, and
+// the reading tried again with backoff (a missing permission waits the
+// whole interval).
+func (a *Aggregator) followReservations(ctx context.Context) {
+	defer func() {
+		a.opts.Metrics.ReservationHosts.Reset()
+		a.opts.Metrics.ReservationHealthy.Reset()
+	}()
+	for attempt := 1; ctx.Err() == nil; {
+		delay := a.opts.ReservationInterval
+		states, err := a.readReservations(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, compute.ErrPermissionDenied):
+			a.log.Warn("the reservations cannot be read; grant the aggregator's service account the permissions the README lists, or drop --reservations", "err", err)
+		case err != nil:
+			delay = min(backoff.Default.Delay(attempt), delay)
+			attempt++
+			a.log.Warn("the reservations not read; retrying", "err", err, "retry_in", delay)
+		default:
+			attempt = 1
+			a.publishReservations(ctx, states)
+		}
+		if backoff.Wait(ctx, a.opts.Clock, delay) != nil {
+			return
+		}
+	}
+}
+
+func (a *Aggregator) readReservations(ctx context.Context) ([]compute.GroupState, error) {
+	var all []compute.GroupState
+	for _, r := range a.opts.Reservations {
+		states, err := a.opts.ReservationReader.ReservationGroups(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, states...)
+	}
+	return all, nil
+}
+
+// publishReservations exports states and writes each group's on its
+// nodes: the groups of the configured scope, matched to the nodes by
+// GKE's topology label (the group's physical topology ID).
+func (a *Aggregator) publishReservations(ctx context.Context, states []compute.GroupState) {
+	m := a.opts.Metrics
+	m.ReservationHosts.Reset()
+	m.ReservationHealthy.Reset()
+	byTopology := map[string]protocol.ReservationGroupState{}
+	for _, s := range states {
+		scope := protocol.ReservationGroupBlock
+		if s.Group.SubBlock != "" {
+			scope = protocol.ReservationGroupSubblock
+		}
+		name := s.Group.Block
+		if s.Group.SubBlock != "" {
+			name = s.Group.SubBlock
+		}
+		m.ReservationHosts.WithLabelValues(s.Group.Reservation, scope, name, "pending").Set(float64(s.Pending))
+		m.ReservationHosts.WithLabelValues(s.Group.Reservation, scope, name, "ongoing").Set(float64(s.Ongoing))
+		if s.Health != "" {
+			healthy := 0.0
+			if s.Health == "HEALTHY" {
+				healthy = 1
+			}
+			m.ReservationHealthy.WithLabelValues(s.Group.Reservation, scope, name).Set(healthy)
+		}
+		if scope == a.opts.ReservationGroups && s.Topology != "" {
+			byTopology[s.Topology] = protocol.ReservationGroupState{Scope: scope, Reservation: s.Group.Reservation, Block: s.Group.Block,
+				SubBlock: s.Group.SubBlock, Pending: s.Pending, Ongoing: s.Ongoing, Window: s.Window, Health: s.Health}
+		}
+	}
+	label := a.opts.grouping().ReservationLabel()
+	if label == "" {
+		return
+	}
+	var names []string
+	want := map[string]string{}
+	for _, o := range a.nodes.List() {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		st, known := byTopology[n.Labels[label]]
+		value := ""
+		if known {
+			value = st.Encode()
+		}
+		if n.Annotations[protocol.AnnotationReservationGroup] != value {
+			names, want[n.Name] = append(names, n.Name), value
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var v any = want[name]
+		if want[name] == "" {
+			v = nil
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnotationReservationGroup: v}}})
+		if _, err := a.opts.Client.PatchNode(ctx, name, types.MergePatchType, patch, "", ""); err != nil {
+			a.log.Warn("the reservation group's state not written on the node", "node", name, "err", fmt.Sprint(err))
+		}
+	}
+}
