@@ -56,6 +56,10 @@ type Options struct {
 	Reservations        []compute.Reservation
 	ReservationReader   ReservationReader
 	ReservationInterval time.Duration
+	// MaintainUnusedCapacity: a block of Reservations whose maintenance
+	// is pending and which has spare hosts has their maintenance started
+	// first (reservationBlocks.performMaintenance, UNUSED_CAPACITY).
+	MaintainUnusedCapacity bool
 	// Interval is the longest time between passes (idle times and windows
 	// change with time alone); MinInterval is the shortest.
 	Interval, MinInterval time.Duration

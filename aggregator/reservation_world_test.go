@@ -31,7 +31,8 @@ import (
 // every VM in it, which every other node takes as its group's: counted
 // once, by the node that asked. An aggregator reading the reservation
 // (--reservations) says the sub-block's pending and then ongoing hosts on
-// every node, in its metrics and in the plugin's status.
+// every node, in its metrics and in the plugin's status; before anything
+// else, it maintains the block's two spare hosts (UNUSED_CAPACITY), once.
 func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
@@ -60,6 +61,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 		}
 	}
 	gceemu.JoinReservation(members)
+	emus[0].SetSpareHosts(2, true) // the block has two hosts with no VM, their maintenance pending too
 	world.WaitNodes(t, hosts, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	for i := range hosts {
 		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
@@ -91,7 +93,8 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
 	agg, err := world.StartProcessEnv("aggregator-nvl", []string{"GCE_METADATA_HOST=" + emus[0].Host()}, filepath.Join(p.bins, "aggregator"),
 		"--kubeconfig", world.Kubeconfig, "--namespace", p.ns, "--identity", "agg-nvl", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
-		"--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s", "--compute-endpoint", emus[0].ComputeEndpoint())
+		"--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s", "--compute-endpoint", emus[0].ComputeEndpoint(),
+		"--maintain-unused-capacity")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +104,18 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 		return ok && rg.SubBlock == sb.SubBlock && rg.Pending == 4 && rg.Ongoing == 0 && rg.Health == "HEALTHY"
 	})
 	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_reservation_group_hosts{group="`+sb.SubBlock+`",reservation="`+sb.Reservation+`",scope="subblock",state="pending"}`, 4)
+	// The block's two spare hosts are maintained first, once: no node is
+	// touched, and the block's pending hosts are its four in use.
+	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_unused_capacity_maintenance_total{block="`+sb.Block+`",outcome="accepted",reservation="`+sb.Reservation+`"}`, 1)
 	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_reservation_group_hosts{group="`+sb.Block+`",reservation="`+sb.Reservation+`",scope="block",state="pending"}`, 4)
+	if calls := emus[0].Calls(); len(calls) != 1 || calls[0].Method != "reservationBlocks.performMaintenance" || calls[0].Scope != "UNUSED_CAPACITY" {
+		t.Fatalf("calls %+v; want one, the block's unused capacity", calls)
+	}
+	for _, h := range hosts {
+		if n, err := world.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{}); err != nil || protocol.ReadAgentState(n).Active() {
+			t.Fatalf("%s: %v, in maintenance %t; want it in service while the spare hosts are maintained", h, err, err == nil)
+		}
+	}
 	c, _ := clients(t)
 	in, err := plugin.Read(ctx, c, time.Now(), plugin.ReadOptions{Pool: "a4x", PoolLabel: protocol.LabelNodePool, ReservationGroups: protocol.ReservationGroupSubblock}, nil)
 	if err != nil {
@@ -130,8 +144,8 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	if st := protocol.ReadAgentState(held); st.Phase != protocol.PhaseDraining {
 		t.Fatalf("nvl-2 is %s while its budget holds its pod", st.Phase)
 	}
-	if n := callsTo(emus); n != 0 {
-		t.Fatalf("%d Compute Engine calls while nvl-2 still drains, want none", n)
+	if n := callsTo(emus); n != 1 {
+		t.Fatalf("%d Compute Engine calls while nvl-2 still drains, want only the spare hosts' one", n)
 	}
 
 	if err := world.Client.PolicyV1().PodDisruptionBudgets(p.ns).Delete(ctx, pdb, metav1.DeleteOptions{}); err != nil {
@@ -150,7 +164,11 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	})
 	var calls []gceemu.Call
 	for _, e := range emus {
-		calls = append(calls, e.Calls()...)
+		for _, c := range e.Calls() {
+			if c.Scope != "UNUSED_CAPACITY" {
+				calls = append(calls, c)
+			}
+		}
 	}
 	mu.Lock()
 	last := evicted["rank-2"]

@@ -14,19 +14,24 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/google/uuid"
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// ReservationReader reads a reservation's blocks and sub-blocks;
-// compute.Maintainer implements it.
+// ReservationReader reads a reservation's blocks and sub-blocks, and
+// starts a block's maintenance at a scope; compute.Maintainer implements
+// it.
 type ReservationReader interface {
 	ReservationGroups(ctx context.Context, r compute.Reservation) ([]compute.GroupState, error)
+	PerformGroupMaintenance(ctx context.Context, g compute.ReservationGroup, scope, requestID string) (string, error)
 }
 
 // followReservations reads the reservations until ctx ends (the lead is
@@ -38,6 +43,7 @@ func (a *Aggregator) followReservations(ctx context.Context) {
 		a.opts.Metrics.ReservationHosts.Reset()
 		a.opts.Metrics.ReservationHealthy.Reset()
 	}()
+	asked := map[string]time.Time{} // block -> the window its unused capacity was asked for
 	for attempt := 1; ctx.Err() == nil; {
 		delay := a.opts.ReservationInterval
 		states, err := a.readReservations(ctx)
@@ -53,6 +59,9 @@ func (a *Aggregator) followReservations(ctx context.Context) {
 		default:
 			attempt = 1
 			a.publishReservations(ctx, states)
+			if a.opts.MaintainUnusedCapacity {
+				a.maintainUnusedCapacity(ctx, states, asked)
+			}
 		}
 		if backoff.Wait(ctx, a.opts.Clock, delay) != nil {
 			return
@@ -133,5 +142,47 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 		if _, err := a.opts.Client.PatchNode(ctx, name, types.MergePatchType, patch, "", ""); err != nil {
 			a.log.Warn("the reservation group's state not written on the node", "node", name, "err", fmt.Sprint(err))
 		}
+	}
+}
+
+// maintainUnusedCapacity starts, once per group window, the maintenance
+// of the unused capacity of every block whose maintenance is pending and
+// which has spare hosts (fleet.UnusedCapacityFirst): no workload runs
+// there. The requestId is the block's and the window's, so that a new
+// leader's call is the same request.
+func (a *Aggregator) maintainUnusedCapacity(ctx context.Context, states []compute.GroupState, asked map[string]time.Time) {
+	byName := map[string]compute.ReservationGroup{}
+	var blocks []fleet.ReservationBlock
+	for _, s := range states {
+		if s.Group.SubBlock != "" {
+			continue
+		}
+		name := s.Group.String()
+		byName[name] = s.Group
+		blocks = append(blocks, fleet.ReservationBlock{Name: name, Pending: s.Pending, Ongoing: s.Ongoing, Count: s.Count, InUse: s.InUse, Window: s.Window})
+	}
+	for _, b := range fleet.UnusedCapacityFirst(blocks, asked) {
+		g := byName[b.Name]
+		id := uuid.NewSHA1(uuid.NameSpaceURL, []byte(b.Name+"@"+b.Window.UTC().Format(time.RFC3339))).String()
+		op, err := a.opts.ReservationReader.PerformGroupMaintenance(ctx, g, compute.ScopeUnusedCapacity, id)
+		outcome := "accepted"
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, compute.ErrPermissionDenied):
+			outcome = "permission_denied"
+		case err != nil:
+			outcome = "failed"
+		}
+		a.opts.Metrics.UnusedCapacity.WithLabelValues(g.Reservation, g.Block, outcome).Inc()
+		if err != nil {
+			a.log.Warn("the unused capacity of the reservation block was not maintained", "block", b.Name, "err", err)
+			if outcome == "permission_denied" {
+				asked[b.Name] = b.Window // not again this window
+			}
+			continue
+		}
+		asked[b.Name] = b.Window
+		a.log.Info("maintaining the reservation block's unused capacity first", "block", b.Name, "spare_hosts", b.Count-b.InUse, "operation", op)
 	}
 }

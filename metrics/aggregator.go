@@ -40,6 +40,9 @@ type Aggregator struct {
 	// where the aggregator reads reservations).
 	ReservationHosts   *prometheus.GaugeVec
 	ReservationHealthy *prometheus.GaugeVec
+	// UnusedCapacity counts the calls that start a block's unused
+	// capacity's maintenance, by outcome.
+	UnusedCapacity *prometheus.CounterVec
 }
 
 // NodeGauge is a gauge per node, for the nodes of the last pass it was
@@ -203,7 +206,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.ReservationHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "reservation_group_healthy",
 		Help: "1 when Compute Engine says a reservation's block or sub-block is HEALTHY, 0 when DEGRADED, at the leader's last reading of --reservations."},
 		[]string{"reservation", "scope", "group"})
-	reg.MustRegister(m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.UnusedCapacity = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unused_capacity_maintenance_total",
+		Help: "Calls that started the maintenance of a reservation block's unused capacity first (reservationBlocks.performMaintenance, UNUSED_CAPACITY; --maintain-unused-capacity), by outcome: accepted, permission_denied, failed."},
+		[]string{"reservation", "block", "outcome"})
+	reg.MustRegister(m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

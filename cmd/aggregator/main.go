@@ -72,7 +72,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	a, err := aggregator.New(aggregator.Options{
-		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval,
+		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval, MaintainUnusedCapacity: opts.MaintainUnusedCapacity,
 		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,

@@ -45,7 +45,9 @@ type Options struct {
 	Reservations        []string
 	ReservationInterval time.Duration
 	ComputeEndpoint     string
-	LogLevel            string
+	// MaintainUnusedCapacity: see aggregator.Options.
+	MaintainUnusedCapacity bool
+	LogLevel               string
 	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
@@ -124,6 +126,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "A Node label whose value names the node's multi-host slice (for clusters whose nodes do not carry GKE's labels); empty: GKE's rule, a TPU pool whose "+protocol.LabelTPUTopology+" has more chips than one node.")
 	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
 	fs.StringSliceVar(&o.Reservations, "reservations", o.Reservations, "Reservations to read (projects/PROJECT/zones/ZONE/reservations/NAME, comma-separated): the leader reads their blocks' and sub-blocks' maintenance (hosts pending and ongoing) and health every --reservation-interval, exports them as metrics, and writes each group's on its nodes ("+protocol.AnnotationReservationGroup+"); needs the IAM permissions compute.reservationBlocks.list and compute.reservationSubBlocks.list for the aggregator's service account. Empty: none is read.")
+	fs.BoolVar(&o.MaintainUnusedCapacity, "maintain-unused-capacity", o.MaintainUnusedCapacity, "A block of --reservations whose maintenance is pending and which has hosts with no running VM has their maintenance started first, once per group window (reservationBlocks.performMaintenance with maintenanceScope UNUSED_CAPACITY: no workload runs there); needs compute.reservationBlocks.performMaintenance.")
 	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Compute API base URL, for --reservations (tests, the demo); empty: Google's.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 )
 
 // The IAM permissions of the reservation methods.
@@ -32,6 +33,27 @@ type SubBlock struct {
 type membership struct {
 	at                        SubBlock
 	subBlockPeers, blockPeers []*Server
+	// block is the block's own state, shared by its instances.
+	block *blockState
+}
+
+// blockState is what a block has besides its instances: hosts with no
+// running VM (spare), whose maintenance is pending or done.
+type blockState struct {
+	mu           sync.Mutex
+	spare        int
+	sparePending bool
+}
+
+// SetSpareHosts gives s's reservation block n hosts with no running VM,
+// their maintenance pending or not (JoinReservation first).
+func (s *Server) SetSpareHosts(n int, pending bool) {
+	s.mu.Lock()
+	b := s.compute.reservation.block
+	s.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.spare, b.sparePending = n, pending
 }
 
 // JoinReservation makes each server an instance of its sub-block, of a
@@ -39,8 +61,13 @@ type membership struct {
 // and those of one block the block's. Every server must be of one
 // project and zone.
 func JoinReservation(members map[*Server]SubBlock) {
+	blocks := map[SubBlock]*blockState{}
 	for s, sb := range members {
-		m := &membership{at: sb}
+		key := SubBlock{Reservation: sb.Reservation, Block: sb.Block}
+		if blocks[key] == nil {
+			blocks[key] = &blockState{}
+		}
+		m := &membership{at: sb, block: blocks[key]}
 		for o, osb := range members {
 			if osb.Reservation != sb.Reservation || osb.Block != sb.Block {
 				continue
@@ -118,7 +145,12 @@ func (s *Server) acceptGroupMaintenance(call Call, r *http.Request, sb SubBlock,
 		members = m.blockPeers
 	}
 	if sb.SubBlock == "" && call.Scope == "UNUSED_CAPACITY" {
-		members = nil // no running instance is touched
+		members = nil // no running instance is touched: the spare hosts are maintained
+	}
+	if sb.SubBlock == "" && call.Scope != "RUNNING_VMS" && op.err == "" {
+		m.block.mu.Lock()
+		m.block.sparePending = false
+		m.block.mu.Unlock()
 	}
 	if op.err == "" {
 		// Every instance begins its maintenance, this one included: each
@@ -167,6 +199,21 @@ func groupItem(name string, topology map[string]any, maintenanceKey string, peer
 		"physicalTopology": topology, maintenanceKey: m, "healthInfo": map[string]any{"healthStatus": "HEALTHY"}}
 }
 
+// addSpare counts the block's spare hosts into its list item.
+func (b *blockState) addSpare(item map[string]any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	item["count"] = item["count"].(int) + b.spare
+	if !b.sparePending {
+		return
+	}
+	m := item["reservationBlockMaintenance"].(map[string]any)
+	m["maintenancePendingCount"] = m["maintenancePendingCount"].(int) + b.spare
+	if _, ok := m["upcomingGroupMaintenance"]; !ok {
+		m["upcomingGroupMaintenance"] = map[string]any{"type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": StatusPending}
+	}
+}
+
 // listGroups answers reservationBlocks.list (sb.Block empty) or
 // reservationSubBlocks.list on the reservation (and block) this VM's
 // reservation is: the block it is in, or that block's sub-blocks.
@@ -192,7 +239,9 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request, project, zon
 	}
 	var items []map[string]any
 	if sb.Block == "" {
-		items = append(items, groupItem(m.at.Block, map[string]any{"block": m.at.Block}, "reservationBlockMaintenance", m.blockPeers))
+		item := groupItem(m.at.Block, map[string]any{"block": m.at.Block}, "reservationBlockMaintenance", m.blockPeers)
+		m.block.addSpare(item)
+		items = append(items, item)
 	} else {
 		bySub := map[string][]*Server{}
 		var order []string

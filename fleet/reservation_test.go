@@ -1,0 +1,29 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+)
+
+// TestUnusedCapacityFirst: a block with its maintenance pending and spare
+// hosts is maintained there first, once per window; not one with no spare
+// host, none pending, or its maintenance under way.
+func TestUnusedCapacityFirst(t *testing.T) {
+	w := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+	blocks := []ReservationBlock{
+		{Name: "spare", Pending: 6, Count: 18, InUse: 16, Window: w},
+		{Name: "full", Pending: 6, Count: 16, InUse: 16, Window: w},
+		{Name: "quiet", Count: 18, InUse: 16},
+		{Name: "under-way", Pending: 3, Ongoing: 3, Count: 18, InUse: 16, Window: w},
+		{Name: "asked", Pending: 6, Count: 18, InUse: 16, Window: w},
+		{Name: "asked-before", Pending: 6, Count: 18, InUse: 16, Window: w},
+	}
+	asked := map[string]time.Time{"asked": w, "asked-before": w.Add(-30 * 24 * time.Hour)}
+	var got []string
+	for _, b := range UnusedCapacityFirst(blocks, asked) {
+		got = append(got, b.Name)
+	}
+	if len(got) != 2 || got[0] != "spare" || got[1] != "asked-before" {
+		t.Errorf("maintained first: %v; want [spare asked-before]", got)
+	}
+}
