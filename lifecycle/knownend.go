@@ -32,12 +32,16 @@ type KnownEndView struct {
 	// KnownEndCause says where the end comes from, for the Events (such
 	// as "maxRunDuration 86400s; Compute Engine deletes the VM then").
 	KnownEndCause string
+	// knownEndLead is Config.KnownEndLead (settle sets it), for the
+	// rule's over.
+	knownEndLead time.Duration
 }
 
-// knownEndMoved: the VM's end is known to be gone, or later than the
-// drain's deadline (a drain for an end that moved away).
-func knownEndMoved(st State, obs Observation) bool {
-	return obs.KnownEndKnown && (obs.KnownEnd.IsZero() || obs.KnownEnd.After(st.Deadline))
+// knownEndMoved: the VM's end is known to be gone, or moved so far that
+// its drain is not due yet (an end moved later within the lead moves the
+// drain's deadline instead: knownEnd).
+func knownEndMoved(_ State, obs Observation) bool {
+	return obs.KnownEndKnown && (obs.KnownEnd.IsZero() || obs.Now.Before(obs.KnownEnd.Add(-obs.knownEndLead)))
 }
 
 // knownEnd mirrors the VM's known end, starts its drain on an idle node
@@ -66,7 +70,11 @@ func (d *Decision) knownEnd(cfg Config, obs Observation) {
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
 			Message: fmt.Sprintf("The VM reaches its known end at %s (%s); draining so that every pod has stopped before %s%s",
 				end.UTC().Format(time.RFC3339), obs.KnownEndCause, deadline.UTC().Format(time.RFC3339), how)})
-	case end.Before(d.State.Deadline):
+	case d.State.Reason == protocol.ReasonKnownEnd && end.After(d.State.Deadline) && d.State.Deadline.After(obs.Now):
+		d.State.Deadline = end
+		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
+			Message: fmt.Sprintf("The VM's known end moved to %s; so does the drain deadline", end.UTC().Format(time.RFC3339))})
+	case end.Before(d.State.Deadline) && end.After(obs.Now):
 		d.State.Deadline = end
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
 			Message: fmt.Sprintf("The VM reaches its known end at %s, before the %s under way would have stopped it; the drain deadline moves to the end", end.UTC().Format(time.RFC3339), d.State.Reason)})

@@ -90,6 +90,14 @@ func TestStepKnownEndWithdrawnOrMoved(t *testing.T) {
 	if same.State.Phase != protocol.PhaseDraining {
 		t.Errorf("the same end: %s; want it draining still", same.State.Phase)
 	}
+	// Moved later, still within the lead: the same drain, by the new end,
+	// not counted again (the model found it ended and began anew).
+	later := end.Add(10 * time.Minute)
+	moved := stepChecked(t, cfg, start.State, knownEnd(obs(quiet()), later))
+	if moved.State.Phase != protocol.PhaseDraining || !moved.State.Deadline.Equal(later) || !moved.State.Started.Equal(start.State.Started) || moved.Interruption != nil {
+		t.Errorf("end moved to %s: %s by %s (started %s), counted %v; want the same drain by the new end, not counted again",
+			later, moved.State.Phase, moved.State.Deadline, moved.State.Started, moved.Interruption)
+	}
 }
 
 // TestStepKnownEndShortensAndYields: an end before the deadline of a

@@ -68,6 +68,14 @@ type model struct {
 	gkeStatus   string
 	// notice is the VM's preemption notice (a Spot VM that has one).
 	notice time.Duration
+	// ends: the VM may have a known end (end, zero for none), which the
+	// agent learns some time after it starts (endKnown); erng draws it,
+	// so that a model without ends draws as it did before they were
+	// modelled.
+	ends     bool
+	erng     *rand.Rand
+	end      time.Time
+	endKnown bool
 
 	// Bookkeeping for the invariants.
 	maint         int                     // numbers the maintenances, from Idle to Idle
@@ -109,7 +117,25 @@ func newModel(seed uint64) *model {
 	if m.frng.IntN(3) == 0 {
 		m.notice = 2 * time.Minute
 	}
+	m.erng = rand.New(rand.NewPCG(seed^0x2545f491, seed))
+	m.ends = m.erng.IntN(2) == 0
 	return m
+}
+
+// endEvent: the VM's end is set (a time limit: from now to beyond the
+// lead), or gone; or the agent learns it.
+func (m *model) endEvent() {
+	switch r := m.erng.IntN(5); {
+	case r < 2:
+		m.end = m.now.Add(time.Duration(m.erng.IntN(3*3600)) * time.Second).Truncate(time.Second)
+		m.logf("the VM's end is %s", m.end.Format(time.TimeOnly))
+	case r < 3:
+		m.end = time.Time{}
+		m.logf("the VM has no end")
+	default:
+		m.endKnown = true
+		m.logf("the agent learns the VM's end (%s)", m.end.Format(time.TimeOnly))
+	}
 }
 
 // faultEvent: the aggregator approves the node's repair or withdraws the
@@ -181,6 +207,7 @@ func (m *model) restartAgent() {
 	m.known = Signals{}
 	m.running, m.drainEnded, m.drainLeft = DrainOrder{}, DrainOrder{}, nil
 	m.performFor, m.performResult, m.pendingCall = "", nil, ""
+	m.endKnown = false
 }
 
 // event applies one random happening.
@@ -190,6 +217,10 @@ func (m *model) event() {
 	m.now = m.now.Add(time.Second)
 	if m.faults && m.frng.IntN(8) == 0 {
 		m.faultEvent()
+		return
+	}
+	if m.ends && m.erng.IntN(8) == 0 {
+		m.endEvent()
 		return
 	}
 	switch r := m.rng.IntN(100); {
@@ -230,6 +261,7 @@ func (m *model) event() {
 		m.node.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", m.boot)
 		m.served = quiet()
 		m.served.EventNotServed = m.tpu
+		m.end = time.Time{} // a VM's end is set anew when it starts running
 		if m.rng.IntN(3) == 0 {
 			m.terminate(&m.served) // a new maintenance at once
 		}
@@ -364,6 +396,9 @@ func (m *model) observation(st State) Observation {
 	obs.Trigger, obs.TriggerSet, _ = protocol.ReadTrigger(m.node)
 	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(m.node)
 	obs.DrainEnded, obs.DrainLeft = m.drainEnded, m.drainLeft
+	if m.endKnown {
+		obs.KnownEndView = KnownEndView{KnownEnd: m.end, KnownEndKnown: true, KnownEndCause: "maxRunDuration"}
+	}
 	if m.sliceHost && !m.chipsKnown {
 		obs.SliceUnknown = "its TPU topology 2x2x2 may span several hosts"
 	}
@@ -478,7 +513,8 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 	if before.Phase == protocol.PhaseIdle && st.Phase != protocol.PhaseIdle {
 		started := k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted ||
 			k.NoticeKnown && k.NoticePresent && k.Notice.Status == maintenance.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted ||
-			obs.SliceAskSet || dec.Repair == protocol.RepairStarted && obs.RepairSet
+			obs.SliceAskSet || dec.Repair == protocol.RepairStarted && obs.RepairSet ||
+			obs.KnownEndKnown && !obs.KnownEnd.IsZero() && !m.now.Before(obs.KnownEnd.Add(-cfg.KnownEndLead))
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}
@@ -494,7 +530,13 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 		m.fail(t, "more than one performMaintenance request for one maintenance: %v", m.calledFor[m.maint])
 	}
 	if m.interruptions[m.maint] > 1 {
-		m.fail(t, "one maintenance counted %d times", m.interruptions[m.maint])
+		m.fail(t, "one maintenance counted %d times (%s %s; events %v)", m.interruptions[m.maint], st.Phase, st.Reason, dec.Events)
+	}
+	if e := obs.KnownEnd; obs.KnownEndKnown && !e.IsZero() && !m.now.Before(e.Add(-cfg.KnownEndLead)) && st.Phase == protocol.PhaseIdle {
+		m.fail(t, "idle within the lead of the VM's known end %s", e)
+	}
+	if e := obs.KnownEnd; obs.KnownEndKnown && !e.IsZero() && st.Active() && e.After(m.now) && st.Deadline.After(e) {
+		m.fail(t, "%s drains by %s, after the VM's known end %s", st.Reason, st.Deadline, e)
 	}
 	if m.personCordoned && !m.node.Spec.Unschedulable {
 		m.fail(t, "a person's cordon was removed")
@@ -526,6 +568,7 @@ func (m *model) settle(t *testing.T) {
 	protocol.ConsumeRepairApproval(m.node)
 	m.gkeStatus = ""
 	m.ask, m.siblingsWaiting, m.chipsKnown = nil, false, true
+	m.end = time.Time{}
 	m.logf("settle: reboot, quiet, trigger removed, the slice whole and its chips registered")
 	for range 4 {
 		m.reconcile(t)
@@ -567,6 +610,8 @@ var regressionSeeds = []struct {
 }{
 	{220040227790608171, 3000, "a reboot ends a manual maintenance in the pass that begins the slice's: what it counts is the manual one's; and (with faults modelled) a preemption that took a fault's repair over, drained, was counted again as the repair when the VM came back"},
 	{5827604864258396149, 100, "a fault's report refused while TERMINATE_ON_HOST_MAINTENANCE was served left the node idle: the host maintenance it did not yield to once asked must start"},
+	{16268931667043886016, 678, "with known ends modelled: a repair whose approval was withdrawn left the node idle within the lead of its known end for a step"},
+	{15374168629025501662, 226, "with known ends modelled: an end moved later within the lead ended the drain and began it anew, counted twice"},
 }
 
 // TestStateMachineModelRegressions replays regressionSeeds.

@@ -202,7 +202,7 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	if before.Phase == "" {
 		before.Phase = protocol.PhaseIdle
 	}
-	obs := settle(observed)
+	obs := settle(cfg, observed)
 	d := Decision{State: before}
 	d.sliceAskLimit(obs)
 	d.unannouncedReboot(obs)
@@ -216,6 +216,9 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.fault(cfg, obs)
 	d.followSlice(cfg, obs)
 	d.leaveToGKE(cfg, before, obs)
+	// Again: a maintenance that ended in this step (a failed call, an ask
+	// or an approval withdrawn) leaves the node idle within the lead.
+	d.knownEnd(cfg, obs)
 	d.drained(cfg, obs)
 	if obs.Signals.NoticeKnown {
 		d.mirrorNotice(obs.Signals)
@@ -230,8 +233,9 @@ func Step(cfg Config, before State, observed Observation) Decision {
 
 // settle is what a step reads of what was observed: a slice's ask whose
 // cause started SliceDrainLimit ago or more is no longer followed
-// (SliceAskExpired).
-func settle(obs Observation) Observation {
+// (SliceAskExpired), and the known end's rule knows the lead.
+func settle(cfg Config, obs Observation) Observation {
+	obs.knownEndLead = cfg.KnownEndLead
 	if obs.SliceAskSet && !obs.Now.Before(obs.SliceAsk.Started.Add(SliceDrainLimit)) {
 		obs.SliceAskSet, obs.SliceAskExpired = false, true
 	}
