@@ -89,6 +89,12 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 	m.ReservationHosts.Reset()
 	m.ReservationHealthy.Reset()
 	byTopology := map[string]protocol.ReservationGroupState{}
+	blocks := map[string]compute.GroupState{}
+	for _, s := range states {
+		if s.Group.SubBlock == "" {
+			blocks[s.Group.String()] = s
+		}
+	}
 	for _, s := range states {
 		scope := protocol.ReservationGroupBlock
 		if s.Group.SubBlock != "" {
@@ -110,6 +116,13 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 		if scope == a.opts.ReservationGroups && s.Topology != "" {
 			byTopology[s.Topology] = protocol.ReservationGroupState{Scope: scope, Reservation: s.Group.Reservation, Block: s.Group.Block,
 				SubBlock: s.Group.SubBlock, Pending: s.Pending, Ongoing: s.Ongoing, Window: s.Window, Health: s.Health}
+			if scope == protocol.ReservationGroupSubblock {
+				block := s.Group
+				block.SubBlock = ""
+				st := byTopology[s.Topology]
+				st.BlockPending, st.BlockOngoing = blocks[block.String()].Pending, blocks[block.String()].Ongoing
+				byTopology[s.Topology] = st
+			}
 		}
 	}
 	label := a.opts.grouping().ReservationLabel()

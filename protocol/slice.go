@@ -315,6 +315,10 @@ type ReservationGroupState struct {
 	Window  time.Time `json:"window,omitzero"`
 	// Health is HEALTHY or DEGRADED ("" when not given).
 	Health string `json:"health,omitempty"`
+	// BlockPending and BlockOngoing are the same counts for the block of
+	// a sub-block.
+	BlockPending int `json:"blockPending,omitempty"`
+	BlockOngoing int `json:"blockOngoing,omitempty"`
 }
 
 // Encode is s's JSON.

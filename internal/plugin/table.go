@@ -149,14 +149,18 @@ func (st Status) writeReservations(tw io.Writer, at func(*time.Time) string) {
 		}
 		if !header {
 			fmt.Fprintln(tw)
-			fmt.Fprintln(tw, "RESERVATION GROUP\tRESERVATION\tSCOPE\tHOSTS PENDING\tHOSTS ONGOING\tGROUP WINDOW\tHEALTH")
+			fmt.Fprintln(tw, "RESERVATION GROUP\tRESERVATION\tSCOPE\tHOSTS PENDING\tHOSTS ONGOING\tGROUP WINDOW\tHEALTH\tBLOCK PENDING\tBLOCK ONGOING")
 			header = true
 		}
 		var window *time.Time
 		if !r.Window.IsZero() {
 			window = &r.Window
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", ss.Slice, r.Reservation, r.Scope, r.Pending, r.Ongoing, at(window), dash(r.Health))
+		block := [2]string{"-", "-"}
+		if r.Scope == protocol.ReservationGroupSubblock {
+			block = [2]string{fmt.Sprint(r.BlockPending), fmt.Sprint(r.BlockOngoing)}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", ss.Slice, r.Reservation, r.Scope, r.Pending, r.Ongoing, at(window), dash(r.Health), block[0], block[1])
 	}
 }
 
