@@ -8,11 +8,13 @@
 // kind of maintenance is a file: host.go (host maintenance and the open
 // window), preemption.go, manual.go (the perform-maintenance sub-machine,
 // manualcheck.go its acceptance check, failures.go its failure memory),
-// slice.go and slicehosts.go (a multi-host slice, and the rules the agent
-// and the aggregator share), gke.go (GKE's own handler), back.go (back in
-// service and counting), notice.go (the notice and the node conditions),
-// workload.go (what the pods are told); step.go holds the frame and the
-// order of the sub-steps.
+// slice.go and slicehosts.go (a group: a multi-host slice or a reservation
+// block or sub-block, and the rules the agent and the aggregator share),
+// fault.go (a fault's repair), knownend.go (a VM whose end is known),
+// gke.go (GKE's own handler), back.go (back in service and counting),
+// notice.go (the notice and the node conditions), workload.go (what the
+// pods are told); step.go holds the frame and the order of the
+// sub-steps.
 //
 // Lifecycle of one node:
 //
@@ -20,6 +22,7 @@
 //	Idle ──(notice ONGOING, where maintenance-event is not served: TPU)──▶ Draining
 //	Idle ──(perform-maintenance=true, notice PENDING and can_reschedule)──▶ Draining (manual)
 //	Idle ──(the slice's ask: another host of the slice stops)──▶ Draining (slice)
+//	Idle ──(KnownEndLead before the VM's known end)──▶ Draining (known end)
 //	Draining ──(drain finished)──▶ Terminating
 //	Draining (manual) ──(drain finished, performMaintenance accepted)──▶ Terminating
 //	Draining (manual) ──(performMaintenance failed)──▶ Idle

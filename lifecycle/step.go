@@ -6,9 +6,10 @@ package lifecycle
 // its own: host.go (host maintenance and the open window), preemption.go,
 // manual.go (the perform-maintenance sub-machine; manualcheck.go its
 // acceptance check), slice.go (a multi-host slice; slicehosts.go the rules
-// the agent and the aggregator share), gke.go (GKE's own handler), back.go
-// (back in service and counting) and notice.go (the notice's mirror and
-// the node conditions). What sets each reason apart is its reasonRule,
+// the agent and the aggregator share), fault.go (a fault's repair),
+// knownend.go (a VM whose end is known), gke.go (GKE's own handler),
+// back.go (back in service and counting) and notice.go (the notice's
+// mirror and the node conditions). What sets each reason apart is its reasonRule,
 // beside its cases; rules.go holds the table's frame.
 
 import (
