@@ -61,6 +61,8 @@ type Aggregator struct {
 	// faultCheck is when a pass is next due for a fault detector's
 	// condition to reach its duration (zero for none).
 	faultCheck time.Time
+	// notifier posts to the webhook (nil: none is configured).
+	notifier *notifier
 	// ledger remembers deleted Nodes (accounting.go).
 	ledger *ledger
 	// claims holds what each node added to its pool's counters in the
@@ -87,8 +89,12 @@ func New(opts Options) (*Aggregator, error) {
 		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
 	opts = opts.withDefaults()
-	return &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claims: claimWindow{}, claimedHere: map[string]string{},
-		unanswered: map[string]time.Time{}}, nil
+	a := &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claims: claimWindow{}, claimedHere: map[string]string{},
+		unanswered: map[string]time.Time{}}
+	if opts.Notify != nil {
+		a.notifier = newNotifier(a, *opts.Notify)
+	}
+	return a, nil
 }
 
 func (a *Aggregator) poke() {
@@ -120,6 +126,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		Add: func(o kube.Object) { a.nodeAdded(o); a.poke() },
 		Update: func(old, cur kube.Object) {
 			a.observeNode(old, cur)
+			a.notifyNode(old, cur)
 			if o, ok := old.(*corev1.Node); !ok || decisiveUpdate(o, cur) {
 				a.poke()
 			}
@@ -219,10 +226,13 @@ func (a *Aggregator) lead(lctx context.Context) {
 	if !a.fence(lctx) {
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	if len(a.opts.Reservations) > 0 && a.opts.ReservationReader != nil {
-		var wg sync.WaitGroup
-		defer wg.Wait()
 		wg.Go(func() { a.followReservations(lctx) })
+	}
+	if a.notifier != nil {
+		wg.Go(func() { a.notifier.run(lctx) })
 	}
 	for {
 		a.pass(lctx)

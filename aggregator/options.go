@@ -60,6 +60,9 @@ type Options struct {
 	// is pending and which has spare hosts has their maintenance started
 	// first (reservationBlocks.performMaintenance, UNUSED_CAPACITY).
 	MaintainUnusedCapacity bool
+	// Notify, when set, is the webhook the leader tells each step of each
+	// node's maintenance (notify.go).
+	Notify *NotifyOptions
 	// Interval is the longest time between passes (idle times and windows
 	// change with time alone); MinInterval is the shortest.
 	Interval, MinInterval time.Duration

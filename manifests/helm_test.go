@@ -335,6 +335,19 @@ func TestChartOptions(t *testing.T) {
 		{"aggregator.priorityClassName", []string{"--set", "aggregator.priorityClassName=fleet-critical"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return aggPod(o)["priorityClassName"], "fleet-critical"
 		}},
+		{"aggregator.notifier.urlSecret", []string{"--set", "aggregator.notifier.urlSecret=hook"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{anyStrings(agg(o)["args"])[3], aggPod(o)["volumes"]}, []any{"--notify-url-file=/etc/maintenance-handler/notifier/url",
+				[]any{map[string]any{"name": "notifier", "secret": map[string]any{"secretName": "hook"}}}}
+		}},
+		{"aggregator.notifier.urlKey", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.urlKey=slack"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[3], "--notify-url-file=/etc/maintenance-handler/notifier/slack"
+		}},
+		{"aggregator.notifier.format", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.format=slack"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[4], "--notify-format=slack"
+		}},
+		{"aggregator.notifier.clusterName", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.clusterName=prod-a3"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[5], "--cluster-name=prod-a3"
+		}},
 		{"aggregator.podDisruptionBudget.enabled", []string{"--set", "aggregator.podDisruptionBudget.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return o["PodDisruptionBudget "+ns+"/maintenance-handler-aggregator"] == nil, true
 		}},

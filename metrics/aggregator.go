@@ -43,6 +43,8 @@ type Aggregator struct {
 	// UnusedCapacity counts the calls that start a block's unused
 	// capacity's maintenance, by outcome.
 	UnusedCapacity *prometheus.CounterVec
+	// Notifications counts the webhook's messages, by step and outcome.
+	Notifications *prometheus.CounterVec
 }
 
 // NodeGauge is a gauge per node, for the nodes of the last pass it was
@@ -209,7 +211,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.UnusedCapacity = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unused_capacity_maintenance_total",
 		Help: "Calls that started the maintenance of a reservation block's unused capacity first (reservationBlocks.performMaintenance, UNUSED_CAPACITY; --maintain-unused-capacity), by outcome: accepted, permission_denied, failed."},
 		[]string{"reservation", "block", "outcome"})
-	reg.MustRegister(m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.Notifications = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "notifications_total",
+		Help: "Messages the leader posted to the webhook (--notify-url-file), one per step of a node's maintenance, by step (scheduled, draining, in-maintenance, back, failed) and outcome: sent, failed (after the retries, or refused), dropped (too many waiting)."},
+		[]string{"step", "outcome"})
+	reg.MustRegister(m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -72,6 +72,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	a, err := aggregator.New(aggregator.Options{
+		Notify:       notifyOptions(opts),
 		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval, MaintainUnusedCapacity: opts.MaintainUnusedCapacity,
 		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
@@ -181,4 +182,12 @@ func reservationReader(ctx context.Context, opts *Options, logger *slog.Logger) 
 		return nil, nil, err
 	}
 	return out, m, nil
+}
+
+// notifyOptions is the webhook notifier the flags configure (nil: none).
+func notifyOptions(opts *Options) *aggregator.NotifyOptions {
+	if opts.NotifyURLFile == "" {
+		return nil
+	}
+	return &aggregator.NotifyOptions{URLFile: opts.NotifyURLFile, Format: opts.NotifyFormat, Timeout: opts.NotifyTimeout, Retries: opts.NotifyRetries, Cluster: opts.ClusterName}
 }

@@ -47,7 +47,12 @@ type Options struct {
 	ComputeEndpoint     string
 	// MaintainUnusedCapacity: see aggregator.Options.
 	MaintainUnusedCapacity bool
-	LogLevel               string
+	// The webhook notifier (aggregator.NotifyOptions); none without
+	// NotifyURLFile.
+	NotifyURLFile, NotifyFormat, ClusterName string
+	NotifyTimeout                            time.Duration
+	NotifyRetries                            int
+	LogLevel                                 string
 	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
@@ -94,6 +99,9 @@ func NewOptions() *Options {
 		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
 		ReservationGroups:    "none",
 		ReservationInterval:  aggregator.Default.ReservationInterval,
+		NotifyFormat:         aggregator.NotifyJSON,
+		NotifyTimeout:        10 * time.Second,
+		NotifyRetries:        5,
 		KubeAPIQPS:           50,
 		KubeAPIBurst:         100,
 		GKEConfig:            "leave",
@@ -127,6 +135,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
 	fs.StringSliceVar(&o.Reservations, "reservations", o.Reservations, "Reservations to read (projects/PROJECT/zones/ZONE/reservations/NAME, comma-separated): the leader reads their blocks' and sub-blocks' maintenance (hosts pending and ongoing) and health every --reservation-interval, exports them as metrics, and writes each group's on its nodes ("+protocol.AnnotationReservationGroup+"); needs the IAM permissions compute.reservationBlocks.list and compute.reservationSubBlocks.list for the aggregator's service account. Empty: none is read.")
 	fs.BoolVar(&o.MaintainUnusedCapacity, "maintain-unused-capacity", o.MaintainUnusedCapacity, "A block of --reservations whose maintenance is pending and which has hosts with no running VM has their maintenance started first, once per group window (reservationBlocks.performMaintenance with maintenanceScope UNUSED_CAPACITY: no workload runs there); needs compute.reservationBlocks.performMaintenance.")
+	fs.StringVar(&o.NotifyURLFile, "notify-url-file", o.NotifyURLFile, "A file holding a webhook URL (a mounted Secret): the leader posts one message per step of each node's maintenance (scheduled, draining, in-maintenance, back, failed), in order, retried on a network error, 429 or 5xx. The file is read at each post. Empty: no notifier.")
+	fs.StringVar(&o.NotifyFormat, "notify-format", o.NotifyFormat, "json (the step's fields) or slack (Slack's incoming-webhook {\"text\"}, which Slack-compatible receivers take).")
+	fs.DurationVar(&o.NotifyTimeout, "notify-timeout", o.NotifyTimeout, "Bound on each post to the webhook.")
+	fs.IntVar(&o.NotifyRetries, "notify-retries", o.NotifyRetries, "Attempts after a failed post, with backoff.")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "The cluster's name in the webhook's messages.")
 	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Compute API base URL, for --reservations (tests, the demo); empty: Google's.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
@@ -156,6 +169,9 @@ func (o *Options) choiceProblems() []error {
 		if _, err := compute.ParseReservation(r); err != nil {
 			errs = append(errs, fmt.Errorf("--reservations: %w", err))
 		}
+	}
+	if o.NotifyFormat != aggregator.NotifyJSON && o.NotifyFormat != aggregator.NotifySlack {
+		errs = append(errs, fmt.Errorf("--notify-format %q: want %s or %s", o.NotifyFormat, aggregator.NotifyJSON, aggregator.NotifySlack))
 	}
 	if o.ReservationInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--reservation-interval %s: want 1s or more", o.ReservationInterval))

@@ -1,0 +1,181 @@
+package aggregator
+
+// Told where people look: where a webhook is configured (NotifyOptions),
+// the leader posts one message per step of each node's maintenance
+// (fleet.NodeSteps: scheduled, draining, in maintenance, back, failed), in
+// the order the Node went through them, as JSON or in Slack's incoming
+// webhook format. One sender posts them one at a time, each retried with
+// backoff on a network error, a 429 or a 5xx, each attempt bounded by the
+// timeout; the URL is read from its file (a mounted Secret) at each post,
+// so that a rotated URL is used at once and never appears in a flag or a
+// log.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
+)
+
+// NotifyOptions configure the webhook notifier.
+type NotifyOptions struct {
+	// URLFile holds the webhook's URL (a mounted Secret's key).
+	URLFile string
+	// Format is NotifyJSON or NotifySlack.
+	Format string
+	// Timeout bounds each attempt; Retries is how many attempts follow a
+	// failed one.
+	Timeout time.Duration
+	Retries int
+	// Cluster names the cluster in each message ("" for none).
+	Cluster string
+}
+
+// The message formats.
+const (
+	NotifyJSON  = "json"
+	NotifySlack = "slack"
+)
+
+// notifyQueue is how many messages wait at most; past it, a message is
+// dropped (and counted).
+const notifyQueue = 4096
+
+// notifier posts the leader's notifications.
+type notifier struct {
+	a      *Aggregator
+	opts   NotifyOptions
+	client *http.Client
+	queue  chan fleet.Notification
+}
+
+func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	opts.Retries = max(opts.Retries, 0)
+	return &notifier{a: a, opts: opts, client: &http.Client{Timeout: opts.Timeout}, queue: make(chan fleet.Notification, notifyQueue)}
+}
+
+// notifyNode tells the steps of a Node's change, while leading.
+func (a *Aggregator) notifyNode(old, cur any) {
+	if a.notifier == nil || !a.leading.Load() {
+		return
+	}
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	for _, x := range fleet.NodeSteps(o, n, n.Labels[a.opts.PoolLabel], a.opts.grouping().Name(n), a.opts.Clock.Now()) {
+		select {
+		case a.notifier.queue <- x:
+		default:
+			a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), "dropped").Inc()
+			a.log.Warn("notification dropped: too many wait", "node", x.Node, "step", x.Step)
+		}
+	}
+}
+
+// run posts the queued notifications one at a time until ctx ends.
+func (nt *notifier) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case x := <-nt.queue:
+			nt.post(ctx, x)
+		}
+	}
+}
+
+// post posts x, retrying: a network error, a 429 or a 5xx is tried again
+// after a backoff, up to Retries more times; any other answer is final.
+func (nt *notifier) post(ctx context.Context, x fleet.Notification) {
+	body := nt.body(x)
+	outcome := "failed"
+	defer func() { nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), outcome).Inc() }()
+	for attempt := 1; ; attempt++ {
+		retry, err := nt.attempt(ctx, body)
+		if err == nil {
+			outcome = "sent"
+			return
+		}
+		if !retry || attempt > nt.opts.Retries || ctx.Err() != nil {
+			nt.a.log.Warn("notification not delivered", "node", x.Node, "step", x.Step, "attempts", attempt, "err", err)
+			return
+		}
+		if backoff.Wait(ctx, nt.a.opts.Clock, backoff.Default.Delay(attempt)) != nil {
+			return
+		}
+	}
+}
+
+// attempt posts body once; retry says whether a failure may be tried
+// again.
+func (nt *notifier) attempt(ctx context.Context, body []byte) (retry bool, err error) {
+	raw, err := os.ReadFile(nt.opts.URLFile)
+	if err != nil {
+		return true, fmt.Errorf("read the webhook URL: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSpace(string(raw)), bytes.NewReader(body))
+	if err != nil {
+		return false, fmt.Errorf("the webhook URL in %s is not a URL", nt.opts.URLFile)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := nt.client.Do(req)
+	if err != nil {
+		return true, fmt.Errorf("post: %w", redactURL(err))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode/100 == 2:
+		return false, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, fmt.Errorf("the webhook answered %d", resp.StatusCode)
+	}
+	return false, fmt.Errorf("the webhook answered %d", resp.StatusCode)
+}
+
+// redactURL is err without the URL it may carry (a webhook URL is a
+// secret).
+func redactURL(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return fmt.Errorf("%s: %w", uerr.Op, uerr.Err)
+	}
+	return err
+}
+
+// body is x as the webhook takes it.
+func (nt *notifier) body(x fleet.Notification) []byte {
+	if nt.opts.Format == NotifySlack {
+		where := x.Node
+		if x.Pool != "" {
+			where += " (pool " + x.Pool + ")"
+		}
+		if nt.opts.Cluster != "" {
+			where = nt.opts.Cluster + ": " + where
+		}
+		b, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("*%s* %s: %s", x.Step, where, x.Message)})
+		return b
+	}
+	b, _ := json.Marshal(struct {
+		Cluster string `json:"cluster,omitempty"`
+		fleet.Notification
+	}{nt.opts.Cluster, x})
+	return b
+}
