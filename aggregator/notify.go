@@ -3,7 +3,9 @@ package aggregator
 // Told where people look: where a webhook is configured (NotifyOptions),
 // the leader posts one message per step of each node's maintenance
 // (fleet.NodeSteps: scheduled, draining, in maintenance, back, failed), in
-// the order the Node went through them, as JSON or in Slack's incoming
+// the order the Node went through them, and of each group (a multi-host
+// slice or a reservation group: down when its first host drains, back when
+// its last host is: fleet.Groups), as JSON or in Slack's incoming
 // webhook format. One sender posts them one at a time, each retried with
 // backoff on a network error, a 429 or a 5xx, each attempt bounded by the
 // timeout; the URL is read from its file (a mounted Secret) at each post,
@@ -59,6 +61,9 @@ type notifier struct {
 	opts   NotifyOptions
 	client *http.Client
 	queue  chan fleet.Notification
+	// groups follows the groups' hosts in maintenance; used by the Node
+	// watch's handler only.
+	groups fleet.Groups
 }
 
 func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
@@ -66,7 +71,7 @@ func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
 		opts.Timeout = 10 * time.Second
 	}
 	opts.Retries = max(opts.Retries, 0)
-	return &notifier{a: a, opts: opts, client: &http.Client{Timeout: opts.Timeout}, queue: make(chan fleet.Notification, notifyQueue)}
+	return &notifier{a: a, opts: opts, client: &http.Client{Timeout: opts.Timeout}, queue: make(chan fleet.Notification, notifyQueue), groups: fleet.Groups{}}
 }
 
 // notifyNode tells the steps of a Node's change, while leading.
@@ -80,12 +85,20 @@ func (a *Aggregator) notifyNode(old, cur any) {
 		return
 	}
 	for _, x := range fleet.NodeSteps(o, n, n.Labels[a.opts.PoolLabel], a.opts.grouping().Name(n), a.opts.Clock.Now()) {
-		select {
-		case a.notifier.queue <- x:
-		default:
-			a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), "dropped").Inc()
-			a.log.Warn("notification dropped: too many wait", "node", x.Node, "step", x.Step)
+		a.notifier.enqueue(x)
+		for _, g := range a.notifier.groups.Step(x) {
+			a.notifier.enqueue(g)
 		}
+	}
+}
+
+// enqueue queues x, or drops it (counted) when too many wait.
+func (nt *notifier) enqueue(x fleet.Notification) {
+	select {
+	case nt.queue <- x:
+	default:
+		nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), "dropped").Inc()
+		nt.a.log.Warn("notification dropped: too many wait", "node", x.Node, "group", x.Group, "step", x.Step)
 	}
 }
 
@@ -164,6 +177,9 @@ func redactURL(err error) error {
 func (nt *notifier) body(x fleet.Notification) []byte {
 	if nt.opts.Format == NotifySlack {
 		where := x.Node
+		if where == "" {
+			where = "group " + x.Group
+		}
 		if x.Pool != "" {
 			where += " (pool " + x.Pool + ")"
 		}

@@ -39,7 +39,8 @@ var Steps = []Step{StepScheduled, StepDraining, StepInMaintenance, StepBack, Ste
 
 // Notification is one step of one node, as told.
 type Notification struct {
-	Node string `json:"node"`
+	// Node is the node's name ("" for a message of its group).
+	Node string `json:"node,omitempty"`
 	Pool string `json:"pool,omitempty"`
 	// Group names the node's multi-host slice or reservation group.
 	Group string `json:"group,omitempty"`
@@ -98,4 +99,42 @@ func ended(note func(Step, string, time.Time, string, ...any) Notification, was,
 		return []Notification{note(StepFailed, is.LastRepair.Outcome, now, "The repair ended %s", is.LastRepair.Outcome)}
 	}
 	return []Notification{note(StepBack, string(was.Reason), now, "The node is back in service after %s", was.Reason)}
+}
+
+// Groups follows which hosts of each group (a multi-host slice or a
+// reservation group) are in a maintenance, from the steps told of them,
+// so that a group is told too: draining when its first host drains, back
+// when its last host is back.
+type Groups map[string]map[string]bool
+
+// Step records x and returns what is told of x's group, if anything.
+func (g Groups) Step(x Notification) []Notification {
+	if x.Group == "" || x.Node == "" {
+		return nil
+	}
+	hosts := g[x.Group]
+	switch x.Step {
+	case StepDraining:
+		if hosts == nil {
+			hosts = map[string]bool{}
+			g[x.Group] = hosts
+		}
+		first := len(hosts) == 0
+		hosts[x.Node] = true
+		if first {
+			return []Notification{{Group: x.Group, Pool: x.Pool, Step: StepDraining, Reason: x.Reason, When: x.When,
+				Message: fmt.Sprintf("The group %s goes down: its host %s drains for %s", x.Group, x.Node, x.Reason)}}
+		}
+	case StepBack, StepFailed:
+		if !hosts[x.Node] {
+			return nil
+		}
+		delete(hosts, x.Node)
+		if len(hosts) == 0 {
+			delete(g, x.Group)
+			return []Notification{{Group: x.Group, Pool: x.Pool, Step: StepBack, When: x.When,
+				Message: fmt.Sprintf("The group %s is back in service: its last host %s is back", x.Group, x.Node)}}
+		}
+	}
+	return nil
 }

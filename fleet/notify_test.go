@@ -71,3 +71,39 @@ func TestNodeSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupSteps: a group is told draining when its first host drains,
+// and back when its last host is back; nothing for a host of no group.
+func TestGroupSteps(t *testing.T) {
+	g := Groups{}
+	step := func(node string, s Step) []Step {
+		var out []Step
+		for _, n := range g.Step(Notification{Node: node, Group: "v5p-a", Step: s, Reason: "preemption"}) {
+			if n.Group != "v5p-a" || n.Node != "" {
+				t.Errorf("group message %+v", n)
+			}
+			out = append(out, n.Step)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		node string
+		step Step
+		want []Step
+	}{
+		{"h0", StepDraining, []Step{StepDraining}},
+		{"h1", StepDraining, nil},
+		{"h1", StepInMaintenance, nil},
+		{"h0", StepBack, nil},
+		{"h2", StepBack, nil}, // never drained: not the group's
+		{"h1", StepFailed, []Step{StepBack}},
+		{"h3", StepDraining, []Step{StepDraining}},
+	} {
+		if got := step(tc.node, tc.step); len(got) != len(tc.want) || len(got) > 0 && got[0] != tc.want[0] {
+			t.Errorf("%s %s: group told %v; want %v", tc.node, tc.step, got, tc.want)
+		}
+	}
+	if got := g.Step(Notification{Node: "solo", Step: StepDraining}); got != nil {
+		t.Errorf("a host of no group: %v", got)
+	}
+}
