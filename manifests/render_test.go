@@ -1,6 +1,7 @@
 package manifests_test
 
 import (
+	"sort"
 	"strings"
 	"testing"
 
@@ -177,5 +178,35 @@ func TestAdmissionPolicyKnowsTheDisruptionReasons(t *testing.T) {
 	}
 	if want := "[" + strings.Join(quoted, ", ") + "]"; got != want {
 		t.Errorf("the policy's disruptionReasons are %s, want %s", got, want)
+	}
+}
+
+// TestAdmissionPolicyLetsTheAgentWriteItsLabels: the labels the agent's
+// admission policy lets it change are those the protocol has it write or
+// consume, no more and no fewer: a label the agent writes that the policy
+// does not name is refused in every cluster that installs the policy.
+func TestAdmissionPolicyLetsTheAgentWriteItsLabels(t *testing.T) {
+	policy := kinds(render(t, "base"))["ValidatingAdmissionPolicy /maintenance-handler-agent-own-node"]
+	if policy == nil {
+		t.Fatal("the base has no agent node policy")
+	}
+	variables, _, _ := unstructured.NestedSlice(policy.Object, "spec", "variables")
+	var got string
+	for _, v := range variables {
+		if v := v.(map[string]any); v["name"] == "ownedLabels" {
+			got = v["expression"].(string)
+		}
+	}
+	var quoted []string
+	for _, k := range protocol.Keys {
+		if k.Kind == protocol.Label && (k.Writer == protocol.Agent || k.Consumer == protocol.Agent) {
+			quoted = append(quoted, "'"+k.Name+"'")
+		}
+	}
+	sort.Strings(quoted)
+	names := strings.Split(strings.Trim(got, "[]"), ", ")
+	sort.Strings(names)
+	if strings.Join(names, ",") != strings.Join(quoted, ",") {
+		t.Errorf("the policy's ownedLabels are %s; the agent writes or consumes %v", got, quoted)
 	}
 }
