@@ -161,17 +161,7 @@ func TestMonitorsFindTheMetricsPorts(t *testing.T) {
 // policy lets it set DisruptionTarget with exactly the reasons its drain
 // uses.
 func TestAdmissionPolicyKnowsTheDisruptionReasons(t *testing.T) {
-	policy := kinds(render(t, "base"))["ValidatingAdmissionPolicy /maintenance-handler-agent-own-pods"]
-	if policy == nil {
-		t.Fatal("the base has no agent pod policy")
-	}
-	variables, _, _ := unstructured.NestedSlice(policy.Object, "spec", "variables")
-	var got string
-	for _, v := range variables {
-		if v := v.(map[string]any); v["name"] == "disruptionReasons" {
-			got = v["expression"].(string)
-		}
-	}
+	got := policyVariable(t, "maintenance-handler-agent-own-pods", "disruptionReasons")
 	quoted := make([]string, 0, len(protocol.DisruptionReasons))
 	for _, r := range protocol.DisruptionReasons {
 		quoted = append(quoted, "'"+r+"'")
@@ -186,17 +176,7 @@ func TestAdmissionPolicyKnowsTheDisruptionReasons(t *testing.T) {
 // consume, no more and no fewer: a label the agent writes that the policy
 // does not name is refused in every cluster that installs the policy.
 func TestAdmissionPolicyLetsTheAgentWriteItsLabels(t *testing.T) {
-	policy := kinds(render(t, "base"))["ValidatingAdmissionPolicy /maintenance-handler-agent-own-node"]
-	if policy == nil {
-		t.Fatal("the base has no agent node policy")
-	}
-	variables, _, _ := unstructured.NestedSlice(policy.Object, "spec", "variables")
-	var got string
-	for _, v := range variables {
-		if v := v.(map[string]any); v["name"] == "ownedLabels" {
-			got = v["expression"].(string)
-		}
-	}
+	got := policyVariable(t, "maintenance-handler-agent-own-node", "ownedLabels")
 	var quoted []string
 	for _, k := range protocol.Keys {
 		if k.Kind == protocol.Label && (k.Writer == protocol.Agent || k.Consumer == protocol.Agent) {
@@ -209,4 +189,22 @@ func TestAdmissionPolicyLetsTheAgentWriteItsLabels(t *testing.T) {
 	if strings.Join(names, ",") != strings.Join(quoted, ",") {
 		t.Errorf("the policy's ownedLabels are %s; the agent writes or consumes %v", got, quoted)
 	}
+}
+
+// policyVariable is the expression of the variable name of the base's
+// admission policy policy.
+func policyVariable(t *testing.T, policy, name string) string {
+	t.Helper()
+	p := kinds(render(t, "base"))["ValidatingAdmissionPolicy /"+policy]
+	if p == nil {
+		t.Fatalf("the base has no policy %s", policy)
+	}
+	variables, _, _ := unstructured.NestedSlice(p.Object, "spec", "variables")
+	for _, v := range variables {
+		if v := v.(map[string]any); v["name"] == name {
+			return v["expression"].(string)
+		}
+	}
+	t.Fatalf("the policy %s has no variable %s", policy, name)
+	return ""
 }
