@@ -68,27 +68,9 @@ type instanceJSON struct {
 }
 
 func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account string) (Scheduling, error) {
-	if account == "" {
-		account = m.opts.ServiceAccount
-	}
 	var got instanceJSON
-	for attempt := 1; ; attempt++ {
-		err := m.getJSON(ctx, instancePath(inst), &got)
-		if err == nil {
-			break
-		}
-		var aerr *apiError
-		switch {
-		case isForbidden(err):
-			return Scheduling{}, fmt.Errorf("instances.get on %s: %w: %s lacks the IAM permission %s: %v", inst, ErrPermissionDenied, account, GetPermission, err)
-		case errors.As(err, &aerr) && aerr.Code != http.StatusTooManyRequests && aerr.Code < 500 && aerr.Code != http.StatusUnauthorized:
-			return Scheduling{}, fmt.Errorf("instances.get on %s: %w", inst, err)
-		case ctx.Err() != nil:
-			return Scheduling{}, fmt.Errorf("instances.get on %s: gave up after %d attempts: %w", inst, attempt, err)
-		}
-		if err := m.sleep(ctx, m.opts.Backoff.Delay(attempt)); err != nil {
-			return Scheduling{}, fmt.Errorf("instances.get on %s: gave up after %d attempts: %w", inst, attempt, err)
-		}
+	if err := m.get(ctx, instancePath(inst), GetPermission, account, &got); err != nil {
+		return Scheduling{}, fmt.Errorf("instances.get on %s: %w", inst, err)
 	}
 	sc := got.Scheduling
 	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT", Reservation: got.ResourceStatus.ReservationConsumptionInfo.ConsumedReservation}
@@ -135,6 +117,34 @@ func (d durationJSON) duration(most time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration this agent believes", d.Seconds)
 	}
 	return time.Duration(secs)*time.Second + time.Duration(d.Nanos), nil
+}
+
+// get reads path, which needs permission, into into, retrying a
+// network error, a 401 (a token that expired in flight), a 429 or a 5xx
+// until ctx ends; a 403 is ErrPermissionDenied naming permission and
+// account ("": Options.ServiceAccount).
+func (m *Maintainer) get(ctx context.Context, path, permission, account string, into any) error {
+	if account == "" {
+		account = m.opts.ServiceAccount
+	}
+	for attempt := 1; ; attempt++ {
+		err := m.getJSON(ctx, path, into)
+		if err == nil {
+			return nil
+		}
+		var aerr *apiError
+		switch {
+		case isForbidden(err):
+			return fmt.Errorf("%w: %s lacks the IAM permission %s: %v", ErrPermissionDenied, account, permission, err)
+		case errors.As(err, &aerr) && aerr.Code != http.StatusTooManyRequests && aerr.Code < 500 && aerr.Code != http.StatusUnauthorized:
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		}
+		if err := m.sleep(ctx, m.opts.Backoff.Delay(attempt)); err != nil {
+			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		}
+	}
 }
 
 // getJSON reads path from the Compute API into into.

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -216,7 +215,7 @@ func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]Gr
 	var blocks struct {
 		Items []groupJSON `json:"items"`
 	}
-	if err := m.list(ctx, base+"/reservationBlocks", BlockListPermission, &blocks); err != nil {
+	if err := m.get(ctx, base+"/reservationBlocks", BlockListPermission, "", &blocks); err != nil {
 		return nil, fmt.Errorf("reservationBlocks.list on %s: %w", r, err)
 	}
 	var out []GroupState
@@ -226,7 +225,7 @@ func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]Gr
 		var subs struct {
 			Items []groupJSON `json:"items"`
 		}
-		if err := m.list(ctx, g.path()+"/reservationSubBlocks", SubBlockListPermission, &subs); err != nil {
+		if err := m.get(ctx, g.path()+"/reservationSubBlocks", SubBlockListPermission, "", &subs); err != nil {
 			return nil, fmt.Errorf("reservationSubBlocks.list on %s: %w", g, err)
 		}
 		for _, s := range subs.Items {
@@ -236,27 +235,4 @@ func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]Gr
 		}
 	}
 	return out, nil
-}
-
-// list reads path, which needs permission, retrying transient failures
-// until ctx ends.
-func (m *Maintainer) list(ctx context.Context, path, permission string, into any) error {
-	for attempt := 1; ; attempt++ {
-		err := m.getJSON(ctx, path, into)
-		if err == nil {
-			return nil
-		}
-		var aerr *apiError
-		switch {
-		case isForbidden(err):
-			return fmt.Errorf("%w: %s lacks the IAM permission %s: %v", ErrPermissionDenied, m.opts.ServiceAccount, permission, err)
-		case errors.As(err, &aerr) && aerr.Code != http.StatusTooManyRequests && aerr.Code < 500 && aerr.Code != http.StatusUnauthorized:
-			return err
-		case ctx.Err() != nil:
-			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
-		}
-		if err := m.sleep(ctx, m.opts.Backoff.Delay(attempt)); err != nil {
-			return fmt.Errorf("gave up after %d attempts: %w", attempt, err)
-		}
-	}
 }

@@ -33,7 +33,7 @@ func (d *Decision) unannouncedReboot(obs Observation) {
 // backInService: the VM stopped and came back (another boot ID), or the
 // maintenance is over without a stop (reasonRule.over): the node goes
 // back in service.
-func (d *Decision) backInService(obs Observation) {
+func (d *Decision) backInService(cfg Config, obs Observation) {
 	st := d.State
 	if st.Phase == protocol.PhaseIdle {
 		return
@@ -41,8 +41,8 @@ func (d *Decision) backInService(obs Observation) {
 	booted := obs.BootID != "" && st.BootID != "" && obs.BootID != st.BootID
 	// A maintenance left to GKE's handler is also over when GKE's handler
 	// let go of the node with nothing under way.
-	gkeLetGo := st.LeftToGKE && obs.GKEHandling == "" && signalsWithdrawn(st, obs)
-	if !booted && !ruleOf(st.Reason).over(st, obs) && !gkeLetGo {
+	gkeLetGo := st.LeftToGKE && obs.GKEHandling == "" && signalsWithdrawn(cfg, st, obs)
+	if !booted && !ruleOf(st.Reason).over(cfg, st, obs) && !gkeLetGo {
 		return
 	}
 	reason, msg, warning := protocol.EventMaintenanceCleared, fmt.Sprintf("Node is back from %s (boot ID %s); removing the taint and the maintenance label", st.Reason, obs.BootID), false

@@ -36,7 +36,7 @@ type FaultView struct {
 	RepairSet bool
 }
 
-func never(State, Observation) bool { return false }
+func never(Config, State, Observation) bool { return false }
 
 // faultYields: a preemption takes a repair over in any phase; a host
 // maintenance only while Compute Engine has not been asked.

@@ -159,7 +159,7 @@ func (d *Decision) migration(sig Signals) {
 
 // signalsWithdrawn: every signal is known and quiet, and the notice is
 // gone or pending again (503 "not yet" proves nothing).
-func signalsWithdrawn(_ State, obs Observation) bool {
+func signalsWithdrawn(_ Config, _ State, obs Observation) bool {
 	sig := obs.Signals
 	return signalsQuiet(sig) && (!sig.NoticePresent && !sig.NoticeNotYet || sig.Notice.Status == maintenance.StatusPending)
 }

@@ -32,21 +32,18 @@ type KnownEndView struct {
 	// KnownEndCause says where the end comes from, for the Events (such
 	// as "maxRunDuration 86400s; Compute Engine deletes the VM then").
 	KnownEndCause string
-	// knownEndLead is Config.KnownEndLead (settle sets it), for the
-	// rule's over.
-	knownEndLead time.Duration
 }
 
 // knownEndMoved: the VM's end is known to be gone, or moved so far that
 // its drain is not due yet (an end moved later within the lead moves the
 // drain's deadline instead: knownEnd).
-func knownEndMoved(_ State, obs Observation) bool {
-	return obs.KnownEndKnown && (obs.KnownEnd.IsZero() || obs.Now.Before(obs.KnownEnd.Add(-obs.knownEndLead)))
+func knownEndMoved(cfg Config, _ State, obs Observation) bool {
+	return obs.KnownEndKnown && (obs.KnownEnd.IsZero() || obs.Now.Before(obs.KnownEnd.Add(-cfg.KnownEndLead)))
 }
 
-// knownEnd mirrors the VM's known end, starts its drain on an idle node
-// KnownEndLead before it, and moves any earlier deadline of a
-// maintenance under way to it.
+// knownEnd mirrors the VM's known end, starts its drain KnownEndLead
+// before it (on an idle node, or over a maintenance that yields to it),
+// and moves a later deadline of a maintenance under way to it.
 func (d *Decision) knownEnd(cfg Config, obs Observation) {
 	if !obs.KnownEndKnown {
 		return
@@ -57,19 +54,30 @@ func (d *Decision) knownEnd(cfg Config, obs Observation) {
 		return
 	}
 	drainFrom := end.Add(-cfg.KnownEndLead)
+	idle, rule := d.State.Phase == protocol.PhaseIdle, ruleOf(d.State.Reason)
 	switch {
-	case d.State.Phase == protocol.PhaseIdle && obs.Now.Before(drainFrom):
+	case obs.Now.Before(drainFrom):
 		d.wakeAt(drainFrom)
-	case d.State.Phase == protocol.PhaseIdle:
+	case idle || d.State.Reason != protocol.ReasonKnownEnd && rule.yields(d.State, protocol.ReasonKnownEnd):
+		// On an idle node, or over a maintenance that yields to the VM's
+		// own (a manual one not yet asked for, a slice's drain), as a host
+		// maintenance does.
 		deadline, how := end, ""
 		if !end.After(obs.Now) {
 			deadline, how = obs.Now.Add(cfg.PreemptionDeadline), " (the end is past and the VM still runs: it may stop at any moment)"
 		}
-		d.start(obs, protocol.ReasonKnownEnd, deadline)
-		d.Interruption = countedAs(protocol.ReasonKnownEnd)
+		if idle {
+			d.start(obs, protocol.ReasonKnownEnd, deadline)
+		} else {
+			d.State.Reason = protocol.ReasonKnownEnd
+			d.State.Deadline = minTime(d.State.Deadline, deadline)
+		}
+		if idle || !rule.counted(d.State) {
+			d.Interruption = countedAs(protocol.ReasonKnownEnd)
+		}
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
 			Message: fmt.Sprintf("The VM reaches its known end at %s (%s); draining so that every pod has stopped before %s%s",
-				end.UTC().Format(time.RFC3339), obs.KnownEndCause, deadline.UTC().Format(time.RFC3339), how)})
+				end.UTC().Format(time.RFC3339), obs.KnownEndCause, d.State.Deadline.UTC().Format(time.RFC3339), how)})
 	case d.State.Reason == protocol.ReasonKnownEnd && end.After(d.State.Deadline) && d.State.Deadline.After(obs.Now):
 		d.State.Deadline = end
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
@@ -85,7 +93,7 @@ func (d *Decision) knownEnd(cfg Config, obs Observation) {
 // when it changes.
 func (d *Decision) mirrorKnownEnd(cfg Config, obs Observation) {
 	was, now := d.State.KnownEnd, obs.KnownEnd
-	if was.Unix() == now.Unix() || was.IsZero() && now.IsZero() {
+	if was.Unix() == now.Unix() {
 		return
 	}
 	d.State.KnownEnd = now
@@ -97,4 +105,12 @@ func (d *Decision) mirrorKnownEnd(cfg Config, obs Observation) {
 		msg = fmt.Sprintf("The VM's known end moved to %s (%s)", now.UTC().Format(time.RFC3339), obs.KnownEndCause)
 	}
 	d.Events = append(d.Events, EventRecord{Reason: protocol.EventKnownEndScheduled, Message: msg})
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

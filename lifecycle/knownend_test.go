@@ -117,3 +117,21 @@ func TestStepKnownEndShortensAndYields(t *testing.T) {
 		t.Errorf("preempted during a known end's drain: %s by %s, counted %v; want the preemption, by its deadline, not counted again", pre.State.Reason, pre.State.Deadline, pre.Interruption)
 	}
 }
+
+// TestStepKnownEndTakesOverAVoluntaryMaintenance: a person's trigger on a
+// node within the lead of its VM's end starts a manual maintenance that
+// yields to the VM's own: the known end takes it over in the same step,
+// and its drain is forced (budgets cannot hold a pod past the end), by
+// the end, counted once.
+func TestStepKnownEndTakesOverAVoluntaryMaintenance(t *testing.T) {
+	end := t0.Add(30 * time.Minute)
+	o := knownEnd(obs(with(func(s *Signals) { s.Notice, s.NoticePresent = pending, true })), end)
+	o.Trigger, o.TriggerSet = protocol.TriggerValue, true
+	d := stepChecked(t, cfg, State{}, o)
+	if d.State.Reason != protocol.ReasonKnownEnd || d.Drain.Voluntary || !d.State.Deadline.Equal(end) || d.Perform {
+		t.Errorf("a trigger within the lead: %s by %s, voluntary %t, perform %t; want the known end's forced drain by %s, no call", d.State.Reason, d.State.Deadline, d.Drain.Voluntary, d.Perform, end)
+	}
+	if d.Interruption == nil || *d.Interruption != protocol.KnownEnd || d.State.Interruptions[protocol.KnownEnd.Key()] != 1 {
+		t.Errorf("counted %v (%v); want one %s", d.Interruption, d.State.Interruptions, protocol.KnownEnd.Key())
+	}
+}

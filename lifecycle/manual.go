@@ -268,7 +268,7 @@ func (d *Decision) manualHappened(before State, obs Observation) {
 // gone without the VM stopping means the maintenance was withdrawn;
 // before, a quiet VM with a pending notice is what a manual maintenance
 // looks like.
-func manualWithdrawn(st State, obs Observation) bool {
+func manualWithdrawn(_ Config, st State, obs Observation) bool {
 	sig := obs.Signals
 	return st.Phase == protocol.PhaseTerminating && signalsQuiet(sig) && !sig.NoticePresent && !sig.NoticeNotYet
 }

@@ -13,7 +13,7 @@ import (
 type reasonRule struct {
 	// over: the maintenance ended without the VM stopping (a new boot ID
 	// ends every one).
-	over func(State, Observation) bool
+	over func(Config, State, Observation) bool
 	// counted: its interruption is counted already, so the VM's own
 	// maintenance or preemption taking it over is not counted again.
 	counted func(State) bool

@@ -217,4 +217,4 @@ func causeVoluntary(obs Observation) bool { return obs.SliceAsk.Reason == protoc
 
 // sliceAskWithdrawn: the aggregator withdrew the ask (every host of the
 // slice that stopped is back).
-func sliceAskWithdrawn(_ State, obs Observation) bool { return !obs.SliceAskSet }
+func sliceAskWithdrawn(_ Config, _ State, obs Observation) bool { return !obs.SliceAskSet }

@@ -186,14 +186,17 @@ func (o DrainOrder) Equal(p DrainOrder) bool {
 //  1. What ended (an unannounced reboot, the node back in service) comes
 //     first, so that a maintenance starting in the same step starts on an
 //     idle node.
-//  2. The VM's own maintenance or preemption (host.go, preemption.go),
-//     then its known end (knownend.go), come before the trigger and the
-//     slice, which yield to them.
+//  2. The VM's own maintenance or preemption (host.go, preemption.go)
+//     comes before the trigger and the slice, which yield to it.
 //  3. The trigger (manual.go) comes before the slice's ask (slice.go): a
 //     host whose own pending maintenance is taken with its slice's starts
 //     that maintenance instead.
 //  4. GKE's handler (gke.go) is asked after every start, so that a
-//     maintenance started in this step is left to it at once.
+//     maintenance started in this step is left to it at once; then the
+//     VM's known end (knownend.go), which GKE's handler does not drain
+//     for: it starts on a node that is idle at the end of the step (a
+//     maintenance may have ended in it), takes over one that yields to
+//     the VM's own, and moves a later deadline to the end.
 //  5. The drain's end is read for the maintenance now under way, and the
 //     notice mirrored after the node came back (which retires the notice
 //     of the maintenance that stopped the VM).
@@ -203,22 +206,19 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	if before.Phase == "" {
 		before.Phase = protocol.PhaseIdle
 	}
-	obs := settle(cfg, observed)
+	obs := settle(observed)
 	d := Decision{State: before}
 	d.sliceAskLimit(obs)
 	d.unannouncedReboot(obs)
-	d.backInService(obs)
+	d.backInService(cfg, obs)
 	d.repairBack(before, obs)
 	d.maintenanceStarts(cfg, obs)
-	d.knownEnd(cfg, obs)
 	d.migration(obs.Signals)
 	d.sliceTurnsForced(obs)
 	d.manual(cfg, obs)
 	d.fault(cfg, obs)
 	d.followSlice(cfg, obs)
 	d.leaveToGKE(cfg, before, obs)
-	// Again: a maintenance that ended in this step (a failed call, an ask
-	// or an approval withdrawn) leaves the node idle within the lead.
 	d.knownEnd(cfg, obs)
 	d.drained(cfg, obs)
 	if obs.Signals.NoticeKnown {
@@ -234,9 +234,8 @@ func Step(cfg Config, before State, observed Observation) Decision {
 
 // settle is what a step reads of what was observed: a slice's ask whose
 // cause started SliceDrainLimit ago or more is no longer followed
-// (SliceAskExpired), and the known end's rule knows the lead.
-func settle(cfg Config, obs Observation) Observation {
-	obs.knownEndLead = cfg.KnownEndLead
+// (SliceAskExpired).
+func settle(obs Observation) Observation {
 	if obs.SliceAskSet && !obs.Now.Before(obs.SliceAsk.Started.Add(SliceDrainLimit)) {
 		obs.SliceAskSet, obs.SliceAskExpired = false, true
 	}

@@ -234,7 +234,8 @@ const (
 type Grouping struct {
 	PoolLabel, SliceLabel string
 	// Reservation is ReservationGroupSubblock, ReservationGroupBlock or
-	// ReservationGroupNone: whether nodes with GKE's topology labels that
+	// anything else for none (the flag's "none"): whether nodes with GKE's
+	// topology labels that
 	// are no slice's hosts form groups, and of what. Compute Engine does
 	// not tell a Node whether its reservation's maintenance is GROUPED:
 	// the operator says it.

@@ -186,7 +186,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},
 		PoolLabel:                opts.PoolLabel,
 		SliceLabel:               opts.SliceLabel,
-		ReservationGroups:        reservationGroups(opts.ReservationGroups),
+		ReservationGroups:        opts.ReservationGroups,
 		AcceleratorResources:     resourceNames(opts.AcceleratorResources),
 		AcceleratorDeviceClasses: opts.AcceleratorDeviceClasses,
 		ManualGate:               manualGate,
@@ -277,10 +277,4 @@ func schedule(opts *Options, vm *compute.VM) func(context.Context) (agent.Schedu
 		}
 		return out, nil
 	}
-}
-
-// reservationGroups reads --reservation-groups, validated before.
-func reservationGroups(s string) string {
-	g, _ := protocol.ParseReservationGroups(s)
-	return g
 }

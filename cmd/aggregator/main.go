@@ -78,7 +78,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt",
-		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: reservationGroups(opts.ReservationGroups),
+		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: opts.ReservationGroups,
 		Metrics: m, Logger: logger,
 	})
 	if err != nil {
@@ -157,12 +157,6 @@ func watchMemory(ctx context.Context, opts *Options, events *kube.Client, m *met
 		Recorder: rec, Metrics: m, Clock: clock.RealClock{}, Logger: logger,
 	}
 	return w.Start(ctx)
-}
-
-// reservationGroups reads --reservation-groups, validated before.
-func reservationGroups(s string) string {
-	g, _ := protocol.ParseReservationGroups(s)
-	return g
 }
 
 // reservationReader is what reads --reservations: the Compute API, with
