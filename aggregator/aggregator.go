@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/internal/policysource"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/policy"
-	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Aggregator is the leader-elected opportunistic maintenance controller.
@@ -43,6 +41,9 @@ type Aggregator struct {
 	// Both used by the pass goroutine only.
 	views       viewCache
 	claimedHere map[string]string
+	// unannounced: the pools whose plan was made anew and not yet
+	// announced (a pass that cannot write the claims announces nothing).
+	unannounced map[string]bool
 	// unanswered: when this replica withdrew each node's unanswered
 	// trigger; the node cools down as after a failed maintenance.
 	unanswered map[string]time.Time
@@ -90,7 +91,7 @@ func New(opts Options) (*Aggregator, error) {
 	}
 	opts = opts.withDefaults()
 	a := &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claims: claimWindow{}, claimedHere: map[string]string{},
-		unanswered: map[string]time.Time{}}
+		unanswered: map[string]time.Time{}, unannounced: map[string]bool{}}
 	if opts.Notify != nil {
 		a.notifier = newNotifier(a, *opts.Notify)
 	}
@@ -114,49 +115,10 @@ func (a *Aggregator) Leading() bool { return a.leading.Load() }
 // Start watches the Nodes and the ConfigMap, and runs for leadership until
 // ctx ends; while leading it decides and triggers. It returns ctx's error.
 func (a *Aggregator) Start(ctx context.Context) error {
-	events := a.opts.EventClient
-	if events == nil {
-		events = a.opts.Client
+	defer a.record()()
+	if err := a.watch(ctx); err != nil {
+		return err
 	}
-	a.recorder = kube.NewRecorder(events.EventSink(), corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
-	defer a.recorder.Shutdown()
-
-	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Logger: a.log.With("watch", "nodes")})
-	a.nodes.AddHandlers(kube.Handlers{
-		Add: func(o kube.Object) { a.nodeAdded(o); a.poke() },
-		Update: func(old, cur kube.Object) {
-			a.observeNode(old, cur)
-			a.notifyNode(old, cur)
-			if o, ok := old.(*corev1.Node); !ok || decisiveUpdate(o, cur) {
-				a.poke()
-			}
-		},
-		Delete: func(o kube.Object) { a.nodeDeleted(o); a.poke() },
-	})
-	go a.nodes.Run(ctx)
-	synced := []cache.InformerSynced{a.nodes.HasSynced}
-	if a.opts.ConfigMap != "" {
-		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
-			a.opts.Namespace, a.opts.ConfigMap, a.log.With("watch", "policy"))
-		a.policy.OnChange(a.poke)
-		if err := a.policy.Start(ctx); err != nil {
-			return err
-		}
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("sync node cache: %w", ctx.Err())
-	}
-	if ns, name, ok := strings.Cut(a.opts.AutoscalerStatus, "/"); ok {
-		var err error
-		if a.scaler, err = a.startAutoscalerSource(ctx, ns, name); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			a.log.Warn("cannot read the cluster autoscaler's status: the pools it manages are not known, and are treated as not autoscaled (declare them with autoscaled: true in the policy ConfigMap)",
-				"configmap", a.opts.AutoscalerStatus, "err", err)
-		}
-	}
-
 	return a.elect(ctx)
 }
 
@@ -205,11 +167,9 @@ func (a *Aggregator) elect(ctx context.Context) error {
 // lead acts until lctx ends (leadership lost): a pass on every change,
 // at most every MinInterval, and at least every Interval.
 func (a *Aggregator) lead(lctx context.Context) {
-	a.mu.Lock()
+	a.beginLead()
 	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]fleet.Reason{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
-	a.lastFault = map[string]fleet.FaultReason{}
-	a.mu.Unlock()
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
 	a.log.Info("started leading", "identity", a.opts.Identity)
@@ -258,6 +218,17 @@ func (a *Aggregator) lead(lctx context.Context) {
 	}
 }
 
+// beginLead forgets what the last term announced: a new leader reads
+// every Node and decides every pool again, and announces afresh.
+func (a *Aggregator) beginLead() {
+	a.mu.Lock()
+	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]fleet.Reason{}, map[string]string{}, ""
+	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
+	a.lastFault = map[string]fleet.FaultReason{}
+	a.mu.Unlock()
+	a.views.forget()
+}
+
 // fence writes the claims Lease once on taking over, before the first
 // pass, retrying every second until it succeeds; false when the lead ends
 // first. Until it succeeds the replica triggers nothing.
@@ -299,10 +270,10 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	// The pass's time (the metric): reading the node cache and deciding,
 	// not the API calls around them.
 	start := a.opts.Clock.Now()
-	views, decidedOn := a.viewNodes()
+	nodes, decidedOn := a.viewNodes()
 	spent := a.opts.Clock.Since(start)
 	cfg, cfgErr := a.config()
-	a.unclaimed(ctx, views, decidedOn)
+	a.unclaimed(ctx, nodes, decidedOn)
 	cl, err := readClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
 	if err != nil {
 		// Claims not counted could exceed the caps: decide nothing.
@@ -310,27 +281,24 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 		return nil
 	}
 	a.warnOnce("claims", "", nil)
-	a.withdrawUnanswered(ctx, views, decidedOn)
+	a.withdrawUnanswered(ctx, nodes.All(), decidedOn)
 	live := a.liveClaims(ctx, cl, decidedOn)
 	resumed := a.opts.Clock.Now()
-	groups := a.scaler.groups()
-	for i := range views {
-		if _, ok := live[views[i].Name]; ok {
-			// A write that may still land: counted as in maintenance, and
-			// as in repair.
-			views[i].Voluntary, views[i].InMaintenance, views[i].Claimed = true, true, true
-		}
-		views[i].AutoscalerGroup = fleet.NodeGroupOf(views[i].Name, groups)
-		if at, ok := a.unanswered[views[i].Name]; ok {
-			views[i].Failures = unansweredFailure(views[i].Failures, at)
-		}
+	for name := range live {
+		// A write that may still land: counted as in maintenance, and as
+		// in repair.
+		nodes.Amend(name, func(v *fleet.Node) { v.Voluntary, v.InMaintenance, v.Claimed = true, true, true })
 	}
-	faults := a.decideFaults(cfg, views)
-	plans := fleet.Decide(start, cfg, views)
+	for name, at := range a.unanswered {
+		nodes.Amend(name, func(v *fleet.Node) { v.Failures = unansweredFailure(v.Failures, at) })
+	}
+	faults := a.decideFaults(cfg, nodes)
+	plans := nodes.Decide(start, cfg)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
-	a.announceUnreadable(views)
-	a.forgetUndecided(plans)
+	a.announceUnreadable(nodes.All())
+	fresh, replaced := nodes.Changes()
+	a.forgetUndecided(fresh, replaced)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
 	toTrigger, approved, claimed := claimsOf(plans, faults, live, decidedOn, cfgErr)
 	if !maps.Equal(claimed, cl.nodes) {
@@ -348,8 +316,11 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 		}
 	}
 	for _, p := range plans {
-		a.announce(p)
+		if a.unannounced[p.Pool] {
+			a.announce(p)
+		}
 	}
+	clear(a.unannounced)
 	for _, n := range append(toTrigger, approved...) {
 		a.claimedHere[n.Name] = n.ResourceVersion
 	}
@@ -380,8 +351,8 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 
 // unclaimed is the part of a pass that does not depend on the claims:
 // slices and the accounting.
-func (a *Aggregator) unclaimed(ctx context.Context, views []fleet.Node, decidedOn map[string]*corev1.Node) {
-	a.applySliceAsks(ctx, views, decidedOn)
+func (a *Aggregator) unclaimed(ctx context.Context, nodes *fleet.Fleet, decidedOn map[string]*corev1.Node) {
+	a.applySliceAsks(ctx, nodes, decidedOn)
 	a.countRecreated(ctx)
 	a.countVanished()
 }

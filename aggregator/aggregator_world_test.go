@@ -101,11 +101,17 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 // cmd/aggregator makes them.
 func clients(t testing.TB) (*kube.Client, coordinationv1client.LeasesGetter) {
 	t.Helper()
-	c, err := kube.New(world.Config)
+	return clientsOf(t, world)
+}
+
+// clientsOf are the product's clients of w's API server.
+func clientsOf(t testing.TB, w *testworld.World) (*kube.Client, coordinationv1client.LeasesGetter) {
+	t.Helper()
+	c, err := kube.New(w.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := coordinationv1client.NewForConfig(world.Config)
+	l, err := coordinationv1client.NewForConfig(w.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

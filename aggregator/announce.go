@@ -82,21 +82,25 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 	}
 }
 
-// forgetUndecided drops the announced decision of nodes no longer decided
-// about (no pending notice), so that a decision that comes back is
-// announced again.
-func (a *Aggregator) forgetUndecided(plans []fleet.PoolPlan) {
+// forgetUndecided has the plans made anew announced, and drops the
+// announced decision of the nodes the plans they replaced decided about
+// and they do not (no pending notice any more, or gone), so that a
+// decision that comes back is announced again.
+func (a *Aggregator) forgetUndecided(fresh, replaced []fleet.PoolPlan) {
 	decided := map[string]bool{}
-	for _, p := range plans {
+	for _, p := range fresh {
+		a.unannounced[p.Pool] = true
 		for _, d := range p.Decisions {
 			decided[d.Node] = true
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for name := range a.lastReason {
-		if !decided[name] {
-			delete(a.lastReason, name)
+	for _, p := range replaced {
+		for _, d := range p.Decisions {
+			if !decided[d.Node] {
+				delete(a.lastReason, d.Node)
+			}
 		}
 	}
 }
@@ -130,7 +134,7 @@ func (a *Aggregator) announceConfig(err error) {
 // announceUnreadable warns, once per change, of each node whose agent wrote
 // values this aggregator cannot read (they count as absent, and the node is
 // not picked while they last), and exports them as a gauge per node.
-func (a *Aggregator) announceUnreadable(views []fleet.Node) {
+func (a *Aggregator) announceUnreadable(views []*fleet.Node) {
 	counts := map[string]int{}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -18,8 +18,8 @@ import (
 // now as in repair (counted against the caps); the next pass is due when
 // a detector's condition reaches its duration. Approvals are claimed
 // (claims.go) before they are written (writeFaults).
-func (a *Aggregator) decideFaults(cfg policy.Config, views []fleet.Node) fleet.FaultPlan {
-	plan := fleet.DecideFaults(a.opts.Clock.Now(), cfg, views)
+func (a *Aggregator) decideFaults(cfg policy.Config, nodes *fleet.Fleet) fleet.FaultPlan {
+	plan := nodes.DecideFaults(a.opts.Clock.Now(), cfg)
 	a.mu.Lock()
 	a.faultCheck = plan.NextCheck
 	a.mu.Unlock()
@@ -27,20 +27,17 @@ func (a *Aggregator) decideFaults(cfg policy.Config, views []fleet.Node) fleet.F
 	for pool, n := range plan.InRepair {
 		a.opts.Metrics.InRepair.WithLabelValues(pool).Set(float64(n))
 	}
-	index := map[string]int{}
-	for i, v := range views {
-		index[v.Name] = i
-	}
 	for i := range plan.Faults {
 		f := &plan.Faults[i]
 		if f.Reason == fleet.FaultInvalidRequest {
 			continue
 		}
-		v := &views[index[f.Node]]
-		v.InMaintenance = true
-		if f.Reason == fleet.FaultApproved {
-			v.Repair, v.Voluntary = &f.Approval, true
-		}
+		nodes.Amend(f.Node, func(v *fleet.Node) {
+			v.InMaintenance = true
+			if f.Reason == fleet.FaultApproved {
+				v.Repair, v.Voluntary = &f.Approval, true
+			}
+		})
 	}
 	return plan
 }

@@ -8,85 +8,142 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 )
 
-// cachedView is a Node's view, for the Node version rv.
-type cachedView struct {
-	obj  *corev1.Node // what node was read from, or a later object that differs in nothing decisive
-	node fleet.Node
-	pass uint64 // the last pass that saw the Node
-}
-
-// viewCache keeps each Node's view, so that a pass reads again only the
-// Nodes that changed in what it reads (not a heartbeat), and reuses its
-// slice of views from pass to pass: a pass over 65,000 nodes does work for
-// what changed, not for the fleet. Used by the pass goroutine only.
+// viewCache keeps the fleet (fleet.Fleet: each Node's view, by pool, with
+// each pool's last plan) and the Node objects the views were read from.
+// The node cache's handlers mark the Nodes that came, changed or went
+// (mark); a pass reads again only those, and of those only the ones that
+// changed in what it reads (not a heartbeat): a pass over 65,000 nodes
+// does work for what changed, not for the fleet. The fleet and the
+// objects are the pass goroutine's; marks come from the node cache's.
 type viewCache struct {
-	views map[string]*cachedView
-	objs  map[string]*corev1.Node
-	pass  uint64
-	buf   []fleet.Node
+	fleet  *fleet.Fleet
+	objs   map[string]*corev1.Node
+	groups []string // the autoscaler's node groups the views were read with
+
+	mu    sync.Mutex
+	dirty map[string]bool
+	all   bool       // every Node is read again: a new leader's first pass
+	marks *sync.Cond // told of each mark, when someone waits (awaitMarked)
+	// marked is closed at the next mark (nil: none is waited for).
+	marked chan struct{}
 }
 
-// refresh is the view of every Node in objs (what is not a Node is
-// skipped), read with read where it changed, and the Node objects by name.
-// Both are valid until the next refresh, and are not to be changed.
-func (c *viewCache) refresh(objs []kube.Object, read func(*corev1.Node) fleet.Node) ([]fleet.Node, map[string]*corev1.Node) {
-	if c.views == nil {
-		c.views, c.objs = map[string]*cachedView{}, map[string]*corev1.Node{}
+// mark: the Node name came, changed or went.
+func (c *viewCache) mark(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty == nil {
+		c.dirty = map[string]bool{}
 	}
-	c.pass++
-	views := c.buf[:0]
-	for _, o := range objs {
+	c.dirty[name] = true
+	if c.marks != nil {
+		c.marks.Broadcast()
+	}
+	if c.marked != nil {
+		close(c.marked)
+		c.marked = nil
+	}
+}
+
+// nextMark is closed when a Node next comes, changes or goes.
+func (c *viewCache) nextMark() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.marked == nil {
+		c.marked = make(chan struct{})
+	}
+	return c.marked
+}
+
+// awaitMarked waits until every one of names is marked and not yet read
+// again.
+func (c *viewCache) awaitMarked(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.marks == nil {
+		c.marks = sync.NewCond(&c.mu)
+	}
+	for _, name := range names {
+		for !c.dirty[name] {
+			c.marks.Wait()
+		}
+	}
+}
+
+// forget: the next refresh reads every Node, into a fleet with no plan.
+func (c *viewCache) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.all = true
+}
+
+// nodeSource is the node cache: every Node, and one by name.
+type nodeSource interface {
+	List() []kube.Object
+	Get(name string) (kube.Object, bool)
+}
+
+// refresh brings the fleet up to date with the node cache, undoing the
+// last pass's amendments (fleet.Fleet.Amend): the Nodes marked are read
+// again with read where they changed, or every Node on the first refresh,
+// after forget, or when the autoscaler's node groups (which read takes)
+// changed. It returns the fleet and the Node objects by name, valid until
+// the next refresh and not to be changed.
+func (c *viewCache) refresh(src nodeSource, groups []string, read func(*corev1.Node, []string) fleet.Node) (*fleet.Fleet, map[string]*corev1.Node) {
+	c.mu.Lock()
+	dirty, all := c.dirty, c.all || c.fleet == nil || !slices.Equal(groups, c.groups)
+	c.dirty, c.all = nil, false
+	c.mu.Unlock()
+	if all {
+		c.fleet, c.objs, c.groups = &fleet.Fleet{}, map[string]*corev1.Node{}, slices.Clone(groups)
+		dirty = map[string]bool{}
+		for _, o := range src.List() {
+			if n, ok := o.(*corev1.Node); ok {
+				dirty[n.Name] = true
+			}
+		}
+	}
+	c.fleet.Restore()
+	for name := range dirty {
+		o, _ := src.Get(name)
 		n, ok := o.(*corev1.Node)
-		if !ok {
-			continue
-		}
-		v := c.views[n.Name]
-		if v == nil {
-			v = &cachedView{}
-			c.views[n.Name] = v
-		}
+		old := c.objs[name]
 		switch {
-		case v.obj != nil && v.obj.ResourceVersion == n.ResourceVersion:
+		case !ok:
+			c.fleet.Delete(name)
+			delete(c.objs, name)
+		case old != nil && old.ResourceVersion == n.ResourceVersion:
 			// A Node object is replaced, never changed, when its
 			// resourceVersion changes: one that did not is the one held.
-		case v.obj == nil || decisive(v.obj, n):
-			v.obj, v.node = n, read(n)
-			c.objs[n.Name] = n
+		case old == nil || decisive(old, n):
+			c.fleet.Set(read(n, groups))
+			c.objs[name] = n
 		default:
-			v.obj = n // a heartbeat: the view holds
-			c.objs[n.Name] = n
-		}
-		v.pass = c.pass
-		views = append(views, v.node)
-	}
-	for name, v := range c.views {
-		if v.pass != c.pass {
-			delete(c.views, name)
-			delete(c.objs, name)
+			c.objs[name] = n // a heartbeat: the view holds
 		}
 	}
-	c.buf = views
-	return views, c.objs
+	return c.fleet, c.objs
 }
 
-// viewNodes is the view of every Node in the cache, and the Node objects
-// it was read from, by name.
-func (a *Aggregator) viewNodes() ([]fleet.Node, map[string]*corev1.Node) {
-	return a.views.refresh(a.nodes.List(), func(n *corev1.Node) fleet.Node {
+// viewNodes is the fleet, up to date with the node cache, and the Node
+// objects its views were read from, by name.
+func (a *Aggregator) viewNodes() (*fleet.Fleet, map[string]*corev1.Node) {
+	return a.views.refresh(a.nodes, a.scaler.groups(), func(n *corev1.Node, groups []string) fleet.Node {
 		v := fleet.NodeOf(n, a.opts.grouping())
 		if a.opts.AdoptGKEConfig {
 			v.GKEHandled = false
 		}
+		v.AutoscalerGroup = fleet.NodeGroupOf(v.Name, groups)
 		return v
 	})
 }
@@ -128,21 +185,34 @@ func sameResources(a, b corev1.ResourceList) bool {
 }
 
 // awaitCache waits until the node cache shows every write of this pass, so
-// that the next pass counts the nodes it triggered.
+// that the next pass counts the nodes it triggered: it looks again at each
+// change the node cache tells of, for up to 30 seconds.
 func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) {
 	if len(written) == 0 {
 		return
 	}
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	t := a.opts.Clock.NewTimer(30 * time.Second)
+	defer t.Stop()
+	for {
+		next := a.views.nextMark() // before looking: a change after the look closes it
+		shown := true
 		for name, before := range written {
 			obj, _ := a.nodes.Get(name)
 			if n, ok := obj.(*corev1.Node); ok && n.ResourceVersion == before {
-				return false, nil
+				shown = false
+				break
 			}
 		}
-		return true, nil
-	})
-	if err != nil && ctx.Err() == nil {
-		a.log.Warn("node cache did not show this pass's writes", "err", err)
+		if shown {
+			return
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			a.log.Warn("node cache did not show this pass's writes within 30s")
+			return
+		}
 	}
 }

@@ -24,19 +24,20 @@ const inFlight = 16
 // up to inFlight at once, conditional on the host being as the pass saw it
 // (a conflict is retried by the next pass), and counts a slice
 // interruption when a slice is newly taken down.
-func (a *Aggregator) applySliceAsks(ctx context.Context, views []fleet.Node, decidedOn map[string]*corev1.Node) {
-	want := fleet.SliceAsks(views, a.opts.Clock.Now())
-	current := map[string]fleet.Node{}
+func (a *Aggregator) applySliceAsks(ctx context.Context, nodes *fleet.Fleet, decidedOn map[string]*corev1.Node) {
+	want := nodes.SliceAsks(a.opts.Clock.Now())
+	if len(want) == 0 {
+		return // no multi-host slice
+	}
 	down := map[string]bool{} // slices one host of which carries an ask
-	for _, v := range views {
-		current[v.Name] = v
+	for _, v := range nodes.All() {
 		if v.Ask != nil {
 			down[v.Slice] = true
 		}
 	}
 	var names []string
 	for name, ask := range want {
-		v := current[name]
+		v := nodes.Node(name)
 		if !fleet.SameAsk(ask, v.Ask) || (ask != nil) != v.SliceTaint {
 			names = append(names, name)
 		}
@@ -47,7 +48,7 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, views []fleet.Node, dec
 		if !written[i] {
 			continue
 		}
-		ask, v := want[name], current[name]
+		ask, v := want[name], nodes.Node(name)
 		switch {
 		case ask != nil && (v.Ask == nil || v.Ask.Cause != ask.Cause || !v.Ask.Started.Equal(ask.Started)):
 			// One outage of a slice is one interruption, whatever its

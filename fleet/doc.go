@@ -10,10 +10,12 @@
 // the decision over every pool (decide.go) and one pool's (pool.go), the
 // cluster autoscaler's node groups (autoscaler.go), multi-host slices
 // (slice.go: picked whole or not at all, and the asks that every host of a
-// slice that goes down carries).
+// slice that goes down carries), and the fleet kept from pass to pass
+// (fleet.go: Fleet decides again only the pools whose nodes changed, and
+// reuses every other pool's plan while what it read holds, time included).
 //
-// The aggregator runs Decide and SliceAsks while it leads and writes what
-// they say; `kubectl maintenance status` and `trigger` ask the same
+// The aggregator keeps a Fleet and runs its Decide, DecideFaults and
+// SliceAsks while it leads, and writes what they say; `kubectl maintenance status` and `trigger` ask the same
 // functions from what the Nodes show, so a person sees the aggregator's
 // reasons without asking it.
 //
@@ -21,5 +23,6 @@
 // an argument), or decide about one node's lifecycle (package lifecycle
 // does, on the node's agent). A test holds that it links no client.
 //
-// Concurrency: pure functions over values; safe for concurrent use.
+// Concurrency: pure functions over values, safe for concurrent use; a
+// Fleet is not.
 package fleet

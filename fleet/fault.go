@@ -79,22 +79,37 @@ type FaultPlan struct {
 // come first, then by name. min-nodes does not hold a repair back: a
 // faulty node is no capacity to keep.
 func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
-	plan := FaultPlan{InRepair: map[string]int{}}
 	byPool := map[string][]*Node{}
 	for i := range nodes {
-		n := &nodes[i]
-		byPool[n.Pool] = append(byPool[n.Pool], n)
-		if n.InRepair() || n.Claimed {
-			plan.InRepair[n.Pool]++
-		}
+		byPool[nodes[i].Pool] = append(byPool[nodes[i].Pool], &nodes[i])
 	}
 	pools := make([]string, 0, len(byPool))
 	for p := range byPool {
 		pools = append(pools, p)
 	}
 	sort.Strings(pools)
+	return decideFaults(now, cfg, pools, func(pool string) []*Node { return byPool[pool] })
+}
+
+// DecideFaults is DecideFaults over the fleet's nodes.
+func (f *Fleet) DecideFaults(now time.Time, cfg policy.Config) FaultPlan {
+	pools, members := f.Pools()
+	return decideFaults(now, cfg, pools, members)
+}
+
+// decideFaults is DecideFaults over pools (sorted), each of whose nodes
+// members gives.
+func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(string) []*Node) FaultPlan {
+	plan := FaultPlan{InRepair: map[string]int{}}
 	for _, pool := range pools {
-		members := byPool[pool]
+		for _, n := range byPool(pool) {
+			if n.InRepair() || n.Claimed {
+				plan.InRepair[pool]++
+			}
+		}
+	}
+	for _, pool := range pools {
+		members := byPool(pool)
 		setting := cfg.Faults(pool)
 		left := setting.MaxInRepair.Of(len(members)) - plan.InRepair[pool]
 		rateLeft, rateUsed := repairRateLeft(now, setting, members)

@@ -5,6 +5,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,14 +30,20 @@ type poolPass struct {
 	// now ("" when they do not), and blockDetail says it in words.
 	block, blockDetail string
 	caps               caps
+	// until is when time alone may next change the plan (zero: never):
+	// the earliest moment a comparison of now that the pass made turns.
+	// readBlock: the windows and exclusions were read (block).
+	until     time.Time
+	readBlock bool
 }
 
 // decidePool decides one pool's nodes, sorted by name: the pool's
 // gauges, then its setting, and, where the pool is configured, valid and
 // not left to the cluster autoscaler, each node with a pending notice
 // (or each multi-host slice, whole).
-func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int) PoolPlan {
-	p := &poolPass{now: now, cfg: cfg, nodes: nodes, plan: PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)}}
+func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int) *poolPass {
+	p := &poolPass{now: now, cfg: cfg, nodes: nodes, plan: PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)},
+		caps: caps{clusterLeft: clusterLeft, clusterIn: *clusterLeft, lo: math.MinInt, hi: math.MaxInt}}
 	available := p.count()
 	setting, configured, err := poolSetting(cfg, pool, nodes, &p.plan)
 	p.plan.Configured, p.plan.Setting = configured, setting
@@ -47,11 +54,11 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, cl
 	switch {
 	case !configured:
 		p.leftToGKE()
-		return p.plan
+		return p
 	case err != nil:
 		p.plan.ConfigErr = err
 		p.skipAll(ReasonInvalidConfig, func() string { return fmt.Sprintf("the pool's configuration is invalid: %v", err) })
-		return p.plan
+		return p
 	case p.plan.Autoscaled && !cfg.AllowAutoscaled(pool):
 		how := "declared autoscaled in the policy ConfigMap"
 		if len(groups) > 0 {
@@ -60,21 +67,35 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, cl
 		p.skipAll(ReasonAutoscaled, func() string {
 			return fmt.Sprintf("the cluster autoscaler manages the pool %s (%s) and removes idle nodes itself, and GKE documents opportunistic maintenance as incompatible with it. Set opportunisticWhenAutoscaled: true for the pool in the policy ConfigMap to have it act anyway.", pool, how)
 		})
-		return p.plan
+		return p
 	}
 	p.block, p.blockDetail = cfg.Policy(pool).Blocks(now)
+	p.readBlock = true
 	pc, inPolicy := cfg.Pools[pool]
 	p.fromPolicy = inPolicy && pc.Opportunistic != nil
-	p.caps = caps{spare: available - setting.MinNodes, poolLeft: p.plan.Budget.Of(len(nodes)) - p.plan.Voluntary, clusterLeft: clusterLeft,
-		pool: pool, minNodes: setting.MinNodes, available: available, poolBudget: p.plan.Budget, nodes: len(nodes), clusterBudget: cfg.ClusterBudget()}
+	c := &p.caps
+	c.spare, c.poolLeft = available-setting.MinNodes, p.plan.Budget.Of(len(nodes))-p.plan.Voluntary
+	c.pool, c.minNodes, c.available, c.poolBudget, c.nodes, c.clusterBudget = pool, setting.MinNodes, available, p.plan.Budget, len(nodes), cfg.ClusterBudget()
 	if len(slices) > 0 {
 		for _, members := range slices {
 			p.decideSlice(members)
 		}
-		return p.plan
+		return p
 	}
 	p.decideNodes()
-	return p.plan
+	return p
+}
+
+// before: now is before t, which the plan reads; the plan holds no later
+// than t, when the answer turns.
+func (p *poolPass) before(t time.Time) bool {
+	if !p.now.Before(t) {
+		return false // time only moves on: the answer holds
+	}
+	if p.until.IsZero() || t.Before(p.until) {
+		p.until = t
+	}
+	return true
 }
 
 // count fills the pool's gauges, and returns how many nodes are available
@@ -158,18 +179,18 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 		return ReasonNotReschedulable, text("its maintenance cannot be rescheduled (can_reschedule false)")
 	case n.OptOut:
 		return ReasonOptedOut, text("it is labelled " + protocol.LabelOpportunisticDisable + "=true")
-	case now.Before(n.Failures.RetryAfter):
+	case p.before(n.Failures.RetryAfter):
 		f := n.Failures
 		return ReasonCoolingDown, func() string {
 			return fmt.Sprintf("its last voluntary maintenance failed (%s, %d in a row, at %s); not picked again before %s",
 				f.Reason, f.Count, f.Last.UTC().Format(time.RFC3339), f.RetryAfter.UTC().Format(time.RFC3339))
 		}
-	case now.Before(n.Notice.WindowStart.Add(-setting.Window)):
+	case p.before(n.Notice.WindowStart.Add(-setting.Window)):
 		start := n.Notice.WindowStart
 		return ReasonTooEarly, func() string {
 			return fmt.Sprintf("its maintenance at %s is more than window=%s away", start.UTC().Format(time.RFC3339), policy.Seconds(setting.Window))
 		}
-	case endsSoon(now, n):
+	case p.endsSoon(n):
 		end := n.KnownEnd
 		return ReasonEndsSoon, func() string {
 			return fmt.Sprintf("its VM's run ends at %s (a time limit), before its maintenance window closes or within %s: it goes before the maintenance would matter", end.UTC().Format(time.RFC3339), KnownEndQuiet)
@@ -178,7 +199,7 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 		return ReasonNotEvictable, text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
 	case n.IdleSince.IsZero() || n.Busy != "":
 		return ReasonNotIdle, text("pods on it use accelerators")
-	case now.Sub(n.IdleSince) < setting.NodeIdleTime:
+	case p.before(n.IdleSince.Add(setting.NodeIdleTime)):
 		idle := now.Sub(n.IdleSince)
 		return ReasonIdleTooShort, func() string {
 			return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
@@ -224,6 +245,10 @@ func (p *poolPass) decideNodes() {
 type caps struct {
 	spare, poolLeft int
 	clusterLeft     *int
+	// clusterIn is what was left of the cluster's cap when the pool's
+	// turn came; the plan is the same for any amount in lo..hi (what its
+	// takes found of the cluster's cap, passed or refused).
+	clusterIn, lo, hi int
 
 	pool                      string
 	minNodes, available       int
@@ -243,7 +268,7 @@ func (c *caps) take(k int) (reason Reason, detail func() string) {
 		return ReasonMaxVoluntary, func() string {
 			return fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", c.pool, c.poolBudget, c.nodes)
 		}
-	case *c.clusterLeft < k:
+	case c.refusedByCluster(k):
 		return ReasonMaxVoluntary, func() string {
 			return fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", c.clusterBudget)
 		}
@@ -252,6 +277,19 @@ func (c *caps) take(k int) (reason Reason, detail func() string) {
 	c.poolLeft -= k
 	*c.clusterLeft -= k
 	return "", nil
+}
+
+// refusedByCluster: the cluster's cap has fewer than k nodes left, and
+// the answer narrows the range of what the pool's turn may find left for
+// the same plan.
+func (c *caps) refusedByCluster(k int) bool {
+	need := c.clusterIn - *c.clusterLeft + k // what the pool's turn must find left
+	if *c.clusterLeft < k {
+		c.hi = min(c.hi, need-1)
+		return true
+	}
+	c.lo = max(c.lo, need)
+	return false
 }
 
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else
@@ -299,6 +337,18 @@ func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) 
 		}
 	}
 	return o, true, nil
+}
+
+// endsSoon is endsSoon of n now, which the plan reads: when it is false
+// the plan holds until the VM's end is KnownEndQuiet away.
+func (p *poolPass) endsSoon(n *Node) bool {
+	if endsSoon(p.now, n) {
+		return true
+	}
+	if !n.KnownEnd.IsZero() {
+		p.before(n.KnownEnd.Add(-KnownEndQuiet).Add(time.Nanosecond))
+	}
+	return false
 }
 
 // endsSoon: n's VM has a known end before its maintenance window closes

@@ -95,7 +95,20 @@ func (p *poolPass) decideSlice(members []*Node) {
 // repair does before it recreates the VM, is not back: its hosts keep the
 // ask they carry, up to lifecycle.SliceDrainLimit after its cause started.
 func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
-	bySlice := map[string][]Node{}
+	all := make([]*Node, len(nodes))
+	for i := range nodes {
+		all[i] = &nodes[i]
+	}
+	return sliceAsks(all, now)
+}
+
+// SliceAsks is SliceAsks over the fleet's nodes.
+func (f *Fleet) SliceAsks(now time.Time) map[string]*protocol.SliceAsk {
+	return sliceAsks(f.All(), now)
+}
+
+func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
+	bySlice := map[string][]*Node{}
 	for _, n := range nodes {
 		if n.Slice != "" {
 			bySlice[n.Slice] = append(bySlice[n.Slice], n)
@@ -129,7 +142,7 @@ func anyAsk(asks map[string]*protocol.SliceAsk) bool {
 
 // keptAsk is the ask a slice's hosts keep while its cause's Node is gone
 // (see SliceAsks); nil for none.
-func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
+func keptAsk(members []*Node, now time.Time) *protocol.SliceAsk {
 	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
 	if want := members[0].SliceHosts; want == 0 || len(members) >= want {
 		return nil
@@ -140,7 +153,7 @@ func keptAsk(members []Node, now time.Time) *protocol.SliceAsk {
 		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(lifecycle.SliceDrainLimit)) {
 			continue
 		}
-		if !slices.ContainsFunc(members, func(m Node) bool { return m.Name == n.Ask.Cause }) {
+		if !slices.ContainsFunc(members, func(m *Node) bool { return m.Name == n.Ask.Cause }) {
 			return n.Ask
 		}
 	}

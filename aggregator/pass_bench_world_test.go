@@ -1,0 +1,176 @@
+package aggregator_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/maintenance-handler/maintenance-handler/aggregator"
+	"github.com/maintenance-handler/maintenance-handler/metrics"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+)
+
+// BenchmarkWholePass times the aggregator's whole pass in the test world,
+// one pass at a time: the read of its node cache, the claims Lease read
+// (and written when it picks a node), the slice asks, the faults, the
+// decision, its Events, its trigger and the wait for its node cache to show
+// it. The fleet is 5,000, 20,000 and then 65,000 Nodes in pools of 100,
+// each with a pending notice and busy, as agents publish them (no kubelet
+// or kwok heart-beats them: the aggregator's watch sees only the
+// benchmark's writes). Before each pass 10 Nodes, or 1% of them, change
+// (an agent's write each, spread over the fleet): one goes idle for two
+// hours and is picked, the one picked the pass before is busy again and
+// its trigger gone, and the others go idle too briefly or busy again, so
+// that their decisions change and each is told in an Event. It prints the
+// mean and the slowest of 20 passes, and how many pools each decided
+// again.
+func BenchmarkWholePass(b *testing.B) {
+	if testing.Short() {
+		b.Skip("needs the test world")
+	}
+	w := scaleWorld(b)
+	created, writes := 0, 0
+	for _, size := range []int{5000, 20000, 65000} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		began := time.Now()
+		parallel(b, size-created, 32, func(i int) error { return createPassNode(ctx, w, created+i) })
+		created = size
+		// The API server taints each new node not-ready until the node
+		// lifecycle controller sees it Ready: the fleet is steady once
+		// no node is tainted.
+		err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 20*time.Minute, true, func(context.Context) (bool, error) {
+			list, err := w.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=pass", ResourceVersion: "0"})
+			return err == nil && !slices.ContainsFunc(list.Items, func(n corev1.Node) bool { return len(n.Spec.Taints) > 0 }), nil
+		})
+		if err != nil {
+			b.Fatalf("nodes still tainted: %v", err)
+		}
+		fmt.Printf("%d nodes in %d pools created and untainted in %s\n", size, size/100, time.Since(began).Round(time.Second))
+		c, l := clientsOf(b, w)
+		a, err := aggregator.New(aggregator.Options{Client: c, Leases: l, Namespace: "default", Identity: "pass", LeaseName: fmt.Sprintf("pass-%d", size),
+			Metrics: metrics.NewAggregator(metrics.NewRegistry())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pass, await, stop, err := a.Lead(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		pass()
+		fmt.Printf("whole pass over %d nodes, a new leader's first: %s\n", size, time.Since(t0).Round(time.Millisecond))
+		picked := -1
+		for _, changed := range []int{10, size / 100} {
+			b.Run(fmt.Sprintf("nodes=%d/changed=%d", size, changed), func(b *testing.B) {
+				var total, slowest time.Duration
+				passes, decided := 0, 0
+				for b.Loop() {
+					for range 20 {
+						writes++ // a value no write of this benchmark had before
+						idx := spread(size, changed, writes, picked)
+						names := make([]string, len(idx))
+						parallel(b, len(idx), 32, func(k int) error {
+							names[k] = passNodeName(idx[k])
+							state := "picked"
+							switch {
+							case idx[k] == picked || k > 0 && (k+writes)%2 == 0:
+								state = "busy"
+							case k > 0:
+								state = "brief"
+							}
+							return setPassNode(ctx, w, idx[k], state, writes)
+						})
+						await(names...)
+						start := time.Now()
+						decided += pass()
+						d := time.Since(start)
+						total += d
+						slowest = max(slowest, d)
+						passes++
+						picked = idx[0]
+						n, err := w.Client.CoreV1().Nodes().Get(ctx, names[0], metav1.GetOptions{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, ok := n.Labels[protocol.LabelPerformMaintenance]; !ok {
+							b.Fatalf("%s, idle for two hours, was not picked", names[0])
+						}
+					}
+				}
+				mean := total / time.Duration(passes)
+				b.ReportMetric(float64(mean.Microseconds())/1000, "ms/pass")
+				b.ReportMetric(float64(slowest.Microseconds())/1000, "slowest-ms")
+				fmt.Printf("whole pass over %d nodes after %d changed: %s mean, %s the slowest of %d, %.0f pools decided again (of %d)\n",
+					size, changed, mean.Round(10*time.Microsecond), slowest.Round(10*time.Microsecond), passes, float64(decided)/float64(passes), size/100)
+			})
+		}
+		stop()
+		cancel()
+	}
+}
+
+// spread is which nodes of size change in pass iter: changed of them,
+// spread over the fleet's pools, the first a node not picked before and
+// picked (when it was picked the pass before) among them.
+func spread(size, changed, iter, picked int) []int {
+	seen := map[int]bool{}
+	var out []int
+	for i := 0; len(out) < changed; i++ {
+		j := (i*6491 + iter*7919) % size
+		if !seen[j] && (len(out) > 0 || j != picked) {
+			seen[j] = true
+			out = append(out, j)
+		}
+	}
+	if picked >= 0 && !seen[picked] {
+		out[len(out)-1] = picked
+	}
+	return out
+}
+
+func passNodeName(i int) string { return fmt.Sprintf("pass-%05d", i) }
+
+// createPassNode creates node i of the benchmark's fleet: Ready, busy,
+// with a pending notice, in pool i/100.
+func createPassNode(ctx context.Context, w *testworld.World, i int) error {
+	start := time.Now().Add(3 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: passNodeName(i),
+			Labels: map[string]string{testworld.LabelNodePool: fmt.Sprintf("pass-pool-%03d", i/100), "type": "pass"},
+			Annotations: map[string]string{
+				protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=90,window=2419200s,max-unavailable=10",
+				protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
+				protocol.AnnotationBusy:                protocol.BusyAccelerators,
+			}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}},
+	}
+	_, err := w.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	return err
+}
+
+// setPassNode writes node i as its agent would: "picked" idle for two
+// hours, "brief" idle for a minute, "busy" busy with no trigger; iter
+// makes each write a change.
+func setPassNode(ctx context.Context, w *testworld.World, i int, state string, iter int) error {
+	idle, busy := `null`, `"`+protocol.BusyAccelerators+`"`
+	switch state {
+	case "picked":
+		idle, busy = `"`+time.Now().Add(-2*time.Hour).UTC().Format(time.RFC3339)+`"`, `null`
+	case "brief":
+		idle, busy = `"`+time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)+`"`, `null`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s,%q:%s,%q:null,"bench.maintenance-handler.io/write":"%d"},"labels":{%q:null}}}`,
+		protocol.AnnotationBusy, busy, protocol.AnnotationIdleSince, idle, protocol.AnnotationMaintenanceState, iter, protocol.LabelPerformMaintenance)
+	_, err := w.Client.CoreV1().Nodes().Patch(ctx, passNodeName(i), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}

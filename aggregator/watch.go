@@ -1,0 +1,70 @@
+package aggregator
+
+// What the aggregator watches: the Nodes (each change marked for the next
+// pass, counted, and told to the notifier), the policy ConfigMap and the
+// cluster autoscaler's status; and the recorder of its Events.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/policysource"
+	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// record starts the Events' recorder, and returns what shuts it down.
+func (a *Aggregator) record() (shutdown func()) {
+	events := a.opts.EventClient
+	if events == nil {
+		events = a.opts.Client
+	}
+	a.recorder = kube.NewRecorder(events.EventSink(), corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
+	return a.recorder.Shutdown
+}
+
+// watch starts the watches, which last until ctx ends, and waits for the
+// node cache.
+func (a *Aggregator) watch(ctx context.Context) error {
+	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Logger: a.log.With("watch", "nodes")})
+	a.nodes.AddHandlers(kube.Handlers{
+		Add: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeAdded(o); a.poke() },
+		Update: func(old, cur kube.Object) {
+			a.views.mark(cur.GetName())
+			a.observeNode(old, cur)
+			a.notifyNode(old, cur)
+			if o, ok := old.(*corev1.Node); !ok || decisiveUpdate(o, cur) {
+				a.poke()
+			}
+		},
+		Delete: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeDeleted(o); a.poke() },
+	})
+	go a.nodes.Run(ctx)
+	synced := []cache.InformerSynced{a.nodes.HasSynced}
+	if a.opts.ConfigMap != "" {
+		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
+			a.opts.Namespace, a.opts.ConfigMap, a.log.With("watch", "policy"))
+		a.policy.OnChange(a.poke)
+		if err := a.policy.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("sync node cache: %w", ctx.Err())
+	}
+	if ns, name, ok := strings.Cut(a.opts.AutoscalerStatus, "/"); ok {
+		var err error
+		if a.scaler, err = a.startAutoscalerSource(ctx, ns, name); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			a.log.Warn("cannot read the cluster autoscaler's status: the pools it manages are not known, and are treated as not autoscaled (declare them with autoscaled: true in the policy ConfigMap)",
+				"configmap", a.opts.AutoscalerStatus, "err", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package fleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/window"
+)
+
+// TestFleetDecidesAsDecide plays random histories of a small fleet (nodes
+// set, changed, moved, deleted, amended for a pass; the configuration
+// changed; time moving on by seconds to hours) and holds, at every pass,
+// that the Fleet's plans are Decide's over every node, that the messages
+// of the plans it made anew are Decide's, and that a pass after which
+// nothing changed decides no pool again.
+func TestFleetDecidesAsDecide(t *testing.T) {
+	histories := 1000
+	if testing.Short() {
+		histories = 200
+	}
+	for seed := range uint64(histories) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		var f Fleet
+		at := now
+		cfg := randomConfig(r, at)
+		for i := range 4 + r.IntN(12) {
+			f.Set(randomNode(r, fmt.Sprintf("n%02d", i), at))
+		}
+		for step := range 40 {
+			what := r.IntN(20) // mostly nothing but time moves on
+			switch {
+			case what < 3:
+				names := f.All()
+				n := *names[r.IntN(len(names))]
+				f.Set(randomNode(r, n.Name, at))
+			case what == 3 && f.Len() > 2:
+				names := f.All()
+				f.Delete(names[r.IntN(len(names))].Name)
+			case what == 4:
+				f.Set(randomNode(r, fmt.Sprintf("n%02d", 20+r.IntN(10)), at))
+			case what == 5 && r.IntN(3) == 0:
+				cfg = randomConfig(r, at)
+			}
+			f.Restore()
+			amended := r.IntN(8) == 0
+			if amended { // a claim, as the aggregator amends a pass's nodes
+				names := f.All()
+				f.Amend(names[r.IntN(len(names))].Name, func(n *Node) { n.Voluntary, n.InMaintenance, n.Claimed = true, true, true })
+			}
+			at = at.Add([]time.Duration{0, time.Second, time.Minute, 10 * time.Minute, 3 * time.Hour}[r.IntN(5)])
+			got := f.Decide(at, cfg)
+			var all []Node
+			for _, n := range f.All() {
+				all = append(all, *n)
+			}
+			want := Decide(at, cfg, all)
+			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); d != "" {
+				t.Fatalf("seed %d, step %d: the Fleet's plans differ from Decide's (-Decide +Fleet):\n%s", seed, step, d)
+			}
+			fresh, _ := f.Changes()
+			for _, p := range fresh { // what an announcement reads is what Decide says now
+				for i, d := range p.Decisions {
+					if w := decisionOf(want, p.Pool, i); d.Message() != w.Message() {
+						t.Fatalf("seed %d, step %d: %s: message %q, want %q", seed, step, d.Node, d.Message(), w.Message())
+					}
+				}
+			}
+			if f.Decide(at, cfg); !amended {
+				if again, _ := f.Changes(); len(again) != 0 {
+					t.Fatalf("seed %d, step %d: nothing changed, and %d pools were decided again", seed, step, len(again))
+				}
+			}
+		}
+	}
+}
+
+func decisionOf(plans []PoolPlan, pool string, i int) Decision {
+	for _, p := range plans {
+		if p.Pool == pool {
+			return p.Decisions[i]
+		}
+	}
+	return Decision{message: func() string { return "" }}
+}
+
+// TestFleetDecidesOnlyWhatChanged: in a fleet of 20 pools, a change of one
+// node decides its pool alone again; a node moved decides both pools;
+// time alone decides again a pool whose node's idle time is reached.
+func TestFleetDecidesOnlyWhatChanged(t *testing.T) {
+	var f Fleet
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}
+	for i := range 200 {
+		n := node(fmt.Sprintf("n%03d", i), -1)
+		n.Pool, n.Config = fmt.Sprintf("pool-%02d", i/10), "node-idle-time=600s,min-nodes=5,window=2419200s,max-unavailable=2"
+		f.Set(n)
+	}
+	decided := func() []string {
+		fresh, _ := f.Changes()
+		var out []string
+		for _, p := range fresh {
+			out = append(out, p.Pool)
+		}
+		return out
+	}
+	f.Decide(now, cfg)
+	if got := decided(); len(got) != 20 {
+		t.Fatalf("first pass decided %d pools, want 20", len(got))
+	}
+	idle := *f.Node("n042")
+	idle.Busy, idle.IdleSince = "", now.Add(-5*time.Minute)
+	f.Set(idle)
+	f.Decide(now, cfg)
+	if d := cmp.Diff([]string{"pool-04"}, decided()); d != "" {
+		t.Errorf("after one node's change (-want +got):\n%s", d)
+	}
+	moved := *f.Node("n150")
+	moved.Pool = "pool-03"
+	f.Set(moved)
+	f.Decide(now, cfg)
+	if d := cmp.Diff([]string{"pool-03", "pool-15"}, decided()); d != "" {
+		t.Errorf("after a node moved (-want +got):\n%s", d)
+	}
+	f.Decide(now.Add(4*time.Minute), cfg)
+	if got := decided(); len(got) != 0 {
+		t.Errorf("4 minutes on, decided %v again; want none", got)
+	}
+	plans := f.Decide(now.Add(5*time.Minute), cfg)
+	if d := cmp.Diff([]string{"pool-04"}, decided()); d != "" {
+		t.Errorf("once n042's idle time is reached (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"n042"}, plans[4].Trigger); d != "" {
+		t.Errorf("pool-04 triggers (-want +got):\n%s", d)
+	}
+}
+
+func randomNode(r *rand.Rand, name string, at time.Time) Node {
+	n := Node{Name: name, UID: types.UID("u-" + name), Pool: fmt.Sprintf("pool-%d", r.IntN(3)), Ready: r.IntN(8) != 0,
+		NoticePresent: r.IntN(5) != 0,
+		Notice: maintenance.Notice{Status: maintenance.StatusPending, CanReschedule: r.IntN(8) != 0,
+			WindowStart: at.Add(time.Duration(r.IntN(40)) * 24 * time.Hour)}}
+	switch r.IntN(3) {
+	case 0:
+		n.Busy = protocol.BusyAccelerators
+	case 1:
+		n.IdleSince = at.Add(-time.Duration(r.IntN(30)) * time.Minute)
+	}
+	n.InMaintenance = r.IntN(6) == 0
+	n.Voluntary = n.InMaintenance && r.IntN(2) == 0
+	n.OptOut = r.IntN(12) == 0
+	if r.IntN(6) == 0 {
+		n.Failures.RetryAfter = at.Add(time.Duration(r.IntN(120)) * time.Minute)
+	}
+	if r.IntN(6) == 0 {
+		n.KnownEnd = at.Add(time.Duration(r.IntN(48)) * time.Hour)
+	}
+	if r.IntN(10) == 0 {
+		n.Unreadable = []string{protocol.AnnotationIdleSince}
+	}
+	// The pools' settings; now and then a node disagrees.
+	n.Config = map[string]string{"pool-0": "node-idle-time=600s,min-nodes=1,window=2419200s,max-unavailable=2", "pool-2": "node-idle-time=900s,min-nodes=0,window=604800s"}[n.Pool]
+	if r.IntN(15) == 0 {
+		n.Config = "node-idle-time=60s,min-nodes=0,window=86400s"
+	}
+	if n.Pool == "pool-2" && r.IntN(2) == 0 { // slices of two hosts
+		n.Slice, n.SliceHosts = fmt.Sprintf("slice-%d", r.IntN(2)), 2
+	}
+	return n
+}
+
+func randomConfig(r *rand.Rand, at time.Time) policy.Config {
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Count: 1 + r.IntN(4)}}
+	if r.IntN(2) == 0 {
+		cfg.Cluster.Exclusions = []window.Exclusion{{Name: "freeze", Start: at.Add(time.Duration(1+r.IntN(5)) * time.Hour), End: at.Add(time.Duration(6+r.IntN(6)) * time.Hour)}}
+	}
+	if r.IntN(3) == 0 {
+		o := policy.Opportunistic{NodeIdleTime: 1200 * time.Second, Window: 30 * 24 * time.Hour}
+		cfg.Pools = map[string]policy.PoolConfig{"pool-1": {Opportunistic: &o}}
+	}
+	return cfg
+}
