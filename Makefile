@@ -40,10 +40,11 @@ fuzz: ## search every parser's fuzz target for FUZZTIME each (default 1m); make 
 unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds; it starts no process of the test world and stops none
 	$(GO) test -short -count=1 ./...
 
-testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache, a real node's kubelet, containerd, runc and CNI plugins where the machine can run one, and the pinned helm
+testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache, a real node's kubelet, containerd, runc and CNI plugins where the machine can run one, the pinned helm and JobSet's controller
 	$(GO) run ./test/cmd/testworld build
 	$(GO) run ./test/cmd/testworld build-node
 	$(GO) run ./test/cmd/testworld build-helm
+	$(GO) run ./test/cmd/testworld build-jobset
 
 prometheus: ## fetch prometheus and promtool from Debian's package into the cache (no system install)
 	scripts/install-prometheus.sh >/dev/null

@@ -25,15 +25,19 @@ import (
 
 // Aggregator is the leader-elected opportunistic maintenance controller.
 type Aggregator struct {
-	opts     Options
-	log      *slog.Logger
-	wake     chan struct{}
-	leading  atomic.Bool
-	passes   atomic.Uint64
-	nodes    *kube.Informer
-	policy   *policysource.Source
-	scaler   *autoscalerSource
-	recorder *kube.Recorder
+	opts    Options
+	log     *slog.Logger
+	wake    chan struct{}
+	leading atomic.Bool
+	passes  atomic.Uint64
+	nodes   *kube.Informer
+	// claimsCache watches the claims Lease; wroteClaims are the claims
+	// this replica last wrote (currentClaims). The pass goroutine's.
+	claimsCache *kube.Informer
+	wroteClaims claims
+	policy      *policysource.Source
+	scaler      *autoscalerSource
+	recorder    *kube.Recorder
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
 	// Nodes that changed. claimedHere holds the claims this replica made,
@@ -235,8 +239,9 @@ func (a *Aggregator) beginLead() {
 func (a *Aggregator) fence(lctx context.Context) bool {
 	for {
 		by := a.opts.Identity + " at " + a.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
-		_, err := fenceClaims(lctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), by)
+		cl, err := fenceClaims(lctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), by)
 		if err == nil {
+			a.wroteClaims = cl
 			a.warnOnce("fence", "", nil)
 			return true
 		}
@@ -274,7 +279,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	spent := a.opts.Clock.Since(start)
 	cfg, cfgErr := a.config()
 	a.unclaimed(ctx, nodes, decidedOn)
-	cl, err := readClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName))
+	cl, err := a.currentClaims()
 	if err != nil {
 		// Claims not counted could exceed the caps: decide nothing.
 		a.warnOnce("claims", "cannot read the claims; no opportunistic trigger and no repair until they can be", err)
@@ -305,7 +310,8 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 		if ctx.Err() != nil {
 			return plans // leadership lost: stop acting at once
 		}
-		if _, err := writeClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), cl, claimed); err != nil {
+		written, err := writeClaims(ctx, a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName), cl, claimed)
+		if err != nil {
 			result := "error"
 			if errors.Is(err, ErrFenced) {
 				result = "fenced"
@@ -314,6 +320,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 			a.log.Info("claims not written; nothing triggered or approved in this pass", "nodes", len(toTrigger)+len(approved), "err", err)
 			return plans
 		}
+		a.wroteClaims = written
 	}
 	for _, p := range plans {
 		if a.unannounced[p.Pool] {

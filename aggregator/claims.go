@@ -16,8 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -69,6 +73,9 @@ var ErrFenced = errors.New("claims changed since read (another leader claims): f
 type claims struct {
 	version string
 	nodes   map[string]string
+	// over is the version a write of this replica replaced (set only on
+	// the claims it wrote).
+	over string
 }
 
 func readClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespace, name string) (claims, error) {
@@ -79,15 +86,59 @@ func readClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namesp
 	if err != nil {
 		return claims{}, err
 	}
+	return claimsIn(l)
+}
+
+// claimsIn reads the claims on the claims Lease l.
+func claimsIn(l *coordinationv1.Lease) (claims, error) {
 	out := claims{version: l.ResourceVersion, nodes: map[string]string{}}
 	if raw := l.Annotations[annotationClaims]; raw != "" {
 		if err := json.Unmarshal([]byte(raw), &out.nodes); err != nil {
 			// Unreadable claims cannot be counted: claim nothing until a
 			// write replaces them (ours, with what the Nodes say).
-			return out, fmt.Errorf("claims Lease %s/%s: %s is not JSON: %w", namespace, name, annotationClaims, err)
+			return out, fmt.Errorf("claims Lease %s/%s: %s is not JSON: %w", l.Namespace, l.Name, annotationClaims, err)
 		}
 	}
 	return out, nil
+}
+
+// claimsWatch lists and watches the claims Lease alone.
+func claimsWatch(c coordinationv1client.LeasesGetter, namespace, name string) kube.ListWatch {
+	only := func(opts metav1.ListOptions) metav1.ListOptions {
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		return opts
+	}
+	return kube.ListWatch{Object: &coordinationv1.Lease{},
+		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.Leases(namespace).List(ctx, only(opts))
+		},
+		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Leases(namespace).Watch(ctx, only(opts))
+		}}
+}
+
+// currentClaims are the claims as the claims Lease's watch shows them, or
+// as this replica last wrote them while the watch still shows the version
+// that write replaced: a pass reads them without a request, and a write
+// of them is conditional on their version, so a watch that lags behind
+// another replica's write costs a conflict (retried by the next pass),
+// never a claim not counted.
+func (a *Aggregator) currentClaims() (claims, error) {
+	cl := claims{nodes: map[string]string{}}
+	if obj, ok := a.claimsCache.Get(a.opts.Namespace + "/" + ClaimsLeaseName(a.opts.LeaseName)); ok {
+		l, isLease := obj.(*coordinationv1.Lease)
+		if !isLease {
+			return claims{}, fmt.Errorf("claims Lease: a %T in the cache", obj)
+		}
+		var err error
+		if cl, err = claimsIn(l); err != nil {
+			return cl, err
+		}
+	}
+	if w := a.wroteClaims; w.nodes != nil && cl.version == w.over {
+		return w, nil
+	}
+	return cl, nil
 }
 
 // writeClaims replaces the claims with nodes, conditional on the Lease
@@ -134,7 +185,7 @@ func putClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespa
 	if err != nil {
 		return prev, err
 	}
-	return claims{version: l.ResourceVersion, nodes: maps.Clone(nodes)}, nil
+	return claims{version: l.ResourceVersion, nodes: maps.Clone(nodes), over: prev.version}, nil
 }
 
 // claimState is what a claim's node says of it.
@@ -256,8 +307,11 @@ func (a *Aggregator) withdrawUnanswered(ctx context.Context, views []*fleet.Node
 		}
 	}
 	for _, v := range views {
+		if !v.Asked || !v.Triggered || v.Phase != protocol.PhaseIdle || v.TriggeredAt.IsZero() || now.Sub(v.TriggeredAt) <= a.opts.TriggerAnswerTimeout {
+			continue
+		}
 		cached := nodes[v.Name]
-		if !v.Asked || !v.Triggered || v.Phase != protocol.PhaseIdle || v.TriggeredAt.IsZero() || now.Sub(v.TriggeredAt) <= a.opts.TriggerAnswerTimeout || cached == nil {
+		if cached == nil {
 			continue
 		}
 		_, _, ms := protocol.ReadTrigger(cached)

@@ -50,6 +50,25 @@ type podStop struct {
 
 func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	t.Helper()
+	s := newSliceHosts(t, ctx, pool, size)
+	for i, host := range s.hosts {
+		grace := int64(20)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: s.p.ns, Labels: map[string]string{"job": "train"}},
+			Spec: corev1.PodSpec{NodeName: host, TerminationGracePeriodSeconds: &grace,
+				Tolerations: []corev1.Toleration{{Key: "google.com/tpu", Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}, Limits: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}}}}}}
+		if _, err := world.Client.CoreV1().Pods(s.p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.follow(t, ctx, pool)
+	return s
+}
+
+// newSliceHosts is the slice's hosts, each with its agent, and no pod.
+func newSliceHosts(t testing.TB, ctx context.Context, pool string, size int) *slice {
+	t.Helper()
 	p := newProcs(t, "--eviction-retry-interval", "1s")
 	s := &slice{p: p, vms: map[string]*vms.VM{}, tainted: map[string]time.Time{}, stopped: map[string]podStop{}}
 	for i := range size {
@@ -63,19 +82,17 @@ func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 		s.vms[name] = v
 		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
-	for i, host := range s.hosts {
-		grace := int64(20)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: p.ns, Labels: map[string]string{"job": "train"}},
-			Spec: corev1.PodSpec{NodeName: host, TerminationGracePeriodSeconds: &grace,
-				Tolerations: []corev1.Toleration{{Key: "google.com/tpu", Operator: corev1.TolerationOpExists}},
-				Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}, Limits: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")}}}}}}
-		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return s
+}
+
+// follow waits until a pod runs on every host of the slice, and each
+// host's agent publishes it busy, then follows what happens to the
+// slice's Nodes and pods.
+func (s *slice) follow(t testing.TB, ctx context.Context, pool string) {
+	t.Helper()
+	size := len(s.hosts)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := world.Client.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
+		list, err := world.Client.CoreV1().Pods(s.p.ns).List(ctx, metav1.ListOptions{})
 		running := 0
 		for _, p := range list.Items {
 			if p.Status.Phase == corev1.PodRunning {
@@ -90,7 +107,7 @@ func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	// The agents have read their Nodes: each publishes its host busy.
 	world.WaitNodes(t, s.hosts, "published busy", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationBusy] != "" })
 
-	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(p.ns))
+	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(s.p.ns))
 	podInf := factory.Core().V1().Pods().Informer()
 	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
 		p := o.(*corev1.Pod)
@@ -119,7 +136,6 @@ func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	go podInf.Run(watchCtx.Done())
 	go nodeInf.Run(watchCtx.Done())
 	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced, nodeInf.HasSynced)
-	return s
 }
 
 // preempt preempts host and returns its drain's deadline.

@@ -44,7 +44,10 @@ func (a *Aggregator) watch(ctx context.Context) error {
 		Delete: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeDeleted(o); a.poke() },
 	})
 	go a.nodes.Run(ctx)
-	synced := []cache.InformerSynced{a.nodes.HasSynced}
+	a.claimsCache = kube.NewInformer(claimsWatch(a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName)),
+		kube.InformerOptions{Name: "claims", Logger: a.log.With("watch", "claims")})
+	go a.claimsCache.Run(ctx)
+	synced := []cache.InformerSynced{a.nodes.HasSynced, a.claimsCache.HasSynced}
 	if a.opts.ConfigMap != "" {
 		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
 			a.opts.Namespace, a.opts.ConfigMap, a.log.With("watch", "policy"))

@@ -6,6 +6,7 @@ package fleet
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -91,10 +92,28 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 	return decideFaults(now, cfg, pools, func(pool string) []*Node { return byPool[pool] })
 }
 
-// DecideFaults is DecideFaults over the fleet's nodes.
+// DecideFaults is DecideFaults over the fleet's nodes: over the pools one
+// of whose nodes may take part in it (faultRelevant), as no other pool has
+// anything to decide, count or undo.
 func (f *Fleet) DecideFaults(now time.Time, cfg policy.Config) FaultPlan {
-	pools, members := f.Pools()
-	return decideFaults(now, cfg, pools, members)
+	var pools []string
+	for _, name := range f.poolNames() {
+		p := f.pools[name]
+		if !p.faultsRead {
+			p.faulty, p.faultsRead = slices.ContainsFunc(p.members(), faultRelevant), true
+		}
+		if p.faulty {
+			pools = append(pools, name)
+		}
+	}
+	return decideFaults(now, cfg, pools, func(pool string) []*Node { return f.pools[pool].members() })
+}
+
+// faultRelevant: n may take part in the faults' decision: it is in repair
+// or claimed (counted), tainted faulty (to untaint), asked for a repair,
+// predicted to degrade, or carries a fault detector's condition.
+func faultRelevant(n *Node) bool {
+	return n.InRepair() || n.Claimed || n.FaultTaint || n.ReportFaultySet || n.PredictedToDegrade || len(n.Conditions) > 0
 }
 
 // decideFaults is DecideFaults over pools (sorted), each of whose nodes

@@ -45,6 +45,9 @@ type fleetPool struct {
 	sorted  []*Node // by name; nil when a node came or went
 	changed bool    // a node came, went or changed since plan
 	plan    *poolMemo
+	// faulty: a node of the pool may take part in the faults' decision
+	// (faultRelevant), as of its nodes when faultsRead was last set.
+	faulty, faultsRead bool
 }
 
 // poolMemo is a pool's plan, and what it holds for (see Fleet).
@@ -67,7 +70,7 @@ func (f *Fleet) Set(n Node) {
 	cur, ok := f.nodes[n.Name]
 	if ok && cur.Pool == n.Pool {
 		*cur = n
-		f.pools[n.Pool].changed = true
+		f.pools[n.Pool].touch()
 		return
 	}
 	if ok {
@@ -84,7 +87,8 @@ func (f *Fleet) Set(n Node) {
 		f.pools[n.Pool] = p
 		f.names = nil
 	}
-	p.set[n.Name], p.sorted, p.changed = cur, nil, true
+	p.set[n.Name], p.sorted = cur, nil
+	p.touch()
 }
 
 // Delete takes the node of name out of the fleet, if it is there.
@@ -102,7 +106,8 @@ func (f *Fleet) Delete(name string) {
 func (f *Fleet) leave(n *Node) {
 	p := f.pools[n.Pool]
 	delete(p.set, n.Name)
-	p.sorted, p.changed = nil, true
+	p.sorted = nil
+	p.touch()
 	if len(p.set) == 0 {
 		if p.plan != nil {
 			f.gone = append(f.gone, p.plan.plan)
@@ -134,14 +139,14 @@ func (f *Fleet) Amend(name string, change func(*Node)) {
 		f.amended[name] = *n
 	}
 	change(n)
-	f.pools[n.Pool].changed = true
+	f.pools[n.Pool].touch()
 }
 
 // Restore undoes every Amend since the last Restore.
 func (f *Fleet) Restore() {
 	for name, n := range f.amended {
 		*f.nodes[name] = n
-		f.pools[n.Pool].changed = true
+		f.pools[n.Pool].touch()
 	}
 	clear(f.amended)
 }
@@ -158,12 +163,6 @@ func (f *Fleet) All() []*Node {
 	return f.all
 }
 
-// Pools is every pool's name, sorted, with its nodes by name (valid as
-// All).
-func (f *Fleet) Pools() (names []string, members func(pool string) []*Node) {
-	return f.poolNames(), func(pool string) []*Node { return f.pools[pool].members() }
-}
-
 func (f *Fleet) poolNames() []string {
 	if f.names == nil {
 		f.names = make([]string, 0, len(f.pools))
@@ -174,6 +173,9 @@ func (f *Fleet) poolNames() []string {
 	}
 	return f.names
 }
+
+// touch: a node of the pool came, went or changed.
+func (p *fleetPool) touch() { p.changed, p.faultsRead = true, false }
 
 func (p *fleetPool) members() []*Node {
 	if p.sorted == nil {

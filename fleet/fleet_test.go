@@ -20,12 +20,13 @@ import (
 // set, changed, moved, deleted, amended for a pass; the configuration
 // changed; time moving on by seconds to hours) and holds, at every pass,
 // that the Fleet's plans are Decide's over every node, that the messages
-// of the plans it made anew are Decide's, and that a pass after which
-// nothing changed decides no pool again.
+// of the plans it made anew are Decide's, that its faults' decision (over
+// the pools with a node that may take part) is DecideFaults' over every
+// node, and that a pass after which nothing changed decides no pool again.
 func TestFleetDecidesAsDecide(t *testing.T) {
-	histories := 1000
+	histories := 500
 	if testing.Short() {
-		histories = 200
+		histories = 100
 	}
 	for seed := range uint64(histories) {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -65,6 +66,9 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 			want := Decide(at, cfg, all)
 			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's plans differ from Decide's (-Decide +Fleet):\n%s", seed, step, d)
+			}
+			if d := cmp.Diff(DecideFaults(at, cfg, all), f.DecideFaults(at, cfg)); d != "" {
+				t.Fatalf("seed %d, step %d: the Fleet's faults differ from DecideFaults' (-DecideFaults +Fleet):\n%s", seed, step, d)
 			}
 			fresh, _ := f.Changes()
 			for _, p := range fresh { // what an announcement reads is what Decide says now
@@ -165,6 +169,21 @@ func randomNode(r *rand.Rand, name string, at time.Time) Node {
 	if r.IntN(10) == 0 {
 		n.Unreadable = []string{protocol.AnnotationIdleSince}
 	}
+	// Now and then a fault, or a repair.
+	switch r.IntN(12) {
+	case 0:
+		n.Conditions = []Condition{{Type: "GPUUnhealthy", Status: []string{"True", "False"}[r.IntN(2)], Since: at.Add(-time.Duration(r.IntN(20)) * time.Minute)}}
+	case 1:
+		n.ReportFaulty, n.ReportFaultySet = []string{protocol.BehaviorChipError, "broken"}[r.IntN(2)], true
+	case 2:
+		n.FaultTaint = true
+	case 3:
+		n.PredictedToDegrade = true
+	case 4:
+		n.Repair = &protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson}
+	case 5:
+		n.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: at.Add(-time.Duration(r.IntN(48)) * time.Hour)}
+	}
 	// The pools' settings; now and then a node disagrees.
 	n.Config = map[string]string{"pool-0": "node-idle-time=600s,min-nodes=1,window=2419200s,max-unavailable=2", "pool-2": "node-idle-time=900s,min-nodes=0,window=604800s"}[n.Pool]
 	if r.IntN(15) == 0 {
@@ -177,7 +196,9 @@ func randomNode(r *rand.Rand, name string, at time.Time) Node {
 }
 
 func randomConfig(r *rand.Rand, at time.Time) policy.Config {
-	cfg := policy.Config{MaxVoluntary: policy.Budget{Count: 1 + r.IntN(4)}}
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Count: 1 + r.IntN(4)}, ClusterFaults: &policy.Faults{
+		Conditions:  []policy.FaultCondition{{Type: "GPUUnhealthy", Status: "True", For: 10 * time.Minute, Behavior: protocol.BehaviorChipError}},
+		MaxInRepair: policy.Budget{Count: 1 + r.IntN(2)}, Cooldown: time.Hour, RateCount: r.IntN(3), RateWindow: 24 * time.Hour, Prediction: protocol.BehaviorChipError}}
 	if r.IntN(2) == 0 {
 		cfg.Cluster.Exclusions = []window.Exclusion{{Name: "freeze", Start: at.Add(time.Duration(1+r.IntN(5)) * time.Hour), End: at.Add(time.Duration(6+r.IntN(6)) * time.Hour)}}
 	}

@@ -19,11 +19,7 @@ const HelmVersion = "v4.3.1"
 // HelmDir is the directory that holds (or will hold) the built helm
 // binary, in bin/: a sibling of Dir, so that a machine builds it once.
 func HelmDir() (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(filepath.Dir(dir), fmt.Sprintf("helm-%s_%s-%s", HelmVersion, runtime.GOOS, runtime.GOARCH)), nil
+	return siblingDir("helm", HelmVersion)
 }
 
 // BuildHelm compiles helm at HelmVersion from the module proxy into dir
@@ -51,6 +47,16 @@ func Helm(tb testing.TB) string {
 }
 
 var helm builtOnce
+
+// siblingDir is the directory of name at version for this platform, a
+// sibling of Dir: a machine builds it once.
+func siblingDir(name, version string) (string, error) {
+	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(dir), fmt.Sprintf("%s-%s_%s-%s", name, version, runtime.GOOS, runtime.GOARCH)), nil
+}
 
 // builtOnce is a binary this process builds (or finds built) once, for
 // every test that needs it.

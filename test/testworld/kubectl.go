@@ -2,10 +2,7 @@ package testworld
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -13,11 +10,7 @@ import (
 // KubectlDir is the directory that holds (or will hold) kubectl at
 // KubernetesVersion, in bin/: a sibling of Dir, built once per machine.
 func KubectlDir() (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(filepath.Dir(dir), fmt.Sprintf("kubectl-%s_%s-%s", KubernetesVersion, runtime.GOOS, runtime.GOARCH)), nil
+	return siblingDir("kubectl", KubernetesVersion)
 }
 
 // BuildKubectl compiles kubectl from k8s.io/kubernetes at KubernetesVersion

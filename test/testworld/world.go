@@ -3,6 +3,7 @@ package testworld
 import (
 	"context"
 	"crypto/rand"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -93,6 +94,12 @@ type World struct {
 	mu      sync.Mutex
 	stopped bool
 }
+
+// ownStages are the test world's own kwok Stages (stages/), beside those
+// kwok ships.
+//
+//go:embed stages/*.yaml
+var ownStages embed.FS
 
 // adminToken is the static token of the admin user in every world.
 const adminToken = "testworld-admin-token"
@@ -279,7 +286,12 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		"--cidr", "10.244.0.0/16",
 		"--node-ip", "127.0.0.1",
 	}
-	for _, s := range stages {
+	own := filepath.Join(tmp, "stages")
+	if err := os.CopyFS(own, ownStages); err != nil {
+		return w, fmt.Errorf("write the test world's kwok stages: %w", err)
+	}
+	mine, _ := filepath.Glob(filepath.Join(own, "stages", "*.yaml"))
+	for _, s := range append(stages, mine...) {
 		kwokArgs = append(kwokArgs, "--config", s)
 	}
 	kwok, err := w.start("kwok", logPath("kwok"), bin(binKwok), kwokArgs...)

@@ -10,6 +10,8 @@
 //	testworld build-helm  build the pinned helm once, reuse afterwards
 //	testworld helm        the same, then print the helm binary's path (make
 //	                      generate renders the chart with it)
+//	testworld build-jobset  build JobSet's controller once, reuse
+//	                      afterwards
 //	testworld build-kubectl  build kubectl at the world's Kubernetes
 //	                      version once, for the benchmark beside kubectl drain
 //	testworld dir         print the cache directory
@@ -39,7 +41,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) != 1 {
-		return fmt.Errorf("usage: testworld build|build-node|build-helm|helm|build-kubectl|dir|leaks")
+		return fmt.Errorf("usage: testworld build|build-node|build-helm|helm|build-jobset|build-kubectl|dir|leaks")
 	}
 	dir, err := testworld.Dir()
 	if err != nil {
@@ -74,6 +76,12 @@ func run(ctx context.Context, args []string) error {
 		}
 		fmt.Println(filepath.Join(helmDir, "bin", "helm"))
 		return nil
+	case "build-jobset":
+		jobSetDir, err := testworld.JobSetDir()
+		if err != nil {
+			return err
+		}
+		return testworld.BuildJobSet(ctx, jobSetDir, os.Stdout)
 	case "build-kubectl":
 		kubectlDir, err := testworld.KubectlDir()
 		if err != nil {
