@@ -2,6 +2,8 @@ package aggregator
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -25,9 +27,9 @@ var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 // Lead starts a's watches and has it lead without an election, its claims
 // fenced, for a benchmark that times whole passes one at a time: pass runs
 // one (it reports how many pools it decided again), await waits until the
-// node cache has told the aggregator of a change of each of names, and stop
-// ends it all.
-func (a *Aggregator) Lead(ctx context.Context) (pass func() int, await func(names ...string), stop func(), err error) {
+// node cache has told the aggregator of each Node at the resourceVersion
+// given, and stop ends it all.
+func (a *Aggregator) Lead(ctx context.Context) (pass func() int, await func(versions map[string]string), stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	shutdown := a.record()
 	stop = func() { cancel(); shutdown() }
@@ -45,5 +47,11 @@ func (a *Aggregator) Lead(ctx context.Context) (pass func() int, await func(name
 		fresh, _ := a.views.fleet.Changes()
 		return len(fresh)
 	}
-	return pass, func(names ...string) { a.views.awaitMarked(names) }, stop, nil
+	return pass, func(versions map[string]string) {
+		names := slices.Collect(maps.Keys(versions))
+		a.views.awaitMarked(names, func(name string) bool {
+			obj, ok := a.nodes.Get(name)
+			return ok && obj.GetResourceVersion() == versions[name]
+		})
+	}, stop, nil
 }

@@ -65,16 +65,17 @@ func (c *viewCache) nextMark() <-chan struct{} {
 	return c.marked
 }
 
-// awaitMarked waits until every one of names is marked and not yet read
-// again.
-func (c *viewCache) awaitMarked(names []string) {
+// awaitMarked waits until every one of names is marked, not yet read
+// again, and shown (a mark comes after the node cache has the object
+// that caused it).
+func (c *viewCache) awaitMarked(names []string, shown func(name string) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.marks == nil {
 		c.marks = sync.NewCond(&c.mu)
 	}
 	for _, name := range names {
-		for !c.dirty[name] {
+		for !c.dirty[name] || !shown(name) {
 			c.marks.Wait()
 		}
 	}

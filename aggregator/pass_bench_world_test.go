@@ -3,7 +3,10 @@ package aggregator_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +78,7 @@ func BenchmarkWholePass(b *testing.B) {
 			b.Fatal(err)
 		}
 		a, err := aggregator.New(aggregator.Options{Client: c, Leases: l, EventClient: events, Namespace: "default", Identity: "pass", LeaseName: fmt.Sprintf("pass-%d", size),
-			Metrics: metrics.NewAggregator(metrics.NewRegistry())})
+			Metrics: metrics.NewAggregator(metrics.NewRegistry()), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -112,7 +115,8 @@ func BenchmarkWholePass(b *testing.B) {
 					for range 20 {
 						writes++ // a value no write of this benchmark had before
 						idx := spread(size, changed, writes, picked)
-						names := make([]string, len(idx))
+						names, versions := make([]string, len(idx)), map[string]string{}
+						var mu sync.Mutex
 						parallel(b, len(idx), 32, func(k int) error {
 							names[k] = passNodeName(idx[k])
 							state := "picked"
@@ -122,9 +126,13 @@ func BenchmarkWholePass(b *testing.B) {
 							case k > 0:
 								state = "brief"
 							}
-							return setPassNode(ctx, w, idx[k], state, writes)
+							rv, err := setPassNode(ctx, w, idx[k], state, writes)
+							mu.Lock()
+							versions[names[k]] = rv
+							mu.Unlock()
+							return err
 						})
-						await(names...)
+						await(versions)
 						start := time.Now()
 						decided += pass()
 						d := time.Since(start)
@@ -195,8 +203,8 @@ func createPassNode(ctx context.Context, w *testworld.World, i int) error {
 
 // setPassNode writes node i as its agent would: "picked" idle for two
 // hours, "brief" idle for a minute, "busy" busy with no trigger; iter
-// makes each write a change.
-func setPassNode(ctx context.Context, w *testworld.World, i int, state string, iter int) error {
+// makes each write a change. It returns the Node's new resourceVersion.
+func setPassNode(ctx context.Context, w *testworld.World, i int, state string, iter int) (string, error) {
 	idle, busy := `null`, `"`+protocol.BusyAccelerators+`"`
 	switch state {
 	case "picked":
@@ -206,6 +214,9 @@ func setPassNode(ctx context.Context, w *testworld.World, i int, state string, i
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s,%q:%s,%q:null,"bench.maintenance-handler.io/write":"%d"},"labels":{%q:null}}}`,
 		protocol.AnnotationBusy, busy, protocol.AnnotationIdleSince, idle, protocol.AnnotationMaintenanceState, iter, protocol.LabelPerformMaintenance)
-	_, err := w.Client.CoreV1().Nodes().Patch(ctx, passNodeName(i), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+	n, err := w.Client.CoreV1().Nodes().Patch(ctx, passNodeName(i), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return "", err
+	}
+	return n.ResourceVersion, nil
 }
