@@ -32,8 +32,7 @@ type viewCache struct {
 
 	mu    sync.Mutex
 	dirty map[string]bool
-	all   bool       // every Node is read again: a new leader's first pass
-	marks *sync.Cond // told of each mark, when someone waits (awaitMarked)
+	all   bool // every Node is read again: a new leader's first pass
 	// marked is closed at the next mark (nil: none is waited for).
 	marked chan struct{}
 }
@@ -46,9 +45,6 @@ func (c *viewCache) mark(name string) {
 		c.dirty = map[string]bool{}
 	}
 	c.dirty[name] = true
-	if c.marks != nil {
-		c.marks.Broadcast()
-	}
 	if c.marked != nil {
 		close(c.marked)
 		c.marked = nil
@@ -69,15 +65,15 @@ func (c *viewCache) nextMark() <-chan struct{} {
 // again, and shown (a mark comes after the node cache has the object
 // that caused it).
 func (c *viewCache) awaitMarked(names []string, shown func(name string) bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.marks == nil {
-		c.marks = sync.NewCond(&c.mu)
-	}
-	for _, name := range names {
-		for !c.dirty[name] || !shown(name) {
-			c.marks.Wait()
+	for {
+		next := c.nextMark() // before looking: a mark after the look closes it
+		c.mu.Lock()
+		all := !slices.ContainsFunc(names, func(name string) bool { return !c.dirty[name] })
+		c.mu.Unlock()
+		if all && !slices.ContainsFunc(names, func(name string) bool { return !shown(name) }) {
+			return
 		}
+		<-next
 	}
 }
 
