@@ -188,16 +188,22 @@ func ParseNotice(raw string) (n Notice, present bool, err error) {
 			s = s[i:]
 		}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &fields); err != nil {
-		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q is not a JSON object: %w", Excerpt(raw), ErrUnrecognized)
-	}
-	if len(fields) == 0 {
-		return Notice{}, false, nil
-	}
+	// One decode in the common case, an object: the fleet's aggregator
+	// reads every notice that changes.
 	var w wireNotice
-	if err := json.Unmarshal([]byte(s), &w); err != nil {
+	body := strings.TrimLeft(s, " \t\r\n")
+	if err := json.Unmarshal([]byte(s), &w); err != nil || !strings.HasPrefix(body, "{") {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal([]byte(s), &fields) != nil {
+			return Notice{}, false, fmt.Errorf("upcoming-maintenance %q is not a JSON object: %w", Excerpt(raw), ErrUnrecognized)
+		}
+		if len(fields) == 0 {
+			return Notice{}, false, nil // null
+		}
 		return Notice{}, false, fmt.Errorf("upcoming-maintenance %q: %v: %w", Excerpt(raw), err, ErrUnrecognized)
+	}
+	if strings.HasPrefix(strings.TrimLeft(body[1:], " \t\r\n"), "}") {
+		return Notice{}, false, nil // { }: a valid object that starts so is empty
 	}
 	n.Type = w.Type
 	n.RawStatus = first(w.Status, w.StatusCamel)
@@ -244,7 +250,9 @@ func ParseNotice(raw string) (n Notice, present bool, err error) {
 	// UTF-8 only: each byte that is not becomes U+FFFD, as the API
 	// server's JSON makes it, and as the decoder made it in n's strings,
 	// so that the mirror parses to the same notice.
-	n.Raw = string([]rune(string(compact)))
+	if n.Raw = string(compact); !utf8.ValidString(n.Raw) {
+		n.Raw = string([]rune(n.Raw))
+	}
 	return n, true, nil
 }
 

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,9 @@ func fields(values map[string]string) string {
 	return strings.Join(out, "\x1f")
 }
 
-// sameTimes compares times as instants.
-var sameTimes = cmp.Options{cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) }), cmpopts.EquateEmpty()}
+// sameTimes compares times as instants, and the states' unexported
+// fields too.
+var sameTimes = cmp.Options{cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) }), cmpopts.EquateEmpty(), cmp.AllowUnexported(AgentState{})}
 
 func FuzzNodeKeys(f *testing.F) {
 	// Seeds: what the agent writes in each phase, and values it does not.
@@ -101,6 +103,9 @@ func FuzzNodeKeys(f *testing.F) {
 		n := nodeFrom(data, tpu)
 
 		st := ReadAgentState(n)
+		if got, want := st.Unreadable(n), Unreadable(n); !slices.Equal(got, want) {
+			t.Errorf("the state read lists %v unreadable, Unreadable %v", got, want)
+		}
 		written := n.DeepCopy()
 		WriteAgentState(written, st)
 		if again := ReadAgentState(written); !cmp.Equal(st, again, sameTimes) {

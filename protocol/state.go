@@ -77,6 +77,9 @@ type AgentState struct {
 	// KnownEnd is the VM's known end, as the agent last learned it
 	// (LabelKnownEnd); zero when none is known.
 	KnownEnd time.Time
+	// noticeUnreadable: the upcoming-maintenance annotation is there and
+	// cannot be read (Unreadable lists it).
+	noticeUnreadable bool
 }
 
 // DrainEnd is how a drain ended: the value of AnnotationDrain.
@@ -162,7 +165,8 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
 		st.RequestID, st.Requested, st.Begun, st.RepairCall = "", time.Time{}, false, ""
 	}
-	st.ScheduledTime, st.Notice = n.Labels[LabelScheduledMaintenanceTime], ReadNotice(a[AnnotationUpcomingMaintenance])
+	st.ScheduledTime = n.Labels[LabelScheduledMaintenanceTime]
+	st.Notice, st.noticeUnreadable = readNotice(a[AnnotationUpcomingMaintenance])
 	st.KnownEnd = ReadKnownEnd(n)
 	// The notice keys are the agent's only while it mirrors them: GKE's
 	// handler writes the same keys. Keys an agent of a version before the
@@ -179,12 +183,19 @@ func ReadAgentState(n *corev1.Node) AgentState {
 // or cannot be read keeps only its Raw (its Status is ""): it is kept as
 // it is, and acted on as no notice.
 func ReadNotice(raw string) maintenance.Notice {
+	n, _ := readNotice(raw)
+	return n
+}
+
+// readNotice is ReadNotice, and whether raw is a notice that cannot be
+// read.
+func readNotice(raw string) (maintenance.Notice, bool) {
 	n, present, err := maintenance.ParseNotice(raw)
 	if err != nil || !present {
-		return maintenance.Notice{Raw: raw}
+		return maintenance.Notice{Raw: raw}, err != nil
 	}
 	n.Raw = raw
-	return n
+	return n, false
 }
 
 // readDrainEnd reads AnnotationDrain; a value it does not know is none.

@@ -5,8 +5,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/maintenance-handler/maintenance-handler/maintenance"
 )
 
 // Unreadable lists, sorted, the keys on n that the product reads and
@@ -21,6 +19,18 @@ import (
 // shows here; what it writes in a form this version can read is its own
 // claim about itself, and is believed as such.
 func Unreadable(n *corev1.Node) []string {
+	return unreadable(n, func(v string) bool { _, unreadable := readNotice(v); return !unreadable })
+}
+
+// Unreadable is Unreadable(n) for the Node st was read from
+// (ReadAgentState): the notice st holds is not parsed again.
+func (st AgentState) Unreadable(n *corev1.Node) []string {
+	return unreadable(n, func(string) bool { return !st.noticeUnreadable })
+}
+
+// unreadable is Unreadable, with noticeReadable telling whether the
+// upcoming-maintenance annotation, which is there, can be read.
+func unreadable(n *corev1.Node, noticeReadable func(string) bool) []string {
 	a := n.Annotations
 	var out []string
 	check := func(key string, readable func(string) bool) {
@@ -62,7 +72,7 @@ func Unreadable(n *corev1.Node) []string {
 	check(AnnotationFaultRepair, func(v string) bool { _, ok := decodeRepairApproval(v); return ok })
 	check(AnnotationRepairCall, func(v string) bool { return readRepairCall(v) != "" })
 	check(AnnotationLastFaultRepair, func(v string) bool { return decodeLastFaultRepair(v).Outcome != "" })
-	check(AnnotationUpcomingMaintenance, func(v string) bool { _, _, err := maintenance.ParseNotice(v); return err == nil })
+	check(AnnotationUpcomingMaintenance, noticeReadable)
 	slices.Sort(out)
 	return out
 }
