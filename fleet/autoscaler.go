@@ -25,10 +25,13 @@ func NodeGroupOf(node string, groups []string) string {
 
 // groupNames lists the distinct node groups of nodes, sorted.
 func groupNames(nodes []*Node) []string {
-	seen := map[string]bool{}
+	var seen map[string]bool // read as empty while nil
 	var out []string
 	for _, n := range nodes {
 		if n.AutoscalerGroup != "" && !seen[n.AutoscalerGroup] {
+			if seen == nil {
+				seen = map[string]bool{}
+			}
 			seen[n.AutoscalerGroup] = true
 			out = append(out, n.AutoscalerGroup)
 		}

@@ -63,12 +63,19 @@ type Decision struct {
 	Reason Reason
 	// message says why, for the Node's Event: written only when asked
 	// (Message), as a pass decides about every node with a pending notice
-	// and announces only the decisions that changed.
+	// and announces only the decisions that changed. skipped: it says why
+	// the node was not picked.
 	message func() string
+	skipped bool
 }
 
 // Message says why, for the Node's Event.
-func (d Decision) Message() string { return d.message() }
+func (d Decision) Message() string {
+	if d.skipped {
+		return "Not picked for opportunistic maintenance: " + d.message()
+	}
+	return d.message()
+}
 
 // PoolPlan is one pool's pass.
 type PoolPlan struct {
@@ -134,9 +141,12 @@ func pending(n *Node) bool {
 // goes down whole.
 func countVoluntary(nodes []*Node) int {
 	n := 0
-	down := map[string]bool{}
+	var down map[string]bool // read as empty while nil
 	for _, v := range nodes {
 		if v.Voluntary && v.Slice != "" {
+			if down == nil {
+				down = map[string]bool{}
+			}
 			down[v.Slice] = true
 		}
 	}

@@ -6,7 +6,6 @@ package fleet
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -96,17 +95,7 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 // of whose nodes may take part in it (faultRelevant), as no other pool has
 // anything to decide, count or undo.
 func (f *Fleet) DecideFaults(now time.Time, cfg policy.Config) FaultPlan {
-	var pools []string
-	for _, name := range f.poolNames() {
-		p := f.pools[name]
-		if !p.faultsRead {
-			p.faulty, p.faultsRead = slices.ContainsFunc(p.members(), faultRelevant), true
-		}
-		if p.faulty {
-			pools = append(pools, name)
-		}
-	}
-	return decideFaults(now, cfg, pools, func(pool string) []*Node { return f.pools[pool].members() })
+	return decideFaults(now, cfg, f.markedPools(markFault), func(pool string) []*Node { return f.pools[pool].members() })
 }
 
 // faultRelevant: n may take part in the faults' decision: it is in repair

@@ -37,6 +37,8 @@ type Fleet struct {
 	// plans they replaced and those of pools gone since the Decide before.
 	fresh, replaced []PoolPlan
 	gone            []PoolPlan // the plans of pools gone since the last Decide
+	// sums count every node (summary.go).
+	sums sums
 }
 
 // fleetPool is one pool's nodes and its last plan.
@@ -45,9 +47,8 @@ type fleetPool struct {
 	sorted  []*Node // by name; nil when a node came or went
 	changed bool    // a node came, went or changed since plan
 	plan    *poolMemo
-	// faulty: a node of the pool may take part in the faults' decision
-	// (faultRelevant), as of its nodes when faultsRead was last set.
-	faulty, faultsRead bool
+	// sums count its nodes (summary.go).
+	sums sums
 }
 
 // poolMemo is a pool's plan, and what it holds for (see Fleet).
@@ -69,8 +70,11 @@ func (f *Fleet) Set(n Node) {
 	delete(f.amended, n.Name)
 	cur, ok := f.nodes[n.Name]
 	if ok && cur.Pool == n.Pool {
+		p := f.pools[n.Pool]
+		f.count(p, cur, -1)
 		*cur = n
-		f.pools[n.Pool].touch()
+		f.count(p, cur, 1)
+		p.touch()
 		return
 	}
 	if ok {
@@ -88,6 +92,7 @@ func (f *Fleet) Set(n Node) {
 		f.names = nil
 	}
 	p.set[n.Name], p.sorted = cur, nil
+	f.count(p, cur, 1)
 	p.touch()
 }
 
@@ -105,6 +110,7 @@ func (f *Fleet) Delete(name string) {
 // was its last node.
 func (f *Fleet) leave(n *Node) {
 	p := f.pools[n.Pool]
+	f.count(p, n, -1)
 	delete(p.set, n.Name)
 	p.sorted = nil
 	p.touch()
@@ -127,6 +133,7 @@ func (f *Fleet) Len() int { return len(f.nodes) }
 // Amend changes the node of name (if it is in the fleet) for the pass
 // under way alone, with what the pass knows beyond its Node object (a
 // claim, a fault's decision): Restore puts back what Set gave.
+// change is not to move it to another pool.
 func (f *Fleet) Amend(name string, change func(*Node)) {
 	n, ok := f.nodes[name]
 	if !ok {
@@ -138,15 +145,21 @@ func (f *Fleet) Amend(name string, change func(*Node)) {
 	if _, ok := f.amended[name]; !ok {
 		f.amended[name] = *n
 	}
+	p := f.pools[n.Pool]
+	f.count(p, n, -1)
 	change(n)
-	f.pools[n.Pool].touch()
+	f.count(p, n, 1)
+	p.touch()
 }
 
 // Restore undoes every Amend since the last Restore.
 func (f *Fleet) Restore() {
 	for name, n := range f.amended {
-		*f.nodes[name] = n
-		f.pools[n.Pool].touch()
+		cur, p := f.nodes[name], f.pools[n.Pool]
+		f.count(p, cur, -1)
+		*cur = n
+		f.count(p, cur, 1)
+		p.touch()
 	}
 	clear(f.amended)
 }
@@ -175,7 +188,7 @@ func (f *Fleet) poolNames() []string {
 }
 
 // touch: a node of the pool came, went or changed.
-func (p *fleetPool) touch() { p.changed, p.faultsRead = true, false }
+func (p *fleetPool) touch() { p.changed = true }
 
 func (p *fleetPool) members() []*Node {
 	if p.sorted == nil {
@@ -201,7 +214,7 @@ func (f *Fleet) Decide(now time.Time, cfg policy.Config) []PoolPlan {
 	f.cfg = &cfg
 	f.fresh, f.replaced = f.fresh[:0], append(f.replaced[:0], f.gone...)
 	f.gone = f.gone[:0]
-	clusterLeft := cfg.ClusterBudget().Of(len(f.nodes)) - countVoluntary(f.All())
+	clusterLeft := cfg.ClusterBudget().Of(len(f.nodes)) - f.voluntary()
 	plans := make([]PoolPlan, 0, len(f.pools))
 	for _, name := range f.poolNames() {
 		p := f.pools[name]

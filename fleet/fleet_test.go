@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 // that the Fleet's plans are Decide's over every node, that the messages
 // of the plans it made anew are Decide's, that its faults' decision (over
 // the pools with a node that may take part) is DecideFaults' over every
-// node, and that a pass after which nothing changed decides no pool again.
+// node, as are its slice asks and the nodes it finds marked, and that a
+// pass after which nothing changed decides no pool again.
 func TestFleetDecidesAsDecide(t *testing.T) {
 	histories := 500
 	if testing.Short() {
@@ -64,11 +66,20 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 				all = append(all, *n)
 			}
 			want := Decide(at, cfg, all)
-			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); d != "" {
+			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.AllowUnexported(Decision{}), cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's plans differ from Decide's (-Decide +Fleet):\n%s", seed, step, d)
 			}
 			if d := cmp.Diff(DecideFaults(at, cfg, all), f.DecideFaults(at, cfg)); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's faults differ from DecideFaults' (-DecideFaults +Fleet):\n%s", seed, step, d)
+			}
+			if d := cmp.Diff(sliceAsks(f.All(), at), f.SliceAsks(at)); d != "" {
+				t.Fatalf("seed %d, step %d: the Fleet's slice asks differ from those over every node (-all +Fleet):\n%s", seed, step, d)
+			}
+			for _, m := range []Mark{MarkAsked, MarkUnreadable} {
+				want := slices.DeleteFunc(slices.Clone(f.All()), func(n *Node) bool { return marks(n)&m == 0 })
+				if d := cmp.Diff(want, slices.Collect(f.Marked(m)), cmpopts.EquateEmpty()); d != "" {
+					t.Fatalf("seed %d, step %d: the nodes marked %d differ from those of every node (-all +Fleet):\n%s", seed, step, m, d)
+				}
 			}
 			fresh, _ := f.Changes()
 			for _, p := range fresh { // what an announcement reads is what Decide says now
@@ -189,9 +200,10 @@ func randomNode(r *rand.Rand, name string, at time.Time) Node {
 	if r.IntN(15) == 0 {
 		n.Config = "node-idle-time=60s,min-nodes=0,window=86400s"
 	}
-	if n.Pool == "pool-2" && r.IntN(2) == 0 { // slices of two hosts
+	if n.Pool == "pool-2" && r.IntN(2) == 0 || r.IntN(20) == 0 { // slices of two hosts, rarely across pools
 		n.Slice, n.SliceHosts = fmt.Sprintf("slice-%d", r.IntN(2)), 2
 	}
+	n.Asked = r.IntN(10) == 0
 	return n
 }
 

@@ -6,6 +6,7 @@ package fleet
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,8 +28,10 @@ type poolPass struct {
 	// annotation (GKE's handler acts on the annotation alone).
 	fromPolicy bool
 	// block is why the policy's windows and exclusions refuse maintenance
-	// now ("" when they do not), and blockDetail says it in words.
+	// now ("" when they do not), and blockDetail says it in words (and
+	// blockText, once for every node it refuses).
 	block, blockDetail string
+	blockText          func() string
 	caps               caps
 	// until is when time alone may next change the plan (zero: never):
 	// the earliest moment a comparison of now that the pass made turns.
@@ -45,6 +48,9 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, cl
 	p := &poolPass{now: now, cfg: cfg, nodes: nodes, plan: PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)},
 		caps: caps{clusterLeft: clusterLeft, clusterIn: *clusterLeft, lo: math.MinInt, hi: math.MaxInt}}
 	available := p.count()
+	if p.plan.Pending > 0 {
+		p.plan.Decisions = make([]Decision, 0, p.plan.Pending) // one for each node pending, at most
+	}
 	setting, configured, err := poolSetting(cfg, pool, nodes, &p.plan)
 	p.plan.Configured, p.plan.Setting = configured, setting
 	slices := sliceMembers(nodes)
@@ -70,12 +76,13 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, cl
 		return p
 	}
 	p.block, p.blockDetail = cfg.Policy(pool).Blocks(now)
-	p.readBlock = true
+	p.blockText, p.readBlock = text(p.blockDetail), true
 	pc, inPolicy := cfg.Pools[pool]
 	p.fromPolicy = inPolicy && pc.Opportunistic != nil
 	c := &p.caps
 	c.spare, c.poolLeft = available-setting.MinNodes, p.plan.Budget.Of(len(nodes))-p.plan.Voluntary
 	c.pool, c.minNodes, c.available, c.poolBudget, c.nodes, c.clusterBudget = pool, setting.MinNodes, available, p.plan.Budget, len(nodes), cfg.ClusterBudget()
+	c.refusals = [3]func() string{c.minNodesDetail, c.poolCapDetail, c.clusterCapDetail}
 	if len(slices) > 0 {
 		for _, members := range slices {
 			p.decideSlice(members)
@@ -128,7 +135,7 @@ func (p *poolPass) decide(n *Node, reason Reason, msg func() string) {
 
 // skip: n is not picked, for reason (detail says why).
 func (p *poolPass) skip(n *Node, reason Reason, detail func() string) {
-	p.decide(n, reason, func() string { return "Not picked for opportunistic maintenance: " + detail() })
+	p.plan.Decisions = append(p.plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: detail, skipped: true})
 }
 
 // skipAll skips every node with a pending notice, for one reason.
@@ -159,6 +166,16 @@ func (p *poolPass) leftToGKE() {
 // text is a message already written.
 func text(s string) func() string { return func() string { return s } }
 
+// The details that read nothing of the node, written once.
+var (
+	gkeHandlesDetail       = text("GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)")
+	notReadyDetail         = text("the node is not Ready")
+	notReschedulableDetail = text("its maintenance cannot be rescheduled (can_reschedule false)")
+	optedOutDetail         = text("it is labelled " + protocol.LabelOpportunisticDisable + "=true")
+	notEvictableDetail     = text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
+	notIdleDetail          = text("pods on it use accelerators")
+)
+
 // eligible checks one node: "" means it may be triggered now, else the
 // reason it may not, and a detail written only if it is announced (what
 // it needs of n is copied in its case alone, so that a node decided about
@@ -172,13 +189,13 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 			return "its agent wrote values the aggregator cannot read (" + strings.Join(keys, ", ") + ")"
 		}
 	case n.GKEHandled && !p.fromPolicy:
-		return ReasonGKEHandles, text("GKE's own maintenance handler acts on " + protocol.AnnotationOpportunisticConfig + " on this node (GKE 1.31 and later)")
+		return ReasonGKEHandles, gkeHandlesDetail
 	case !n.Ready:
-		return ReasonNotReady, text("the node is not Ready")
+		return ReasonNotReady, notReadyDetail
 	case !n.Notice.CanReschedule:
-		return ReasonNotReschedulable, text("its maintenance cannot be rescheduled (can_reschedule false)")
+		return ReasonNotReschedulable, notReschedulableDetail
 	case n.OptOut:
-		return ReasonOptedOut, text("it is labelled " + protocol.LabelOpportunisticDisable + "=true")
+		return ReasonOptedOut, optedOutDetail
 	case p.before(n.Failures.RetryAfter):
 		f := n.Failures
 		return ReasonCoolingDown, func() string {
@@ -196,16 +213,16 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 			return fmt.Sprintf("its VM's run ends at %s (a time limit), before its maintenance window closes or within %s: it goes before the maintenance would matter", end.UTC().Format(time.RFC3339), KnownEndQuiet)
 		}
 	case n.Busy == protocol.BusySafeToEvict:
-		return ReasonNotEvictable, text("a pod on it is annotated " + protocol.PodAnnotationSafeToEvict + "=false")
+		return ReasonNotEvictable, notEvictableDetail
 	case n.IdleSince.IsZero() || n.Busy != "":
-		return ReasonNotIdle, text("pods on it use accelerators")
+		return ReasonNotIdle, notIdleDetail
 	case p.before(n.IdleSince.Add(setting.NodeIdleTime)):
 		idle := now.Sub(n.IdleSince)
 		return ReasonIdleTooShort, func() string {
 			return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
 		}
 	case p.block != "":
-		return Reason(p.block), text(p.blockDetail)
+		return Reason(p.block), p.blockText
 	}
 	return "", nil
 }
@@ -213,7 +230,7 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 // decideNodes decides a pool of single nodes: every eligible node, the
 // longest idle first, while the caps allow.
 func (p *poolPass) decideNodes() {
-	var candidates []*Node
+	candidates := make([]*Node, 0, len(p.nodes))
 	for _, n := range p.nodes {
 		if !pending(n) || n.InMaintenance {
 			continue
@@ -224,7 +241,7 @@ func (p *poolPass) decideNodes() {
 		}
 		candidates = append(candidates, n)
 	}
-	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].IdleSince.Before(candidates[j].IdleSince) })
+	slices.SortStableFunc(candidates, func(a, b *Node) int { return a.IdleSince.Compare(b.IdleSince) })
 	setting := p.plan.Setting
 	for _, n := range candidates {
 		if reason, detail := p.caps.take(1); reason != "" {
@@ -239,59 +256,6 @@ func (p *poolPass) decideNodes() {
 	}
 }
 
-// caps is what a pool may still take in one pass: the nodes min-nodes
-// spares, and what is left of the pool's and the cluster's caps on nodes
-// in voluntary maintenance (the cluster's shared by the pools in order).
-type caps struct {
-	spare, poolLeft int
-	clusterLeft     *int
-	// clusterIn is what was left of the cluster's cap when the pool's
-	// turn came; the plan is the same for any amount in lo..hi (what its
-	// takes found of the cluster's cap, passed or refused).
-	clusterIn, lo, hi int
-
-	pool                      string
-	minNodes, available       int
-	poolBudget, clusterBudget policy.Budget
-	nodes                     int
-}
-
-// take takes k nodes (a node, or every host of a slice) from every cap,
-// or says which cap refuses them ("" when none does).
-func (c *caps) take(k int) (reason Reason, detail func() string) {
-	switch {
-	case c.spare < k:
-		return ReasonMinNodes, func() string {
-			return fmt.Sprintf("the pool %s must keep min-nodes=%d nodes Ready and out of maintenance (%d are)", c.pool, c.minNodes, c.available)
-		}
-	case c.poolLeft < k:
-		return ReasonMaxVoluntary, func() string {
-			return fmt.Sprintf("the pool %s has as many nodes in voluntary maintenance as its cap allows (max-unavailable=%s, %d nodes)", c.pool, c.poolBudget, c.nodes)
-		}
-	case c.refusedByCluster(k):
-		return ReasonMaxVoluntary, func() string {
-			return fmt.Sprintf("the cluster has as many nodes in voluntary maintenance as its cap allows (maxVoluntaryMaintenance=%s)", c.clusterBudget)
-		}
-	}
-	c.spare -= k
-	c.poolLeft -= k
-	*c.clusterLeft -= k
-	return "", nil
-}
-
-// refusedByCluster: the cluster's cap has fewer than k nodes left, and
-// the answer narrows the range of what the pool's turn may find left for
-// the same plan.
-func (c *caps) refusedByCluster(k int) bool {
-	need := c.clusterIn - *c.clusterLeft + k // what the pool's turn must find left
-	if *c.clusterLeft < k {
-		c.hi = min(c.hi, need-1)
-		return true
-	}
-	c.lo = max(c.lo, need)
-	return false
-}
-
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else
 // the nodes' annotation (which must agree). configured is false when
 // neither says anything.
@@ -300,24 +264,27 @@ func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) 
 	if err := cfg.PoolErrors[pool]; err != nil {
 		return o, true, err // this pool's part of the ConfigMap is invalid
 	}
+	fromNodes := false
 	if pc, ok := cfg.Pools[pool]; ok && pc.Opportunistic != nil {
 		o = *pc.Opportunistic
 	} else {
-		values := map[string][]string{}
+		// The annotation (GKE's handler acts on it where it runs): one
+		// value on every node that has one.
+		var value string
+		values := map[string]bool{}
 		for _, n := range nodes {
-			if n.Config != "" && !n.GKEHandled { // GKE's handler acts on it
-				values[n.Config] = append(values[n.Config], n.Name)
+			if n.Config != "" && !n.GKEHandled && n.Config != value {
+				value = n.Config
+				values[value] = true
 			}
 		}
 		if len(values) == 0 {
 			return o, false, nil
 		}
-		for _, names := range values {
-			plan.ConfigNodes = append(plan.ConfigNodes, names...)
-		}
-		sort.Strings(plan.ConfigNodes)
+		fromNodes = true
 		if len(values) > 1 {
-			var vs []string
+			plan.ConfigNodes = configNodes(nodes)
+			vs := make([]string, 0, len(values))
 			for v := range values {
 				vs = append(vs, strconv.Quote(v))
 			}
@@ -325,18 +292,33 @@ func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) 
 			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", policy.ErrConfig, pool, protocol.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
 		}
 		var err error
-		for v := range values {
-			if o, err = policy.ParseOpportunistic(v); err != nil {
-				return o, true, err
-			}
+		if o, err = policy.ParseOpportunistic(value); err != nil {
+			plan.ConfigNodes = configNodes(nodes)
+			return o, true, err
 		}
 	}
 	for _, n := range nodes {
 		if n.Slice != "" && o.MinNodes != 0 {
+			if fromNodes {
+				plan.ConfigNodes = configNodes(nodes)
+			}
 			return o, true, fmt.Errorf("%w: pool %s is a multi-host TPU slice, maintained whole: min-nodes must be 0, not %d", policy.ErrConfig, pool, o.MinNodes)
 		}
 	}
 	return o, true, nil
+}
+
+// configNodes are the nodes whose annotation gives the pool's setting, by
+// name: those an invalid one is told to.
+func configNodes(nodes []*Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.Config != "" && !n.GKEHandled {
+			out = append(out, n.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // endsSoon is endsSoon of n now, which the plan reads: when it is false

@@ -18,6 +18,9 @@ import (
 
 // sliceMembers groups the nodes of multi-host TPU slices, by slice.
 func sliceMembers(nodes []*Node) [][]*Node {
+	if !slices.ContainsFunc(nodes, func(n *Node) bool { return n.Slice != "" }) {
+		return nil
+	}
 	bySlice := map[string][]*Node{}
 	var names []string
 	for _, n := range nodes {
@@ -104,7 +107,7 @@ func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
 
 // SliceAsks is SliceAsks over the fleet's nodes.
 func (f *Fleet) SliceAsks(now time.Time) map[string]*protocol.SliceAsk {
-	return sliceAsks(f.All(), now)
+	return sliceAsks(slices.Collect(f.Marked(markSliceHost)), now)
 }
 
 func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {

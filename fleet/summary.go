@@ -1,0 +1,136 @@
+package fleet
+
+// What a pass reads of the fleet as a whole (the nodes in voluntary
+// maintenance, those a fault's decision or a scan for a few nodes looks
+// at), counted node by node as they are set: a pass over 65,000 nodes does
+// not walk them all.
+
+import "iter"
+
+// Mark is a kind of node a pass looks for among many (Fleet.Marked).
+type Mark uint8
+
+const (
+	// MarkAsked: the perform-maintenance label is on the node (Node.Asked).
+	MarkAsked Mark = 1 << iota
+	// MarkUnreadable: the node has values that cannot be read
+	// (Node.Unreadable).
+	MarkUnreadable
+	// markSliceHost: the node is a host of a multi-host slice (Node.Slice).
+	markSliceHost
+	// markFault: the node may take part in the faults' decision
+	// (faultRelevant).
+	markFault
+)
+
+// marks are the marks n has.
+func marks(n *Node) Mark {
+	var m Mark
+	if n.Asked {
+		m |= MarkAsked
+	}
+	if len(n.Unreadable) > 0 {
+		m |= MarkUnreadable
+	}
+	if n.Slice != "" {
+		m |= markSliceHost
+	}
+	if faultRelevant(n) {
+		m |= markFault
+	}
+	return m
+}
+
+// sums count the nodes of a pool, or of the fleet: how many have each
+// mark, and those in voluntary maintenance (of no slice; the fleet's by
+// slice too). Each node's part is added when it is set or amended and
+// taken away before, so that a pass's work on them is for what changed.
+type sums struct {
+	marks     [4]int // by Mark's bit
+	voluntary int
+	// slices: the hosts of each slice, and those of them in voluntary
+	// maintenance (the fleet's alone).
+	slices map[string]hostCount
+}
+
+type hostCount struct{ hosts, voluntary int }
+
+// count adds n's part to the pool's sums and the fleet's (sign 1), or
+// takes it away (-1).
+func (f *Fleet) count(p *fleetPool, n *Node, sign int) {
+	m := marks(n)
+	for bit := range p.sums.marks {
+		if m&(1<<bit) != 0 {
+			p.sums.marks[bit] += sign
+		}
+	}
+	if n.Slice == "" {
+		if n.Voluntary {
+			p.sums.voluntary += sign
+			f.sums.voluntary += sign
+		}
+		return
+	}
+	if f.sums.slices == nil {
+		f.sums.slices = map[string]hostCount{}
+	}
+	c := f.sums.slices[n.Slice]
+	c.hosts += sign
+	if n.Voluntary {
+		c.voluntary += sign
+	}
+	if c.hosts == 0 {
+		delete(f.sums.slices, n.Slice)
+		return
+	}
+	f.sums.slices[n.Slice] = c
+}
+
+// has: a node of the pool has the mark m.
+func (p *fleetPool) has(m Mark) bool {
+	for bit, k := range p.sums.marks {
+		if m&(1<<bit) != 0 && k > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// voluntary counts the nodes in voluntary maintenance, as countVoluntary
+// over every node: a slice one host of which is in it counts every host.
+func (f *Fleet) voluntary() int {
+	n := f.sums.voluntary
+	for _, c := range f.sums.slices {
+		if c.voluntary > 0 {
+			n += c.hosts
+		}
+	}
+	return n
+}
+
+// Marked is every node that has the mark m, by pool and name: the nodes of
+// the pools none of whose nodes has it are not looked at. Set, Delete,
+// Amend and Restore are not to be called while it runs.
+func (f *Fleet) Marked(m Mark) iter.Seq[*Node] {
+	return func(yield func(*Node) bool) {
+		for _, name := range f.markedPools(m) {
+			for _, n := range f.pools[name].members() {
+				if marks(n)&m != 0 && !yield(n) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// markedPools are the names of the pools a node of which has the mark m,
+// sorted.
+func (f *Fleet) markedPools(m Mark) []string {
+	var out []string
+	for _, name := range f.poolNames() {
+		if f.pools[name].has(m) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
