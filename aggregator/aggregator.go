@@ -53,12 +53,15 @@ type Aggregator struct {
 	unanswered map[string]time.Time
 
 	// Guarded by mu; reset when leadership begins.
-	mu          sync.Mutex
-	lastReason  map[string]fleet.Reason // node -> last decision reason announced
-	lastPoolErr map[string]string       // pool -> last config error announced
-	lastCfgErr  string
-	lastWarn    map[string]string // what -> last error text logged
-	lastScaled  map[string]bool   // pool -> autoscaled, as last logged
+	mu sync.Mutex
+	// lastReason: pool -> node -> its decision, as last announced;
+	// announcements counts announce's calls.
+	lastReason    map[string]map[string]*announced
+	announcements uint64
+	lastPoolErr   map[string]string // pool -> last config error announced
+	lastCfgErr    string
+	lastWarn      map[string]string // what -> last error text logged
+	lastScaled    map[string]bool   // pool -> autoscaled, as last logged
 	// lastUnreadable: node -> its unreadable keys, as last announced.
 	lastUnreadable map[string]string
 	// lastFault: faulty node -> its decision, as last announced.
@@ -172,7 +175,7 @@ func (a *Aggregator) elect(ctx context.Context) error {
 // at most every MinInterval, and at least every Interval.
 func (a *Aggregator) lead(lctx context.Context) {
 	a.beginLead()
-	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]fleet.Reason{}, map[string]string{}, ""
+	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]map[string]*announced{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
@@ -226,7 +229,7 @@ func (a *Aggregator) lead(lctx context.Context) {
 // every Node and decides every pool again, and announces afresh.
 func (a *Aggregator) beginLead() {
 	a.mu.Lock()
-	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]fleet.Reason{}, map[string]string{}, ""
+	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]map[string]*announced{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
 	a.lastFault = map[string]fleet.FaultReason{}
 	a.mu.Unlock()
@@ -286,7 +289,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 		return nil
 	}
 	a.warnOnce("claims", "", nil)
-	a.withdrawUnanswered(ctx, nodes.All(), decidedOn)
+	a.withdrawUnanswered(ctx, nodes.Marked(fleet.MarkAsked), decidedOn)
 	live := a.liveClaims(ctx, cl, decidedOn)
 	resumed := a.opts.Clock.Now()
 	for name := range live {
@@ -301,7 +304,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	plans := nodes.Decide(start, cfg)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)
-	a.announceUnreadable(nodes.All())
+	a.announceUnreadable(nodes.Marked(fleet.MarkUnreadable))
 	fresh, replaced := nodes.Changes()
 	a.forgetUndecided(fresh, replaced)
 	a.opts.Metrics.Pools.Set(poolStats(plans))

@@ -6,6 +6,7 @@ package aggregator
 
 import (
 	"fmt"
+	"iter"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,11 +69,26 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 			}
 		}
 	}
+	// What the pool's last plan announced: a node's decision is told when
+	// it changed, and one the plan no longer decides about is forgotten,
+	// so that a decision that comes back is told again.
+	said := a.lastReason[p.Pool]
+	if said == nil {
+		said = map[string]*announced{}
+		a.lastReason[p.Pool] = said
+	}
+	a.announcements++
 	for _, d := range p.Decisions {
-		if a.lastReason[d.Node] == d.Reason {
+		last := said[d.Node]
+		if last == nil {
+			last = &announced{}
+			said[d.Node] = last
+		}
+		last.plan = a.announcements
+		if last.reason == d.Reason {
 			continue
 		}
-		a.lastReason[d.Node] = d.Reason
+		last.reason = d.Reason
 		outcome, reason := "skipped", protocol.EventSkipped
 		if d.Reason == fleet.ReasonTriggered {
 			outcome, reason = "triggered", protocol.EventTriggered
@@ -80,27 +96,35 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 		m.Decisions.WithLabelValues(outcome, string(d.Reason)).Inc()
 		a.nodeEvent(d.Node, d.UID, false, reason, d.Message())
 	}
+	for name, last := range said {
+		if last.plan != a.announcements {
+			delete(said, name)
+		}
+	}
 }
 
-// forgetUndecided has the plans made anew announced, and drops the
-// announced decision of the nodes the plans they replaced decided about
-// and they do not (no pending notice any more, or gone), so that a
-// decision that comes back is announced again.
+// announced is a node's decision as a pool's plan announced it, and which
+// announcement that was.
+type announced struct {
+	reason fleet.Reason
+	plan   uint64
+}
+
+// forgetUndecided has the plans made anew announced, and forgets what was
+// announced of the pools gone (announce forgets, of a pool it announces,
+// the nodes its plan no longer decides about: a node that moved to another
+// pool is told its decision there).
 func (a *Aggregator) forgetUndecided(fresh, replaced []fleet.PoolPlan) {
-	decided := map[string]bool{}
+	planned := make(map[string]bool, len(fresh))
 	for _, p := range fresh {
-		a.unannounced[p.Pool] = true
-		for _, d := range p.Decisions {
-			decided[d.Node] = true
-		}
+		a.unannounced[p.Pool], planned[p.Pool] = true, true
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, p := range replaced {
-		for _, d := range p.Decisions {
-			if !decided[d.Node] {
-				delete(a.lastReason, d.Node)
-			}
+		if !planned[p.Pool] { // gone
+			delete(a.lastReason, p.Pool)
+			delete(a.unannounced, p.Pool)
 		}
 	}
 }
@@ -131,17 +155,15 @@ func (a *Aggregator) announceConfig(err error) {
 	a.recorder.Event(ref, corev1.EventTypeWarning, protocol.EventInvalidConfig, "No opportunistic maintenance until this is fixed: "+text)
 }
 
-// announceUnreadable warns, once per change, of each node whose agent wrote
-// values this aggregator cannot read (they count as absent, and the node is
+// announceUnreadable warns, once per change, of each node of views (those
+// with unreadable values) whose agent wrote values this aggregator cannot
+// read (they count as absent, and the node is
 // not picked while they last), and exports them as a gauge per node.
-func (a *Aggregator) announceUnreadable(views []*fleet.Node) {
+func (a *Aggregator) announceUnreadable(views iter.Seq[*fleet.Node]) {
 	counts := map[string]int{}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, v := range views {
-		if len(v.Unreadable) == 0 {
-			continue
-		}
+	for v := range views {
 		counts[v.Name] = len(v.Unreadable)
 		keys := strings.Join(v.Unreadable, ", ")
 		if a.lastUnreadable[v.Name] == keys {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"sync"
 	"time"
@@ -299,14 +300,14 @@ func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
 // the agent neither started nor refused), each with a Warning Event; the
 // next pass no longer counts them against the caps. A write that
 // conflicts is tried again next pass.
-func (a *Aggregator) withdrawUnanswered(ctx context.Context, views []*fleet.Node, nodes map[string]*corev1.Node) {
+func (a *Aggregator) withdrawUnanswered(ctx context.Context, views iter.Seq[*fleet.Node], nodes map[string]*corev1.Node) {
 	now := a.opts.Clock.Now()
 	for name, at := range a.unanswered {
 		if now.Sub(at) > unansweredCooldown {
 			delete(a.unanswered, name)
 		}
 	}
-	for _, v := range views {
+	for v := range views {
 		if !v.Asked || !v.Triggered || v.Phase != protocol.PhaseIdle || v.TriggeredAt.IsZero() || now.Sub(v.TriggeredAt) <= a.opts.TriggerAnswerTimeout {
 			continue
 		}

@@ -1,0 +1,85 @@
+package aggregator
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/maintenance"
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestEachDecisionIsToldOnceUntilItChanges: a pass tells a node's decision
+// when it changed, and not again while it holds, whatever else of the node
+// or its pool changed; a decision that goes (its notice gone) and comes
+// back is told again, as is a node's decision in the pool it moved to; a
+// pool gone is forgotten. What is told is counted in the decisions metric
+// as its Event is sent.
+func TestEachDecisionIsToldOnceUntilItChanges(t *testing.T) {
+	a := &Aggregator{opts: Options{}.withDefaults(), log: slog.New(slog.DiscardHandler), unannounced: map[string]bool{}}
+	a.recorder = kube.NewRecorder(discardSink{}, corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
+	defer a.recorder.Shutdown()
+	a.beginLead()
+	a.lastReason, a.lastPoolErr = map[string]map[string]*announced{}, map[string]string{}
+	told := func() float64 {
+		return testutil.ToFloat64(a.opts.Metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonNotIdle)))
+	}
+	var f fleet.Fleet
+	busy := func(name, pool string) fleet.Node {
+		return fleet.Node{Name: name, Pool: pool, Ready: true, Busy: protocol.BusyAccelerators, NoticePresent: true,
+			Config: "node-idle-time=600s,min-nodes=0,window=2419200s",
+			Notice: maintenance.Notice{Status: maintenance.StatusPending, CanReschedule: true, WindowStart: now.Add(72 * time.Hour)}}
+	}
+	pass := func() {
+		t.Helper()
+		plans := f.Decide(now, policy.Config{})
+		fresh, replaced := f.Changes()
+		a.forgetUndecided(fresh, replaced)
+		for _, p := range plans {
+			if a.unannounced[p.Pool] {
+				a.announce(p)
+			}
+		}
+		clear(a.unannounced)
+	}
+	for _, step := range []struct {
+		what   string
+		change func()
+		told   float64
+	}{
+		{"two busy nodes with a notice", func() { f.Set(busy("n1", "a")); f.Set(busy("n2", "a")) }, 2},
+		{"n1 changed, still busy", func() { n := busy("n1", "a"); n.Busy = protocol.BusySafeToEvict; f.Set(n); f.Set(busy("n1", "a")) }, 2},
+		{"a third node", func() { f.Set(busy("n3", "a")) }, 3},
+		{"n1's notice gone", func() { n := busy("n1", "a"); n.NoticePresent = false; f.Set(n) }, 3},
+		{"n1's notice back", func() { f.Set(busy("n1", "a")) }, 4},
+		{"n2 moved to pool b", func() { f.Set(busy("n2", "b")) }, 5},
+		{"nothing changed", func() {}, 5},
+	} {
+		step.change()
+		pass()
+		if got := told(); got != step.told {
+			t.Errorf("%s: %v decisions told in all, want %v", step.what, got, step.told)
+		}
+	}
+	f.Delete("n2")
+	pass()
+	if _, ok := a.lastReason["b"]; ok {
+		t.Errorf("pool b is gone, and what was told of it is still remembered")
+	}
+	if got, want := len(a.lastReason["a"]), 2; got != want {
+		t.Errorf("%d nodes of pool a remembered, want %d (n1 and n3)", got, want)
+	}
+}
+
+// discardSink takes the Events and keeps none.
+type discardSink struct{}
+
+func (discardSink) Create(e *corev1.Event) (*corev1.Event, error)          { return e, nil }
+func (discardSink) Update(e *corev1.Event) (*corev1.Event, error)          { return e, nil }
+func (discardSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) { return e, nil }
