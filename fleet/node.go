@@ -115,7 +115,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 		Config: strings.TrimSpace(n.Annotations[protocol.AnnotationOpportunisticConfig]),
 		OptOut: n.Labels[protocol.LabelOpportunisticDisable] == "true",
 	}
-	st := protocol.ReadAgentState(n)
+	st, unreadable := protocol.ReadAgentStateAndUnreadable(n)
 	v.Busy, v.IdleSince, v.Failures, v.KnownEnd = st.Busy, st.IdleSince, st.Failures, st.KnownEnd
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Asked = asked
@@ -154,7 +154,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 		v.Ask = &ask
 	}
 	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
-	v.Unreadable = st.Unreadable(n)
+	v.Unreadable = unreadable
 	return v
 }
 

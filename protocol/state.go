@@ -77,9 +77,6 @@ type AgentState struct {
 	// KnownEnd is the VM's known end, as the agent last learned it
 	// (LabelKnownEnd); zero when none is known.
 	KnownEnd time.Time
-	// noticeUnreadable: the upcoming-maintenance annotation is there and
-	// cannot be read (Unreadable lists it).
-	noticeUnreadable bool
 }
 
 // DrainEnd is how a drain ended: the value of AnnotationDrain.
@@ -135,8 +132,22 @@ func (st AgentState) ManualBegun() bool {
 // reads as PhaseIdle, and an idle node has no maintenance's keys; a time it
 // cannot parse reads as zero.
 func ReadAgentState(n *corev1.Node) AgentState {
+	st, _ := readAgentState(n)
+	return st
+}
+
+// ReadAgentStateAndUnreadable is ReadAgentState(n) and Unreadable(n), the
+// notice parsed once for both.
+func ReadAgentStateAndUnreadable(n *corev1.Node) (AgentState, []string) {
+	st, noticeUnreadable := readAgentState(n)
+	return st, unreadable(n, func(string) bool { return !noticeUnreadable })
+}
+
+// readAgentState is ReadAgentState, and whether the notice on n cannot be
+// read.
+func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 	a := n.Annotations
-	st := AgentState{
+	st = AgentState{
 		Phase:          Phase(a[AnnotationPhase]),
 		Reason:         Reason(a[AnnotationReason]),
 		BootID:         a[AnnotationBootID],
@@ -166,7 +177,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 		st.RequestID, st.Requested, st.Begun, st.RepairCall = "", time.Time{}, false, ""
 	}
 	st.ScheduledTime = n.Labels[LabelScheduledMaintenanceTime]
-	st.Notice, st.noticeUnreadable = readNotice(a[AnnotationUpcomingMaintenance])
+	st.Notice, noticeUnreadable = readNotice(a[AnnotationUpcomingMaintenance])
 	st.KnownEnd = ReadKnownEnd(n)
 	// The notice keys are the agent's only while it mirrors them: GKE's
 	// handler writes the same keys. Keys an agent of a version before the
@@ -175,7 +186,7 @@ func ReadAgentState(n *corev1.Node) AgentState {
 	// once), rather than left as another controller's for ever.
 	st.NoticeForeign = (st.ScheduledTime != "" || st.Notice.Raw != "") && a[AnnotationNoticeMirrored] != "true" &&
 		!OwnsLabel(n, FieldManagerAgent, LabelScheduledMaintenanceTime) && !OwnsAnnotation(n, FieldManagerAgent, AnnotationUpcomingMaintenance)
-	return st
+	return st, noticeUnreadable
 }
 
 // ReadNotice decodes the upcoming-maintenance annotation raw: the notice

@@ -22,12 +22,6 @@ func Unreadable(n *corev1.Node) []string {
 	return unreadable(n, func(v string) bool { _, unreadable := readNotice(v); return !unreadable })
 }
 
-// Unreadable is Unreadable(n) for the Node st was read from
-// (ReadAgentState): the notice st holds is not parsed again.
-func (st AgentState) Unreadable(n *corev1.Node) []string {
-	return unreadable(n, func(string) bool { return !st.noticeUnreadable })
-}
-
 // unreadable is Unreadable, with noticeReadable telling whether the
 // upcoming-maintenance annotation, which is there, can be read.
 func unreadable(n *corev1.Node, noticeReadable func(string) bool) []string {
