@@ -75,5 +75,5 @@ release: ## one version's artefacts into RELEASE_DIR, by default _output/release
 	$(GO) run ./build/release -version $(VERSION) -image $(IMAGE) -o $(RELEASE_DIR)
 
 bench: ## run the benchmarks and print their figures, then each binary's size by dependency (written into the README's table)
-	$(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
+	$(GO) test -run '^$$' -bench . -benchmem -timeout 4h ./...
 	$(GO) run ./build/sizes -readme README.md

@@ -223,6 +223,12 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 // when b ends.
 func scaleWorld(b *testing.B) *testworld.World {
 	b.Helper()
+	return scaleWorldWith(b, testworld.Options{})
+}
+
+// scaleWorldWith is scaleWorld with opts, where they are set.
+func scaleWorldWith(b *testing.B, opts testworld.Options) *testworld.World {
+	b.Helper()
 	dir, err := testworld.Dir()
 	if err != nil {
 		b.Fatal(err)
@@ -232,7 +238,8 @@ func scaleWorld(b *testing.B) *testworld.World {
 	if err := testworld.Build(ctx, dir, os.Stderr); err != nil {
 		b.Fatal(err)
 	}
-	w, err := testworld.Start(ctx, testworld.Options{Dir: dir, NodeMonitorGracePeriod: time.Hour, ControllerQPS: 200})
+	opts.Dir, opts.NodeMonitorGracePeriod, opts.ControllerQPS = dir, time.Hour, 200
+	w, err := testworld.Start(ctx, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
