@@ -37,8 +37,10 @@ type Fleet struct {
 	// plans they replaced and those of pools gone since the Decide before.
 	fresh, replaced []PoolPlan
 	gone            []PoolPlan // the plans of pools gone since the last Decide
-	// sums count every node (summary.go).
-	sums sums
+	// voluntaryNodes counts the nodes of no slice in voluntary
+	// maintenance, and sliceHosts each slice's hosts (summary.go).
+	voluntaryNodes int
+	sliceHosts     map[string]hostCount
 }
 
 // fleetPool is one pool's nodes and its last plan.
@@ -47,8 +49,8 @@ type fleetPool struct {
 	sorted  []*Node // by name; nil when a node came or went
 	changed bool    // a node came, went or changed since plan
 	plan    *poolMemo
-	// sums count its nodes (summary.go).
-	sums sums
+	// marked counts its nodes by Mark's bit (summary.go).
+	marked [markBits]int
 }
 
 // poolMemo is a pool's plan, and what it holds for (see Fleet).

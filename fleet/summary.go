@@ -21,6 +21,8 @@ const (
 	// markFault: the node may take part in the faults' decision
 	// (faultRelevant).
 	markFault
+	// markBits is how many marks there are.
+	markBits = iota
 )
 
 // marks are the marks n has.
@@ -41,54 +43,48 @@ func marks(n *Node) Mark {
 	return m
 }
 
-// sums count the nodes of a pool, or of the fleet: how many have each
-// mark, and those in voluntary maintenance (of no slice; the fleet's by
-// slice too). Each node's part is added when it is set or amended and
-// taken away before, so that a pass's work on them is for what changed.
-type sums struct {
-	marks     [4]int // by Mark's bit
-	voluntary int
-	// slices: the hosts of each slice, and those of them in voluntary
-	// maintenance (the fleet's alone).
-	slices map[string]hostCount
-}
+// The counts are kept node by node: each node's part is added when it is
+// set or amended and taken away before, so that a pass's work on them is
+// for what changed. A pool counts its nodes by mark (fleetPool.marked);
+// the fleet counts its nodes in voluntary maintenance (Fleet.voluntaryNodes,
+// those of no slice, and sliceHosts, by slice).
 
+// hostCount is a slice's hosts, and those of them in voluntary maintenance.
 type hostCount struct{ hosts, voluntary int }
 
-// count adds n's part to the pool's sums and the fleet's (sign 1), or
+// count adds n's part to its pool's counts and the fleet's (sign 1), or
 // takes it away (-1).
 func (f *Fleet) count(p *fleetPool, n *Node, sign int) {
 	m := marks(n)
-	for bit := range p.sums.marks {
+	for bit := range p.marked {
 		if m&(1<<bit) != 0 {
-			p.sums.marks[bit] += sign
+			p.marked[bit] += sign
 		}
 	}
 	if n.Slice == "" {
 		if n.Voluntary {
-			p.sums.voluntary += sign
-			f.sums.voluntary += sign
+			f.voluntaryNodes += sign
 		}
 		return
 	}
-	if f.sums.slices == nil {
-		f.sums.slices = map[string]hostCount{}
+	if f.sliceHosts == nil {
+		f.sliceHosts = map[string]hostCount{}
 	}
-	c := f.sums.slices[n.Slice]
+	c := f.sliceHosts[n.Slice]
 	c.hosts += sign
 	if n.Voluntary {
 		c.voluntary += sign
 	}
 	if c.hosts == 0 {
-		delete(f.sums.slices, n.Slice)
+		delete(f.sliceHosts, n.Slice)
 		return
 	}
-	f.sums.slices[n.Slice] = c
+	f.sliceHosts[n.Slice] = c
 }
 
 // has: a node of the pool has the mark m.
 func (p *fleetPool) has(m Mark) bool {
-	for bit, k := range p.sums.marks {
+	for bit, k := range p.marked {
 		if m&(1<<bit) != 0 && k > 0 {
 			return true
 		}
@@ -99,8 +95,8 @@ func (p *fleetPool) has(m Mark) bool {
 // voluntary counts the nodes in voluntary maintenance, as countVoluntary
 // over every node: a slice one host of which is in it counts every host.
 func (f *Fleet) voluntary() int {
-	n := f.sums.voluntary
-	for _, c := range f.sums.slices {
+	n := f.voluntaryNodes
+	for _, c := range f.sliceHosts {
 		if c.voluntary > 0 {
 			n += c.hosts
 		}
