@@ -74,10 +74,10 @@ type Options struct {
 	// to lift the not-ready taint from thousands of new nodes.
 	ControllerQPS int
 	// NodeMonitorPeriod, when set, is how often the node lifecycle
-	// controller looks at every node's health (its default, 5 s, keeps
-	// most of a core busy at 65,000 nodes, which in a cluster is the
-	// control plane's machines' and here the two cores the benchmark
-	// times the aggregator on).
+	// controller looks at every node's health (with its default, 5 s, the
+	// controller manager took 20 s of CPU in 63 s at 65,000 nodes: in a
+	// cluster the control plane's machines' work, here that of the two
+	// cores a benchmark times the aggregator on).
 	NodeMonitorPeriod time.Duration
 }
 
