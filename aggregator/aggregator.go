@@ -306,7 +306,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	a.announceConfig(cfgErr)
 	a.announceUnreadable(nodes.Marked(fleet.MarkUnreadable))
 	fresh, replaced := nodes.Changes()
-	a.forgetUndecided(fresh, replaced)
+	a.markUnannounced(fresh, replaced)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
 	toTrigger, approved, claimed := claimsOf(plans, faults, live, decidedOn, cfgErr)
 	if !maps.Equal(claimed, cl.nodes) {

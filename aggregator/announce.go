@@ -110,11 +110,11 @@ type announced struct {
 	plan   uint64
 }
 
-// forgetUndecided has the plans made anew announced, and forgets what was
+// markUnannounced has the plans made anew announced, and forgets what was
 // announced of the pools gone (announce forgets, of a pool it announces,
 // the nodes its plan no longer decides about: a node that moved to another
 // pool is told its decision there).
-func (a *Aggregator) forgetUndecided(fresh, replaced []fleet.PoolPlan) {
+func (a *Aggregator) markUnannounced(fresh, replaced []fleet.PoolPlan) {
 	planned := make(map[string]bool, len(fresh))
 	for _, p := range fresh {
 		a.unannounced[p.Pool], planned[p.Pool] = true, true

@@ -40,7 +40,7 @@ func TestEachDecisionIsToldOnceUntilItChanges(t *testing.T) {
 		t.Helper()
 		plans := f.Decide(now, policy.Config{})
 		fresh, replaced := f.Changes()
-		a.forgetUndecided(fresh, replaced)
+		a.markUnannounced(fresh, replaced)
 		for _, p := range plans {
 			if a.unannounced[p.Pool] {
 				a.announce(p)
