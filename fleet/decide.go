@@ -127,7 +127,7 @@ func Decide(now time.Time, cfg policy.Config, nodes []Node) []PoolPlan {
 	clusterLeft := cfg.ClusterBudget().Of(len(nodes)) - countVoluntary(all)
 	plans := make([]PoolPlan, 0, len(pools))
 	for _, pool := range pools {
-		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft).plan)
+		plans = append(plans, decidePool(now, cfg, pool, byPool[pool], &clusterLeft, nil).plan)
 	}
 	return plans
 }

@@ -12,7 +12,9 @@
 // (slice.go: picked whole or not at all, and the asks that every host of a
 // slice that goes down carries), and the fleet kept from pass to pass
 // (fleet.go: Fleet decides again only the pools whose nodes changed, and
-// reuses every other pool's plan while what it read holds, time included).
+// reuses every other pool's plan while what it read holds, time included;
+// eligibility.go: of a pool decided again, it reads again only the nodes
+// that changed, and what it found of every other while that holds).
 //
 // The aggregator keeps a Fleet and runs its Decide, DecideFaults and
 // SliceAsks while it leads, and writes what they say; `kubectl maintenance status` and `trigger` ask the same

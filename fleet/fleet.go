@@ -49,6 +49,8 @@ type fleetPool struct {
 	sorted  []*Node // by name; nil when a node came or went
 	changed bool    // a node came, went or changed since plan
 	plan    *poolMemo
+	// kept is what its last decision found of its nodes, sorted.
+	kept eligibilities
 	// marked counts its nodes by Mark's bit (summary.go).
 	marked [markBits]int
 }
@@ -76,7 +78,7 @@ func (f *Fleet) Set(n Node) {
 		f.count(p, cur, -1)
 		*cur = n
 		f.count(p, cur, 1)
-		p.touch()
+		p.touch(n.Name)
 		return
 	}
 	if ok {
@@ -95,7 +97,7 @@ func (f *Fleet) Set(n Node) {
 	}
 	p.set[n.Name], p.sorted = cur, nil
 	f.count(p, cur, 1)
-	p.touch()
+	p.touch(n.Name)
 }
 
 // Delete takes the node of name out of the fleet, if it is there.
@@ -115,7 +117,7 @@ func (f *Fleet) leave(n *Node) {
 	f.count(p, n, -1)
 	delete(p.set, n.Name)
 	p.sorted = nil
-	p.touch()
+	p.touch(n.Name)
 	if len(p.set) == 0 {
 		if p.plan != nil {
 			f.gone = append(f.gone, p.plan.plan)
@@ -151,7 +153,7 @@ func (f *Fleet) Amend(name string, change func(*Node)) {
 	f.count(p, n, -1)
 	change(n)
 	f.count(p, n, 1)
-	p.touch()
+	p.touch(name)
 }
 
 // Restore undoes every Amend since the last Restore.
@@ -161,7 +163,7 @@ func (f *Fleet) Restore() {
 		f.count(p, cur, -1)
 		*cur = n
 		f.count(p, cur, 1)
-		p.touch()
+		p.touch(name)
 	}
 	clear(f.amended)
 }
@@ -189,11 +191,18 @@ func (f *Fleet) poolNames() []string {
 	return f.names
 }
 
-// touch: a node of the pool came, went or changed.
-func (p *fleetPool) touch() { p.changed = true }
+// touch: the node of name came to the pool, went or changed.
+func (p *fleetPool) touch(name string) {
+	p.changed = true
+	if i, ok := slices.BinarySearchFunc(p.sorted, name, func(n *Node, name string) int { return cmp.Compare(n.Name, name) }); ok {
+		p.kept.forget(i)
+	}
+}
 
+// members are the pool's nodes by name.
 func (p *fleetPool) members() []*Node {
 	if p.sorted == nil {
+		p.kept.nodes = p.kept.nodes[:0] // each found of the node then at its place
 		p.sorted = make([]*Node, 0, len(p.set))
 		for _, n := range p.set {
 			p.sorted = append(p.sorted, n)
@@ -229,7 +238,7 @@ func (f *Fleet) Decide(now time.Time, cfg policy.Config) []PoolPlan {
 			f.replaced = append(f.replaced, p.plan.plan)
 		}
 		in := clusterLeft
-		pass := decidePool(now, cfg, name, p.members(), &clusterLeft)
+		pass := decidePool(now, cfg, name, p.members(), &clusterLeft, &p.kept)
 		p.plan = &poolMemo{plan: pass.plan, took: in - clusterLeft, lo: pass.caps.lo, hi: pass.caps.hi, until: pass.until,
 			readBlock: pass.readBlock, block: pass.block, blockDetail: pass.blockDetail}
 		p.changed = false

@@ -39,19 +39,21 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 			f.Set(randomNode(r, fmt.Sprintf("n%02d", i), at))
 		}
 		for step := range 40 {
-			what := r.IntN(20) // mostly nothing but time moves on
-			switch {
-			case what < 3:
-				names := f.All()
-				n := *names[r.IntN(len(names))]
-				f.Set(randomNode(r, n.Name, at))
-			case what == 3 && f.Len() > 2:
-				names := f.All()
-				f.Delete(names[r.IntN(len(names))].Name)
-			case what == 4:
-				f.Set(randomNode(r, fmt.Sprintf("n%02d", 20+r.IntN(10)), at))
-			case what == 5 && r.IntN(3) == 0:
-				cfg = randomConfig(r, at)
+			for range 1 + r.IntN(2) { // now and then a node gone and another come between passes
+				what := r.IntN(20) // mostly nothing but time moves on
+				switch {
+				case what < 3:
+					names := f.All()
+					n := *names[r.IntN(len(names))]
+					f.Set(randomNode(r, n.Name, at))
+				case what == 3 && f.Len() > 2:
+					names := f.All()
+					f.Delete(names[r.IntN(len(names))].Name)
+				case what == 4:
+					f.Set(randomNode(r, fmt.Sprintf("n%02d", 20+r.IntN(10)), at))
+				case what == 5:
+					cfg = randomConfig(r, at)
+				}
 			}
 			f.Restore()
 			amended := r.IntN(8) == 0
@@ -157,6 +159,69 @@ func TestFleetDecidesOnlyWhatChanged(t *testing.T) {
 	}
 }
 
+// TestFleetFindsANodeAgainWhenWhatItReadChanges: what a pool's decision
+// found of a node it keeps only while what it read holds: the pool's idle
+// time, its window, where its setting comes from, its exclusions, and now
+// before the moment a node's answer turns. Each changed alone changes one
+// node's decision, and the Fleet's plan is Decide's, messages included.
+func TestFleetFindsANodeAgainWhenWhatItReadChanges(t *testing.T) {
+	setting := policy.Opportunistic{NodeIdleTime: 300 * time.Second, Window: 30 * 24 * time.Hour}
+	with := func(change func(*policy.Opportunistic)) policy.Config {
+		o := setting
+		change(&o)
+		return configured(o)
+	}
+	base := configured(setting)
+	excluded := configured(setting)
+	excluded.Cluster.Exclusions = []window.Exclusion{{Name: "freeze", Start: now.Add(-time.Hour), End: now.Add(time.Hour)}}
+	sixDays := with(func(o *policy.Opportunistic) { o.Window = 6 * 24 * time.Hour })
+	cases := map[string]struct {
+		from, to policy.Config
+		at       time.Time
+		changes  string // the node whose decision changes
+	}{
+		"a longer idle time":                     {base, with(func(o *policy.Opportunistic) { o.NodeIdleTime = 20 * time.Minute }), now, "idle-10m"},
+		"a shorter window":                       {base, with(func(o *policy.Opportunistic) { o.Window = 3 * 24 * time.Hour }), now, "idle-2h"},
+		"the setting from the nodes' annotation": {base, policy.Config{}, now, "gke"},
+		"an exclusion now":                       {base, excluded, now, "idle-2h"},
+		"a cool-down over":                       {base, base, now.Add(2 * time.Hour), "cooling"},
+		"a known end near":                       {base, base, now.Add(8*24*time.Hour - 5*time.Hour), "ends"},
+		"the window now open":                    {sixDays, sixDays, now.Add(2 * 24 * time.Hour), "idle-2h"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			var f Fleet
+			nodes := []Node{node("idle-10m", 10*time.Minute), node("gke", 2*time.Hour), node("idle-2h", 2*time.Hour),
+				node("busy", -1), node("cooling", 2*time.Hour), node("ends", 2*time.Hour)}
+			nodes[1].GKEHandled = true
+			nodes[4].Failures.RetryAfter = now.Add(time.Hour)
+			nodes[5].KnownEnd = now.Add(8 * 24 * time.Hour) // a day after its window starts
+			for i := range nodes {
+				nodes[i].Config = setting.String()
+				f.Set(nodes[i])
+			}
+			before := reasons(f.Decide(now, c.from)[0])
+			got := f.Decide(c.at, c.to)
+			var all []Node
+			for _, n := range f.All() {
+				all = append(all, *n)
+			}
+			want := Decide(c.at, c.to, all)
+			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.AllowUnexported(Decision{})); d != "" {
+				t.Fatalf("the Fleet's plan differs from Decide's (-Decide +Fleet):\n%s", d)
+			}
+			if after := reasons(want[0]); before[c.changes] == after[c.changes] {
+				t.Fatalf("%s was %s before and after: the case changes nothing", c.changes, after[c.changes])
+			}
+			for i, d := range got[0].Decisions {
+				if w := want[0].Decisions[i]; d.Message() != w.Message() {
+					t.Errorf("%s: message %q, want %q", d.Node, d.Message(), w.Message())
+				}
+			}
+		})
+	}
+}
+
 func randomNode(r *rand.Rand, name string, at time.Time) Node {
 	n := Node{Name: name, UID: types.UID("u-" + name), Pool: fmt.Sprintf("pool-%d", r.IntN(3)), Ready: r.IntN(8) != 0,
 		NoticePresent: r.IntN(5) != 0,
@@ -171,6 +236,7 @@ func randomNode(r *rand.Rand, name string, at time.Time) Node {
 	n.InMaintenance = r.IntN(6) == 0
 	n.Voluntary = n.InMaintenance && r.IntN(2) == 0
 	n.OptOut = r.IntN(12) == 0
+	n.GKEHandled = r.IntN(12) == 0
 	if r.IntN(6) == 0 {
 		n.Failures.RetryAfter = at.Add(time.Duration(r.IntN(120)) * time.Minute)
 	}
@@ -214,8 +280,8 @@ func randomConfig(r *rand.Rand, at time.Time) policy.Config {
 	if r.IntN(2) == 0 {
 		cfg.Cluster.Exclusions = []window.Exclusion{{Name: "freeze", Start: at.Add(time.Duration(1+r.IntN(5)) * time.Hour), End: at.Add(time.Duration(6+r.IntN(6)) * time.Hour)}}
 	}
-	if r.IntN(3) == 0 {
-		o := policy.Opportunistic{NodeIdleTime: 1200 * time.Second, Window: 30 * 24 * time.Hour}
+	if r.IntN(3) != 0 {
+		o := policy.Opportunistic{NodeIdleTime: time.Duration(300+900*r.IntN(2)) * time.Second, Window: time.Duration(7+23*r.IntN(2)) * 24 * time.Hour}
 		cfg.Pools = map[string]policy.PoolConfig{"pool-1": {Opportunistic: &o}}
 	}
 	return cfg

@@ -38,24 +38,41 @@ type poolPass struct {
 	// readBlock: the windows and exclusions were read (block).
 	until     time.Time
 	readBlock bool
+	// kept is what the pool's last decision found of its nodes (the
+	// Fleet keeps it from pass to pass), and found one kept, told anew.
+	kept  *eligibilities
+	found eligibility
 }
 
 // decidePool decides one pool's nodes, sorted by name: the pool's
 // gauges, then its setting, and, where the pool is configured, valid and
 // not left to the cluster autoscaler, each node with a pending notice
-// (or each multi-host slice, whole).
-func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int) *poolPass {
-	p := &poolPass{now: now, cfg: cfg, nodes: nodes, plan: PoolPlan{Pool: pool, Nodes: len(nodes), Voluntary: countVoluntary(nodes)},
+// (or each multi-host slice, whole). kept, when not nil, is what the
+// pool's last decision found of its nodes (eligibilities), and is kept up
+// to date.
+func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, clusterLeft *int, kept *eligibilities) *poolPass {
+	if kept == nil {
+		kept = &eligibilities{}
+	}
+	kept.fit(len(nodes))
+	p := &poolPass{now: now, cfg: cfg, nodes: nodes, plan: PoolPlan{Pool: pool, Nodes: len(nodes)}, kept: kept,
 		caps: caps{clusterLeft: clusterLeft, clusterIn: *clusterLeft, lo: math.MinInt, hi: math.MaxInt}}
-	available := p.count()
+	sum := p.summarize()
+	p.plan.Voluntary = sum.voluntary
 	if p.plan.Pending > 0 {
 		p.plan.Decisions = make([]Decision, 0, p.plan.Pending) // one for each node pending, at most
 	}
-	setting, configured, err := poolSetting(cfg, pool, nodes, &p.plan)
+	setting, configured, err := poolSetting(cfg, pool, nodes, sum, &p.plan)
 	p.plan.Configured, p.plan.Setting = configured, setting
-	slices := sliceMembers(nodes)
+	var slices [][]*Node
+	if sum.sliceHosts {
+		slices = sliceMembers(nodes)
+	}
 	p.plan.Budget = cfg.PoolBudget(pool, setting, len(slices) > 0)
-	groups := groupNames(nodes)
+	var groups []string
+	if sum.grouped {
+		groups = groupNames(nodes)
+	}
 	p.plan.Autoscaled = cfg.Autoscaled(pool, len(groups) > 0)
 	switch {
 	case !configured:
@@ -80,8 +97,8 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, cl
 	pc, inPolicy := cfg.Pools[pool]
 	p.fromPolicy = inPolicy && pc.Opportunistic != nil
 	c := &p.caps
-	c.spare, c.poolLeft = available-setting.MinNodes, p.plan.Budget.Of(len(nodes))-p.plan.Voluntary
-	c.pool, c.minNodes, c.available, c.poolBudget, c.nodes, c.clusterBudget = pool, setting.MinNodes, available, p.plan.Budget, len(nodes), cfg.ClusterBudget()
+	c.spare, c.poolLeft = sum.available-setting.MinNodes, p.plan.Budget.Of(len(nodes))-p.plan.Voluntary
+	c.pool, c.minNodes, c.available, c.poolBudget, c.nodes, c.clusterBudget = pool, setting.MinNodes, sum.available, p.plan.Budget, len(nodes), cfg.ClusterBudget()
 	c.refusals = [3]func() string{c.minNodesDetail, c.poolCapDetail, c.clusterCapDetail}
 	if len(slices) > 0 {
 		for _, members := range slices {
@@ -89,6 +106,7 @@ func decidePool(now time.Time, cfg policy.Config, pool string, nodes []*Node, cl
 		}
 		return p
 	}
+	kept.use(eligibilityKey{window: setting.Window, idleTime: setting.NodeIdleTime, fromPolicy: p.fromPolicy, block: p.block, blockDetail: p.blockDetail})
 	p.decideNodes()
 	return p
 }
@@ -99,33 +117,15 @@ func (p *poolPass) before(t time.Time) bool {
 	if !p.now.Before(t) {
 		return false // time only moves on: the answer holds
 	}
-	if p.until.IsZero() || t.Before(p.until) {
-		p.until = t
-	}
+	p.turnsAt(t)
 	return true
 }
 
-// count fills the pool's gauges, and returns how many nodes are available
-// (Ready and out of maintenance).
-func (p *poolPass) count() (available int) {
-	for _, n := range p.nodes {
-		if n.Ready && !n.InMaintenance {
-			available++
-		}
-		if n.InMaintenance {
-			p.plan.InMaintenance++
-		}
-		if !n.IdleSince.IsZero() && n.Busy == "" {
-			p.plan.Idle++
-		}
-		if pending(n) && !n.InMaintenance {
-			p.plan.Pending++
-			if p.plan.NextMaintenance.IsZero() || n.Notice.WindowStart.Before(p.plan.NextMaintenance) {
-				p.plan.NextMaintenance = n.Notice.WindowStart
-			}
-		}
+// turnsAt: the plan holds no later than t (zero: ever).
+func (p *poolPass) turnsAt(t time.Time) {
+	if !t.IsZero() && (p.until.IsZero() || t.Before(p.until)) {
+		p.until = t
 	}
-	return available
 }
 
 // decide records the decision about n; msg is written only if announced.
@@ -140,8 +140,8 @@ func (p *poolPass) skip(n *Node, reason Reason, detail func() string) {
 
 // skipAll skips every node with a pending notice, for one reason.
 func (p *poolPass) skipAll(reason Reason, detail func() string) {
-	for _, n := range p.nodes {
-		if pending(n) && !n.InMaintenance {
+	for i, n := range p.nodes {
+		if f := &p.kept.nodes[i].facts; f.pending && !f.inMaintenance {
 			p.skip(n, reason, detail)
 		}
 	}
@@ -156,8 +156,8 @@ func (p *poolPass) trigger(n *Node, msg func() string) {
 // leftToGKE: the pool is not configured; a node whose annotation GKE's own
 // handler acts on is told so, once.
 func (p *poolPass) leftToGKE() {
-	for _, n := range p.nodes {
-		if n.GKEHandled && n.Config != "" && pending(n) && !n.InMaintenance {
+	for i, n := range p.nodes {
+		if f := &p.kept.nodes[i].facts; f.leftToGKE && f.pending && !f.inMaintenance {
 			p.decide(n, ReasonGKEHandles, text("Not picked by maintenance-handler's aggregator: GKE's own maintenance handler acts on "+protocol.AnnotationOpportunisticConfig+" on this node (GKE 1.31 and later), and two controllers must not pick nodes. Configure the pool in the aggregator's policy ConfigMap, or run it with --gke-opportunistic-config=adopt, to have it act instead."))
 		}
 	}
@@ -181,7 +181,7 @@ var (
 // it needs of n is copied in its case alone, so that a node decided about
 // does not cost a copy of itself).
 func (p *poolPass) eligible(n *Node) (Reason, func() string) {
-	setting, now := p.plan.Setting, p.now
+	setting := p.plan.Setting
 	switch {
 	case len(n.Unreadable) > 0:
 		keys := n.Unreadable
@@ -217,29 +217,32 @@ func (p *poolPass) eligible(n *Node) (Reason, func() string) {
 	case n.IdleSince.IsZero() || n.Busy != "":
 		return ReasonNotIdle, notIdleDetail
 	case p.before(n.IdleSince.Add(setting.NodeIdleTime)):
-		idle := now.Sub(n.IdleSince)
-		return ReasonIdleTooShort, func() string {
-			return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
-		}
+		return ReasonIdleTooShort, p.idleTooShort(n.IdleSince)
 	case p.block != "":
 		return Reason(p.block), p.blockText
 	}
 	return "", nil
 }
 
+// idleTooShort says how long a node idle since then has been idle now.
+func (p *poolPass) idleTooShort(since time.Time) func() string {
+	idle, setting := p.now.Sub(since), p.plan.Setting
+	return func() string {
+		return fmt.Sprintf("idle for %s, less than node-idle-time=%s", idle.Round(time.Second), policy.Seconds(setting.NodeIdleTime))
+	}
+}
+
 // decideNodes decides a pool of single nodes: every eligible node, the
 // longest idle first, while the caps allow.
 func (p *poolPass) decideNodes() {
 	candidates := make([]*Node, 0, len(p.nodes))
-	for _, n := range p.nodes {
-		if !pending(n) || n.InMaintenance {
-			continue
+	for i, n := range p.nodes {
+		switch e := p.eligibility(i, n); e.state {
+		case eligibilitySkip:
+			p.plan.Decisions = append(p.plan.Decisions, e.skip)
+		case eligibilityCandidate:
+			candidates = append(candidates, n)
 		}
-		if reason, detail := p.eligible(n); reason != "" {
-			p.skip(n, reason, detail)
-			continue
-		}
-		candidates = append(candidates, n)
 	}
 	slices.SortStableFunc(candidates, func(a, b *Node) int { return a.IdleSince.Compare(b.IdleSince) })
 	setting := p.plan.Setting
@@ -259,7 +262,7 @@ func (p *poolPass) decideNodes() {
 // poolSetting finds the pool's opportunistic setting: the ConfigMap's, else
 // the nodes' annotation (which must agree). configured is false when
 // neither says anything.
-func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) (policy.Opportunistic, bool, error) {
+func poolSetting(cfg policy.Config, pool string, nodes []*Node, sum poolSummary, plan *PoolPlan) (policy.Opportunistic, bool, error) {
 	var o policy.Opportunistic
 	if err := cfg.PoolErrors[pool]; err != nil {
 		return o, true, err // this pool's part of the ConfigMap is invalid
@@ -270,14 +273,7 @@ func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) 
 	} else {
 		// The annotation (GKE's handler acts on it where it runs): one
 		// value on every node that has one.
-		var value string
-		values := map[string]bool{}
-		for _, n := range nodes {
-			if n.Config != "" && !n.GKEHandled && n.Config != value {
-				value = n.Config
-				values[value] = true
-			}
-		}
+		values := sum.configs
 		if len(values) == 0 {
 			return o, false, nil
 		}
@@ -285,25 +281,23 @@ func poolSetting(cfg policy.Config, pool string, nodes []*Node, plan *PoolPlan) 
 		if len(values) > 1 {
 			plan.ConfigNodes = configNodes(nodes)
 			vs := make([]string, 0, len(values))
-			for v := range values {
+			for _, v := range values {
 				vs = append(vs, strconv.Quote(v))
 			}
 			sort.Strings(vs)
 			return o, true, fmt.Errorf("%w: the nodes of pool %s disagree on %s: %s", policy.ErrConfig, pool, protocol.AnnotationOpportunisticConfig, strings.Join(vs, ", "))
 		}
 		var err error
-		if o, err = policy.ParseOpportunistic(value); err != nil {
+		if o, err = policy.ParseOpportunistic(values[0]); err != nil {
 			plan.ConfigNodes = configNodes(nodes)
 			return o, true, err
 		}
 	}
-	for _, n := range nodes {
-		if n.Slice != "" && o.MinNodes != 0 {
-			if fromNodes {
-				plan.ConfigNodes = configNodes(nodes)
-			}
-			return o, true, fmt.Errorf("%w: pool %s is a multi-host TPU slice, maintained whole: min-nodes must be 0, not %d", policy.ErrConfig, pool, o.MinNodes)
+	if sum.sliceHosts && o.MinNodes != 0 {
+		if fromNodes {
+			plan.ConfigNodes = configNodes(nodes)
 		}
+		return o, true, fmt.Errorf("%w: pool %s is a multi-host TPU slice, maintained whole: min-nodes must be 0, not %d", policy.ErrConfig, pool, o.MinNodes)
 	}
 	return o, true, nil
 }
