@@ -304,19 +304,9 @@ func TestTriggerChecksFirst(t *testing.T) {
 	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitNotice := func() {
-		err := retry.OnError(retry.DefaultBackoff, func(error) bool { return true }, func() error {
-			n, err := world.Client.CoreV1().Nodes().Get(ctx, "tr-ok", metav1.GetOptions{})
-			if err != nil || n.Labels[protocol.LabelScheduledMaintenanceTime] == "" {
-				return os.ErrNotExist
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal("the agent never mirrored the notice")
-		}
-	}
-	waitNotice()
+	world.WaitNode(t, "tr-ok", "the agent mirrors the notice", func(n *corev1.Node) bool {
+		return n.Labels[protocol.LabelScheduledMaintenanceTime] != ""
+	})
 	code, out := kubectl(t, true, "", "trigger", "tr-ok", "--dry-run")
 	t.Logf("trigger --dry-run:\n%s", out)
 	for _, want := range []string{"ok: the agent would accept the trigger", "workload  " + ns + "/server, grace 1s  (refused now by " + ns + "/server", "Dry run: nothing changed."} {
