@@ -54,9 +54,9 @@ type Aggregator struct {
 
 	// Guarded by mu; reset when leadership begins.
 	mu sync.Mutex
-	// lastReason: pool -> node -> its decision, as last announced;
+	// lastReason: pool -> its nodes' decisions, as last announced;
 	// announcements counts announce's calls.
-	lastReason    map[string]map[string]*announced
+	lastReason    map[string]*poolTold
 	announcements uint64
 	lastPoolErr   map[string]string // pool -> last config error announced
 	lastCfgErr    string
@@ -175,8 +175,6 @@ func (a *Aggregator) elect(ctx context.Context) error {
 // at most every MinInterval, and at least every Interval.
 func (a *Aggregator) lead(lctx context.Context) {
 	a.beginLead()
-	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]map[string]*announced{}, map[string]string{}, ""
-	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
 	a.leading.Store(true)
 	a.opts.Metrics.Leader.Set(1)
 	a.log.Info("started leading", "identity", a.opts.Identity)
@@ -229,7 +227,7 @@ func (a *Aggregator) lead(lctx context.Context) {
 // every Node and decides every pool again, and announces afresh.
 func (a *Aggregator) beginLead() {
 	a.mu.Lock()
-	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]map[string]*announced{}, map[string]string{}, ""
+	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]*poolTold{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
 	a.lastFault = map[string]fleet.FaultReason{}
 	a.mu.Unlock()

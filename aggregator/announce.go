@@ -45,7 +45,6 @@ func poolStats(plans []fleet.PoolPlan) []metrics.PoolStats {
 
 // announce announces a pool's changed decisions and configuration errors.
 func (a *Aggregator) announce(p fleet.PoolPlan) {
-	m := a.opts.Metrics
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	errText := ""
@@ -74,33 +73,61 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 	// so that a decision that comes back is told again.
 	said := a.lastReason[p.Pool]
 	if said == nil {
-		said = map[string]*announced{}
+		said = &poolTold{nodes: map[string]*announced{}}
 		a.lastReason[p.Pool] = said
 	}
-	a.announcements++
-	for _, d := range p.Decisions {
-		last := said[d.Node]
-		if last == nil {
-			last = &announced{}
-			said[d.Node] = last
+	switch {
+	case p.ID != 0 && said.plan == p.ID:
+		return // told already
+	case p.Since != 0 && said.plan == p.Since:
+		// Told the plan before: what changed since is all there is to
+		// tell (at 65,000 nodes, a few decisions, not every one).
+		for _, i := range p.Changed {
+			a.tell(said, p.Decisions[i])
 		}
-		last.plan = a.announcements
-		if last.reason == d.Reason {
-			continue
+		for _, name := range p.Dropped {
+			delete(said.nodes, name)
 		}
-		last.reason = d.Reason
-		outcome, reason := "skipped", protocol.EventSkipped
-		if d.Reason == fleet.ReasonTriggered {
-			outcome, reason = "triggered", protocol.EventTriggered
+	default:
+		a.announcements++
+		for _, d := range p.Decisions {
+			a.tell(said, d).plan = a.announcements
 		}
-		m.Decisions.WithLabelValues(outcome, string(d.Reason)).Inc()
-		a.nodeEvent(d.Node, d.UID, false, reason, d.Message())
+		for name, last := range said.nodes {
+			if last.plan != a.announcements {
+				delete(said.nodes, name)
+			}
+		}
 	}
-	for name, last := range said {
-		if last.plan != a.announcements {
-			delete(said, name)
-		}
+	said.plan = p.ID
+}
+
+// tell tells d where it is not what said has of its node, and returns
+// what said has of it now.
+func (a *Aggregator) tell(said *poolTold, d fleet.Decision) *announced {
+	last := said.nodes[d.Node]
+	if last == nil {
+		last = &announced{}
+		said.nodes[d.Node] = last
 	}
+	if last.reason == d.Reason {
+		return last
+	}
+	last.reason = d.Reason
+	outcome, reason := "skipped", protocol.EventSkipped
+	if d.Reason == fleet.ReasonTriggered {
+		outcome, reason = "triggered", protocol.EventTriggered
+	}
+	a.opts.Metrics.Decisions.WithLabelValues(outcome, string(d.Reason)).Inc()
+	a.nodeEvent(d.Node, d.UID, false, reason, d.Message())
+	return last
+}
+
+// poolTold is a pool's decisions as announced: those of the plan of ID
+// plan (0: of no plan a Fleet made), by node.
+type poolTold struct {
+	plan  uint64
+	nodes map[string]*announced
 }
 
 // announced is a node's decision as a pool's plan announced it, and which

@@ -102,6 +102,15 @@ type PoolPlan struct {
 	// Budget is the pool's cap on nodes in voluntary maintenance
 	// (policy.Config.PoolBudget).
 	Budget policy.Budget
+	// ID names a plan a Fleet made (0: Decide's). Since, where it is not
+	// 0, is the ID of the pool's plan before this one, and Changed and
+	// Dropped say how this one differs from it: its decisions (indexes
+	// into Decisions, in order) new or of another reason, and the nodes
+	// it no longer decides about. Who told that plan tells this one by
+	// these alone.
+	ID, Since uint64
+	Changed   []int
+	Dropped   []string
 }
 
 // Decide is one pass over every node: for each pool, which nodes to trigger

@@ -21,6 +21,9 @@ import (
 type eligibilities struct {
 	key   eligibilityKey
 	nodes []eligibility
+	// decided: each node's last is the reason of its decision in the
+	// pool's last plan (eligibility.last).
+	decided bool
 }
 
 // eligibilityKey is what poolPass.eligible reads of the pool.
@@ -40,6 +43,11 @@ type eligibility struct {
 	state eligibilityState
 	skip  Decision
 	until time.Time
+	// reason is the reason of the node's decision in the plan under way
+	// ("" for none), at decision in its Decisions; last, in the pool's
+	// last plan.
+	reason, last Reason
+	decision     int
 }
 
 // nodeFacts is what a pool's gauges, setting and decision read of a node.
@@ -69,7 +77,7 @@ const (
 // forget drops what was found of the node at i of the pool's nodes.
 func (e *eligibilities) forget(i int) {
 	if i < len(e.nodes) {
-		e.nodes[i] = eligibility{}
+		e.nodes[i] = eligibility{last: e.nodes[i].last}
 	}
 }
 
@@ -79,7 +87,31 @@ func (e *eligibilities) fit(n int) {
 	if len(e.nodes) != n {
 		e.nodes = slices.Grow(e.nodes[:0], n)[:n]
 		clear(e.nodes)
+		e.decided = false
 	}
+}
+
+// changes notes the plan's decisions as the pool's last, and says how
+// they differ from the last plan's: the decisions (indexes into
+// plan.Decisions, in order) new or of another reason, and the nodes
+// decided about no more. known is false where the last plan's are not
+// known (the pool's first plan, or one after its nodes came or went).
+func (e *eligibilities) changes(nodes []*Node) (changed []int, dropped []string, known bool) {
+	for i := range e.nodes {
+		n := &e.nodes[i]
+		if n.reason == n.last {
+			continue
+		}
+		if n.reason != "" {
+			changed = append(changed, n.decision)
+		} else {
+			dropped = append(dropped, nodes[i].Name)
+		}
+		n.last = n.reason
+	}
+	slices.Sort(changed)
+	known, e.decided = e.decided, true
+	return changed, dropped, known
 }
 
 // use keeps the eligibilities for a decision that reads key: those found
@@ -130,6 +162,7 @@ type poolSummary struct {
 func (p *poolPass) summarize() poolSummary {
 	var s poolSummary
 	for i, n := range p.nodes {
+		p.kept.nodes[i].reason = ""
 		f := p.kept.factsOf(i, n)
 		if f.available {
 			s.available++

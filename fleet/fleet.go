@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/policy"
@@ -42,6 +43,11 @@ type Fleet struct {
 	voluntaryNodes int
 	sliceHosts     map[string]hostCount
 }
+
+// planIDs names the plans the Fleets make (PoolPlan.ID): unique in the
+// process, so that a plan of a new Fleet never takes the name of one told
+// before.
+var planIDs atomic.Uint64
 
 // fleetPool is one pool's nodes and its last plan.
 type fleetPool struct {
@@ -239,6 +245,11 @@ func (f *Fleet) Decide(now time.Time, cfg policy.Config) []PoolPlan {
 		}
 		in := clusterLeft
 		pass := decidePool(now, cfg, name, p.members(), &clusterLeft, &p.kept)
+		changed, dropped, known := p.kept.changes(p.sorted)
+		pass.plan.ID = planIDs.Add(1)
+		if known && p.plan != nil {
+			pass.plan.Since, pass.plan.Changed, pass.plan.Dropped = p.plan.plan.ID, changed, dropped
+		}
 		p.plan = &poolMemo{plan: pass.plan, took: in - clusterLeft, lo: pass.caps.lo, hi: pass.caps.hi, until: pass.until,
 			readBlock: pass.readBlock, block: pass.block, blockDetail: pass.blockDetail}
 		p.changed = false

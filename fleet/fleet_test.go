@@ -33,24 +33,37 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 	for seed := range uint64(histories) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		var f Fleet
+		last := map[string]PoolPlan{} // each pool's plan in the pass before
 		at := now
 		cfg := randomConfig(r, at)
 		for i := range 4 + r.IntN(12) {
 			f.Set(randomNode(r, fmt.Sprintf("n%02d", i), at))
 		}
 		for step := range 40 {
+			moved := map[string]bool{} // the pools a node came to or went from since the pass before
+			set := func(n Node) {
+				if was := f.Node(n.Name); was == nil || was.Pool != n.Pool {
+					moved[n.Pool] = true
+					if was != nil {
+						moved[was.Pool] = true
+					}
+				}
+				f.Set(n)
+			}
 			for range 1 + r.IntN(2) { // now and then a node gone and another come between passes
 				what := r.IntN(20) // mostly nothing but time moves on
 				switch {
 				case what < 3:
 					names := f.All()
 					n := *names[r.IntN(len(names))]
-					f.Set(randomNode(r, n.Name, at))
+					set(randomNode(r, n.Name, at))
 				case what == 3 && f.Len() > 2:
 					names := f.All()
-					f.Delete(names[r.IntN(len(names))].Name)
+					gone := names[r.IntN(len(names))]
+					moved[gone.Pool] = true
+					f.Delete(gone.Name)
 				case what == 4:
-					f.Set(randomNode(r, fmt.Sprintf("n%02d", 20+r.IntN(10)), at))
+					set(randomNode(r, fmt.Sprintf("n%02d", 20+r.IntN(10)), at))
 				case what == 5:
 					cfg = randomConfig(r, at)
 				}
@@ -68,8 +81,27 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 				all = append(all, *n)
 			}
 			want := Decide(at, cfg, all)
-			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.AllowUnexported(Decision{}), cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); d != "" {
+			if d := cmp.Diff(want, got, ignorePlanIDs, cmpopts.IgnoreFields(Decision{}, "message"), cmp.AllowUnexported(Decision{}), cmp.Comparer(func(a, b error) bool { return fmt.Sprint(a) == fmt.Sprint(b) })); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's plans differ from Decide's (-Decide +Fleet):\n%s", seed, step, d)
+			}
+			for _, p := range got {
+				before, ok := last[p.Pool]
+				last[p.Pool] = p
+				if ok && p.ID != before.ID { // made anew
+					if p.Since == 0 && !moved[p.Pool] {
+						t.Fatalf("seed %d, step %d: pool %s's nodes are those of its plan before, and its plan does not say what changed since", seed, step, p.Pool)
+					}
+					if p.Since == 0 {
+						continue
+					}
+					if p.Since != before.ID {
+						t.Fatalf("seed %d, step %d: pool %s's plan is since plan %d, and the plan before was %d", seed, step, p.Pool, p.Since, before.ID)
+					}
+					changed, dropped := planDiff(before, p)
+					if d := cmp.Diff([2]any{changed, dropped}, [2]any{p.Changed, p.Dropped}, cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); d != "" {
+						t.Fatalf("seed %d, step %d: pool %s: what changed since the plan before (-compared +Fleet):\n%s", seed, step, p.Pool, d)
+					}
+				}
 			}
 			if d := cmp.Diff(DecideFaults(at, cfg, all), f.DecideFaults(at, cfg)); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's faults differ from DecideFaults' (-DecideFaults +Fleet):\n%s", seed, step, d)
@@ -91,13 +123,35 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 					}
 				}
 			}
-			if f.Decide(at, cfg); !amended {
-				if again, _ := f.Changes(); len(again) != 0 {
-					t.Fatalf("seed %d, step %d: nothing changed, and %d pools were decided again", seed, step, len(again))
-				}
+			for _, p := range f.Decide(at, cfg) {
+				last[p.Pool] = p
+			}
+			if again, _ := f.Changes(); !amended && len(again) != 0 {
+				t.Fatalf("seed %d, step %d: nothing changed, and %d pools were decided again", seed, step, len(again))
 			}
 		}
 	}
+}
+
+// ignorePlanIDs: Decide's plans have no ID, nor say what changed.
+var ignorePlanIDs = cmpopts.IgnoreFields(PoolPlan{}, "ID", "Since", "Changed", "Dropped")
+
+// planDiff is how plan differs from before: its decisions new or of
+// another reason (by index), and the nodes before decided about and it
+// does not.
+func planDiff(before, plan PoolPlan) (changed []int, dropped []string) {
+	was, is := reasons(before), reasons(plan)
+	for i, d := range plan.Decisions {
+		if r, ok := was[d.Node]; !ok || r != d.Reason {
+			changed = append(changed, i)
+		}
+	}
+	for name := range was {
+		if _, ok := is[name]; !ok {
+			dropped = append(dropped, name)
+		}
+	}
+	return changed, dropped
 }
 
 func decisionOf(plans []PoolPlan, pool string, i int) Decision {
@@ -207,7 +261,7 @@ func TestFleetFindsANodeAgainWhenWhatItReadChanges(t *testing.T) {
 				all = append(all, *n)
 			}
 			want := Decide(c.at, c.to, all)
-			if d := cmp.Diff(want, got, cmpopts.IgnoreFields(Decision{}, "message"), cmp.AllowUnexported(Decision{})); d != "" {
+			if d := cmp.Diff(want, got, ignorePlanIDs, cmpopts.IgnoreFields(Decision{}, "message"), cmp.AllowUnexported(Decision{})); d != "" {
 				t.Fatalf("the Fleet's plan differs from Decide's (-Decide +Fleet):\n%s", d)
 			}
 			if after := reasons(want[0]); before[c.changes] == after[c.changes] {

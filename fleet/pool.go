@@ -42,6 +42,7 @@ type poolPass struct {
 	// Fleet keeps it from pass to pass), and found one kept, told anew.
 	kept  *eligibilities
 	found eligibility
+	next  int // the node after the one last decided about
 }
 
 // decidePool decides one pool's nodes, sorted by name: the pool's
@@ -130,12 +131,25 @@ func (p *poolPass) turnsAt(t time.Time) {
 
 // decide records the decision about n; msg is written only if announced.
 func (p *poolPass) decide(n *Node, reason Reason, msg func() string) {
-	p.plan.Decisions = append(p.plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: msg})
+	p.add(n, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: msg})
 }
 
 // skip: n is not picked, for reason (detail says why).
 func (p *poolPass) skip(n *Node, reason Reason, detail func() string) {
-	p.plan.Decisions = append(p.plan.Decisions, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: detail, skipped: true})
+	p.add(n, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: detail, skipped: true})
+}
+
+// add adds d, the decision about n, to the plan, and notes it by n
+// (eligibilities.changes).
+func (p *poolPass) add(n *Node, d Decision) {
+	p.plan.Decisions = append(p.plan.Decisions, d)
+	i := p.next // the nodes are mostly decided about in order
+	if i >= len(p.nodes) || p.nodes[i] != n {
+		i = slices.Index(p.nodes, n)
+	}
+	p.next = i + 1
+	e := &p.kept.nodes[i]
+	e.reason, e.decision = d.Reason, len(p.plan.Decisions)-1
 }
 
 // skipAll skips every node with a pending notice, for one reason.
@@ -239,7 +253,7 @@ func (p *poolPass) decideNodes() {
 	for i, n := range p.nodes {
 		switch e := p.eligibility(i, n); e.state {
 		case eligibilitySkip:
-			p.plan.Decisions = append(p.plan.Decisions, e.skip)
+			p.add(n, e.skip)
 		case eligibilityCandidate:
 			candidates = append(candidates, n)
 		}
