@@ -35,8 +35,9 @@ type eligibilityKey struct {
 
 // eligibility is what a pool's decision found of one node: its facts,
 // and whether it has nothing to decide (not pending, or in maintenance),
-// is skipped (and why) or is a candidate the caps may take; until is when
-// time alone may change that (zero: never).
+// is skipped (skip, and why) or is a candidate the caps may take (skip
+// names it, and the caps give the reason); until is when time alone may
+// change that (zero: never).
 type eligibility struct {
 	known bool // facts
 	facts nodeFacts
@@ -216,7 +217,7 @@ func (p *poolPass) eligibility(i int, n *Node) *eligibility {
 	reason, detail := p.eligible(n)
 	e.until, p.until = p.until, outer
 	p.turnsAt(e.until)
-	e.state = eligibilityCandidate
+	e.state, e.skip = eligibilityCandidate, Decision{Node: n.Name, UID: n.UID} // the caps decide
 	if reason != "" {
 		e.state, e.skip = eligibilitySkip, Decision{Node: n.Name, UID: n.UID, Reason: reason, message: detail, skipped: true}
 	}

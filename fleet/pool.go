@@ -4,6 +4,7 @@ package fleet
 // trigger now, within its caps, windows and exclusions.
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -142,11 +143,16 @@ func (p *poolPass) skip(n *Node, reason Reason, detail func() string) {
 // add adds d, the decision about n, to the plan, and notes it by n
 // (eligibilities.changes).
 func (p *poolPass) add(n *Node, d Decision) {
-	p.plan.Decisions = append(p.plan.Decisions, d)
 	i := p.next // the nodes are mostly decided about in order
 	if i >= len(p.nodes) || p.nodes[i] != n {
 		i = slices.Index(p.nodes, n)
 	}
+	p.addAt(i, d)
+}
+
+// addAt adds d, the decision about the node at i of the pool's nodes.
+func (p *poolPass) addAt(i int, d Decision) {
+	p.plan.Decisions = append(p.plan.Decisions, d)
 	p.next = i + 1
 	e := &p.kept.nodes[i]
 	e.reason, e.decision = d.Reason, len(p.plan.Decisions)-1
@@ -249,27 +255,38 @@ func (p *poolPass) idleTooShort(since time.Time) func() string {
 // decideNodes decides a pool of single nodes: every eligible node, the
 // longest idle first, while the caps allow.
 func (p *poolPass) decideNodes() {
-	candidates := make([]*Node, 0, len(p.nodes))
+	// The candidates by their place among the pool's nodes: their order
+	// and their decisions read what was found of them, not their Node
+	// structs, strewn over the heap.
+	var candidates []int
 	for i, n := range p.nodes {
 		switch e := p.eligibility(i, n); e.state {
 		case eligibilitySkip:
-			p.add(n, e.skip)
+			p.addAt(i, e.skip)
 		case eligibilityCandidate:
-			candidates = append(candidates, n)
+			candidates = append(candidates, i)
 		}
 	}
-	slices.SortStableFunc(candidates, func(a, b *Node) int { return a.IdleSince.Compare(b.IdleSince) })
+	found := p.kept.nodes
+	slices.SortFunc(candidates, func(a, b int) int { // the longest idle first, then by name
+		return cmp.Or(found[a].facts.idleSince.Compare(found[b].facts.idleSince), a-b)
+	})
 	setting := p.plan.Setting
-	for _, n := range candidates {
+	for _, i := range candidates {
+		d := found[i].skip
 		if reason, detail := p.caps.take(1); reason != "" {
-			p.skip(n, reason, detail)
+			d.Reason, d.message, d.skipped = reason, detail, true
+			p.addAt(i, d)
 			continue
 		}
+		n := p.nodes[i]
 		idle, start := n.IdleSince, n.Notice.WindowStart
-		p.trigger(n, func() string {
+		d.Reason, d.message = ReasonTriggered, func() string {
 			return fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
 				idle.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), start.UTC().Format(time.RFC3339), setting.MinNodes)
-		})
+		}
+		p.plan.Trigger = append(p.plan.Trigger, n.Name)
+		p.addAt(i, d)
 	}
 }
 
