@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -183,7 +184,10 @@ func TestUnansweredTriggerFreesItsSlot(t *testing.T) {
 // decided to approve ff-02's repair, claimed it and paused before its
 // write; B leads now, counts A's claim and approves nothing; A's late
 // approval lands, and still one node is in repair. (Before approvals were
-// claimed, B approved ff-00 and A's write landed beside it: two.)
+// claimed, B approved ff-00 and A's write landed beside it: two.) Where
+// another writer moved ff-02 past the version A claimed, A's write can no
+// longer land and B may approve another: A's write then fails, and still
+// one node is in repair.
 func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
 	testworld.Need(t)
 	ns := world.Namespace(t)
@@ -216,14 +220,29 @@ func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
 		t.Fatalf("fault_decisions{ff,max_in_repair} = %v, want 2 (A's claim counted)", testutil.ToFloat64(waiting))
 	}
 	waitPasses(t, r.agg, 3)
-	if got := approvedOf(t, names); len(got) != 0 {
-		t.Fatalf("B approved %v while A's claim on ff-02 could still land", got)
-	}
-
-	// A wakes and writes its approval, conditional on what it saw: it lands.
 	late := seenByA.DeepCopy()
 	protocol.WriteRepairApproval(late, protocol.RepairApproval{Behavior: protocol.BehaviorUnrecoverableGPUError, Source: protocol.FaultSourceCondition,
 		Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
+	if got := approvedOf(t, names); len(got) != 0 {
+		// Only if ff-02 moved past the version A claimed (another
+		// writer: kwok heart-beats its nodes) can A's write no longer
+		// land, and B rightly no longer counts it: then A's write must
+		// fail, and the cap hold.
+		cur, err := world.Client.CoreV1().Nodes().Get(ctx, "ff-02", metav1.GetOptions{})
+		if err != nil || cur.ResourceVersion == seenByA.ResourceVersion {
+			t.Fatalf("B approved %v while A's claim on ff-02 could still land", got)
+		}
+		t.Logf("ff-02 moved past A's claim (version %s, now %s), and B approved %v", seenByA.ResourceVersion, cur.ResourceVersion, got)
+		if _, err := world.Client.CoreV1().Nodes().Update(ctx, late, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+			t.Fatalf("A's late write on a node that moved: %v, want a conflict", err)
+		}
+		if got := approvedOf(t, names); len(got) != 1 {
+			t.Errorf("approved %v, want one (maxInRepair 1)", got)
+		}
+		return
+	}
+
+	// A wakes and writes its approval, conditional on what it saw: it lands.
 	if _, err := world.Client.CoreV1().Nodes().Update(ctx, late, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("A's late write: %v", err)
 	}
