@@ -247,7 +247,7 @@ func (f *Fleet) Decide(now time.Time, cfg policy.Config) []PoolPlan {
 		pass := decidePool(now, cfg, name, p.members(), &clusterLeft, &p.kept)
 		changed, dropped, known := p.kept.changes(p.sorted)
 		pass.plan.ID = planIDs.Add(1)
-		if known && p.plan != nil {
+		if known { // the pool had a plan, made with these nodes
 			pass.plan.Since, pass.plan.Changed, pass.plan.Dropped = p.plan.plan.ID, changed, dropped
 		}
 		p.plan = &poolMemo{plan: pass.plan, took: in - clusterLeft, lo: pass.caps.lo, hi: pass.caps.hi, until: pass.until,

@@ -281,12 +281,10 @@ func (p *poolPass) decideNodes() {
 		}
 		n := p.nodes[i]
 		idle, start := n.IdleSince, n.Notice.WindowStart
-		d.Reason, d.message = ReasonTriggered, func() string {
+		p.trigger(n, func() string {
 			return fmt.Sprintf("Picked for opportunistic maintenance: idle since %s (node-idle-time=%s), maintenance pending for %s; the pool keeps at least %d nodes",
 				idle.UTC().Format(time.RFC3339), policy.Seconds(setting.NodeIdleTime), start.UTC().Format(time.RFC3339), setting.MinNodes)
-		}
-		p.plan.Trigger = append(p.plan.Trigger, n.Name)
-		p.addAt(i, d)
+		})
 	}
 }
 
