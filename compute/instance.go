@@ -34,11 +34,25 @@ type Scheduling struct {
 	// people.
 	End      time.Time
 	EndCause string
-	// Reservation is the reservation the VM consumes, as
-	// resourceStatus.reservationConsumptionInfo.consumedReservation names
-	// it ("" for none): ParseConsumedReservation reads its block and
-	// sub-block.
-	Reservation string
+	// Consumption is what the VM consumes of a reservation
+	// (resourceStatus.reservationConsumptionInfo; empty for none):
+	// Consumption.Group reads its block and sub-block.
+	Consumption Consumption
+	// MachineType is the VM's machine type's name (a3-highgpu-8g),
+	// ProvisioningModel its scheduling.provisioningModel (STANDARD, SPOT,
+	// FLEX_START, RESERVATION_BOUND; "" when not given) and Status its
+	// status (RUNNING, REPAIRING, ...).
+	MachineType, ProvisioningModel, Status string
+}
+
+// Consumption is a VM's resourceStatus.reservationConsumptionInfo: the
+// full resource names of the reservation, the reservation block and the
+// sub-block it consumes, each in a field of its own ("" where it names
+// none).
+type Consumption struct {
+	Reservation string `json:"consumedReservation"`
+	Block       string `json:"consumedReservationBlock"`
+	SubBlock    string `json:"consumedReservationSubBlock"`
 }
 
 // Scheduling reads inst's scheduling with instances.get. A 403 is
@@ -57,13 +71,13 @@ type instanceJSON struct {
 		TerminationTime           string        `json:"terminationTime"`
 		InstanceTerminationAction string        `json:"instanceTerminationAction"`
 	} `json:"scheduling"`
+	MachineType    string `json:"machineType"`
+	Status         string `json:"status"`
 	ResourceStatus struct {
 		Scheduling struct {
 			TerminationTimestamp string `json:"terminationTimestamp"`
 		} `json:"scheduling"`
-		ReservationConsumptionInfo struct {
-			ConsumedReservation string `json:"consumedReservation"`
-		} `json:"reservationConsumptionInfo"`
+		ReservationConsumptionInfo Consumption `json:"reservationConsumptionInfo"`
 	} `json:"resourceStatus"`
 }
 
@@ -73,7 +87,8 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 		return Scheduling{}, fmt.Errorf("instances.get on %s: %w", inst, err)
 	}
 	sc := got.Scheduling
-	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT", Reservation: got.ResourceStatus.ReservationConsumptionInfo.ConsumedReservation}
+	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT", Consumption: got.ResourceStatus.ReservationConsumptionInfo,
+		MachineType: lastSegment(got.MachineType), ProvisioningModel: sc.ProvisioningModel, Status: got.Status}
 	var err error
 	if end := got.ResourceStatus.Scheduling.TerminationTimestamp; end != "" {
 		if out.End, err = time.Parse(time.RFC3339Nano, end); err != nil {
@@ -89,6 +104,9 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 	}
 	return out, nil
 }
+
+// lastSegment is the last segment of a resource's URL or name.
+func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
 
 // endCause says which time limit ends the VM, and what Compute Engine
 // does then.

@@ -27,8 +27,11 @@ const (
 	// OperationPermission is what zoneOperations.get needs, to follow the
 	// operation a performMaintenance call returns.
 	OperationPermission = "compute.zoneOperations.get"
-	// ReportPermission is what instances.reportHostAsFaulty needs.
-	ReportPermission = "compute.instances.reportHostAsFaulty"
+	// ReportPermission is what instances.reportHostAsFaulty needs, as
+	// Google's "Report faulty host" page names it (AI Hypercomputer
+	// documentation): no IAM permission bears the method's own name, and a
+	// custom role that names an unknown permission is refused whole.
+	ReportPermission = "compute.instances.update"
 	// GetPermission is what instances.get needs, to read a Spot VM's
 	// preemption notice (optional: --preemption-notice says it instead).
 	GetPermission = "compute.instances.get"

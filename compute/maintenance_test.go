@@ -203,6 +203,7 @@ func TestReportHostAsFaulty(t *testing.T) {
 	if d := cmp.Diff(want, c); d != "" {
 		t.Errorf("the report (-want +got):\n%s", d)
 	}
+	emu.Tolerate(`"NOT_A_BEHAVIOR" is none of`) // sent to be refused
 	if _, err := m.ReportHostAsFaulty(ctxT(t, 30*time.Second), inst, "req-g", "NOT_A_BEHAVIOR", ""); !errors.Is(err, ErrRefused) {
 		t.Errorf("an unknown behavior: %v, want refused", err)
 	}
@@ -301,10 +302,10 @@ func TestPerformGroupMaintenance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, ok := ParseConsumedReservation(inst, sc.Reservation)
+	g, ok := sc.Consumption.Group(inst)
 	want := ReservationGroup{Project: "p1", Zone: "us-east5-a", Reservation: "res-a", Block: "block-1", SubBlock: "sub-1"}
 	if !ok || g != want {
-		t.Fatalf("consumed %q read as %+v (%t); want %+v", sc.Reservation, g, ok, want)
+		t.Fatalf("consumed %+v read as %+v (%t); want %+v", sc.Consumption, g, ok, want)
 	}
 	emus[1].ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), time.Hour))
 	states, err := m.ReservationGroups(ctxT(t, 10*time.Second), Reservation{Project: "p1", Zone: "us-east5-a", Name: "res-a"})
@@ -353,7 +354,13 @@ func TestPerformGroupMaintenance(t *testing.T) {
 	if _, err := m.PerformGroupMaintenance(ctxT(t, 10*time.Second), g, "", "req-3"); !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), SubBlockPermission) {
 		t.Errorf("denied: %v; want ErrPermissionDenied naming %s", err, SubBlockPermission)
 	}
-	if _, ok := ParseConsumedReservation(inst, "projects/p1/zones/us-east5-a/reservations/res-a"); ok {
+	if _, ok := (Consumption{Reservation: "projects/p1/zones/us-east5-a/reservations/res-a"}).Group(inst); ok {
 		t.Error("a reservation with no block read as a group")
+	}
+	// The old reading: the block inside consumedReservation is no field
+	// of Compute Engine's; a block named in its own field is the group.
+	if g, ok := (Consumption{Reservation: "projects/p1/zones/us-east5-a/reservations/res-a",
+		Block: "projects/p1/zones/us-east5-a/reservations/res-a/reservationBlocks/b-9"}).Group(inst); !ok || g.Block != "b-9" || g.SubBlock != "" {
+		t.Errorf("a block named in consumedReservationBlock read as %+v (%t); want the block b-9", g, ok)
 	}
 }

@@ -5,8 +5,10 @@ package compute
 // call starts the group's maintenance, at its scope
 // (reservationSubBlocks.performMaintenance, or
 // reservationBlocks.performMaintenance with a maintenanceScope). The VM
-// names the reservation it consumes in its own instances.get
-// (resourceStatus.reservationConsumptionInfo.consumedReservation).
+// names the reservation, block and sub-block it consumes in its own
+// instances.get, each in a field of its own
+// (resourceStatus.reservationConsumptionInfo: consumedReservation,
+// consumedReservationBlock, consumedReservationSubBlock).
 
 import (
 	"context"
@@ -57,25 +59,27 @@ func (g ReservationGroup) path() string {
 	return p
 }
 
-// ParseConsumedReservation reads a consumedReservation (a resource name
-// or URL ending in reservations/R/reservationBlocks/B, with
-// /reservationSubBlocks/S where it names one) of a VM in inst's project
-// and zone; false when it names no block.
-func ParseConsumedReservation(inst Instance, s string) (ReservationGroup, bool) {
-	parts := strings.Split(strings.Trim(s, "/"), "/")
+// Group is the reservation block, and sub-block where the VM names one,
+// that c names, in inst's project and zone unless the names say others:
+// false when it names no block. Sub-block IDs are unique only within their
+// block, so a group is named by its reservation, block and sub-block.
+func (c Consumption) Group(inst Instance) (ReservationGroup, bool) {
 	g := ReservationGroup{Project: inst.Project, Zone: inst.Zone}
-	for i := 0; i+1 < len(parts); i++ {
-		switch v := parts[i+1]; parts[i] {
-		case "projects":
-			g.Project = v
-		case "zones":
-			g.Zone = v
-		case "reservations":
-			g.Reservation = v
-		case "reservationBlocks":
-			g.Block = v
-		case "reservationSubBlocks":
-			g.SubBlock = v
+	for _, name := range []string{c.Reservation, c.Block, c.SubBlock} {
+		parts := strings.Split(strings.Trim(name, "/"), "/")
+		for i := 0; i+1 < len(parts); i++ {
+			switch v := parts[i+1]; parts[i] {
+			case "projects":
+				g.Project = v
+			case "zones":
+				g.Zone = v
+			case "reservations":
+				g.Reservation = v
+			case "reservationBlocks":
+				g.Block = v
+			case "reservationSubBlocks":
+				g.SubBlock = v
+			}
 		}
 	}
 	return g, g.Reservation != "" && g.Block != ""
@@ -109,9 +113,9 @@ func (v *VM) PerformGroupMaintenance(ctx context.Context, requestID string, subB
 	if err != nil {
 		return "", err
 	}
-	g, ok := ParseConsumedReservation(inst, sc.Reservation)
+	g, ok := sc.Consumption.Group(inst)
 	if !ok || subBlock && g.SubBlock == "" {
-		return "", fmt.Errorf("%s (consumedReservation %q): %w", inst, sc.Reservation, ErrNoReservationGroup)
+		return "", fmt.Errorf("%s (reservationConsumptionInfo %+v): %w", inst, sc.Consumption, ErrNoReservationGroup)
 	}
 	if !subBlock {
 		g.SubBlock = ""
@@ -162,9 +166,9 @@ type GroupState struct {
 	// Health is healthInfo.healthStatus: HEALTHY or DEGRADED ("" when not
 	// given).
 	Health string
-	// Count and InUse are its hosts and those with a running VM (count,
-	// inUseCount).
-	Count, InUse int
+	// Count and InUseHosts are its hosts and those with a running VM
+	// (count, inUseHostCount), InUse its running VMs (inUseCount).
+	Count, InUse, InUseHosts int
 }
 
 // groupJSON is a reservationBlocks or reservationSubBlocks list item.
@@ -172,14 +176,14 @@ type groupJSON struct {
 	Name             string `json:"name"`
 	Count            int    `json:"count"`
 	InUseCount       int    `json:"inUseCount"`
+	InUseHostCount   int    `json:"inUseHostCount"`
 	PhysicalTopology struct {
 		Block    string `json:"block"`
 		SubBlock string `json:"subBlock"`
 	} `json:"physicalTopology"`
-	// The block's maintenance, under either name Compute Engine's
-	// documentation shows, and the sub-block's.
+	// The block's maintenance (ReservationBlock.reservationMaintenance),
+	// or the sub-block's (ReservationSubBlock.reservationSubBlockMaintenance).
 	ReservationMaintenance         *maintenanceJSON `json:"reservationMaintenance"`
-	ReservationBlockMaintenance    *maintenanceJSON `json:"reservationBlockMaintenance"`
 	ReservationSubBlockMaintenance *maintenanceJSON `json:"reservationSubBlockMaintenance"`
 	HealthInfo                     struct {
 		HealthStatus string `json:"healthStatus"`
@@ -196,8 +200,8 @@ type maintenanceJSON struct {
 }
 
 func (j groupJSON) state(g ReservationGroup, topology string) GroupState {
-	s := GroupState{Group: g, Topology: topology, Health: j.HealthInfo.HealthStatus, Count: j.Count, InUse: j.InUseCount}
-	for _, m := range []*maintenanceJSON{j.ReservationSubBlockMaintenance, j.ReservationBlockMaintenance, j.ReservationMaintenance} {
+	s := GroupState{Group: g, Topology: topology, Health: j.HealthInfo.HealthStatus, Count: j.Count, InUse: j.InUseCount, InUseHosts: j.InUseHostCount}
+	for _, m := range []*maintenanceJSON{j.ReservationSubBlockMaintenance, j.ReservationMaintenance} {
 		if m != nil {
 			s.Pending, s.Ongoing, s.SchedulingType = m.MaintenancePendingCount, m.MaintenanceOngoingCount, m.SchedulingType
 			s.Window, _ = time.Parse(time.RFC3339Nano, m.UpcomingGroupMaintenance.WindowStartTime)

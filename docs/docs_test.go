@@ -4,9 +4,11 @@ package docs_test
 
 import (
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -230,6 +232,37 @@ func TestREADMERoleCoversEveryComputeMethod(t *testing.T) {
 		sort.Strings(got)
 		if g := strings.Join(got, ","); g != strings.Join(want, ",") && g != strings.Join(withOptional, ",") {
 			t.Errorf("the README's role grants %v; the agent calls %v, which need %v (and %v where its flags ask for it)", got, compute.Methods, want, compute.OptionalMethods)
+		}
+	}
+}
+
+// TestEveryPermissionNamedIsOneTheProductNames: every Compute Engine IAM
+// permission the README, the CHANGELOG and docs/ name is one that the
+// product's 403 handling names (a method's permission, or the
+// aggregator's reservation reads). A permission Google does not have
+// (such as one named after reportHostAsFaulty, whose permission is
+// compute.instances.update) makes a custom role fail whole.
+func TestEveryPermissionNamedIsOneTheProductNames(t *testing.T) {
+	known := map[string]bool{compute.BlockListPermission: true, compute.SubBlockListPermission: true}
+	for _, m := range append(append([]compute.Method(nil), compute.Methods...), compute.OptionalMethods...) {
+		known[m.Permission] = true
+	}
+	files := []string{"../README.md", "../CHANGELOG.md"}
+	more, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, more...)
+	permission := regexp.MustCompile(`\bcompute\.(instances|zoneOperations|reservations|reservationBlocks|reservationSubBlocks)\.[a-zA-Z]+\b`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range permission.FindAllString(string(b), -1) {
+			if !known[p] {
+				t.Errorf("%s names the permission %s, which the product never names (it names %v)", f, p, slices.Sorted(maps.Keys(known)))
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	_ "time/tzdata" // ComputeTime's US Pacific time, on a machine without a zone database
 )
 
 // Call is one performMaintenance or reportHostAsFaulty request the Compute
@@ -126,8 +127,11 @@ type operation struct {
 	kind    string
 	started time.Time
 	done    time.Time
-	// err is the error the operation ends with ("" for success).
-	err string
+	// err is the error the operation ends with ("" for success), errCode
+	// its error.errors[].code (INTERNAL_ERROR when empty) and httpStatus
+	// its httpErrorStatusCode (500 when zero).
+	err, errCode string
+	httpStatus   int
 }
 
 // SetOperationFailure makes every call accepted from now on answer with an
@@ -152,7 +156,10 @@ func (s *Server) SetPerformMaintenanceDelay(d time.Duration) {
 const (
 	PermissionPerformMaintenance = "compute.instances.performMaintenance"
 	PermissionGetOperation       = "compute.zoneOperations.get"
-	PermissionReportHostAsFaulty = "compute.instances.reportHostAsFaulty"
+	// PermissionReportHostAsFaulty is what Google's "Report faulty host"
+	// page names for instances.reportHostAsFaulty: no permission of the
+	// method's own name exists.
+	PermissionReportHostAsFaulty = "compute.instances.update"
 	PermissionGetInstance        = "compute.instances.get"
 )
 
@@ -486,16 +493,18 @@ func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op 
 		"targetId":      fmt.Sprint(s.cfg.ID),
 		"status":        status,
 		"progress":      progress,
-		"insertTime":    op.started.UTC().Format(time.RFC3339Nano),
-		"startTime":     op.started.UTC().Format(time.RFC3339Nano),
+		"insertTime":    ComputeTime(op.started),
+		"startTime":     ComputeTime(op.started),
 		"selfLink":      base + "/zones/" + zone + "/operations/" + op.name,
 		"user":          s.cfg.ServiceAccount,
 	}
 	if status == "DONE" {
-		body["endTime"] = op.done.UTC().Format(time.RFC3339Nano)
+		body["endTime"] = ComputeTime(op.done)
 		if op.err != "" {
-			body["error"] = map[string]any{"errors": []map[string]string{{"code": "MAINTENANCE_FAILED", "message": op.err}}}
-			body["httpErrorStatusCode"] = 500
+			code := cmp.Or(op.errCode, "INTERNAL_ERROR")
+			body["error"] = map[string]any{"errors": []map[string]string{{"code": code, "message": op.err}}}
+			body["httpErrorStatusCode"] = cmp.Or(op.httpStatus, 500)
+			body["httpErrorMessage"] = http.StatusText(cmp.Or(op.httpStatus, 500))
 		}
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
@@ -518,24 +527,24 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 		forbidden(w, PermissionGetInstance, call.resource())
 		return
 	}
-	model := "STANDARD"
-	if s.cfg.Preemptible {
-		model = "SPOT"
-	}
-	scheduling := map[string]any{"preemptible": s.cfg.Preemptible, "provisioningModel": model, "onHostMaintenance": "TERMINATE",
-		"automaticRestart": !s.cfg.Preemptible}
-	if s.cfg.Preemptible && s.cfg.PreemptionNotice > 0 {
-		scheduling["preemptionNoticeDuration"] = map[string]any{"seconds": fmt.Sprint(int64(s.cfg.PreemptionNotice.Seconds()))}
-	}
-	inst := map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
-		"zone": s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone, "status": "RUNNING", "scheduling": scheduling}
 	s.mu.Lock()
 	limit := s.timeLimit
-	consumed, topology := s.consumedReservationLocked()
+	consumption, topology := s.reservationConsumptionLocked()
 	s.mu.Unlock()
+	model := s.cfg.provisioningModel(consumption != nil)
+	spot := model == "SPOT"
+	scheduling := map[string]any{"preemptible": s.cfg.Preemptible && spot, "provisioningModel": model, "onHostMaintenance": "TERMINATE",
+		"automaticRestart": !spot}
+	if spot && s.cfg.PreemptionNotice > 0 {
+		scheduling["preemptionNoticeDuration"] = map[string]any{"seconds": fmt.Sprint(int64(s.cfg.PreemptionNotice.Seconds()))}
+	}
+	base := s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone
+	inst := map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
+		"creationTimestamp": ComputeTime(s.created), "zone": base, "machineType": base + "/machineTypes/" + s.cfg.machineType(),
+		"selfLink": base + "/instances/" + s.cfg.Name, "status": s.cfg.status(), "scheduling": scheduling}
 	status := map[string]any{}
-	if consumed != "" {
-		status["reservationConsumptionInfo"] = map[string]any{"consumedReservation": consumed}
+	if consumption != nil {
+		status["reservationConsumptionInfo"] = consumption
 		status["physicalHostTopology"] = topology
 		inst["resourceStatus"] = status
 	}
@@ -546,6 +555,40 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	_ = json.NewEncoder(w).Encode(inst)
 }
+
+// provisioningModel is the VM's scheduling.provisioningModel; reserved:
+// it runs in a reservation.
+func (c Config) provisioningModel(reserved bool) string {
+	switch {
+	case c.ProvisioningModel != "":
+		return c.ProvisioningModel
+	case c.Preemptible:
+		return "SPOT"
+	case c.TimeLimit != nil && c.TimeLimit.FlexStart:
+		return "FLEX_START"
+	case reserved:
+		return "RESERVATION_BOUND"
+	}
+	return "STANDARD"
+}
+
+func (c Config) machineType() string { return cmp.Or(c.MachineType, "a3-highgpu-8g") }
+
+func (c Config) status() string { return cmp.Or(c.Status, "RUNNING") }
+
+// ComputeTime is t as Compute Engine writes its timestamps: RFC 3339 with
+// milliseconds, in US Pacific time with its offset
+// (2026-11-06T09:12:31.504-08:00).
+func ComputeTime(t time.Time) string {
+	return t.In(pacific).Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+var pacific = func() *time.Location {
+	if l, err := time.LoadLocation("America/Los_Angeles"); err == nil {
+		return l
+	}
+	return time.FixedZone("PST", -8*3600)
+}()
 
 // TimeLimit is a VM's time limit: Compute Engine terminates it (stops or
 // deletes it, as Action says) at End, the resourceStatus's
@@ -579,7 +622,7 @@ func (l *TimeLimit) serve(scheduling, status map[string]any) {
 		scheduling["provisioningModel"] = "FLEX_START"
 	}
 	if !l.End.IsZero() {
-		status["scheduling"] = map[string]any{"terminationTimestamp": l.End.UTC().Format(time.RFC3339Nano)}
+		status["scheduling"] = map[string]any{"terminationTimestamp": ComputeTime(l.End)}
 	}
 }
 

@@ -1,18 +1,22 @@
 package gceemu
 
 // Reservation blocks and sub-blocks under GROUPED maintenance: the
-// instances of one are maintained together. Each VM names the reservation
-// block and sub-block it consumes in its instances.get
-// (resourceStatus.reservationConsumptionInfo.consumedReservation, and the
-// physical topology GKE's labels mirror); a performMaintenance on the
-// sub-block (reservationSubBlocks) or the block (reservationBlocks, with a
-// maintenanceScope) starts the maintenance of every instance in it.
+// instances of one are maintained together. Each VM names the reservation,
+// block and sub-block it consumes in its instances.get, each in a field of
+// its own (resourceStatus.reservationConsumptionInfo's
+// consumedReservation, consumedReservationBlock and
+// consumedReservationSubBlock), and the physical topology GKE's labels
+// mirror; a performMaintenance on the sub-block (reservationSubBlocks) or
+// the block (reservationBlocks, with a maintenanceScope) starts the
+// maintenance of every instance in it.
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // The IAM permissions of the reservation methods.
@@ -43,6 +47,39 @@ type blockState struct {
 	mu           sync.Mutex
 	spare        int
 	sparePending bool
+	// schedulingType is the reservation's: GROUPED (when empty) or
+	// INDEPENDENT.
+	schedulingType string
+	// noUnusedCapacity: the reservation is a Standard extended
+	// reservation, for which a block's UNUSED_CAPACITY maintenance is not
+	// allowed.
+	noUnusedCapacity bool
+}
+
+func (b *blockState) refusesUnused() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.noUnusedCapacity
+}
+
+func (b *blockState) scheduling() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return cmp.Or(b.schedulingType, "GROUPED")
+}
+
+// SetReservationScheduling makes s's reservation's maintenance GROUPED or
+// INDEPENDENT (JoinReservation first), as its blocks and sub-blocks say;
+// noUnusedCapacity makes it a reservation whose blocks refuse an
+// UNUSED_CAPACITY maintenance ("not allowed for Standard ExR", the
+// maintenanceScope's description).
+func (s *Server) SetReservationScheduling(schedulingType string, noUnusedCapacity bool) {
+	s.mu.Lock()
+	b := s.compute.reservation.block
+	s.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.schedulingType, b.noUnusedCapacity = schedulingType, noUnusedCapacity
 }
 
 // SetSpareHosts gives s's reservation block n hosts with no running VM,
@@ -83,16 +120,22 @@ func JoinReservation(members map[*Server]SubBlock) {
 	}
 }
 
-// consumedReservation is the resource name the VM's instances.get gives
-// for the reservation it consumes ("" for none).
-func (s *Server) consumedReservationLocked() (string, map[string]any) {
+// reservationConsumptionLocked is what the VM's instances.get says of the
+// reservation it consumes: resourceStatus.reservationConsumptionInfo, the
+// reservation, block and sub-block each in a field of its own, and
+// resourceStatus.physicalHostTopology (nil, nil for none).
+func (s *Server) reservationConsumptionLocked() (consumption, topology map[string]any) {
 	m := s.compute.reservation
 	if m == nil {
-		return "", nil
+		return nil, nil
 	}
 	at := m.at
-	name := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", s.cfg.Project, s.cfg.Zone, at.Reservation, at.Block, at.SubBlock)
-	return name, map[string]any{"block": at.Block, "subblock": at.SubBlock, "host": s.cfg.Name}
+	res := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", s.cfg.Project, s.cfg.Zone, at.Reservation)
+	consumption = map[string]any{"consumedReservation": res, "consumedReservationBlock": res + "/reservationBlocks/" + at.Block}
+	if at.SubBlock != "" {
+		consumption["consumedReservationSubBlock"] = res + "/reservationBlocks/" + at.Block + "/reservationSubBlocks/" + at.SubBlock
+	}
+	return consumption, map[string]any{"block": at.Block, "subblock": at.SubBlock, "host": s.cfg.Name}
 }
 
 // groupMaintenance answers a performMaintenance on a reservation's
@@ -139,6 +182,9 @@ func (s *Server) acceptGroupMaintenance(call Call, r *http.Request, sb SubBlock,
 	if sb.SubBlock == "" && call.Scope != "ALL" && call.Scope != "RUNNING_VMS" && call.Scope != "UNUSED_CAPACITY" {
 		return http.StatusBadRequest, "badRequest", fmt.Sprintf("Invalid value for field 'maintenanceScope': '%s'.", call.Scope), op
 	}
+	if sb.SubBlock == "" && call.Scope == "UNUSED_CAPACITY" && m.block.refusesUnused() {
+		return http.StatusBadRequest, "invalid", "Invalid value for field 'maintenanceScope': 'UNUSED_CAPACITY'. It is not allowed for Standard extended reservations.", op
+	}
 	op = s.newOperationLocked("performMaintenance", call.RequestID)
 	members := m.subBlockPeers
 	if sb.SubBlock == "" {
@@ -176,8 +222,9 @@ func (o *Server) maintenanceOf() (pending, ongoing bool, window string) {
 }
 
 // groupItem is a reservationBlocks or reservationSubBlocks list item for
-// the instances peers: GROUPED, healthy, their hosts' maintenance counted.
-func groupItem(name string, topology map[string]any, maintenanceKey string, peers []*Server) map[string]any {
+// the instances peers (one a host): healthy, their hosts' maintenance
+// counted, scheduled as schedulingType says.
+func groupItem(name string, topology map[string]any, maintenanceKey, schedulingType string, peers []*Server) map[string]any {
 	pending, ongoing, window := 0, 0, ""
 	for _, o := range peers {
 		p, g, w := o.maintenanceOf()
@@ -191,11 +238,16 @@ func groupItem(name string, topology map[string]any, maintenanceKey string, peer
 			ongoing++
 		}
 	}
-	m := map[string]any{"maintenancePendingCount": pending, "maintenanceOngoingCount": ongoing, "schedulingType": "GROUPED"}
+	m := map[string]any{"maintenancePendingCount": pending, "maintenanceOngoingCount": ongoing, "schedulingType": schedulingType,
+		"instanceMaintenancePendingCount": pending, "instanceMaintenanceOngoingCount": ongoing}
 	if pending > 0 {
-		m["upcomingGroupMaintenance"] = map[string]any{"type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": StatusPending, "windowStartTime": window}
+		up := map[string]any{"type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": StatusPending}
+		if t, err := time.Parse(time.RFC3339, window); err == nil {
+			up["windowStartTime"] = ComputeTime(t)
+		}
+		m["upcomingGroupMaintenance"] = up
 	}
-	return map[string]any{"kind": "compute#reservationBlock", "name": name, "count": len(peers), "inUseCount": len(peers),
+	return map[string]any{"kind": "compute#reservationBlock", "name": name, "count": len(peers), "inUseCount": len(peers), "inUseHostCount": len(peers),
 		"physicalTopology": topology, maintenanceKey: m, "healthInfo": map[string]any{"healthStatus": "HEALTHY"}}
 }
 
@@ -207,7 +259,7 @@ func (b *blockState) addSpare(item map[string]any) {
 	if !b.sparePending {
 		return
 	}
-	m := item["reservationBlockMaintenance"].(map[string]any)
+	m := item["reservationMaintenance"].(map[string]any)
 	m["maintenancePendingCount"] = m["maintenancePendingCount"].(int) + b.spare
 	if _, ok := m["upcomingGroupMaintenance"]; !ok {
 		m["upcomingGroupMaintenance"] = map[string]any{"type": "SCHEDULED", "canReschedule": true, "maintenanceStatus": StatusPending}
@@ -239,7 +291,7 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request, project, zon
 	}
 	var items []map[string]any
 	if sb.Block == "" {
-		item := groupItem(m.at.Block, map[string]any{"block": m.at.Block}, "reservationBlockMaintenance", m.blockPeers)
+		item := groupItem(m.at.Block, map[string]any{"block": m.at.Block}, "reservationMaintenance", m.block.scheduling(), m.blockPeers)
 		m.block.addSpare(item)
 		items = append(items, item)
 	} else {
@@ -255,11 +307,15 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request, project, zon
 			bySub[sub] = append(bySub[sub], o)
 		}
 		for _, sub := range order {
-			item := groupItem(sub, map[string]any{"block": m.at.Block, "subBlock": sub}, "reservationSubBlockMaintenance", bySub[sub])
+			item := groupItem(sub, map[string]any{"block": m.at.Block, "subBlock": sub}, "reservationSubBlockMaintenance", m.block.scheduling(), bySub[sub])
 			item["kind"] = "compute#reservationSubBlock"
 			items = append(items, item)
 		}
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-	_ = json.NewEncoder(w).Encode(map[string]any{"kind": "compute#reservationBlocksListResponse", "items": items})
+	kind := "compute#reservationBlocksListResponse"
+	if sb.Block != "" {
+		kind = "compute#reservationSubBlocksListResponse"
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"kind": kind, "items": items})
 }

@@ -105,6 +105,17 @@ type Config struct {
 	Absence Absence
 	// Preemptible is served at instance/scheduling/preemptible.
 	Preemptible bool
+	// MachineType is the VM's machine type, as instances.get names it
+	// (a3-highgpu-8g when empty).
+	MachineType string
+	// ProvisioningModel is instances.get's scheduling.provisioningModel:
+	// STANDARD, SPOT, FLEX_START or RESERVATION_BOUND. Empty: SPOT for a
+	// Preemptible VM, RESERVATION_BOUND for one in a reservation
+	// (JoinReservation), FLEX_START for one whose TimeLimit says so,
+	// else STANDARD.
+	ProvisioningModel string
+	// Status is instances.get's status (RUNNING when empty).
+	Status string
 	// PreemptionNotice is a Spot VM's scheduling.preemptionNoticeDuration
 	// (zero: none), which instances.get returns: preempted turns TRUE this
 	// long before the soft-off.
@@ -133,6 +144,9 @@ type Config struct {
 type Server struct {
 	cfg   Config
 	clock clock.WithDelayedExecution
+	// created is when the VM was created (New), for its
+	// creationTimestamp.
+	created time.Time
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change
@@ -152,6 +166,10 @@ type Server struct {
 	// faultsServed counts the requests a fault answered.
 	faultsServed int
 	compute      computeState
+	// exchanges are the Compute API requests received, with their
+	// answers and problems (contract.go).
+	exchanges []Exchange
+	tolerated []string
 
 	srv       *http.Server
 	listener  net.Listener
@@ -190,6 +208,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		cfg:        cfg,
+		created:    cfg.Clock.Now(),
 		timeLimit:  cfg.TimeLimit,
 		clock:      cfg.Clock,
 		changed:    make(chan struct{}),
@@ -531,8 +550,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/computeMetadata/v1/"):
 		s.serveMetadata(w, r)
-	case strings.HasPrefix(r.URL.Path, "/compute/v1/"):
-		s.serveCompute(w, r)
+	case strings.HasPrefix(r.URL.Path, ComputePrefix):
+		s.serveComputeHeld(w, r)
 	default:
 		http.NotFound(w, r)
 	}
@@ -619,13 +638,21 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// StartT starts a server for a test and closes it when the test ends.
+// StartT starts a server for a test and closes it when the test ends;
+// the test fails if a Compute API request it received, or an answer it
+// gave, is not as Google's description of the API allows
+// (ContractProblems).
 func StartT(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	s := New(cfg)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		_ = s.Close()
+		for _, p := range s.ContractProblems() {
+			t.Errorf("Compute API contract, %s: %s", cfg.Name, p)
+		}
+	})
 	return s
 }

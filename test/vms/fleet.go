@@ -194,7 +194,8 @@ func RunMain(m *testing.M, w **testworld.World) int {
 
 // ForTest is a Fleet of t's in w: its agents, built by Binaries, start
 // with agentArgs and --log-level warn, and every agent and emulator stops
-// when t ends.
+// when t ends; t fails if a Compute API request an emulator received, or
+// an answer it gave, is not as Google's description of the API allows.
 func ForTest(t testing.TB, w *testworld.World, agentArgs ...string) *Fleet {
 	t.Helper()
 	bins, err := Binaries()
@@ -207,6 +208,11 @@ func ForTest(t testing.TB, w *testworld.World, agentArgs ...string) *Fleet {
 			_ = v.Agent.Kill()
 		}
 		f.Close()
+		for _, v := range f.VMs {
+			for _, p := range v.Emu.ContractProblems() {
+				t.Errorf("Compute API contract, %s: %s", v.Name, p)
+			}
+		}
 	})
 	return f
 }
