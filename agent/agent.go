@@ -30,12 +30,12 @@ type Agent struct {
 
 	wake chan struct{}
 
-	// slice is the node's group, a multi-host slice or a reservation
-	// group ("" for none), groupLabel the label that names it, siblings
-	// the watch of its hosts and stopSiblings its end (slice.go); they
-	// follow the Node (followMembership). Used by the loop goroutine only.
+	// slice names the node's group, a multi-host slice or a reservation
+	// group ("" for none), group is the group, siblings the watch of its
+	// hosts and stopSiblings its end (slice.go); they follow the Node
+	// (followMembership). Used by the loop goroutine only.
 	slice        string
-	groupLabel   string
+	group        protocol.Group
 	siblings     *kube.Informer
 	stopSiblings context.CancelFunc
 

@@ -406,8 +406,8 @@ func (k *killedAfterCall) PerformMaintenance(ctx context.Context, requestID stri
 	return op, err
 }
 
-func (k *killedAfterCall) PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool) (string, error) {
-	op, err := k.next.PerformGroupMaintenance(ctx, requestID, subBlock)
+func (k *killedAfterCall) PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool, members int) (string, error) {
+	op, err := k.next.PerformGroupMaintenance(ctx, requestID, subBlock, members)
 	close(k.made)
 	<-ctx.Done()
 	return op, err

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
+	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -188,6 +189,9 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
 	obs.PreemptionNotice = a.schedule.PreemptionNotice
 	obs.KnownEndView = a.schedule.knownEnd()
+	if obs.KnownEndKnown && !obs.KnownEnd.IsZero() {
+		obs.KnownEndNeed = drain.Need(a.opts.Pods.List(), a.opts.Self, a.timing)
+	}
 	if r := a.performResult; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -20,8 +22,10 @@ type Maintainer interface {
 	ReportHostAsFaulty(ctx context.Context, requestID, behavior, description string) (operation string, err error)
 	// PerformGroupMaintenance starts, at once, the maintenance of the
 	// reservation group the VM runs in: its sub-block (subBlock), else its
-	// block; compute.ErrNoReservationGroup when the VM names none.
-	PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool) (operation string, err error)
+	// block; compute.ErrNoReservationGroup when the VM names none, and
+	// compute.ErrGroupNotCallable when the group is not GROUPED or has
+	// hosts in use other than the members the cluster drained (members).
+	PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool, members int) (operation string, err error)
 	// WaitOperation returns when the operation has ended: nil when it
 	// succeeded.
 	WaitOperation(ctx context.Context, operation string) error
@@ -46,6 +50,7 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 	a.mu.Unlock()
 	timeout := max(st.Deadline.Sub(a.opts.Clock.Now()), performMinimum)
 	method, permission, group, subBlock := a.callFor(st)
+	members := a.groupMembers()
 	a.performGroup.Add(1)
 	go func() {
 		defer a.performGroup.Done()
@@ -59,7 +64,7 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 			case st.RepairCall == protocol.RepairReport:
 				res.Operation, res.Err = a.opts.Maintainer.ReportHostAsFaulty(cctx, st.RequestID, repair.Behavior, faultDescription(repair))
 			case group:
-				res.Operation, res.Err = a.performReservationGroup(cctx, st.RequestID, subBlock)
+				res.Operation, res.Err = a.performReservationGroup(cctx, st.RequestID, subBlock, members)
 			default:
 				res.Operation, res.Err = a.opts.Maintainer.PerformMaintenance(cctx, st.RequestID)
 			}
@@ -154,8 +159,8 @@ func faultDescription(r protocol.RepairApproval) string {
 // a reservation group, the group's (its sub-block's, or its block's);
 // else the VM's own performMaintenance.
 func (a *Agent) callFor(st lifecycle.State) (method, permission string, group, subBlock bool) {
-	group = st.Reason == protocol.ReasonManual && (a.groupLabel == protocol.LabelTopologySubblock || a.groupLabel == protocol.LabelTopologyBlock)
-	subBlock = a.groupLabel == protocol.LabelTopologySubblock
+	group = st.Reason == protocol.ReasonManual && a.group.Kind == protocol.GroupReservation
+	subBlock = a.group.Label == protocol.LabelTopologySubblock
 	switch {
 	case st.RepairCall == protocol.RepairReport:
 		return string(protocol.RepairReport), compute.ReportPermission, false, false
@@ -167,18 +172,36 @@ func (a *Agent) callFor(st lifecycle.State) (method, permission string, group, s
 	return "performMaintenance", compute.Permission, false, false
 }
 
-// performReservationGroup starts the maintenance of the reservation group the node
-// is maintained with, at the group's scope; where the VM names no
-// reservation block or sub-block (or its instances.get is refused), it
-// asks for its own VM's, which Compute Engine synchronises across a
-// GROUPED reservation, and says so.
-func (a *Agent) performReservationGroup(ctx context.Context, requestID string, subBlock bool) (string, error) {
-	op, err := a.opts.Maintainer.PerformGroupMaintenance(ctx, requestID, subBlock)
-	if err == nil || !errors.Is(err, compute.ErrNoReservationGroup) && !errors.Is(err, compute.ErrPermissionDenied) || ctx.Err() != nil {
+// performReservationGroup starts the maintenance of the reservation group
+// the node is maintained with (members nodes, drained), at the group's
+// scope. Where that call cannot be made (the VM names no reservation
+// block or sub-block; the group is not GROUPED, or has hosts in use the
+// cluster did not drain; the reads it needs are refused), it asks for its
+// own VM's, and says why: maintaining one VM of a GROUPED group by hand
+// moves the group's state, not its other VMs.
+func (a *Agent) performReservationGroup(ctx context.Context, requestID string, subBlock bool, members int) (string, error) {
+	op, err := a.opts.Maintainer.PerformGroupMaintenance(ctx, requestID, subBlock, members)
+	if err == nil || ctx.Err() != nil ||
+		!errors.Is(err, compute.ErrNoReservationGroup) && !errors.Is(err, compute.ErrGroupNotCallable) && !errors.Is(err, compute.ErrPermissionDenied) {
 		return op, err
 	}
 	a.log.Warn("the reservation group's maintenance cannot be asked for at its scope; asking for this VM's", "err", err)
 	a.opts.Events.NodeEvent(true, protocol.EventGroupScopeUnknown, fmt.Sprintf(
-		"The reservation group's maintenance was asked for at this VM's scope (instances.performMaintenance), not the group's: %v", err))
+		"The reservation group's maintenance was asked for at this VM's scope (instances.performMaintenance), not the group's, so only this VM's maintenance starts now: %v", err))
 	return a.opts.Maintainer.PerformMaintenance(ctx, requestID)
+}
+
+// groupMembers is how many Nodes the node's group has, its own included,
+// as the watch of its group lists them.
+func (a *Agent) groupMembers() int {
+	if a.siblings == nil {
+		return 1
+	}
+	n := 0
+	for _, o := range a.siblings.List() {
+		if node, ok := o.(*corev1.Node); ok && a.grouping().Name(node) == a.slice {
+			n++
+		}
+	}
+	return max(n, 1)
 }

@@ -35,21 +35,22 @@ const sliceSyncWait = 30 * time.Second
 // follows, so that a host mid-maintenance never leaves its slice for a
 // chip count that is missing for a while.
 func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
-	key, slice := a.grouping().Of(node)
+	group := a.grouping().GroupOf(node)
+	slice := group.Name
 	if slice == a.slice || slice == "" && a.grouping().Unknown(node) != "" {
 		return
 	}
 	if a.siblings != nil {
 		a.stopSiblings()
 		a.unneed(a.siblings)
-		a.log.Info("no longer following the multi-host slice", "slice", a.slice)
+		a.log.Info("no longer following the group", "group", a.slice)
 	}
-	a.slice, a.groupLabel, a.siblings, a.stopSiblings = slice, "", nil, nil
+	a.slice, a.group, a.siblings, a.stopSiblings = slice, protocol.Group{}, nil, nil
 	if slice == "" {
 		return
 	}
-	a.groupLabel = key
-	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(key, slice), kube.InformerOptions{Name: "slice", Transform: slimNode, Logger: a.log.With("watch", "slice"), Clock: a.opts.Clock})
+	a.group = group
+	inf := kube.NewInformer(a.opts.Client.LabelledNodesListWatch(group.Label, group.Value), kube.InformerOptions{Name: "slice", Transform: slimNode, Logger: a.log.With("watch", "slice"), Clock: a.opts.Clock})
 	// Only a change of what another host acts on wakes the agent
 	// (SliceSignal): the other hosts write their Nodes for many other
 	// reasons, and a slice of 64 hosts is 64 watchers of each write.
@@ -71,9 +72,9 @@ func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
 	synced, cancel := context.WithTimeout(wctx, sliceSyncWait)
 	defer cancel()
 	if cache.WaitForCacheSync(synced.Done(), inf.HasSynced) {
-		a.log.Info("following the multi-host slice", "slice", slice, "hosts", len(inf.List()))
+		a.log.Info("following the group", "group", slice, "kind", group.Kind, "nodes", len(inf.List()))
 	} else {
-		a.log.Warn("following the multi-host slice; its Nodes are not listed yet", "slice", slice)
+		a.log.Warn("following the group; its Nodes are not listed yet", "group", slice, "kind", group.Kind)
 	}
 	a.poke() // step again with the slice
 }
@@ -117,7 +118,7 @@ func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecyc
 	}
 	hosts := a.sliceHosts(node)
 	obs.Slice = a.slice
-	obs.SliceAsk, obs.SliceAskSet = lifecycle.FollowedAsk(lifecycle.SliceAsks(a.slice, hosts)[node.Name], written, set, hosts)
+	obs.SliceAsk, obs.SliceAskSet = lifecycle.FollowedAsk(lifecycle.SliceAsks(a.slice, a.group.Kind, hosts)[node.Name], written, set, a.group.Kind, hosts)
 	if !obs.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice {
 		if want := protocol.SliceHosts(node); len(hosts) < want {
 			// A host of the slice is gone (its Node deleted, as a repair
@@ -128,9 +129,10 @@ func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecyc
 	}
 	caller := lifecycle.SliceCaller(hosts)
 	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
-	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault {
+	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault && a.group.Kind == protocol.GroupSlice {
 		// A fault's repair stops the slice: it waits for the other hosts
-		// as a voluntary maintenance's call does.
+		// as a voluntary maintenance's call does. A reservation group's
+		// member is repaired alone.
 		caller = node.Name
 	}
 	obs.SliceWaiting, obs.SliceIncomplete, obs.SliceRecheck = lifecycle.SliceDrained(hosts, caller, obs.Now)

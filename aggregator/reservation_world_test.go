@@ -103,7 +103,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 		rg, ok := protocol.ReadReservationGroup(n)
 		return ok && rg.SubBlock == sb.SubBlock && rg.Pending == 4 && rg.Ongoing == 0 && rg.Health == "HEALTHY"
 	})
-	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_reservation_group_hosts{group="`+sb.SubBlock+`",reservation="`+sb.Reservation+`",scope="subblock",state="pending"}`, 4)
+	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_reservation_group_hosts{group="`+sb.Block+"/"+sb.SubBlock+`",reservation="`+sb.Reservation+`",scope="subblock",state="pending"}`, 4)
 	// The block's two spare hosts are maintained first, once: no node is
 	// touched, and the block's pending hosts are its four in use.
 	waitMetric(t, ctx, metricsAddr, `maintenance_handler_aggregator_unused_capacity_maintenance_total{block="`+sb.Block+`",outcome="accepted",reservation="`+sb.Reservation+`"}`, 1)
@@ -129,7 +129,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	if err := plugin.BuildStatus(in).WriteTable(&table, time.Now(), time.UTC, false); err != nil {
 		t.Fatal(err)
 	}
-	if out := table.String(); !regexp.MustCompile(`(?m)^` + sb.SubBlock + `\s+` + sb.Reservation + `\s+subblock\s+4\s+0\s.*\s4\s+0\s*$`).MatchString(out) {
+	if out := table.String(); !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sb.Block+"/"+sb.SubBlock) + `\s+` + sb.Reservation + `\s+subblock\s+4\s+0\s.*\s4\s+0\s*$`).MatchString(out) {
 		t.Errorf("the plugin's status shows no line for the sub-block with 4 hosts pending, and its block's 4:\n%s", out)
 	}
 
@@ -195,5 +195,119 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 		if got := protocol.ReadAgentState(n).Interruptions; got[manual.Key()] != want || len(got) > want {
 			t.Errorf("%s counted %v; want %d of %s", h, got, want, manual.Key())
 		}
+	}
+}
+
+// TestReservationMemberStopsAlone: three GPU nodes of one sub-block of a
+// GROUPED reservation, each with a real agent run with
+// --reservation-groups subblock, a maintenance pending on every VM. One
+// member's own host maintenance begins (its VM's notice ONGOING and
+// TERMINATE_ON_HOST_MAINTENANCE): that member drains alone, and its
+// siblings keep their pods and are never asked to drain. A person's
+// request on a sibling afterwards drains the whole group (so every
+// member's agent had seen the first member's state), and the group's one
+// call goes to the sub-block, whose three hosts in use are the three
+// members the cluster drained.
+func TestReservationMemberStopsAlone(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	p := newProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
+	sb := gceemu.SubBlock{Reservation: "a3-res", Block: "block-2", SubBlock: "sub-1"}
+	var hosts []string
+	var emus []*gceemu.Server
+	members := map[*gceemu.Server]gceemu.SubBlock{}
+	for i := range 3 {
+		name := fmt.Sprintf("mem-%d", i)
+		hosts = append(hosts, name)
+		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "a3", Labels: map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock}},
+			gceemu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		emus = append(emus, v.Emu)
+		members[v.Emu] = sb
+		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+		grace := int64(5)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rank-%d", i), Namespace: p.ns},
+			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "train", Image: "trainer"}}}}
+		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gceemu.JoinReservation(members)
+	world.WaitNodes(t, hosts, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	for i := range hosts {
+		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	// Every change of a member's state and every pod's deletion, with when
+	// it was first seen, through watches.
+	var mu sync.Mutex
+	draining := map[string]time.Time{}
+	deleted := map[string]time.Time{}
+	nodeInf := informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer()
+	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if n := o.(*corev1.Node); protocol.ReadAgentState(n).Active() {
+			mu.Lock()
+			if _, ok := draining[n.Name]; !ok {
+				draining[n.Name] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}})
+	podInf := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(p.ns)).Core().V1().Pods().Informer()
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if pod := o.(*corev1.Pod); pod.DeletionTimestamp != nil {
+			mu.Lock()
+			if _, ok := deleted[pod.Name]; !ok {
+				deleted[pod.Name] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}})
+	watchCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go nodeInf.Run(watchCtx.Done())
+	go podInf.Run(watchCtx.Done())
+	cache.WaitForCacheSync(watchCtx.Done(), nodeInf.HasSynced, podInf.HasSynced)
+
+	emus[0].SetNoticeStatus(gceemu.StatusOngoing)
+	emus[0].SetMaintenanceEvent(gceemu.EventTerminate)
+	world.WaitNodes(t, []string{"mem-0"}, "drained for its own host maintenance", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonHostMaintenance && st.Phase == protocol.PhaseTerminating
+	})
+	asked := time.Now()
+	setLabel(t, ctx, "mem-1", protocol.LabelPerformMaintenance, protocol.TriggerValue)
+	world.WaitNodes(t, []string{"mem-2"}, "drained with its group, for the person's request", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonSlice && st.Phase == protocol.PhaseTerminating
+	})
+	world.WaitNodes(t, []string{"mem-1"}, "asked, and its group's maintenance begun", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Phase == protocol.PhaseTerminating && st.Begun
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range []string{"mem-1", "mem-2"} {
+		if at, ok := draining[h]; ok && at.Before(asked) {
+			t.Errorf("%s began to drain at %s, before the person asked (%s): a member's own host maintenance took it", h, at.Format(time.RFC3339Nano), asked.Format(time.RFC3339Nano))
+		}
+	}
+	for _, pod := range []string{"rank-1", "rank-2"} {
+		if at, ok := deleted[pod]; ok && at.Before(asked) {
+			t.Errorf("%s deleted at %s, before the person asked (%s)", pod, at.Format(time.RFC3339Nano), asked.Format(time.RFC3339Nano))
+		}
+	}
+	if deleted["rank-0"].IsZero() {
+		t.Error("rank-0 was not stopped for its node's host maintenance")
+	}
+	want := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation, sb.Block, sb.SubBlock)
+	var calls []gceemu.Call
+	for _, e := range emus {
+		calls = append(calls, e.Calls()...)
+	}
+	if len(calls) != 1 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want {
+		t.Errorf("calls %+v; want one, on the sub-block %s", calls, want)
 	}
 }

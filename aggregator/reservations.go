@@ -100,9 +100,10 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 		if s.Group.SubBlock != "" {
 			scope = protocol.ReservationGroupSubblock
 		}
+		// A sub-block's ID is unique only within its block.
 		name := s.Group.Block
 		if s.Group.SubBlock != "" {
-			name = s.Group.SubBlock
+			name = s.Group.Block + "/" + s.Group.SubBlock
 		}
 		m.ReservationHosts.WithLabelValues(s.Group.Reservation, scope, name, "pending").Set(float64(s.Pending))
 		m.ReservationHosts.WithLabelValues(s.Group.Reservation, scope, name, "ongoing").Set(float64(s.Ongoing))
@@ -114,19 +115,23 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 			m.ReservationHealthy.WithLabelValues(s.Group.Reservation, scope, name).Set(healthy)
 		}
 		if scope == a.opts.ReservationGroups && s.Topology != "" {
-			byTopology[s.Topology] = protocol.ReservationGroupState{Scope: scope, Reservation: s.Group.Reservation, Block: s.Group.Block,
+			// Keyed as protocol.Grouping names the group of a node: the
+			// block's topology ID, and the sub-block's within it.
+			key := s.Topology
+			if scope == protocol.ReservationGroupSubblock {
+				key = s.BlockTopology + "/" + s.Topology
+			}
+			st := protocol.ReservationGroupState{Scope: scope, Reservation: s.Group.Reservation, Block: s.Group.Block,
 				SubBlock: s.Group.SubBlock, Pending: s.Pending, Ongoing: s.Ongoing, Window: s.Window, Health: s.Health}
 			if scope == protocol.ReservationGroupSubblock {
 				block := s.Group
 				block.SubBlock = ""
-				st := byTopology[s.Topology]
 				st.BlockPending, st.BlockOngoing = blocks[block.String()].Pending, blocks[block.String()].Ongoing
-				byTopology[s.Topology] = st
 			}
+			byTopology[key] = st
 		}
 	}
-	label := a.opts.grouping().ReservationLabel()
-	if label == "" {
+	if a.opts.grouping().ReservationLabel() == "" {
 		return
 	}
 	var names []string
@@ -136,7 +141,9 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 		if !ok {
 			continue
 		}
-		st, known := byTopology[n.Labels[label]]
+		g := a.opts.grouping().GroupOf(n)
+		st, known := byTopology[g.Name]
+		known = known && g.Kind == protocol.GroupReservation
 		value := ""
 		if known {
 			value = st.Encode()
@@ -159,10 +166,13 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 }
 
 // maintainUnusedCapacity starts, once per group window, the maintenance
-// of the unused capacity of every block whose maintenance is pending and
-// which has spare hosts (fleet.UnusedCapacityFirst): no workload runs
-// there. The requestId is the block's and the window's, so that a new
-// leader's call is the same request.
+// of the unused capacity of every GROUPED block whose maintenance is
+// pending in a known window and which has spare hosts
+// (fleet.UnusedCapacityFirst): no workload runs there. The requestId is
+// the block's and the window's, so that a new leader's call is the same
+// request and each window's is a new one. A call refused (a 400: the
+// scope is not allowed for Standard extended reservations) or denied (a
+// 403) is not made again until the block's window changes.
 func (a *Aggregator) maintainUnusedCapacity(ctx context.Context, states []compute.GroupState, asked map[string]time.Time) {
 	byName := map[string]compute.ReservationGroup{}
 	var blocks []fleet.ReservationBlock
@@ -172,7 +182,8 @@ func (a *Aggregator) maintainUnusedCapacity(ctx context.Context, states []comput
 		}
 		name := s.Group.String()
 		byName[name] = s.Group
-		blocks = append(blocks, fleet.ReservationBlock{Name: name, Pending: s.Pending, Ongoing: s.Ongoing, Count: s.Count, InUse: s.InUse, Window: s.Window})
+		blocks = append(blocks, fleet.ReservationBlock{Name: name, Grouped: s.SchedulingType == "GROUPED", Pending: s.Pending, Ongoing: s.Ongoing,
+			Count: s.Count, InUse: s.InUseHosts, Window: s.Window})
 	}
 	for _, b := range fleet.UnusedCapacityFirst(blocks, asked) {
 		g := byName[b.Name]
@@ -184,13 +195,15 @@ func (a *Aggregator) maintainUnusedCapacity(ctx context.Context, states []comput
 			return
 		case errors.Is(err, compute.ErrPermissionDenied):
 			outcome = "permission_denied"
+		case errors.Is(err, compute.ErrRefused):
+			outcome = "refused"
 		case err != nil:
 			outcome = "failed"
 		}
 		a.opts.Metrics.UnusedCapacity.WithLabelValues(g.Reservation, g.Block, outcome).Inc()
 		if err != nil {
-			a.log.Warn("the unused capacity of the reservation block was not maintained", "block", b.Name, "err", err)
-			if outcome == "permission_denied" {
+			a.log.Warn("the unused capacity of the reservation block was not maintained", "block", b.Name, "outcome", outcome, "err", err)
+			if outcome != "failed" {
 				asked[b.Name] = b.Window // not again this window
 			}
 			continue

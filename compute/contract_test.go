@@ -86,11 +86,6 @@ func TestEveryCallHoldsToGooglesDescription(t *testing.T) {
 			t.Errorf("compute.%s was not called; called %v", method.Name, called)
 		}
 	}
-	for _, list := range []string{"compute.reservationBlocks.list", "compute.reservationSubBlocks.list"} {
-		if !called[list] {
-			t.Errorf("%s was not called", list)
-		}
-	}
 }
 
 // TestTheOldShapesFail: what the emulator served before it was held to

@@ -57,6 +57,8 @@ var OptionalMethods = []Method{
 	{"instances.get", GetPermission},
 	{"reservationSubBlocks.performMaintenance", SubBlockPermission},
 	{"reservationBlocks.performMaintenance", BlockPermission},
+	{"reservationSubBlocks.list", SubBlockListPermission},
+	{"reservationBlocks.list", BlockListPermission},
 }
 
 // Instance names a VM.

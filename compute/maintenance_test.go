@@ -166,7 +166,9 @@ func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
 	want["instances.get"] = gceemu.PermissionGetInstance
 	want["reservationSubBlocks.performMaintenance"] = gceemu.PermissionSubBlockMaintenance
 	want["reservationBlocks.performMaintenance"] = gceemu.PermissionBlockMaintenance
-	if len(OptionalMethods) != 3 {
+	want["reservationSubBlocks.list"] = gceemu.PermissionListSubBlocks
+	want["reservationBlocks.list"] = gceemu.PermissionListBlocks
+	if len(OptionalMethods) != 5 {
 		t.Errorf("OptionalMethods %v", OptionalMethods)
 	}
 	for _, m := range append(append([]Method(nil), Methods...), OptionalMethods...) {

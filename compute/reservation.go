@@ -11,6 +11,7 @@ package compute
 // consumedReservationBlock, consumedReservationSubBlock).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,16 +44,23 @@ type ReservationGroup struct {
 }
 
 func (g ReservationGroup) String() string {
-	s := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s", g.Project, g.Zone, g.Reservation, g.Block)
+	s := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", g.Project, g.Zone, g.Reservation)
+	if g.Block != "" {
+		s += "/reservationBlocks/" + g.Block
+	}
 	if g.SubBlock != "" {
 		s += "/reservationSubBlocks/" + g.SubBlock
 	}
 	return s
 }
 
+// reservationPath is the path of g's reservation.
+func (g ReservationGroup) reservationPath() string {
+	return "projects/" + url.PathEscape(g.Project) + "/zones/" + url.PathEscape(g.Zone) + "/reservations/" + url.PathEscape(g.Reservation)
+}
+
 func (g ReservationGroup) path() string {
-	p := "projects/" + url.PathEscape(g.Project) + "/zones/" + url.PathEscape(g.Zone) + "/reservations/" + url.PathEscape(g.Reservation) +
-		"/reservationBlocks/" + url.PathEscape(g.Block)
+	p := g.reservationPath() + "/reservationBlocks/" + url.PathEscape(g.Block)
 	if g.SubBlock != "" {
 		p += "/reservationSubBlocks/" + url.PathEscape(g.SubBlock)
 	}
@@ -101,10 +109,23 @@ func (m *Maintainer) performGroup(ctx context.Context, g ReservationGroup, scope
 	return m.postTo(ctx, g.path(), g.String(), "performMaintenance", BlockPermission, requestID, account, body)
 }
 
+// ErrGroupNotCallable: the group the VM runs in is not one whose
+// maintenance this cluster may start at its scope: it is not GROUPED, or
+// it has hosts in use that the cluster did not drain.
+var ErrGroupNotCallable = errors.New("the reservation group's maintenance is not asked for at its scope")
+
 // PerformGroupMaintenance starts the maintenance of the reservation group
 // the VM runs in, once: its sub-block (subBlock) or its block (with scope
-// ALL). It reads which one with instances.get.
-func (v *VM) PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool) (string, error) {
+// RUNNING_VMS: hosts with no VM are the aggregator's, with
+// UNUSED_CAPACITY). It reads which group with instances.get, and the
+// group's own state with reservationBlocks.list or
+// reservationSubBlocks.list, and calls only where the group is GROUPED and
+// its hosts in use (inUseHostCount) are the members the cluster drained
+// (members): else ErrGroupNotCallable, saying why, and nothing is called
+// (a group call would reach VMs the cluster never drained, of a shared
+// reservation or another pool; an INDEPENDENT group has no group
+// maintenance).
+func (v *VM) PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool, members int) (string, error) {
 	inst, account, err := v.identity(ctx)
 	if err != nil {
 		return "", err
@@ -120,7 +141,42 @@ func (v *VM) PerformGroupMaintenance(ctx context.Context, requestID string, subB
 	if !subBlock {
 		g.SubBlock = ""
 	}
-	return v.Maintainer.performGroup(ctx, g, ScopeAll, requestID, account)
+	st, err := v.Maintainer.groupState(ctx, g, account)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case st.SchedulingType != "GROUPED":
+		return "", fmt.Errorf("%s is scheduled %q, not GROUPED: its hosts have no group maintenance: %w", g, st.SchedulingType, ErrGroupNotCallable)
+	case st.InUseHosts != members:
+		return "", fmt.Errorf("%s has %d hosts in use and the cluster drained %d nodes of it: a call at its scope would stop VMs the cluster never drained: %w",
+			g, st.InUseHosts, members, ErrGroupNotCallable)
+	}
+	return v.Maintainer.performGroup(ctx, g, ScopeRunningVMs, requestID, account)
+}
+
+// groupState reads g's own state, from the list of the reservation's
+// blocks or of its block's sub-blocks.
+func (m *Maintainer) groupState(ctx context.Context, g ReservationGroup, account string) (GroupState, error) {
+	parent := g
+	parent.SubBlock, parent.Block = "", ""
+	path, permission, what, name := parent.reservationPath()+"/reservationBlocks", BlockListPermission, "reservationBlocks", g.Block
+	if g.SubBlock != "" {
+		parent.Block = g.Block
+		path, permission, what, name = parent.path()+"/reservationSubBlocks", SubBlockListPermission, "reservationSubBlocks", g.SubBlock
+	}
+	var list struct {
+		Items []groupJSON `json:"items"`
+	}
+	if err := m.get(ctx, path, permission, account, &list); err != nil {
+		return GroupState{}, fmt.Errorf("%s.list on %s: %w", what, parent, err)
+	}
+	for _, item := range list.Items {
+		if item.Name == name {
+			return item.state(g, ""), nil
+		}
+	}
+	return GroupState{}, fmt.Errorf("%s.list on %s names no %s: %w", what, parent, name, ErrNoReservationGroup)
 }
 
 // The IAM permissions reading a reservation's blocks and sub-blocks
@@ -153,8 +209,10 @@ func (r Reservation) String() string {
 type GroupState struct {
 	Group ReservationGroup
 	// Topology is its physical topology's ID (physicalTopology.block, or
-	// .subBlock): what GKE's topology label on its nodes says.
-	Topology string
+	// .subBlock): what GKE's topology label on its nodes says; and
+	// BlockTopology its block's (physicalTopology.block), for a sub-block,
+	// whose ID is unique only within its block.
+	Topology, BlockTopology string
 	// SchedulingType is GROUPED or INDEPENDENT.
 	SchedulingType string
 	// Pending and Ongoing count the hosts whose maintenance is pending or
@@ -215,7 +273,7 @@ func (j groupJSON) state(g ReservationGroup, topology string) GroupState {
 // (reservationBlocks.list, reservationSubBlocks.list): their maintenance
 // and health. A 403 is ErrPermissionDenied naming the permission.
 func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]GroupState, error) {
-	base := "projects/" + url.PathEscape(r.Project) + "/zones/" + url.PathEscape(r.Zone) + "/reservations/" + url.PathEscape(r.Name)
+	base := ReservationGroup{Project: r.Project, Zone: r.Zone, Reservation: r.Name}.reservationPath()
 	var blocks struct {
 		Items []groupJSON `json:"items"`
 	}
@@ -235,7 +293,9 @@ func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]Gr
 		for _, s := range subs.Items {
 			sg := g
 			sg.SubBlock = s.Name
-			out = append(out, s.state(sg, s.PhysicalTopology.SubBlock))
+			st := s.state(sg, s.PhysicalTopology.SubBlock)
+			st.BlockTopology = cmp.Or(s.PhysicalTopology.Block, b.PhysicalTopology.Block)
+			out = append(out, st)
 		}
 	}
 	return out, nil

@@ -141,6 +141,36 @@ func GroupDeadlines(pods []*corev1.Pod, timing Timing, now, deadline time.Time) 
 	return []time.Time{deadline.Add(-reserve), deadline.Add(-min(daemonSetShare, reserve)), deadline}
 }
 
+// Need is how long a drain of pods (but skip, the agent itself) needs
+// from its start so that every pod it stops gets its checkpoint lead and
+// its whole grace, in Groups' order, as GroupDeadlines and EvictAt plan
+// them: the longest lead and grace of a workload pod, the reserve kept
+// for the system and DaemonSet pods after it (or their own need, where
+// longer), and the margin.
+func Need(pods []*corev1.Pod, skip types.NamespacedName, timing Timing) time.Duration {
+	var workload, system, daemonSet time.Duration
+	for _, p := range pods {
+		g, ok := GroupOf(p)
+		if !ok || p.Namespace == skip.Namespace && p.Name == skip.Name {
+			continue
+		}
+		switch g {
+		case GroupSystem:
+			system = max(system, PodGrace(p))
+		case GroupDaemonSet:
+			daemonSet = max(daemonSet, PodGrace(p))
+		default:
+			lead, ok, err := protocol.CheckpointLead(p.Annotations)
+			if !ok || err != nil {
+				lead = 0
+			}
+			workload = max(workload, lead+PodGrace(p))
+		}
+	}
+	rest := system + daemonSet
+	return max(workload+min(timing.Reserve, rest), rest) + timing.Margin
+}
+
 // EvictAt is when a drain that began at start asks pod p to stop: at
 // once, or, for a pod annotated with a checkpoint lead
 // (protocol.PodAnnotationCheckpointLead), that lead later, but no later

@@ -300,3 +300,36 @@ func (c acceptingClient) DeletePod(context.Context, string, string, metav1.Delet
 func (c acceptingClient) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
 	return nil
 }
+
+// TestNeed: a drain needs the longest checkpoint lead and grace of a
+// workload pod, the reserve for the system and DaemonSet pods after it,
+// and the margin; the agent itself, mirror pods and finished pods need
+// nothing.
+func TestNeed(t *testing.T) {
+	pod := func(ns, name string, grace int64, lead string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace}}
+		if lead != "" {
+			p.Annotations[protocol.PodAnnotationCheckpointLead] = lead
+		}
+		return p
+	}
+	self := types.NamespacedName{Namespace: "mh", Name: "agent-x"}
+	done := pod("team", "done", 3600, "")
+	done.Status.Phase = corev1.PodSucceeded
+	timing := Timing{Reserve: 15 * time.Second, Margin: 3 * time.Second}
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want time.Duration
+	}{
+		{"none", nil, 3 * time.Second},
+		{"30 s graces", []*corev1.Pod{pod("team", "a", 30, ""), pod("team", "b", 10, "")}, 33 * time.Second},
+		{"a checkpoint lead", []*corev1.Pod{pod("team", "a", 30, "120s"), pod("team", "b", 60, "")}, 153 * time.Second},
+		{"a system pod after the workload", []*corev1.Pod{pod("team", "a", 30, ""), pod("kube-system", "dns", 10, "")}, 43 * time.Second},
+		{"the agent, and a finished pod, need nothing", []*corev1.Pod{pod("team", "a", 30, ""), pod("mh", "agent-x", 3600, ""), done}, 33 * time.Second},
+	} {
+		if got := Need(tc.pods, self, timing); got != tc.want {
+			t.Errorf("%s: %s; want %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -41,9 +41,12 @@ type Node struct {
 	Busy       string
 	// Config is the node's opportunistic-config annotation.
 	Config string
-	// Slice names the multi-host TPU slice the node belongs to ("" for
-	// none): its pool, when the topology spans more chips than one node has.
-	Slice string
+	// Slice names the group the node belongs to ("" for none): a
+	// multi-host TPU slice (its pool, when the topology spans more chips
+	// than one node has), or a reservation group; GroupKind says which
+	// (protocol.Grouping.GroupOf).
+	Slice     string
+	GroupKind protocol.GroupKind
 	// AutoscalerGroup is the cluster autoscaler's node group the node is
 	// in ("" for none known): set by the pass from the autoscaler's status.
 	AutoscalerGroup string
@@ -143,7 +146,8 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	if st.Notice.Status != "" {
 		v.Notice, v.NoticePresent = st.Notice, true
 	}
-	v.Slice = g.Name(n)
+	group := g.GroupOf(n)
+	v.Slice, v.GroupKind = group.Name, group.Kind
 	if v.Slice != "" {
 		v.SliceHosts = protocol.SliceHosts(n)
 	}

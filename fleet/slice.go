@@ -123,7 +123,7 @@ func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
 		for _, n := range members {
 			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline})
 		}
-		asks := lifecycle.SliceAsks(slice, hosts)
+		asks := lifecycle.SliceAsks(slice, members[0].GroupKind, hosts)
 		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {
 			for _, n := range members {
 				asks[n.Name] = kept

@@ -50,6 +50,21 @@ func TestSliceAsks(t *testing.T) {
 	if got := SliceAsks([]Node{{Name: "single-host"}}, now); len(got) != 0 {
 		t.Errorf("a node of no slice: %v", got)
 	}
+	// A reservation group's member preempted, or in host maintenance,
+	// drains alone; a manual maintenance of one takes the group.
+	member := func(name string, phase protocol.Phase, reason protocol.Reason) Node {
+		n := host(name, phase, reason, time.Hour)
+		n.Slice, n.GroupKind = "block-7/sub-3", protocol.GroupReservation
+		return n
+	}
+	for _, reason := range []protocol.Reason{protocol.ReasonPreemption, protocol.ReasonHostMaintenance, protocol.ReasonFault} {
+		if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, reason), member("b", protocol.PhaseIdle, "")}, now); got["b"] != nil {
+			t.Errorf("a reservation group's member in %s: its sibling asked %+v, want none", reason, got["b"])
+		}
+	}
+	if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, protocol.ReasonManual), member("b", protocol.PhaseIdle, "")}, now); got["b"] == nil || got["b"].Cause != "a" {
+		t.Errorf("a reservation group's manual maintenance: its sibling asked %+v, want a's", got["b"])
+	}
 }
 
 // TestSliceAsksKeptWhileTheCauseIsGone: a slice whose preempted host's

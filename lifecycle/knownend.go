@@ -4,8 +4,11 @@ package lifecycle
 // in advance (a time limit: maxRunDuration or terminationTime, as
 // flex-start VMs have). The end is mirrored on the Node
 // (protocol.LabelKnownEnd) and told to the pods as a pending maintenance
-// whose window opens at the end; KnownEndLead before it, the node drains
-// by force so that every grace ends before it, as for a host maintenance.
+// whose window opens at the end. The node drains by force so that every
+// grace ends before it, as for a host maintenance, from as long before
+// the end as its pods need (KnownEndView.Need, plus KnownEndSlack), never
+// earlier than KnownEndLead: a VM whose whole run is shorter than the
+// lead still runs its pods until they must stop.
 
 import (
 	"fmt"
@@ -32,18 +35,38 @@ type KnownEndView struct {
 	// KnownEndCause says where the end comes from, for the Events (such
 	// as "maxRunDuration 86400s; Compute Engine deletes the VM then").
 	KnownEndCause string
+	// KnownEndNeed is how long the node's pods need from the drain's
+	// start to stop, each with its checkpoint lead and whole grace
+	// (drain.Need); zero: not known, and the drain starts KnownEndLead
+	// before the end.
+	KnownEndNeed time.Duration
+}
+
+// KnownEndSlack is what a known end's drain keeps besides what the pods
+// need: the time to begin it (the taint, the first evictions) on a loaded
+// API server, and to see the pods go.
+const KnownEndSlack = time.Minute
+
+// knownEndLead is how long before the VM's end its drain starts: what its
+// pods need and KnownEndSlack, at most cfg.KnownEndLead.
+func knownEndLead(cfg Config, obs Observation) time.Duration {
+	if obs.KnownEndNeed <= 0 {
+		return cfg.KnownEndLead
+	}
+	return min(cfg.KnownEndLead, obs.KnownEndNeed+KnownEndSlack)
 }
 
 // knownEndMoved: the VM's end is known to be gone, or moved so far that
-// its drain is not due yet (an end moved later within the lead moves the
-// drain's deadline instead: knownEnd).
+// its drain is not due yet, by the whole KnownEndLead (an end moved later
+// within it moves the drain's deadline instead: knownEnd). Not by what the
+// pods need: that shrinks as the drain stops them.
 func knownEndMoved(cfg Config, _ State, obs Observation) bool {
 	return obs.KnownEndKnown && (obs.KnownEnd.IsZero() || obs.Now.Before(obs.KnownEnd.Add(-cfg.KnownEndLead)))
 }
 
-// knownEnd mirrors the VM's known end, starts its drain KnownEndLead
-// before it (on an idle node, or over a maintenance that yields to it),
-// and moves a later deadline of a maintenance under way to it.
+// knownEnd mirrors the VM's known end, starts its drain its lead before
+// it (knownEndLead: on an idle node, or over a maintenance that yields to
+// it), and moves a later deadline of a maintenance under way to it.
 func (d *Decision) knownEnd(cfg Config, obs Observation) {
 	if !obs.KnownEndKnown {
 		return
@@ -53,11 +76,14 @@ func (d *Decision) knownEnd(cfg Config, obs Observation) {
 	if end.IsZero() {
 		return
 	}
-	drainFrom := end.Add(-cfg.KnownEndLead)
+	drainFrom := end.Add(-knownEndLead(cfg, obs))
 	idle, rule := d.State.Phase == protocol.PhaseIdle, ruleOf(d.State.Reason)
 	switch {
 	case obs.Now.Before(drainFrom):
 		d.wakeAt(drainFrom)
+		if !idle {
+			d.endFirst(obs, end)
+		}
 	case idle || d.State.Reason != protocol.ReasonKnownEnd && rule.yields(d.State, protocol.ReasonKnownEnd):
 		// On an idle node, or over a maintenance that yields to the VM's
 		// own (a manual one not yet asked for, a slice's drain), as a host
@@ -82,7 +108,15 @@ func (d *Decision) knownEnd(cfg Config, obs Observation) {
 		d.State.Deadline = end
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
 			Message: fmt.Sprintf("The VM's known end moved to %s; so does the drain deadline", end.UTC().Format(time.RFC3339))})
-	case end.Before(d.State.Deadline) && end.After(obs.Now):
+	default:
+		d.endFirst(obs, end)
+	}
+}
+
+// endFirst moves the deadline of the maintenance under way to the VM's
+// end where the end comes first.
+func (d *Decision) endFirst(obs Observation, end time.Time) {
+	if end.Before(d.State.Deadline) && end.After(obs.Now) {
 		d.State.Deadline = end
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventKnownEndDrain,
 			Message: fmt.Sprintf("The VM reaches its known end at %s, before the %s under way would have stopped it; the drain deadline moves to the end", end.UTC().Format(time.RFC3339), d.State.Reason)})
@@ -97,7 +131,8 @@ func (d *Decision) mirrorKnownEnd(cfg Config, obs Observation) {
 		return
 	}
 	d.State.KnownEnd = now
-	msg := fmt.Sprintf("The VM's run ends at %s (%s): its pods are told now, and it drains from %s", now.UTC().Format(time.RFC3339), obs.KnownEndCause, now.Add(-cfg.KnownEndLead).UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("The VM's run ends at %s (%s): its pods are told now, and it drains from %s (as its pods now need, at most --known-end-lead before)",
+		now.UTC().Format(time.RFC3339), obs.KnownEndCause, now.Add(-knownEndLead(cfg, obs)).UTC().Format(time.RFC3339))
 	switch {
 	case now.IsZero():
 		msg = "The VM no longer has a known end"

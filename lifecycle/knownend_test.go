@@ -40,6 +40,41 @@ func TestStepKnownEndTold(t *testing.T) {
 	}
 }
 
+// TestStepKnownEndLeadFitsThePods: a flex-start VM with 45 minutes left
+// whose pods need 33 s to stop (30 s graces and the drain's margin) keeps
+// running them, and drains KnownEndSlack before what they need; once its
+// drain began, it keeps draining as its pods go (what they need shrinks),
+// until the end moves past the whole lead. Pods that need more than the
+// lead drain from the lead.
+func TestStepKnownEndLeadFitsThePods(t *testing.T) {
+	end := t0.Add(45 * time.Minute)
+	need := 33 * time.Second
+	o := knownEnd(obs(quiet()), end)
+	o.KnownEndNeed = need
+	d := stepChecked(t, cfg, State{}, o)
+	if d.State.Phase != protocol.PhaseIdle || !d.Drain.IsZero() {
+		t.Fatalf("45 minutes before the end, pods needing %s: %s, drain %+v; want them running", need, d.State.Phase, d.Drain)
+	}
+	drainFrom := end.Add(-need - KnownEndSlack)
+	if !d.WakeAt.Equal(drainFrom) {
+		t.Errorf("wake at %s; want %s, what the pods need and the slack before the end", d.WakeAt, drainFrom)
+	}
+	o.Now = drainFrom
+	d = stepChecked(t, cfg, d.State, o)
+	if d.State.Reason != protocol.ReasonKnownEnd || !d.State.Deadline.Equal(end) || d.Drain.IsZero() {
+		t.Fatalf("at %s: %s by %s, drain %+v; want the forced drain by the end", drainFrom, d.State.Reason, d.State.Deadline, d.Drain)
+	}
+	o.Now, o.KnownEndNeed = drainFrom.Add(10*time.Second), 3*time.Second // the pods gone
+	if d = stepChecked(t, cfg, d.State, o); d.State.Reason != protocol.ReasonKnownEnd || d.State.Phase == protocol.PhaseIdle {
+		t.Errorf("the pods gone: %s %s; want the drain to go on", d.State.Phase, d.State.Reason)
+	}
+	long := knownEnd(obs(quiet()), end)
+	long.KnownEndNeed = 3 * time.Hour
+	if d := stepChecked(t, cfg, State{}, long); d.State.Reason != protocol.ReasonKnownEnd {
+		t.Errorf("pods that need more than the lead, %s within it: %s; want the drain", cfg.KnownEndLead, d.State.Reason)
+	}
+}
+
 // TestStepKnownEndDrains: within the lead the node drains by force, the
 // deadline the end itself, counted once as an automatic termination; an
 // end already past drains as for a preemption.

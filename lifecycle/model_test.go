@@ -76,6 +76,11 @@ type model struct {
 	erng     *rand.Rand
 	end      time.Time
 	endKnown bool
+	// need is what the node's pods need to stop (KnownEndNeed), drawn
+	// with each end from nrng (zero: not known): the drain starts that
+	// long (and KnownEndSlack) before the end, within the lead.
+	need time.Duration
+	nrng *rand.Rand
 
 	// Bookkeeping for the invariants.
 	maint         int                     // numbers the maintenances, from Idle to Idle
@@ -119,6 +124,7 @@ func newModel(seed uint64) *model {
 	}
 	m.erng = rand.New(rand.NewPCG(seed^0x2545f491, seed))
 	m.ends = m.erng.IntN(2) == 0
+	m.nrng = rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
 	return m
 }
 
@@ -128,7 +134,8 @@ func (m *model) endEvent() {
 	switch r := m.erng.IntN(5); {
 	case r < 2:
 		m.end = m.now.Add(time.Duration(m.erng.IntN(3*3600)) * time.Second).Truncate(time.Second)
-		m.logf("the VM's end is %s", m.end.Format(time.TimeOnly))
+		m.need = []time.Duration{0, 33 * time.Second, 10 * time.Minute, 2 * time.Hour}[m.nrng.IntN(4)]
+		m.logf("the VM's end is %s (its pods need %s)", m.end.Format(time.TimeOnly), m.need)
 	case r < 3:
 		m.end = time.Time{}
 		m.logf("the VM has no end")
@@ -397,7 +404,7 @@ func (m *model) observation(st State) Observation {
 	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(m.node)
 	obs.DrainEnded, obs.DrainLeft = m.drainEnded, m.drainLeft
 	if m.endKnown {
-		obs.KnownEndView = KnownEndView{KnownEnd: m.end, KnownEndKnown: true, KnownEndCause: "maxRunDuration"}
+		obs.KnownEndView = KnownEndView{KnownEnd: m.end, KnownEndKnown: true, KnownEndCause: "maxRunDuration", KnownEndNeed: m.need}
 	}
 	if m.sliceHost && !m.chipsKnown {
 		obs.SliceUnknown = "its TPU topology 2x2x2 may span several hosts"
@@ -514,7 +521,7 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 		started := k.EventKnown && k.Event == maintenance.EventTerminate || k.PreemptedKnown && k.Preempted ||
 			k.NoticeKnown && k.NoticePresent && k.Notice.Status == maintenance.StatusOngoing && k.EventNotServed || dec.Manual == protocol.ManualStarted ||
 			obs.SliceAskSet || dec.Repair == protocol.RepairStarted && obs.RepairSet ||
-			obs.KnownEndKnown && !obs.KnownEnd.IsZero() && !m.now.Before(obs.KnownEnd.Add(-cfg.KnownEndLead))
+			obs.KnownEndKnown && !obs.KnownEnd.IsZero() && !m.now.Before(obs.KnownEnd.Add(-knownEndLead(cfg, obs)))
 		if !started {
 			m.fail(t, "drained on nothing the agent understood: %+v", k)
 		}
@@ -532,8 +539,8 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 	if m.interruptions[m.maint] > 1 {
 		m.fail(t, "one maintenance counted %d times (%s %s; events %v)", m.interruptions[m.maint], st.Phase, st.Reason, dec.Events)
 	}
-	if e := obs.KnownEnd; obs.KnownEndKnown && !e.IsZero() && !m.now.Before(e.Add(-cfg.KnownEndLead)) && st.Phase == protocol.PhaseIdle {
-		m.fail(t, "idle within the lead of the VM's known end %s", e)
+	if e := obs.KnownEnd; obs.KnownEndKnown && !e.IsZero() && !m.now.Before(e.Add(-knownEndLead(cfg, obs))) && st.Phase == protocol.PhaseIdle {
+		m.fail(t, "idle within the lead of the VM's known end %s (its pods need %s)", e, obs.KnownEndNeed)
 	}
 	if e := obs.KnownEnd; obs.KnownEndKnown && !e.IsZero() && st.Active() && e.After(m.now) && st.Deadline.After(e) {
 		m.fail(t, "%s drains by %s, after the VM's known end %s", st.Reason, st.Deadline, e)

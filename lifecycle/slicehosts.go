@@ -89,19 +89,24 @@ func SliceDrained(hosts []protocol.SliceHost, caller string, now time.Time) (wai
 	return waiting, incomplete, recheck
 }
 
-// SliceAsks is what every host of one slice must carry, by host name (nil:
-// no ask): when a host is in a maintenance of its own (host maintenance,
-// preemption, or a manual or opportunistic one; not a drain with its
-// slice), every other host drains with it, by the earliest deadline of
-// those hosts; the host with that deadline (the first by name on a tie)
-// is the cause. The aggregator writes these asks on every host; each
-// host's agent works its own out from the same Nodes, so that a slice
-// needs no aggregator to go down as one.
-func SliceAsks(slice string, hosts []protocol.SliceHost) map[string]*protocol.SliceAsk {
+// SliceAsks is what every host of one group must carry, by host name (nil:
+// no ask). In a multi-host slice (protocol.GroupSlice), when a host is in
+// a maintenance of its own (host maintenance, preemption, a fault's
+// repair, a known end, or a manual or opportunistic one; not a drain with
+// its slice), every other host drains with it, by the earliest deadline
+// of those hosts; the host with that deadline (the first by name on a tie)
+// is the cause. In a reservation group (protocol.GroupReservation) only a
+// voluntary maintenance (manual or opportunistic) is a cause: a member's
+// own forced event stops that member alone. The aggregator writes these
+// asks on every host; each host's agent works its own out from the same
+// Nodes, so that a slice needs no aggregator to go down as one.
+func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost) map[string]*protocol.SliceAsk {
 	var cause *protocol.SliceHost
 	for i, h := range hosts {
-		own := (h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating) && h.Reason != protocol.ReasonSlice && !h.Deadline.IsZero()
-		if own && (cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name) {
+		if !causes(kind, h) {
+			continue
+		}
+		if cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name {
 			cause = &hosts[i]
 		}
 	}
@@ -113,6 +118,14 @@ func SliceAsks(slice string, hosts []protocol.SliceHost) map[string]*protocol.Sl
 		}
 	}
 	return out
+}
+
+// causes says whether h's maintenance takes the other hosts of its group
+// (of kind) with it: one of its own, under way with a deadline; in a
+// reservation group, a voluntary one only.
+func causes(kind protocol.GroupKind, h protocol.SliceHost) bool {
+	own := active(h) && h.Reason != protocol.ReasonSlice && !h.Deadline.IsZero()
+	return own && (kind != protocol.GroupReservation || h.Reason == protocol.ReasonManual)
 }
 
 // SliceSignal is what of host h another host of its slice acts on: a
@@ -131,13 +144,17 @@ func SliceSignal(h protocol.SliceHost) protocol.SliceHost {
 	return h
 }
 
-// FollowedAsk is the ask a host follows: its own reading of its slice's
+// FollowedAsk is the ask a host follows: its own reading of its group's
 // hosts (own, nil for none) or the aggregator's (written, when set), the
 // earlier deadline of the two. The aggregator's is stale, and ignored,
 // once its cause is among hosts with no maintenance of its own started
 // then under way: the aggregator withdraws it on its next pass, or never
-// while none leads.
-func FollowedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, hosts []protocol.SliceHost) (protocol.SliceAsk, bool) {
+// while none leads. In a reservation group (kind), an ask for anything but
+// a voluntary maintenance is no ask: a member's forced event is its own.
+func FollowedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, kind protocol.GroupKind, hosts []protocol.SliceHost) (protocol.SliceAsk, bool) {
+	if set && kind == protocol.GroupReservation && written.Reason != protocol.ReasonManual {
+		set = false
+	}
 	if set {
 		for _, h := range hosts {
 			if h.Name != written.Cause {

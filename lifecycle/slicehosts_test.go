@@ -34,9 +34,35 @@ func TestFollowedAsk(t *testing.T) {
 		{"the cause's Node gone (deleted): the aggregator's, earlier", own, gone, true, []protocol.SliceHost{preempted}, &gone},
 		{"a new maintenance of the cause: the old ask is stale", nil, written, true, []protocol.SliceHost{{Name: "h1", Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance, Started: t0.Add(time.Hour), Deadline: t0.Add(2 * time.Hour)}}, nil},
 	} {
-		got, ok := FollowedAsk(tc.own, tc.written, tc.set, tc.hosts)
+		got, ok := FollowedAsk(tc.own, tc.written, tc.set, protocol.GroupSlice, tc.hosts)
 		if ok != (tc.want != nil) || ok && got != *tc.want {
 			t.Errorf("%s: %+v (%t), want %+v", tc.name, got, ok, tc.want)
+		}
+	}
+	// In a reservation group, an aggregator's ask for a member's forced
+	// event is no ask.
+	if got, ok := FollowedAsk(nil, written, true, protocol.GroupReservation, []protocol.SliceHost{preempted}); ok {
+		t.Errorf("a reservation group's member follows %+v, an ask for another member's preemption", got)
+	}
+}
+
+// TestGroupAsksByKind: in a multi-host slice every host's own maintenance,
+// forced or voluntary, takes the others with it; in a reservation group
+// only a voluntary one does, and a member's host maintenance, preemption,
+// fault repair or known end drains that member alone.
+func TestGroupAsksByKind(t *testing.T) {
+	idle := protocol.SliceHost{Name: "h2", Phase: protocol.PhaseIdle}
+	for _, reason := range []protocol.Reason{protocol.ReasonHostMaintenance, protocol.ReasonPreemption, protocol.ReasonFault, protocol.ReasonKnownEnd, protocol.ReasonManual} {
+		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour)}
+		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupReservation} {
+			asks := SliceAsks("g", kind, []protocol.SliceHost{cause, idle})
+			want := kind == protocol.GroupSlice || reason == protocol.ReasonManual
+			if got := asks["h2"] != nil; got != want {
+				t.Errorf("%s of a member of a %s: the other member asked to drain %t; want %t", reason, kind, got, want)
+			}
+			if asks["h1"] != nil {
+				t.Errorf("%s of a member of a %s: the cause is asked to follow itself", reason, kind)
+			}
 		}
 	}
 }

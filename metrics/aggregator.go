@@ -203,13 +203,13 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.InRepair = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "nodes_in_repair",
 		Help: "Nodes of the pool whose repair after a fault is approved or under way, as of the leader's last pass."}, []string{"node_pool_name"})
 	m.ReservationHosts = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "reservation_group_hosts",
-		Help: "Hosts of a reservation's block or sub-block (scope: block, subblock) whose maintenance is pending or ongoing (state), as Compute Engine counts them (maintenancePendingCount, maintenanceOngoingCount), at the leader's last reading of --reservations."},
+		Help: "Hosts of a reservation's block or sub-block (scope: block, subblock) whose maintenance is pending or ongoing (state; group: the block, or BLOCK/SUB-BLOCK, since a sub-block's ID is unique only within its block), as Compute Engine counts them (maintenancePendingCount, maintenanceOngoingCount), at the leader's last reading of --reservations."},
 		[]string{"reservation", "scope", "group", "state"})
 	m.ReservationHealthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "reservation_group_healthy",
 		Help: "1 when Compute Engine says a reservation's block or sub-block is HEALTHY, 0 when DEGRADED, at the leader's last reading of --reservations."},
 		[]string{"reservation", "scope", "group"})
 	m.UnusedCapacity = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unused_capacity_maintenance_total",
-		Help: "Calls that started the maintenance of a reservation block's unused capacity first (reservationBlocks.performMaintenance, UNUSED_CAPACITY; --maintain-unused-capacity), by outcome: accepted, permission_denied, failed."},
+		Help: "Calls that started the maintenance of a reservation block's unused capacity first (reservationBlocks.performMaintenance, UNUSED_CAPACITY; --maintain-unused-capacity), by outcome: accepted, permission_denied, refused (not allowed for the reservation), failed; one refused or denied is not made again until the window changes."},
 		[]string{"reservation", "block", "outcome"})
 	m.Notifications = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "notifications_total",
 		Help: "Messages the leader posted to the webhook (--notify-url-file), one per step of a node's maintenance, by step (scheduled, draining, in-maintenance, back, failed) and outcome: sent, failed (after the retries, or refused), dropped (too many waiting)."},

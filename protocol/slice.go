@@ -226,34 +226,75 @@ const (
 )
 
 // Grouping says what makes a node's maintenance group: the nodes that
-// stop together and are maintained as one unit. A multi-host TPU slice
-// (SliceOf, by PoolLabel or SliceLabel) is one; so, where Reservation
-// says so, is a reservation's sub-block or block under GROUPED
-// maintenance (GKE's topology labels name it). One notion, one set of
-// rules: a slice and a reservation group are drained and asked for alike.
+// are maintained as one unit. Two kinds, with different rules (GroupKind):
+// a multi-host TPU slice (SliceOf, by PoolLabel or SliceLabel), which stops
+// as one; and, where Reservation says so, a reservation's sub-block or
+// block under GROUPED maintenance (GKE's topology labels name it), which
+// shares a schedule but whose hosts stop one by one.
 type Grouping struct {
 	PoolLabel, SliceLabel string
 	// Reservation is ReservationGroupSubblock, ReservationGroupBlock or
 	// anything else for none (the flag's "none"): whether nodes with GKE's
-	// topology labels that
-	// are no slice's hosts form groups, and of what. Compute Engine does
-	// not tell a Node whether its reservation's maintenance is GROUPED:
-	// the operator says it.
+	// topology labels that are no slice's hosts form groups, and of what.
+	// Compute Engine does not tell a Node whether its reservation's
+	// maintenance is GROUPED: the operator says it.
 	Reservation string
 }
 
-// Of names n's group and the label that names it ("", "" for none).
-func (g Grouping) Of(n *corev1.Node) (label, group string) {
+// GroupKind is what kind of group a node's group is, and so which rules
+// it follows.
+type GroupKind string
+
+const (
+	// GroupSlice: a multi-host TPU slice. One host down takes the slice
+	// down, and starting maintenance on one instance puts every instance
+	// into maintenance: any host's own maintenance (host maintenance,
+	// preemption, a fault's repair, a known end) drains every host by the
+	// earliest deadline.
+	GroupSlice GroupKind = "slice"
+	// GroupReservation: a reservation's sub-block or block under GROUPED
+	// maintenance. GROUPED synchronises the schedule of planned
+	// maintenance across the group ("Manage host events across
+	// reservations": maintaining one VM of a block by hand moves the
+	// group's state PENDING -> ONGOING -> PENDING until every VM is done),
+	// not the stops: a host error or a faulty-host report is that host's
+	// own, and the repair it books "applies only to instances on the host
+	// that you reported" (Google's "Report faulty host"). So only a
+	// voluntary maintenance of the group (a person's or the aggregator's)
+	// drains every member and then asks once, at the group's scope; a
+	// member's own forced event drains that member alone.
+	GroupReservation GroupKind = "reservation"
+)
+
+// Group is a node's maintenance group.
+type Group struct {
+	Kind GroupKind
+	// Name names the group among all groups: a slice's label value; a
+	// block's ID; a sub-block's block ID and sub-block ID
+	// ("block-7/sub-3": sub-block IDs are unique only within their block).
+	Name string
+	// Label and Value select the group's Nodes by one label (a superset
+	// for a sub-block: its ID may recur in other blocks; Name tells).
+	Label, Value string
+}
+
+// GroupOf is n's group (the zero Group for none).
+func (g Grouping) GroupOf(n *corev1.Node) Group {
 	if s := SliceOf(n, g.PoolLabel, g.SliceLabel); s != "" {
+		label := g.PoolLabel
 		if g.SliceLabel != "" {
-			return g.SliceLabel, s
+			label = g.SliceLabel
 		}
-		return g.PoolLabel, s
+		return Group{Kind: GroupSlice, Name: s, Label: label, Value: s}
 	}
-	if label = g.ReservationLabel(); label != "" && n.Labels[label] != "" {
-		return label, n.Labels[label]
+	block, sub := n.Labels[LabelTopologyBlock], n.Labels[LabelTopologySubblock]
+	switch {
+	case g.Reservation == ReservationGroupBlock && block != "":
+		return Group{Kind: GroupReservation, Name: block, Label: LabelTopologyBlock, Value: block}
+	case g.Reservation == ReservationGroupSubblock && block != "" && sub != "":
+		return Group{Kind: GroupReservation, Name: block + "/" + sub, Label: LabelTopologySubblock, Value: sub}
 	}
-	return "", ""
+	return Group{}
 }
 
 // ReservationLabel is the topology label that names a reservation group
@@ -268,11 +309,8 @@ func (g Grouping) ReservationLabel() string {
 	return ""
 }
 
-// Name is n's group ("" for none).
-func (g Grouping) Name(n *corev1.Node) string {
-	_, group := g.Of(n)
-	return group
-}
+// Name is n's group's name ("" for none).
+func (g Grouping) Name(n *corev1.Node) string { return g.GroupOf(n).Name }
 
 // Unknown says why n's group cannot be told yet ("" when it can): see
 // SliceUnknown.

@@ -245,36 +245,59 @@ func resourceNames(names []string) []corev1.ResourceName {
 	return out
 }
 
-// schedule is how the agent learns what the VM's own clock says.
-// --preemption-notice gives the notice, none, or, for auto, where the
-// metadata server says the VM is preemptible, its own instances.get;
-// --known-end auto reads the VM's end with the same call, and none looks
-// for no end.
+// schedule is how the agent learns what the VM's own clock says (see
+// readSchedule), from the metadata server and the VM's instances.get.
 func schedule(opts *Options, vm *compute.VM) func(context.Context) (agent.Schedule, error) {
+	preemptible := func(ctx context.Context) (bool, error) {
+		v, err := vm.Metadata.GetWithContext(ctx, "instance/scheduling/preemptible")
+		if err != nil {
+			return false, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
+		}
+		return strings.TrimSpace(v) == "TRUE", nil
+	}
+	return func(ctx context.Context) (agent.Schedule, error) {
+		return readSchedule(ctx, opts, preemptible, vm.Scheduling)
+	}
+}
+
+// readSchedule learns what the VM's own clock says. A preemption notice
+// exists only on a Spot VM (scheduling.preemptionNoticeDuration is "Spot
+// only", and GKE's node pools cannot set it): --preemption-notice auto
+// reads it with instances.get where the metadata server says the VM is
+// preemptible; a duration given applies only where the metadata server
+// says so too, and not where instances.get, when read, says the VM's
+// provisioning model is another than SPOT; none gives none. --known-end
+// auto reads the VM's end with the same call, and none looks for no end.
+func readSchedule(ctx context.Context, opts *Options, preemptible func(context.Context) (bool, error),
+	scheduling func(context.Context) (compute.Scheduling, error)) (agent.Schedule, error) {
 	notice, auto, _ := opts.preemptionNotice()
 	endAuto := opts.KnownEnd == knownEndAuto
-	return func(ctx context.Context) (agent.Schedule, error) {
-		out := agent.Schedule{PreemptionNotice: notice, EndKnown: !endAuto}
-		if auto {
-			preemptible, err := vm.Metadata.GetWithContext(ctx, "instance/scheduling/preemptible")
-			if err != nil {
-				return out, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
-			}
-			out.NoticeWanted = strings.TrimSpace(preemptible) == "TRUE"
-		}
-		if !out.NoticeWanted && !endAuto {
-			return out, nil
-		}
-		sc, err := vm.Scheduling(ctx)
+	out := agent.Schedule{EndKnown: !endAuto}
+	if auto || notice > 0 {
+		spot, err := preemptible(ctx)
 		if err != nil {
 			return out, err
 		}
-		if out.NoticeWanted {
-			out.PreemptionNotice = sc.PreemptionNotice
+		out.NoticeWanted = auto && spot
+		if spot {
+			out.PreemptionNotice = notice
 		}
-		if endAuto {
-			out.End, out.EndCause, out.EndKnown = sc.End, sc.EndCause, true
-		}
+	}
+	if !out.NoticeWanted && !endAuto {
 		return out, nil
 	}
+	sc, err := scheduling(ctx)
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case out.NoticeWanted:
+		out.PreemptionNotice = sc.PreemptionNotice
+	case sc.ProvisioningModel != "" && sc.ProvisioningModel != "SPOT":
+		out.PreemptionNotice = 0
+	}
+	if endAuto {
+		out.End, out.EndCause, out.EndKnown = sc.End, sc.EndCause, true
+	}
+	return out, nil
 }
