@@ -189,6 +189,7 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
 	obs.PreemptionNotice = a.schedule.PreemptionNotice
 	obs.KnownEndView = a.schedule.knownEnd()
+	obs.ReportableView = a.schedule.Reportable
 	if obs.KnownEndKnown && !obs.KnownEnd.IsZero() {
 		obs.KnownEndNeed = drain.Need(a.opts.Pods.List(), a.opts.Self, a.timing)
 	}

@@ -29,6 +29,9 @@ type Schedule struct {
 	End      time.Time
 	EndKnown bool
 	EndCause string
+	// Reportable says whether Compute Engine would take a report of the
+	// VM's host, where its instances.get was read.
+	Reportable lifecycle.ReportableView
 }
 
 // knownEnd is what a step reads of s.

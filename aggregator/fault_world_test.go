@@ -54,13 +54,19 @@ func newFaultyPool(t testing.TB, ctx context.Context, pool string, size int) *fa
 // node's spec changed by change.
 func newFaultyPoolOf(t testing.TB, ctx context.Context, pool string, size int, hold time.Duration, change func(*testworld.NodeSpec)) *faultyPool {
 	t.Helper()
+	return newFaultyPoolOfVMs(t, ctx, pool, size, hold, change, gceemu.Config{})
+}
+
+// newFaultyPoolOfVMs is newFaultyPoolOf, its VMs as cfg says.
+func newFaultyPoolOfVMs(t testing.TB, ctx context.Context, pool string, size int, hold time.Duration, change func(*testworld.NodeSpec), cfg gceemu.Config) *faultyPool {
+	t.Helper()
 	fp := &faultyPool{p: newProcs(t, "--eviction-retry-interval", "1s"), vms: map[string]*vms.VM{}}
 	for i := range size {
 		name := fmt.Sprintf("%s-%d", pool, i)
 		fp.names = append(fp.names, name)
 		spec := testworld.NodeSpec{Name: name, Pool: pool}
 		change(&spec)
-		v, err := fp.p.f.Add(ctx, spec, gceemu.Config{})
+		v, err := fp.p.f.Add(ctx, spec, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,6 +196,36 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_fault_repairs_total{behavior="UNRECOVERABLE_GPU_ERROR",node_name="xid-1",node_pool_name="xid",outcome="permission_denied",source="condition"}`, 1)
 	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
 		t.Errorf("the pod of %s is still running after its drain", second)
+	}
+}
+
+// TestFaultNotReportableDrainsNothing: a GPU node whose VM Compute Engine
+// takes no faulty-host report from (a G2 VM on demand, as its
+// instances.get says) turns faulty, and its repair is approved: the node
+// is tainted faulty, and its agent says why no report can come, drains
+// nothing (its pod, held by a budget, keeps running) and calls nothing.
+func TestFaultNotReportableDrainsNothing(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	fp := newFaultyPoolOfVMs(t, ctx, "g2", 1, 2*time.Second, func(*testworld.NodeSpec) {}, gceemu.Config{MachineType: "g2-standard-48", ProvisioningModel: "STANDARD"})
+	name := fp.names[0]
+	patchPod(t, ctx, fp.p.ns, "train-"+name, func(p *corev1.Pod) { p.Labels = map[string]string{"guard": "yes"} })
+	holdOne(t, ctx, fp.p.ns, map[string]string{"guard": "yes"})
+	setCondition(t, name, corev1.ConditionTrue)
+	world.WaitEvent(t, name, protocol.EventFaultRepairApproved)
+	world.WaitEvent(t, name, protocol.EventFaultNotReportable, "g2-standard-48", "not drained")
+	n := world.WaitNode(t, name, "tainted faulty, the approval gone", func(n *corev1.Node) bool {
+		_, approved := n.Annotations[protocol.AnnotationFaultRepair]
+		return !approved && protocol.HasTaintKey(n, protocol.TaintFaulty) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairNotReportable
+	})
+	if st := protocol.ReadAgentState(n); st.Phase != protocol.PhaseIdle || protocol.HasTaint(n) {
+		t.Errorf("%s is %s %s, maintenance taint %t; want it left as it was, but for the faulty taint", name, st.Phase, st.Reason, protocol.HasTaint(n))
+	}
+	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the budget-held pod of %s: %v, deleted %v; want it running", name, err, p.DeletionTimestamp)
+	}
+	if calls := fp.vms[name].Emu.Calls(); len(calls) != 0 {
+		t.Errorf("calls %+v; want none", calls)
 	}
 }
 

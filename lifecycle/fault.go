@@ -49,6 +49,9 @@ func faultYields(st State, to protocol.Reason) bool {
 func (d *Decision) fault(cfg Config, obs Observation) {
 	st := d.State
 	switch {
+	case st.Phase == protocol.PhaseIdle && obs.RepairSet && !d.RemoveRepair && obs.ReportableKnown && obs.NotReportable != "" && repairCallFor(obs) == protocol.RepairReport:
+		d.notReportable(obs)
+		return
 	case st.Phase == protocol.PhaseIdle && obs.RepairSet && !d.RemoveRepair:
 		d.startRepair(obs)
 		return
@@ -97,6 +100,22 @@ func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
 	}
 	d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
 		"Compute Engine took the repair (%s), but %s. The node is drained and stays faulty; its repair is approved again after the pool's cool-down", st.RepairCall, why))
+}
+
+// notReportable: the approved repair would be a report that Compute
+// Engine refuses from this VM. Nothing is drained or asked: the node stays
+// faulty (the aggregator's taint keeps new pods off it), the approval goes,
+// and the aggregator approves it again after the pool's cool-down, when
+// the VM may have become reportable. A booked FAILURE_* repair that can be
+// pulled forward, and GKE's flow, keep their own rules (repairCallFor).
+func (d *Decision) notReportable(obs Observation) {
+	r := obs.Repair
+	d.Repair = protocol.RepairNotReportable
+	d.RemoveRepair = true
+	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairNotReportable, Ended: obs.Now}
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventFaultNotReportable,
+		Message: fmt.Sprintf("The node is faulty (%s, seen by %s: %s) and its repair was approved, but %s: it is not drained for a report that cannot come. It stays tainted faulty; repair or replace the VM by other means, or its repair is approved again after the pool's cool-down",
+			r.Behavior, r.Source, r.Signal, obs.NotReportable)})
 }
 
 // startRepair: the node drains for its repair, by the pool's drain timeout.

@@ -313,3 +313,62 @@ func TestBookedRepair(t *testing.T) {
 		}
 	}
 }
+
+// TestStepFaultNotReportable: an approved repair that would be a report,
+// on a VM Compute Engine takes no report from, drains nothing and asks
+// nothing: the approval goes with a Warning that says why, and the node
+// stays faulty for the aggregator. A booked FAILURE_* repair that can be
+// pulled forward, and GKE's flow, keep their rules on such a VM.
+func TestStepFaultNotReportable(t *testing.T) {
+	why := NotReportable("g2-standard-48", "SPOT", "RUNNING", false)
+	o := approved(obs(quiet()))
+	o.ReportableView = ReportableView{ReportableKnown: true, NotReportable: why}
+	d := stepChecked(t, cfg, State{}, o)
+	if d.State.Phase != protocol.PhaseIdle || !d.Drain.IsZero() || d.Cordon || d.Perform || !d.RemoveRepair || d.Repair != protocol.RepairNotReportable ||
+		d.State.LastRepair.Outcome != protocol.RepairNotReportable || !slices.Equal(reasons(d), []string{protocol.EventFaultNotReportable}) {
+		t.Fatalf("not reportable: %+v; want nothing drained or asked, the approval removed and a %s", d, protocol.EventFaultNotReportable)
+	}
+	booked := with(func(s *Signals) {
+		s.Notice, s.NoticePresent = asServed(maintenance.Notice{Type: "UNSCHEDULED", Status: maintenance.StatusPending, CanReschedule: true, WindowStart: window,
+			Reasons: []string{"FAILURE_GPU"}}), true
+	})
+	ob := approved(obs(booked))
+	ob.ReportableView = o.ReportableView
+	if d := stepChecked(t, cfg, State{}, ob); d.State.Reason != protocol.ReasonFault || d.Drain.IsZero() {
+		t.Errorf("a booked repair on a VM that cannot be reported: %s, drain %+v; want it drained to be pulled forward", d.State.Reason, d.Drain)
+	}
+	og := approved(obs(quiet()))
+	og.ReportableView, og.GKEReportsFaults = o.ReportableView, true
+	if d := stepChecked(t, cfg, State{}, og); d.State.Reason != protocol.ReasonFault || d.Drain.IsZero() {
+		t.Errorf("GKE's flow on a VM that cannot be reported: %s, drain %+v; want GKE's rules", d.State.Reason, d.Drain)
+	}
+}
+
+// TestNotReportable: Compute Engine takes reports only from RUNNING,
+// reservation-bound A4X Max, A4X, A4, A3 Ultra, A3 Mega and A3 High (8 GPU)
+// VMs.
+func TestNotReportable(t *testing.T) {
+	for _, tc := range []struct {
+		machine, model, status string
+		reserved, want         bool
+	}{
+		{"a3-highgpu-8g", "RESERVATION_BOUND", "RUNNING", true, true},
+		{"a4x-highgpu-4g", "", "RUNNING", true, true},
+		{"a4-highgpu-8g", "STANDARD", "RUNNING", true, true},
+		{"a3-ultragpu-8g", "RESERVATION_BOUND", "RUNNING", true, true},
+		{"a3-megagpu-8g", "RESERVATION_BOUND", "RUNNING", true, true},
+		{"a3-highgpu-4g", "RESERVATION_BOUND", "RUNNING", true, false},
+		{"a2-highgpu-8g", "RESERVATION_BOUND", "RUNNING", true, false},
+		{"g2-standard-48", "STANDARD", "RUNNING", false, false},
+		{"ct5p-hightpu-4t", "RESERVATION_BOUND", "RUNNING", true, false},
+		{"a4-highgpu-8g", "SPOT", "RUNNING", false, false},
+		{"a4-highgpu-8g", "FLEX_START", "RUNNING", false, false},
+		{"a4-highgpu-8g", "STANDARD", "RUNNING", false, false},
+		{"a4-highgpu-8g", "RESERVATION_BOUND", "REPAIRING", true, false},
+	} {
+		why := NotReportable(tc.machine, tc.model, tc.status, tc.reserved)
+		if (why == "") != tc.want {
+			t.Errorf("%s %s %s reserved %t: %q; want reportable %t", tc.machine, tc.model, tc.status, tc.reserved, why, tc.want)
+		}
+	}
+}

@@ -84,6 +84,9 @@ type MachineView struct {
 	// turns TRUE this long before the soft-off; zero when it has none or
 	// it is not known (preemptionBudget).
 	PreemptionNotice time.Duration
+	// ReportableView says whether a report of the VM's host would be
+	// taken.
+	ReportableView
 }
 
 // PodsView is what the node runs, and how its drain went.

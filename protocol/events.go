@@ -95,6 +95,10 @@ const (
 	EventFaultRepairStarted  = "FaultRepairStarted"
 	EventFaultReported       = "FaultReported"
 	EventFaultRepairFailed   = "FaultRepairFailed"
+	// EventFaultNotReportable: the node's repair would be a report, and
+	// Compute Engine refuses reports from this VM: it is not drained for
+	// one (agent).
+	EventFaultNotReportable  = "FaultNotReportable"
 	EventFaultRepaired       = "FaultRepaired"
 	EventFaultRepairCanceled = "FaultRepairCancelled"
 	EventFaultRequestInvalid = "FaultRequestInvalid"
@@ -179,6 +183,7 @@ var EventReasons = []EventReason{
 	{EventFaultRepairStarted, agentOnly, true},
 	{EventFaultReported, agentOnly, true},
 	{EventFaultRepairFailed, agentOnly, true},
+	{EventFaultNotReportable, agentOnly, true},
 	{EventFaultRepaired, agentOnly, false},
 	{EventFaultRepairCanceled, agentOnly, true},
 	{EventKnownEndScheduled, agentOnly, false},

@@ -200,10 +200,15 @@ const (
 	// RepairCancelled: the approval was removed before Compute Engine was
 	// asked; the node went back in service.
 	RepairCancelled = "cancelled"
+	// RepairNotReportable: the repair would be a report, and the VM is
+	// one Compute Engine refuses reports from (its machine type,
+	// provisioning model or status): nothing was drained or asked; the
+	// node stays faulty, its repair approved again after the cool-down.
+	RepairNotReportable = "not_reportable"
 )
 
 // RepairOutcomes lists them.
-var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairFailed, RepairPermissionDenied, RepairRefused, RepairCancelled}
+var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairFailed, RepairPermissionDenied, RepairRefused, RepairCancelled, RepairNotReportable}
 
 // LastFaultRepair is the JSON of AnnotationLastFaultRepair.
 type LastFaultRepair struct {

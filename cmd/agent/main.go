@@ -267,7 +267,9 @@ func schedule(opts *Options, vm *compute.VM) func(context.Context) (agent.Schedu
 // preemptible; a duration given applies only where the metadata server
 // says so too, and not where instances.get, when read, says the VM's
 // provisioning model is another than SPOT; none gives none. --known-end
-// auto reads the VM's end with the same call, and none looks for no end.
+// auto reads the VM's end with the same call, and none looks for no end;
+// what that call says also tells whether Compute Engine would take a
+// report of the VM's host (lifecycle.NotReportable).
 func readSchedule(ctx context.Context, opts *Options, preemptible func(context.Context) (bool, error),
 	scheduling func(context.Context) (compute.Scheduling, error)) (agent.Schedule, error) {
 	notice, auto, _ := opts.preemptionNotice()
@@ -299,5 +301,7 @@ func readSchedule(ctx context.Context, opts *Options, preemptible func(context.C
 	if endAuto {
 		out.End, out.EndCause, out.EndKnown = sc.End, sc.EndCause, true
 	}
+	out.Reportable = lifecycle.ReportableView{ReportableKnown: true,
+		NotReportable: lifecycle.NotReportable(sc.MachineType, sc.ProvisioningModel, sc.Status, sc.Consumption.Reservation != "")}
 	return out, nil
 }

@@ -531,7 +531,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	limit := s.timeLimit
 	consumption, topology := s.reservationConsumptionLocked()
 	s.mu.Unlock()
-	model := s.cfg.provisioningModel(consumption != nil)
+	model := s.cfg.provisioningModel()
 	spot := model == "SPOT"
 	scheduling := map[string]any{"preemptible": s.cfg.Preemptible && spot, "provisioningModel": model, "onHostMaintenance": "TERMINATE",
 		"automaticRestart": !spot}
@@ -556,9 +556,9 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	_ = json.NewEncoder(w).Encode(inst)
 }
 
-// provisioningModel is the VM's scheduling.provisioningModel; reserved:
-// it runs in a reservation.
-func (c Config) provisioningModel(reserved bool) string {
+// provisioningModel is the VM's scheduling.provisioningModel
+// (Config.ProvisioningModel).
+func (c Config) provisioningModel() string {
 	switch {
 	case c.ProvisioningModel != "":
 		return c.ProvisioningModel
@@ -566,10 +566,8 @@ func (c Config) provisioningModel(reserved bool) string {
 		return "SPOT"
 	case c.TimeLimit != nil && c.TimeLimit.FlexStart:
 		return "FLEX_START"
-	case reserved:
-		return "RESERVATION_BOUND"
 	}
-	return "STANDARD"
+	return "RESERVATION_BOUND"
 }
 
 func (c Config) machineType() string { return cmp.Or(c.MachineType, "a3-highgpu-8g") }

@@ -110,9 +110,10 @@ type Config struct {
 	MachineType string
 	// ProvisioningModel is instances.get's scheduling.provisioningModel:
 	// STANDARD, SPOT, FLEX_START or RESERVATION_BOUND. Empty: SPOT for a
-	// Preemptible VM, RESERVATION_BOUND for one in a reservation
-	// (JoinReservation), FLEX_START for one whose TimeLimit says so,
-	// else STANDARD.
+	// Preemptible VM, FLEX_START for one whose TimeLimit says so, else
+	// RESERVATION_BOUND (the accelerator VMs this project maintains most
+	// often run in reservations; Compute Engine takes faulty-host reports
+	// only from those).
 	ProvisioningModel string
 	// Status is instances.get's status (RUNNING when empty).
 	Status string
