@@ -198,16 +198,16 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	}
 }
 
-// TestReservationMemberStopsAlone: three GPU nodes of one sub-block of a
+// TestReservationMemberStopsAlone: four GPU nodes of one sub-block of a
 // GROUPED reservation, each with a real agent run with
 // --reservation-groups subblock, a maintenance pending on every VM. One
 // member's own host maintenance begins (its VM's notice ONGOING and
-// TERMINATE_ON_HOST_MAINTENANCE): that member drains alone, and its
-// siblings keep their pods and are never asked to drain. A person's
-// request on a sibling afterwards drains the whole group (so every
-// member's agent had seen the first member's state), and the group's one
-// call goes to the sub-block, whose three hosts in use are the three
-// members the cluster drained.
+// TERMINATE_ON_HOST_MAINTENANCE), then another's VM is preempted: each
+// drains alone, and their siblings keep their pods and are never asked to
+// drain. A person's request on a sibling afterwards drains the whole
+// group (so every member's agent had seen the others' states before), and
+// the group's one call goes to the sub-block, whose four hosts in use are
+// the four members the cluster drained.
 func TestReservationMemberStopsAlone(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
@@ -216,7 +216,7 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 	var hosts []string
 	var emus []*gceemu.Server
 	members := map[*gceemu.Server]gceemu.SubBlock{}
-	for i := range 3 {
+	for i := range 4 {
 		name := fmt.Sprintf("mem-%d", i)
 		hosts = append(hosts, name)
 		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "a3", Labels: map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock}},
@@ -277,6 +277,11 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 		st := protocol.ReadAgentState(n)
 		return st.Reason == protocol.ReasonHostMaintenance && st.Phase == protocol.PhaseTerminating
 	})
+	emus[3].SetPreempted(true)
+	world.WaitNodes(t, []string{"mem-3"}, "drained for its own preemption", func(n *corev1.Node) bool {
+		st := protocol.ReadAgentState(n)
+		return st.Reason == protocol.ReasonPreemption && st.Phase == protocol.PhaseTerminating
+	})
 	asked := time.Now()
 	setLabel(t, ctx, "mem-1", protocol.LabelPerformMaintenance, protocol.TriggerValue)
 	world.WaitNodes(t, []string{"mem-2"}, "drained with its group, for the person's request", func(n *corev1.Node) bool {
@@ -299,8 +304,10 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 			t.Errorf("%s deleted at %s, before the person asked (%s)", pod, at.Format(time.RFC3339Nano), asked.Format(time.RFC3339Nano))
 		}
 	}
-	if deleted["rank-0"].IsZero() {
-		t.Error("rank-0 was not stopped for its node's host maintenance")
+	for _, pod := range []string{"rank-0", "rank-3"} {
+		if deleted[pod].IsZero() {
+			t.Errorf("%s was not stopped for its node's own maintenance", pod)
+		}
 	}
 	want := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation, sb.Block, sb.SubBlock)
 	var calls []gceemu.Call

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -86,5 +87,46 @@ func TestKnownEnd(t *testing.T) {
 	})
 	if c := protocol.ReadAgentState(n).Interruptions; len(c) != 1 || c[protocol.KnownEnd.Key()] != 1 {
 		t.Errorf("interruptions %v; want one %s", c, protocol.KnownEnd.Key())
+	}
+}
+
+// TestKnownEndLeadFitsThePods: a flex-start VM with 45 minutes left, well
+// within the hour of --known-end-lead, whose pods have 30 s graces: the
+// agent tells the pods of the end and keeps them running; its drain is
+// due as long before the end as they need (30 s and the drain's 3 s
+// margin) and a minute more, as its Event says.
+func TestKnownEndLeadFitsThePods(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	ns := world.Namespace(t)
+	const name = "bin-end-1"
+	world.NodeT(t, testworld.NodeSpec{Name: name})
+	end := time.Now().Add(45 * time.Minute).Truncate(time.Second)
+	emu := gceemu.StartT(t, gceemu.Config{Name: name, TimeLimit: &gceemu.TimeLimit{End: end, MaxRunDuration: 2 * time.Hour, FlexStart: true}})
+	grace := int64(30)
+	for _, pod := range []string{"rank-0", "rank-1"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod},
+			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "main", Image: "registry.invalid/trainer:1"}}}}
+		if _, err := world.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		world.WaitPod(t, ns, pod, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	runAgent(t, name, emu, "--compute-endpoint", emu.ComputeEndpoint())
+	drainFrom := end.Add(-33*time.Second - lifecycle.KnownEndSlack)
+	// The Event is written by the step that decided on the end: that step
+	// drained nothing.
+	world.WaitEvent(t, name, protocol.EventKnownEndScheduled, "drains from "+drainFrom.UTC().Format(time.RFC3339))
+	n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := protocol.ReadAgentState(n); st.Active() || protocol.HasTaint(n) || n.Labels[protocol.LabelKnownEnd] != strconv.FormatInt(end.Unix(), 10) {
+		t.Errorf("45 minutes before its end: %s %s, tainted %t, end label %q; want it in service, its end mirrored", st.Phase, st.Reason, protocol.HasTaint(n), n.Labels[protocol.LabelKnownEnd])
+	}
+	for _, pod := range []string{"rank-0", "rank-1"} {
+		if p, err := world.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+			t.Errorf("%s: %v, deleted %v; want it running", pod, err, p.DeletionTimestamp)
+		}
 	}
 }
