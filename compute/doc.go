@@ -18,6 +18,11 @@
 // metadata server (project, zone, name, service account email), else from
 // the Node's spec.providerID.
 //
+// It also reads a VM's own instances.get (its Spot notice, its known end,
+// the reservation, block and sub-block it consumes, and whether Compute
+// Engine would take a report of its host) and a reservation's blocks and
+// sub-blocks, and starts a reservation group's maintenance.
+//
 // What it does not do: decide whether to call (the agent checks that the
 // notice is pending and reschedulable) or remember that it called (the
 // agent records that on the Node).

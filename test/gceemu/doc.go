@@ -30,6 +30,15 @@
 //     Servers joined as one multi-host slice (JoinSlice) go into maintenance
 //     together when one of them accepts a call.
 //
+// Every Compute API request it receives and every answer it gives is held
+// to Google's discovery document of Compute Engine v1 (test/computeapi):
+// a request the document does not allow is refused with a 400, and
+// StartT and vms.ForTest fail the test on any problem either side has.
+// Its instances.get answers in the real shapes: the reservation, block
+// and sub-block in three fields of reservationConsumptionInfo, machine
+// type, status and provisioning model, timestamps with milliseconds in US
+// Pacific time.
+//
 // Faults: per path prefix, a number of 503s (or any status), hung requests,
 // dropped connections and garbage bodies; ResetETags changes every ETag
 // without changing a value, as a restarted metadata server would.
