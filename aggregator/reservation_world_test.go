@@ -38,29 +38,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	p := newProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
 	sb := gceemu.SubBlock{Reservation: "a4x-res", Block: "block-7", SubBlock: "sub-3"}
-	var hosts []string
-	var emus []*gceemu.Server
-	members := map[*gceemu.Server]gceemu.SubBlock{}
-	for i := range 4 {
-		name := fmt.Sprintf("nvl-%d", i)
-		hosts = append(hosts, name)
-		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "a4x", Labels: map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock}},
-			gceemu.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		emus = append(emus, v.Emu)
-		members[v.Emu] = sb
-		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
-		grace := int64(5)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rank-%d", i), Namespace: p.ns, Labels: map[string]string{"job": "train"}},
-			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "train", Image: "trainer"}}}}
-		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gceemu.JoinReservation(members)
+	hosts, emus := subBlockMembers(t, ctx, p, sb, "nvl", "a4x", 4)
 	emus[0].SetSpareHosts(2, true) // the block has two hosts with no VM, their maintenance pending too
 	world.WaitNodes(t, hosts, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	for i := range hosts {
@@ -213,29 +191,7 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	p := newProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
 	sb := gceemu.SubBlock{Reservation: "a3-res", Block: "block-2", SubBlock: "sub-1"}
-	var hosts []string
-	var emus []*gceemu.Server
-	members := map[*gceemu.Server]gceemu.SubBlock{}
-	for i := range 4 {
-		name := fmt.Sprintf("mem-%d", i)
-		hosts = append(hosts, name)
-		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "a3", Labels: map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock}},
-			gceemu.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		emus = append(emus, v.Emu)
-		members[v.Emu] = sb
-		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
-		grace := int64(5)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rank-%d", i), Namespace: p.ns},
-			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "train", Image: "trainer"}}}}
-		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gceemu.JoinReservation(members)
+	hosts, emus := subBlockMembers(t, ctx, p, sb, "mem", "a3", 4)
 	world.WaitNodes(t, hosts, "mirrored their notices", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	for i := range hosts {
 		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
@@ -317,4 +273,36 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 	if len(calls) != 1 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want {
 		t.Errorf("calls %+v; want one, on the sub-block %s", calls, want)
 	}
+}
+
+// subBlockMembers adds n GPU nodes of pool, named prefix-0 and on, to sb
+// (GKE's topology labels, one emulated VM each in the reservation), each
+// with a maintenance pending and a pod rank-I (label job=train, 5 s of
+// grace).
+func subBlockMembers(t *testing.T, ctx context.Context, p *procs, sb gceemu.SubBlock, prefix, pool string, n int) ([]string, []*gceemu.Server) {
+	t.Helper()
+	var hosts []string
+	var emus []*gceemu.Server
+	members := map[*gceemu.Server]gceemu.SubBlock{}
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		hosts = append(hosts, name)
+		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool, Labels: map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock}},
+			gceemu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		emus = append(emus, v.Emu)
+		members[v.Emu] = sb
+		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+		grace := int64(5)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("rank-%d", i), Namespace: p.ns, Labels: map[string]string{"job": "train"}},
+			Spec: corev1.PodSpec{NodeName: name, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "train", Image: "trainer"}}}}
+		if _, err := world.Client.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gceemu.JoinReservation(members)
+	return hosts, emus
 }
