@@ -1,10 +1,16 @@
 package compute
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	gcemetadata "cloud.google.com/go/compute/metadata"
+
+	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/test/computeapi"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 )
@@ -125,5 +131,85 @@ func TestTheOldShapesFail(t *testing.T) {
 		if !strings.Contains(strings.Join(problems, "\n"), tc.want) {
 			t.Errorf("%s: problems %q; want one saying %q", tc.name, problems, tc.want)
 		}
+	}
+}
+
+// TestReportRefusedAsComputeEngineRefuses: a report from a VM Compute
+// Engine takes none from is an operation that fails with the documented
+// code, and so is a second report while the first one's operation runs.
+func TestReportRefusedAsComputeEngineRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  gceemu.Config
+		code string
+	}{
+		{"a G2", gceemu.Config{MachineType: "g2-standard-48"}, "MACHINE_TYPE_NOT_SUPPORTED"},
+		{"on demand", gceemu.Config{ProvisioningModel: "STANDARD"}, "INSTANCES_WITHOUT_RESERVATION_NOT_SUPPORTED"},
+		{"stopped", gceemu.Config{Status: "TERMINATED"}, "INSTANCE_SHOULD_BE_RUNNING"},
+	} {
+		cfg := tc.cfg
+		cfg.Project, cfg.Zone, cfg.Name = "p1", "us-east5-a", "gpu-0"
+		emu := gceemu.StartT(t, cfg)
+		t.Setenv("GCE_METADATA_HOST", emu.Host())
+		m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emu.ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst := Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"}
+		op, err := m.ReportHostAsFaulty(ctxT(t, 10*time.Second), inst, "req-1", "PERFORMANCE", "")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := m.WaitOperation(ctxT(t, 10*time.Second), inst, op); !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), tc.code) {
+			t.Errorf("%s: %v; want the operation failed with %s", tc.name, err, tc.code)
+		}
+	}
+	emu, m, inst := setup(t)
+	emu.SetPerformMaintenanceDelay(time.Hour) // the first report's operation runs
+	if _, err := m.ReportHostAsFaulty(ctxT(t, 10*time.Second), inst, "req-a", "PERFORMANCE", ""); err != nil {
+		t.Fatal(err)
+	}
+	op, err := m.ReportHostAsFaulty(ctxT(t, 10*time.Second), inst, "req-b", "PERFORMANCE", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WaitOperation(ctxT(t, 10*time.Second), inst, op); !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), "FAILED_WITH_UNEXPECTED_STATUS") {
+		t.Errorf("a second report while the first runs: %v; want FAILED_WITH_UNEXPECTED_STATUS", err)
+	}
+}
+
+// TestGroupCallOnlyWhereItFits: the VM's group call goes to its sub-block
+// only where the sub-block is GROUPED and its hosts in use are the members
+// the cluster drained; otherwise ErrGroupNotCallable says why, and nothing
+// is called.
+func TestGroupCallOnlyWhereItFits(t *testing.T) {
+	var emus []*gceemu.Server
+	members := map[*gceemu.Server]gceemu.SubBlock{}
+	for i := range 3 {
+		emu := gceemu.StartT(t, gceemu.Config{Project: "p1", Zone: "us-east5-a", Name: fmt.Sprintf("gpu-%d", i)})
+		emus = append(emus, emu)
+		members[emu] = gceemu.SubBlock{Reservation: "res-a", Block: "block-1", SubBlock: "sub-1"}
+	}
+	gceemu.JoinReservation(members)
+	t.Setenv("GCE_METADATA_HOST", emus[0].Host())
+	m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emus[0].ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := &VM{Maintainer: m, Metadata: gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{}})}
+	calls := func() int { return len(emus[0].Calls()) }
+	if _, err := vm.PerformGroupMaintenance(ctxT(t, 10*time.Second), "req-1", true, 2); !errors.Is(err, ErrGroupNotCallable) || !strings.Contains(err.Error(), "3 hosts in use") || calls() != 0 {
+		t.Errorf("two members known of three in use: %v, %d calls; want ErrGroupNotCallable naming the 3 hosts, no call", err, calls())
+	}
+	emus[0].SetReservationScheduling("INDEPENDENT", false)
+	if _, err := vm.PerformGroupMaintenance(ctxT(t, 10*time.Second), "req-2", true, 3); !errors.Is(err, ErrGroupNotCallable) || !strings.Contains(err.Error(), "INDEPENDENT") || calls() != 0 {
+		t.Errorf("an INDEPENDENT sub-block: %v, %d calls; want ErrGroupNotCallable, no call", err, calls())
+	}
+	emus[0].SetReservationScheduling("GROUPED", false)
+	if _, err := vm.PerformGroupMaintenance(ctxT(t, 10*time.Second), "req-3", true, 3); err != nil || calls() != 1 || emus[0].Calls()[0].Method != "reservationSubBlocks.performMaintenance" {
+		t.Errorf("every member known: %v, calls %+v; want the sub-block's call", err, emus[0].Calls())
+	}
+	if _, err := vm.PerformGroupMaintenance(ctxT(t, 10*time.Second), "req-4", false, 3); err != nil || calls() != 2 || emus[0].Calls()[1].Scope != ScopeRunningVMs {
+		t.Errorf("the block: %v, calls %+v; want the block's call with RUNNING_VMS", err, emus[0].Calls())
 	}
 }

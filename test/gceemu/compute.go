@@ -54,8 +54,11 @@ type computeState struct {
 	// slice are the other instances of this one's multi-host slice
 	// (JoinSlice): a maintenance started on one starts on every one.
 	slice []*Server
-	// onReport runs once for each report accepted (SetOnReport).
-	onReport func(Call)
+	// onReport runs once for each report accepted (SetOnReport), and
+	// reporting names the last accepted report's operation: another report
+	// while it runs fails.
+	onReport  func(Call)
+	reporting string
 	// reservation is the reservation sub-block the VM runs in, and its
 	// peers (JoinReservation); nil for none.
 	reservation *membership
@@ -436,10 +439,46 @@ func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reaso
 	if status, reason, msg, op, done := s.deniedOrRetriedLocked(call, PermissionReportHostAsFaulty); done {
 		return status, reason, msg, op
 	}
+	if code, why := s.reportRefusalLocked(); code != "" {
+		// Compute Engine answers with an operation that fails with the
+		// code ("Troubleshoot the faulty host API").
+		op = s.newOperationLocked("reportHostAsFaulty", call.RequestID)
+		op.done, op.err, op.errCode, op.httpStatus = op.started, why, code, http.StatusBadRequest
+		s.compute.ops[op.name] = op
+		return http.StatusOK, "", "", op
+	}
 	if f := s.compute.onReport; f != nil {
 		go f(call)
 	}
-	return http.StatusOK, "", "", s.newOperationLocked("reportHostAsFaulty", call.RequestID)
+	op = s.newOperationLocked("reportHostAsFaulty", call.RequestID)
+	s.compute.reporting = op.name
+	return http.StatusOK, "", "", op
+}
+
+// reportRefusalLocked is the error code, and its message, of the
+// operation a report from this VM fails with ("" when it is taken):
+// Google's "Report faulty host" and "Troubleshoot the faulty host API"
+// take reports only from RUNNING, reservation-bound A4X Max, A4X, A4, A3
+// Ultra, A3 Mega and A3 High (8 GPU) VMs, and refuse a report while
+// another one's operation runs.
+func (s *Server) reportRefusalLocked() (code, msg string) {
+	machine := s.cfg.machineType()
+	reportable := false
+	for _, p := range []string{"a4x-", "a4-", "a3-ultragpu-", "a3-megagpu-", "a3-highgpu-8g"} {
+		reportable = reportable || strings.HasPrefix(machine, p)
+	}
+	if prev, ok := s.compute.ops[s.compute.reporting]; ok && s.clock.Now().Before(prev.done) {
+		return "FAILED_WITH_UNEXPECTED_STATUS", "Another report of this instance's host is in progress (operation " + prev.name + ")."
+	}
+	switch {
+	case s.cfg.status() != "RUNNING":
+		return "INSTANCE_SHOULD_BE_RUNNING", "The instance is " + s.cfg.status() + "; it must be RUNNING."
+	case !reportable:
+		return "MACHINE_TYPE_NOT_SUPPORTED", "The machine type " + machine + " does not support reporting a faulty host."
+	case s.cfg.provisioningModel() != "RESERVATION_BOUND":
+		return "INSTANCES_WITHOUT_RESERVATION_NOT_SUPPORTED", "The instance was not created with the reservation-bound provisioning model."
+	}
+	return "", ""
 }
 
 // newOperationLocked starts an operation of kind ("" for
