@@ -64,12 +64,16 @@ func (p *poolPass) decideSlice(members []*Node) {
 		}
 	}
 	slice := members[0].Slice
+	noun := "multi-host TPU slice"
+	if members[0].GroupKind == protocol.GroupReservation {
+		noun = "reservation group"
+	}
 	if len(blocked) > 0 {
 		for _, n := range members {
 			if pending(n) {
 				if r, _ := p.eligible(n); r == "" {
 					p.skip(n, ReasonSliceIncomplete, func() string {
-						return fmt.Sprintf("the multi-host TPU slice %s is maintained whole, and not every node of it can go now (%s)", slice, strings.Join(blocked, "; "))
+						return fmt.Sprintf("the %s %s is maintained whole, and not every node of it can go now (%s)", noun, slice, strings.Join(blocked, "; "))
 					})
 				}
 			}
@@ -79,7 +83,7 @@ func (p *poolPass) decideSlice(members []*Node) {
 	if reason, detail := p.caps.take(len(members)); reason != "" {
 		for _, n := range members {
 			p.skip(n, reason, func() string {
-				return fmt.Sprintf("the multi-host TPU slice %s goes down whole, %d nodes, and %s", slice, len(members), detail())
+				return fmt.Sprintf("the %s %s goes down whole, %d nodes, and %s", noun, slice, len(members), detail())
 			})
 		}
 		return
@@ -87,7 +91,7 @@ func (p *poolPass) decideSlice(members []*Node) {
 	lead := members[0] // sorted by name
 	hosts := len(members)
 	p.trigger(lead, func() string {
-		return fmt.Sprintf("Picked for opportunistic maintenance with the whole multi-host TPU slice %s (%d nodes, all idle): this host asks Compute Engine once for the slice, after every host of it is drained", slice, hosts)
+		return fmt.Sprintf("Picked for opportunistic maintenance with the whole %s %s (%d nodes, all idle): this host asks Compute Engine once for the group, after every host of it is drained", noun, slice, hosts)
 	})
 }
 
