@@ -170,7 +170,8 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 		Now:     a.opts.Clock.Now(),
 		Signals: a.signals,
 		MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
-			TPU: protocol.IsTPU(node), GKEReportsFaults: lifecycle.GKEReportsFaults(node), GKERepairStatus: node.Labels[protocol.LabelReportAndReplaceStatus]},
+			TPU: protocol.IsTPU(node), GKEReportsFaults: lifecycle.GKEReportsFaults(node), GKERepairStatus: node.Labels[protocol.LabelReportAndReplaceStatus],
+			GKEFaultBehavior: node.Labels[protocol.LabelFaultBehavior] != ""},
 		TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
 	}
 	var ms protocol.MaintenanceState

@@ -339,15 +339,38 @@ func TestFaultRepairThroughGKE(t *testing.T) {
 		return inService(n) && !label && n.Labels[protocol.LabelReportAndReplaceStatus] == protocol.GKEStatusOperationDone
 	})
 
-	// GKE refuses the other node (not reservation-bound): Error.
+	// A person asks for the node's repair again: GKE left its status,
+	// OperationDone, which is not this attempt's. The label goes on, and
+	// GKE reports the host a second time.
+	firstOp := n.Labels[protocol.LabelReportAndReplaceOperation]
+	setLabel(t, ctx, node, protocol.LabelReportFaulty, protocol.BehaviorChipError)
+	n = world.WaitNode(t, node, "reported by GKE again: terminating", func(n *corev1.Node) bool {
+		op := n.Labels[protocol.LabelReportAndReplaceOperation]
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && op != "" && op != firstOp
+	})
+	if got := gke.Reports(); len(got) != 2 || got[1].Node != node {
+		t.Errorf("GKE's reports %+v; want two, both of %s", got, node)
+	}
+	if err := fp.p.f.Reboot(ctx, fp.vms[node]); err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNode(t, node, "back in service again", inService)
+
+	// GKE refuses the other node (not reservation-bound), writing ERROR
+	// and removing its label: the attempt ends once, the label not put
+	// back.
 	gke.SetRefuse(true)
+	gke.SetErrorStatus("ERROR")
 	other := "a3u-1"
 	setCondition(t, other, corev1.ConditionTrue)
-	world.WaitEvent(t, other, protocol.EventFaultRepairFailed, "GKE's report-and-replace flow ended in Error")
+	world.WaitEvent(t, other, protocol.EventFaultRepairFailed, "GKE's report-and-replace flow ended in ERROR")
 	world.WaitNode(t, other, "drained, faulty, GKE's label removed", func(n *corev1.Node) bool {
 		_, label := n.Labels[protocol.LabelFaultBehavior]
 		return !label && protocol.HasTaintKey(n, protocol.TaintFaulty) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairFailed
 	})
+	if got := gke.Attempts(other); got != 1 {
+		t.Errorf("GKE began %d attempts on %s; want one: the label it removed is not put back", got, other)
+	}
 }
 
 // BenchmarkFaultToRepair: a GPU node (a real agent, a real aggregator, the

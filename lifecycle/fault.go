@@ -12,6 +12,7 @@ package lifecycle
 // same. The VM then stops; when it comes back the repair is over.
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -83,11 +84,15 @@ func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
 	stopBy := startBound(cfg, st)
 	var why string
 	switch {
-	case st.RepairCall == protocol.RepairGKE && obs.GKERepairStatus == protocol.GKEStatusError:
+	case st.RepairCall == protocol.RepairGKE && gkeStatusIs(obs.GKERepairStatus, protocol.GKEStatusError):
 		d.RemoveFaultBehavior = true
-		why = "GKE's report-and-replace flow ended in Error (its label " + protocol.LabelReportAndReplaceStatus + ")"
+		why = "GKE's report-and-replace flow ended in " + obs.GKERepairStatus + " (its label " + protocol.LabelReportAndReplaceStatus + ")"
+	case st.RepairCall == protocol.RepairGKE && !obs.Now.Before(st.Deadline):
+		d.RemoveFaultBehavior = true
+		why = fmt.Sprintf("the VM has not stopped by %s (GKE's status %q)", st.Deadline.UTC().Format(time.RFC3339), obs.GKERepairStatus)
 	case st.RepairCall == protocol.RepairGKE:
-		return // GKE's flow says when it is done
+		d.wakeAt(st.Deadline)
+		return // GKE's flow says when it is done, by the deadline
 	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
 		why = fmt.Sprintf("its operation failed: %v", r.OperationErr)
 	case underWay(obs.Signals):
@@ -135,7 +140,7 @@ func (d *Decision) startRepair(obs Observation) {
 func (d *Decision) askRepair(cfg Config, obs Observation) {
 	sig, st, r := obs.Signals, d.State, obs.Perform
 	if st.RepairCall == protocol.RepairGKE {
-		d.followGKERepair(cfg, obs)
+		d.followGKERepair(cfg, obs, false)
 		return
 	}
 	answered := r != nil && r.RequestID == st.RequestID
@@ -168,7 +173,10 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 			d.State.Requested = obs.Now
 		}
 		if d.State.RepairCall == protocol.RepairGKE {
-			d.followGKERepair(cfg, obs)
+			// GKE leaves its last attempt's status on the Node: what it
+			// says now is not this attempt's.
+			d.State.GKEStatusBefore = cmp.Or(obs.GKERepairStatus, protocol.GKEStatusNone)
+			d.followGKERepair(cfg, obs, true)
 			return
 		}
 		d.Perform = true
@@ -206,32 +214,54 @@ func repairCallFor(obs Observation) protocol.RepairCall {
 }
 
 // followGKERepair: the drained node asks GKE's report-and-replace flow for
-// its repair (the fault-behavior label, kept on while it waits) and
-// follows GKE's status: the report under way is Compute Engine taking the
-// repair; Error, or no answer within GKERepairTimeout, fails it (the label
-// is removed, so that GKE does not act on it later).
-func (d *Decision) followGKERepair(cfg Config, obs Observation) {
+// its repair (the fault-behavior label, put on once, in the step that asks:
+// first) and follows GKE's status, as GKE's page describes it. Only a
+// status other than the one on the Node when the agent asked is this
+// attempt's (GKE leaves its last attempt's; State.GKEStatusBefore), and
+// statuses are compared without regard to case (the page writes both
+// Error and ERROR). The report under way (OperationRUNNING, or
+// OperationDone) is Compute Engine taking the repair. Error fails it. GKE
+// removing its label without either (as it does on an error) fails it too,
+// and the label is not put back in this attempt. No answer within
+// GKERepairTimeout fails it, and the label is removed, so that GKE does not
+// act on it later.
+func (d *Decision) followGKERepair(cfg Config, obs Observation, first bool) {
 	st := d.State
 	giveUpAt := st.Requested.Add(cfg.GKERepairTimeout)
-	switch status := obs.GKERepairStatus; {
-	case status == protocol.GKEStatusOperationRunning || status == protocol.GKEStatusOperationDone:
+	status := obs.GKERepairStatus
+	fresh := status != "" && (st.GKEStatusBefore == "" || !strings.EqualFold(status, st.GKEStatusBefore))
+	// The agent wrote the label with the state that records the status
+	// before; its absence in a later step means someone removed it.
+	removed := !first && st.GKEStatusBefore != "" && !obs.GKEFaultBehavior
+	switch {
+	case fresh && (gkeStatusIs(status, protocol.GKEStatusOperationRunning) || gkeStatusIs(status, protocol.GKEStatusOperationDone)):
 		d.repairAccepted(cfg, obs.Now, "GKE's report-and-replace flow reports the host: "+status)
-	case status == protocol.GKEStatusError:
+	case gkeStatusIs(status, protocol.GKEStatusError) && (fresh || removed):
 		d.RemoveFaultBehavior = true
 		d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed,
-			"GKE's report-and-replace flow ended in Error (its label "+protocol.LabelReportAndReplaceStatus+"); the node is drained and stays faulty; its repair is approved again after the pool's cool-down")
+			"GKE's report-and-replace flow ended in "+status+" (its label "+protocol.LabelReportAndReplaceStatus+"); the node is drained and stays faulty; its repair is approved again after the pool's cool-down")
+	case removed:
+		d.RemoveFaultBehavior = true // gone already, but so that none is put back
+		d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
+			"GKE's label %s was removed before GKE's flow reported the host (its status %q); it is not put back: the node is drained and stays faulty; its repair is approved again after the pool's cool-down",
+			protocol.LabelFaultBehavior, status))
 	case !obs.Now.Before(giveUpAt):
 		d.RemoveFaultBehavior = true
 		d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
 			"GKE's report-and-replace flow did not report the host within %s of the label %s; the label is removed, the node is drained and stays faulty; its repair is approved again after the pool's cool-down",
 			cfg.GKERepairTimeout, protocol.LabelFaultBehavior))
 	default:
-		if obs.RepairSet {
+		if first || st.GKEStatusBefore == "" && obs.RepairSet {
+			// Put on once (by an agent that recorded nothing before, as
+			// it always did).
 			d.FaultBehavior = protocol.GKEBehavior(obs.Repair.Behavior)
 		}
 		d.wakeAt(giveUpAt)
 	}
 }
+
+// gkeStatusIs: GKE's status s is want, whatever its case.
+func gkeStatusIs(s, want string) bool { return strings.EqualFold(s, want) }
 
 // BookedRepair: the notice is a repair Compute Engine booked (one of its
 // reasons is a FAILURE_* one).

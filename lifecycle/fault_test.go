@@ -180,10 +180,11 @@ func TestStepFaultRepairThroughGKE(t *testing.T) {
 	o = ran(cfg, st, o)
 	d := stepChecked(t, cfg, st, o)
 	if d.State.RepairCall != protocol.RepairGKE || d.Perform || d.FaultBehavior != "XID" || d.State.Phase != protocol.PhaseDraining ||
-		!d.WakeAt.Equal(t0.Add(cfg.GKERepairTimeout)) {
-		t.Fatalf("drained on a GKE node: %+v, want GKE's label XID and no call", d)
+		!d.WakeAt.Equal(t0.Add(cfg.GKERepairTimeout)) || d.State.GKEStatusBefore != protocol.GKEStatusNone {
+		t.Fatalf("drained on a GKE node: %+v, want GKE's label XID, no status before it, and no call", d)
 	}
 	asked := d.State
+	o.GKEFaultBehavior = true // the label on, from the step that asked
 	for _, tc := range []struct {
 		status string
 		now    time.Duration
@@ -193,6 +194,7 @@ func TestStepFaultRepairThroughGKE(t *testing.T) {
 		{status: protocol.GKEStatusPodsEvicted, phase: protocol.PhaseDraining},
 		{status: protocol.GKEStatusOperationRunning, phase: protocol.PhaseTerminating},
 		{status: protocol.GKEStatusError, phase: protocol.PhaseIdle, remove: true},
+		{status: "ERROR", phase: protocol.PhaseIdle, remove: true},
 		{status: "", now: cfg.GKERepairTimeout, phase: protocol.PhaseIdle, remove: true},
 	} {
 		o := o
@@ -210,6 +212,49 @@ func TestStepFaultRepairThroughGKE(t *testing.T) {
 	o.GKEReportsFaults = false
 	if d := stepChecked(t, cfg, st, o); d.State.RepairCall != protocol.RepairGKE {
 		t.Errorf("repairWith gke: %+v, want GKE's flow", d.State)
+	}
+}
+
+// TestStepGKERepairAgain: GKE leaves its last attempt's status on the
+// Node. A repair asked over a stale OperationDone puts the label on and
+// waits for a status of this attempt's; a stale Error does not fail it
+// before it starts; the label GKE removes (as on an error) is not put
+// back, and the attempt ends once.
+func TestStepGKERepairAgain(t *testing.T) {
+	st := draining(protocol.ReasonFault, 30*time.Minute)
+	st.RequestID = "req-fault"
+	for _, stale := range []string{protocol.GKEStatusOperationDone, protocol.GKEStatusError, "ERROR"} {
+		o := approved(obs(quiet()))
+		o.GKEReportsFaults, o.GKERepairStatus = true, stale
+		o = ran(cfg, st, o)
+		d := stepChecked(t, cfg, st, o)
+		if d.State.Phase != protocol.PhaseDraining || d.FaultBehavior != "XID" || d.State.GKEStatusBefore != stale {
+			t.Fatalf("asked over a stale %s: %s, label %q, before %q; want the label put on and the wait begun", stale, d.State.Phase, d.FaultBehavior, d.State.GKEStatusBefore)
+		}
+		asked := d.State
+		o.GKEFaultBehavior = true
+		if d := stepChecked(t, cfg, asked, o); d.State.Phase != protocol.PhaseDraining || d.FaultBehavior != "" {
+			t.Errorf("the stale %s again: %s, label written %q; want the wait, and nothing written again", stale, d.State.Phase, d.FaultBehavior)
+		}
+		o.GKERepairStatus = protocol.GKEStatusPodsEvicted
+		if d := stepChecked(t, cfg, asked, o); d.State.Phase != protocol.PhaseDraining {
+			t.Errorf("after %s, this attempt's PodsEvicted: %s; want the wait", stale, d.State.Phase)
+		}
+		o.GKERepairStatus = protocol.GKEStatusOperationRunning
+		if d := stepChecked(t, cfg, asked, o); d.State.Phase != protocol.PhaseTerminating {
+			t.Errorf("after %s, this attempt's OperationRUNNING: %s; want the repair taken", stale, d.State.Phase)
+		}
+		// GKE removes its label on an error: the attempt ends, the label
+		// not put back.
+		o.GKERepairStatus, o.GKEFaultBehavior = "ERROR", false
+		d = stepChecked(t, cfg, asked, o)
+		if d.State.Phase != protocol.PhaseIdle || d.Repair != protocol.RepairFailed || d.FaultBehavior != "" {
+			t.Errorf("after %s, GKE's ERROR and its label removed: %s, repair %q, label %q; want it failed, not put back", stale, d.State.Phase, d.Repair, d.FaultBehavior)
+		}
+		o.GKERepairStatus = stale
+		if d := stepChecked(t, cfg, asked, o); d.State.Phase != protocol.PhaseIdle || d.FaultBehavior != "" {
+			t.Errorf("after %s, its label removed with no new status: %s, label %q; want it failed, not put back", stale, d.State.Phase, d.FaultBehavior)
+		}
 	}
 }
 
@@ -285,9 +330,15 @@ func TestStepFaultRepairNeverStops(t *testing.T) {
 		{"GKE's Error", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, protocol.GKEStatusError
 		}, true},
+		{"GKE's ERROR", func(st *State, o *Observation) {
+			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, "ERROR"
+		}, true},
 		{"GKE's flow running", func(st *State, o *Observation) {
-			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(24*time.Hour)
+			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(cfg.HostMaintenanceDeadline-time.Minute)
 		}, false},
+		{"GKE's flow running, no stop by the deadline", func(st *State, o *Observation) {
+			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(cfg.HostMaintenanceDeadline)
+		}, true},
 	} {
 		st, o := taken, approved(obs(quiet()))
 		tc.change(&st, &o)

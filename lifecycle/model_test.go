@@ -65,7 +65,10 @@ type model struct {
 	// were modelled. gkeStatus is GKE's progress label.
 	faults, gke bool
 	frng        *rand.Rand
-	gkeStatus   string
+	// grng draws how GKE spells its error and whether it removes its
+	// label then, so that frng draws as before.
+	grng      *rand.Rand
+	gkeStatus string
 	// notice is the VM's preemption notice (a Spot VM that has one).
 	notice time.Duration
 	// ends: the VM may have a known end (end, zero for none), which the
@@ -124,7 +127,8 @@ func newModel(seed uint64) *model {
 	}
 	m.erng = rand.New(rand.NewPCG(seed^0x2545f491, seed))
 	m.ends = m.erng.IntN(2) == 0
-	m.nrng = rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	m.nrng = rand.New(rand.NewPCG(seed^0x9e3779b9, seed))
+	m.grng = rand.New(rand.NewPCG(seed^0x85ebca6b, seed))
 	return m
 }
 
@@ -160,7 +164,13 @@ func (m *model) faultEvent() {
 	default:
 		if _, asked := m.node.Labels[protocol.LabelFaultBehavior]; asked || m.frng.IntN(4) == 0 {
 			m.gkeStatus = []string{protocol.GKEStatusPodsEvicted, protocol.GKEStatusOperationRunning, protocol.GKEStatusError, ""}[m.frng.IntN(4)]
-			m.logf("gke: report-and-replace status %q", m.gkeStatus)
+			if m.gkeStatus == protocol.GKEStatusError && m.grng.IntN(2) == 0 {
+				// GKE's page writes it ERROR too, and removes its label on
+				// an error.
+				m.gkeStatus = "ERROR"
+				delete(m.node.Labels, protocol.LabelFaultBehavior)
+			}
+			m.logf("gke: report-and-replace status %q (its label on: %t)", m.gkeStatus, m.node.Labels[protocol.LabelFaultBehavior] != "")
 		}
 	}
 }
@@ -396,7 +406,7 @@ func (m *model) observation(st State) Observation {
 		Now:     m.now,
 		Signals: m.known,
 		MachineView: MachineView{BootID: m.node.Status.NodeInfo.BootID, KubeletVersion: m.node.Status.NodeInfo.KubeletVersion, Unschedulable: m.node.Spec.Unschedulable,
-			GKEReportsFaults: m.gke, GKERepairStatus: m.gkeStatus, PreemptionNotice: m.notice},
+			GKEReportsFaults: m.gke, GKERepairStatus: m.gkeStatus, PreemptionNotice: m.notice, GKEFaultBehavior: m.node.Labels[protocol.LabelFaultBehavior] != ""},
 		PodsView:    PodsView{PodsKnown: true, Idle: true},
 		TriggerView: TriggerView{RequestID: fmt.Sprintf("req-%d", m.requestSeq)},
 	}

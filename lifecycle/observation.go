@@ -79,6 +79,8 @@ type MachineView struct {
 	// report-and-replace-status label; "" for none).
 	GKEReportsFaults bool
 	GKERepairStatus  string
+	// GKEFaultBehavior: GKE's fault-behavior label is on the Node.
+	GKEFaultBehavior bool
 	// PreemptionNotice is the VM's preemption notice, where it is a Spot
 	// VM that has one (scheduling.preemptionNoticeDuration): preempted
 	// turns TRUE this long before the soft-off; zero when it has none or

@@ -77,6 +77,11 @@ const (
 	// chose for the repair under way (a RepairCall), written before the
 	// call with the request ID.
 	AnnotationRepairCall = "maintenance-handler.io/repair-call"
+	// AnnotationGKEStatusBefore is what GKE's report-and-replace-status
+	// label said when the agent asked GKE's flow for the repair under way
+	// (GKEStatusNone for nothing): GKE leaves its last attempt's status on
+	// the Node, so only a status other than this one is this attempt's.
+	AnnotationGKEStatusBefore = "maintenance-handler.io/gke-status-before"
 	// AnnotationLastFaultRepair is LastFaultRepair's JSON: how the node's
 	// last repair ended, kept while the node lives (the aggregator's
 	// cool-down reads it).
@@ -261,6 +266,9 @@ const (
 	GKEStatusOperationRunning = "OperationRUNNING"
 	GKEStatusOperationDone    = "OperationDone"
 	GKEStatusError            = "Error"
+	// GKEStatusNone records that no status was on the Node
+	// (AnnotationGKEStatusBefore).
+	GKEStatusNone = "none"
 )
 
 // GKEBehavior is behavior as GKE's fault-behavior label spells it.

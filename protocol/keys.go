@@ -247,6 +247,7 @@ var Keys = []Key{
 	{Name: TaintFaulty, Kind: Taint, Writer: Aggregator, Readers: []Component{Aggregator, Person}},
 	{Name: AnnotationFaultRepair, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: AnnotationRepairCall, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
+	{Name: AnnotationGKEStatusBefore, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationLastFaultRepair, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: LabelKnownEnd, Kind: Label, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: LabelTopologyBlock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},

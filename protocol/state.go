@@ -71,6 +71,11 @@ type AgentState struct {
 	// (AnnotationRepairCall), chosen and written before the call; set
 	// only while active.
 	RepairCall RepairCall
+	// GKEStatusBefore is GKE's report-and-replace-status when the agent
+	// asked GKE's flow for the repair under way
+	// (AnnotationGKEStatusBefore; GKEStatusNone for none, "" when not
+	// recorded); set only while active.
+	GKEStatusBefore string
 	// LastRepair is how the node's last fault repair ended
 	// (AnnotationLastFaultRepair).
 	LastRepair LastFaultRepair
@@ -148,33 +153,34 @@ func ReadAgentStateAndUnreadable(n *corev1.Node) (AgentState, []string) {
 func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 	a := n.Annotations
 	st = AgentState{
-		Phase:          Phase(a[AnnotationPhase]),
-		Reason:         Reason(a[AnnotationReason]),
-		BootID:         a[AnnotationBootID],
-		CordonedBefore: a[AnnotationCordonedBefore] == "true",
-		LastEvent:      maintenance.Event(a[AnnotationLastEvent]),
-		NoticeDone:     a[AnnotationNoticeDone],
-		Begun:          a[AnnotationBegun] == "true",
-		RequestID:      a[AnnotationRequestID],
-		Busy:           a[AnnotationBusy],
-		Started:        readTime(a[AnnotationStarted]),
-		Deadline:       readTime(a[AnnotationDeadline]),
-		Requested:      readTime(a[AnnotationRequested]),
-		IdleSince:      readTime(a[AnnotationIdleSince]),
-		Interruptions:  decodeCounts(a[AnnotationInterruptions]),
-		LastBootID:     a[AnnotationLastBootID],
-		LastKubelet:    a[AnnotationKubeletVersion],
-		Failures:       decodeFailures(a[AnnotationVoluntaryFailures]),
-		LeftToGKE:      a[AnnotationLeftToGKE] == "true",
-		Drain:          readDrainEnd(a[AnnotationDrain]),
-		RepairCall:     readRepairCall(a[AnnotationRepairCall]),
-		LastRepair:     decodeLastFaultRepair(a[AnnotationLastFaultRepair]),
+		Phase:           Phase(a[AnnotationPhase]),
+		Reason:          Reason(a[AnnotationReason]),
+		BootID:          a[AnnotationBootID],
+		CordonedBefore:  a[AnnotationCordonedBefore] == "true",
+		LastEvent:       maintenance.Event(a[AnnotationLastEvent]),
+		NoticeDone:      a[AnnotationNoticeDone],
+		Begun:           a[AnnotationBegun] == "true",
+		RequestID:       a[AnnotationRequestID],
+		Busy:            a[AnnotationBusy],
+		Started:         readTime(a[AnnotationStarted]),
+		Deadline:        readTime(a[AnnotationDeadline]),
+		Requested:       readTime(a[AnnotationRequested]),
+		IdleSince:       readTime(a[AnnotationIdleSince]),
+		Interruptions:   decodeCounts(a[AnnotationInterruptions]),
+		LastBootID:      a[AnnotationLastBootID],
+		LastKubelet:     a[AnnotationKubeletVersion],
+		Failures:        decodeFailures(a[AnnotationVoluntaryFailures]),
+		LeftToGKE:       a[AnnotationLeftToGKE] == "true",
+		Drain:           readDrainEnd(a[AnnotationDrain]),
+		RepairCall:      readRepairCall(a[AnnotationRepairCall]),
+		GKEStatusBefore: a[AnnotationGKEStatusBefore],
+		LastRepair:      decodeLastFaultRepair(a[AnnotationLastFaultRepair]),
 	}
 	if !st.Active() {
 		// The keys of a maintenance under way mean nothing without one.
 		st.Phase, st.LeftToGKE, st.Drain = PhaseIdle, false, ""
 		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
-		st.RequestID, st.Requested, st.Begun, st.RepairCall = "", time.Time{}, false, ""
+		st.RequestID, st.Requested, st.Begun, st.RepairCall, st.GKEStatusBefore = "", time.Time{}, false, "", ""
 	}
 	st.ScheduledTime = n.Labels[LabelScheduledMaintenanceTime]
 	st.Notice, noticeUnreadable = readNotice(a[AnnotationUpcomingMaintenance])
@@ -288,6 +294,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationLeftToGKE, whileActive(left))
 	set(a, AnnotationDrain, whileActive(string(st.Drain)))
 	set(a, AnnotationRepairCall, whileActive(string(st.RepairCall)))
+	set(a, AnnotationGKEStatusBefore, whileActive(st.GKEStatusBefore))
 	set(a, AnnotationLastFaultRepair, st.LastRepair.encode())
 	// The notice keys: the agent's mirror, unless another controller's.
 	if !st.NoticeForeign {

@@ -5,7 +5,10 @@
 // cloud.google.com/report-and-replace-status (PodsEvicted,
 // OperationRUNNING, then OperationDone once the VM is back, or Error) with
 // the operation in cloud.google.com/report-and-replace-operation; when the
-// VM is back, the label is cleared.
+// VM is back, the label is cleared, and so it is on an error. The status
+// is left behind, as GKE's page says nothing of clearing it: a later
+// attempt finds the last one's. The page writes the error status both
+// Error and ERROR (SetErrorStatus).
 //
 // Concurrency: a ReportAndReplace is safe for concurrent use.
 package gkeemu
@@ -44,6 +47,11 @@ type ReportAndReplace struct {
 	refuse  bool
 	reports []Report
 	seq     int
+	// errorStatus is how an error is written (Error unless set).
+	errorStatus string
+	// attempts counts, by node, the attempts begun (its pods evicted for
+	// the label).
+	attempts map[string]int
 }
 
 // Start runs the stand-in until ctx ends.
@@ -81,6 +89,22 @@ func (r *ReportAndReplace) SetRefuse(refuse bool) {
 	r.refuse = refuse
 }
 
+// SetErrorStatus makes an error be written as status (GKE's page writes
+// both Error and ERROR).
+func (r *ReportAndReplace) SetErrorStatus(status string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errorStatus = status
+}
+
+// Attempts is how many attempts GKE began on node: each begins when the
+// label is on and no attempt is under way.
+func (r *ReportAndReplace) Attempts(node string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts[node]
+}
+
 // Reports are the hosts reported so far.
 func (r *ReportAndReplace) Reports() []Report {
 	r.mu.Lock()
@@ -98,11 +122,23 @@ func (r *ReportAndReplace) step(ctx context.Context, name string) {
 	if !asked {
 		return
 	}
-	switch n.Labels[protocol.LabelReportAndReplaceStatus] {
-	case "", protocol.GKEStatusOperationDone, protocol.GKEStatusError:
+	r.mu.Lock()
+	errorStatus := r.errorStatus
+	if errorStatus == "" {
+		errorStatus = protocol.GKEStatusError
+	}
+	r.mu.Unlock()
+	switch status := n.Labels[protocol.LabelReportAndReplaceStatus]; status {
+	case "", protocol.GKEStatusOperationDone, protocol.GKEStatusError, "ERROR":
 		if err := r.evict(ctx, name); err != nil {
 			return // retried at the Node's next change
 		}
+		r.mu.Lock()
+		if r.attempts == nil {
+			r.attempts = map[string]int{}
+		}
+		r.attempts[name]++
+		r.mu.Unlock()
 		r.label(ctx, name, map[string]any{protocol.LabelReportAndReplaceStatus: protocol.GKEStatusPodsEvicted})
 	case protocol.GKEStatusPodsEvicted:
 		r.mu.Lock()
@@ -114,7 +150,9 @@ func (r *ReportAndReplace) step(ctx context.Context, name string) {
 		}
 		r.mu.Unlock()
 		if refuse {
-			r.label(ctx, name, map[string]any{protocol.LabelReportAndReplaceStatus: protocol.GKEStatusError})
+			// On an error GKE also removes the fault-behavior label; to
+			// retry, a person puts it back.
+			r.label(ctx, name, map[string]any{protocol.LabelReportAndReplaceStatus: errorStatus, protocol.LabelFaultBehavior: nil})
 			return
 		}
 		r.label(ctx, name, map[string]any{protocol.LabelReportAndReplaceStatus: protocol.GKEStatusOperationRunning, protocol.LabelReportAndReplaceOperation: op})
