@@ -344,7 +344,7 @@ func TestFaultRepairThroughGKE(t *testing.T) {
 	// GKE reports the host a second time.
 	firstOp := n.Labels[protocol.LabelReportAndReplaceOperation]
 	setLabel(t, ctx, node, protocol.LabelReportFaulty, protocol.BehaviorChipError)
-	n = world.WaitNode(t, node, "reported by GKE again: terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, node, "reported by GKE again: terminating", func(n *corev1.Node) bool {
 		op := n.Labels[protocol.LabelReportAndReplaceOperation]
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && op != "" && op != firstOp
 	})
