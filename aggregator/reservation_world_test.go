@@ -46,23 +46,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	}
 	patchPod(t, ctx, p.ns, "rank-2", func(p *corev1.Pod) { p.Labels["guard"] = "yes" })
 	pdb := holdOne(t, ctx, p.ns, map[string]string{"guard": "yes"})
-	var mu sync.Mutex
-	evicted := map[string]time.Time{}
-	factory := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(p.ns))
-	podInf := factory.Core().V1().Pods().Informer()
-	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
-		if pod := o.(*corev1.Pod); pod.DeletionTimestamp != nil {
-			mu.Lock()
-			if _, ok := evicted[pod.Name]; !ok {
-				evicted[pod.Name] = time.Now()
-			}
-			mu.Unlock()
-		}
-	}})
-	watchCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go podInf.Run(watchCtx.Done())
-	cache.WaitForCacheSync(watchCtx.Done(), podInf.HasSynced)
+	evicted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
 
 	// The aggregator reads the reservation through the Compute API (one
 	// emulator answers for it): the sub-block's four pending hosts, on each
@@ -152,9 +136,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 			}
 		}
 	}
-	mu.Lock()
-	last := evicted["rank-2"]
-	mu.Unlock()
+	last := evicted.at("rank-2")
 	want := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation, sb.Block, sb.SubBlock)
 	if len(calls) != 1 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want || last.IsZero() || !calls[0].At.After(last) {
 		t.Fatalf("calls %+v; want one, on the sub-block %s, after rank-2 was evicted at %s", calls, want, last.Format(time.RFC3339Nano))
@@ -196,36 +178,13 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 	for i := range hosts {
 		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	}
-	// Every change of a member's state and every pod's deletion, with when
-	// it was first seen, through watches.
-	var mu sync.Mutex
-	draining := map[string]time.Time{}
-	deleted := map[string]time.Time{}
-	nodeInf := informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer()
-	_, _ = nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
-		if n := o.(*corev1.Node); protocol.ReadAgentState(n).Active() {
-			mu.Lock()
-			if _, ok := draining[n.Name]; !ok {
-				draining[n.Name] = time.Now()
-			}
-			mu.Unlock()
-		}
-	}})
-	podInf := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(p.ns)).Core().V1().Pods().Informer()
-	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
-		if pod := o.(*corev1.Pod); pod.DeletionTimestamp != nil {
-			mu.Lock()
-			if _, ok := deleted[pod.Name]; !ok {
-				deleted[pod.Name] = time.Now()
-			}
-			mu.Unlock()
-		}
-	}})
-	watchCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go nodeInf.Run(watchCtx.Done())
-	go podInf.Run(watchCtx.Done())
-	cache.WaitForCacheSync(watchCtx.Done(), nodeInf.HasSynced, podInf.HasSynced)
+	// When each member first began to drain, and each pod was first told
+	// to stop, through watches.
+	draining := firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), func(o any) (string, bool) {
+		n := o.(*corev1.Node)
+		return n.Name, protocol.ReadAgentState(n).Active()
+	})
+	deleted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
 
 	emus[0].SetNoticeStatus(gceemu.StatusOngoing)
 	emus[0].SetMaintenanceEvent(gceemu.EventTerminate)
@@ -248,20 +207,18 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 		st := protocol.ReadAgentState(n)
 		return st.Phase == protocol.PhaseTerminating && st.Begun
 	})
-	mu.Lock()
-	defer mu.Unlock()
 	for _, h := range []string{"mem-1", "mem-2"} {
-		if at, ok := draining[h]; ok && at.Before(asked) {
+		if at := draining.at(h); !at.IsZero() && at.Before(asked) {
 			t.Errorf("%s began to drain at %s, before the person asked (%s): a member's own host maintenance took it", h, at.Format(time.RFC3339Nano), asked.Format(time.RFC3339Nano))
 		}
 	}
 	for _, pod := range []string{"rank-1", "rank-2"} {
-		if at, ok := deleted[pod]; ok && at.Before(asked) {
+		if at := deleted.at(pod); !at.IsZero() && at.Before(asked) {
 			t.Errorf("%s deleted at %s, before the person asked (%s)", pod, at.Format(time.RFC3339Nano), asked.Format(time.RFC3339Nano))
 		}
 	}
 	for _, pod := range []string{"rank-0", "rank-3"} {
-		if deleted[pod].IsZero() {
+		if deleted.at(pod).IsZero() {
 			t.Errorf("%s was not stopped for its node's own maintenance", pod)
 		}
 	}
@@ -305,4 +262,49 @@ func subBlockMembers(t *testing.T, ctx context.Context, p *procs, sb gceemu.SubB
 	}
 	gceemu.JoinReservation(members)
 	return hosts, emus
+}
+
+// seen is when, through a watch, each object first met a condition.
+type seen struct {
+	mu    sync.Mutex
+	first map[string]time.Time
+}
+
+// at is when name first met the condition (zero: not yet).
+func (s *seen) at(name string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first[name]
+}
+
+// firstSeen runs inf until t ends and records when each object first met
+// cond (which names it); it returns once inf has listed.
+func firstSeen(t *testing.T, ctx context.Context, inf cache.SharedIndexInformer, cond func(any) (string, bool)) *seen {
+	t.Helper()
+	s := &seen{first: map[string]time.Time{}}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if name, ok := cond(o); ok {
+			s.mu.Lock()
+			if _, was := s.first[name]; !was {
+				s.first[name] = time.Now()
+			}
+			s.mu.Unlock()
+		}
+	}})
+	watchCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go inf.Run(watchCtx.Done())
+	cache.WaitForCacheSync(watchCtx.Done(), inf.HasSynced)
+	return s
+}
+
+// podsOf is an informer of the pods of ns.
+func podsOf(ns string) cache.SharedIndexInformer {
+	return informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithNamespace(ns)).Core().V1().Pods().Informer()
+}
+
+// podDeleted: the pod is told to stop (its deletion timestamp set).
+func podDeleted(o any) (string, bool) {
+	pod := o.(*corev1.Pod)
+	return pod.Name, pod.DeletionTimestamp != nil
 }

@@ -2,7 +2,6 @@ package compute
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -183,19 +182,7 @@ func TestReportRefusedAsComputeEngineRefuses(t *testing.T) {
 // the cluster drained; otherwise ErrGroupNotCallable says why, and nothing
 // is called.
 func TestGroupCallOnlyWhereItFits(t *testing.T) {
-	var emus []*gceemu.Server
-	members := map[*gceemu.Server]gceemu.SubBlock{}
-	for i := range 3 {
-		emu := gceemu.StartT(t, gceemu.Config{Project: "p1", Zone: "us-east5-a", Name: fmt.Sprintf("gpu-%d", i)})
-		emus = append(emus, emu)
-		members[emu] = gceemu.SubBlock{Reservation: "res-a", Block: "block-1", SubBlock: "sub-1"}
-	}
-	gceemu.JoinReservation(members)
-	t.Setenv("GCE_METADATA_HOST", emus[0].Host())
-	m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emus[0].ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	emus, m := reservationVMs(t, "sub-1", "sub-1", "sub-1")
 	vm := &VM{Maintainer: m, Metadata: gcemetadata.NewWithOptions(&gcemetadata.Options{Client: &http.Client{}})}
 	calls := func() int { return len(emus[0].Calls()) }
 	if _, err := vm.PerformGroupMaintenance(ctxT(t, 10*time.Second), "req-1", true, 2); !errors.Is(err, ErrGroupNotCallable) || !strings.Contains(err.Error(), "3 hosts in use") || calls() != 0 {

@@ -282,23 +282,7 @@ func TestKnownEnd(t *testing.T) {
 // operation; a block call carries its scope; a VM in no reservation says
 // so; a 403 names the permission.
 func TestPerformGroupMaintenance(t *testing.T) {
-	var emus []*gceemu.Server
-	members := map[*gceemu.Server]gceemu.SubBlock{}
-	for i := range 3 {
-		emu := gceemu.StartT(t, gceemu.Config{Project: "p1", Zone: "us-east5-a", Name: fmt.Sprintf("gpu-%d", i)})
-		emus = append(emus, emu)
-		sb := gceemu.SubBlock{Reservation: "res-a", Block: "block-1", SubBlock: "sub-1"}
-		if i == 2 {
-			sb.SubBlock = "sub-2"
-		}
-		members[emu] = sb
-	}
-	gceemu.JoinReservation(members)
-	t.Setenv("GCE_METADATA_HOST", emus[0].Host())
-	m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emus[0].ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	emus, m := reservationVMs(t, "sub-1", "sub-1", "sub-2")
 	inst := Instance{Project: "p1", Zone: "us-east5-a", Name: "gpu-0"}
 	sc, err := m.Scheduling(ctxT(t, 10*time.Second), inst)
 	if err != nil {
@@ -365,4 +349,26 @@ func TestPerformGroupMaintenance(t *testing.T) {
 		Block: "projects/p1/zones/us-east5-a/reservations/res-a/reservationBlocks/b-9"}).Group(inst); !ok || g.Block != "b-9" || g.SubBlock != "" {
 		t.Errorf("a block named in consumedReservationBlock read as %+v (%t); want the block b-9", g, ok)
 	}
+}
+
+// reservationVMs starts an emulated VM gpu-I of block-1 of the GROUPED
+// reservation res-a in sub-block subBlocks[I], the first one's metadata
+// server the test's, and a Maintainer that calls the first one's Compute
+// API.
+func reservationVMs(t *testing.T, subBlocks ...string) ([]*gceemu.Server, *Maintainer) {
+	t.Helper()
+	var emus []*gceemu.Server
+	members := map[*gceemu.Server]gceemu.SubBlock{}
+	for i, sub := range subBlocks {
+		emu := gceemu.StartT(t, gceemu.Config{Project: "p1", Zone: "us-east5-a", Name: fmt.Sprintf("gpu-%d", i)})
+		emus = append(emus, emu)
+		members[emu] = gceemu.SubBlock{Reservation: "res-a", Block: "block-1", SubBlock: sub}
+	}
+	gceemu.JoinReservation(members)
+	t.Setenv("GCE_METADATA_HOST", emus[0].Host())
+	m, err := NewMaintainer(ctxT(t, 10*time.Second), Options{Endpoint: emus[0].ComputeEndpoint(), Backoff: backoff.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emus, m
 }

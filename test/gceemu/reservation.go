@@ -74,9 +74,7 @@ func (b *blockState) scheduling() string {
 // UNUSED_CAPACITY maintenance ("not allowed for Standard ExR", the
 // maintenanceScope's description).
 func (s *Server) SetReservationScheduling(schedulingType string, noUnusedCapacity bool) {
-	s.mu.Lock()
-	b := s.compute.reservation.block
-	s.mu.Unlock()
+	b := s.block()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.schedulingType, b.noUnusedCapacity = schedulingType, noUnusedCapacity
@@ -85,12 +83,17 @@ func (s *Server) SetReservationScheduling(schedulingType string, noUnusedCapacit
 // SetSpareHosts gives s's reservation block n hosts with no running VM,
 // their maintenance pending or not (JoinReservation first).
 func (s *Server) SetSpareHosts(n int, pending bool) {
-	s.mu.Lock()
-	b := s.compute.reservation.block
-	s.mu.Unlock()
+	b := s.block()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.spare, b.sparePending = n, pending
+}
+
+// block is the state of s's reservation block (JoinReservation first).
+func (s *Server) block() *blockState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compute.reservation.block
 }
 
 // JoinReservation makes each server an instance of its sub-block, of a
