@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -275,5 +276,54 @@ func TestCeilings(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("the exception %s names no function: remove it", name)
 		}
+	}
+}
+
+// maxTestFileLines is the ceiling on a test file: a test file mirrors the
+// file it tests, and one that outgrows it is split the same way.
+const maxTestFileLines = 800
+
+// testFileExceptions are the test files over maxTestFileLines, each with
+// its size when it was named here: they may shrink, never grow, and leave
+// this list once under the ceiling.
+var testFileExceptions = map[string]int{
+	"agent/agent_world_test.go":         1203,
+	"manifests/manifests_world_test.go": 834,
+}
+
+// TestTestFileCeiling: no test file over maxTestFileLines lines but the
+// named exceptions, none of which has grown.
+func TestTestFileCeiling(t *testing.T) {
+	files := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && rel != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := strings.Count(string(b), "\n")
+		limit, excepted := testFileExceptions[rel]
+		switch {
+		case excepted && n > limit:
+			t.Errorf("%s grew to %d lines (its exception allows %d): split it by the files it tests", rel, n, limit)
+		case excepted && n <= maxTestFileLines:
+			t.Errorf("%s is under the ceiling now (%d lines): remove its exception", rel, n)
+		case !excepted && n > maxTestFileLines:
+			t.Errorf("%s has %d lines, more than %d: split it by the files it tests", rel, n, maxTestFileLines)
+		}
+		return nil
+	})
+	if err != nil || files == 0 {
+		t.Fatalf("walked %d test files: %v", files, err)
 	}
 }
