@@ -283,16 +283,7 @@ func TestCeilings(t *testing.T) {
 // file it tests, and one that outgrows it is split the same way.
 const maxTestFileLines = 800
 
-// testFileExceptions are the test files over maxTestFileLines, each with
-// its size when it was named here: they may shrink, never grow, and leave
-// this list once under the ceiling.
-var testFileExceptions = map[string]int{
-	"agent/agent_world_test.go":         1203,
-	"manifests/manifests_world_test.go": 834,
-}
-
-// TestTestFileCeiling: no test file over maxTestFileLines lines but the
-// named exceptions, none of which has grown.
+// TestTestFileCeiling: no test file over maxTestFileLines lines.
 func TestTestFileCeiling(t *testing.T) {
 	files := 0
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
@@ -311,14 +302,7 @@ func TestTestFileCeiling(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		n := strings.Count(string(b), "\n")
-		limit, excepted := testFileExceptions[rel]
-		switch {
-		case excepted && n > limit:
-			t.Errorf("%s grew to %d lines (its exception allows %d): split it by the files it tests", rel, n, limit)
-		case excepted && n <= maxTestFileLines:
-			t.Errorf("%s is under the ceiling now (%d lines): remove its exception", rel, n)
-		case !excepted && n > maxTestFileLines:
+		if n := strings.Count(string(b), "\n"); n > maxTestFileLines {
 			t.Errorf("%s has %d lines, more than %d: split it by the files it tests", rel, n, maxTestFileLines)
 		}
 		return nil

@@ -17,8 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -30,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
 
 	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
@@ -694,141 +691,4 @@ func matches(selector map[string]any, labels map[string]string) bool {
 		}
 	}
 	return len(selector) > 0
-}
-
-// prometheusOperator is the prometheus-operator release whose CRDs check
-// our ServiceMonitor and PrometheusRule (fetched through the Go module
-// proxy, which serves the repository's files).
-const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
-
-// TestPodSecurity: the aggregator's pod meets pod security's
-// "restricted" profile; the agent's meets it but for its host network
-// (which "baseline" forbids too), which is why its namespace enforces
-// "privileged" and warns against "restricted".
-func TestPodSecurity(t *testing.T) {
-	testworld.Need(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restricted-", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
-	ns, err := world.Client.CoreV1().Namespaces().Create(testworld.Ctx(t, 10*time.Second), ns, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-	})
-	admit := func(kind, name string) error {
-		t.Helper()
-		for _, o := range render(t, "base") {
-			if o.GetKind() != kind || o.GetName() != name {
-				continue
-			}
-			var tmpl corev1.PodTemplateSpec
-			raw, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tmpl); err != nil {
-				t.Fatal(err)
-			}
-			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tmpl.Spec.ServiceAccountName, Namespace: ns.Name}}
-			if _, err := world.Client.CoreV1().ServiceAccounts(ns.Name).Create(testworld.Ctx(t, 10*time.Second), sa, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name}, Spec: tmpl.Spec}
-			_, err := world.Client.CoreV1().Pods(ns.Name).Create(testworld.Ctx(t, 10*time.Second), p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			return err
-		}
-		t.Fatalf("the base has no %s %s", kind, name)
-		return nil
-	}
-	if err := admit("Deployment", "maintenance-handler-aggregator"); err != nil {
-		t.Errorf("the aggregator's pod under restricted: %v", err)
-	}
-	err = admit("DaemonSet", "maintenance-handler-agent")
-	if err == nil || !strings.Contains(err.Error(), "host namespaces") {
-		t.Errorf("the agent's pod under restricted: %v, want refused for its host network", err)
-	} else if msg := err.Error(); strings.Contains(msg, "seccompProfile") || strings.Contains(msg, "allowPrivilegeEscalation") || strings.Contains(msg, "runAsNonRoot") || strings.Contains(msg, "capabilities") {
-		t.Errorf("the agent's pod under restricted: %v, want refused for its host network alone", err)
-	}
-}
-
-// TestPrometheusOperatorObjectsApply installs prometheus-operator's own
-// CRDs, with their schemas, and applies the component's objects with
-// server-side apply: the API server validates them against the schemas.
-// A rule without an expression is refused, so the check is real.
-func TestPrometheusOperatorObjectsApply(t *testing.T) {
-	testworld.Need(t)
-	dir, err := testworld.ModuleDir(testworld.Ctx(t, 5*time.Minute), prometheusOperator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crds []*unstructured.Unstructured
-	for _, file := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(dir, "example", "prometheus-operator-crd", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		crds = append(crds, &unstructured.Unstructured{Object: m})
-	}
-	apply(t, crds)
-	err = wait.PollUntilContextTimeout(testworld.Ctx(t, time.Minute), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := world.Client.Discovery().ServerResourcesForGroupVersion("monitoring.coreos.com/v1")
-		if err != nil {
-			return false, nil
-		}
-		served := map[string]bool{}
-		for _, r := range list.APIResources {
-			served[r.Kind] = true
-		}
-		return served["ServiceMonitor"] && served["PrometheusRule"], nil
-	})
-	if err != nil {
-		t.Fatalf("the CRDs were never served: %v", err)
-	}
-
-	var ours []*unstructured.Unstructured
-	var rule *unstructured.Unstructured
-	for _, o := range render(t, "overlays/prometheus-operator") {
-		switch o.GetKind() {
-		case "Namespace", "ServiceMonitor":
-			ours = append(ours, o)
-		case "PrometheusRule":
-			ours = append(ours, o)
-			rule = o.DeepCopy()
-		}
-	}
-	if len(ours) != 3 {
-		t.Fatalf("the overlay has %d of Namespace, ServiceMonitor and PrometheusRule", len(ours))
-	}
-	// Another test's cleanup may still be deleting the namespace.
-	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 2*time.Minute), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := world.Client.CoreV1().Namespaces().Get(ctx, "maintenance-handler", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("namespace maintenance-handler still terminating: %v", err)
-	}
-	apply(t, ours)
-
-	// The same PrometheusRule with one rule's expression removed.
-	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
-	first := groups[0].(map[string]any)["rules"].([]any)[0].(map[string]any)
-	delete(first, "expr")
-	if err := unstructured.SetNestedSlice(rule.Object, groups, "spec", "groups"); err != nil {
-		t.Fatal(err)
-	}
-	rule.SetName("maintenance-handler-broken")
-	dyn, err := dynamic.NewForConfig(world.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := rule.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = dyn.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}).
-		Namespace(rule.GetNamespace()).Patch(testworld.Ctx(t, 30*time.Second), rule.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "maintenance-handler-test"})
-	if err == nil || !strings.Contains(err.Error(), "expr") {
-		t.Errorf("a rule without expr was not refused by the CRD's schema: %v", err)
-	}
 }
