@@ -67,6 +67,10 @@ type Agent struct {
 	schedule      Schedule                 // what the VM's own clock says, once known
 	performResult *lifecycle.PerformResult // how it ended
 	performGroup  sync.WaitGroup
+	// following names the operation this process follows (follow), and
+	// stopFollowing ends that.
+	following     string
+	stopFollowing context.CancelFunc
 
 	nodes *kube.Informer
 

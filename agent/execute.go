@@ -40,6 +40,7 @@ func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried pro
 	if dec.Perform {
 		a.startPerform(ctx, st, repair)
 	}
+	a.follow(ctx, st)
 	if dec.Repair != "" {
 		a.opts.Metrics.FaultRepair(repair.Behavior, repair.Source, dec.Repair)
 		if dec.Repair == protocol.RepairDone && !repair.Approved.IsZero() {

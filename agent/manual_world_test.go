@@ -395,7 +395,7 @@ type killedAfterCall struct {
 	made chan struct{}
 }
 
-func (k *killedAfterCall) WaitOperation(ctx context.Context, op string) error {
+func (k *killedAfterCall) WaitOperation(ctx context.Context, op string) (time.Time, error) {
 	return k.next.WaitOperation(ctx, op)
 }
 

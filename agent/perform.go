@@ -26,9 +26,9 @@ type Maintainer interface {
 	// compute.ErrGroupNotCallable when the group is not GROUPED or has
 	// hosts in use other than the members the cluster drained (members).
 	PerformGroupMaintenance(ctx context.Context, requestID string, subBlock bool, members int) (operation string, err error)
-	// WaitOperation returns when the operation has ended: nil when it
-	// succeeded.
-	WaitOperation(ctx context.Context, operation string) error
+	// WaitOperation returns when the operation has ended, with when it
+	// ended: nil when it succeeded.
+	WaitOperation(ctx context.Context, operation string) (ended time.Time, err error)
 }
 
 // performMinimum is the least time a performMaintenance call gets to go
@@ -91,31 +91,61 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 			a.log.Info(method+" accepted", "request_id", st.RequestID, "operation", res.Operation)
 		}
 		a.setPerformResult(res)
-		if res.Err != nil || a.opts.Maintainer == nil {
-			return
-		}
-		// Follow the operation to its end: one that fails puts the node
-		// back in service (Step). Bounded by the manual start timeout.
-		octx, cancel := context.WithTimeout(ctx, a.opts.Config.ManualStartTimeout)
-		err := a.opts.Maintainer.WaitOperation(octx, res.Operation)
-		cancel()
+	}()
+}
+
+// follow keeps one goroutine reading the operation the state names (the
+// call's, on the Node before it is followed) while the maintenance under
+// way names it, so that an agent restarted while it runs follows the same
+// one. What it reads wakes the loop: the operation DONE, or failed (Step
+// decides what follows); one that cannot be read is said, and the step
+// then goes by its bounds alone.
+func (a *Agent) follow(ctx context.Context, st lifecycle.State) {
+	op := ""
+	if st.Active() {
+		op = st.Operation
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.following == op {
+		return
+	}
+	if a.stopFollowing != nil {
+		a.stopFollowing()
+	}
+	a.following, a.stopFollowing = op, nil
+	if op == "" || a.opts.Maintainer == nil {
+		return
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	a.stopFollowing = cancel
+	a.performGroup.Add(1)
+	go func() {
+		defer a.performGroup.Done()
+		ended, err := a.opts.Maintainer.WaitOperation(fctx, op)
 		switch {
-		case ctx.Err() != nil:
+		case fctx.Err() != nil:
+			return // stopping, or no longer named: the next follower reads it
 		case errors.Is(err, compute.ErrPermissionDenied):
-			// Not followed: whether the maintenance begins is then seen
-			// on the metadata server alone, within the start timeout.
-			a.log.Warn("performMaintenance operation cannot be read", "request_id", st.RequestID, "operation", res.Operation, "err", err)
+			a.log.Warn("the operation cannot be read", "request_id", st.RequestID, "operation", op, "err", err)
 			a.permissionDenied(compute.OperationPermission, err)
+			return
 		case errors.Is(err, compute.ErrOperationFailed):
-			a.log.Warn("performMaintenance operation failed", "request_id", st.RequestID, "operation", res.Operation, "err", err)
-			failed := *res
-			failed.OperationErr = err
-			a.setPerformResult(&failed)
+			a.log.Warn("the operation failed", "request_id", st.RequestID, "operation", op, "err", err)
 		case err != nil:
-			a.log.Warn("performMaintenance operation not followed to its end", "operation", res.Operation, "err", err)
+			a.log.Warn("the operation was not followed to its end", "request_id", st.RequestID, "operation", op, "err", err)
+			return
 		default:
-			a.log.Info("performMaintenance operation done", "operation", res.Operation)
+			a.log.Info("the operation is done", "request_id", st.RequestID, "operation", op, "ended", ended)
 		}
+		a.mu.Lock()
+		res := lifecycle.PerformResult{RequestID: st.RequestID, Operation: op}
+		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
+			res = *r
+		}
+		a.mu.Unlock()
+		res.OperationDone, res.OperationEnded, res.OperationErr = true, ended, err
+		a.setPerformResult(&res)
 	}()
 }
 
@@ -137,7 +167,7 @@ func (a *Agent) permissionDenied(permission string, err error) {
 	case compute.ReportPermission:
 		what = "the faulty host was not reported; the node stays drained and tainted faulty, and its repair is approved again after the pool's cool-down"
 	case compute.OperationPermission:
-		what = "the maintenance's operation cannot be followed, so a failed one is seen only when --manual-start-timeout ends without the maintenance"
+		what = "the operation cannot be followed, so a failed one is seen only when --manual-start-timeout (for a fault report, --report-timeout) ends without the maintenance"
 	}
 
 	a.opts.Events.NodeEvent(true, protocol.EventPermissionDenied, fmt.Sprintf(

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/compute"
@@ -57,10 +59,11 @@ func newFaultyPoolOf(t testing.TB, ctx context.Context, pool string, size int, h
 	return newFaultyPoolOfVMs(t, ctx, pool, size, hold, change, gceemu.Config{})
 }
 
-// newFaultyPoolOfVMs is newFaultyPoolOf, its VMs as cfg says.
-func newFaultyPoolOfVMs(t testing.TB, ctx context.Context, pool string, size int, hold time.Duration, change func(*testworld.NodeSpec), cfg gceemu.Config) *faultyPool {
+// newFaultyPoolOfVMs is newFaultyPoolOf, its VMs as cfg says, their agents
+// run with agentArgs too.
+func newFaultyPoolOfVMs(t testing.TB, ctx context.Context, pool string, size int, hold time.Duration, change func(*testworld.NodeSpec), cfg gceemu.Config, agentArgs ...string) *faultyPool {
 	t.Helper()
-	fp := &faultyPool{p: newProcs(t, "--eviction-retry-interval", "1s"), vms: map[string]*vms.VM{}}
+	fp := &faultyPool{p: newProcs(t, append([]string{"--eviction-retry-interval", "1s"}, agentArgs...)...), vms: map[string]*vms.VM{}}
 	for i := range size {
 		name := fmt.Sprintf("%s-%d", pool, i)
 		fp.names = append(fp.names, name)
@@ -196,6 +199,65 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_fault_repairs_total{behavior="UNRECOVERABLE_GPU_ERROR",node_name="xid-1",node_pool_name="xid",outcome="permission_denied",source="condition"}`, 1)
 	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
 		t.Errorf("the pod of %s is still running after its drain", second)
+	}
+}
+
+// TestFaultReportFollowedToItsEnd: Compute Engine takes the report and
+// keeps the VM RUNNING through its operation, then stops it ("Report
+// faulty host"). Here the operation runs 16 s, past the agent's
+// --manual-start-timeout of 5 s, which once bounded the wait: the scaled
+// form of a report running 16 minutes against the 15-minute default. The
+// node names the operation, and stays drained and cordoned from then until
+// the VM stops (every version of the Node, seen through a watch); the stop
+// is counted once as the host's repair, after one report.
+func TestFaultReportFollowedToItsEnd(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	fp := newFaultyPoolOfVMs(t, ctx, "op16", 1, 2*time.Second, func(*testworld.NodeSpec) {}, gceemu.Config{}, "--manual-start-timeout", "5s")
+	name := fp.names[0]
+	v := fp.vms[name]
+	v.Emu.SetReportDuration(16 * time.Second)
+	n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := n.Status.NodeInfo.BootID
+	var mu sync.Mutex
+	var named bool
+	var broken []string
+	inf := informers.NewSharedInformerFactoryWithOptions(world.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + name
+	})).Core().V1().Nodes().Informer()
+	firstSeen(t, ctx, inf, func(o any) (string, bool) {
+		n := o.(*corev1.Node)
+		st := protocol.ReadAgentState(n)
+		mu.Lock()
+		defer mu.Unlock()
+		if n.Status.NodeInfo.BootID != boot {
+			return "", false
+		}
+		named = named || st.Operation != ""
+		if named && (st.Phase != protocol.PhaseTerminating || !n.Spec.Unschedulable) {
+			broken = append(broken, fmt.Sprintf("%s cordoned %t", st.Phase, n.Spec.Unschedulable))
+		}
+		return "", false
+	})
+	back := fp.p.f.RepairOnReport(ctx, v, 2*time.Second, func() error { return writeCondition(ctx, name, "") })
+	setCondition(t, name, corev1.ConditionTrue)
+	if err := <-back; err != nil {
+		t.Fatalf("the VM's return from its repair: %v", err)
+	}
+	st := protocol.ReadAgentState(world.WaitNode(t, name, "back in service", inService))
+	mu.Lock()
+	defer mu.Unlock()
+	if !named || len(broken) > 0 {
+		t.Errorf("while the report's operation ran: operation on the Node %t, not drained and cordoned %v; want named, and drained throughout", named, broken)
+	}
+	if got := reports(v); len(got) != 1 {
+		t.Errorf("%d reports; want one", len(got))
+	}
+	if st.LastRepair.Outcome != protocol.RepairDone || st.Interruptions[protocol.FaultRepair.Key()] != 1 {
+		t.Errorf("back: last repair %+v, interruptions %v; want repaired, counted once as %s", st.LastRepair, st.Interruptions, protocol.FaultRepair.Key())
 	}
 }
 

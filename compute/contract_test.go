@@ -49,7 +49,7 @@ func TestEveryCallHoldsToGooglesDescription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.WaitOperation(ctx, inst, op); err != nil {
+	if _, err := m.WaitOperation(ctx, inst, op); err != nil {
 		t.Fatal(err)
 	}
 	emu.SetOperationFailure("the host could not be maintained")
@@ -57,7 +57,7 @@ func TestEveryCallHoldsToGooglesDescription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.WaitOperation(ctx, inst, op); err == nil {
+	if _, err := m.WaitOperation(ctx, inst, op); err == nil {
 		t.Error("a failed operation read as done")
 	}
 	emu.SetOperationFailure("")
@@ -159,7 +159,7 @@ func TestReportRefusedAsComputeEngineRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if err := m.WaitOperation(ctxT(t, 10*time.Second), inst, op); !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), tc.code) {
+		if _, err := m.WaitOperation(ctxT(t, 10*time.Second), inst, op); !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), tc.code) {
 			t.Errorf("%s: %v; want the operation failed with %s", tc.name, err, tc.code)
 		}
 	}
@@ -172,7 +172,7 @@ func TestReportRefusedAsComputeEngineRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.WaitOperation(ctxT(t, 10*time.Second), inst, op); !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), "FAILED_WITH_UNEXPECTED_STATUS") {
+	if _, err := m.WaitOperation(ctxT(t, 10*time.Second), inst, op); !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), "FAILED_WITH_UNEXPECTED_STATUS") {
 		t.Errorf("a second report while the first runs: %v; want FAILED_WITH_UNEXPECTED_STATUS", err)
 	}
 }

@@ -123,8 +123,8 @@ func TestWaitOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.WaitOperation(ctxT(t, 30*time.Second), inst, op); err != nil {
-		t.Errorf("a successful operation: %v", err)
+	if ended, err := m.WaitOperation(ctxT(t, 30*time.Second), inst, op); err != nil || ended.IsZero() || ended.After(time.Now()) {
+		t.Errorf("a successful operation: ended %v, %v; want its end, and no error", ended, err)
 	}
 	emu.Clear()
 	emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), time.Hour))
@@ -133,11 +133,11 @@ func TestWaitOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = m.WaitOperation(ctxT(t, 30*time.Second), inst, op)
+	_, err = m.WaitOperation(ctxT(t, 30*time.Second), inst, op)
 	if !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), "the host is not available") {
 		t.Errorf("a failed operation: %v, want ErrOperationFailed with the reason", err)
 	}
-	if err := m.WaitOperation(ctxT(t, 300*time.Millisecond), inst, "no-such-operation"); err == nil {
+	if _, err := m.WaitOperation(ctxT(t, 300*time.Millisecond), inst, "no-such-operation"); err == nil {
 		t.Error("an unknown operation: no error once the context ended")
 	}
 	// A role without zoneOperations.get: said at once, naming the
@@ -149,9 +149,28 @@ func TestWaitOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	emu.Deny(gceemu.PermissionGetOperation, true)
-	err = m.WaitOperation(ctxT(t, 10*time.Second), inst, op)
+	_, err = m.WaitOperation(ctxT(t, 10*time.Second), inst, op)
 	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), OperationPermission) || !strings.Contains(err.Error(), "node@p1.iam.gserviceaccount.com") {
 		t.Errorf("operation read denied: %v, want ErrPermissionDenied naming %s and the service account", err, OperationPermission)
+	}
+}
+
+// TestOperationEnded: an operation's end is its endTime as Compute Engine
+// writes it (milliseconds, a US Pacific offset), or when it was read DONE
+// where it has none that can be read.
+func TestOperationEnded(t *testing.T) {
+	read := time.Date(2026, 11, 6, 18, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		end  string
+		want time.Time
+	}{
+		{"2026-11-06T09:12:31.504-08:00", time.Date(2026, 11, 6, 17, 12, 31, 504e6, time.UTC)},
+		{"", read},
+		{"yesterday", read},
+	} {
+		if got := (&operation{EndTime: tc.end}).ended(read); !got.Equal(tc.want) {
+			t.Errorf("endTime %q: ended %v, want %v", tc.end, got, tc.want)
+		}
 	}
 }
 
@@ -191,7 +210,7 @@ func TestReportHostAsFaulty(t *testing.T) {
 	if err != nil || again != op {
 		t.Fatalf("the retry: %q, %v; want the same operation %q", again, err, op)
 	}
-	if err := m.WaitOperation(ctxT(t, 30*time.Second), inst, op); err != nil {
+	if _, err := m.WaitOperation(ctxT(t, 30*time.Second), inst, op); err != nil {
 		t.Fatalf("the report's operation: %v", err)
 	}
 	calls := emu.Calls()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	gcemetadata "cloud.google.com/go/compute/metadata"
 )
@@ -58,10 +59,10 @@ func (v *VM) Scheduling(ctx context.Context) (Scheduling, error) {
 
 // WaitOperation waits for the VM's operation name to end (see
 // Maintainer.WaitOperation).
-func (v *VM) WaitOperation(ctx context.Context, name string) error {
+func (v *VM) WaitOperation(ctx context.Context, name string) (time.Time, error) {
 	inst, account, err := v.identity(ctx)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	return v.Maintainer.waitOperation(ctx, inst, name, account)
 }

@@ -19,6 +19,15 @@ func (d *Decision) unannouncedReboot(obs Observation) {
 	if st.Phase != protocol.PhaseIdle || st.LastBootID == "" || obs.BootID == "" || obs.BootID == st.LastBootID {
 		return
 	}
+	if op := st.LastRepair.Operation; op != "" {
+		// The report the last repair gave up following went through
+		// after all: this stop is the host's repair.
+		d.Unannounced = counted(protocol.FaultRepair)
+		d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
+		d.Events = append(d.Events, EventRecord{Reason: protocol.EventFaultRepaired,
+			Message: fmt.Sprintf("The VM rebooted (boot ID %s) after the report whose operation %s the node's last repair stopped following: counted as the host's repair", obs.BootID, op)})
+		return
+	}
 	if obs.KubeletVersion != "" && st.LastKubelet != "" && obs.KubeletVersion != st.LastKubelet {
 		d.Unannounced = counted(protocol.Upgrade)
 		d.Events = append(d.Events, EventRecord{Reason: protocol.EventNodeUpgraded,

@@ -76,11 +76,14 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 
 // awaitRepairStop: Compute Engine took the repair, and the VM has not
 // stopped. An operation that failed, GKE's flow ending in Error, or, for
-// a call of the agent's own, no stop (nor the booked repair begun) by
-// startBound, ends the repair with the node drained and still faulty;
-// otherwise the loop wakes at that bound.
+// a call of the agent's own, no stop (nor the booked repair begun) by its
+// bound (startBound; awaitReport's for a report), ends the repair with the
+// node drained and still faulty; otherwise the loop wakes at that bound.
 func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
 	st, r := d.State, obs.Perform
+	if r != nil && r.RequestID != st.RequestID {
+		r = nil
+	}
 	stopBy := startBound(cfg, st)
 	var why string
 	switch {
@@ -93,18 +96,58 @@ func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
 	case st.RepairCall == protocol.RepairGKE:
 		d.wakeAt(st.Deadline)
 		return // GKE's flow says when it is done, by the deadline
-	case r != nil && r.RequestID == st.RequestID && r.OperationErr != nil:
+	case r != nil && r.OperationErr != nil:
 		why = fmt.Sprintf("its operation failed: %v", r.OperationErr)
 	case underWay(obs.Signals):
 		return // the booked repair has begun: the VM stops within it
+	case st.RepairCall == protocol.RepairReport:
+		if why = d.awaitReport(cfg, obs.Now, r); why == "" {
+			return
+		}
 	case !obs.Now.Before(stopBy):
 		why = fmt.Sprintf("the VM has not stopped %s after Compute Engine took the repair", cfg.ManualStartTimeout)
 	default:
 		d.wakeAt(stopBy)
 		return
 	}
+	// A report whose operation this attempt saw still running is followed
+	// by the next attempt, not sent again (once: an attempt that took it
+	// over does not hand it on).
+	running := st.RepairCall == protocol.RepairReport && st.Operation != "" && st.Operation != st.LastRepair.Operation &&
+		(r == nil || !r.OperationDone) && !underWay(obs.Signals)
 	d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
 		"Compute Engine took the repair (%s), but %s. The node is drained and stays faulty; its repair is approved again after the pool's cool-down", st.RepairCall, why))
+	if running {
+		d.State.LastRepair.Operation = st.Operation
+	}
+}
+
+// awaitReport: Compute Engine took the report (r is what is known of its
+// operation, nil for nothing yet), and the VM has not stopped. Google's
+// "Report faulty host" keeps the VM RUNNING through the report's operation
+// ("usually 10-12 minutes") and starts the host's repair, which stops the
+// VM, within a minute after it ends. So the node stays drained while the
+// operation runs, for up to ReportTimeout from the call, and once it is
+// DONE, for up to ManualStartTimeout more. It says why the repair failed,
+// or "" while it waits (the loop wakes at the bound).
+func (d *Decision) awaitReport(cfg Config, now time.Time, r *PerformResult) string {
+	st := d.State
+	if r != nil && r.OperationDone {
+		stopBy := r.OperationEnded.Add(cfg.ManualStartTimeout)
+		if now.Before(stopBy) {
+			d.wakeAt(stopBy)
+			return ""
+		}
+		return fmt.Sprintf("the VM has not stopped %s after the report's operation %s ended (%s)", cfg.ManualStartTimeout, st.Operation, r.OperationEnded.UTC().Format(time.RFC3339))
+	}
+	if followTo := st.Requested.Add(cfg.ReportTimeout); now.Before(followTo) {
+		d.wakeAt(followTo)
+		return ""
+	}
+	if st.Operation == "" {
+		return fmt.Sprintf("the VM has not stopped %s after the report", cfg.ReportTimeout)
+	}
+	return fmt.Sprintf("the report's operation %s has not ended %s after the report (Google documents 10-12 minutes); the next attempt follows it rather than reporting again", st.Operation, cfg.ReportTimeout)
 }
 
 // notReportable: the approved repair would be a report that Compute
@@ -146,6 +189,7 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 	answered := r != nil && r.RequestID == st.RequestID
 	switch {
 	case answered && r.Err == nil:
+		d.State.Operation = r.Operation
 		d.repairAccepted(cfg, obs.Now, fmt.Sprintf("%s, operation %s", st.RepairCall, r.Operation))
 	case answered && st.RepairCall == protocol.RepairPerformMaintenance && underWay(sig):
 		d.repairAccepted(cfg, obs.Now, "the metadata server shows the booked repair starting")
@@ -171,6 +215,14 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 		}
 		if st.Requested.IsZero() {
 			d.State.Requested = obs.Now
+		}
+		if op := st.LastRepair.Operation; d.State.RepairCall == protocol.RepairReport && op != "" && st.Requested.IsZero() {
+			// The last attempt's report may still be running: Compute
+			// Engine refuses a second one meanwhile, so this attempt
+			// follows that one.
+			d.State.Operation = op
+			d.repairAccepted(cfg, obs.Now, "the report of the node's last attempt, whose operation "+op+" was still running: no second report is sent while it runs")
+			return
 		}
 		if d.State.RepairCall == protocol.RepairGKE {
 			// GKE leaves its last attempt's status on the Node: what it

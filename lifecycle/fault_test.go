@@ -307,38 +307,73 @@ func TestStepFaultRepairEndsIntoTheVMsOwn(t *testing.T) {
 
 // TestStepFaultRepairNeverStops: Compute Engine took the repair, and the
 // VM does not stop: an operation that failed, GKE's Error, or no stop
-// within ManualStartTimeout ends the repair, the node still faulty; a
-// booked repair that has begun is waited for.
+// within its bound ends the repair, the node still faulty; a booked repair
+// that has begun is waited for. A report's operation is followed as
+// Google's "Report faulty host" describes it: the VM RUNNING through the
+// operation ("usually 10-12 minutes"), its stop within a minute after; a
+// report whose operation runs 16 minutes is not given up on.
 func TestStepFaultRepairNeverStops(t *testing.T) {
 	taken := draining(protocol.ReasonFault, 30*time.Minute)
 	taken.Phase, taken.RequestID, taken.RepairCall, taken.Requested = protocol.PhaseTerminating, "req-fault", protocol.RepairReport, t0
+	taken.Operation = "op-1"
 	taken.Deadline = t0.Add(cfg.HostMaintenanceDeadline)
+	running := func(o *Observation) { o.Perform = &PerformResult{RequestID: "req-fault", Operation: "op-1"} }
+	done := func(o *Observation, at time.Duration) {
+		o.Perform = &PerformResult{RequestID: "req-fault", Operation: "op-1", OperationDone: true, OperationEnded: t0.Add(at)}
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(*State, *Observation)
 		ended  bool
+		// handed is the operation the next attempt follows.
+		handed string
 	}{
-		{"waiting", func(*State, *Observation) {}, false},
+		{"waiting", func(*State, *Observation) {}, false, ""},
 		{"the operation failed", func(_ *State, o *Observation) {
-			o.Perform = &PerformResult{RequestID: "req-fault", Operation: "op", OperationErr: errors.New("HOST_NOT_FOUND")}
-		}, true},
-		{"no stop in time", func(_ *State, o *Observation) { o.Now = t0.Add(cfg.ManualStartTimeout) }, true},
+			o.Perform = &PerformResult{RequestID: "req-fault", Operation: "op-1", OperationDone: true, OperationErr: errors.New("HOST_NOT_FOUND")}
+		}, true, ""},
+		{"the report's operation running for 16 minutes", func(_ *State, o *Observation) {
+			running(o)
+			o.Now = t0.Add(16 * time.Minute)
+		}, false, ""},
+		{"the report's operation not yet read, 16 minutes on", func(_ *State, o *Observation) { o.Now = t0.Add(16 * time.Minute) }, false, ""},
+		{"the report's operation done at 12 minutes, the VM not yet stopped", func(_ *State, o *Observation) {
+			done(o, 12*time.Minute)
+			o.Now = t0.Add(13 * time.Minute)
+		}, false, ""},
+		{"the report's operation done, no stop in time", func(_ *State, o *Observation) {
+			done(o, 12*time.Minute)
+			o.Now = t0.Add(12*time.Minute + cfg.ManualStartTimeout)
+		}, true, ""},
+		{"the report's operation still running at its bound", func(_ *State, o *Observation) {
+			running(o)
+			o.Now = t0.Add(cfg.ReportTimeout)
+		}, true, "op-1"},
+		{"the last attempt's operation, taken over, still running at its bound", func(st *State, o *Observation) {
+			st.LastRepair.Operation = "op-1"
+			running(o)
+			o.Now = t0.Add(cfg.ReportTimeout)
+		}, true, ""},
+		{"a booked repair pulled forward, no stop in time", func(st *State, o *Observation) {
+			st.RepairCall = protocol.RepairPerformMaintenance
+			o.Now = t0.Add(cfg.ManualStartTimeout)
+		}, true, ""},
 		{"the booked repair begun", func(st *State, o *Observation) {
 			st.RepairCall = protocol.RepairPerformMaintenance
 			o.Now, o.Signals.Event = t0.Add(cfg.ManualStartTimeout), maintenance.EventTerminate
-		}, false},
+		}, false, ""},
 		{"GKE's Error", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, protocol.GKEStatusError
-		}, true},
+		}, true, ""},
 		{"GKE's ERROR", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, "ERROR"
-		}, true},
+		}, true, ""},
 		{"GKE's flow running", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(cfg.HostMaintenanceDeadline-time.Minute)
-		}, false},
+		}, false, ""},
 		{"GKE's flow running, no stop by the deadline", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(cfg.HostMaintenanceDeadline)
-		}, true},
+		}, true, ""},
 	} {
 		st, o := taken, approved(obs(quiet()))
 		tc.change(&st, &o)
@@ -346,6 +381,35 @@ func TestStepFaultRepairNeverStops(t *testing.T) {
 		if ended := d.State.Phase == protocol.PhaseIdle; ended != tc.ended || ended && (d.Repair != protocol.RepairFailed || !d.RemoveRepair) {
 			t.Errorf("%s: phase %s, repair %q; want ended %t", tc.name, d.State.Phase, d.Repair, tc.ended)
 		}
+		if got := d.State.LastRepair.Operation; tc.ended && got != tc.handed {
+			t.Errorf("%s: the next attempt follows %q; want %q", tc.name, got, tc.handed)
+		}
+	}
+}
+
+// TestStepFaultReportNeverSentTwice: the last attempt gave up following a
+// report whose operation still ran. The next attempt, drained, follows
+// that operation and sends no second report (Compute Engine refuses one
+// while the first runs, and may leave the VM in REPAIRING); a reboot
+// while idle after it is that report's repair, counted as one.
+func TestStepFaultReportNeverSentTwice(t *testing.T) {
+	st := draining(protocol.ReasonFault, 30*time.Minute)
+	st.RequestID = "req-2"
+	st.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: t0.Add(-time.Hour), Operation: "op-1"}
+	o := approved(obs(quiet()))
+	o.DrainEnded = DrainOrder{For: st.Started, Deadline: st.Deadline, Reason: protocol.ReasonFault}
+	d := stepChecked(t, cfg, st, o)
+	if d.Perform || d.State.Phase != protocol.PhaseTerminating || d.State.Operation != "op-1" || d.State.RepairCall != protocol.RepairReport {
+		t.Fatalf("drained, with the last report's operation running: perform %t, %s, operation %q, call %q; want op-1 followed, no call",
+			d.Perform, d.State.Phase, d.State.Operation, d.State.RepairCall)
+	}
+
+	idle := State{Phase: protocol.PhaseIdle, LastBootID: bootA, LastRepair: st.LastRepair}
+	back := obs(quiet())
+	back.BootID = bootB
+	d = stepChecked(t, cfg, idle, back)
+	if d.Unannounced == nil || *d.Unannounced != protocol.FaultRepair || d.State.LastRepair.Outcome != protocol.RepairDone || d.State.LastRepair.Operation != "" {
+		t.Errorf("rebooted after the report: counted %v, last repair %+v; want the host's repair", d.Unannounced, d.State.LastRepair)
 	}
 }
 

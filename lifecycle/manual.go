@@ -106,6 +106,7 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 	answered := r != nil && r.RequestID == st.RequestID
 	switch {
 	case answered && r.Err == nil:
+		d.State.Operation = r.Operation
 		d.accept(cfg, obs.Now, "operation "+r.Operation)
 	case answered && underWay(sig):
 		// No answer in time, or a refusal because Compute Engine had

@@ -85,6 +85,18 @@ type model struct {
 	need time.Duration
 	nrng *rand.Rand
 
+	// report is the fault report Compute Engine took, while its VM has
+	// not stopped for it (nil for none): its operation runs for the time
+	// Google documents and the VM stops within a minute after it ends;
+	// orng draws those times, so that other draws stay as they were.
+	report *modelReport
+	orng   *rand.Rand
+	// pendingReport: the call in flight is a fault report; calledAt is
+	// when a request ID was first called (Compute Engine takes a retry of
+	// it as the same request).
+	pendingReport bool
+	calledAt      map[string]time.Time
+
 	// Bookkeeping for the invariants.
 	maint         int                     // numbers the maintenances, from Idle to Idle
 	calledFor     map[int]map[string]bool // maintenance -> request IDs called
@@ -107,6 +119,7 @@ func newModel(seed uint64) *model {
 			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-0", KubeletVersion: "v1.36.3"}}},
 		served:        quiet(),
 		calledFor:     map[int]map[string]bool{},
+		calledAt:      map[string]time.Time{},
 		interruptions: map[int]int{},
 	}
 	if m.rng.IntN(2) == 0 {
@@ -129,7 +142,49 @@ func newModel(seed uint64) *model {
 	m.ends = m.erng.IntN(2) == 0
 	m.nrng = rand.New(rand.NewPCG(seed^0x9e3779b9, seed))
 	m.grng = rand.New(rand.NewPCG(seed^0x85ebca6b, seed))
+	m.orng = rand.New(rand.NewPCG(seed^0xc2b2ae35, seed))
 	return m
+}
+
+// modelReport is a fault report's operation: named op, for requestID, DONE
+// at done (failed: with an error) and the VM stopping at stop.
+type modelReport struct {
+	op, requestID string
+	done, stop    time.Time
+	failed        bool
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// running: the report's operation has not ended by now.
+func (r *modelReport) running(now time.Time) bool { return r != nil && now.Before(r.done) }
+
+// took plays Compute Engine taking a report, from when it was first asked
+// for: as "Report faulty host" says, the VM stays RUNNING through its
+// operation, "usually 10-12 minutes" (here 10 to 16), and the host's
+// repair, which stops the VM, starts within a minute after.
+func (m *model) took(op, requestID string) {
+	d := []time.Duration{10 * time.Minute, 11 * time.Minute, 12 * time.Minute, 16 * time.Minute}[m.orng.IntN(4)]
+	at := m.calledAt[requestID]
+	m.report = &modelReport{op: op, requestID: requestID, done: at.Add(d), stop: at.Add(d + time.Duration(m.orng.IntN(60))*time.Second)}
+	m.logf("compute: report %s taken, its operation runs %s", op, d)
+}
+
+// reportStop: the VM stops for the report it took, when its time has
+// come (time moving on to it where it would pass it).
+func (m *model) reportStop(until time.Time) bool {
+	r := m.report
+	if r == nil || r.failed || until.Before(r.stop) {
+		return false
+	}
+	m.now = later(m.now, r.stop)
+	m.reboot("the VM stops for the host's repair, after the report's operation")
+	return true
 }
 
 // endEvent: the VM's end is set (a time limit: from now to beyond the
@@ -232,6 +287,9 @@ func (m *model) event() {
 	// A moment passes between two happenings: the agent keys a drain by
 	// its start time, which a real clock never repeats.
 	m.now = m.now.Add(time.Second)
+	if m.reportStop(m.now) {
+		return
+	}
 	if m.faults && m.frng.IntN(8) == 0 {
 		m.faultEvent()
 		return
@@ -273,31 +331,42 @@ func (m *model) event() {
 		}
 	case r < 78: // Compute Engine answers a call
 		m.answerCall()
+	case r < 84 && m.report.running(m.now):
+		m.logf("the VM stays RUNNING through the report's operation")
 	case r < 84: // the VM stops and comes back, and the agent with it
-		m.boot++
-		m.node.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", m.boot)
-		m.served = quiet()
-		m.served.EventNotServed = m.tpu
-		m.end = time.Time{} // a VM's end is set anew when it starts running
-		if m.rng.IntN(3) == 0 {
-			m.terminate(&m.served) // a new maintenance at once
-		}
-		m.restartAgent()
-		if m.rng.IntN(2) == 0 {
-			// The new agent hears the server before its first pass.
-			m.known = m.served
-			m.logf("reboot; the new agent hears event %s first", m.served.Event)
-		} else {
-			m.logf("reboot")
-		}
+		m.reboot("reboot")
 	case r < 88:
 		m.restartAgent()
 		m.logf("agent restart")
 	case r < 93:
 		m.sliceEvent()
 	default:
-		m.now = m.now.Add(time.Duration(m.rng.IntN(20*60)) * time.Second)
-		m.logf("time passes")
+		to := m.now.Add(time.Duration(m.rng.IntN(20*60)) * time.Second)
+		if !m.reportStop(to) {
+			m.now = to
+			m.logf("time passes")
+		}
+	}
+}
+
+// reboot: the VM stops and comes back, and the agent with it.
+func (m *model) reboot(what string) {
+	m.boot++
+	m.node.Status.NodeInfo.BootID = fmt.Sprintf("boot-%d", m.boot)
+	m.served = quiet()
+	m.served.EventNotServed = m.tpu
+	m.end = time.Time{} // a VM's end is set anew when it starts running
+	m.report = nil
+	if m.rng.IntN(3) == 0 {
+		m.terminate(&m.served) // a new maintenance at once
+	}
+	m.restartAgent()
+	if m.rng.IntN(2) == 0 {
+		// The new agent hears the server before its first pass.
+		m.known = m.served
+		m.logf("%s; the new agent hears event %s first", what, m.served.Event)
+	} else {
+		m.logf("%s", what)
 	}
 }
 
@@ -362,8 +431,11 @@ func (m *model) answerCall() {
 	if m.pendingCall == "" {
 		if r := m.performResult; r != nil && r.Err == nil && r.OperationErr == nil && m.rng.IntN(3) == 0 {
 			failed := *r
-			failed.OperationErr = errors.New("operation failed")
+			failed.OperationErr, failed.OperationDone, failed.OperationEnded = errors.New("operation failed"), true, m.now
 			m.performResult = &failed
+			if rep := m.report; rep != nil && rep.op == r.Operation {
+				rep.failed, rep.done = true, m.now
+			}
 			m.logf("compute: operation of %s failed", r.RequestID)
 		}
 		return
@@ -374,6 +446,9 @@ func (m *model) answerCall() {
 	switch m.rng.IntN(5) {
 	case 0:
 		res.Operation = "operation-" + id
+		if m.pendingReport {
+			m.took(res.Operation, id)
+		}
 		m.served.Notice, m.served.NoticePresent = fixedNotice, true
 		if m.rng.IntN(2) == 0 {
 			m.terminate(&m.served)
@@ -394,6 +469,9 @@ func (m *model) answerCall() {
 		// The metadata watch tells the agent before the call returns.
 		m.known = m.served
 		m.known.EventKnown, m.known.PreemptedKnown, m.known.NoticeKnown = true, true, true
+	}
+	if m.reportStop(m.now) {
+		return // the report's time has come and gone: the VM stopped, the answer lost
 	}
 	m.performResult = res
 	m.logf("compute: call %s answered %v", id, res.Err)
@@ -437,6 +515,15 @@ func (m *model) observation(st State) Observation {
 	if r := m.performResult; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}
+	if r := m.report; r != nil && st.Active() && st.Operation == r.op && !r.failed && !m.now.Before(r.done) {
+		// The agent follows the operation the state names: DONE.
+		res := PerformResult{RequestID: st.RequestID, Operation: r.op}
+		if obs.Perform != nil {
+			res = *obs.Perform
+		}
+		res.OperationDone, res.OperationEnded = true, r.done
+		obs.Perform = &res
+	}
 	return obs
 }
 
@@ -464,8 +551,15 @@ func (m *model) reconcile(t *testing.T) {
 			m.maint++ // a new maintenance began in this pass
 		}
 		if dec.Perform && m.performFor != after.RequestID {
+			if after.RepairCall == protocol.RepairReport && m.report.running(m.now) {
+				m.fail(t, "a second report %s while the operation %s of the report %s runs", after.RequestID, m.report.op, m.report.requestID)
+			}
 			m.performFor = after.RequestID
 			m.pendingCall = after.RequestID
+			m.pendingReport = after.RepairCall == protocol.RepairReport
+			if _, ok := m.calledAt[after.RequestID]; !ok {
+				m.calledAt[after.RequestID] = m.now
+			}
 			called := m.calledFor[m.maint]
 			if called == nil {
 				called = map[string]bool{}
@@ -539,6 +633,10 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 	if _, asked := m.node.Labels[protocol.LabelFaultBehavior]; asked && (st.Reason != protocol.ReasonFault || st.RepairCall != protocol.RepairGKE) &&
 		before.Reason == protocol.ReasonFault && before.RepairCall == protocol.RepairGKE && st.Phase == protocol.PhaseIdle && dec.Repair != protocol.RepairDone {
 		m.fail(t, "GKE's fault-behavior label left behind by a repair that failed (%s)", dec.Repair)
+	}
+	if r := m.report; r != nil && !r.failed && dec.Repair == protocol.RepairFailed && before.RepairCall == protocol.RepairReport && before.Operation == r.op {
+		m.fail(t, "gave up a report Compute Engine carries out in its documented time (operation %s DONE at %s, the VM stopping at %s): %v",
+			r.op, r.done.Format(time.TimeOnly), r.stop.Format(time.TimeOnly), dec.Events)
 	}
 	if dec.Perform && st.RepairCall == protocol.RepairGKE {
 		m.fail(t, "a Compute Engine call asked for a repair GKE's flow makes")

@@ -175,4 +175,9 @@ type PerformResult struct {
 	// OperationErr is set when the accepted call's operation ended with an
 	// error.
 	OperationErr error
+	// OperationDone: the operation (State.Operation) is DONE, at
+	// OperationEnded (its endTime; the time it was seen DONE where
+	// Compute Engine gave none), with OperationErr when it failed.
+	OperationDone  bool
+	OperationEnded time.Time
 }

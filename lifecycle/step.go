@@ -58,6 +58,15 @@ type Config struct {
 	// TriggerMaxAge is the oldest opportunistic trigger the agent acts on:
 	// an older one was decided about a node that may have changed since.
 	TriggerMaxAge time.Duration
+	// ReportTimeout bounds how long the agent follows a fault report's
+	// operation from the call: Google's "Report faulty host" keeps the VM
+	// RUNNING through the operation ("usually 10-12 minutes") and starts
+	// the host's repair, which stops the VM, within a minute after. The
+	// default, 30 min, is that and a margin of more than half as long
+	// again. Past it, with the operation still RUNNING, the repair has
+	// failed, and the next attempt follows that operation rather than
+	// reporting again.
+	ReportTimeout time.Duration
 	// GKERepairTimeout bounds the time from GKE's fault-behavior label to
 	// GKE's status showing the report under way: past it, the repair has
 	// failed.
@@ -73,7 +82,7 @@ type Config struct {
 
 // DefaultConfig is what Compute Engine documents.
 var DefaultConfig = Config{HostMaintenanceDeadline: 60 * time.Minute, PreemptionDeadline: 30 * time.Second, OngoingDeadline: 5 * time.Minute, ManualDrainTimeout: DefaultManualDrainTimeout,
-	ManualStartTimeout: 15 * time.Minute, GKERepairTimeout: 30 * time.Minute, KnownEndLead: 60 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
+	ManualStartTimeout: 15 * time.Minute, GKERepairTimeout: 30 * time.Minute, ReportTimeout: 30 * time.Minute, KnownEndLead: 60 * time.Minute, TriggerMaxAge: 5 * time.Minute, FailureCooldown: time.Hour, MaxFailureCooldown: 24 * time.Hour}
 
 // WithDefaults fills every zero field from DefaultConfig: a zero deadline
 // would evict every pod at once.
@@ -85,6 +94,7 @@ func (c Config) WithDefaults() Config {
 		{&c.ManualDrainTimeout, &DefaultConfig.ManualDrainTimeout},
 		{&c.ManualStartTimeout, &DefaultConfig.ManualStartTimeout},
 		{&c.GKERepairTimeout, &DefaultConfig.GKERepairTimeout},
+		{&c.ReportTimeout, &DefaultConfig.ReportTimeout},
 		{&c.KnownEndLead, &DefaultConfig.KnownEndLead},
 		{&c.TriggerMaxAge, &DefaultConfig.TriggerMaxAge},
 		{&c.FailureCooldown, &DefaultConfig.FailureCooldown},

@@ -383,6 +383,9 @@ func TestStep(t *testing.T) {
 func acceptedDecision(requested State, how string) Decision {
 	s := requested
 	s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
+	if op, ok := strings.CutPrefix(how, "operation "); ok {
+		s.Operation = op
+	}
 	return Decision{
 		State:   s,
 		Drained: true, Manual: protocol.ManualAccepted,

@@ -219,6 +219,10 @@ var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairF
 type LastFaultRepair struct {
 	Outcome string    `json:"outcome"`
 	Ended   time.Time `json:"ended"`
+	// Operation names a report's operation still RUNNING when the repair
+	// gave up following it: the next attempt follows it instead of
+	// reporting again, which Compute Engine refuses while one runs.
+	Operation string `json:"operation,omitempty"`
 }
 
 func (r LastFaultRepair) encode() string {

@@ -83,6 +83,11 @@ const (
 	// AnnotationRequested is when the agent first asked Compute Engine to
 	// start the maintenance (RFC 3339), written before the call.
 	AnnotationRequested = "maintenance-handler.io/maintenance-requested"
+	// AnnotationOperation names Compute Engine's operation for the call
+	// the maintenance or repair under way made, written when the call is
+	// answered and before the agent follows it: an agent restarted while
+	// the operation runs follows the same one and never calls again.
+	AnnotationOperation = "maintenance-handler.io/operation"
 	// AnnotationLastEvent is the last maintenance-event value acted on.
 	AnnotationLastEvent = "maintenance-handler.io/last-event"
 	// AnnotationBegun ("true") is set while a manual or opportunistic
@@ -225,6 +230,7 @@ var Keys = []Key{
 	{Name: AnnotationCordonedBefore, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationRequestID, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationRequested, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
+	{Name: AnnotationOperation, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationLastEvent, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationBegun, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationNoticeDone, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},

@@ -43,6 +43,10 @@ type AgentState struct {
 	// Requested is when the agent first asked Compute Engine to start the
 	// maintenance (written before the call).
 	Requested time.Time
+	// Operation names Compute Engine's operation for the call
+	// (AnnotationOperation), written when the call is answered and before
+	// it is followed; set only while active.
+	Operation string
 	// IdleSince is when the node last became idle; zero while it is busy,
 	// and Busy says why.
 	IdleSince time.Time
@@ -165,6 +169,7 @@ func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 		Started:         readTime(a[AnnotationStarted]),
 		Deadline:        readTime(a[AnnotationDeadline]),
 		Requested:       readTime(a[AnnotationRequested]),
+		Operation:       a[AnnotationOperation],
 		IdleSince:       readTime(a[AnnotationIdleSince]),
 		Interruptions:   decodeCounts(a[AnnotationInterruptions]),
 		LastBootID:      a[AnnotationLastBootID],
@@ -180,7 +185,7 @@ func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 		// The keys of a maintenance under way mean nothing without one.
 		st.Phase, st.LeftToGKE, st.Drain = PhaseIdle, false, ""
 		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
-		st.RequestID, st.Requested, st.Begun, st.RepairCall, st.GKEStatusBefore = "", time.Time{}, false, "", ""
+		st.RequestID, st.Requested, st.Begun, st.RepairCall, st.GKEStatusBefore, st.Operation = "", time.Time{}, false, "", "", ""
 	}
 	st.ScheduledTime = n.Labels[LabelScheduledMaintenanceTime]
 	st.Notice, noticeUnreadable = readNotice(a[AnnotationUpcomingMaintenance])
@@ -280,6 +285,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationCordonedBefore, whileActive(strconv.FormatBool(st.CordonedBefore)))
 	set(a, AnnotationRequestID, whileActive(st.RequestID))
 	set(a, AnnotationRequested, whileActive(writeTime(st.Requested)))
+	set(a, AnnotationOperation, whileActive(st.Operation))
 	set(a, AnnotationLastEvent, string(st.LastEvent))
 	set(a, AnnotationNoticeDone, st.NoticeDone)
 	begun := ""

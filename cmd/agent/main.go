@@ -182,7 +182,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Pods:     drain.NewNodePods(client.PodListWatch(opts.NodeName), logger.With("watch", "pods")),
 		Config: lifecycle.Config{HostMaintenanceDeadline: opts.HostMaintenanceDeadline, PreemptionDeadline: opts.PreemptionDeadline,
 			OngoingDeadline: opts.OngoingDeadline, KnownEndLead: opts.KnownEndLead, IgnoreGKEHandler: opts.GKEHandler == gkeHandlerIgnore,
-			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout,
+			ManualDrainTimeout: opts.ManualDrainTimeout, ManualStartTimeout: opts.ManualStartTimeout, ReportTimeout: opts.ReportTimeout,
 			TriggerMaxAge: opts.TriggerMaxAge, ManualDrainEscalate: opts.ManualDrainEscalate, FailureCooldown: opts.FailureCooldown},
 		PoolLabel:                opts.PoolLabel,
 		SliceLabel:               opts.SliceLabel,

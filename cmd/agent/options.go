@@ -66,6 +66,9 @@ type Options struct {
 	// ManualStartTimeout bounds the wait for an accepted manual
 	// maintenance to begin.
 	ManualStartTimeout time.Duration
+	// ReportTimeout bounds how long a fault report's operation is
+	// followed.
+	ReportTimeout time.Duration
 	// TriggerMaxAge is the oldest opportunistic trigger acted on.
 	TriggerMaxAge time.Duration
 	// FailureCooldown is the first cool-down after a voluntary maintenance
@@ -122,6 +125,7 @@ func NewOptions() *Options {
 		GKEHandler:               gkeHandlerDefer,
 		ManualDrainTimeout:       lifecycle.DefaultConfig.ManualDrainTimeout,
 		ManualStartTimeout:       lifecycle.DefaultConfig.ManualStartTimeout,
+		ReportTimeout:            lifecycle.DefaultConfig.ReportTimeout,
 		TriggerMaxAge:            lifecycle.DefaultConfig.TriggerMaxAge,
 		FailureCooldown:          lifecycle.DefaultConfig.FailureCooldown,
 		AcceleratorResources:     resourceStrings(agent.DefaultAcceleratorResources),
@@ -161,6 +165,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.FailureCooldown, "voluntary-failure-cooldown", o.FailureCooldown, "After a manual or opportunistic maintenance fails (Compute Engine refuses, or the drain is given up), the aggregator leaves the node alone this long; it doubles with each failure in a row, up to 24h, and a maintenance that goes through resets it.")
 	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger (written by the aggregator) the agent acts on; an older one, one for another notice, or one on a node that is no longer idle is rejected and nothing is drained.")
 	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
+	fs.DurationVar(&o.ReportTimeout, "report-timeout", o.ReportTimeout, "How long a fault report's operation is followed, the node kept drained (Google: usually 10-12 min, the VM stopping within a minute after); past it the repair has failed, and the next one follows that operation instead of reporting again.")
 	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
 	fs.StringSliceVar(&o.AcceleratorDeviceClasses, "accelerator-device-classes", o.AcceleratorDeviceClasses, "Device classes of dynamic resource allocation whose devices make a pod accelerator work: a pod holding one through a ResourceClaim (or whose claim cannot be read) keeps its node busy. The defaults are NVIDIA's GPU driver's and Google's TPU driver's; reading claims needs get on resourceclaims.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
@@ -244,6 +249,7 @@ func (o *Options) durationProblems() []error {
 		"--known-end-lead":                o.KnownEndLead,
 		"--manual-drain-timeout":          o.ManualDrainTimeout,
 		"--manual-start-timeout":          o.ManualStartTimeout,
+		"--report-timeout":                o.ReportTimeout,
 		"--opportunistic-trigger-max-age": o.TriggerMaxAge,
 		"--voluntary-failure-cooldown":    o.FailureCooldown,
 		"--eviction-retry-interval":       o.EvictionRetryInterval,

@@ -54,24 +54,39 @@ type computeState struct {
 	// slice are the other instances of this one's multi-host slice
 	// (JoinSlice): a maintenance started on one starts on every one.
 	slice []*Server
-	// onReport runs once for each report accepted (SetOnReport), and
-	// reporting names the last accepted report's operation: another report
-	// while it runs fails.
+	// onReport runs once for each report accepted, when its operation ends
+	// (SetOnReport), and reporting names the last accepted report's
+	// operation: another report while it runs fails. reportFor is how
+	// long a report's operation runs (SetReportDuration; 0: the
+	// perform-maintenance delay).
 	onReport  func(Call)
 	reporting string
+	reportFor time.Duration
 	// reservation is the reservation sub-block the VM runs in, and its
 	// peers (JoinReservation); nil for none.
 	reservation *membership
 }
 
 // SetOnReport makes f run, in a goroutine of its own, once for each fault
-// report accepted (a retry with the same requestId is not another): what
-// Compute Engine does next, the VM's stop and its return from the repair,
-// is the test's to play (vms.Fleet.RepairOnReport).
+// report accepted (a retry with the same requestId is not another), when
+// its operation ends without an error: Compute Engine keeps the VM
+// RUNNING through the report's operation and starts the host's repair
+// within a minute after ("Report faulty host"). What it does then, the
+// VM's stop and its return from the repair, is the test's to play
+// (vms.Fleet.RepairOnReport).
 func (s *Server) SetOnReport(f func(Call)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.compute.onReport = f
+}
+
+// SetReportDuration makes the operation of every report accepted from now
+// on stay RUNNING for d (Google documents "usually 10-12 minutes"); 0
+// makes it run for the perform-maintenance delay, as other operations do.
+func (s *Server) SetReportDuration(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compute.reportFor = d
 }
 
 // JoinSlice makes servers the instances of one multi-host TPU slice:
@@ -447,11 +462,19 @@ func (s *Server) acceptReport(call Call, r *http.Request, decodeErr error, reaso
 		s.compute.ops[op.name] = op
 		return http.StatusOK, "", "", op
 	}
-	if f := s.compute.onReport; f != nil {
-		go f(call)
-	}
 	op = s.newOperationLocked("reportHostAsFaulty", call.RequestID)
+	if s.compute.reportFor > 0 {
+		op.done = op.started.Add(s.compute.reportFor)
+		s.compute.ops[op.name] = op
+	}
 	s.compute.reporting = op.name
+	if f := s.compute.onReport; f != nil && op.err == "" {
+		if d := op.done.Sub(op.started); d > 0 {
+			s.clock.AfterFunc(d, func() { go f(call) })
+		} else {
+			go f(call)
+		}
+	}
 	return http.StatusOK, "", "", op
 }
 

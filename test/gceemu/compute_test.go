@@ -2,6 +2,7 @@ package gceemu
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -194,5 +195,60 @@ func TestSliceMaintenanceStartsOnEveryInstance(t *testing.T) {
 	}
 	if calls != 1 {
 		t.Errorf("%d calls recorded across the slice, want 1", calls)
+	}
+}
+
+// TestReportRunsItsDocumentedTime: a report's operation stays RUNNING for
+// the time set (Google documents "usually 10-12 minutes"), the VM RUNNING
+// with it; a second report meanwhile fails with
+// FAILED_WITH_UNEXPECTED_STATUS; what Compute Engine does next (the
+// host's repair, which stops the VM) starts when the operation ends, not
+// when the report is taken.
+func TestReportRunsItsDocumentedTime(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	s, _ := start(t, Config{Project: "p1", Zone: "us-central1-a", Name: "gpu-0", Clock: fc})
+	s.SetReportDuration(16 * time.Minute)
+	repaired := make(chan Call, 2)
+	s.SetOnReport(func(c Call) { repaired <- c })
+	report := func(id string) apiAnswer {
+		req, _ := http.NewRequestWithContext(ctxT(t), http.MethodPost, s.ComputeEndpoint()+"projects/p1/zones/us-central1-a/instances/gpu-0/reportHostAsFaulty?requestId="+id,
+			strings.NewReader(`{"disruptionSchedule":"IMMEDIATE","faultReasons":[{"behavior":"CHIP_ERROR","description":"GPU 3"}]}`))
+		req.Header.Set("Authorization", "Bearer "+s.AccessToken())
+		return do(t, req)
+	}
+	operation := func(name string) apiAnswer {
+		req, _ := http.NewRequestWithContext(ctxT(t), http.MethodGet, s.ComputeEndpoint()+"projects/p1/zones/us-central1-a/operations/"+name, nil)
+		req.Header.Set("Authorization", "Bearer "+s.AccessToken())
+		return do(t, req)
+	}
+	first := report("r-1")
+	name, _ := first.body["name"].(string)
+	if first.status != 200 || first.body["status"] != "RUNNING" {
+		t.Fatalf("report: %d %v, want a RUNNING operation", first.status, first.body)
+	}
+	fc.Step(15 * time.Minute)
+	if op := operation(name); op.body["status"] != "RUNNING" {
+		t.Errorf("15 minutes on: %v, want RUNNING", op.body["status"])
+	}
+	second := operation(report("r-2").body["name"].(string))
+	if second.body["status"] != "DONE" || !strings.Contains(fmt.Sprint(second.body["error"]), "FAILED_WITH_UNEXPECTED_STATUS") {
+		t.Errorf("a second report while the first runs: %v, want an operation failed with FAILED_WITH_UNEXPECTED_STATUS", second.body)
+	}
+	select {
+	case <-repaired:
+		t.Fatal("the repair began while the report's operation ran")
+	default:
+	}
+	fc.Step(time.Minute)
+	if op := operation(name); op.body["status"] != "DONE" || op.body["error"] != nil {
+		t.Errorf("16 minutes on: %v, want DONE without an error", op.body)
+	}
+	select {
+	case c := <-repaired:
+		if c.RequestID != "r-1" {
+			t.Errorf("the repair began for %q, want r-1", c.RequestID)
+		}
+	case <-ctxT(t).Done():
+		t.Error("the repair never began after the report's operation ended")
 	}
 }

@@ -98,7 +98,8 @@ func (f *Fleet) RebootInto(ctx context.Context, v *VM, kubeletVersion string) er
 }
 
 // RepairOnReport plays Compute Engine taking v's fault report: the VM
-// stops at once (its agent dies with it), and comes back from the repair
+// stops when the report's operation ends (at once where it takes no time;
+// gceemu.Server.SetReportDuration), its agent dying with it, and comes back from the repair
 // after away, on a host made healthy by repaired (run just before), as
 // Reboot has it come back. Errors are the returned channel's (one value
 // per report, nil when the VM came back).
