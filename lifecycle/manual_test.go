@@ -394,6 +394,12 @@ func TestStepManualStartBound(t *testing.T) {
 	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseIdle || d.Manual != protocol.ManualNotStarted {
 		t.Errorf("operation failed: phase %s, outcome %q; want back in service, not_started", d.State.Phase, d.Manual)
 	}
+	// Accepted on the signals before the call's answer came: the answer,
+	// when it comes, puts its operation on the Node, to be followed.
+	o.Perform = &PerformResult{RequestID: "req-1", Operation: "op-1"}
+	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseTerminating || d.State.Operation != "op-1" {
+		t.Errorf("the call's answer after the acceptance: phase %s, operation %q; want terminating, op-1 followed", d.State.Phase, d.State.Operation)
+	}
 	// Begun: the bound no longer applies.
 	begun := obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))
 	begun.Now = t0.Add(cfg.ManualStartTimeout + time.Minute)
