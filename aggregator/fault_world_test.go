@@ -202,6 +202,33 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 	}
 }
 
+// TestFaultPersonsRequestStandsRefused: a person asks for a node's repair,
+// and Compute Engine refuses the report (its agent lacks the
+// permission). The request stands: the label stays, the node stays
+// drained and tainted faulty, and its repair waits for the pool's
+// cool-down before it is approved again; removing the label withdraws
+// the request, and the node goes back in service.
+func TestFaultPersonsRequestStandsRefused(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	fp := newFaultyPool(t, ctx, "ask", 1)
+	name := fp.names[0]
+	fp.vms[name].Emu.Deny(gceemu.PermissionReportHostAsFaulty, true)
+	setLabel(t, ctx, name, protocol.LabelReportFaulty, protocol.BehaviorChipError)
+	world.WaitEvent(t, name, protocol.EventFaultRepairApproved, "CHIP_ERROR", "a person")
+	world.WaitEvent(t, name, protocol.EventFaultRepairFailed, "stays faulty")
+	world.WaitEvent(t, name, protocol.EventFaultDetected, "cool-down")
+	n := world.WaitNode(t, name, "the approval gone", func(n *corev1.Node) bool {
+		_, approved := n.Annotations[protocol.AnnotationFaultRepair]
+		return !approved && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairPermissionDenied
+	})
+	if _, asked := n.Labels[protocol.LabelReportFaulty]; !asked || !protocol.HasTaintKey(n, protocol.TaintFaulty) {
+		t.Errorf("after the refusal: the request %t, tainted faulty %t; want both", asked, protocol.HasTaintKey(n, protocol.TaintFaulty))
+	}
+	setLabel(t, ctx, name, protocol.LabelReportFaulty, "")
+	world.WaitNode(t, name, "the request withdrawn: untainted", func(n *corev1.Node) bool { return !protocol.HasTaintKey(n, protocol.TaintFaulty) })
+}
+
 // TestFaultReportFollowedToItsEnd: Compute Engine takes the report and
 // keeps the VM RUNNING through its operation, then stops it ("Report
 // faulty host"). Here the operation runs 16 s, past the agent's
@@ -317,9 +344,9 @@ func TestFaultRepairAsksOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	world.WaitEvent(t, booked, protocol.EventFaultRepairApproved, "CHIP_ERROR", "GPU 3 stopped answering")
-	world.WaitNode(t, booked, "the booked repair begun: terminating", func(n *corev1.Node) bool {
+	world.WaitNode(t, booked, "the booked repair begun: terminating, the person's request standing", func(n *corev1.Node) bool {
 		_, asked := n.Labels[protocol.LabelReportFaulty]
-		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && !asked
+		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && asked
 	})
 	world.WaitEvent(t, booked, protocol.EventFaultReported, "performMaintenance")
 	var methods []string
@@ -332,7 +359,12 @@ func TestFaultRepairAsksOnce(t *testing.T) {
 	if err := fp.p.f.Reboot(ctx, fp.vms[booked]); err != nil {
 		t.Fatal(err)
 	}
-	if st := protocol.ReadAgentState(world.WaitNode(t, booked, "back in service", inService)); st.Interruptions[protocol.FaultRepair.Key()] != 1 {
+	n := world.WaitNode(t, booked, "back in service, the person's request answered", func(n *corev1.Node) bool {
+		_, asked := n.Labels[protocol.LabelReportFaulty]
+		_, described := n.Annotations[protocol.AnnotationReportFaultyDescription]
+		return inService(n) && !asked && !described
+	})
+	if st := protocol.ReadAgentState(n); st.Interruptions[protocol.FaultRepair.Key()] != 1 {
 		t.Errorf("interruptions %v; want one %s", st.Interruptions, protocol.FaultRepair.Key())
 	}
 
@@ -340,7 +372,7 @@ func TestFaultRepairAsksOnce(t *testing.T) {
 	v := fp.vms[hung]
 	v.Emu.InjectFault(gceemu.Fault{Path: gceemu.ComputePrefix + "projects/", Kind: gceemu.FaultHang, Times: 1})
 	setCondition(t, hung, corev1.ConditionTrue)
-	n := world.WaitNode(t, hung, "asking for its repair", func(n *corev1.Node) bool {
+	n = world.WaitNode(t, hung, "asking for its repair", func(n *corev1.Node) bool {
 		return n.Annotations[protocol.AnnotationRepairCall] == string(protocol.RepairReport) && n.Annotations[protocol.AnnotationRequested] != ""
 	})
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return v.Emu.FaultsServed() >= 1, nil }); err != nil {

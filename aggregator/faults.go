@@ -56,9 +56,6 @@ func (a *Aggregator) writeFaults(ctx context.Context, plan fleet.FaultPlan, deci
 	for _, name := range plan.Untaint {
 		changes[name] = faultChange{untaint: true}
 	}
-	for _, name := range plan.Consume {
-		changes[name] = faultChange{}
-	}
 	landed := a.writeFaultChanges(ctx, changes, decidedOn)
 	a.announceFaults(plan, func(name string) bool { w, ok := landed[name]; return !ok || w })
 	written := map[string]string{}
@@ -71,8 +68,7 @@ func (a *Aggregator) writeFaults(ctx context.Context, plan fleet.FaultPlan, deci
 }
 
 // faultChange is what a pass writes on one node about its fault: the
-// decision's consequences (fault), the taint removed (untaint), or else
-// the answered request removed.
+// decision's consequences (fault), or the taint removed (untaint).
 type faultChange struct {
 	fault   *fleet.Fault
 	untaint bool
@@ -81,8 +77,9 @@ type faultChange struct {
 // writeFaultChanges writes changes, one update per node, conditional on
 // the node being as the pass saw it (a conflict is retried by the next
 // pass): the faulty taint on every faulty node, the approval on those
-// whose repair starts, the person's request removed once answered, the
-// taint removed from a node no longer faulty. It returns whether each
+// whose repair starts, a person's request that names no behavior removed
+// (one that does stands until the node is repaired: its agent removes it),
+// the taint removed from a node no longer faulty. It returns whether each
 // landed.
 func (a *Aggregator) writeFaultChanges(ctx context.Context, changes map[string]faultChange, decidedOn map[string]*corev1.Node) map[string]bool {
 	names := slices.Sorted(maps.Keys(changes))
@@ -90,10 +87,9 @@ func (a *Aggregator) writeFaultChanges(ctx context.Context, changes map[string]f
 		switch c := changes[name]; {
 		case c.untaint:
 			setFaultyTaint(n, false)
-		case c.fault == nil || c.fault.Reason == fleet.FaultInvalidRequest:
-			consumeReport(n)
+		case c.fault.Reason == fleet.FaultInvalidRequest:
+			protocol.ConsumeReportFaulty(n)
 		case c.fault.Reason == fleet.FaultApproved:
-			consumeReport(n)
 			setFaultyTaint(n, true)
 			protocol.WriteRepairApproval(n, c.fault.Approval)
 		default:
@@ -149,12 +145,6 @@ func setFaultyTaint(n *corev1.Node, on bool) {
 		taints = append(taints, corev1.Taint{Key: protocol.TaintFaulty, Effect: corev1.TaintEffectNoSchedule})
 	}
 	n.Spec.Taints = taints
-}
-
-// consumeReport removes a person's request, once answered.
-func consumeReport(n *corev1.Node) {
-	delete(n.Labels, protocol.LabelReportFaulty)
-	delete(n.Annotations, protocol.AnnotationReportFaultyDescription)
 }
 
 // untilNextPass is the longest wait for the next pass: Interval, or less

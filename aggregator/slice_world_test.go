@@ -528,7 +528,7 @@ func patchPod(t *testing.T, ctx context.Context, ns, name string, f func(*corev1
 	}
 }
 
-// setLabel sets a label on a Node, as a person would.
+// setLabel sets a label on a Node, as a person would ("" removes it).
 func setLabel(t *testing.T, ctx context.Context, node, key, value string) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -536,7 +536,11 @@ func setLabel(t *testing.T, ctx context.Context, node, key, value string) {
 		if err != nil {
 			return err
 		}
-		n.Labels[key] = value
+		if value == "" {
+			delete(n.Labels, key)
+		} else {
+			n.Labels[key] = value
+		}
 		_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})

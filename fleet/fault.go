@@ -29,7 +29,8 @@ const (
 	// repair waits for it to end (the VM may come back repaired).
 	FaultUnderWay FaultReason = "maintenance_under_way"
 	// FaultCoolingDown: the node's last repair ended less than the pool's
-	// cool-down ago (a person's request is not held by it).
+	// cool-down ago (a person's request is held by it only after a repair
+	// that failed).
 	FaultCoolingDown FaultReason = "cooling_down"
 	// FaultInvalidRequest: the request label names no fault behavior.
 	FaultInvalidRequest FaultReason = "invalid_request"
@@ -60,9 +61,6 @@ type FaultPlan struct {
 	// Untaint are the nodes that carry the faulty taint and are neither
 	// faulty nor in repair any more.
 	Untaint []string
-	// Consume are the nodes in repair that still carry a person's
-	// request: it was answered.
-	Consume []string
 	// InRepair counts each pool's nodes in repair.
 	InRepair map[string]int
 	// NextCheck is the earliest time a condition that holds now reaches
@@ -74,7 +72,8 @@ type FaultPlan struct {
 // is on the Nodes, the configuration and now. A faulty node is tainted
 // whatever the decision (no new pod lands on it). Its repair is approved
 // when no other maintenance is under way on it, its last repair ended at
-// least the pool's cool-down ago (unless a person asks), and the pool has
+// least the pool's cool-down ago (a person's request after a repair that
+// went through is not held by it), and the pool has
 // fewer nodes in repair than its cap; within a pool a person's requests
 // come first, then by name. min-nodes does not hold a repair back: a
 // faulty node is no capacity to keep.
@@ -127,9 +126,6 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 				continue // decided when its claimed write is resolved
 			}
 			if n.InRepair() {
-				if n.ReportFaultySet {
-					plan.Consume = append(plan.Consume, n.Name)
-				}
 				continue
 			}
 			f, ok := faultOf(now, setting, n, &plan.NextCheck)
@@ -232,7 +228,11 @@ func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fa
 	case n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating:
 		f.Reason = FaultUnderWay
 		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits for the %s under way to end", f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, n.Reason)
-	case f.Approval.Source != protocol.FaultSourcePerson && n.LastRepair.Outcome != "" && now.Before(n.LastRepair.Ended.Add(setting.Cooldown)):
+	case n.LastRepair.Outcome != "" && now.Before(n.LastRepair.Ended.Add(setting.Cooldown)) &&
+		(f.Approval.Source != protocol.FaultSourcePerson || n.LastRepair.Outcome != protocol.RepairDone):
+		// A person's request after a repair is a new one (the repair
+		// removed the last): it is not held; one that stood through a
+		// repair that failed is, as a detector's is.
 		f.Reason = FaultCoolingDown
 		until := n.LastRepair.Ended.Add(setting.Cooldown)
 		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its last repair ended (%s) at %s, and another waits for the pool's cool-down, until %s",

@@ -12,10 +12,11 @@ import (
 
 // TestDecideFaults: a condition counts once it has held for its duration
 // (the plan says when the next will); a person's request comes first and
-// is not held by the cool-down; the pool's cap holds the rest; a node under
-// another maintenance waits; an invalid request is answered; a tainted
-// node no longer faulty is untainted; a node in repair counts against the
-// cap and has its request consumed.
+// is not held by the cool-down after a repair that went through (which
+// removed the last request), but is after one that failed; the pool's cap
+// holds the rest; a node under another maintenance waits; an invalid
+// request is answered; a tainted node no longer faulty is untainted; a
+// node in repair counts against the cap, its request standing.
 func TestDecideFaults(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	cfg, err := policy.ParseConfig(`
@@ -42,6 +43,8 @@ pools:
 		{Name: "d-person", Pool: "a3", ReportFaulty: protocol.BehaviorPerformance, ReportFaultySet: true, ReportDescription: "slow allreduce",
 			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-time.Minute)}},
 		{Name: "e-invalid", Pool: "a3", ReportFaulty: "XID", ReportFaultySet: true},
+		{Name: "e-person-refused", Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true,
+			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairPermissionDenied, Ended: now.Add(-time.Minute)}},
 		{Name: "f-healed", Pool: "a3", FaultTaint: true},
 		{Name: "g-cooling", Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}},
 			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: now.Add(-10 * time.Minute)}},
@@ -57,7 +60,7 @@ pools:
 		}
 	}
 	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultApproved, "b-held": FaultMaxInRepair,
-		"e-invalid": FaultInvalidRequest, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay}
+		"e-invalid": FaultInvalidRequest, "e-person-refused": FaultCoolingDown, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}
@@ -73,8 +76,7 @@ pools:
 			t.Errorf("the person's approval: %+v", f.Approval)
 		}
 	}
-	// Once approved, the two count against the cap: b waits still, and
-	// the person's label on an approved node is consumed.
+	// Once approved, the two count against the cap: b waits still.
 	for i := range nodes {
 		for _, f := range plan.Faults {
 			if f.Node == nodes[i].Name && f.Reason == FaultApproved {
@@ -86,9 +88,6 @@ pools:
 	again := DecideFaults(now, cfg, nodes)
 	if again.InRepair["a3"] != 2 {
 		t.Errorf("in repair %v, want 2 in a3", again.InRepair)
-	}
-	if d := cmp.Diff([]string{"d-person"}, again.Consume); d != "" {
-		t.Errorf("consumed (-want +got):\n%s", d)
 	}
 	for _, f := range again.Faults {
 		if f.Reason == FaultApproved {

@@ -18,6 +18,9 @@ func (d Decision) Apply(n *corev1.Node) bool {
 	if d.RemoveRepair {
 		protocol.ConsumeRepairApproval(n)
 	}
+	if d.RemoveReport {
+		protocol.ConsumeReportFaulty(n)
+	}
 	if d.FaultBehavior != "" {
 		n.Labels[protocol.LabelFaultBehavior] = d.FaultBehavior
 	}

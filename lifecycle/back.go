@@ -22,7 +22,7 @@ func (d *Decision) unannouncedReboot(obs Observation) {
 	if op := st.LastRepair.Operation; op != "" {
 		// The report the last repair gave up following went through
 		// after all: this stop is the host's repair.
-		d.Unannounced = counted(protocol.FaultRepair)
+		d.Unannounced, d.RemoveReport = counted(protocol.FaultRepair), true
 		d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
 		d.Events = append(d.Events, EventRecord{Reason: protocol.EventFaultRepaired,
 			Message: fmt.Sprintf("The VM rebooted (boot ID %s) after the report whose operation %s the node's last repair stopped following: counted as the host's repair", obs.BootID, op)})

@@ -80,6 +80,7 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 // bound (startBound; awaitReport's for a report), ends the repair with the
 // node drained and still faulty; otherwise the loop wakes at that bound.
 func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
+	d.recordOperation(obs)
 	st, r := d.State, obs.Perform
 	if r != nil && r.RequestID != st.RequestID {
 		r = nil
@@ -357,7 +358,7 @@ func (d *Decision) repairBack(before State, obs Observation) {
 	if !before.Active() || !booted || before.Reason != protocol.ReasonFault && !obs.RepairSet {
 		return
 	}
-	d.RemoveRepair = true
+	d.RemoveRepair, d.RemoveReport = true, true
 	d.Repair = protocol.RepairDone
 	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
 	if before.Reason == protocol.ReasonFault && !before.Requested.IsZero() {

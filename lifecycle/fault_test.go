@@ -81,9 +81,9 @@ func TestStepFaultRepair(t *testing.T) {
 			o.Perform, o.Now = res, t0.Add(2*time.Minute)
 			d = stepChecked(t, cfg, d.State, o)
 			if res.Err != nil {
-				if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveRepair || d.State.LastRepair.Outcome != tc.wantOutcome ||
+				if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveRepair || d.RemoveReport || d.State.LastRepair.Outcome != tc.wantOutcome ||
 					!slices.Contains(reasons(d), protocol.EventFaultRepairFailed) {
-					t.Fatalf("failed call: %+v, want the node in service, the approval gone and %s remembered", d, tc.wantOutcome)
+					t.Fatalf("failed call: %+v, want the node in service, the approval gone, a person's request kept and %s remembered", d, tc.wantOutcome)
 				}
 				return
 			}
@@ -93,7 +93,7 @@ func TestStepFaultRepair(t *testing.T) {
 			// The VM stops and comes back.
 			o.Perform, o.BootID, o.Now = nil, bootB, t0.Add(time.Hour)
 			d = stepChecked(t, cfg, d.State, o)
-			if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveRepair || d.Repair != tc.wantOutcome ||
+			if d.State.Phase != protocol.PhaseIdle || !d.Uncordon || !d.RemoveRepair || !d.RemoveReport || d.Repair != tc.wantOutcome ||
 				d.State.LastRepair != (protocol.LastFaultRepair{Outcome: tc.wantOutcome, Ended: o.Now}) || d.Interruption == nil || *d.Interruption != protocol.FaultRepair ||
 				!slices.Contains(reasons(d), protocol.EventFaultRepaired) {
 				t.Fatalf("back: %+v, want in service, counted as %v", d, protocol.FaultRepair)
@@ -408,7 +408,7 @@ func TestStepFaultReportNeverSentTwice(t *testing.T) {
 	back := obs(quiet())
 	back.BootID = bootB
 	d = stepChecked(t, cfg, idle, back)
-	if d.Unannounced == nil || *d.Unannounced != protocol.FaultRepair || d.State.LastRepair.Outcome != protocol.RepairDone || d.State.LastRepair.Operation != "" {
+	if d.Unannounced == nil || *d.Unannounced != protocol.FaultRepair || d.State.LastRepair.Outcome != protocol.RepairDone || d.State.LastRepair.Operation != "" || !d.RemoveReport {
 		t.Errorf("rebooted after the report: counted %v, last repair %+v; want the host's repair", d.Unannounced, d.State.LastRepair)
 	}
 }

@@ -152,6 +152,9 @@ type Decision struct {
 	// if any (a protocol.Repair* value).
 	RemoveRepair bool
 	Repair       string
+	// RemoveReport removes a person's request for the node's repair
+	// (protocol.LabelReportFaulty): the node is repaired.
+	RemoveReport bool
 	// FaultBehavior, when set, is GKE's fault-behavior label to put on
 	// the Node (GKE's report-and-replace flow asked for); RemoveFaultBehavior
 	// removes it (that flow failed).

@@ -244,6 +244,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		ruleAnnotations = "only its own annotations"
 		ruleTaint       = "only its own taint"
 		ruleSpec        = "only spec.unschedulable and its taint"
+		ruleReport      = "only remove a person's request for its node's repair"
 	)
 	for _, tc := range []struct {
 		rule, what string
@@ -260,6 +261,9 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{ruleAnnotations, "approving its own repair", func(n *corev1.Node) {
 			protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson,
 				Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
+		}},
+		{ruleReport, "asking for its own repair, taking a place under its pool's maxInRepair", func(n *corev1.Node) {
+			n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
 		}},
 		{ruleTaint, "removing another taint", func(n *corev1.Node) { n.Spec.Taints = nil }},
 		// The API server's validation refuses this before the policy does.
@@ -292,6 +296,22 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		n.Labels[protocol.LabelKnownEnd] = "1796000000" // the VM's known end, which the agent mirrors
 	}); err != nil {
 		t.Errorf("garbage in its own keys: %v, want allowed (the readers refuse it)", err)
+	}
+	// A person's request for its repair it may remove, once repaired.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
+		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	denied("changing a person's request for its repair", update("rbac-gpu-a", func(n *corev1.Node) { n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorPerformance }), ruleReport)
+	if err := update("rbac-gpu-a", protocol.ConsumeReportFaulty); err != nil {
+		t.Errorf("removing a person's request for its repair: %v, want allowed", err)
 	}
 	if err := update("rbac-gpu-a", func(n *corev1.Node) {
 		delete(n.Annotations, protocol.AnnotationInterruptions)

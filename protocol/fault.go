@@ -58,7 +58,11 @@ const (
 	// LabelReportFaulty, set by a person (or `kubectl maintenance
 	// report-faulty`) to a fault behavior, asks for the node's repair.
 	// The aggregator answers it: it approves the repair within the pool's
-	// caps (and removes the label), or says why it waits.
+	// caps, or says why it waits. The request stands until the node is
+	// repaired (its agent removes the label when the VM is back from the
+	// repair) or the person removes the label, whatever Compute Engine
+	// answered: a repair that failed is approved again after the pool's
+	// cool-down. A value that names no behavior is removed at once.
 	LabelReportFaulty = "maintenance-handler.io/report-faulty"
 	// AnnotationReportFaultyDescription is the person's words for the
 	// fault, sent to Compute Engine with the report (optional).
@@ -240,6 +244,13 @@ func decodeLastFaultRepair(raw string) LastFaultRepair {
 		return LastFaultRepair{}
 	}
 	return r
+}
+
+// ConsumeReportFaulty removes a person's request for n's repair (and its
+// description): answered by the repair, or refused for its value.
+func ConsumeReportFaulty(n *corev1.Node) {
+	delete(n.Labels, LabelReportFaulty)
+	delete(n.Annotations, AnnotationReportFaultyDescription)
 }
 
 // ConsumeRepairApproval removes the approval once the agent is done with it.

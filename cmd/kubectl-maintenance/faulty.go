@@ -24,6 +24,8 @@ func (a *app) reportFaultyCommand() *cobra.Command {
 (and your --description). The aggregator taints the node faulty at once and approves its repair
 within the pool's maxInRepair; the node's agent drains it in order, then asks Compute Engine to
 repair the host (reportHostAsFaulty, or performMaintenance for a repair Compute Engine booked).
+The request stands until the node is repaired (its agent removes the label then) or you remove
+the label; a repair that failed is approved again after the pool's cool-down.
 
 BEHAVIOR is Compute Engine's: ` + strings.Join(protocol.FaultBehaviors, ", ") + `.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
