@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/gkeemu"
@@ -227,6 +228,51 @@ func TestFaultPersonsRequestStandsRefused(t *testing.T) {
 	}
 	setLabel(t, ctx, name, protocol.LabelReportFaulty, "")
 	world.WaitNode(t, name, "the request withdrawn: untainted", func(n *corev1.Node) bool { return !protocol.HasTaintKey(n, protocol.TaintFaulty) })
+}
+
+// TestFaultStaleConditionRepairsOnce: a node's condition stays True
+// through its repair (the drain evicted its detector, which never came
+// back to clear it), the pool's cool-down a second. Back from the repair,
+// the node goes back in service, untainted, and no second repair starts,
+// pass after pass; once the detector writes the condition again, it does.
+func TestFaultStaleConditionRepairsOnce(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	fp := newFaultyPool(t, ctx, "stale", 1)
+	name := fp.names[0]
+	cm, err := world.Client.CoreV1().ConfigMaps(fp.p.ns).Get(ctx, "maintenance-handler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[policy.ConfigKey] += "      cooldown: 1s\n"
+	if _, err := world.Client.CoreV1().ConfigMaps(fp.p.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	back := fp.p.f.RepairOnReport(ctx, fp.vms[name], 2*time.Second, nil)
+	setCondition(t, name, corev1.ConditionTrue)
+	if err := <-back; err != nil {
+		t.Fatalf("the VM's return from its repair: %v", err)
+	}
+	world.WaitNode(t, name, "back in service, untainted, its condition still True", func(n *corev1.Node) bool {
+		return inService(n) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairDone
+	})
+	passes := `maintenance_handler_aggregator_pass_duration_seconds_count`
+	waitMetric(t, ctx, fp.agg, passes, metricSumQuiet(fp.agg, passes)+3)
+	if got := reports(fp.vms[name]); len(got) != 1 {
+		t.Fatalf("%d reports on a condition from before the repair; want one", len(got))
+	}
+	setCondition(t, name, corev1.ConditionTrue) // the detector, back, writes it again
+	select {
+	case err := <-back:
+		if err != nil {
+			t.Fatalf("the VM's return from its second repair: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no second repair once the detector wrote the condition again")
+	}
+	if got := reports(fp.vms[name]); len(got) != 2 {
+		t.Errorf("%d reports once the detector wrote the condition again; want two", len(got))
+	}
 }
 
 // TestFaultReportFollowedToItsEnd: Compute Engine takes the report and

@@ -16,6 +16,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/kube"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // viewCache keeps the fleet (fleet.Fleet: each Node's view, by pool, with
@@ -147,15 +148,34 @@ func (a *Aggregator) viewNodes() (*fleet.Fleet, map[string]*corev1.Node) {
 
 // decisive: cur differs from old in what a pass reads of a Node (its
 // labels, annotations, taints, unschedulable, whether it is Ready, its
-// allocatable, its kubelet's version, and its conditions' statuses). A heartbeat, which only moves a
-// condition's times, wakes no pass: with thousands of Nodes heart-beating,
+// allocatable, its kubelet's version, and its conditions' statuses, and
+// whether each is stale, written before the node's last repair ended). A
+// heartbeat, which only moves a condition's times, wakes no pass unless it
+// makes a stale condition fresh: with thousands of Nodes heart-beating,
 // passes would otherwise run back to back for nothing.
 func decisive(old, cur *corev1.Node) bool {
 	return old.UID != cur.UID || !maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations) ||
 		old.Spec.Unschedulable != cur.Spec.Unschedulable || !slices.EqualFunc(old.Spec.Taints, cur.Spec.Taints, sameTaint) ||
 		fleet.NodeReady(old) != fleet.NodeReady(cur) || !sameResources(old.Status.Allocatable, cur.Status.Allocatable) ||
 		old.Status.NodeInfo.KubeletVersion != cur.Status.NodeInfo.KubeletVersion ||
-		!slices.EqualFunc(detectors(old), detectors(cur), sameCondition)
+		!slices.EqualFunc(detectors(old), detectors(cur), sameCondition) || freshened(old, cur)
+}
+
+// freshened: a detector's condition of cur, stale in old, was written
+// again since the node's last repair (which old and cur share: their
+// annotations are the same).
+func freshened(old, cur *corev1.Node) bool {
+	if _, ok := cur.Annotations[protocol.AnnotationLastFaultRepair]; !ok {
+		return false
+	}
+	last := protocol.ReadLastFaultRepair(cur)
+	was, is := detectors(old), detectors(cur)
+	for i := range is {
+		if fleet.Stale(fleet.ConditionOf(was[i]), last) && !fleet.Stale(fleet.ConditionOf(is[i]), last) {
+			return true
+		}
+	}
+	return false
 }
 
 // detectors are n's conditions that may be fault detectors'.

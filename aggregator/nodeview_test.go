@@ -49,4 +49,26 @@ func TestDecisiveUpdates(t *testing.T) {
 			t.Errorf("%s: decisive %t, want %t", tc.name, got, tc.want)
 		}
 	}
+
+	// A fault detector's condition written before the node's last repair
+	// is stale: its heartbeat after the repair makes it count again, and
+	// wakes a pass; a heartbeat before, or of a fresh one, does not.
+	repaired := base.DeepCopy()
+	repaired.Annotations[protocol.AnnotationLastFaultRepair] = `{"outcome":"repaired","ended":"` + now.Add(time.Minute).UTC().Format(time.RFC3339) + `"}`
+	repaired.Status.Conditions = append(repaired.Status.Conditions, corev1.NodeCondition{Type: "GPUUnhealthy", Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(now), LastHeartbeatTime: metav1.NewTime(now)})
+	beat := func(n *corev1.Node, at time.Duration) *corev1.Node {
+		c := n.DeepCopy()
+		c.Status.Conditions[len(c.Status.Conditions)-1].LastHeartbeatTime = metav1.NewTime(now.Add(at))
+		return c
+	}
+	if !decisive(repaired, beat(repaired, 2*time.Minute)) {
+		t.Error("a stale condition written again after the repair: not decisive")
+	}
+	if decisive(repaired, beat(repaired, 30*time.Second)) {
+		t.Error("a stale condition's heartbeat before the repair ended: decisive")
+	}
+	if fresh := beat(repaired, 2*time.Minute); decisive(fresh, beat(repaired, 3*time.Minute)) {
+		t.Error("a fresh condition's heartbeat: decisive")
+	}
 }

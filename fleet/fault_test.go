@@ -34,7 +34,13 @@ pools:
 		t.Fatal(err)
 	}
 	bad := func(name string, since time.Duration) Node {
-		return Node{Name: name, Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-since)}}}
+		return Node{Name: name, Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-since), Written: now}}}
+	}
+	// repaired is a node repaired 90 minutes ago (past the cool-down) whose
+	// condition, true for two hours, its detector last wrote written ago.
+	repaired := func(name string, written time.Duration) Node {
+		return Node{Name: name, Pool: "a3", FaultTaint: true, LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-90 * time.Minute)},
+			Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-2 * time.Hour), Written: now.Add(-written)}}}
 	}
 	nodes := []Node{
 		bad("a-held", 5*time.Minute),
@@ -46,7 +52,9 @@ pools:
 		{Name: "e-person-refused", Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true,
 			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairPermissionDenied, Ended: now.Add(-time.Minute)}},
 		{Name: "f-healed", Pool: "a3", FaultTaint: true},
-		{Name: "g-cooling", Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}},
+		repaired("i-stale", 2*time.Hour),
+		repaired("j-written-again", 5*time.Minute),
+		{Name: "g-cooling", Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour), Written: now}},
 			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: now.Add(-10 * time.Minute)}},
 		{Name: "h-maintained", Pool: "a3", Underway: true, InMaintenance: true, Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}}},
 		{Name: "x-other-pool", Pool: "n2", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}}},
@@ -60,11 +68,12 @@ pools:
 		}
 	}
 	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultApproved, "b-held": FaultMaxInRepair,
-		"e-invalid": FaultInvalidRequest, "e-person-refused": FaultCoolingDown, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay}
+		"e-invalid": FaultInvalidRequest, "e-person-refused": FaultCoolingDown, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay,
+		"j-written-again": FaultMaxInRepair}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff([]string{"f-healed"}, plan.Untaint); d != "" {
+	if d := cmp.Diff([]string{"f-healed", "i-stale"}, plan.Untaint); d != "" {
 		t.Errorf("untainted (-want +got):\n%s", d)
 	}
 	if want := now.Add(time.Minute); !plan.NextCheck.Equal(want) {

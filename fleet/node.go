@@ -167,6 +167,10 @@ type Condition struct {
 	Type, Status string
 	// Since is its last transition time.
 	Since time.Time
+	// Written is when its detector last wrote it: its last heartbeat, or
+	// its last transition where that is later (a detector that sets no
+	// heartbeat).
+	Written time.Time
 }
 
 // kubernetesConditions are the condition types Kubernetes itself writes.
@@ -181,9 +185,18 @@ func detectorConditions(n *corev1.Node) []Condition {
 		if !DetectorCondition(c.Type) {
 			continue
 		}
-		out = append(out, Condition{Type: string(c.Type), Status: string(c.Status), Since: c.LastTransitionTime.Time})
+		out = append(out, ConditionOf(c))
 	}
 	return out
+}
+
+// ConditionOf is what a fault's decision reads of c.
+func ConditionOf(c corev1.NodeCondition) Condition {
+	written := c.LastHeartbeatTime.Time
+	if c.LastTransitionTime.After(written) {
+		written = c.LastTransitionTime.Time
+	}
+	return Condition{Type: string(c.Type), Status: string(c.Status), Since: c.LastTransitionTime.Time, Written: written}
 }
 
 // DetectorCondition: a condition of type t may be a fault detector's (it

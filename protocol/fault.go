@@ -238,6 +238,12 @@ func (r LastFaultRepair) encode() string {
 	return string(b)
 }
 
+// ReadLastFaultRepair is how n's last fault repair ended (zero for none,
+// or for a value that cannot be read).
+func ReadLastFaultRepair(n *corev1.Node) LastFaultRepair {
+	return decodeLastFaultRepair(n.Annotations[AnnotationLastFaultRepair])
+}
+
 func decodeLastFaultRepair(raw string) LastFaultRepair {
 	var r LastFaultRepair
 	if raw == "" || json.Unmarshal([]byte(raw), &r) != nil || !slices.Contains(RepairOutcomes, r.Outcome) {
