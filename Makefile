@@ -74,6 +74,6 @@ RELEASE_DIR ?= _output/release/$(VERSION)
 release: ## one version's artefacts into RELEASE_DIR, by default _output/release/VERSION (VERSION=vX.Y.Z, IMAGE=the image's repository): the image (OCI layout), the chart, the all-in-one YAML, the plugin's archives and krew manifest, the CHANGELOG entry, SBOMs and SHA256SUMS
 	$(GO) run ./build/release -version $(VERSION) -image $(IMAGE) -o $(RELEASE_DIR)
 
-bench: ## run the benchmarks and print their figures, then each binary's size by dependency (written into the README's table)
+bench: ## run the benchmarks and print their figures, then each binary's size by dependency (written into docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 4h ./...
-	$(GO) run ./build/sizes -readme README.md
+	$(GO) run ./build/sizes -readme docs/performance.md

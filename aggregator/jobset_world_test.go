@@ -94,13 +94,13 @@ func TestJobSetRestartsOnceOnASliceMaintenance(t *testing.T) {
 // jobset-recommended marker, with kwok told not to complete its pods.
 func recommendedJobSet(t *testing.T) *unstructured.Unstructured {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/workloads.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "<!-- jobset-recommended:")
 	if !ok {
-		t.Fatal("the README has no jobset-recommended block")
+		t.Fatal("docs/workloads.md has no jobset-recommended block")
 	}
 	_, rest, _ = strings.Cut(rest, "```yaml\n")
 	block, _, _ := strings.Cut(rest, "```")

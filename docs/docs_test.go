@@ -39,14 +39,24 @@ func nodeKeys(t *testing.T, pkgs ...string) map[string]string {
 	return keys
 }
 
-// readme is the README's text.
+// readme is the user documentation's text: the README, then every page of
+// docs/.
 func readme(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	var text strings.Builder
+	for _, f := range append([]string{"../README.md"}, pages...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.Write(b)
+		text.WriteString("\n")
+	}
+	return text.String()
 }
 
 // readmeBlock is the text of the README's first fenced block in lang
@@ -63,18 +73,13 @@ func readmeBlock(t *testing.T, lang, prefix string) string {
 }
 
 func TestNodeProtocolDocumented(t *testing.T) {
-	text := readme(t)
-	start := strings.Index(text, "\n## Node protocol\n")
-	if start < 0 {
-		t.Fatal(`the README has no "## Node protocol" section`)
-	}
-	section := text[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
+	b, err := os.ReadFile("protocol.md")
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, k := range protocol.Keys {
-		if !strings.Contains(section, "`"+k.Name+"`") {
-			t.Errorf("%s (%s) is not in the README's Node protocol", k.Name, k.Kind)
+		if !strings.Contains(string(b), "`"+k.Name+"`") {
+			t.Errorf("%s (%s) is not in docs/protocol.md", k.Name, k.Kind)
 		}
 	}
 	// Every key is declared in package protocol: no other package declares
@@ -264,5 +269,83 @@ func TestEveryPermissionNamedIsOneTheProductNames(t *testing.T) {
 				t.Errorf("%s names the permission %s, which the product never names (it names %v)", f, p, slices.Sorted(maps.Keys(known)))
 			}
 		}
+	}
+}
+
+// TestDocLinksResolve: every relative link in the README and docs/ names a
+// file that exists and, where it names a heading, a heading of that file
+// (as GitHub writes a heading's anchor).
+func TestDocLinksResolve(t *testing.T) {
+	pages, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading := regexp.MustCompile("(?m)^#+ (.*)$")
+	fence := regexp.MustCompile("(?s)```.*?```")
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(file string) map[string]bool {
+		if a, ok := anchors[file]; ok {
+			return a
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil
+		}
+		a := map[string]bool{}
+		for _, h := range heading.FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+			a[anchor(h[1])] = true
+		}
+		anchors[file] = a
+		return a
+	}
+	checked := 0
+	for _, page := range append([]string{"../README.md"}, pages...) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.Join(filepath.Dir(page), file)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which does not exist", page, target)
+				continue
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !anchorsOf(path)[frag] {
+				t.Errorf("%s links to %s: %s has no such heading", page, target, path)
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("%d links checked: the scan is broken", checked)
+	}
+}
+
+// anchor is the anchor GitHub gives a heading: lower case, punctuation
+// but hyphens dropped, spaces as hyphens.
+func anchor(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	h = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`).ReplaceAllString(h, "")
+	return strings.ReplaceAll(h, " ", "-")
+}
+
+// TestREADMEIsAFrontDoor: the README stays a front door (what it is, why,
+// the demo, install, where to read next); the rest is in docs/, by reader.
+func TestREADMEIsAFrontDoor(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 200 {
+		t.Errorf("the README has %d lines, more than 200: move the detail into docs/", n)
 	}
 }

@@ -26,7 +26,7 @@ import (
 // gives them: CA certificates, time zone data, the nonroot user), for both
 // platforms (static binaries of the right architecture), and the same
 // digest twice. The host's binaries from the image print the stamped
-// version, and every flag they take is in the README.
+// version, and every flag they take is in the README or docs/
 func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the image twice")
@@ -119,7 +119,7 @@ func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 		}
 		if arch == runtime.GOARCH {
 			// The binaries from the image run here, say their version, and
-			// every flag they take is in the README.
+			// every flag they take is in the README or docs/
 			for _, pkg := range Spec.Binaries {
 				name := filepath.Base(pkg)
 				path := filepath.Join(t.TempDir(), name)
@@ -244,12 +244,17 @@ func contents(t *testing.T, img v1.Image) map[string]*entry {
 }
 
 // checkFlagsDocumented checks that every flag the binary's --help lists is
-// in the README's configuration reference.
+// in the README or docs/
 func checkFlagsDocumented(t *testing.T, bin, name string) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var readme []byte
+	pages, _ := filepath.Glob("../../docs/*.md")
+	for _, f := range append([]string{"../../README.md"}, pages...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readme = append(readme, b...)
 	}
 	help, _ := exec.Command(bin, "--help").CombinedOutput() // pflag's --help exits 0 or 2 depending on the caller
 	flags := regexp.MustCompile(`(?m)^\s+(--[a-z][a-z-]*)\b`).FindAllStringSubmatch(string(help), -1)
@@ -258,7 +263,7 @@ func checkFlagsDocumented(t *testing.T, bin, name string) {
 	}
 	for _, f := range flags {
 		if !strings.Contains(string(readme), "`"+f[1]+"`") {
-			t.Errorf("%s's flag %s is not in the README", name, f[1])
+			t.Errorf("%s's flag %s is not in the README or docs/", name, f[1])
 		}
 	}
 }

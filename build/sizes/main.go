@@ -5,7 +5,7 @@
 // Markdown table. With -readme it also writes the table into that file,
 // between the lines "<!-- sizes:begin -->" and "<!-- sizes:end -->".
 //
-//	go run ./build/sizes -readme README.md
+//	go run ./build/sizes -readme docs/performance.md
 //
 // A module's figure is the size of its functions, read-only data, data and
 // types (not its zeroed memory, which takes no room in the file), plus its
