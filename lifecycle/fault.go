@@ -80,7 +80,6 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 // bound (startBound; awaitReport's for a report), ends the repair with the
 // node drained and still faulty; otherwise the loop wakes at that bound.
 func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
-	d.recordOperation(obs)
 	st, r := d.State, obs.Perform
 	if r != nil && r.RequestID != st.RequestID {
 		r = nil
@@ -190,7 +189,6 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 	answered := r != nil && r.RequestID == st.RequestID
 	switch {
 	case answered && r.Err == nil:
-		d.State.Operation = r.Operation
 		d.repairAccepted(cfg, obs.Now, fmt.Sprintf("%s, operation %s", st.RepairCall, r.Operation))
 	case answered && st.RepairCall == protocol.RepairPerformMaintenance && underWay(sig):
 		d.repairAccepted(cfg, obs.Now, "the metadata server shows the booked repair starting")

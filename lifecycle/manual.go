@@ -106,7 +106,6 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 	answered := r != nil && r.RequestID == st.RequestID
 	switch {
 	case answered && r.Err == nil:
-		d.State.Operation = r.Operation
 		d.accept(cfg, obs.Now, "operation "+r.Operation)
 	case answered && underWay(sig):
 		// No answer in time, or a refusal because Compute Engine had
@@ -175,7 +174,6 @@ func triggerCheck(cfg Config, st State, obs Observation) TriggerCheck {
 // by startBound, the node goes back in service; otherwise the loop wakes
 // at that bound.
 func (d *Decision) awaitStart(cfg Config, obs Observation) {
-	d.recordOperation(obs)
 	st := d.State
 	r := obs.Perform
 	startBy := startBound(cfg, st)
@@ -197,16 +195,6 @@ func (d *Decision) awaitStart(cfg Config, obs Observation) {
 	d.Uncordon = !st.CordonedBefore
 	d.RemoveTrigger = true
 	d.State = idleState(st)
-}
-
-// recordOperation puts on the Node the operation of the call the
-// maintenance under way made, where the step that accepted it went by the
-// metadata server's signals before the call's answer came: so that it is
-// followed (and by an agent restarted later).
-func (d *Decision) recordOperation(obs Observation) {
-	if r := obs.Perform; d.State.Operation == "" && r != nil && r.RequestID == d.State.RequestID && r.Err == nil {
-		d.State.Operation = r.Operation
-	}
 }
 
 // startedByCompute: the signals show that Compute Engine has taken the

@@ -225,6 +225,7 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.unannouncedReboot(obs)
 	d.backInService(cfg, obs)
 	d.repairBack(before, obs)
+	d.recordOperation(obs)
 	d.maintenanceStarts(cfg, obs)
 	d.migration(obs.Signals)
 	d.sliceTurnsForced(obs)
@@ -243,6 +244,17 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.rememberFailure(cfg, obs.Now)
 	d.idleness(obs)
 	return d
+}
+
+// recordOperation puts on the Node the operation of the call the
+// maintenance under way made, once its answer has come (whether the step
+// that accepted the call went by the answer or, before it came, by the
+// metadata server's signals): the agent follows the operation the state
+// names, and an agent restarted later follows the same one.
+func (d *Decision) recordOperation(obs Observation) {
+	if r := obs.Perform; d.State.Active() && d.State.Operation == "" && r != nil && r.RequestID == d.State.RequestID && r.Err == nil {
+		d.State.Operation = r.Operation
+	}
 }
 
 // settle is what a step reads of what was observed: a slice's ask whose
