@@ -196,6 +196,13 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 		_, approved := n.Annotations[protocol.AnnotationFaultRepair]
 		return !approved && protocol.HasTaintKey(n, protocol.TaintFaulty) && protocol.ReadAgentState(n).LastRepair.Outcome == protocol.RepairPermissionDenied
 	})
+	// The refused repair repaired nothing: the condition, written before
+	// it, still holds, and the node stays faulty through later passes.
+	passes := `maintenance_handler_aggregator_pass_duration_seconds_count`
+	waitMetric(t, ctx, fp.agg, passes, metricSumQuiet(fp.agg, passes)+3)
+	if n, err := world.Client.CoreV1().Nodes().Get(ctx, second, metav1.GetOptions{}); err != nil || !protocol.HasTaintKey(n, protocol.TaintFaulty) {
+		t.Errorf("%s after a refused repair, three passes on: %v, taints %v; want it tainted faulty still", second, err, n.Spec.Taints)
+	}
 	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_compute_permission_denied_total{node_name="xid-1",node_pool_name="xid",permission="`+compute.ReportPermission+`"}`, 1)
 	waitMetric(t, ctx, fp.vms[second].MetricsAddr, `maintenance_handler_agent_fault_repairs_total{behavior="UNRECOVERABLE_GPU_ERROR",node_name="xid-1",node_pool_name="xid",outcome="permission_denied",source="condition"}`, 1)
 	if p, err := world.Client.CoreV1().Pods(fp.p.ns).Get(ctx, "train-"+second, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {

@@ -244,15 +244,17 @@ func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fa
 	return f, true
 }
 
-// Stale: c was last written before the node's last repair ended.
+// Stale: c was last written before the node's last repair ended, and
+// that repair was done (the VM went through it). A repair that failed
+// repaired nothing, and the condition it was approved on still holds.
 func Stale(c Condition, last protocol.LastFaultRepair) bool {
-	return !last.Ended.IsZero() && !c.Written.After(last.Ended)
+	return last.Outcome == protocol.RepairDone && !c.Written.After(last.Ended)
 }
 
 // heldCondition is the first of setting's conditions n has held for its
 // duration; a condition that holds and has not yet moves next to when it
 // will have. A condition its detector has not written since the node's
-// last repair ended is stale, and does not count: the repair's drain may
+// last repair was done is stale, and does not count: the repair's drain may
 // have evicted the detector, which then never came back to clear it.
 func heldCondition(now time.Time, setting policy.Faults, n *Node, next *time.Time) (policy.FaultCondition, bool) {
 	for _, want := range setting.Conditions {

@@ -36,10 +36,15 @@ pools:
 	bad := func(name string, since time.Duration) Node {
 		return Node{Name: name, Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-since), Written: now}}}
 	}
+	var ended func(name, outcome string, written time.Duration) Node
 	// repaired is a node repaired 90 minutes ago (past the cool-down) whose
 	// condition, true for two hours, its detector last wrote written ago.
 	repaired := func(name string, written time.Duration) Node {
-		return Node{Name: name, Pool: "a3", FaultTaint: true, LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-90 * time.Minute)},
+		return ended(name, protocol.RepairDone, written)
+	}
+	// ended is the same node, its last repair ended with outcome.
+	ended = func(name, outcome string, written time.Duration) Node {
+		return Node{Name: name, Pool: "a3", FaultTaint: true, LastRepair: protocol.LastFaultRepair{Outcome: outcome, Ended: now.Add(-90 * time.Minute)},
 			Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-2 * time.Hour), Written: now.Add(-written)}}}
 	}
 	nodes := []Node{
@@ -54,6 +59,8 @@ pools:
 		{Name: "f-healed", Pool: "a3", FaultTaint: true},
 		repaired("i-stale", 2*time.Hour),
 		repaired("j-written-again", 5*time.Minute),
+		// A repair that failed repaired nothing: the condition still holds.
+		ended("k-refused-stands", protocol.RepairPermissionDenied, 2*time.Hour),
 		{Name: "g-cooling", Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour), Written: now}},
 			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: now.Add(-10 * time.Minute)}},
 		{Name: "h-maintained", Pool: "a3", Underway: true, InMaintenance: true, Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}}},
@@ -69,7 +76,7 @@ pools:
 	}
 	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultApproved, "b-held": FaultMaxInRepair,
 		"e-invalid": FaultInvalidRequest, "e-person-refused": FaultCoolingDown, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay,
-		"j-written-again": FaultMaxInRepair}
+		"j-written-again": FaultMaxInRepair, "k-refused-stands": FaultMaxInRepair}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}
