@@ -358,8 +358,9 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 }
 
 // unclaimed is the part of a pass that does not depend on the claims:
-// slices and the accounting.
+// renamed taints, slices and the accounting.
 func (a *Aggregator) unclaimed(ctx context.Context, nodes *fleet.Fleet, decidedOn map[string]*corev1.Node) {
+	a.renameTaints(ctx, decidedOn)
 	a.applySliceAsks(ctx, nodes, decidedOn)
 	a.countRecreated(ctx)
 	a.countVanished()

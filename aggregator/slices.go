@@ -73,6 +73,26 @@ func (a *Aggregator) applySliceAsks(ctx context.Context, nodes *fleet.Fleet, dec
 	}
 }
 
+// renameTaints gives the taints an earlier release wrote under an old key
+// their key now (protocol.RenameTaints), one update per node, conditional
+// on the node as the pass saw it. The pass reads the keys now only: a node
+// no longer faulty, or of a slice no longer going down, loses the renamed
+// taint on a later pass as any other.
+func (a *Aggregator) renameTaints(ctx context.Context, decidedOn map[string]*corev1.Node) {
+	var names []string
+	for name, n := range decidedOn {
+		if protocol.HasRenamedTaint(n) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for i, ok := range a.updateNodes(ctx, names, decidedOn, "renamed taint", func(_ string, n *corev1.Node) { protocol.RenameTaints(n) }) {
+		if ok {
+			a.log.Info("renamed a taint an earlier release wrote", "node", names[i])
+		}
+	}
+}
+
 // updateNodes writes change onto each of names (sorted), up to inFlight
 // at once, each conditional on the node being as the pass saw it
 // (decidedOn): a conflict, or another error (logged, what naming the

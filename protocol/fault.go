@@ -70,8 +70,11 @@ const (
 	// TaintFaulty (NoSchedule, no value): the aggregator found the node
 	// faulty. It keeps new pods off the node from the moment the fault is
 	// seen, whether its repair starts now or waits for the pool's cap,
-	// until the node is back from its repair and no longer faulty.
-	TaintFaulty = "maintenance-handler.io/faulty"
+	// until the node is back from its repair and no longer faulty. Its
+	// prefix makes it a status taint to cluster-autoscaler
+	// (AutoscalerStatusTaintPrefix): a faulty node does not stop its pool
+	// from growing.
+	TaintFaulty = "status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty"
 	// AnnotationFaultRepair is RepairApproval's JSON: the aggregator approved
 	// the node's repair; the node's agent drains it and asks Compute
 	// Engine for the repair, and removes the annotation when the repair

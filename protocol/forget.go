@@ -13,8 +13,9 @@ import (
 // and counts (every maintenance-handler.io/ annotation), its mirror of the
 // notice (not a notice another controller wrote: GKE's handler writes the
 // same keys), an opportunistic trigger with its maintenance state (not a
-// person's perform-maintenance label), and the slice-down taint. The node
-// lifecycle conditions live in the Node's status: ForgetConditions.
+// person's perform-maintenance label), and the slice-down taint (under
+// its old key too). The node lifecycle conditions live in the Node's
+// status: ForgetConditions.
 //
 // While a maintenance is under way on n (ReadAgentState is Active), Forget
 // changes nothing and says so: the cordon, the taint and the
@@ -38,7 +39,7 @@ func Forget(n *corev1.Node) (changed, underWay bool) {
 			delete(n.Annotations, k)
 		}
 	}
-	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintSliceDown })
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintSliceDown || RenamedTaints[t.Key] == TaintSliceDown })
 	if len(n.Spec.Taints) == 0 {
 		n.Spec.Taints = nil
 	}

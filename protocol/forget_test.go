@@ -60,6 +60,11 @@ func TestForget(t *testing.T) {
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: TaintSliceDown, Effect: corev1.TaintEffectNoSchedule})
 			return n
 		}, true, false, nil},
+		{"the slice-down taint under its old key", func() *corev1.Node {
+			n := others()
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "maintenance-handler.io/slice-down", Effect: corev1.TaintEffectNoSchedule})
+			return n
+		}, true, false, nil},
 		{"draining", func() *corev1.Node {
 			n := others()
 			WriteAgentState(n, AgentState{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: start, Deadline: start.Add(time.Hour)})

@@ -156,9 +156,22 @@ const (
 	AnnotationSliceMaintenance = "maintenance-handler.io/slice-maintenance"
 	// TaintSliceDown (NoSchedule, no value) is set with the ask: no new
 	// pod lands on a host of a slice going down, even where the host's
-	// agent does not run.
-	TaintSliceDown = "maintenance-handler.io/slice-down"
+	// agent does not run. A status taint to cluster-autoscaler, as
+	// TaintFaulty is.
+	TaintSliceDown = "status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down"
 )
+
+// AutoscalerStatusTaintPrefix is the prefix under which cluster-autoscaler
+// (1.29 onward) takes a taint for a node's status: it leaves it out of the
+// template from which it builds the nodes a scale-up would add, and still
+// counts the node as ready (StatusTaintPrefix in its
+// cluster-autoscaler/utils/taints/taints.go, and its 1.29.0 release
+// notes). Any other taint on a Ready node is copied into its group's
+// template, and a pool with one faulty node would no longer grow for pods
+// that do not tolerate it. The product's taints on Ready nodes carry this
+// prefix; its maintenance taint, TaintImpendingTermination, is one the
+// autoscaler lists itself among the node-condition taints it leaves out.
+const AutoscalerStatusTaintPrefix = "status-taint.cluster-autoscaler.kubernetes.io/"
 
 // Component is who writes or reads a key.
 type Component string

@@ -383,7 +383,7 @@ func TestDemoShort(t *testing.T) {
 		`^event `+n2+` FaultReported: Compute Engine took the host's repair \(reportHostAsFaulty, operation `,
 		`^event `+n2+` FaultRepaired: `)
 	inOrder(t, lines, `^== 7\. `,
-		`^node `+n2+`: .*active-node-maintenance=ONGOING, tainted cloud.google.com/impending-node-termination:NoSchedule, tainted maintenance-handler.io/faulty:NoSchedule, cordoned$`,
+		`^node `+n2+`: .*active-node-maintenance=ONGOING, tainted cloud.google.com/impending-node-termination:NoSchedule, tainted status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty:NoSchedule, cordoned$`,
 		`^pod ml/trainer-\S+: SIGTERM, 10 s to stop \(on `+n2+`\)$`,
 		`^   Compute Engine received: POST projects/demo-project/zones/us-central1-a/instances/`+n2+`/reportHostAsFaulty\?requestId=[0-9a-f-]{36} \{UNRECOVERABLE_GPU_ERROR, "maintenance-handler: condition: the node condition GPUUnhealthy has been True for 5s or more"\} -> 200$`,
 		`^`+n2+`: the VM stops and boots again$`,
