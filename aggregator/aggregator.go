@@ -232,6 +232,9 @@ func (a *Aggregator) beginLead() {
 	a.lastFault = map[string]fleet.FaultReason{}
 	a.mu.Unlock()
 	a.views.forget()
+	if a.notifier != nil {
+		a.notifier.reset()
+	}
 }
 
 // fence writes the claims Lease once on taking over, before the first

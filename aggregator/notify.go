@@ -7,8 +7,9 @@ package aggregator
 // slice or a reservation group: down when its first host drains, back when
 // its last host is: fleet.Groups), as JSON or in Slack's incoming
 // webhook format. One sender posts them one at a time, each retried with
-// backoff on a network error, a 429 or a 5xx, each attempt bounded by the
-// timeout; the URL is read from its file (a mounted Secret) at each post,
+// backoff on a network error, a 429 or a 5xx (at least as long as the
+// receiver's Retry-After asks, up to 5 minutes), each attempt bounded by
+// the timeout; the URL is read from its file (a mounted Secret) at each post,
 // so that a rotated URL is used at once and never appears in a flag or a
 // log.
 
@@ -22,7 +23,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,8 +64,9 @@ type notifier struct {
 	opts   NotifyOptions
 	client *http.Client
 	queue  chan fleet.Notification
-	// groups follows the groups' hosts in maintenance; used by the Node
-	// watch's handler only.
+	// mu guards groups, which follows the groups' hosts in maintenance
+	// this term (the Node watch's handlers, and a new term's reset).
+	mu     sync.Mutex
 	groups fleet.Groups
 }
 
@@ -84,10 +88,51 @@ func (a *Aggregator) notifyNode(old, cur any) {
 	if !ok1 || !ok2 {
 		return
 	}
+	nt := a.notifier
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
 	for _, x := range fleet.NodeSteps(o, n, n.Labels[a.opts.PoolLabel], a.opts.grouping().Name(n), a.opts.Clock.Now()) {
-		a.notifier.enqueue(x)
-		for _, g := range a.notifier.groups.Step(x) {
-			a.notifier.enqueue(g)
+		nt.enqueue(x)
+		for _, g := range nt.groups.Step(x) {
+			nt.enqueue(g)
+		}
+	}
+}
+
+// notifyDeleted tells the group of a deleted Node back if it was its last
+// host in maintenance, while leading.
+func (a *Aggregator) notifyDeleted(o any) {
+	n, ok := o.(*corev1.Node)
+	if a.notifier == nil || !a.leading.Load() || !ok {
+		return
+	}
+	nt := a.notifier
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	for _, g := range nt.groups.Gone(n.Name, a.opts.grouping().Name(n), n.Labels[a.opts.PoolLabel], a.opts.Clock.Now()) {
+		nt.enqueue(g)
+	}
+}
+
+// reset begins a term: what the last term left queued is dropped
+// (counted; it may be hours old, and another leader has told what
+// happened meanwhile), and the groups' hosts in maintenance are forgotten
+// (those seen then may have come back unseen).
+func (nt *notifier) reset() {
+	nt.mu.Lock()
+	clear(nt.groups)
+	nt.mu.Unlock()
+	dropped := 0
+	for {
+		select {
+		case x := <-nt.queue:
+			dropped++
+			nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), "dropped").Inc()
+		default:
+			if dropped > 0 {
+				nt.a.log.Warn("notifications of the last term dropped", "count", dropped)
+			}
+			return
 		}
 	}
 }
@@ -121,7 +166,7 @@ func (nt *notifier) post(ctx context.Context, x fleet.Notification) {
 	outcome := "failed"
 	defer func() { nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), outcome).Inc() }()
 	for attempt := 1; ; attempt++ {
-		retry, err := nt.attempt(ctx, body)
+		retry, after, err := nt.attempt(ctx, body)
 		if err == nil {
 			outcome = "sent"
 			return
@@ -130,37 +175,59 @@ func (nt *notifier) post(ctx context.Context, x fleet.Notification) {
 			nt.a.log.Warn("notification not delivered", "node", x.Node, "step", x.Step, "attempts", attempt, "err", err)
 			return
 		}
-		if backoff.Wait(ctx, nt.a.opts.Clock, backoff.Default.Delay(attempt)) != nil {
+		if backoff.Wait(ctx, nt.a.opts.Clock, max(backoff.Default.Delay(attempt), after)) != nil {
 			return
 		}
 	}
 }
 
+// maxRetryAfter bounds the wait a receiver's Retry-After asks for: the
+// messages behind this one wait as long.
+const maxRetryAfter = 5 * time.Minute
+
 // attempt posts body once; retry says whether a failure may be tried
-// again.
-func (nt *notifier) attempt(ctx context.Context, body []byte) (retry bool, err error) {
+// again, after says how long the receiver asked to wait before it
+// (Retry-After, on a 429 or a 503; 0 for none).
+func (nt *notifier) attempt(ctx context.Context, body []byte) (retry bool, after time.Duration, err error) {
 	raw, err := os.ReadFile(nt.opts.URLFile)
 	if err != nil {
-		return true, fmt.Errorf("read the webhook URL: %w", err)
+		return true, 0, fmt.Errorf("read the webhook URL: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSpace(string(raw)), bytes.NewReader(body))
 	if err != nil {
-		return false, fmt.Errorf("the webhook URL in %s is not a URL", nt.opts.URLFile)
+		return false, 0, fmt.Errorf("the webhook URL in %s is not a URL", nt.opts.URLFile)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := nt.client.Do(req)
 	if err != nil {
-		return true, fmt.Errorf("post: %w", redactURL(err))
+		return true, 0, fmt.Errorf("post: %w", redactURL(err))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode/100 == 2:
-		return false, nil
+		return false, 0, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return true, fmt.Errorf("the webhook answered %d", resp.StatusCode)
+		return true, retryAfter(resp.Header.Get("Retry-After"), nt.a.opts.Clock.Now()), fmt.Errorf("the webhook answered %d", resp.StatusCode)
 	}
-	return false, fmt.Errorf("the webhook answered %d", resp.StatusCode)
+	return false, 0, fmt.Errorf("the webhook answered %d", resp.StatusCode)
+}
+
+// retryAfter is the wait a Retry-After header asks for (delay-seconds or
+// an HTTP date, RFC 9110 section 10.2.3), at most maxRetryAfter; 0 for
+// none or one it cannot read.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		d = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
 }
 
 // redactURL is err without the URL it may carry (a webhook URL is a

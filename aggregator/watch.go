@@ -41,7 +41,7 @@ func (a *Aggregator) watch(ctx context.Context) error {
 				a.poke()
 			}
 		},
-		Delete: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeDeleted(o); a.poke() },
+		Delete: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeDeleted(o); a.notifyDeleted(o); a.poke() },
 	})
 	go a.nodes.Run(ctx)
 	a.claimsCache = kube.NewInformer(claimsWatch(a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName)),

@@ -138,3 +138,21 @@ func (g Groups) Step(x Notification) []Notification {
 	}
 	return nil
 }
+
+// Gone records that node's Node object was deleted (a host replaced, or
+// removed by a scale-down): it is no longer one of group's hosts in
+// maintenance. When it was the last, the group is told back, as when its
+// last host comes back.
+func (g Groups) Gone(node, group, pool string, when time.Time) []Notification {
+	hosts := g[group]
+	if group == "" || !hosts[node] {
+		return nil
+	}
+	delete(hosts, node)
+	if len(hosts) > 0 {
+		return nil
+	}
+	delete(g, group)
+	return []Notification{{Group: group, Pool: pool, Step: StepBack, When: when,
+		Message: fmt.Sprintf("The group %s is back in service: its last host in maintenance, %s, was deleted", group, node)}}
+}

@@ -107,3 +107,28 @@ func TestGroupSteps(t *testing.T) {
 		t.Errorf("a host of no group: %v", got)
 	}
 }
+
+// TestGroupGone: a host deleted while in maintenance no longer holds its
+// group down; the last one tells the group back.
+func TestGroupGone(t *testing.T) {
+	g := Groups{}
+	when := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	g.Step(Notification{Node: "h0", Group: "v5p-a", Step: StepDraining, Reason: "preemption"})
+	g.Step(Notification{Node: "h1", Group: "v5p-a", Step: StepDraining, Reason: "preemption"})
+	if got := g.Gone("h9", "v5p-a", "v5p", when); got != nil {
+		t.Errorf("a host not in maintenance deleted: %v; want nothing", got)
+	}
+	if got := g.Gone("h0", "v5p-a", "v5p", when); got != nil {
+		t.Errorf("one of two hosts deleted: %v; want nothing", got)
+	}
+	got := g.Gone("h1", "v5p-a", "v5p", when)
+	if len(got) != 1 || got[0].Step != StepBack || got[0].Group != "v5p-a" || got[0].Pool != "v5p" || !got[0].When.Equal(when) || got[0].Node != "" {
+		t.Fatalf("the last host deleted: %+v; want the group told back", got)
+	}
+	if len(g) != 0 {
+		t.Errorf("groups left %v; want none", g)
+	}
+	if got := g.Step(Notification{Node: "h2", Group: "v5p-a", Step: StepDraining}); len(got) != 1 || got[0].Step != StepDraining {
+		t.Errorf("a host draining after: %+v; want the group told down again", got)
+	}
+}
