@@ -171,15 +171,16 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 }
 
 // repairRateLeft is how many more repairs setting's rate lets members'
-// pool approve now, and how many it counts: the nodes in repair and those
-// whose last repair ended within the window (a node repaired twice in it
-// counts once).
+// pool approve now, and how many it counts: the nodes in repair, those
+// claimed (a deposed leader's approval may still land, as maxInRepair
+// counts them) and those whose last repair ended within the window (a
+// node repaired twice in it counts once).
 func repairRateLeft(now time.Time, setting policy.Faults, members []*Node) (left, used int) {
 	if setting.RateCount == 0 {
 		return 0, 0
 	}
 	for _, n := range members {
-		if n.InRepair() || n.LastRepair.Outcome != "" && now.Sub(n.LastRepair.Ended) < setting.RateWindow {
+		if n.InRepair() || n.Claimed || n.LastRepair.Outcome != "" && now.Sub(n.LastRepair.Ended) < setting.RateWindow {
 			used++
 		}
 	}

@@ -156,4 +156,12 @@ func TestDecideFaultsRate(t *testing.T) {
 	if d := cmp.Diff(map[string]FaultReason{"a": FaultApproved, "b": FaultRateLimited}, got); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}
+	// A deposed leader's approval that may still land (a live claim)
+	// counts too: with it, the rate is used up.
+	nodes = append(nodes, Node{Name: "claimed", Pool: "a3", Claimed: true})
+	for _, f := range DecideFaults(now, cfg, nodes).Faults {
+		if f.Reason == FaultApproved {
+			t.Errorf("%s approved past the rate, a live claim besides", f.Node)
+		}
+	}
 }
