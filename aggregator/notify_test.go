@@ -82,7 +82,10 @@ func TestNotifierWaitsAsTheReceiverAsks(t *testing.T) {
 	clk := timerClock{testingclock.NewFakeClock(time.Now()), make(chan time.Duration, 1)}
 	a, nt := testNotifier(t, clk, srv.URL)
 	done := make(chan struct{})
-	go func() { nt.post(context.Background(), fleet.Notification{Node: "n0", Step: fleet.StepBack}); close(done) }()
+	go func() {
+		nt.post(context.Background(), fleet.Notification{Node: "n0", Step: fleet.StepBack})
+		close(done)
+	}()
 	<-posts
 	if d := <-clk.timers; d != 7*time.Second {
 		t.Errorf("waited %s before the second post; want the 7s the receiver asked", d)

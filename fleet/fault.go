@@ -229,11 +229,12 @@ func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fa
 	case n.Phase == protocol.PhaseDraining || n.Phase == protocol.PhaseTerminating:
 		f.Reason = FaultUnderWay
 		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits for the %s under way to end", f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, n.Reason)
-	case n.LastRepair.Outcome != "" && now.Before(n.LastRepair.Ended.Add(setting.Cooldown)) &&
+	case n.LastRepair.Outcome != "" && n.LastRepair.Outcome != protocol.RepairOvertaken && now.Before(n.LastRepair.Ended.Add(setting.Cooldown)) &&
 		(f.Approval.Source != protocol.FaultSourcePerson || n.LastRepair.Outcome != protocol.RepairDone):
 		// A person's request after a repair is a new one (the repair
 		// removed the last): it is not held; one that stood through a
-		// repair that failed is, as a detector's is.
+		// repair that failed is, as a detector's is. A repair another
+		// maintenance overtook neither failed nor repaired: not held.
 		f.Reason = FaultCoolingDown
 		until := n.LastRepair.Ended.Add(setting.Cooldown)
 		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its last repair ended (%s) at %s, and another waits for the pool's cool-down, until %s",

@@ -61,6 +61,9 @@ pools:
 		repaired("j-written-again", 5*time.Minute),
 		// A repair that failed repaired nothing: the condition still holds.
 		ended("k-refused-stands", protocol.RepairPermissionDenied, 2*time.Hour),
+		// A repair another maintenance overtook a minute ago: no cool-down.
+		{Name: "l-overtaken", Pool: "a3", FaultTaint: true, Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-2 * time.Hour), Written: now.Add(-2 * time.Hour)}},
+			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairOvertaken, Ended: now.Add(-time.Minute), By: string(protocol.ReasonHostMaintenance)}},
 		{Name: "g-cooling", Pool: "a3", Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour), Written: now}},
 			LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: now.Add(-10 * time.Minute)}},
 		{Name: "h-maintained", Pool: "a3", Underway: true, InMaintenance: true, Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour)}}},
@@ -76,7 +79,7 @@ pools:
 	}
 	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultApproved, "b-held": FaultMaxInRepair,
 		"e-invalid": FaultInvalidRequest, "e-person-refused": FaultCoolingDown, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay,
-		"j-written-again": FaultMaxInRepair, "k-refused-stands": FaultMaxInRepair}
+		"j-written-again": FaultMaxInRepair, "k-refused-stands": FaultMaxInRepair, "l-overtaken": FaultMaxInRepair}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}

@@ -349,19 +349,31 @@ func (d *Decision) endRepair(outcome string, now time.Time, reason, msg string) 
 
 // repairBack: the VM came back while a repair was under way, or a
 // maintenance that took it over (backInService has put the node back in
-// service): the repair is over, and counted when it had been asked for. The approval goes either way: the VM stopped, and the aggregator
-// looks at the node afresh after its cool-down.
+// service): the repair is over. The approval goes either way: the VM
+// stopped, and the aggregator looks at the node afresh. Asked for, the
+// stop was the repair (a report disrupts at once and may stop the VM
+// before its answer was written): done, and counted. Otherwise something
+// else stopped the VM and the host was not repaired: overtaken, by what
+// is recorded; the person's request stands.
 func (d *Decision) repairBack(before State, obs Observation) {
 	booted := obs.BootID != "" && before.BootID != "" && obs.BootID != before.BootID
 	if !before.Active() || !booted || before.Reason != protocol.ReasonFault && !obs.RepairSet {
 		return
 	}
-	d.RemoveRepair, d.RemoveReport = true, true
-	d.Repair = protocol.RepairDone
-	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
+	d.RemoveRepair = true
 	if before.Reason == protocol.ReasonFault && !before.Requested.IsZero() {
-		// Asked for: the VM stopped for it, though a report disrupts at
-		// once and may stop it before its answer was written.
+		d.RemoveReport = true
+		d.Repair = protocol.RepairDone
+		d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: obs.Now}
 		d.Interruption = counted(protocol.FaultRepair)
+		return
 	}
+	by := string(before.Reason)
+	if before.Reason == protocol.ReasonFault {
+		by = protocol.OvertakenByReboot
+	}
+	d.Repair = protocol.RepairOvertaken
+	d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairOvertaken, Ended: obs.Now, By: by}
+	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventFaultRepairOvertaken,
+		Message: fmt.Sprintf("The VM stopped for %s before its host's repair (boot ID %s): the host was not repaired; the node stays faulty, and its repair is approved again", by, obs.BootID)})
 }

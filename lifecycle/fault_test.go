@@ -154,8 +154,10 @@ func TestStepFaultRepairYields(t *testing.T) {
 	}
 	back := approved(obs(quiet()))
 	back.BootID = bootB
-	if back := stepChecked(t, cfg, d.State, back); !back.RemoveRepair || back.State.Phase != protocol.PhaseIdle {
-		t.Fatalf("back from the maintenance that took over: %+v, want the approval removed", back)
+	if back := stepChecked(t, cfg, d.State, back); !back.RemoveRepair || back.State.Phase != protocol.PhaseIdle ||
+		back.Repair != protocol.RepairOvertaken || back.State.LastRepair.Outcome != protocol.RepairOvertaken ||
+		back.State.LastRepair.By != string(protocol.ReasonHostMaintenance) || back.RemoveReport || !slices.Contains(reasons(back), protocol.EventFaultRepairOvertaken) {
+		t.Fatalf("back from the maintenance that took over: %+v, want the approval removed, the repair recorded overtaken by host-maintenance, a person's request kept", back)
 	}
 	st.Requested, st.RepairCall = t0, protocol.RepairReport
 	if d := stepChecked(t, cfg, st, terminate); d.State.Reason != protocol.ReasonFault {

@@ -638,6 +638,9 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 		m.fail(t, "gave up a report Compute Engine carries out in its documented time (operation %s DONE at %s, the VM stopping at %s): %v",
 			r.op, r.done.Format(time.TimeOnly), r.stop.Format(time.TimeOnly), dec.Events)
 	}
+	if dec.Repair == protocol.RepairDone && (before.Reason != protocol.ReasonFault || before.Requested.IsZero()) && before.LastRepair.Operation == "" {
+		m.fail(t, "a repair recorded done that was never asked for: the VM stopped for %s (requested %s)", before.Reason, before.Requested)
+	}
 	if dec.Perform && st.RepairCall == protocol.RepairGKE {
 		m.fail(t, "a Compute Engine call asked for a repair GKE's flow makes")
 	}

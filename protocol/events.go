@@ -101,7 +101,10 @@ const (
 	EventFaultNotReportable  = "FaultNotReportable"
 	EventFaultRepaired       = "FaultRepaired"
 	EventFaultRepairCanceled = "FaultRepairCancelled"
-	EventFaultRequestInvalid = "FaultRequestInvalid"
+	// EventFaultRepairOvertaken: the VM stopped for another maintenance
+	// before or instead of its repair (agent).
+	EventFaultRepairOvertaken = "FaultRepairOvertaken"
+	EventFaultRequestInvalid  = "FaultRequestInvalid"
 
 	// Opportunistic maintenance and accounting (aggregator).
 	EventTriggered = "OpportunisticMaintenanceTriggered"
@@ -186,6 +189,7 @@ var EventReasons = []EventReason{
 	{EventFaultNotReportable, agentOnly, true},
 	{EventFaultRepaired, agentOnly, false},
 	{EventFaultRepairCanceled, agentOnly, true},
+	{EventFaultRepairOvertaken, agentOnly, true},
 	{EventKnownEndScheduled, agentOnly, false},
 	{EventKnownEndDrain, agentOnly, true},
 	{EventTriggered, aggregatorOnly, false},

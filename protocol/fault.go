@@ -217,10 +217,15 @@ const (
 	// provisioning model or status): nothing was drained or asked; the
 	// node stays faulty, its repair approved again after the cool-down.
 	RepairNotReportable = "not_reportable"
+	// RepairOvertaken: the VM stopped for something else (LastFaultRepair's
+	// By) before or instead of its repair: the host was not repaired. The
+	// node stays faulty (a person's request stands, a condition stays
+	// fresh), and its repair is approved again with no cool-down.
+	RepairOvertaken = "overtaken"
 )
 
 // RepairOutcomes lists them.
-var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairFailed, RepairPermissionDenied, RepairRefused, RepairCancelled, RepairNotReportable}
+var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairFailed, RepairPermissionDenied, RepairRefused, RepairCancelled, RepairNotReportable, RepairOvertaken}
 
 // LastFaultRepair is the JSON of AnnotationLastFaultRepair.
 type LastFaultRepair struct {
@@ -230,7 +235,14 @@ type LastFaultRepair struct {
 	// gave up following it: the next attempt follows it instead of
 	// reporting again, which Compute Engine refuses while one runs.
 	Operation string `json:"operation,omitempty"`
+	// By names what took an overtaken repair over (RepairOvertaken): the
+	// reason of the maintenance the VM stopped for, or OvertakenByReboot.
+	By string `json:"by,omitempty"`
 }
+
+// OvertakenByReboot: the VM rebooted while its repair was drained, before
+// Compute Engine was asked, with nothing announced.
+const OvertakenByReboot = "reboot"
 
 func (r LastFaultRepair) encode() string {
 	if r.Outcome == "" {
