@@ -30,9 +30,11 @@ type deletedNode struct {
 	uid  types.UID
 	pool string
 	// counts are every interruption the object carried (the agent's and
-	// earlier repairs).
-	counts protocol.Counts
-	at     time.Time
+	// earlier repairs); lastRepair, how the VM's last fault repair ended
+	// (zero for none).
+	counts     protocol.Counts
+	lastRepair protocol.LastFaultRepair
+	at         time.Time
 	// vanishing: deleted while NotReady and outside maintenance; counted
 	// as vanished unless created again within the window.
 	vanishing bool
@@ -61,7 +63,8 @@ func (l *ledger) deleted(n *corev1.Node, pool string, now time.Time) {
 		}
 	}
 	l.gone[n.Name] = deletedNode{name: n.Name, uid: n.UID, pool: pool, counts: protocol.NodeInterruptions(n), at: now,
-		vanishing: !fleet.NodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+		lastRepair: protocol.ReadRepairs(n).Latest(protocol.ReadAgentState(n).LastRepair),
+		vanishing:  !fleet.NodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
 }
 
 // added takes in n's creation at now: a Node created again under the name
@@ -105,12 +108,19 @@ func (l *ledger) vanished(now time.Time) []deletedNode {
 }
 
 // repairOf is what to write on n, the Node that replaced d: the repair on
-// top of what d carried. False when n already records it.
+// top of what d carried, and how the VM's last fault repair ended (the
+// pool's cool-down and repairRate count it still). False when n already
+// records it.
 func repairOf(n *corev1.Node, d deletedNode) (protocol.Repairs, bool) {
 	if protocol.ReadRepairs(n).RecreatedFrom == d.uid {
 		return protocol.Repairs{}, false
 	}
-	return protocol.Repairs{RecreatedFrom: d.uid, Interruptions: d.counts.Add(protocol.Repair, 1)}, true
+	r := protocol.Repairs{RecreatedFrom: d.uid, Interruptions: d.counts.Add(protocol.Repair, 1)}
+	if d.lastRepair.Outcome != "" {
+		last := d.lastRepair
+		r.LastRepair = &last
+	}
+	return r, true
 }
 
 // maxCountStep is the most one interruption's count on a Node may grow in

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -111,7 +112,8 @@ func TestLedger(t *testing.T) {
 // agent's and its own repairs), adds one, and is written once.
 func TestRepairOf(t *testing.T) {
 	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "old"}}
-	protocol.WriteAgentState(old, protocol.AgentState{Interruptions: protocol.Counts{}.Add(protocol.HostMaintenance, 2)})
+	repaired := protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)}
+	protocol.WriteAgentState(old, protocol.AgentState{Interruptions: protocol.Counts{}.Add(protocol.HostMaintenance, 2), LastRepair: repaired})
 	protocol.WriteRepairs(old, protocol.Repairs{RecreatedFrom: "older", Interruptions: protocol.Counts{}.Add(protocol.Repair, 1)})
 	l := newLedger(time.Hour)
 	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
@@ -123,7 +125,7 @@ func TestRepairOf(t *testing.T) {
 		t.Fatalf("repairs %v", pending)
 	}
 	r, ok := repairOf(cur, pending[0])
-	want := protocol.Repairs{RecreatedFrom: "old", Interruptions: protocol.Counts{protocol.HostMaintenance.Key(): 2, protocol.Repair.Key(): 2}}
+	want := protocol.Repairs{RecreatedFrom: "old", Interruptions: protocol.Counts{protocol.HostMaintenance.Key(): 2, protocol.Repair.Key(): 2}, LastRepair: &repaired}
 	if d := cmp.Diff(want, r); !ok || d != "" {
 		t.Fatalf("repair (-want +got):\n%s", d)
 	}
@@ -133,6 +135,11 @@ func TestRepairOf(t *testing.T) {
 	}
 	if got := protocol.NodeInterruptions(cur); got[protocol.Repair.Key()] != 2 || got[protocol.HostMaintenance.Key()] != 2 {
 		t.Errorf("the new Node counts %v", got)
+	}
+	// The VM's last fault repair is its pool's still: the new object's
+	// view reads it, as the cool-down and repairRate do.
+	if got := fleet.NodeOf(cur, protocol.Grouping{}).LastRepair; !got.Ended.Equal(repaired.Ended) || got.Outcome != protocol.RepairDone {
+		t.Errorf("the new Node's last repair %+v; want %+v carried", got, repaired)
 	}
 }
 

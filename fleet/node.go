@@ -129,6 +129,10 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 		v.Repair = &r
 	}
 	v.FaultTaint, v.LastRepair = protocol.HasTaintKey(n, protocol.TaintFaulty), st.LastRepair
+	if _, ok := n.Annotations[protocol.AnnotationRepairs]; ok {
+		// The VM's repair history survives its Node object's recreation.
+		v.LastRepair = protocol.ReadRepairs(n).Latest(st.LastRepair)
+	}
 	v.ReportFaulty, v.ReportFaultySet = n.Labels[protocol.LabelReportFaulty]
 	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]
 	v.PredictedToDegrade = n.Labels[protocol.LabelHealthPrediction] == "false"

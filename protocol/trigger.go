@@ -4,6 +4,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,6 +62,20 @@ type Repairs struct {
 	// Interruptions are those of the objects this one replaced (all of
 	// them, in a chain of repairs) and the repairs themselves.
 	Interruptions Counts `json:"interruptions,omitempty"`
+	// LastRepair is how the last fault repair of the VM ended, as the
+	// objects this one replaced recorded it (nil for none): the pool's
+	// cool-down and repairRate count it, as if on this object (Latest).
+	LastRepair *LastFaultRepair `json:"last-fault-repair,omitempty"`
+}
+
+// Latest is how the VM's last fault repair ended: the later of own (what
+// its agent recorded on this Node object) and what the objects it
+// replaced recorded.
+func (r Repairs) Latest(own LastFaultRepair) LastFaultRepair {
+	if r.LastRepair != nil && r.LastRepair.Ended.After(own.Ended) {
+		return *r.LastRepair
+	}
+	return own
 }
 
 // ReadRepairs reads n's repairs (zero when absent or unreadable).
@@ -70,6 +85,9 @@ func ReadRepairs(n *corev1.Node) Repairs {
 		return Repairs{}
 	}
 	r.Interruptions = r.Interruptions.readable()
+	if l := r.LastRepair; l != nil && (!slices.Contains(RepairOutcomes, l.Outcome) || l.Ended.IsZero()) {
+		r.LastRepair = nil
+	}
 	return r
 }
 
