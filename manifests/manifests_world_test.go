@@ -262,6 +262,11 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson,
 				Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
 		}},
+		{ruleAnnotations, "a slice ask on its own node", func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationSliceMaintenance] = `{"slice":"s","cause":"x","reason":"preemption"}`
+		}},
+		{ruleAnnotations, "the repairs the aggregator counts", func(n *corev1.Node) { n.Annotations[protocol.AnnotationRepairs] = `{}` }},
+		{ruleAnnotations, "a trigger's state", func(n *corev1.Node) { n.Annotations[protocol.AnnotationMaintenanceState] = `{}` }},
 		{ruleReport, "asking for its own repair, taking a place under its pool's maxInRepair", func(n *corev1.Node) {
 			n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
 		}},
@@ -393,21 +398,23 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 
 	// Events: about its own Node, reported from it, and nothing else.
-	event := func(node, host string) error {
+	eventAs := func(component, node, host string) error {
 		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: node + ".", Namespace: "default"},
 			InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
 			Reason:         protocol.EventManualRejected, Message: "forged", Type: corev1.EventTypeWarning,
-			Source: corev1.EventSource{Component: protocol.EventSourceAgent, Host: host}, Count: 1,
+			Source: corev1.EventSource{Component: component, Host: host}, Count: 1,
 			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now()}
 		_, err := as.CoreV1().Events("default").Create(testworld.Ctx(t, 10*time.Second), e, metav1.CreateOptions{})
 		return err
 	}
+	event := func(node, host string) error { return eventAs(protocol.EventSourceAgent, node, host) }
 	if err := event("rbac-gpu-a", "rbac-gpu-a"); err != nil {
 		t.Errorf("the agent could not write an Event about its own node: %v", err)
 	}
 	denied("an Event about another node", event("rbac-tpu-b", "rbac-gpu-a"), "Events only about its own Node (rbac-gpu-a)")
 	denied("an Event about another node, as if reported from it", event("rbac-tpu-b", "rbac-tpu-b"), "Events only about its own Node (rbac-gpu-a)")
 	denied("an Event about its node, as if another reported it", event("rbac-gpu-a", "rbac-tpu-b"), "Events only about its own Node (rbac-gpu-a)")
+	denied("an Event about its node, as the aggregator", eventAs(protocol.EventSourceAggregator, "rbac-gpu-a", "rbac-gpu-a"), "Events only about its own Node (rbac-gpu-a)")
 
 	// The workload notice: on the pods of its own node, the notice only.
 	podOn(t, "default", "elsewhere", "rbac-tpu-b")

@@ -191,6 +191,39 @@ func TestAdmissionPolicyLetsTheAgentWriteItsLabels(t *testing.T) {
 	}
 }
 
+// TestAdmissionPolicyKeepsTheAgentOffTheAggregatorsAnnotations: the
+// annotations the agent's policy never lets it set are the aggregator's,
+// no more and no fewer, and those it lets it remove the ones the agent
+// answers.
+func TestAdmissionPolicyKeepsTheAgentOffTheAggregatorsAnnotations(t *testing.T) {
+	var aggregator, consumed []string
+	for _, k := range protocol.Keys {
+		if k.Kind == protocol.Annotation && k.Writer == protocol.Aggregator {
+			aggregator = append(aggregator, "'"+k.Name+"'")
+			if k.Consumer == protocol.Agent {
+				consumed = append(consumed, "'"+k.Name+"'")
+			}
+		}
+	}
+	for name, want := range map[string][]string{"aggregatorAnnotations": aggregator, "consumedAnnotations": consumed} {
+		got := strings.Split(strings.Trim(policyVariable(t, "maintenance-handler-agent-own-node", name), "[]"), ", ")
+		sort.Strings(got)
+		sort.Strings(want)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("the policy's %s are %v; the protocol's are %v", name, got, want)
+		}
+	}
+}
+
+// TestAdmissionPolicyPinsTheProductsEvents: the components only the
+// product may write Events as are the agent's and the aggregator's.
+func TestAdmissionPolicyPinsTheProductsEvents(t *testing.T) {
+	want := "['" + protocol.EventSourceAgent + "', '" + protocol.EventSourceAggregator + "']"
+	if got := policyVariable(t, "maintenance-handler-events-pinned", "product"); got != want {
+		t.Errorf("the pinned components are %s, want %s", got, want)
+	}
+}
+
 // policyVariable is the expression of the variable name of the base's
 // admission policy policy.
 func policyVariable(t *testing.T, policy, name string) string {

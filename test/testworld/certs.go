@@ -78,10 +78,7 @@ func (p *pki) nodeCerts(dir, name, ip string) (nodeCertFiles, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return f, err
 	}
-	if err := p.issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, f.clientCert, f.clientKey); err != nil {
+	if err := p.nodeClientCert(f.clientCert, f.clientKey, name); err != nil {
 		return f, err
 	}
 	err := p.issue(&x509.Certificate{
@@ -91,6 +88,15 @@ func (p *pki) nodeCerts(dir, name, ip string) (nodeCertFiles, error) {
 		DNSNames:    []string{name},
 	}, f.servingCert, f.servingKey)
 	return f, err
+}
+
+// nodeClientCert issues node name's client certificate, as
+// system:node:NAME in system:nodes (the Node authorizer's subject).
+func (p *pki) nodeClientCert(certPath, keyPath, name string) error {
+	return p.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, certPath, keyPath)
 }
 
 func writePEM(path, typ string, der []byte) error {

@@ -194,6 +194,9 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		"--cert-dir", filepath.Join(tmp, "apiserver-certs"),
 		"--token-auth-file", tokens,
 		"--authorization-mode", "Node,RBAC",
+		// As every real cluster: a node's identity writes its own Node
+		// and the pods bound to it only.
+		"--enable-admission-plugins", "NodeRestriction",
 		// A real node (StartRealNode) is reached at its InternalIP, with
 		// a client certificate its kubelet trusts.
 		"--kubelet-preferred-address-types", "InternalIP",
@@ -389,6 +392,20 @@ func (w *World) ConfigForToken(token string) *rest.Config {
 	cfg := rest.CopyConfig(w.Config)
 	cfg.BearerToken = token
 	return cfg
+}
+
+// ConfigForNode is a client config that authenticates as node name's
+// kubelet does (a client certificate for system:node:NAME in
+// system:nodes), its files written into dir.
+func (w *World) ConfigForNode(dir, name string) (*rest.Config, error) {
+	cert, key := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := w.pki.nodeClientCert(cert, key, name); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(w.Config)
+	cfg.BearerToken, cfg.BearerTokenFile = "", ""
+	cfg.CertFile, cfg.KeyFile = cert, key
+	return cfg, nil
 }
 
 // FreeAddr returns a loopback host:port that was free a moment ago, for a

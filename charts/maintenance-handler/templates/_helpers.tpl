@@ -26,6 +26,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "mh.agentServiceAccount" . }}
 {{- end }}
 
+{{/* The aggregator's service account as the API server names its user. */}}
+{{- define "mh.aggregatorUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "mh.aggregatorServiceAccount" . }}
+{{- end }}
+
 {{/* The container security context of both. */}}
 {{- define "mh.securityContext" -}}
 runAsNonRoot: true
