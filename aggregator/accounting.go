@@ -173,13 +173,18 @@ type claimWindow map[string][]time.Time
 // admit takes n claims of node at now and returns how many of them fit
 // within MaxClaimsPerHour (the first ones); those are remembered.
 func (w claimWindow) admit(node string, n int, now time.Time) int {
+	return w.admitUpTo(node, n, MaxClaimsPerHour, now)
+}
+
+// admitUpTo is admit, within limit an hour.
+func (w claimWindow) admitUpTo(node string, n, limit int, now time.Time) int {
 	recent := w[node][:0]
 	for _, at := range w[node] {
 		if now.Sub(at) < time.Hour {
 			recent = append(recent, at)
 		}
 	}
-	fits := min(n, max(MaxClaimsPerHour-len(recent), 0))
+	fits := min(n, max(limit-len(recent), 0))
 	for range fits {
 		recent = append(recent, now)
 	}

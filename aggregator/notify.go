@@ -58,6 +58,12 @@ const (
 // dropped (and counted).
 const notifyQueue = 4096
 
+// notifyPerHour is the most messages one node (or one group) is told in
+// an hour: a maintenance has five steps, and a node whose state flaps, or
+// whose agent lies, does not flood the people who read them. Past it, a
+// message is dropped (counted rate_limited).
+const notifyPerHour = 12
+
 // notifier posts the leader's notifications.
 type notifier struct {
 	a      *Aggregator
@@ -68,6 +74,9 @@ type notifier struct {
 	// this term (the Node watch's handlers, and a new term's reset).
 	mu     sync.Mutex
 	groups fleet.Groups
+	// told holds when each node (or group) was last told, within the
+	// hour: notifyPerHour.
+	told claimWindow
 }
 
 func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
@@ -75,7 +84,10 @@ func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
 		opts.Timeout = 10 * time.Second
 	}
 	opts.Retries = max(opts.Retries, 0)
-	return &notifier{a: a, opts: opts, client: &http.Client{Timeout: opts.Timeout}, queue: make(chan fleet.Notification, notifyQueue), groups: fleet.Groups{}}
+	// A redirect is not followed: the URL a Secret names is the only place
+	// messages go (a 3xx is a final failure).
+	client := &http.Client{Timeout: opts.Timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &notifier{a: a, opts: opts, client: client, queue: make(chan fleet.Notification, notifyQueue), groups: fleet.Groups{}, told: claimWindow{}}
 }
 
 // notifyNode tells the steps of a Node's change, while leading.
@@ -121,6 +133,7 @@ func (a *Aggregator) notifyDeleted(o any) {
 func (nt *notifier) reset() {
 	nt.mu.Lock()
 	clear(nt.groups)
+	clear(nt.told)
 	nt.mu.Unlock()
 	dropped := 0
 	for {
@@ -137,8 +150,19 @@ func (nt *notifier) reset() {
 	}
 }
 
-// enqueue queues x, or drops it (counted) when too many wait.
+// enqueue queues x, or drops it (counted) when its node or group was told
+// notifyPerHour messages in the last hour, or too many wait. The caller
+// holds mu.
 func (nt *notifier) enqueue(x fleet.Notification) {
+	who := x.Node
+	if who == "" {
+		who = "group " + x.Group
+	}
+	if nt.told.admitUpTo(who, 1, notifyPerHour, nt.a.opts.Clock.Now()) == 0 {
+		nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), "rate_limited").Inc()
+		nt.a.log.Warn("notification dropped: its node was told too often in the last hour", "node", x.Node, "group", x.Group, "step", x.Step, "per_hour", notifyPerHour)
+		return
+	}
 	select {
 	case nt.queue <- x:
 	default:
@@ -253,7 +277,7 @@ func (nt *notifier) body(x fleet.Notification) []byte {
 		if nt.opts.Cluster != "" {
 			where = nt.opts.Cluster + ": " + where
 		}
-		b, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("*%s* %s: %s", x.Step, where, x.Message)})
+		b, _ := json.Marshal(map[string]string{"text": slackEscape(fmt.Sprintf("*%s* %s: %s", x.Step, where, x.Message))})
 		return b
 	}
 	b, _ := json.Marshal(struct {
@@ -261,4 +285,11 @@ func (nt *notifier) body(x fleet.Notification) []byte {
 		fleet.Notification
 	}{nt.opts.Cluster, x})
 	return b
+}
+
+// slackEscape escapes the three characters Slack reads as markup (its
+// "Formatting text for app surfaces", "Escaping text"): what a node wrote
+// into a message can neither mention a channel nor link anywhere.
+func slackEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }

@@ -2,11 +2,13 @@ package aggregator
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +142,62 @@ func TestNotifierToldGroupBackOnDeletion(t *testing.T) {
 	}
 	if x := <-nt.queue; x.Group != group || x.Step != fleet.StepBack || x.Pool != "a3" {
 		t.Errorf("told %+v; want group %s back", x, group)
+	}
+}
+
+// TestNotifierFollowsNoRedirect: a webhook that answers with a redirect
+// gets nothing more; the message failed.
+func TestNotifierFollowsNoRedirect(t *testing.T) {
+	elsewhere := make(chan struct{}, 1)
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere <- struct{}{} }))
+	t.Cleanup(target.Close)
+	hook := httptest.NewServer(http.RedirectHandler(target.URL, http.StatusTemporaryRedirect))
+	t.Cleanup(hook.Close)
+	a, nt := testNotifier(t, clock.RealClock{}, hook.URL)
+	nt.post(context.Background(), fleet.Notification{Node: "n0", Step: fleet.StepBack})
+	if got := testutil.ToFloat64(a.opts.Metrics.Notifications.WithLabelValues(string(fleet.StepBack), "failed")); got != 1 {
+		t.Errorf("failed %v; want the redirect a final failure", got)
+	}
+	select {
+	case <-elsewhere:
+		t.Error("the redirect was followed")
+	default:
+	}
+}
+
+// TestNotifierRateLimitsANode: one node is told notifyPerHour messages
+// an hour, its group as many besides; the rest are counted, and an hour
+// later it is told again.
+func TestNotifierRateLimitsANode(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	a, nt := testNotifier(t, clk, "http://127.0.0.1:1")
+	for range notifyPerHour + 3 {
+		nt.enqueue(fleet.Notification{Node: "flappy", Step: fleet.StepDraining})
+	}
+	nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining})
+	if len(nt.queue) != notifyPerHour+1 {
+		t.Errorf("%d queued; want %d of the node and the group's one", len(nt.queue), notifyPerHour+1)
+	}
+	if got := testutil.ToFloat64(a.opts.Metrics.Notifications.WithLabelValues(string(fleet.StepDraining), "rate_limited")); got != 3 {
+		t.Errorf("rate_limited %v; want 3", got)
+	}
+	clk.Step(time.Hour)
+	nt.enqueue(fleet.Notification{Node: "flappy", Step: fleet.StepBack})
+	if len(nt.queue) != notifyPerHour+2 {
+		t.Errorf("an hour later: %d queued; want the node told again", len(nt.queue))
+	}
+}
+
+// TestSlackMessagesAreText: what a node wrote into a message reaches
+// Slack escaped: no mention, no link.
+func TestSlackMessagesAreText(t *testing.T) {
+	_, nt := testNotifier(t, clock.RealClock{}, "http://127.0.0.1:1")
+	nt.opts.Format = NotifySlack
+	var got struct{ Text string }
+	if err := json.Unmarshal(nt.body(fleet.Notification{Node: "n0", Step: fleet.StepDraining, Message: "<!channel> see <https://evil.example|the runbook> & go"}), &got); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(got.Text, "<>") || !strings.Contains(got.Text, "&lt;!channel&gt; see &lt;https://evil.example|the runbook&gt; &amp; go") {
+		t.Errorf("text %q; want the markup escaped", got.Text)
 	}
 }

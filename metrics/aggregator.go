@@ -212,7 +212,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		Help: "Calls that started the maintenance of a reservation block's unused capacity first (reservationBlocks.performMaintenance, UNUSED_CAPACITY; --maintain-unused-capacity), by outcome: accepted, permission_denied, refused (not allowed for the reservation), failed; one refused or denied is not made again until the window changes."},
 		[]string{"reservation", "block", "outcome"})
 	m.Notifications = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "notifications_total",
-		Help: "Messages the leader posted to the webhook (--notify-url-file), one per step of a node's maintenance, by step (scheduled, draining, in-maintenance, back, failed) and outcome: sent, failed (after the retries, or refused), dropped (too many waiting)."},
+		Help: "Messages the leader posted to the webhook (--notify-url-file), one per step of a node's maintenance, by step (scheduled, draining, in-maintenance, back, failed) and outcome: sent, failed (after the retries, or refused), dropped (too many waiting, or left by the last term), rate_limited (its node or group was told 12 messages in the last hour)."},
 		[]string{"step", "outcome"})
 	reg.MustRegister(m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
