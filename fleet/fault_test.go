@@ -168,3 +168,28 @@ func TestDecideFaultsRate(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideFaultsForgedRepairTakesNoPlace: a node that claims a repair
+// under way on its own (its agent's phase, no approval, not tainted
+// faulty) takes no place under its pool's maxInRepair: the real faulty
+// node is approved. One the aggregator tainted, whose approval a person
+// withdrew after the call, still does.
+func TestDecideFaultsForgedRepairTakesNoPlace(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"1\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := Node{Name: "real", Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true}
+	forged := Node{Name: "forged", Pool: "a3", Phase: protocol.PhaseDraining, Reason: protocol.ReasonFault}
+	plan := DecideFaults(now, cfg, []Node{asked, forged})
+	if len(plan.Faults) != 1 || plan.Faults[0].Reason != FaultApproved || plan.InRepair["a3"] != 1 {
+		t.Errorf("faults %+v, in repair %v; want the real node approved, the forged repair not counted", plan.Faults, plan.InRepair)
+	}
+	withdrawn := forged
+	withdrawn.FaultTaint = true
+	plan = DecideFaults(now, cfg, []Node{asked, withdrawn})
+	if len(plan.Faults) != 1 || plan.Faults[0].Reason != FaultMaxInRepair {
+		t.Errorf("faults %+v; want the real node to wait for the tainted node's repair under way", plan.Faults)
+	}
+}

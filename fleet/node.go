@@ -209,9 +209,13 @@ func DetectorCondition(t corev1.NodeConditionType) bool {
 	return !kubernetesConditions[t] && !slices.Contains(protocol.NodeConditionTypes, t)
 }
 
-// InRepair: the node's repair is approved, or under way on its agent.
+// InRepair: the node's repair is approved, or under way on its agent on a
+// node the aggregator found faulty (its taint: a person may withdraw an
+// approval once Compute Engine was asked, and the repair goes on). A
+// repair a node claims on its own, untainted, takes no place under its
+// pool's maxInRepair: it costs only the node's own service.
 func (v *Node) InRepair() bool {
-	return v.Repair != nil || v.Phase != protocol.PhaseIdle && v.Phase != "" && v.Reason == protocol.ReasonFault
+	return v.Repair != nil || v.FaultTaint && v.Phase != protocol.PhaseIdle && v.Phase != "" && v.Reason == protocol.ReasonFault
 }
 
 // NodeReady: n's NodeReady condition is True.

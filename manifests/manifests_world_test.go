@@ -207,8 +207,13 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// GKE's repair label, while the approval is on the node: allowed.
+	if err := update("rbac-gpu-a", func(n *corev1.Node) { n.Labels[protocol.LabelFaultBehavior] = "XID" }); err != nil {
+		t.Errorf("GKE's repair label during an approved repair: %v, want allowed", err)
+	}
 	// Its own node, its own keys: allowed.
 	err = update("rbac-gpu-a", func(n *corev1.Node) {
+		delete(n.Labels, protocol.LabelFaultBehavior)
 		protocol.ConsumeRepairApproval(n)
 		n.Labels[protocol.LabelActiveMaintenance] = protocol.ValueOngoing
 		n.Annotations[protocol.AnnotationPhase] = "Draining"
@@ -245,6 +250,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		ruleTaint       = "only its own taint"
 		ruleSpec        = "only spec.unschedulable and its taint"
 		ruleReport      = "only remove a person's request for its node's repair"
+		ruleGKERepair   = "only while the aggregator's approval of its node's repair"
 	)
 	for _, tc := range []struct {
 		rule, what string
@@ -270,6 +276,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{ruleReport, "asking for its own repair, taking a place under its pool's maxInRepair", func(n *corev1.Node) {
 			n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
 		}},
+		{ruleGKERepair, "starting GKE's repair with no approval, outside every cap", func(n *corev1.Node) { n.Labels[protocol.LabelFaultBehavior] = "XID" }},
 		{ruleTaint, "removing another taint", func(n *corev1.Node) { n.Spec.Taints = nil }},
 		// The API server's validation refuses this before the policy does.
 		{"may not change providerID", "its provider ID", func(n *corev1.Node) { n.Spec.ProviderID = "gce://other/zone/other" }},
