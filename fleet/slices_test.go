@@ -47,6 +47,18 @@ func TestSliceAsks(t *testing.T) {
 			}
 		}
 	}
+	// A node's word moves its slice only as far as it reaches: one in the
+	// slice by its labels alone, or one whose maintenance started in the
+	// future, causes no ask.
+	labelledIn := host("gpu-node", protocol.PhaseDraining, protocol.ReasonPreemption, 30*time.Second)
+	labelledIn.SliceUnproven = true
+	future := host("b", protocol.PhaseDraining, protocol.ReasonPreemption, 30*time.Second)
+	future.Started = now.Add(time.Hour)
+	for what, nodes := range map[string][]Node{"labelled in": {labelledIn, idle("a")}, "started in the future": {future, idle("a")}} {
+		if got := SliceAsks(nodes, now); got["a"] != nil {
+			t.Errorf("a host %s preempted: its sibling asked %+v, want none", what, got["a"])
+		}
+	}
 	if got := SliceAsks([]Node{{Name: "single-host"}}, now); len(got) != 0 {
 		t.Errorf("a node of no slice: %v", got)
 	}
