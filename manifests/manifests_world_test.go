@@ -249,7 +249,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		ruleAnnotations = "only its own annotations"
 		ruleTaint       = "only its own taint"
 		ruleSpec        = "only spec.unschedulable and its taint"
-		ruleReport      = "only remove a person's request for its node's repair"
+		ruleReport      = "may only remove a request on its node once it has answered it"
 		ruleGKERepair   = "only while the aggregator's approval of its node's repair"
 	)
 	for _, tc := range []struct {
@@ -276,6 +276,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{ruleReport, "asking for its own repair, taking a place under its pool's maxInRepair", func(n *corev1.Node) {
 			n.Labels[protocol.LabelReportFaulty] = protocol.BehaviorChipError
 		}},
+		{ruleReport, "triggering its own maintenance, taking a place under the caps", func(n *corev1.Node) { n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue }},
 		{ruleGKERepair, "starting GKE's repair with no approval, outside every cap", func(n *corev1.Node) { n.Labels[protocol.LabelFaultBehavior] = "XID" }},
 		{ruleTaint, "removing another taint", func(n *corev1.Node) { n.Spec.Taints = nil }},
 		// The API server's validation refuses this before the policy does.
@@ -304,7 +305,6 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	if err := update("rbac-gpu-a", func(n *corev1.Node) {
 		n.Annotations[protocol.AnnotationPhase] = "\x00garbage"
 		n.Annotations[protocol.AnnotationInterruptions] = strings.Repeat("9", 200<<10)
-		n.Labels[protocol.LabelPerformMaintenance] = "garbage"
 		n.Labels[protocol.LabelKnownEnd] = "1796000000" // the VM's known end, which the agent mirrors
 	}); err != nil {
 		t.Errorf("garbage in its own keys: %v, want allowed (the readers refuse it)", err)

@@ -1,12 +1,14 @@
 package manifests_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -26,6 +28,7 @@ func TestNodeIdentityFencedLikeTheAgent(t *testing.T) {
 	testworld.Need(t)
 	world.NodeT(t, testworld.NodeSpec{Name: "kubelet-a"})
 	world.NodeT(t, testworld.NodeSpec{Name: "kubelet-b"})
+	world.WaitNamespaceGone(t, "maintenance-handler") // an earlier test's install
 	apply(t, render(t, "base"))
 	cfg, err := world.ConfigForNode(t.TempDir(), "kubelet-a")
 	if err != nil {
@@ -36,6 +39,25 @@ func TestNodeIdentityFencedLikeTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testworld.Ctx(t, 2*time.Minute)
+	// The API server takes policies up a moment after they are written:
+	// wait until a dry run of one write each policy refuses is refused.
+	probeEvent := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "kubelet-a.", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "kubelet-b", APIVersion: "v1"}, Reason: "Probe", Message: "probe",
+		Source: corev1.EventSource{Component: protocol.EventSourceAggregator}, Type: corev1.EventTypeNormal}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := as.CoreV1().Nodes().Get(ctx, "kubelet-a", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		n.Annotations[protocol.AnnotationFaultRepair] = "{}"
+		_, nodeErr := as.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, eventErr := as.CoreV1().Events("default").Create(ctx, probeEvent, dryRun)
+		return nodeErr != nil && eventErr != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the policies never took effect: %v", err)
+	}
 	update := func(node string, change func(*corev1.Node)) error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			n, err := as.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
