@@ -21,5 +21,6 @@ LABEL org.opencontainers.image.title="maintenance-handler" \
       org.opencontainers.image.source="https://github.com/maintenance-handler/maintenance-handler" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=build /out/ /usr/local/bin/
+COPY LICENSE /usr/share/doc/maintenance-handler/LICENSE
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/agent"]

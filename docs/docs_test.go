@@ -300,7 +300,7 @@ func TestDocLinksResolve(t *testing.T) {
 		return a
 	}
 	checked := 0
-	for _, page := range append([]string{"../README.md"}, pages...) {
+	for _, page := range append([]string{"../README.md", "../CONTRIBUTING.md", "../SECURITY.md", "../CODE_OF_CONDUCT.md"}, pages...) {
 		b, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)
@@ -347,5 +347,21 @@ func TestREADMEIsAFrontDoor(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "\n"); n > 200 {
 		t.Errorf("the README has %d lines, more than 200: move the detail into docs/", n)
+	}
+}
+
+// TestCommunityFiles: a clean clone says its licence (Apache-2.0), how to
+// contribute, how to report a vulnerability, and its code of conduct.
+func TestCommunityFiles(t *testing.T) {
+	for file, says := range map[string]string{
+		"../LICENSE":            "Apache License\n                           Version 2.0",
+		"../CONTRIBUTING.md":    "## Build and test",
+		"../SECURITY.md":        "## Reporting a vulnerability",
+		"../CODE_OF_CONDUCT.md": "Contributor Covenant",
+	} {
+		b, err := os.ReadFile(file)
+		if err != nil || !strings.Contains(string(b), says) {
+			t.Errorf("%s: %v; want it to say %q", file, err, says)
+		}
 	}
 }

@@ -91,6 +91,18 @@ func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 			}
 			checkStatic(t, arch, name, bin.body, machines[arch])
 		}
+		license, err := os.ReadFile("../../LICENSE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := files[Spec.License]; l == nil || string(l.body) != string(license) {
+			t.Errorf("%s: the image has no %s, the project's licence", arch, Spec.License)
+		}
+		for _, pkg := range []string{"ca-certificates", "tzdata"} {
+			if files["/usr/share/doc/"+pkg+"/copyright"] == nil {
+				t.Errorf("%s: the image has no copyright of the Debian package %s it carries", arch, pkg)
+			}
+		}
 		if p := files["/etc/passwd"]; p == nil || !strings.Contains(string(p.body), "nonroot:x:65532:65532:") {
 			t.Errorf("%s: /etc/passwd has no nonroot user 65532", arch)
 		}
@@ -160,6 +172,7 @@ func checkDockerfile(t *testing.T) {
 	want := []string{
 		"FROM gcr.io/distroless/static-debian12:nonroot", // CA certificates, tzdata, users root, nobody, nonroot
 		"COPY --from=build /out/ " + Spec.BinDir,
+		"COPY LICENSE " + Spec.License,
 		"USER " + Spec.User,
 	}
 	for _, line := range want {

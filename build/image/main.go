@@ -6,8 +6,9 @@
 //	go run ./build/image -o bin/image -version v1.2.3
 //
 // The image holds what the Dockerfile's does: both static binaries in
-// /usr/local/bin, built with the Dockerfile's flags, the agent as the
-// entrypoint, user 65532, and what they need of the distroless base: CA
+// /usr/local/bin, built with the Dockerfile's flags, the project's LICENSE,
+// the agent as the entrypoint, user 65532, and what they need of the
+// distroless base, with each Debian package's copyright: CA
 // certificates (Debian's ca-certificates, bundled as update-ca-certificates
 // bundles them), time zone data (Debian's tzdata), and the root, nobody and
 // nonroot users. The Debian packages are fetched by scripts/fetch-deb.sh.
@@ -51,6 +52,7 @@ func main() {
 var Spec = struct {
 	Binaries   []string // packages, built into BinDir
 	BinDir     string
+	License    string // where the project's LICENSE is
 	LDFlags    string // with VERSION for the version
 	User       string
 	Entrypoint []string
@@ -59,6 +61,7 @@ var Spec = struct {
 }{
 	Binaries:   []string{"./cmd/agent", "./cmd/aggregator"},
 	BinDir:     "/usr/local/bin/",
+	License:    "/usr/share/doc/maintenance-handler/LICENSE",
 	LDFlags:    "-s -w -X main.version=${VERSION}",
 	User:       "65532:65532",
 	Entrypoint: []string{"/usr/local/bin/agent"},
@@ -140,7 +143,11 @@ func binaries(ctx context.Context, root, goos, goarch, version string) ([]oci.Fi
 		}
 		files = append(files, oci.File{Path: Spec.BinDir + name, Mode: 0o755, Body: b})
 	}
-	return files, nil
+	license, err := os.ReadFile(filepath.Join(root, "LICENSE"))
+	if err != nil {
+		return nil, err
+	}
+	return append(files, oci.File{Path: Spec.License, Mode: 0o644, Body: license}), nil
 }
 
 // baseFiles are what the binaries need of a distroless static base.
@@ -161,6 +168,16 @@ func baseFiles(ctx context.Context, root string) ([]oci.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	var copyrights []oci.File
+	for pkg, dir := range map[string]string{"ca-certificates": certs, "tzdata": tz} {
+		// Each Debian package's licence, as the distroless base carries it.
+		b, err := os.ReadFile(filepath.Join(dir, "usr/share/doc", pkg, "copyright"))
+		if err != nil {
+			return nil, err
+		}
+		copyrights = append(copyrights, oci.File{Path: "/usr/share/doc/" + pkg + "/copyright", Mode: 0o644, Body: b})
+	}
+	sort.Slice(copyrights, func(i, j int) bool { return copyrights[i].Path < copyrights[j].Path })
 	files := []oci.File{
 		{Path: "/etc/passwd", Mode: 0o644, Body: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
 		{Path: "/etc/group", Mode: 0o644, Body: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
@@ -170,7 +187,7 @@ func baseFiles(ctx context.Context, root string) ([]oci.File, error) {
 		{Path: "/root", Dir: true, Mode: 0o700},
 		{Path: "/home/nonroot", Dir: true, Mode: 0o700, UID: 65532, GID: 65532},
 	}
-	return append(files, zoneinfo...), nil
+	return append(append(files, copyrights...), zoneinfo...), nil
 }
 
 // caBundle concatenates the certificates under dir in the order

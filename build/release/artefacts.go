@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
@@ -120,7 +121,11 @@ func (r Release) plugin(ctx context.Context) error {
 		if err := r.writeSBOM("kubectl-maintenance", goos, goarch, bin); err != nil {
 			return err
 		}
-		archive, err := targz([]tarFile{{name: "kubectl-maintenance", mode: 0o755, body: bin}})
+		license, err := os.ReadFile(filepath.Join(r.Root, "LICENSE"))
+		if err != nil {
+			return err
+		}
+		archive, err := targz([]tarFile{{name: "kubectl-maintenance", mode: 0o755, body: bin}, {name: "LICENSE", mode: 0o644, body: license}})
 		if err != nil {
 			return err
 		}
@@ -214,6 +219,13 @@ func (r Release) chart(context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if !slices.ContainsFunc(files, func(f tarFile) bool { return f.name == "maintenance-handler/LICENSE" }) {
+		license, err := os.ReadFile(filepath.Join(r.Root, "LICENSE"))
+		if err != nil {
+			return err
+		}
+		files = append(files, tarFile{name: "maintenance-handler/LICENSE", mode: 0o644, body: license})
 	}
 	archive, err := targz(files)
 	if err != nil {

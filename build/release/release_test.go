@@ -89,6 +89,9 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 			if bin == nil || bin.Mode&0o111 == 0 {
 				t.Fatalf("%s: the archive holds no executable kubectl-maintenance at its root", p)
 			}
+			if untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["LICENSE"] == nil {
+				t.Errorf("%s: the archive holds no LICENSE", p)
+			}
 			checkArch(t, p, bin.body)
 			if goos == runtime.GOOS && goarch == runtime.GOARCH {
 				path := filepath.Join(t.TempDir(), "kubectl-maintenance")
@@ -160,7 +163,7 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 		if err := yaml.Unmarshal(meta.body, &c); err != nil || c.Version != "9.9.9-rc.1" || c.AppVersion != testVersion {
 			t.Errorf("the chart's version %q appVersion %q (%v), want 9.9.9-rc.1 and %s", c.Version, c.AppVersion, err, testVersion)
 		}
-		for _, must := range []string{"values.yaml", "values.schema.json", "README.md", "templates/agent-daemonset.yaml"} {
+		for _, must := range []string{"values.yaml", "values.schema.json", "README.md", "templates/agent-daemonset.yaml", "LICENSE"} {
 			if chart["maintenance-handler/"+must] == nil {
 				t.Errorf("the chart archive has no %s", must)
 			}
