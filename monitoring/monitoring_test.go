@@ -117,3 +117,39 @@ func TestMetricsPassPromtool(t *testing.T) {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
+
+// TestEveryAlertHasARunbook: each alert links, in its runbook_url
+// annotation, to its own section of docs/runbooks.md.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, "rules.yaml"), &rules); err != nil {
+		t.Fatal(err)
+	}
+	book := string(mustRead(t, "../docs/runbooks.md"))
+	const base = "https://github.com/maintenance-handler/maintenance-handler/blob/main/docs/runbooks.md#"
+	alerts := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			if want := base + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !strings.Contains(book, "\n## "+r.Alert+"\n") {
+				t.Errorf("docs/runbooks.md has no section ## %s", r.Alert)
+			}
+		}
+	}
+	if alerts == 0 {
+		t.Fatal("no alert read from rules.yaml")
+	}
+}
