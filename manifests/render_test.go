@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -221,6 +223,35 @@ func TestAdmissionPolicyPinsTheProductsEvents(t *testing.T) {
 	want := "['" + protocol.EventSourceAgent + "', '" + protocol.EventSourceAggregator + "']"
 	if got := policyVariable(t, "maintenance-handler-events-pinned", "product"); got != want {
 		t.Errorf("the pinned components are %s, want %s", got, want)
+	}
+}
+
+// TestAgentToleratesTheProductsTaints: the agent's pods tolerate every
+// taint the agent or the aggregator puts on a node: a DaemonSet pod
+// replaced (an upgrade, an eviction) must land again on a node that is
+// faulty, or whose slice is going down, or no agent carries out its
+// repair.
+func TestAgentToleratesTheProductsTaints(t *testing.T) {
+	ds := kinds(render(t, "base"))["DaemonSet maintenance-handler/maintenance-handler-agent"]
+	if ds == nil {
+		t.Fatal("the base has no agent DaemonSet")
+	}
+	var spec appsv1.DaemonSet
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ds.Object, &spec); err != nil {
+		t.Fatal(err)
+	}
+	tolerates := func(key string) bool {
+		for _, tol := range spec.Spec.Template.Spec.Tolerations {
+			if tol.Key == key && tol.Operator == corev1.TolerationOpExists || tol.Key == "" && tol.Operator == corev1.TolerationOpExists {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range protocol.Keys {
+		if k.Kind == protocol.Taint && (k.Writer == protocol.Agent || k.Writer == protocol.Aggregator) && !tolerates(k.Name) {
+			t.Errorf("the agent's pods do not tolerate the %s's taint %s", k.Writer, k.Name)
+		}
 	}
 }
 
