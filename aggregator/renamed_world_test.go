@@ -5,8 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -29,8 +27,11 @@ func TestTaintsOfAnEarlierReleaseRenamed(t *testing.T) {
 	}
 	setCondition(t, faulty, corev1.ConditionTrue)
 	world.WaitNode(t, faulty, "tainted faulty", func(n *corev1.Node) bool { return protocol.HasTaintKey(n, protocol.TaintFaulty) })
-	addTaints(t, faulty, old[protocol.TaintFaulty])
-	addTaints(t, healthy, old[protocol.TaintFaulty])
+	earlier := func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: old[protocol.TaintFaulty], Effect: corev1.TaintEffectNoSchedule})
+	}
+	write(t, faulty, earlier)
+	write(t, healthy, earlier)
 
 	noOld := func(n *corev1.Node) bool { return !protocol.HasRenamedTaint(n) }
 	world.WaitNode(t, faulty, "tainted faulty under the key now only", func(n *corev1.Node) bool {
@@ -39,25 +40,4 @@ func TestTaintsOfAnEarlierReleaseRenamed(t *testing.T) {
 	world.WaitNode(t, healthy, "not tainted faulty, under any key", func(n *corev1.Node) bool {
 		return noOld(n) && !protocol.HasTaintKey(n, protocol.TaintFaulty)
 	})
-}
-
-// addTaints puts NoSchedule taints of keys on name, as an earlier release
-// left them.
-func addTaints(t testing.TB, name string, keys ...string) {
-	t.Helper()
-	ctx := testworld.Ctx(t, 30*time.Second)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoSchedule})
-		}
-		_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
