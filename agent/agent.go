@@ -151,8 +151,12 @@ func New(opts Options) (*Agent, error) {
 	if opts.NewRequestID == nil {
 		opts.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
-	return &Agent{opts: opts, timing: drain.TimingOr(opts.DrainTiming), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
-		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}, claims: map[string]claimHold{}}, nil
+	a := &Agent{opts: opts, timing: drain.TimingOr(opts.DrainTiming), log: opts.Logger.With("node", opts.NodeName), wake: make(chan struct{}, 1), notifyWake: make(chan struct{}, 1),
+		badLead: map[types.UID]bool{}, unrecognized: map[string]bool{}, claims: map[string]claimHold{}}
+	if opts.Relay != nil {
+		opts.Relay.a = a
+	}
+	return a, nil
 }
 
 var (

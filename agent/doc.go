@@ -3,7 +3,8 @@
 // server says, drains the node before the VM stops, and puts it back in
 // service when the VM returns. On the perform-maintenance label it drains
 // the node and then asks Compute Engine to start the pending maintenance
-// now (through Maintainer, once per maintenance).
+// now (through Maintainer, once per maintenance: by default Relay, which
+// asks the aggregator through the Node, relay.go).
 //
 // The Node protocol (every key the agent reads or writes, how its state is
 // encoded there, the Event reasons) is package protocol. The rules are

@@ -24,6 +24,9 @@ import (
 func (a *Agent) watchNode(ctx context.Context) error {
 	a.nodes = kube.NewInformer(a.opts.Client.NodeListWatch(a.opts.NodeName), kube.InformerOptions{Name: "node", Transform: slimOwnNode, Logger: a.log.With("watch", "node"), Clock: a.opts.Clock})
 	a.nodes.AddHandlers(kube.OnAnyChange(a.poke))
+	if r := a.opts.Relay; r != nil {
+		a.nodes.AddHandlers(kube.OnAnyChange(r.nodeChanged))
+	}
 	a.needs(a.nodes)
 	if err := a.nodes.Start(ctx); err != nil {
 		return fmt.Errorf("watch node %q: %w", a.opts.NodeName, err)

@@ -99,6 +99,9 @@ type Options struct {
 	// Maintainer starts a manual maintenance once the node is drained; nil
 	// fails every manual maintenance (the node goes back in service).
 	Maintainer Maintainer
+	// Relay, when Maintainer is it, is attached to the agent: it asks
+	// through the agent's Node and reads the answers from its watch.
+	Relay *Relay
 	// Schedule, when set, tells what the VM's own clock says (its
 	// preemption notice and known end), or fails: asked once at start,
 	// again with backoff after an error but for a missing permission

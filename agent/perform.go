@@ -62,7 +62,7 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			switch {
 			case st.RepairCall == protocol.RepairReport:
-				res.Operation, res.Err = a.opts.Maintainer.ReportHostAsFaulty(cctx, st.RequestID, repair.Behavior, faultDescription(repair))
+				res.Operation, res.Err = a.opts.Maintainer.ReportHostAsFaulty(cctx, st.RequestID, repair.Behavior, repair.Description())
 			case group:
 				res.Operation, res.Err = a.performReservationGroup(cctx, st.RequestID, subBlock, members)
 			default:
@@ -171,17 +171,7 @@ func (a *Agent) permissionDenied(permission string, err error) {
 	}
 
 	a.opts.Events.NodeEvent(true, protocol.EventPermissionDenied, fmt.Sprintf(
-		"Compute Engine refused a call: the node's service account lacks the IAM permission %s (grant the role the README documents): %s. %v", permission, what, err))
-}
-
-// faultDescription is what the report tells Compute Engine of the fault:
-// where it was seen and what.
-func faultDescription(r protocol.RepairApproval) string {
-	d := "maintenance-handler: " + r.Source
-	if r.Signal != "" {
-		d += ": " + r.Signal
-	}
-	return d
+		"Compute Engine refused a call: the caller's service account (the aggregator's; with --compute-caller=node, the node's) lacks the IAM permission %s (grant the role docs/install.md documents under IAM): %s. %v", permission, what, err))
 }
 
 // callFor is the Compute Engine method st's call asks with, and the

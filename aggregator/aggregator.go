@@ -76,6 +76,8 @@ type Aggregator struct {
 	// claims holds what each node added to its pool's counters in the
 	// last hour (accounting.go).
 	claims claimWindow
+	// relay makes the agents' Compute Engine calls (nil: none).
+	relay *relay
 }
 
 // New returns an Aggregator, or ErrInvalidOptions.
@@ -101,6 +103,9 @@ func New(opts Options) (*Aggregator, error) {
 		unanswered: map[string]time.Time{}, unannounced: map[string]bool{}}
 	if opts.Notify != nil {
 		a.notifier = newNotifier(a, *opts.Notify)
+	}
+	if opts.Caller != nil {
+		a.relay = newRelay(a, opts.Caller)
 	}
 	return a, nil
 }
@@ -198,6 +203,9 @@ func (a *Aggregator) lead(lctx context.Context) {
 	}
 	if a.notifier != nil {
 		wg.Go(func() { a.notifier.run(lctx) })
+	}
+	if a.relay != nil {
+		wg.Go(func() { a.relay.run(lctx) })
 	}
 	for {
 		a.pass(lctx)

@@ -14,11 +14,15 @@
 // triggers (claims.go), the slice asks written on every host of a slice
 // (slices.go), the interruption accounting only a cluster view sees
 // (accounting.go: Nodes recreated or vanished), the cluster autoscaler's
-// status (autoscaler.go), and what it tells people (announce.go).
+// status (autoscaler.go), what it tells people (announce.go), and the
+// Compute Engine calls it makes for the agents, which hold no permission
+// of their own, once it has vouched for each ask (relay.go).
 //
-// What it does not do: drain, call Compute Engine, or remember anything
-// that is not on the Nodes or in the claims: a new leader continues from
-// them alone.
+// What it does not do: drain, call Compute Engine on its own account for
+// a node (only on its agent's ask, for the maintenance under way there,
+// or for --reservations' spare capacity), or remember anything that is
+// not on the Nodes or in the claims: a new leader continues from them
+// alone.
 //
 // Concurrency: one goroutine decides and writes, and only while leading;
 // losing the Lease cancels it before its next write. Triggers are claimed

@@ -60,6 +60,10 @@ type Options struct {
 	// is pending and which has spare hosts has their maintenance started
 	// first (reservationBlocks.performMaintenance, UNUSED_CAPACITY).
 	MaintainUnusedCapacity bool
+	// Caller, when set, makes the Compute Engine calls agents ask for
+	// through their Nodes (relay.go); nil: none is made, and the agents
+	// must hold the permissions themselves.
+	Caller VMCaller
 	// Notify, when set, is the webhook the leader tells each step of each
 	// node's maintenance (notify.go).
 	Notify *NotifyOptions

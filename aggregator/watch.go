@@ -27,14 +27,22 @@ func (a *Aggregator) record() (shutdown func()) {
 	return a.recorder.Shutdown
 }
 
+// relayAsk hands o to the Compute relay, if there is one.
+func (a *Aggregator) relayAsk(o kube.Object) {
+	if a.relay != nil {
+		a.relay.mark(o)
+	}
+}
+
 // watch starts the watches, which last until ctx ends, and waits for the
 // node cache.
 func (a *Aggregator) watch(ctx context.Context) error {
 	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Logger: a.log.With("watch", "nodes")})
 	a.nodes.AddHandlers(kube.Handlers{
-		Add: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeAdded(o); a.poke() },
+		Add: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeAdded(o); a.relayAsk(o); a.poke() },
 		Update: func(old, cur kube.Object) {
 			a.views.mark(cur.GetName())
+			a.relayAsk(cur)
 			a.observeNode(old, cur)
 			a.notifyNode(old, cur)
 			if o, ok := old.(*corev1.Node); !ok || decisiveUpdate(o, cur) {

@@ -42,19 +42,21 @@ type Method struct {
 	Name, Permission string
 }
 
-// Methods are every Compute Engine method this package calls, with the
-// IAM permission each needs: the role the README documents grants these
-// (a test keeps the two in step).
+// Methods are every Compute Engine method this package calls with the
+// default flags, with the IAM permission each needs: the role the README
+// documents grants these (a test keeps the two in step). instances.get
+// is read for every VM by the default --known-end=auto.
 var Methods = []Method{
 	{"instances.performMaintenance", Permission},
 	{"zoneOperations.get", OperationPermission},
 	{"instances.reportHostAsFaulty", ReportPermission},
+	{"instances.get", GetPermission},
 }
 
-// OptionalMethods are the methods the agent calls only where its flags
-// ask it to, with the permission each needs.
+// OptionalMethods are the methods called only where flags ask for them
+// (--reservation-groups, --reservations), with the permission each
+// needs.
 var OptionalMethods = []Method{
-	{"instances.get", GetPermission},
 	{"reservationSubBlocks.performMaintenance", SubBlockPermission},
 	{"reservationBlocks.performMaintenance", BlockPermission},
 	{"reservationSubBlocks.list", SubBlockListPermission},

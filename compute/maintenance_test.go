@@ -178,16 +178,15 @@ func TestOperationEnded(t *testing.T) {
 // names the permission Compute Engine checks for it.
 func TestMethodsArePermissionsTheEmulatorChecks(t *testing.T) {
 	want := map[string]string{"instances.performMaintenance": gceemu.PermissionPerformMaintenance, "zoneOperations.get": gceemu.PermissionGetOperation,
-		"instances.reportHostAsFaulty": gceemu.PermissionReportHostAsFaulty}
+		"instances.reportHostAsFaulty": gceemu.PermissionReportHostAsFaulty, "instances.get": gceemu.PermissionGetInstance}
 	if len(Methods) != len(want) {
 		t.Errorf("Methods %v, want %v", Methods, want)
 	}
-	want["instances.get"] = gceemu.PermissionGetInstance
 	want["reservationSubBlocks.performMaintenance"] = gceemu.PermissionSubBlockMaintenance
 	want["reservationBlocks.performMaintenance"] = gceemu.PermissionBlockMaintenance
 	want["reservationSubBlocks.list"] = gceemu.PermissionListSubBlocks
 	want["reservationBlocks.list"] = gceemu.PermissionListBlocks
-	if len(OptionalMethods) != 5 {
+	if len(OptionalMethods) != 4 {
 		t.Errorf("OptionalMethods %v", OptionalMethods)
 	}
 	for _, m := range append(append([]Method(nil), Methods...), OptionalMethods...) {

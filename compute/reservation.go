@@ -300,3 +300,10 @@ func (m *Maintainer) ReservationGroups(ctx context.Context, r Reservation) ([]Gr
 	}
 	return out, nil
 }
+
+// InstanceGroupMaintenance is VM.PerformGroupMaintenance for inst, made
+// with m's own identity (the aggregator's, for an agent that asks).
+func (m *Maintainer) InstanceGroupMaintenance(ctx context.Context, inst Instance, requestID string, subBlock bool, members int) (string, error) {
+	v := &VM{Maintainer: m, inst: inst, resolved: true, account: m.opts.ServiceAccount}
+	return v.PerformGroupMaintenance(ctx, requestID, subBlock, members)
+}

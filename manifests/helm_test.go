@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -238,6 +239,9 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"imagePullSecrets", []string{"--set", "imagePullSecrets[0].name=pull"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{agentPod(o)["imagePullSecrets"], aggPod(o)["imagePullSecrets"]}, []any{[]any{map[string]any{"name": "pull"}}, []any{map[string]any{"name": "pull"}}}
+		}},
+		{"computeCaller", []string{"--set", "computeCaller=node"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{slices.Contains(anyStrings(agent(o)["args"]), "--compute-caller=node"), slices.Contains(anyStrings(agent(mustTemplate(t))["args"]), "--compute-caller=aggregator")}, []any{true, true}
 		}},
 		{"agent.nodeSelectorTerms", []string{"--set-json", `agent.nodeSelectorTerms=[{"matchExpressions":[{"key":"example.com/gpu","operator":"Exists"}]}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[ds], "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"),

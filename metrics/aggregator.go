@@ -45,6 +45,9 @@ type Aggregator struct {
 	UnusedCapacity *prometheus.CounterVec
 	// Notifications counts the webhook's messages, by step and outcome.
 	Notifications *prometheus.CounterVec
+	// ComputeCalls counts the Compute Engine calls the leader made for
+	// the agents (the relay), by method and outcome.
+	ComputeCalls *prometheus.CounterVec
 }
 
 // NodeGauge is a gauge per node, for the nodes of the last pass it was
@@ -214,7 +217,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.Notifications = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "notifications_total",
 		Help: "Messages the leader posted to the webhook (--notify-url-file), one per step of a node's maintenance, by step (scheduled, draining, in-maintenance, back, failed) and outcome: sent, failed (after the retries, or refused), dropped (too many waiting, or left by the last term), rate_limited (its node or group was told 12 messages in the last hour)."},
 		[]string{"step", "outcome"})
-	reg.MustRegister(m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.ComputeCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "compute_calls_total",
+		Help: "Compute Engine calls the leader made on a node's VM at its agent's request (--compute-caller), by method (performMaintenance, reportHostAsFaulty, groupMaintenance, instances.get) and outcome: accepted, permission_denied, refused, failed, not_vouched (the ask is not what the aggregator knows of the node: not made)."},
+		[]string{"method", "outcome"})
+	reg.MustRegister(m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

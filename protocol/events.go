@@ -85,6 +85,10 @@ const (
 	// voluntary maintenance could not ask at the group's scope, and asked
 	// for its own VM's (agent).
 	EventGroupScopeUnknown = "GroupScopeUnknown"
+	// EventComputeCallNotVouched: a node's agent asked the aggregator for
+	// a Compute Engine call that what the aggregator knows of the node
+	// does not allow: not made (aggregator).
+	EventComputeCallNotVouched = "ComputeCallNotVouched"
 
 	// A fault's repair: the aggregator finds the node faulty and approves
 	// its repair or says why it waits; the agent drains, asks Compute
@@ -206,6 +210,7 @@ var EventReasons = []EventReason{
 	{EventFaultRepairWaits, aggregatorOnly, true},
 	{EventFaultRepairApproved, aggregatorOnly, true},
 	{EventFaultRequestInvalid, aggregatorOnly, true},
+	{EventComputeCallNotVouched, aggregatorOnly, true},
 }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance

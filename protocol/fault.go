@@ -115,6 +115,16 @@ type RepairApproval struct {
 	DrainTimeout Duration `json:"drain-timeout"`
 }
 
+// Description is what the report tells Compute Engine of the fault: where
+// it was seen and what.
+func (r RepairApproval) Description() string {
+	d := "maintenance-handler: " + r.Source
+	if r.Signal != "" {
+		d += ": " + r.Signal
+	}
+	return d
+}
+
 // Duration is a time.Duration that reads and writes as "30m".
 type Duration time.Duration
 

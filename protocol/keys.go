@@ -272,4 +272,8 @@ var Keys = []Key{
 	{Name: LabelTopologyBlock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
 	{Name: LabelTopologySubblock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
 	{Name: AnnotationReservationGroup, Kind: Annotation, Writer: Aggregator, Readers: []Component{Person}},
+	{Name: AnnotationComputeCall, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator}},
+	{Name: AnnotationComputeAnswer, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent, Person}},
+	{Name: AnnotationVMRead, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator}},
+	{Name: AnnotationVMFacts, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent}},
 }

@@ -302,6 +302,10 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationRepairCall, whileActive(string(st.RepairCall)))
 	set(a, AnnotationGKEStatusBefore, whileActive(st.GKEStatusBefore))
 	set(a, AnnotationLastFaultRepair, st.LastRepair.encode())
+	if !active { // the relayed call is over with the maintenance
+		delete(a, AnnotationComputeCall)
+		delete(a, AnnotationComputeAnswer)
+	}
 	// The notice keys: the agent's mirror, unless another controller's.
 	if !st.NoticeForeign {
 		set(a, AnnotationUpcomingMaintenance, st.Notice.Raw)

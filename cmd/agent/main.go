@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gcemetadata "cloud.google.com/go/compute/metadata"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,19 +132,10 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	reportClient(nodeLabels, client)
 	events := kube.NewNodeEvents(client.EventSink(), protocol.EventSourceAgent, opts.NodeName, node.UID)
 	defer events.Shutdown()
-	if opts.MetadataHost != "" {
-		// The OAuth token source reads the metadata server from here.
-		if err := os.Setenv("GCE_METADATA_HOST", opts.MetadataHost); err != nil {
-			return fmt.Errorf("set GCE_METADATA_HOST: %w", err)
-		}
-	}
-	maintainer, err := compute.NewMaintainer(ctx, compute.Options{
-		Endpoint: opts.ComputeEndpoint, Clock: clk, Logger: logger.With("component", "compute"),
-	})
+	caller, err := newCaller(ctx, opts, node, clk, logger)
 	if err != nil {
 		return err
 	}
-	vm := &compute.VM{Maintainer: maintainer, Metadata: metadata.NewClient(30*time.Second, opts.MetadataHost), ProviderID: node.Spec.ProviderID}
 	var manualGate func(*corev1.Node, time.Time) (string, string)
 	if opts.PolicyConfigMap != "" {
 		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
@@ -190,8 +182,9 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		AcceleratorResources:     resourceNames(opts.AcceleratorResources),
 		AcceleratorDeviceClasses: opts.AcceleratorDeviceClasses,
 		ManualGate:               manualGate,
-		Maintainer:               vm,
-		Schedule:                 schedule(opts, vm),
+		Maintainer:               caller.maintainer,
+		Relay:                    caller.relay,
+		Schedule:                 schedule(opts, caller.metadata, caller.scheduling),
 		RetryInterval:            opts.EvictionRetryInterval,
 		DrainTiming:              &drain.Timing{Reserve: opts.DrainReserve, Margin: opts.DrainMargin},
 		Metrics:                  m,
@@ -210,6 +203,34 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	setRunning(healthy, noticeDetail)
 	registerHealth(nodeLabels, healthy)
 	return a.Start(ctx)
+}
+
+// caller is who makes the Compute Engine calls on the VM (--compute-caller).
+type caller struct {
+	maintainer agent.Maintainer
+	relay      *agent.Relay // the aggregator's, asked through the Node; nil: the node's own
+	scheduling func(context.Context) (compute.Scheduling, error)
+	metadata   *gcemetadata.Client
+}
+
+func newCaller(ctx context.Context, opts *Options, node *corev1.Node, clk clock.Clock, logger *slog.Logger) (caller, error) {
+	if opts.MetadataHost != "" {
+		// The OAuth token source reads the metadata server from here.
+		if err := os.Setenv("GCE_METADATA_HOST", opts.MetadataHost); err != nil {
+			return caller{}, fmt.Errorf("set GCE_METADATA_HOST: %w", err)
+		}
+	}
+	md := metadata.NewClient(30*time.Second, opts.MetadataHost)
+	if opts.ComputeCaller == computeCallerAggregator {
+		relay := agent.NewRelay()
+		return caller{maintainer: relay, relay: relay, scheduling: relay.Scheduling, metadata: md}, nil
+	}
+	m, err := compute.NewMaintainer(ctx, compute.Options{Endpoint: opts.ComputeEndpoint, Clock: clk, Logger: logger.With("component", "compute")})
+	if err != nil {
+		return caller{}, err
+	}
+	vm := &compute.VM{Maintainer: m, Metadata: md, ProviderID: node.Spec.ProviderID}
+	return caller{maintainer: vm, scheduling: vm.Scheduling, metadata: md}, nil
 }
 
 // reportClient counts client's requests and the health of its watches.
@@ -247,16 +268,16 @@ func resourceNames(names []string) []corev1.ResourceName {
 
 // schedule is how the agent learns what the VM's own clock says (see
 // readSchedule), from the metadata server and the VM's instances.get.
-func schedule(opts *Options, vm *compute.VM) func(context.Context) (agent.Schedule, error) {
+func schedule(opts *Options, md *gcemetadata.Client, scheduling func(context.Context) (compute.Scheduling, error)) func(context.Context) (agent.Schedule, error) {
 	preemptible := func(ctx context.Context) (bool, error) {
-		v, err := vm.Metadata.GetWithContext(ctx, "instance/scheduling/preemptible")
+		v, err := md.GetWithContext(ctx, "instance/scheduling/preemptible")
 		if err != nil {
 			return false, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
 		}
 		return strings.TrimSpace(v) == "TRUE", nil
 	}
 	return func(ctx context.Context) (agent.Schedule, error) {
-		return readSchedule(ctx, opts, preemptible, vm.Scheduling)
+		return readSchedule(ctx, opts, preemptible, scheduling)
 	}
 }
 

@@ -85,8 +85,10 @@ func buildAgent(t testing.TB) string {
 func runAgent(t testing.TB, node string, emu *gceemu.Server, args ...string) *agentProc {
 	t.Helper()
 	addr := testworld.FreeAddrT(t)
+	// The agent alone, calling Compute Engine with its VM's own token (no
+	// aggregator runs here to make the calls).
 	args = append([]string{"--kubeconfig", world.Kubeconfig, "--node-name", node, "--metadata-host", emu.Host(),
-		"--listen-address", addr, "--log-level", "warn"}, args...)
+		"--listen-address", addr, "--log-level", "warn", "--compute-caller", "node"}, args...)
 	cmd := exec.Command(buildAgent(t), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logPath := filepath.Join(t.TempDir(), "agent.log")

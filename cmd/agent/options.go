@@ -79,7 +79,10 @@ type Options struct {
 	ManualDrainEscalate bool
 	// ComputeEndpoint replaces the Compute API's base URL; empty means
 	// Google's.
-	ComputeEndpoint       string
+	ComputeEndpoint string
+	// ComputeCaller is who makes the Compute Engine calls on the VM:
+	// computeCallerAggregator or computeCallerNode.
+	ComputeCaller         string
 	EvictionRetryInterval time.Duration
 	// DrainReserve is kept for system and DaemonSet pods at a drain's end.
 	DrainReserve time.Duration
@@ -120,6 +123,7 @@ func NewOptions() *Options {
 		PreemptionDeadline:       lifecycle.DefaultConfig.PreemptionDeadline,
 		PreemptionNotice:         preemptionNoticeAuto,
 		KnownEnd:                 knownEndAuto,
+		ComputeCaller:            computeCallerAggregator,
 		KnownEndLead:             lifecycle.DefaultConfig.KnownEndLead,
 		OngoingDeadline:          lifecycle.DefaultConfig.OngoingDeadline,
 		GKEHandler:               gkeHandlerDefer,
@@ -172,6 +176,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy, and, as on GKE, a multi-host TPU slice's pool is its slice).")
 	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "Node label whose value names the node's multi-host slice, where the pool does not (a self-managed cluster); the same as the aggregator's. The agent follows the other hosts of its slice.")
+	fs.StringVar(&o.ComputeCaller, "compute-caller", o.ComputeCaller, "Who makes the Compute Engine calls on this VM (performMaintenance, the fault report, a reservation group's maintenance, instances.get): aggregator (the agent asks through its Node and the aggregator's leader, which holds the IAM permissions, checks the ask and calls; the node's service account needs none) or node (the agent calls with the node's service account, which then needs them for every VM of the project).")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own), when the budgets covering the pod do not allow it first.")
 	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace period and the VM's stop: the drain plans each pod to end this much before the deadline, for the eviction call and the kubelet's delivery of SIGTERM (up to 2.0 s measured on a real kubelet), with a second to spare. 0 keeps none.")
@@ -198,6 +203,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, o.choiceProblems()...)
+	if o.ComputeCaller != computeCallerAggregator && o.ComputeCaller != computeCallerNode {
+		errs = append(errs, fmt.Errorf("--compute-caller %q: want %s or %s", o.ComputeCaller, computeCallerAggregator, computeCallerNode))
+	}
 	if o.ComputeEndpoint != "" {
 		if u, err := url.Parse(o.ComputeEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--compute-endpoint %q: want an http(s) URL", o.ComputeEndpoint))
@@ -315,6 +323,12 @@ func (o *Options) choiceProblems() []error {
 	}
 	return errs
 }
+
+// The --compute-caller values.
+const (
+	computeCallerAggregator = "aggregator"
+	computeCallerNode       = "node"
+)
 
 // The --known-end values.
 const (

@@ -67,10 +67,15 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
-	reservations, reader, err := reservationReader(ctx, opts, logger)
+	// The Compute API, with the token of the pod's service account (on
+	// GKE, Workload Identity's): the agents' calls (the relay) and
+	// --reservations.
+	caller, err := compute.NewMaintainer(ctx, compute.Options{Endpoint: opts.ComputeEndpoint, ServiceAccount: "the aggregator's service account",
+		Logger: logger.With("component", "compute")})
 	if err != nil {
 		return err
 	}
+	reservations, reader := reservationReader(opts, caller)
 	a, err := aggregator.New(aggregator.Options{
 		Notify:       notifyOptions(opts),
 		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval, MaintainUnusedCapacity: opts.MaintainUnusedCapacity,
@@ -79,7 +84,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt",
 		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: opts.ReservationGroups,
-		Metrics: m, Logger: logger,
+		Caller: caller, Metrics: m, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -159,23 +164,18 @@ func watchMemory(ctx context.Context, opts *Options, events *kube.Client, m *met
 	return w.Start(ctx)
 }
 
-// reservationReader is what reads --reservations: the Compute API, with
-// the token of the pod's service account (on GKE, Workload Identity's);
-// none when none is named.
-func reservationReader(ctx context.Context, opts *Options, logger *slog.Logger) ([]compute.Reservation, aggregator.ReservationReader, error) {
+// reservationReader is what reads --reservations: m; none when none is
+// named.
+func reservationReader(opts *Options, m *compute.Maintainer) ([]compute.Reservation, aggregator.ReservationReader) {
 	if len(opts.Reservations) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	var out []compute.Reservation
 	for _, s := range opts.Reservations {
 		r, _ := compute.ParseReservation(s) // validated before
 		out = append(out, r)
 	}
-	m, err := compute.NewMaintainer(ctx, compute.Options{Endpoint: opts.ComputeEndpoint, Logger: logger.With("component", "compute")})
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, m, nil
+	return out, m
 }
 
 // notifyOptions is the webhook notifier the flags configure (nil: none).

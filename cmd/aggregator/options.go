@@ -141,7 +141,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.NotifyRetries, "notify-retries", o.NotifyRetries, "Attempts after a failed post, with backoff.")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "The cluster's name in the webhook's messages.")
 	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
-	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Compute API base URL, for --reservations (tests, the demo); empty: Google's.")
+	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Compute API base URL, for the calls the agents ask for and --reservations (tests, the demo); empty: Google's.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "An opportunistic trigger no agent answered within this time (the agent down, the node NotReady) is withdrawn with a Warning Event, and its place under the caps freed; longer than the agents' limit on a trigger's age (5m).")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")

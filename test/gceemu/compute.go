@@ -263,7 +263,7 @@ func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
 			computeError(w, http.StatusUnauthorized, "authError", "Request had invalid authentication credentials. Expected OAuth 2 access token.")
 			return
 		}
-		s.getOperation(w, parts[1], parts[3], parts[5])
+		s.getOperation(w, r, parts[1], parts[3], parts[5])
 	default:
 		computeError(w, http.StatusNotFound, "notFound", "The requested URL was not found on this server.")
 	}
@@ -271,7 +271,54 @@ func (s *Server) serveCompute(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) authorized(r *http.Request) bool {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && token == s.AccessToken()
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	trusted := s.trusted
+	own := s.token
+	s.mu.Unlock()
+	if token == own {
+		return true
+	}
+	for _, id := range trusted {
+		if token == id.AccessToken() {
+			return true
+		}
+	}
+	return false
+}
+
+// Trust makes the Compute API take the token id's metadata server hands
+// out, as another identity of the project: an aggregator's service
+// account, whose token comes from its own metadata server (on GKE,
+// Workload Identity's). It is granted every permission not denied (Deny).
+func (s *Server) Trust(id *Server) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trusted = append(s.trusted, id)
+}
+
+// DenyOwnToken makes every call made with the VM's own token (its
+// service account's) answer 403, as Compute Engine answers a node service
+// account granted no Compute role: the default install, where the
+// aggregator makes the calls.
+func (s *Server) DenyOwnToken(denied bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ownDenied = denied
+}
+
+// lacks says whether r's caller lacks permission.
+func (s *Server) lacks(r *http.Request, permission string) bool {
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lacksLocked(token, permission)
+}
+
+func (s *Server) lacksLocked(token, permission string) bool {
+	return s.compute.denied[permission] || s.ownDenied && token == s.token
 }
 
 func (s *Server) performMaintenance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
@@ -309,7 +356,7 @@ func (s *Server) refusal(call Call, r *http.Request) (status int, reason, msg st
 // (403), or one that retries an accepted requestId (the same operation);
 // done is false when neither.
 func (s *Server) deniedOrRetriedLocked(call Call, permission string) (status int, reason, msg string, op operation, done bool) {
-	if s.compute.denied[permission] {
+	if s.lacksLocked(call.Token, permission) {
 		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", permission, call.resource()), op, true
 	}
 	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
@@ -510,7 +557,7 @@ func (s *Server) reportRefusalLocked() (code, msg string) {
 func (s *Server) newOperationLocked(kind, requestID string) operation {
 	now := s.clock.Now()
 	s.compute.opSeq++
-	op := operation{name: fmt.Sprintf("operation-%d-emu-%d", now.UnixMilli(), s.compute.opSeq), kind: kind,
+	op := operation{name: fmt.Sprintf("operation-%d-%s-%d", now.UnixMilli(), s.cfg.Name, s.compute.opSeq), kind: kind,
 		started: now, done: now.Add(s.compute.delay), err: s.compute.failWith}
 	if s.compute.ops == nil {
 		s.compute.ops = map[string]operation{}
@@ -523,11 +570,11 @@ func (s *Server) newOperationLocked(kind, requestID string) operation {
 	return op
 }
 
-func (s *Server) getOperation(w http.ResponseWriter, project, zone, name string) {
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, project, zone, name string) {
 	s.mu.Lock()
 	op, ok := s.compute.ops[name]
-	denied := s.compute.denied[PermissionGetOperation]
 	s.mu.Unlock()
+	denied := s.lacks(r, PermissionGetOperation)
 	if denied {
 		forbidden(w, PermissionGetOperation, fmt.Sprintf("projects/%s/zones/%s/operations/%s", project, zone, name))
 		return
@@ -582,10 +629,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 		computeError(w, status, reason, msg)
 		return
 	}
-	s.mu.Lock()
-	denied := s.compute.denied[PermissionGetInstance]
-	s.mu.Unlock()
-	if denied {
+	if s.lacks(r, PermissionGetInstance) {
 		forbidden(w, PermissionGetInstance, call.resource())
 		return
 	}

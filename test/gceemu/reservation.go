@@ -176,7 +176,7 @@ func (s *Server) acceptGroupMaintenance(call Call, r *http.Request, sb SubBlock,
 		sb.SubBlock != "" && m.at.SubBlock != sb.SubBlock {
 		return http.StatusNotFound, "notFound", fmt.Sprintf("The resource '%s' was not found", call.Resource), op
 	}
-	if s.compute.denied[permission] {
+	if s.lacksLocked(call.Token, permission) {
 		return http.StatusForbidden, "forbidden", fmt.Sprintf("Required '%s' permission for '%s'", permission, call.Resource), op
 	}
 	if name, ok := s.compute.byRequestID[call.RequestID]; ok && call.RequestID != "" {
@@ -281,8 +281,9 @@ func (s *Server) listGroups(w http.ResponseWriter, r *http.Request, project, zon
 	if sb.Block != "" {
 		permission, resource = PermissionListSubBlocks, resource+"/reservationBlocks/"+sb.Block
 	}
+	denied := s.lacks(r, permission)
 	s.mu.Lock()
-	m, denied := s.compute.reservation, s.compute.denied[permission]
+	m := s.compute.reservation
 	s.mu.Unlock()
 	switch {
 	case denied:

@@ -162,6 +162,8 @@ type Server struct {
 	absence    Absence
 	attributes map[string]string
 	token      string
+	trusted    []*Server // other identities whose tokens the Compute API takes (Trust)
+	ownDenied  bool      // the VM's own token is granted nothing (DenyOwnToken)
 	tokenSeq   int
 	faults     []*Fault
 	// faultsServed counts the requests a fault answered.

@@ -40,6 +40,13 @@ type Fleet struct {
 	// AgentArgs are added to every agent's command line.
 	AgentArgs []string
 	VMs       []*VM
+	// Project, when set, is the project's Compute API for the caller off
+	// the VMs (the aggregator, run with its identity by the test): every
+	// VM added is routed by it, its own service account is granted no
+	// Compute permission, and its agent runs as installed by default
+	// (--compute-caller aggregator). Nil: the agents make the calls with
+	// their VMs' own tokens (--compute-caller node).
+	Project *gceemu.Project
 }
 
 // Add creates the Node for spec, its emulator (cfg, with spec's name) and
@@ -59,6 +66,10 @@ func (f *Fleet) Add(ctx context.Context, spec testworld.NodeSpec, cfg gceemu.Con
 	if err := v.Emu.Start(); err != nil {
 		return nil, err
 	}
+	if f.Project != nil {
+		v.Emu.DenyOwnToken(true)
+		f.Project.Add(v.Emu)
+	}
 	f.VMs = append(f.VMs, v)
 	return v, f.StartAgent(v)
 }
@@ -73,8 +84,12 @@ func (f *Fleet) StartAgent(v *VM) error {
 		}
 		v.MetricsAddr = addr
 	}
+	caller := "node"
+	if f.Project != nil {
+		caller = "aggregator"
+	}
 	args := append([]string{"--kubeconfig", f.World.Kubeconfig, "--node-name", v.Name, "--metadata-host", v.Emu.Host(),
-		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--listen-address", v.MetricsAddr}, f.AgentArgs...)
+		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--compute-caller", caller, "--listen-address", v.MetricsAddr}, f.AgentArgs...)
 	p, err := f.World.StartProcess("agent-"+v.Name, f.AgentBin, args...)
 	if err != nil {
 		return err
