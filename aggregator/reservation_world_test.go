@@ -33,10 +33,18 @@ import (
 // (--reservations) says the sub-block's pending and then ongoing hosts on
 // every node, in its metrics and in the plugin's status; before anything
 // else, it maintains the block's two spare hosts (UNUSED_CAPACITY), once.
+// As installed by default, the nodes hold no Compute Engine permission:
+// the group's call is the aggregator's, at the asking node's request.
 func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	p := newProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
+	project, err := gceemu.NewProject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(project.Close)
+	p.f.Project = project
 	sb := gceemu.SubBlock{Reservation: "a4x-res", Block: "block-7", SubBlock: "sub-3"}
 	hosts, emus := subBlockMembers(t, ctx, p, sb, "nvl", "a4x", 4)
 	emus[0].SetSpareHosts(2, true) // the block has two hosts with no VM, their maintenance pending too
@@ -53,9 +61,9 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	// node, in the metric and in the plugin's status.
 	metricsAddr := testworld.FreeAddrT(t)
 	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
-	agg, err := world.StartProcessEnv("aggregator-nvl", []string{"GCE_METADATA_HOST=" + emus[0].Host()}, filepath.Join(p.bins, "aggregator"),
+	agg, err := world.StartProcessEnv("aggregator-nvl", []string{"GCE_METADATA_HOST=" + project.Identity.Host()}, filepath.Join(p.bins, "aggregator"),
 		"--kubeconfig", world.Kubeconfig, "--namespace", p.ns, "--identity", "agg-nvl", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
-		"--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s", "--compute-endpoint", emus[0].ComputeEndpoint(),
+		"--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s", "--compute-endpoint", project.ComputeEndpoint(),
 		"--maintain-unused-capacity")
 	if err != nil {
 		t.Fatal(err)
@@ -138,8 +146,9 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	}
 	last := evicted.at("rank-2")
 	want := fmt.Sprintf("projects/%s/zones/%s/reservations/%s/reservationBlocks/%s/reservationSubBlocks/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation, sb.Block, sb.SubBlock)
-	if len(calls) != 1 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want || last.IsZero() || !calls[0].At.After(last) {
-		t.Fatalf("calls %+v; want one, on the sub-block %s, after rank-2 was evicted at %s", calls, want, last.Format(time.RFC3339Nano))
+	if len(calls) != 1 || calls[0].Method != "reservationSubBlocks.performMaintenance" || calls[0].Resource != want || last.IsZero() || !calls[0].At.After(last) ||
+		calls[0].Token != project.Identity.AccessToken() {
+		t.Fatalf("calls %+v; want one, on the sub-block %s, after rank-2 was evicted at %s, with the aggregator's token", calls, want, last.Format(time.RFC3339Nano))
 	}
 	t.Logf("the last member's pod evicted at %s; the group's one call %s later", last.Format(time.RFC3339Nano), calls[0].At.Sub(last))
 	manual, _ := protocol.ReasonManual.Interruption()
