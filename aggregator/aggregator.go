@@ -317,6 +317,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	fresh, replaced := nodes.Changes()
 	a.markUnannounced(fresh, replaced)
 	a.opts.Metrics.Pools.Set(poolStats(plans))
+	a.opts.Metrics.KnowPools(poolNames(plans))
 	toTrigger, approved, claimed := claimsOf(plans, faults, live, decidedOn, cfgErr)
 	if !maps.Equal(claimed, cl.nodes) {
 		if ctx.Err() != nil {

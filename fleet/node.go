@@ -30,7 +30,14 @@ type Node struct {
 	// impending-termination taint).
 	InMaintenance bool
 	// Voluntary: a manual or opportunistic maintenance is under way or
-	// asked for (it counts against the caps).
+	// asked for (it counts against the caps), as far as what the node
+	// cannot write shows it: the perform-maintenance label (a person's or
+	// the aggregator's), an approved repair, or, for a manual maintenance
+	// that goes on without the label, the aggregator's own accepted call
+	// for it or its slice ask: a node's own word that it is in a manual
+	// maintenance takes no place. (A slice host's maintenance begun as its
+	// slice's voluntary one, State.Begun, still counts on its agent's
+	// word: the host that asked may be back first.)
 	Voluntary     bool
 	NoticePresent bool
 	OptOut        bool
@@ -142,7 +149,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]
 	v.PredictedToDegrade = n.Labels[protocol.LabelHealthPrediction] == "false"
 	v.Conditions = detectorConditions(n)
-	v.Voluntary = asked || st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
+	v.Voluntary = asked || st.Active() && (st.Reason == protocol.ReasonManual && vouched(n, st) || st.Begun)
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = NodeReady(n)
 	// A faulty node, or one whose repair is approved, is no capacity to
@@ -170,6 +177,18 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.SliceTaint = protocol.HasTaintKey(n, protocol.TaintSliceDown)
 	v.Unreadable = unreadable
 	return v
+}
+
+// vouched: the aggregator itself answered the maintenance under way with
+// an accepted call (its compute answer for the request), or asked the
+// node's slice to go down with a host of it (its slice ask): what the
+// node's agent cannot write.
+func vouched(n *corev1.Node, st protocol.AgentState) bool {
+	if ans, ok := protocol.ReadComputeAnswer(n); ok && st.RequestID != "" && ans.ID == st.RequestID && ans.Outcome == "" {
+		return true
+	}
+	_, asked := n.Annotations[protocol.AnnotationSliceMaintenance]
+	return asked
 }
 
 // Condition is a node condition a fault detector wrote.

@@ -101,6 +101,11 @@ func TestNodeIdentityFencedLikeTheAgent(t *testing.T) {
 			n.Annotations[protocol.AnnotationPhase], n.Annotations[protocol.AnnotationReason] = string(protocol.PhaseDraining), string(protocol.ReasonFault)
 		}},
 		{"opting its pool out", func(n *corev1.Node) { n.Labels[protocol.LabelOpportunisticDisable] = "true" }},
+		{"asking for its own maintenance (a place under the caps)", func(n *corev1.Node) { n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue }},
+		{"asking GKE for its repair, outside every cap", func(n *corev1.Node) { n.Labels[protocol.LabelFaultBehavior] = protocol.BehaviorChipError }},
+		{"asking the aggregator for a call on its VM", func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationComputeCall] = protocol.Encode(protocol.ComputeCall{ID: "x", Method: protocol.CallPerformMaintenance})
+		}},
 		{"its pool's opportunistic configuration", func(n *corev1.Node) {
 			n.Annotations[protocol.AnnotationOpportunisticConfig] = "node-idle-time=1s,min-nodes=0"
 		}},

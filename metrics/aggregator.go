@@ -48,6 +48,8 @@ type Aggregator struct {
 	// ComputeCalls counts the Compute Engine calls the leader made for
 	// the agents (the relay), by method and outcome.
 	ComputeCalls *prometheus.CounterVec
+
+	knownPools sync.Map // the pools whose interruption series exist (KnowPools)
 }
 
 // NodeGauge is a gauge per node, for the nodes of the last pass it was
@@ -236,6 +238,21 @@ func (m *Aggregator) PassDuration(d time.Duration) { m.PassDurationSeconds.Obser
 // PoolInterruption counts an interruption that began on a node of pool.
 func (m *Aggregator) PoolInterruption(pool string, i protocol.Interruption) {
 	m.PoolInterruptions.WithLabelValues(append([]string{pool}, i.Labels()...)...).Inc()
+}
+
+// KnowPools starts each pool's interruption series at zero, once per pool
+// and process: the recording rules count a pool's interruptions as the
+// increase of its total, so a series must exist before its first one.
+func (m *Aggregator) KnowPools(pools []string) {
+	kinds := append(append([]protocol.Interruption(nil), protocol.Interruptions...), protocol.ManualMaintenance, protocol.OpportunisticMaintenance)
+	for _, p := range pools {
+		if _, known := m.knownPools.LoadOrStore(p, true); known {
+			continue
+		}
+		for _, i := range kinds {
+			m.PoolInterruptions.WithLabelValues(append([]string{p}, i.Labels()...)...)
+		}
+	}
 }
 
 // Vanished counts a node lost with nothing announced.
