@@ -181,14 +181,16 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 	t.Cleanup(func() { _ = agg.Kill() })
 	targets = append(targets, aggAddr)
 	p := startPrometheus(t, targets)
-	// Every agent scraped, with its zero-initialised series, before anything
-	// happens.
+	// Every agent scraped, with its zero-initialised series, and the
+	// leading aggregator's pool series (the pool's count is the
+	// aggregator's), before anything happens.
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		up := p.query(t, `count(maintenance_handler_agent_interruptions_total{interruption_reason="HostError"} == 0)`)
-		return up[""] == float64(len(names)), nil
+		pool := p.query(t, `count(maintenance_handler_aggregator_pool_interruptions_total{node_pool_name="a3-pool", interruption_reason="HostError"} == 0)`)
+		return up[""] == float64(len(names)) && pool[""] == 1, nil
 	})
 	if err != nil {
-		t.Fatal("Prometheus never saw every agent")
+		t.Fatal("Prometheus never saw every agent and the aggregator's pool series")
 	}
 	// A rule evaluation over the baseline: two more than Prometheus last
 	// reported of itself (a scrape ago), so one began after every agent was
