@@ -35,9 +35,9 @@ type Node struct {
 	// the aggregator's), an approved repair, or, for a manual maintenance
 	// that goes on without the label, the aggregator's own accepted call
 	// for it or its slice ask: a node's own word that it is in a manual
-	// maintenance takes no place. (A slice host's maintenance begun as its
-	// slice's voluntary one, State.Begun, still counts on its agent's
-	// word: the host that asked may be back first.)
+	// maintenance takes no place. A slice host's maintenance begun as its
+	// slice's voluntary one (State.Begun: the host that asked may be back
+	// first) counts while the node is down (not Ready), or as vouched.
 	Voluntary     bool
 	NoticePresent bool
 	OptOut        bool
@@ -149,7 +149,8 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]
 	v.PredictedToDegrade = n.Labels[protocol.LabelHealthPrediction] == "false"
 	v.Conditions = detectorConditions(n)
-	v.Voluntary = asked || st.Active() && (st.Reason == protocol.ReasonManual && vouched(n, st) || st.Begun)
+	inVoluntary := st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
+	v.Voluntary = asked || inVoluntary && (vouched(n, st) || st.Begun && !NodeReady(n))
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = NodeReady(n)
 	// A faulty node, or one whose repair is approved, is no capacity to

@@ -13,10 +13,12 @@ import (
 // TestVoluntaryOnlyAsFarAsTheNodeCannotWrite: a node takes a place under
 // the caps on voluntary maintenance through what its agent cannot write
 // (the perform-maintenance label, the aggregator's accepted call for the
-// maintenance under way, its slice ask), never through its own state
-// saying it is in a manual maintenance.
+// maintenance under way, its slice ask), or by being down (a slice host
+// whose maintenance began as its slice's), never through its own state
+// alone.
 func TestVoluntaryOnlyAsFarAsTheNodeCannotWrite(t *testing.T) {
 	manual := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: now, Deadline: now.Add(time.Hour), RequestID: "req-1"}
+	begun := protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: now, Deadline: now.Add(time.Hour), Begun: true}
 	for _, tc := range []struct {
 		name   string
 		change func(*corev1.Node)
@@ -34,9 +36,15 @@ func TestVoluntaryOnlyAsFarAsTheNodeCannotWrite(t *testing.T) {
 			n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(protocol.ComputeAnswer{ID: "req-0", Operation: "op-0"})
 		}, want: false},
 		{name: "the aggregator's slice ask", change: func(n *corev1.Node) { n.Annotations[protocol.AnnotationSliceMaintenance] = "{}" }, want: true},
+		{name: "begun as its slice's, and down", change: func(n *corev1.Node) {
+			protocol.WriteAgentState(n, begun)
+			n.Status.Conditions[0].Status = corev1.ConditionFalse
+		}, want: true},
+		{name: "begun as its slice's on its own word, and up", change: func(n *corev1.Node) { protocol.WriteAgentState(n, begun) }, want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{protocol.LabelNodePool: "a3"}, Annotations: map[string]string{}}}
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{protocol.LabelNodePool: "a3"}, Annotations: map[string]string{}},
+				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 			protocol.WriteAgentState(n, manual)
 			if tc.change != nil {
 				tc.change(n)
