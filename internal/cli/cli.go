@@ -209,8 +209,26 @@ func respond(c net.Conn, status int, body string) {
 		status, http.StatusText(status), len(body), body)
 }
 
+// What Serve holds open: any pod can reach the agent's port (host
+// network, every interface) and the aggregator's, so idle connections
+// are closed and their number bounded, lest they exhaust the process's
+// memory before the next preemption.
+var (
+	// serveIdle closes a kept-alive connection with no request (a
+	// scrape every 15 s or more keeps its own).
+	serveIdle = time.Minute
+	// serveHeader bounds the wait for a request's headers.
+	serveHeader = 10 * time.Second
+)
+
+// serveConns bounds the connections open at once; a connection past it
+// waits in the kernel's backlog until one closes.
+const serveConns = 128
+
 // Serve listens on addr and serves h in g until ctx ends, then shuts the
-// server down (bounded). It returns the address it listens on.
+// server down (bounded). It returns the address it listens on. Idle
+// connections are closed (serveIdle, serveHeader), at most serveConns are
+// served at once, and request headers are bounded to 8 KiB.
 func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) (net.Addr, error) {
 	return ServeTLS(ctx, g, addr, h, nil)
 }
@@ -222,7 +240,8 @@ func ServeTLS(ctx context.Context, g *errgroup.Group, addr string, h http.Handle
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: serveHeader, IdleTimeout: serveIdle, MaxHeaderBytes: 8 << 10, TLSConfig: cfg}
+	ln = netutil.LimitListener(ln, serveConns)
 	g.Go(func() error {
 		serve := srv.Serve
 		if cfg != nil {

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // TestServeBoundedHoldsEachClientToItsShare: one client address holding
@@ -147,5 +152,43 @@ func TestServeBoundedServesOnlyWhomItAllows(t *testing.T) {
 	}
 	if got := foreign.Load(); got != 1 {
 		t.Errorf("counted %d refused clients, want 1", got)
+	}
+}
+
+// TestServeClosesIdleConnections: a client that sends one request and
+// then holds its connection open, as any pod on the node may, has it
+// closed by the server once idle; one that sends no request at all too.
+func TestServeClosesIdleConnections(t *testing.T) {
+	serveIdle, serveHeader = 100*time.Millisecond, 100*time.Millisecond
+	t.Cleanup(func() { serveIdle, serveHeader = time.Minute, 10*time.Second })
+	ctx, cancel := context.WithCancel(context.Background())
+	g, ctx := errgroup.WithContext(ctx)
+	t.Cleanup(func() { cancel(); _ = g.Wait() })
+	addr, err := Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, request := range []bool{true, false} {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		if request {
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n")
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		// The server closes it: the read ends. The deadline only keeps a
+		// failing test from hanging.
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("request sent %t: the idle connection was not closed by the server: %v", request, err)
+		}
+		c.Close()
 	}
 }
