@@ -40,21 +40,31 @@ func (d *Drainer) evict(ctx context.Context, p *corev1.Pod, grace time.Duration)
 	}
 }
 
+// escalationCallTimeout bounds each call of an escalation: the VM's stop
+// does not wait, and client-go would wait out a throttled API server's
+// Retry-After (up to 32 s under API priority and fairness) ten times.
+var escalationCallTimeout = 10 * time.Second
+
 // delete deletes a pod whose eviction kept being refused until
 // deadline - grace - EscalationLead, after setting its DisruptionTarget condition (why). A
 // condition that cannot be set does not hold the delete back: the pod
 // must stop before the VM does.
 func (d *Drainer) delete(ctx context.Context, p *corev1.Pod, grace time.Duration, why Disruption) string {
-	if err := d.opts.Client.PatchPod(ctx, p.Namespace, p.Name, types.StrategicMergePatchType, disruptionPatch(p, why, d.opts.Clock.Now()), "status"); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, escalationCallTimeout)
+	err := d.opts.Client.PatchPod(pctx, p.Namespace, p.Name, types.StrategicMergePatchType, disruptionPatch(p, why, d.opts.Clock.Now()), "status")
+	cancel()
+	if err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return OutcomeGone
 		}
 		d.opts.Logger.Warn("DisruptionTarget condition not set before the delete", "pod", klogRef(p), "err", err)
 	}
 	secs := int64(grace / time.Second)
-	err := d.opts.Client.DeletePod(ctx, p.Namespace, p.Name, metav1.DeleteOptions{
+	dctx, cancel := context.WithTimeout(ctx, escalationCallTimeout)
+	err = d.opts.Client.DeletePod(dctx, p.Namespace, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &p.UID},
 	})
+	cancel()
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		d.opts.Logger.Warn("delete after refused evictions failed", "pod", klogRef(p), "err", err)
 		return OutcomeError

@@ -10,6 +10,7 @@ import (
 
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -120,5 +121,44 @@ func TestBudgetRefusalAfterAFailureIsSaid(t *testing.T) {
 	}
 	if want := []string{protocol.EventEvictionFailed, protocol.EventBlocked}; !slices.Equal(reasons, want) {
 		t.Errorf("Events %v, want %v", reasons, want)
+	}
+}
+
+// hangingPatchClient is scriptedClient whose PatchPod hangs until the
+// caller gives up, as a throttled API server's can.
+type hangingPatchClient struct{ scriptedClient }
+
+func (c *hangingPatchClient) PatchPod(ctx context.Context, _, _ string, _ types.PatchType, _ []byte, _ string) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestEscalationDeletesThoughItsConditionHangs: at the escalation time,
+// the DisruptionTarget condition's patch hanging (a throttled API server)
+// does not hold the delete back: the patch is given up within its bound
+// and the pod deleted.
+func TestEscalationDeletesThoughItsConditionHangs(t *testing.T) {
+	escalationCallTimeout = 50 * time.Millisecond
+	t.Cleanup(func() { escalationCallTimeout = 10 * time.Second })
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC))
+	client := &hangingPatchClient{scriptedClient{throttlingClient: throttlingClient{calls: make(chan string, 8)}, script: []error{errHang}}}
+	seen, _ := drainTrainer(t, clk, client, clk.Now().Add(12*time.Second), Disruption{Reason: protocol.DisruptionPreemption})
+	if call := <-client.calls; call != "evict" {
+		t.Fatalf("first call: %s", call)
+	}
+	if got := <-seen; got != OutcomeError {
+		t.Fatalf("the hung eviction: %s, want %s", got, OutcomeError)
+	}
+	stepWhenWaiting(t, clk, time.Second)
+	select {
+	case call := <-client.calls:
+		if call != "delete" {
+			t.Fatalf("at the escalation time: %s, want the delete", call)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no delete: the hanging condition patch held it back")
+	}
+	if got := <-seen; got != OutcomeEscalated {
+		t.Errorf("escalation: %s", got)
 	}
 }
