@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,10 +20,14 @@ import (
 // Events are never combined across messages ("combined from similar
 // events"): a person reads each message as it was written.
 //
-// Call Shutdown when done.
+// Call Shutdown when done: it writes what is still queued first.
 type Recorder struct {
 	b record.EventBroadcaster
 	r record.EventRecorder
+	// recorded and written count the Events recorded and the writes the
+	// sink ended (a repeat is one write; a failed write retried is more).
+	recorded, written atomic.Int64
+	wrote             chan struct{} // a write ended
 }
 
 // NewRecorder starts a recorder that writes to sink as source; spamKey
@@ -38,18 +43,70 @@ func NewRecorder(sink record.EventSink, source corev1.EventSource, spamKey func(
 			return repeatKey(e), e.Message
 		},
 	}))
-	b.StartRecordingToSink(sink)
-	return &Recorder{b: b, r: b.NewRecorder(scheme, source)}
+	rec := &Recorder{b: b, r: b.NewRecorder(scheme, source), wrote: make(chan struct{}, 1)}
+	b.StartRecordingToSink(countingSink{sink, rec})
+	return rec
 }
 
 // Event records an Event about the object ref; typ is
 // corev1.EventTypeNormal or corev1.EventTypeWarning.
 func (r *Recorder) Event(ref *corev1.ObjectReference, typ, reason, message string) {
+	r.recorded.Add(1)
 	r.r.Event(ref, typ, reason, message)
 }
 
-// Shutdown stops recording; Events not yet written are dropped.
-func (r *Recorder) Shutdown() { r.b.Shutdown() }
+// shutdownFlush bounds how long Shutdown waits for the queued Events to
+// be written: an agent stopping with its VM has seconds, and its last
+// Events (the drain's end, the VM's stop) are the ones people look for.
+const shutdownFlush = 5 * time.Second
+
+// Shutdown stops recording, once every Event recorded has been written
+// (or its write has ended), or after shutdownFlush. An Event the
+// recorder's spam filter dropped is never written: the wait then ends at
+// the bound.
+// client-go's own Shutdown drops what it has not written yet, so the wait
+// comes first.
+func (r *Recorder) Shutdown() {
+	defer r.b.Shutdown()
+	bound := time.NewTimer(shutdownFlush)
+	defer bound.Stop()
+	for r.written.Load() < r.recorded.Load() {
+		select {
+		case <-r.wrote:
+		case <-bound.C:
+			return
+		}
+	}
+}
+
+// countingSink counts the writes of sink that ended.
+type countingSink struct {
+	record.EventSink
+	r *Recorder
+}
+
+func (s countingSink) ended() {
+	s.r.written.Add(1)
+	select {
+	case s.r.wrote <- struct{}{}:
+	default:
+	}
+}
+
+func (s countingSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	defer s.ended()
+	return s.EventSink.Create(e)
+}
+
+func (s countingSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	defer s.ended()
+	return s.EventSink.Update(e)
+}
+
+func (s countingSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	defer s.ended()
+	return s.EventSink.Patch(e, data)
+}
 
 func objectKey(e *corev1.Event) []string {
 	o := e.InvolvedObject
