@@ -109,8 +109,17 @@ func PluginArchive(goos, goarch string) string {
 	return fmt.Sprintf("kubectl-maintenance_%s_%s.tar.gz", goos, goarch)
 }
 
+// completionScript is kubectl's hook for a plugin's shell completion
+// (kubectl 1.26 and later run kubectl_complete-NAME, found on PATH, to
+// complete `kubectl NAME`): it asks the plugin's own completion.
+const completionScript = `#!/bin/sh
+# Shell completion of kubectl maintenance: kubectl runs this, found on PATH.
+exec kubectl maintenance __complete "$@"
+`
+
 // plugin writes the plugin's archive for each platform, the binary at its
-// root as krew expects, and each binary's SBOM.
+// root as krew expects, with kubectl's completion hook beside it, and
+// each binary's SBOM.
 func (r Release) plugin(ctx context.Context) error {
 	for _, p := range r.PluginPlatforms {
 		goos, goarch, _ := strings.Cut(p, "/")
@@ -125,7 +134,8 @@ func (r Release) plugin(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		archive, err := targz([]tarFile{{name: "kubectl-maintenance", mode: 0o755, body: bin}, {name: "LICENSE", mode: 0o644, body: license}})
+		archive, err := targz([]tarFile{{name: "kubectl-maintenance", mode: 0o755, body: bin},
+			{name: "kubectl_complete-maintenance", mode: 0o755, body: []byte(completionScript)}, {name: "LICENSE", mode: 0o644, body: license}})
 		if err != nil {
 			return err
 		}

@@ -92,6 +92,10 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 			if untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["LICENSE"] == nil {
 				t.Errorf("%s: the archive holds no LICENSE", p)
 			}
+			if c := untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["kubectl_complete-maintenance"]; c == nil || c.Mode&0o111 == 0 ||
+				!strings.Contains(string(c.body), "kubectl maintenance __complete") {
+				t.Errorf("%s: the archive holds no executable kubectl_complete-maintenance asking the plugin's completion", p)
+			}
 			checkArch(t, p, bin.body)
 			if goos == runtime.GOOS && goarch == runtime.GOARCH {
 				path := filepath.Join(t.TempDir(), "kubectl-maintenance")
@@ -118,6 +122,7 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 				Homepage         string `json:"homepage"`
 				ShortDescription string `json:"shortDescription"`
 				Description      string `json:"description"`
+				Caveats          string `json:"caveats"`
 				Platforms        []struct {
 					Selector struct{ MatchLabels map[string]string } `json:"selector"`
 					URI      string                                  `json:"uri"`

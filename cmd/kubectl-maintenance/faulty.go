@@ -18,8 +18,9 @@ func (a *app) reportFaultyCommand() *cobra.Command {
 	var behavior, description string
 	var dryRun, yes bool
 	cmd := &cobra.Command{
-		Use:   "report-faulty NODE --behavior BEHAVIOR",
-		Short: "Ask for a faulty node's repair: drained in order, its host reported to Compute Engine, back when the VM returns",
+		Use:               "report-faulty NODE --behavior BEHAVIOR",
+		ValidArgsFunction: a.completeNodes,
+		Short:             "Ask for a faulty node's repair: drained in order, its host reported to Compute Engine, back when the VM returns",
 		Long: `Ask for a faulty node's repair: the label ` + protocol.LabelReportFaulty + `=BEHAVIOR
 (and your --description). The aggregator taints the node faulty at once and approves its repair
 within the pool's maxInRepair; the node's agent drains it in order, then asks Compute Engine to

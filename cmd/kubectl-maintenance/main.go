@@ -81,17 +81,25 @@ func (a *app) run(ctx context.Context, args []string) int {
 	return exitError
 }
 
+// command is the plugin as kubectl users expect one: its help names it
+// `kubectl maintenance`, -v is kubectl's log verbosity (client-go logs
+// its requests from 6), --version has no shorthand, and shell completion
+// (kubectl's, through the kubectl_complete-maintenance script the release
+// ships, or `completion`) completes commands, flags and node names.
 func (a *app) command() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "kubectl-maintenance",
+		Use:           "maintenance",
 		Short:         "The maintenance of GPU and TPU nodes on Compute Engine, as maintenance-handler runs it",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl maintenance"},
 	}
 	root.SetVersionTemplate("maintenance-handler kubectl-maintenance {{.Version}}\n")
+	root.Flags().Bool("version", false, "Print the plugin's version.")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	a.flags.addFlags(root.PersistentFlags())
+	addVerbosity(root.PersistentFlags())
 	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand(), a.reportFaultyCommand())
 	return root
 }

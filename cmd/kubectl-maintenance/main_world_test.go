@@ -501,3 +501,16 @@ func TestReportFaulty(t *testing.T) {
 		t.Errorf("why: exit %d, %q; want the repair under way", code, out)
 	}
 }
+
+// TestCompletesNodeNames: shell completion offers the cluster's node
+// names for a node argument, less those already named.
+func TestCompletesNodeNames(t *testing.T) {
+	testworld.Need(t)
+	for _, name := range []string{"complete-a1", "complete-a2", "complete-b1"} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "complete"})
+	}
+	code, out := kubectl(t, false, "", "__complete", "trigger", "complete-a1", "complete-a")
+	if code != exitOK || !strings.Contains(out, "complete-a2\n") || strings.Contains(out, "complete-a1\n") || strings.Contains(out, "complete-b1") {
+		t.Errorf("completing complete-a after complete-a1: %d\n%s", code, out)
+	}
+}

@@ -55,8 +55,9 @@ func (a *app) statusCommand() *cobra.Command {
 	var o readOptions
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "status [NODE...]",
-		Short: "Every node's maintenance, and every pool's: pending, in maintenance, caps, windows",
+		Use:               "status [NODE...]",
+		ValidArgsFunction: a.completeNodes,
+		Short:             "Every node's maintenance, and every pool's: pending, in maintenance, caps, windows",
 		Long: `Every node's maintenance, and every pool's: pending, in maintenance, caps, windows.
 
 A line per node:
@@ -176,8 +177,9 @@ func (a *app) watchStatus(ctx context.Context, c *kube.Client, o readOptions, na
 func (a *app) whyCommand() *cobra.Command {
 	var o readOptions
 	cmd := &cobra.Command{
-		Use:   "why NODE",
-		Short: "Why a node is or is not in maintenance, not picked, or rejected",
+		Use:               "why NODE",
+		ValidArgsFunction: a.completeNodes,
+		Short:             "Why a node is or is not in maintenance, not picked, or rejected",
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if len(names) != 1 {
 				return fmt.Errorf("%w: why takes one NODE", errUsage)

@@ -23,8 +23,9 @@ func (a *app) triggerCommand() *cobra.Command {
 	var dryRun, yes bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "trigger NODE",
-		Short: "Start a node's pending maintenance now, after a pre-flight check; then follow it",
+		Use:               "trigger NODE",
+		ValidArgsFunction: a.completeNodes,
+		Short:             "Start a node's pending maintenance now, after a pre-flight check; then follow it",
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if len(names) != 1 {
 				return fmt.Errorf("%w: trigger takes one NODE", errUsage)
