@@ -78,6 +78,8 @@ type Aggregator struct {
 	claims claimWindow
 	// relay makes the agents' Compute Engine calls (nil: none).
 	relay *relay
+	// watched are the watches Healthy reads, once started.
+	watched atomic.Pointer[[]*kube.Informer]
 }
 
 // New returns an Aggregator, or ErrInvalidOptions.

@@ -6,8 +6,10 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -34,6 +36,23 @@ func (a *Aggregator) relayAsk(o kube.Object) {
 	}
 }
 
+// Healthy says why the replica is not healthy: a watch it needs (the
+// Nodes, the claims) has failed for longer than bound. Nil while the
+// watches start, and while they are healthy.
+func (a *Aggregator) Healthy(bound time.Duration) error {
+	w := a.watched.Load()
+	if w == nil {
+		return nil
+	}
+	var errs []error
+	for _, i := range *w {
+		if err := i.Unhealthy(bound); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // watch starts the watches, which last until ctx ends, and waits for the
 // node cache.
 func (a *Aggregator) watch(ctx context.Context) error {
@@ -55,6 +74,7 @@ func (a *Aggregator) watch(ctx context.Context) error {
 	a.claimsCache = kube.NewInformer(claimsWatch(a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName)),
 		kube.InformerOptions{Name: "claims", Logger: a.log.With("watch", "claims")})
 	go a.claimsCache.Run(ctx)
+	a.watched.Store(&[]*kube.Informer{a.nodes, a.claimsCache})
 	synced := []cache.InformerSynced{a.nodes.HasSynced, a.claimsCache.HasSynced}
 	if a.opts.ConfigMap != "" {
 		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),

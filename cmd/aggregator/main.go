@@ -96,7 +96,13 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(reg))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.Healthy(opts.UnhealthyAfter); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
 			http.Error(w, "the eviction check has no serving certificate yet", http.StatusServiceUnavailable)

@@ -19,10 +19,13 @@ import (
 // Options are the aggregator's flags. POD_NAMESPACE and POD_NAME come from
 // the Downward API.
 type Options struct {
-	Namespace      string
-	Identity       string
-	Kubeconfig     string
-	ListenAddress  string
+	Namespace     string
+	Identity      string
+	Kubeconfig    string
+	ListenAddress string
+	// UnhealthyAfter: /healthz fails when a watch the aggregator needs has
+	// failed for this long.
+	UnhealthyAfter time.Duration
 	ConfigMap      string
 	LeaseName      string
 	LeaseDuration  time.Duration
@@ -88,6 +91,7 @@ func NewOptions() *Options {
 		Namespace:            os.Getenv("POD_NAMESPACE"),
 		Identity:             id,
 		ListenAddress:        ":9103",
+		UnhealthyAfter:       3 * time.Minute,
 		ConfigMap:            "maintenance-handler",
 		LeaseName:            aggregator.Default.LeaseName,
 		LeaseDuration:        aggregator.Default.LeaseDuration,
@@ -121,6 +125,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Identity, "identity", o.Identity, "This replica's name in the Lease (default $POD_NAME, else the host name).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
+	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watch the aggregator needs (the Nodes, the claims) has failed for this long.")
 	fs.StringVar(&o.ConfigMap, "config-map", o.ConfigMap, "ConfigMap whose policy.yaml holds per-pool settings, maintenance windows and exclusions; empty means none.")
 	fs.StringVar(&o.LeaseName, "lease-name", o.LeaseName, "Name of the leader-election Lease.")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "How long a lease lasts without renewal.")
@@ -175,6 +180,9 @@ func (o *Options) choiceProblems() []error {
 	}
 	if o.ReservationInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--reservation-interval %s: want 1s or more", o.ReservationInterval))
+	}
+	if o.UnhealthyAfter < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--unhealthy-after %s: want 10s or more", o.UnhealthyAfter))
 	}
 	return errs
 }
