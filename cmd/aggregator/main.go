@@ -94,22 +94,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics.Handler(reg))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := a.Healthy(opts.UnhealthyAfter); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "the eviction check has no serving certificate yet", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux := serveMux(reg, func() error { return a.Healthy(opts.UnhealthyAfter) }, ready)
 	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
 	if err != nil {
 		return err
@@ -168,6 +153,28 @@ func watchMemory(ctx context.Context, opts *Options, events *kube.Client, m *met
 		Recorder: rec, Metrics: m, Clock: clock.RealClock{}, Logger: logger,
 	}
 	return w.Start(ctx)
+}
+
+// serveMux serves /metrics from reg, /healthz (healthy) and /readyz
+// (ready: the eviction check can serve).
+func serveMux(reg *prometheus.Registry, healthy func() error, ready func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler(reg))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "the eviction check has no serving certificate yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
 }
 
 // reservationReader is what reads --reservations: m; none when none is
