@@ -106,8 +106,10 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 	pod, err := c.Pods(ctx, req.Namespace, req.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		// No such pod: the eviction answers 404 itself.
-		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
+		// No such pod: refused as the eviction would be (404), never
+		// allowed: the API server reads the pod after the check, and a pod
+		// of the same name created in between may be on another node.
+		return refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", req.Namespace, req.Name)), Refused
 	case err != nil:
 		c.Logger.Warn("eviction check could not read the pod", "pod", req.Namespace+"/"+req.Name, "err", err)
 		return refuse(http.StatusServiceUnavailable, fmt.Sprintf("the eviction check could not read pod %s/%s: %v", req.Namespace, req.Name, err)), Failed
@@ -123,10 +125,13 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 
 func refuse(code int32, msg string) *admissionv1.AdmissionResponse {
 	reason := metav1.StatusReasonForbidden
-	if code == http.StatusServiceUnavailable {
+	switch code {
+	case http.StatusServiceUnavailable:
 		reason = metav1.StatusReasonServiceUnavailable
-	} else if code == http.StatusBadRequest {
+	case http.StatusBadRequest:
 		reason = metav1.StatusReasonBadRequest
+	case http.StatusNotFound:
+		reason = metav1.StatusReasonNotFound
 	}
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,

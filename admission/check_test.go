@@ -102,7 +102,7 @@ func TestCheckAnswersReviews(t *testing.T) {
 		{"its own node's pod", "a", "mine", "eviction", true, 0, ""},
 		{"another node's pod", "a", "other", "eviction", false, http.StatusForbidden, "only the pods on its own Node (a), not ns/other on b"},
 		{"a token without a node", "", "mine", "eviction", false, http.StatusForbidden, "its token names no node"},
-		{"a pod that is gone", "a", "gone", "eviction", true, 0, ""},
+		{"a pod that is gone (a pod of its name may be created before the eviction reads it)", "a", "gone", "eviction", false, http.StatusNotFound, "not found"},
 		{"a pod it cannot read", "a", "broken", "eviction", false, http.StatusServiceUnavailable, "could not read pod ns/broken"},
 		{"not an eviction", "a", "mine", "", false, http.StatusBadRequest, "pod evictions only"},
 	} {
@@ -116,7 +116,7 @@ func TestCheckAnswersReviews(t *testing.T) {
 			}
 		})
 	}
-	for verdict, want := range map[string]float64{admission.Allowed: 2, admission.Refused: 3, admission.Failed: 1} {
+	for verdict, want := range map[string]float64{admission.Allowed: 1, admission.Refused: 4, admission.Failed: 1} {
 		if got := testutil.ToFloat64(m.Checks.WithLabelValues(verdict)); got != want {
 			t.Errorf("eviction_checks_total{verdict=%q} = %v, want %v", verdict, got, want)
 		}
