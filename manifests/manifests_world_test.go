@@ -495,6 +495,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"list", "", "nodes", "", "", true},
 		{"watch", "", "nodes", "", "", true},
 		{"update", "", "nodes", "", "", true},
+		{"patch", "", "nodes", "", "", true}, // the answers to the agents' Compute asks
 		{"create", "", "events", "default", "", true},
 		{"create", "coordination.k8s.io", "leases", ns, "", true},
 		{"get", "coordination.k8s.io", "leases", ns, "", false}, // only its own Lease, by name (below)
@@ -543,6 +544,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			}
 		}
 	}
+
+	aggregatorWritesOnlyTheCA(t, agg)
 
 	// The real agent under these permissions.
 	t.Run("AgentWithItsPodBoundTokenDoesItsJob", func(t *testing.T) { agentWithBoundToken(t, podC) })
