@@ -67,6 +67,7 @@ func unreadable(n *corev1.Node, noticeReadable func(string) bool) []string {
 	check(AnnotationRepairCall, func(v string) bool { return readRepairCall(v) != "" })
 	check(AnnotationLastFaultRepair, func(v string) bool { return decodeLastFaultRepair(v).Outcome != "" })
 	check(AnnotationUpcomingMaintenance, noticeReadable)
+	check(AnnotationComputeCall, func(string) bool { _, ok := ReadComputeCall(n); return ok })
 	slices.Sort(out)
 	return out
 }

@@ -26,6 +26,7 @@ func TestUnreadableNamesEachKey(t *testing.T) {
 		AnnotationUpcomingMaintenance: `{"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"2026-12-01T00:00:00Z"}`,
 		AnnotationSliceMaintenance:    `{"slice":"s","cause":"h0","reason":"preemption","started":"2026-11-25T10:00:00Z","deadline":"2026-11-25T10:00:30Z"}`,
 		AnnotationRequestID:           "anything",
+		AnnotationComputeCall:         `{"id":"r1","method":"performMaintenance"}`,
 	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: readable}}
 	if got := Unreadable(n); len(got) != 0 {
@@ -46,6 +47,7 @@ func TestUnreadableNamesEachKey(t *testing.T) {
 		AnnotationUpcomingMaintenance: `{"maintenance_status":"PENDING","window_start_time":"soon"}`,
 		AnnotationSliceMaintenance:    `{"slice":"s"}`,
 		AnnotationRepairs:             `[]`,
+		AnnotationComputeCall:         `{"id":"r1","method":"deleteInstance"}`,
 	}
 	for key, bad := range garbage {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{}}}
