@@ -220,7 +220,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 		Help: "Messages the leader posted to the webhook (--notify-url-file), one per step of a node's maintenance, by step (scheduled, draining, in-maintenance, back, failed) and outcome: sent, failed (after the retries, or refused), dropped (too many waiting, or left by the last term), rate_limited (its node or group was told 12 messages in the last hour)."},
 		[]string{"step", "outcome"})
 	m.ComputeCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "compute_calls_total",
-		Help: "Compute Engine calls the leader made on a node's VM at its agent's request (--compute-caller), by method (performMaintenance, reportHostAsFaulty, groupMaintenance, instances.get) and outcome: accepted, permission_denied, refused, failed, not_vouched (the ask is not what the aggregator knows of the node: not made)."},
+		Help: "Compute Engine calls the leader made on a node's VM at its agent's request (--compute-caller), by method (performMaintenance, reportHostAsFaulty, groupMaintenance, instances.get) and outcome: accepted, permission_denied, refused, failed, not-vouched (the ask is not what the aggregator knows of the node: not made)."},
 		[]string{"method", "outcome"})
 	reg.MustRegister(m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
