@@ -365,3 +365,41 @@ func TestCommunityFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestPackageDocsNameRealFiles: every Go file a package's doc.go names
+// (its own, or another package's by path) exists, so that a package's
+// description does not drift from its files.
+func TestPackageDocsNameRealFiles(t *testing.T) {
+	docs, err := filepath.Glob("../*/doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("../*/*/doc.go")
+	docs = append(docs, more...)
+	named := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Dir(doc)
+		for _, m := range regexp.MustCompile(`\b([a-z][a-z0-9_]*/)*[a-z][a-z0-9_]*\.go\b`).FindAllString(string(b), -1) {
+			named++
+			own := filepath.Join(dir, filepath.Base(m))
+			if !strings.Contains(m, "/") {
+				if _, err := os.Stat(own); err != nil {
+					t.Errorf("%s names %s, which is not in its package", doc, m)
+				}
+				continue
+			}
+			if _, err := os.Stat(filepath.Join("..", m)); err != nil {
+				if _, err := os.Stat(own); err != nil {
+					t.Errorf("%s names %s, which does not exist", doc, m)
+				}
+			}
+		}
+	}
+	if len(docs) < 10 || named < 20 {
+		t.Fatalf("found %d doc.go files naming %d files: the scan is broken", len(docs), named)
+	}
+}
