@@ -72,15 +72,7 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 			if ctx.Err() != nil {
 				return // stopping: the next agent continues from the Node
 			}
-			switch {
-			case res.Err == nil:
-			case errors.Is(res.Err, compute.ErrPermissionDenied):
-				res.Outcome = protocol.ManualPermissionDenied
-			case errors.Is(res.Err, compute.ErrRefused):
-				res.Outcome = protocol.ManualRefused
-			default:
-				res.Outcome = protocol.ManualFailed
-			}
+			res.Outcome = compute.Outcome(res.Err)
 		}
 		if res.Err != nil {
 			a.log.Warn(method+" failed", "request_id", st.RequestID, "outcome", res.Outcome, "err", res.Err)
@@ -201,14 +193,19 @@ func (a *Agent) callFor(st lifecycle.State) (method, permission string, group, s
 // moves the group's state, not its other VMs.
 func (a *Agent) performReservationGroup(ctx context.Context, requestID string, subBlock bool, members int) (string, error) {
 	op, err := a.opts.Maintainer.PerformGroupMaintenance(ctx, requestID, subBlock, members)
-	if err == nil || ctx.Err() != nil ||
-		!errors.Is(err, compute.ErrNoReservationGroup) && !errors.Is(err, compute.ErrGroupNotCallable) && !errors.Is(err, compute.ErrPermissionDenied) {
+	if err == nil || ctx.Err() != nil || !compute.NotAtGroupScope(err) {
 		return op, err
 	}
 	a.log.Warn("the reservation group's maintenance cannot be asked for at its scope; asking for this VM's", "err", err)
-	a.opts.Events.NodeEvent(true, protocol.EventGroupScopeUnknown, fmt.Sprintf(
-		"The reservation group's maintenance was asked for at this VM's scope (instances.performMaintenance), not the group's, so only this VM's maintenance starts now: %v", err))
+	a.groupScopeUnknown(err.Error())
 	return a.opts.Maintainer.PerformMaintenance(ctx, requestID)
+}
+
+// groupScopeUnknown says that the group's maintenance was asked for at the
+// VM's scope, and why (this agent's call, or the aggregator's for it).
+func (a *Agent) groupScopeUnknown(why string) {
+	a.opts.Events.NodeEvent(true, protocol.EventGroupScopeUnknown, fmt.Sprintf(
+		"The reservation group's maintenance was asked for at this VM's scope (instances.performMaintenance), not the group's, so only this VM's maintenance starts now: %s", why))
 }
 
 // groupMembers is how many Nodes the node's group has, its own included,

@@ -91,16 +91,7 @@ func (r *Relay) Scheduling(ctx context.Context) (compute.Scheduling, error) {
 	}
 	id := r.readID
 	r.mu.Unlock()
-	if err := r.write(ctx, func(n *corev1.Node) bool {
-		if f, ok := protocol.ReadVMFacts(n); ok && f.ID == id || n.Annotations[protocol.AnnotationVMRead] == id {
-			return false
-		}
-		n.Annotations[protocol.AnnotationVMRead] = id
-		return true
-	}); err != nil {
-		return compute.Scheduling{}, err
-	}
-	f, err := await(ctx, r, func(n *corev1.Node) (protocol.VMFacts, bool) {
+	f, err := exchange(ctx, r, protocol.AnnotationVMRead, id, func(n *corev1.Node) (protocol.VMFacts, bool) {
 		f, ok := protocol.ReadVMFacts(n)
 		return f, ok && f.ID == id
 	})
@@ -115,25 +106,13 @@ func (r *Relay) Scheduling(ctx context.Context) (compute.Scheduling, error) {
 	case f.Error != "":
 		return compute.Scheduling{}, fmt.Errorf("the aggregator read the VM: %s", f.Error)
 	}
-	return compute.Scheduling{Spot: f.Spot, PreemptionNotice: time.Duration(f.PreemptionNotice), End: f.End, EndCause: f.EndCause,
-		Consumption: compute.Consumption{Reservation: f.Reservation, Block: f.Block, SubBlock: f.SubBlock},
-		MachineType: f.MachineType, ProvisioningModel: f.ProvisioningModel, Status: f.Status}, nil
+	return compute.SchedulingOf(f), nil
 }
 
 // call asks for c, unless the Node already asks for it, and waits for the
 // aggregator's answer to it.
 func (r *Relay) call(ctx context.Context, c protocol.ComputeCall) (protocol.ComputeAnswer, error) {
-	want := protocol.Encode(c)
-	if err := r.write(ctx, func(n *corev1.Node) bool {
-		if a, ok := protocol.ReadComputeAnswer(n); ok && a.ID == c.ID || n.Annotations[protocol.AnnotationComputeCall] == want {
-			return false
-		}
-		n.Annotations[protocol.AnnotationComputeCall] = want
-		return true
-	}); err != nil {
-		return protocol.ComputeAnswer{}, err
-	}
-	ans, err := await(ctx, r, func(n *corev1.Node) (protocol.ComputeAnswer, bool) {
+	ans, err := exchange(ctx, r, protocol.AnnotationComputeCall, protocol.Encode(c), func(n *corev1.Node) (protocol.ComputeAnswer, bool) {
 		a, ok := protocol.ReadComputeAnswer(n)
 		return a, ok && a.ID == c.ID
 	})
@@ -143,8 +122,7 @@ func (r *Relay) call(ctx context.Context, c protocol.ComputeCall) (protocol.Comp
 	switch ans.Outcome {
 	case "":
 		if ans.Narrowed {
-			r.a.opts.Events.NodeEvent(true, protocol.EventGroupScopeUnknown, fmt.Sprintf(
-				"The reservation group's maintenance was asked for at this VM's scope (instances.performMaintenance), not the group's, so only this VM's maintenance starts now: %s", ans.Error))
+			r.a.groupScopeUnknown(ans.Error)
 		}
 		return ans, nil
 	case protocol.ManualPermissionDenied:
@@ -180,6 +158,22 @@ func (r *Relay) write(ctx context.Context, change func(*corev1.Node) bool) error
 			return errors.Join(werr, err)
 		}
 	}
+}
+
+// exchange asks with value under key on the Node, unless the Node holds
+// the answer already or asks the same, and waits for the answer.
+func exchange[T any](ctx context.Context, r *Relay, key, value string, answer func(*corev1.Node) (T, bool)) (T, error) {
+	if err := r.write(ctx, func(n *corev1.Node) bool {
+		if _, answered := answer(n); answered || n.Annotations[key] == value {
+			return false
+		}
+		n.Annotations[key] = value
+		return true
+	}); err != nil {
+		var zero T
+		return zero, err
+	}
+	return await(ctx, r, answer)
 }
 
 // await waits until answered reads an answer on the Node, or ctx ends.

@@ -318,8 +318,9 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	a.announceUnreadable(nodes.Marked(fleet.MarkUnreadable))
 	fresh, replaced := nodes.Changes()
 	a.markUnannounced(fresh, replaced)
-	a.opts.Metrics.Pools.Set(poolStats(plans))
-	a.opts.Metrics.KnowPools(poolNames(plans))
+	stats := poolStats(plans)
+	a.opts.Metrics.Pools.Set(stats)
+	a.opts.Metrics.KnowPools(stats)
 	toTrigger, approved, claimed := claimsOf(plans, faults, live, decidedOn, cfgErr)
 	if !maps.Equal(claimed, cl.nodes) {
 		if ctx.Err() != nil {

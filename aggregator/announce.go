@@ -43,14 +43,6 @@ func poolStats(plans []fleet.PoolPlan) []metrics.PoolStats {
 	return out
 }
 
-func poolNames(plans []fleet.PoolPlan) []string {
-	out := make([]string, 0, len(plans))
-	for _, p := range plans {
-		out = append(out, p.Pool)
-	}
-	return out
-}
-
 // announce announces a pool's changed decisions and configuration errors.
 func (a *Aggregator) announce(p fleet.PoolPlan) {
 	a.mu.Lock()

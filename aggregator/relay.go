@@ -41,8 +41,8 @@ const relayCallTimeout = 5 * time.Minute
 // relayConcurrency bounds the calls and follows under way at once.
 const relayConcurrency = 32
 
-// relay is the leader's caller. Its queue is fed by the Node watch on
-// every replica and drained by the leader only.
+// relay is the leader's caller. Its queue is fed by the Node watch while
+// the replica leads, and drained by the leader.
 type relay struct {
 	a      *Aggregator
 	caller VMCaller
@@ -173,8 +173,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 		ans.Operation, err = r.caller.ReportHostAsFaulty(cctx, inst, c.ID, approval.Behavior, approval.Description())
 	case protocol.CallGroupMaintenance:
 		ans.Operation, err = r.caller.InstanceGroupMaintenance(cctx, inst, c.ID, c.SubBlock, r.members(n))
-		if err != nil && cctx.Err() == nil &&
-			(errors.Is(err, compute.ErrNoReservationGroup) || errors.Is(err, compute.ErrGroupNotCallable) || errors.Is(err, compute.ErrPermissionDenied)) {
+		if err != nil && cctx.Err() == nil && compute.NotAtGroupScope(err) {
 			r.a.log.Warn("the reservation group's maintenance cannot be asked for at its scope; asking for the VM's", "node", n.Name, "err", err)
 			ans.Narrowed, ans.Error = true, err.Error()
 			ans.Operation, err = r.caller.PerformMaintenance(cctx, inst, c.ID)
@@ -188,15 +187,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 	}
 	outcome := "accepted"
 	if err != nil {
-		ans.Error = err.Error()
-		switch {
-		case errors.Is(err, compute.ErrPermissionDenied):
-			ans.Outcome = protocol.ManualPermissionDenied
-		case errors.Is(err, compute.ErrRefused):
-			ans.Outcome = protocol.ManualRefused
-		default:
-			ans.Outcome = protocol.ManualFailed
-		}
+		ans.Error, ans.Outcome = err.Error(), compute.Outcome(err)
 		outcome = ans.Outcome
 		r.a.log.Warn(c.Method+" failed", "node", n.Name, "request_id", c.ID, "outcome", outcome, "err", err)
 	}
@@ -232,31 +223,24 @@ func (r *relay) follow(ctx context.Context, n *corev1.Node, ans protocol.Compute
 
 // read answers n's VM read (id) with what instances.get says.
 func (r *relay) read(ctx context.Context, n *corev1.Node, id string) {
-	f := protocol.VMFacts{ID: id}
-	outcome := "accepted"
+	var sc compute.Scheduling
 	inst, err := instanceOf(n)
+	outcome := protocol.CallNotVouched
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, relayCallTimeout)
-		var sc compute.Scheduling
 		sc, err = r.caller.Scheduling(cctx, inst)
 		cancel()
-		f.Spot, f.PreemptionNotice, f.End, f.EndCause = sc.Spot, protocol.Duration(sc.PreemptionNotice), sc.End, sc.EndCause
-		f.MachineType, f.ProvisioningModel, f.Status = sc.MachineType, sc.ProvisioningModel, sc.Status
-		f.Reservation, f.Block, f.SubBlock = sc.Consumption.Reservation, sc.Consumption.Block, sc.Consumption.SubBlock
-	} else {
-		outcome = protocol.CallNotVouched
+		outcome = compute.Outcome(err)
 	}
 	if ctx.Err() != nil {
 		return
 	}
+	f := sc.Facts(id)
 	if err != nil {
 		f = protocol.VMFacts{ID: id, Error: err.Error(), PermissionDenied: errors.Is(err, compute.ErrPermissionDenied)}
-		if outcome != protocol.CallNotVouched {
-			outcome = protocol.ManualFailed
-			if f.PermissionDenied {
-				outcome = protocol.ManualPermissionDenied
-			}
-		}
+	}
+	if outcome == "" {
+		outcome = "accepted"
 	}
 	r.a.opts.Metrics.ComputeCalls.WithLabelValues("instances.get", outcome).Inc()
 	r.answer(ctx, n.Name, protocol.AnnotationVMFacts, protocol.Encode(f))
@@ -265,7 +249,7 @@ func (r *relay) read(ctx context.Context, n *corev1.Node, id string) {
 // answer writes one annotation of the aggregator's on the node, retrying
 // with backoff until it is written or ctx ends (a Node gone is left).
 func (r *relay) answer(ctx context.Context, name, key, value string) {
-	patch := []byte(protocol.Encode(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}}))
+	patch := annotationPatch(key, value)
 	for attempt := 0; ; attempt++ {
 		_, err := r.a.opts.Client.PatchNode(ctx, name, types.MergePatchType, patch, fieldManager, "")
 		if err == nil || apierrors.IsNotFound(err) {

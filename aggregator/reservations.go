@@ -154,12 +154,7 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		var v any = want[name]
-		if want[name] == "" {
-			v = nil
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnotationReservationGroup: v}}})
-		if _, err := a.opts.Client.PatchNode(ctx, name, types.MergePatchType, patch, "", ""); err != nil {
+		if _, err := a.opts.Client.PatchNode(ctx, name, types.MergePatchType, annotationPatch(protocol.AnnotationReservationGroup, want[name]), "", ""); err != nil {
 			a.log.Warn("the reservation group's state not written on the node", "node", name, "err", fmt.Sprint(err))
 		}
 	}
@@ -211,4 +206,15 @@ func (a *Aggregator) maintainUnusedCapacity(ctx context.Context, states []comput
 		asked[b.Name] = b.Window
 		a.log.Info("maintaining the reservation block's unused capacity first", "block", b.Name, "spare_hosts", b.Count-b.InUse, "operation", op)
 	}
+}
+
+// annotationPatch is the merge patch that sets one annotation of a Node to
+// value ("" removes it).
+func annotationPatch(key, value string) []byte {
+	var v any = value
+	if value == "" {
+		v = nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
+	return patch
 }

@@ -29,9 +29,10 @@ func (a *Aggregator) record() (shutdown func()) {
 	return a.recorder.Shutdown
 }
 
-// relayAsk hands o to the Compute relay, if there is one.
+// relayAsk hands o to the Compute relay, while this replica leads: a new
+// leader's relay reads every Node first.
 func (a *Aggregator) relayAsk(o kube.Object) {
-	if a.relay != nil {
+	if a.relay != nil && a.leading.Load() {
 		a.relay.mark(o)
 	}
 }

@@ -62,8 +62,9 @@ const shutdownFlush = 5 * time.Second
 
 // Shutdown stops recording, once every Event recorded has been written
 // (or its write has ended), or after shutdownFlush. An Event the
-// recorder's spam filter dropped is never written: the wait then ends at
-// the bound.
+// recorder's spam filter dropped is never written, and client-go does not
+// say which it dropped: once one was, every later Shutdown waits out the
+// bound.
 // client-go's own Shutdown drops what it has not written yet, so the wait
 // comes first.
 func (r *Recorder) Shutdown() {

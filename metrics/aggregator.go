@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -243,14 +244,13 @@ func (m *Aggregator) PoolInterruption(pool string, i protocol.Interruption) {
 // KnowPools starts each pool's interruption series at zero, once per pool
 // and process: the recording rules count a pool's interruptions as the
 // increase of its total, so a series must exist before its first one.
-func (m *Aggregator) KnowPools(pools []string) {
-	kinds := append(append([]protocol.Interruption(nil), protocol.Interruptions...), protocol.ManualMaintenance, protocol.OpportunisticMaintenance)
+func (m *Aggregator) KnowPools(pools []PoolStats) {
 	for _, p := range pools {
-		if _, known := m.knownPools.LoadOrStore(p, true); known {
+		if _, known := m.knownPools.LoadOrStore(p.Pool, true); known {
 			continue
 		}
-		for _, i := range kinds {
-			m.PoolInterruptions.WithLabelValues(append([]string{p}, i.Labels()...)...)
+		for _, i := range append(slices.Clone(protocol.Interruptions), protocol.ManualMaintenance, protocol.OpportunisticMaintenance) {
+			m.PoolInterruptions.WithLabelValues(append([]string{p.Pool}, i.Labels()...)...)
 		}
 	}
 }
