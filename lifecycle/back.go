@@ -69,6 +69,16 @@ func (d *Decision) backInService(cfg Config, obs Observation) {
 	d.Uncordon = !st.CordonedBefore
 	d.RemoveTrigger = st.RequestID != "" && st.Reason != protocol.ReasonFault
 	d.State = idleState(st)
+	if !booted && st.Reason != protocol.ReasonFault && st.RepairCall != "" {
+		// What took over a repair Compute Engine was asked for (a
+		// preemption: nothing else may) was withdrawn: the repair was
+		// overtaken, and the next one, approved again at once, follows a
+		// report's operation that still runs rather than report again.
+		d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairOvertaken, Ended: obs.Now, By: string(st.Reason)}
+		if st.RepairCall == protocol.RepairReport {
+			d.State.LastRepair.Operation = st.Operation
+		}
+	}
 	if booted {
 		// The maintenance that took the VM down is over, and so is its
 		// notice; a value still served after the reboot is a new one (a

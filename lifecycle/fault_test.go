@@ -143,7 +143,8 @@ func TestStepFaultRepairWithdrawn(t *testing.T) {
 
 // TestStepFaultRepairYields: a preemption takes the repair over; a host
 // maintenance only before the call. The VM's return removes the approval
-// either way.
+// either way; a preemption withdrawn leaves the report's operation to the
+// next repair, which follows it.
 func TestStepFaultRepairYields(t *testing.T) {
 	st := draining(protocol.ReasonFault, 30*time.Minute)
 	st.RequestID = "req-fault"
@@ -164,8 +165,23 @@ func TestStepFaultRepairYields(t *testing.T) {
 		t.Fatalf("host maintenance after the call: %+v, want the repair to go on", d.State)
 	}
 	preempted := approved(obs(with(func(s *Signals) { s.Preempted = true })))
-	if d := stepChecked(t, cfg, st, preempted); d.State.Reason != protocol.ReasonPreemption {
+	st.Operation = "op-1"
+	d = stepChecked(t, cfg, st, preempted)
+	if d.State.Reason != protocol.ReasonPreemption {
 		t.Fatalf("preempted: %+v, want the preemption to take over", d.State)
+	}
+	// The preemption is withdrawn while the report's operation runs: the
+	// repair approved again follows that operation, and reports no more.
+	withdrawn := approved(obs(quiet()))
+	withdrawn.RequestID = "req-again"
+	again := stepChecked(t, cfg, d.State, withdrawn)
+	if again.State.Reason != protocol.ReasonFault || again.State.RequestID != "req-again" || again.State.LastRepair.Operation != "op-1" ||
+		again.State.LastRepair.Outcome != protocol.RepairOvertaken || again.State.LastRepair.By != string(protocol.ReasonPreemption) {
+		t.Fatalf("preemption withdrawn: %+v, want a new repair that remembers operation op-1, overtaken by the preemption", again.State)
+	}
+	withdrawn.DrainEnded = DrainOrder{For: again.State.Started, Deadline: again.State.Deadline, Reason: protocol.ReasonFault}
+	if drained := stepChecked(t, cfg, again.State, withdrawn); drained.Perform || drained.State.Operation != "op-1" {
+		t.Fatalf("drained again: perform %t, operation %q; want op-1 followed, no second report", drained.Perform, drained.State.Operation)
 	}
 }
 

@@ -729,6 +729,7 @@ var regressionSeeds = []struct {
 	{220040227790608171, 3000, "a reboot ends a manual maintenance in the pass that begins the slice's: what it counts is the manual one's; and (with faults modelled) a preemption that took a fault's repair over, drained, was counted again as the repair when the VM came back"},
 	{5827604864258396149, 100, "a fault's report refused while TERMINATE_ON_HOST_MAINTENANCE was served left the node idle: the host maintenance it did not yield to once asked must start"},
 	{16268931667043886016, 678, "with known ends modelled: a repair whose approval was withdrawn left the node idle within the lead of its known end for a step"},
+	{12732717944473127520, 5758, "with faults and known ends modelled: a preemption took over a repair whose report Compute Engine had taken and was withdrawn; the repair approved again reported a second time while the first report's operation ran"},
 	{15374168629025501662, 226, "with known ends modelled: an end moved later within the lead ended the drain and began it anew, counted twice"},
 }
 

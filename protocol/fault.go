@@ -228,7 +228,8 @@ const (
 	// node stays faulty, its repair approved again after the cool-down.
 	RepairNotReportable = "not_reportable"
 	// RepairOvertaken: the VM stopped for something else (LastFaultRepair's
-	// By) before or instead of its repair: the host was not repaired. The
+	// By) before or instead of its repair, or a preemption that took the
+	// repair over was withdrawn: the host was not repaired. The
 	// node stays faulty (a person's request stands, a condition stays
 	// fresh), and its repair is approved again with no cool-down.
 	RepairOvertaken = "overtaken"
