@@ -145,7 +145,7 @@ func TestSafetyUnderLeaderChaos(t *testing.T) {
 
 	aggregators := map[string]*testworld.Process{}
 	startAgg := func(id string) { // a new replica: a new name, as a new pod would have
-		p, err := world.StartProcess("aggregator-"+id, filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", ns,
+		p, err := world.StartProcess("aggregator-"+id, filepath.Join(bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(t, ns), "--namespace", ns,
 			"--identity", id, "--config-map", "maintenance-handler", "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
 			"--interval", "1s", "--listen-address", testworld.FreeAddrT(t), "--log-level", "warn")
 		if err != nil {

@@ -19,7 +19,7 @@ func TestMemoryNearLimitIsSaid(t *testing.T) {
 	// GOMEMLIMIT set: the Go runtime is not held to 90% of so small a
 	// limit (it would collect garbage without end).
 	agg, err := world.StartProcessEnv("aggregator-memory", []string{"GOMEMLIMIT=off"}, filepath.Join(p.bins, "aggregator"),
-		"--kubeconfig", world.Kubeconfig, "--namespace", p.ns, "--identity", "memory-0", "--config-map", "",
+		"--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns, "--identity", "memory-0", "--config-map", "",
 		"--listen-address", addr, "--log-level", "warn", "--memory-limit", "8Mi")
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func TestNotifierTellsEachStepOnce(t *testing.T) {
 	}
 	world.WaitNode(t, "told-0", "seen by its agent", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
 	metricsAddr := testworld.FreeAddrT(t)
-	agg, err := world.StartProcess("aggregator-told", filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", p.ns,
+	agg, err := world.StartProcess("aggregator-told", filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns,
 		"--identity", "agg-told", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
 		"--notify-url-file", urlFile, "--notify-format", "json", "--cluster-name", "test-world")
 	if err != nil {

@@ -41,7 +41,7 @@ func (p *procs) aggregator(id, addr string) *testworld.Process {
 // none) of the test's namespace.
 func (p *procs) aggregatorWith(id, addr, configMap string) *testworld.Process {
 	p.t.Helper()
-	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.Kubeconfig, "--namespace", p.ns,
+	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(p.t, p.ns), "--namespace", p.ns,
 		"--identity", id, "--config-map", configMap, "--interval", "1s", "--listen-address", addr, "--log-level", "warn")
 	if err != nil {
 		p.t.Fatal(err)

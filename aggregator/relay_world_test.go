@@ -58,7 +58,7 @@ func TestRelayNodesHoldNoComputePermission(t *testing.T) {
 	configMap(t, p.ns, fmt.Sprintf(faultPolicy, pool, 2*time.Second))
 	addr := testworld.FreeAddrT(t)
 	agg, err := world.StartProcessEnv("aggregator-relay", []string{"GCE_METADATA_HOST=" + project.Identity.Host()}, filepath.Join(p.bins, "aggregator"),
-		"--kubeconfig", world.Kubeconfig, "--namespace", p.ns, "--identity", "agg-relay", "--config-map", "maintenance-handler",
+		"--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns, "--identity", "agg-relay", "--config-map", "maintenance-handler",
 		"--interval", "1s", "--listen-address", addr, "--log-level", "warn", "--compute-endpoint", project.ComputeEndpoint())
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func TestReservationSubBlockMaintainedAsOne(t *testing.T) {
 	metricsAddr := testworld.FreeAddrT(t)
 	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
 	agg, err := world.StartProcessEnv("aggregator-nvl", []string{"GCE_METADATA_HOST=" + project.Identity.Host()}, filepath.Join(p.bins, "aggregator"),
-		"--kubeconfig", world.Kubeconfig, "--namespace", p.ns, "--identity", "agg-nvl", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
+		"--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns, "--identity", "agg-nvl", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
 		"--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s", "--compute-endpoint", project.ComputeEndpoint(),
 		"--maintain-unused-capacity")
 	if err != nil {

@@ -82,8 +82,11 @@ func BenchmarkAggregatorAtScale(b *testing.B) {
 			fmt.Printf("%d kwok nodes in %d pools Ready and untainted in %s\n", size, size/100, time.Since(began).Round(time.Second))
 
 			addr := testworld.FreeAddrT(b)
-			p, err := world.StartProcess(fmt.Sprintf("aggregator-scale-%d", size), filepath.Join(bins, "aggregator"), "--kubeconfig", world.Kubeconfig,
-				"--namespace", "default", "--identity", fmt.Sprintf("scale-%d", size), "--lease-name", fmt.Sprintf("scale-%d", size),
+			// Each size's aggregator in a namespace of its own: a new
+			// leader, with its shipped identity and Lease names.
+			ns := world.Namespace(b)
+			p, err := world.StartProcess(fmt.Sprintf("aggregator-scale-%d", size), filepath.Join(bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(b, ns),
+				"--namespace", ns, "--identity", fmt.Sprintf("scale-%d", size),
 				"--config-map", "", "--interval", "30s", "--listen-address", addr, "--log-level", "warn")
 			if err != nil {
 				b.Fatal(err)

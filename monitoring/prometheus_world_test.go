@@ -173,7 +173,7 @@ func TestGKEQueriesOnARealPrometheus(t *testing.T) {
 		targets = append(targets, v.MetricsAddr)
 	}
 	aggAddr := testworld.FreeAddrT(t)
-	agg, err := world.StartProcess("aggregator-prometheus", filepath.Join(filepath.Dir(f.AgentBin), "aggregator"), "--kubeconfig", world.Kubeconfig,
+	agg, err := world.StartProcess("aggregator-prometheus", filepath.Join(filepath.Dir(f.AgentBin), "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(t, "default"),
 		"--namespace", "default", "--identity", "aggregator-0", "--config-map", "", "--listen-address", aggAddr, "--log-level", "warn")
 	if err != nil {
 		t.Fatal(err)

@@ -87,9 +87,16 @@ func runAgent(t testing.TB, node string, emu *gceemu.Server, args ...string) *ag
 	addr := testworld.FreeAddrT(t)
 	// The agent alone, calling Compute Engine with its VM's own token (no
 	// aggregator runs here to make the calls).
-	args = append([]string{"--kubeconfig", world.Kubeconfig, "--node-name", node, "--metadata-host", emu.Host(),
+	kubeconfig, err := world.AgentKubeconfig(testworld.Ctx(t, 30*time.Second), node, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--kubeconfig", kubeconfig, "--node-name", node, "--metadata-host", emu.Host(),
 		"--listen-address", addr, "--log-level", "warn", "--compute-caller", "node"}, args...)
-	cmd := exec.Command(buildAgent(t), args...)
+	cmd, err := testworld.ProductCommand(buildAgent(t), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logPath := filepath.Join(t.TempDir(), "agent.log")
 	logFile, err := os.Create(logPath)

@@ -99,6 +99,10 @@ type World struct {
 	procs   []*proc // in start order
 	mu      sync.Mutex
 	stopped bool
+
+	// The shipped identities, installed by the first test that needs one.
+	shippedOnce sync.Once
+	shippedErr  error
 }
 
 // ownStages are the test world's own kwok Stages (stages/), beside those
@@ -544,7 +548,14 @@ type Process struct{ p *proc }
 // StartProcess runs bin with args as part of the world: it is stopped with
 // the world, dies with this process, and writes its output to
 // TempDir/logs/name.log.
+//
+// A product binary (agent, aggregator) must run with the identity it
+// ships with (AgentKubeconfig, AggregatorKubeconfig): one given the
+// admin's credentials is refused with ErrAdminIdentity.
 func (w *World) StartProcess(name, bin string, args ...string) (*Process, error) {
+	if err := refuseAdmin(bin, args, nil); err != nil {
+		return nil, err
+	}
 	p, err := w.start(name, filepath.Join(w.TempDir, "logs", name+".log"), bin, args...)
 	if err != nil {
 		return nil, err
@@ -555,6 +566,9 @@ func (w *World) StartProcess(name, bin string, args ...string) (*Process, error)
 // StartProcessEnv is StartProcess with env (KEY=VALUE) added to this
 // process's environment.
 func (w *World) StartProcessEnv(name string, env []string, bin string, args ...string) (*Process, error) {
+	if err := refuseAdmin(bin, args, env); err != nil {
+		return nil, err
+	}
 	p, err := startProcEnv(name, filepath.Join(w.TempDir, "logs", name+".log"), env, bin, args...)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +33,10 @@ type VM struct {
 	Emu         *gceemu.Server
 	Agent       *testworld.Process
 	MetricsAddr string
+	// Kubeconfig is the agent's shipped identity, bound to its Node
+	// (testworld.World.AgentKubeconfig), unless the Fleet's AgentArgs
+	// name another.
+	Kubeconfig string
 }
 
 // Fleet is a set of VMs in one world.
@@ -88,8 +94,22 @@ func (f *Fleet) StartAgent(v *VM) error {
 	if f.Project != nil {
 		caller = "aggregator"
 	}
-	args := append([]string{"--kubeconfig", f.World.Kubeconfig, "--node-name", v.Name, "--metadata-host", v.Emu.Host(),
-		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--compute-caller", caller, "--listen-address", v.MetricsAddr}, f.AgentArgs...)
+	if v.Kubeconfig == "" && !slices.ContainsFunc(f.AgentArgs, func(a string) bool { return strings.HasPrefix(a, "--kubeconfig") }) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		path, err := f.World.AgentKubeconfig(ctx, v.Name, f.AgentArgs...)
+		if err != nil {
+			return err
+		}
+		v.Kubeconfig = path
+	}
+	var args []string
+	if v.Kubeconfig != "" {
+		args = []string{"--kubeconfig", v.Kubeconfig}
+	}
+	args = append(args, "--node-name", v.Name, "--metadata-host", v.Emu.Host(),
+		"--compute-endpoint", v.Emu.ComputeEndpoint(), "--compute-caller", caller, "--listen-address", v.MetricsAddr)
+	args = append(args, f.AgentArgs...)
 	p, err := f.World.StartProcess("agent-"+v.Name, f.AgentBin, args...)
 	if err != nil {
 		return err

@@ -96,7 +96,7 @@ func (d *demo) setUp(ctx context.Context) error {
 		return err
 	}
 	for i := range 2 {
-		if err := d.startAggregator(fmt.Sprintf("aggregator-%d", i)); err != nil {
+		if err := d.startAggregator(ctx, fmt.Sprintf("aggregator-%d", i)); err != nil {
 			return err
 		}
 	}
@@ -221,12 +221,16 @@ func (d *demo) annotate(ctx context.Context, v *vms.VM, key, value string) error
 }
 
 // startAggregator starts one aggregator replica.
-func (d *demo) startAggregator(id string) error {
+func (d *demo) startAggregator(ctx context.Context, id string) error {
 	addr, err := testworld.FreeAddr()
 	if err != nil {
 		return err
 	}
-	_, err = d.world.StartProcess(id, d.aggregatorBin, "--kubeconfig", d.world.Kubeconfig, "--namespace", metav1.NamespaceSystem,
+	kubeconfig, err := d.world.AggregatorKubeconfig(ctx, metav1.NamespaceSystem)
+	if err != nil {
+		return err
+	}
+	_, err = d.world.StartProcess(id, d.aggregatorBin, "--kubeconfig", kubeconfig, "--namespace", metav1.NamespaceSystem,
 		"--identity", id, "--config-map", policyConfigMap, "--interval", "2s", "--listen-address", addr)
 	if err == nil {
 		d.aggregatorAddrs = append(d.aggregatorAddrs, addr)

@@ -1,0 +1,289 @@
+package testworld
+
+// The product's binaries run in the world with the identities and
+// permissions they ship with (manifests/base), never as the admin: a
+// permission a binary lacks in a real cluster fails its test here too.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Shipped names: the namespace and service accounts manifests/base
+// installs, and the Roles of the same names that hold what each reads in
+// its namespace.
+const (
+	ShippedNamespace   = "maintenance-handler"
+	AgentIdentity      = "maintenance-handler-agent"
+	AggregatorIdentity = "maintenance-handler-aggregator"
+)
+
+// ErrAdminIdentity: a product binary was to run with the admin's
+// credentials (or none named, which falls back to them).
+var ErrAdminIdentity = errors.New("a product binary must run with the identity it ships with, not the test world's admin (see AgentKubeconfig, AggregatorKubeconfig)")
+
+// productBinaries are the binaries that ship with their own identity; a
+// person runs the kubectl plugin as whoever they are.
+var productBinaries = []string{"agent", "aggregator"}
+
+// notApplied are the kinds of manifests/base the world does not install:
+// the workloads (the tests run the binaries themselves), their Services and
+// budget, and the eviction check's webhook, which a test that runs the
+// check installs pointing at it.
+var notApplied = []string{"Deployment", "DaemonSet", "Service", "PodDisruptionBudget", "ValidatingWebhookConfiguration"}
+
+// installShipped applies, once per world, the namespace, service accounts,
+// RBAC and admission policies of manifests/base, as `kubectl apply -k`
+// would.
+func (w *World) installShipped(ctx context.Context) error {
+	w.shippedOnce.Do(func() { w.shippedErr = w.applyShipped(ctx) })
+	return w.shippedErr
+}
+
+func (w *World) applyShipped(ctx context.Context) error {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(root, "manifests", "base", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no manifests in %s/manifests/base", root)
+	}
+	dyn, err := dynamic.NewForConfig(w.Config)
+	if err != nil {
+		return err
+	}
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			o := &unstructured.Unstructured{}
+			if err := dec.Decode(&o.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(o.Object) > 0 && !slices.Contains(notApplied, o.GetKind()) {
+				objs = append(objs, o)
+			}
+		}
+	}
+	// The namespace first, then what lives in it.
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return boolInt(b.GetKind() == "Namespace") - boolInt(a.GetKind() == "Namespace")
+	})
+	for _, o := range objs {
+		gvr, err := resourceOf(o.GroupVersionKind())
+		if err != nil {
+			return err
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+		if ns := o.GetNamespace(); ns != "" {
+			ri = dyn.Resource(gvr).Namespace(ns)
+		}
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("install %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// resourceOf maps the kinds manifests/base holds to their resources.
+func resourceOf(gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
+	plural := map[string]string{
+		"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
+		"ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
+		"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+	}[gvk.Kind]
+	if plural == "" {
+		return schema.GroupVersionResource{}, fmt.Errorf("manifests/base: kind %s not known to the test world", gvk.Kind)
+	}
+	return gvk.GroupVersion().WithResource(plural), nil
+}
+
+// AgentKubeconfig installs the shipped identities (once) and writes a
+// kubeconfig for the agent of node: the agent's service account, with a
+// token bound to the Node, which carries the node's name as the token the
+// kubelet mounts into the agent's pod does (the admission policies read
+// it). args is the agent's command line: the namespace of the policy
+// ConfigMap it names (--policy-configmap) is given the agent's shipped
+// Role.
+func (w *World) AgentKubeconfig(ctx context.Context, node string, args ...string) (string, error) {
+	if err := w.installShipped(ctx); err != nil {
+		return "", err
+	}
+	for _, ns := range policyNamespaces(args) {
+		if err := w.grantShippedRole(ctx, ns, AgentIdentity); err != nil {
+			return "", err
+		}
+	}
+	n, err := w.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("the agent's token: %w", err)
+	}
+	return w.identityKubeconfig(ctx, AgentIdentity, &authnv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID})
+}
+
+// AggregatorKubeconfig installs the shipped identities (once) and writes a
+// kubeconfig for the aggregator's service account, whose shipped Role
+// (its Leases, policy ConfigMap and the eviction check's Secret, by their
+// shipped names) is given it in ns too, the namespace it runs in.
+func (w *World) AggregatorKubeconfig(ctx context.Context, ns string) (string, error) {
+	if err := w.installShipped(ctx); err != nil {
+		return "", err
+	}
+	if err := w.grantShippedRole(ctx, ns, AggregatorIdentity); err != nil {
+		return "", err
+	}
+	return w.identityKubeconfig(ctx, AggregatorIdentity, nil)
+}
+
+// grantShippedRole copies the shipped Role name into ns and binds it to the
+// shipped service account of that name, as installing the product in ns
+// would.
+func (w *World) grantShippedRole(ctx context.Context, ns, name string) error {
+	if ns == ShippedNamespace {
+		return nil
+	}
+	role, err := w.Client.RbacV1().Roles(ShippedNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the shipped Role %s: %w", name, err)
+	}
+	copied := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: role.Rules}
+	if _, err := w.Client.RbacV1().Roles(ns).Create(ctx, copied, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ShippedNamespace}}}
+	if _, err := w.Client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+var identitySeq atomic.Int64
+
+// identityKubeconfig mints a token for the shipped service account sa
+// (bound to bound, if set; valid for three hours, longer than any test)
+// and writes a kubeconfig holding it.
+func (w *World) identityKubeconfig(ctx context.Context, sa string, bound *authnv1.BoundObjectReference) (string, error) {
+	hours := int64(3 * 3600)
+	tr, err := w.Client.CoreV1().ServiceAccounts(ShippedNamespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &hours, BoundObjectRef: bound}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token for %s: %w", sa, err)
+	}
+	dir := filepath.Join(w.TempDir, "identities")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.kubeconfig", sa, identitySeq.Add(1)))
+	return path, WriteKubeconfig(path, w.ConfigForToken(tr.Status.Token))
+}
+
+// policyNamespaces are the namespaces of the policy ConfigMaps args name
+// (--policy-configmap namespace/name).
+func policyNamespaces(args []string) []string {
+	var out []string
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--policy-configmap=")
+		if !ok && a == "--policy-configmap" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ns, _, found := strings.Cut(v, "/"); ok && found {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// ProductCommand is exec.Command(bin, args...) for a test that runs a
+// product binary itself: refused with ErrAdminIdentity where
+// StartProcess would refuse it.
+func ProductCommand(bin string, args ...string) (*exec.Cmd, error) {
+	if err := refuseAdmin(bin, args, nil); err != nil {
+		return nil, err
+	}
+	return exec.Command(bin, args...), nil
+}
+
+// refuseAdmin: bin, a product binary, would run with the admin's
+// credentials: its --kubeconfig (or $KUBECONFIG in env) names none, or one
+// holding the admin's token.
+func refuseAdmin(bin string, args, env []string) error {
+	if !slices.Contains(productBinaries, filepath.Base(bin)) {
+		return nil
+	}
+	path := ""
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--kubeconfig="); ok {
+			path = v
+		} else if a == "--kubeconfig" && i+1 < len(args) {
+			path = args[i+1]
+		}
+	}
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "KUBECONFIG="); ok && path == "" {
+			path = v
+		}
+	}
+	if path == "" {
+		return fmt.Errorf("%s with no --kubeconfig: %w", filepath.Base(bin), ErrAdminIdentity)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return fmt.Errorf("%s: its kubeconfig %s: %w", filepath.Base(bin), path, err)
+	}
+	if cfg.BearerToken == adminToken || cfg.BearerToken == "" && cfg.BearerTokenFile == "" && cfg.CertFile == "" && len(cfg.CertData) == 0 {
+		return fmt.Errorf("%s with %s: %w", filepath.Base(bin), path, ErrAdminIdentity)
+	}
+	return nil
+}
+
+// AggregatorKubeconfigT is AggregatorKubeconfig for a test, which fails if
+// the identity cannot be made.
+func (w *World) AggregatorKubeconfigT(tb testing.TB, ns string) string {
+	tb.Helper()
+	path, err := w.AggregatorKubeconfig(Ctx(tb, 30*time.Second), ns)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
