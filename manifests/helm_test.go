@@ -322,6 +322,16 @@ func TestChartOptions(t *testing.T) {
 		{"aggregator.tolerations", []string{"--set-json", `aggregator.tolerations=[{"key":"system","operator":"Exists"}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return aggPod(o)["tolerations"], []any{map[string]any{"key": "system", "operator": "Exists"}}
 		}},
+		{"aggregator.avoidNodesLabelled", []string{"--set-json", `aggregator.avoidNodesLabelled=["example.com/gpu"]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			_, none := aggPod(mustTemplate(t, "--set-json", "aggregator.avoidNodesLabelled=[]"))["affinity"].(map[string]any)["nodeAffinity"]
+			return []any{field(t, o[dep], "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"), none},
+				[]any{[]any{map[string]any{"matchExpressions": []any{map[string]any{"key": "example.com/gpu", "operator": "DoesNotExist"}}}}, false}
+		}},
+		{"aggregator.zoneSpread", []string{"--set", "aggregator.zoneSpread=ScheduleAnyway"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			_, none := aggPod(mustTemplate(t, "--set", "aggregator.zoneSpread="))["topologySpreadConstraints"]
+			spread := aggPod(o)["topologySpreadConstraints"].([]any)[0].(map[string]any)
+			return []any{spread["whenUnsatisfiable"], spread["topologyKey"], none}, []any{"ScheduleAnyway", "topology.kubernetes.io/zone", false}
+		}},
 		{"aggregator.extraArgs", []string{"--set", "aggregator.extraArgs[0]=--interval=10s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			args := anyStrings(agg(o)["args"])
 			return args[len(args)-1], "--interval=10s"
@@ -545,5 +555,44 @@ func TestChartBumpAloneRollsNothing(t *testing.T) {
 		if d := cmp.Diff(a, b); d != "" {
 			t.Errorf("%s: its pod template changes with the chart's version alone (-before +after):\n%s", w, d)
 		}
+	}
+}
+
+// TestAggregatorOffTheNodesItMaintains: by default no aggregator replica
+// may run on a node the agent runs on (each key the agent's node selector
+// requires is one the aggregator's forbids), no two replicas share a node,
+// they spread over zones as required, and a rollout never needs a third
+// node.
+func TestAggregatorOffTheNodesItMaintains(t *testing.T) {
+	o := mustTemplate(t)
+	ds := o["DaemonSet maintenance-handler/maintenance-handler-agent"]
+	dep := o["Deployment maintenance-handler/maintenance-handler-aggregator"]
+	forbidden := map[string]bool{}
+	terms := field(t, dep, "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms").([]any)
+	for _, e := range terms[0].(map[string]any)["matchExpressions"].([]any) {
+		if e := e.(map[string]any); e["operator"] == "DoesNotExist" {
+			forbidden[e["key"].(string)] = true
+		}
+	}
+	if len(terms) != 1 {
+		t.Errorf("the aggregator's node affinity has %d terms, want 1 (every forbidden key at once)", len(terms))
+	}
+	for _, term := range field(t, ds, "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms").([]any) {
+		for _, e := range term.(map[string]any)["matchExpressions"].([]any) {
+			if key := e.(map[string]any)["key"].(string); !forbidden[key] {
+				t.Errorf("the agent runs on nodes labelled %s; the aggregator may too", key)
+			}
+		}
+	}
+	anti := field(t, dep, "spec", "template", "spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution").([]any)
+	if len(anti) != 1 || anti[0].(map[string]any)["topologyKey"] != "kubernetes.io/hostname" {
+		t.Errorf("the replicas' anti-affinity is %v, want required per node", anti)
+	}
+	spread := field(t, dep, "spec", "template", "spec", "topologySpreadConstraints").([]any)
+	if s := spread[0].(map[string]any); s["topologyKey"] != "topology.kubernetes.io/zone" || s["whenUnsatisfiable"] != "DoNotSchedule" {
+		t.Errorf("the replicas' zone spread is %v, want required", s)
+	}
+	if r := field(t, dep, "spec", "strategy", "rollingUpdate").(map[string]any); r["maxSurge"] != int64(0) && r["maxSurge"] != float64(0) {
+		t.Errorf("rollout %v: a surge replica would need a node of its own", r)
 	}
 }

@@ -93,6 +93,8 @@ func TestHelmOnARealNode(t *testing.T) {
 		"--set-json", `aggregator.nodeSelector={"kubernetes.io/hostname":"` + name + `"}`,
 		"--set-json", `aggregator.tolerations=[{"key":"` + protocol.TaintImpendingTermination + `","operator":"Exists"},{"key":"node.kubernetes.io/unschedulable","operator":"Exists"}]`,
 		"--set", "aggregator.replicas=1",
+		// The world's one real node is an accelerator node, without a zone.
+		"--set-json", "aggregator.avoidNodesLabelled=[]", "--set", "aggregator.zoneSpread=",
 	}
 	helmRun(t, append([]string{"install", helmRelease, charts["v1"], "--namespace", helmRelease, "--create-namespace"}, values...)...)
 	t.Cleanup(func() { cleanUpRelease(t) })

@@ -546,6 +546,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 
 	aggregatorWritesOnlyTheCA(t, agg)
+	aggregatorWritesOnlyItsKeys(t, agg, "rbac-plain")
 
 	// The real agent under these permissions.
 	t.Run("AgentWithItsPodBoundTokenDoesItsJob", func(t *testing.T) { agentWithBoundToken(t, podC) })

@@ -217,6 +217,32 @@ func TestAdmissionPolicyKeepsTheAgentOffTheAggregatorsAnnotations(t *testing.T) 
 	}
 }
 
+// TestAdmissionPolicyHoldsTheAggregatorToItsKeys: the labels, annotations
+// and taints the aggregator's node policy lets it change are those the
+// protocol has it write or consume (and its taints' earlier keys, which it
+// renames), no more and no fewer.
+func TestAdmissionPolicyHoldsTheAggregatorToItsKeys(t *testing.T) {
+	want := map[string][]string{}
+	for _, k := range protocol.Keys {
+		if k.Writer != protocol.Aggregator && k.Consumer != protocol.Aggregator {
+			continue
+		}
+		variable := map[protocol.Kind]string{protocol.Label: "labels", protocol.Annotation: "annotations", protocol.Taint: "taints"}[k.Kind]
+		want[variable] = append(want[variable], "'"+k.Name+"'")
+	}
+	for old := range protocol.RenamedTaints {
+		want["taints"] = append(want["taints"], "'"+old+"'")
+	}
+	for _, name := range []string{"labels", "annotations", "taints"} {
+		got := strings.Split(strings.Trim(policyVariable(t, "maintenance-handler-aggregator-node-keys", name), "[]"), ", ")
+		sort.Strings(got)
+		sort.Strings(want[name])
+		if strings.Join(got, ",") != strings.Join(want[name], ",") {
+			t.Errorf("the aggregator's node policy's %s are %v; the protocol's are %v", name, got, want[name])
+		}
+	}
+}
+
 // TestAdmissionPolicyPinsTheProductsEvents: the components only the
 // product may write Events as are the agent's and the aggregator's.
 func TestAdmissionPolicyPinsTheProductsEvents(t *testing.T) {
