@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -594,5 +595,27 @@ func TestAggregatorOffTheNodesItMaintains(t *testing.T) {
 	}
 	if r := field(t, dep, "spec", "strategy", "rollingUpdate").(map[string]any); r["maxSurge"] != int64(0) && r["maxSurge"] != float64(0) {
 		t.Errorf("rollout %v: a surge replica would need a node of its own", r)
+	}
+}
+
+// TestEvictionCheckReachableFromAPrivateControlPlane: by default the check
+// serves on a port a GKE private cluster's control plane may reach (443 or
+// 10250, by the firewall rule GKE creates), and its Service sends there.
+func TestEvictionCheckReachableFromAPrivateControlPlane(t *testing.T) {
+	o := mustTemplate(t)
+	dep := o["Deployment maintenance-handler/maintenance-handler-aggregator"]
+	svc := o["Service maintenance-handler/maintenance-handler-eviction-check"]
+	var port any
+	for _, p := range field(t, dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["ports"].([]any) {
+		if p := p.(map[string]any); p["name"] == "eviction-check" {
+			port = p["containerPort"]
+		}
+	}
+	if fmt.Sprint(port) != "443" && fmt.Sprint(port) != "10250" {
+		t.Errorf("the eviction check serves on %v; a private GKE control plane reaches pods on 443 and 10250 only", port)
+	}
+	target := field(t, svc, "spec", "ports").([]any)[0].(map[string]any)["targetPort"]
+	if target != "eviction-check" && fmt.Sprint(target) != fmt.Sprint(port) {
+		t.Errorf("the check's Service targets %v, not the check's port %v", target, port)
 	}
 }

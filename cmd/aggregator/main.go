@@ -90,7 +90,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	ready, err := serveEvictionCheck(ctx, g, cfg, opts, client, reg, logger)
+	ready, err := serveEvictionCheck(ctx, g, cfg, opts, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 // serveEvictionCheck serves the eviction check (package admission) in g
 // where --eviction-check-listen-address is set, and keeps its certificate;
 // ready says whether the replica can serve it (always, where it is off).
-func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, client *kube.Client, reg *prometheus.Registry, logger *slog.Logger) (ready func() bool, err error) {
+func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, reg *prometheus.Registry, logger *slog.Logger) (ready func() bool, err error) {
 	if opts.EvictionCheckListenAddress == "" {
 		return func() bool { return true }, nil
 	}
@@ -127,7 +127,16 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 		Hosts: append(admission.ServiceHosts(opts.EvictionCheckService, opts.Namespace), opts.EvictionCheckHosts...),
 		Clock: clock.RealClock{}, Logger: log,
 	}
-	check := &admission.Check{Pods: client.GetPod, Metrics: metrics.NewEvictionCheck(reg), Clock: clock.RealClock{}, Logger: log}
+	// The pods it reads through a client of its own, with its own rate:
+	// a fleet's evictions never wait behind the leader's writes, nor
+	// those behind them.
+	podsCfg := rest.CopyConfig(cfg)
+	podsCfg.QPS, podsCfg.Burst = opts.EvictionCheckQPS, opts.EvictionCheckBurst
+	pods, err := kube.New(podsCfg)
+	if err != nil {
+		return nil, err
+	}
+	check := &admission.Check{Pods: pods.GetPod, Metrics: metrics.NewEvictionCheck(reg), Clock: clock.RealClock{}, Logger: log}
 	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs)
 	if err != nil {
 		return nil, err

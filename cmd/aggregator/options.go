@@ -71,6 +71,10 @@ type Options struct {
 	EvictionCheckSecret        string
 	EvictionCheckWebhook       string
 	EvictionCheckHosts         []string
+	// EvictionCheckQPS and EvictionCheckBurst size the check's own API
+	// client (the pods it reads), apart from the leader's writes.
+	EvictionCheckQPS   float32
+	EvictionCheckBurst int
 	// MemoryLimit is the container's memory limit (MEMORY_LIMIT, from the
 	// Downward API): the Go runtime's soft limit is set to 90% of it
 	// (unless GOMEMLIMIT is set), and the replica warns at 90%. Empty:
@@ -116,6 +120,8 @@ func NewOptions() *Options {
 		EvictionCheckService: "maintenance-handler-eviction-check",
 		EvictionCheckSecret:  "maintenance-handler-eviction-check",
 		EvictionCheckWebhook: "maintenance-handler-agent-evictions",
+		EvictionCheckQPS:     500,
+		EvictionCheckBurst:   1000,
 	}
 }
 
@@ -150,10 +156,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name: pools whose node groups it lists get no opportunistic maintenance unless the policy opts in (opportunisticWhenAutoscaled); empty means none is read.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "An opportunistic trigger no agent answered within this time (the agent down, the node NotReady) is withdrawn with a Warning Event, and its place under the caps freed; longer than the agents' limit on a trigger's age (5m).")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again under its name within this time was repaired ("+protocol.Repair.Key()+"); one deleted while NotReady and not back within it vanished ("+protocol.UnannouncedReboot.Key()+").")
-	fs.StringVar(&o.EvictionCheckListenAddress, "eviction-check-listen-address", o.EvictionCheckListenAddress, "Address of the eviction check (HTTPS), the webhook that holds each agent's evictions to the pods on its own Node; every replica serves it (the manifests set :9443). Empty: not served (then remove the ValidatingWebhookConfiguration, or the agents' evictions are refused).")
+	fs.StringVar(&o.EvictionCheckListenAddress, "eviction-check-listen-address", o.EvictionCheckListenAddress, "Address of the eviction check (HTTPS), the webhook that holds each agent's evictions to the pods on its own Node; every replica serves it (the manifests set :10250). Empty: not served (then remove the ValidatingWebhookConfiguration, or the agents' evictions are refused).")
 	fs.StringVar(&o.EvictionCheckService, "eviction-check-service", o.EvictionCheckService, "The Service, in --namespace, through which the API server calls the eviction check: its DNS names are the serving certificate's.")
 	fs.StringVar(&o.EvictionCheckSecret, "eviction-check-secret", o.EvictionCheckSecret, "The Secret, in --namespace, that holds the eviction check's CA (created by the first replica that finds none).")
 	fs.StringVar(&o.EvictionCheckWebhook, "eviction-check-webhook", o.EvictionCheckWebhook, "The ValidatingWebhookConfiguration whose caBundle the replicas keep equal to the CA; empty: none is written.")
+	fs.Float32Var(&o.EvictionCheckQPS, "eviction-check-qps", o.EvictionCheckQPS, "Pod reads per second the eviction check may send, through a client of its own: a fleet-wide preemption asks for every pod at once.")
+	fs.IntVar(&o.EvictionCheckBurst, "eviction-check-burst", o.EvictionCheckBurst, "Burst of pod reads above --eviction-check-qps.")
 	fs.StringSliceVar(&o.EvictionCheckHosts, "eviction-check-hosts", o.EvictionCheckHosts, "More names or addresses for the eviction check's serving certificate (a check called by URL rather than through the Service).")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit, "The container's memory limit, a quantity such as 1Gi or bytes (default $MEMORY_LIMIT, which the manifests set from the container's limit): the Go runtime keeps its memory under 90% of it (unless GOMEMLIMIT is set), and at 90% the replica records a Warning Event MemoryNearLimit about its pod. Empty: unknown.")
 	fs.BoolVar(&o.Uninstall, "uninstall", o.Uninstall, "Uninstall instead of running: once no agent pod is left in --namespace, remove the product's labels, annotations, taints and node conditions from every Node with no maintenance under way (a Node in maintenance keeps them, with a Warning Event), delete the Leases, and exit; the Helm chart's uninstall Job runs it.")
@@ -198,6 +206,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LeaseName == "" || o.PoolLabel == "" {
 		errs = append(errs, errors.New("--lease-name and --pool-label must not be empty"))
+	}
+	if o.EvictionCheckQPS <= 0 || o.EvictionCheckBurst < 1 {
+		errs = append(errs, fmt.Errorf("--eviction-check-qps %v, --eviction-check-burst %d: want both positive", o.EvictionCheckQPS, o.EvictionCheckBurst))
 	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: want both positive", o.KubeAPIQPS, o.KubeAPIBurst))
