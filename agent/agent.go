@@ -339,7 +339,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 				node = node.DeepCopy()
 			}
 		} else {
-			node, err = a.opts.Client.GetNode(ctx, a.opts.NodeName)
+			node, err = a.readNode(ctx)
 		}
 		if err != nil {
 			return err
@@ -353,7 +353,7 @@ func (a *Agent) reconcile(ctx context.Context) error {
 			return nil
 		}
 		node.ManagedFields = nil // omitted: the API server keeps its own
-		if _, err := a.opts.Client.UpdateNode(ctx, node, fieldManager); err != nil {
+		if err := a.writeNode(ctx, node); err != nil {
 			return err
 		}
 		// Taint latency: from the metadata change to the taint on the Node

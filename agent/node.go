@@ -156,7 +156,9 @@ func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
 		return
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": changed}})
-	if err := a.opts.Client.PatchNodeStatus(ctx, a.opts.NodeName, patch); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, nodeWriteTimeout)
+	defer cancel()
+	if err := a.opts.Client.PatchNodeStatus(wctx, a.opts.NodeName, patch); err != nil {
 		a.log.Warn("node conditions not written", "err", err)
 		return
 	}
@@ -201,4 +203,29 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 		obs.Perform = r
 	}
 	return obs, a.changedAt
+}
+
+// nodeWriteTimeout bounds each read and write of the agent's own Node,
+// client-go's own retries included: a throttled API server answers 429
+// with a Retry-After of up to 32 s, and client-go waits and retries it ten
+// times, minutes in all, while the VM's stop may be 30 s away. A write
+// given up is retried by the next pass, which steps afresh from what the
+// node holds then.
+var nodeWriteTimeout = 10 * time.Second
+
+// readNode reads the agent's Node from the API server, within
+// nodeWriteTimeout.
+func (a *Agent) readNode(ctx context.Context) (*corev1.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, nodeWriteTimeout)
+	defer cancel()
+	return a.opts.Client.GetNode(ctx, a.opts.NodeName)
+}
+
+// writeNode replaces the agent's Node (conditional on its
+// resourceVersion), within nodeWriteTimeout.
+func (a *Agent) writeNode(ctx context.Context, n *corev1.Node) error {
+	ctx, cancel := context.WithTimeout(ctx, nodeWriteTimeout)
+	defer cancel()
+	_, err := a.opts.Client.UpdateNode(ctx, n, fieldManager)
+	return err
 }

@@ -147,7 +147,7 @@ func (r *Relay) write(ctx context.Context, change func(*corev1.Node) bool) error
 			if !change(n) {
 				return nil
 			}
-			if _, err = a.opts.Client.UpdateNode(ctx, n, fieldManager); err == nil {
+			if err = a.writeNode(ctx, n); err == nil {
 				return nil
 			}
 		}

@@ -109,6 +109,8 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 // writeNotice sets (or, for "", removes) the pod's notice: the condition
 // first, then the annotation, whose value is what the cache compares.
 func (a *Agent) writeNotice(ctx context.Context, p *corev1.Pod, text string) error {
+	ctx, cancel := context.WithTimeout(ctx, nodeWriteTimeout)
+	defer cancel()
 	cond := map[string]any{"type": protocol.PodConditionMaintenance, "$patch": "delete"}
 	if text != "" {
 		n, _ := protocol.ParseWorkloadNotice(text)
