@@ -19,30 +19,36 @@ import (
 // fleetNodes makes n Node objects in pools of 100, as the agents publish
 // them: every node with a pending notice, a third of them busy.
 func fleetNodes(n int) []*corev1.Node {
-	start := now.Add(3 * 24 * time.Hour).UTC().Format(time.RFC3339)
 	out := make([]*corev1.Node, 0, n)
 	for i := range n {
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gpu-%05d", i), Labels: map[string]string{protocol.LabelNodePool: fmt.Sprintf("pool-%02d", i/100)},
-				Annotations: map[string]string{
-					protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=90,window=2419200s,max-unavailable=10",
-					protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
-				}},
-			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
-				Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
-		}
-		if i%3 == 0 {
-			node.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators
-		} else {
-			node.Annotations[protocol.AnnotationIdleSince] = now.Add(-time.Duration(600+i) * time.Second).UTC().Format(time.RFC3339Nano)
-		}
-		out = append(out, node)
+		out = append(out, fleetNode(i))
 	}
 	return out
 }
 
+// fleetNode is node i of fleetNodes.
+func fleetNode(i int) *corev1.Node {
+	start := now.Add(3 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gpu-%05d", i), Labels: map[string]string{protocol.LabelNodePool: fmt.Sprintf("pool-%02d", i/100)},
+			Annotations: map[string]string{
+				protocol.AnnotationOpportunisticConfig: "node-idle-time=600s,min-nodes=90,window=2419200s,max-unavailable=10",
+				protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":true,"maintenance_status":"PENDING","type":"SCHEDULED","window_start_time":"` + start + `"}`,
+			}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
+	}
+	if i%3 == 0 {
+		node.Annotations[protocol.AnnotationBusy] = protocol.BusyAccelerators
+	} else {
+		node.Annotations[protocol.AnnotationIdleSince] = now.Add(-time.Duration(600+i) * time.Second).UTC().Format(time.RFC3339Nano)
+	}
+	return node
+}
+
 // BenchmarkPass is the aggregator's read of the node cache and its
-// decision, in memory, over 5,000, 20,000 and 65,000 nodes in pools of 100
+// decision, in memory, over 5,000, 20,000 and 65,000 GKE-shaped nodes
+// (gkeNode, slimmed as the informer keeps them) in pools of 100
 // (min-nodes and the pools' caps let 10 nodes of each pool go, the
 // cluster's cap all):
 //   - first: the pass of a new leader, which reads every Node and decides
@@ -62,7 +68,8 @@ func BenchmarkPass(b *testing.B) {
 	}
 	for _, size := range []int{5000, 20000, 65000} {
 		src := memSource{}
-		for _, n := range fleetNodes(size) {
+		for i := range size { // GKE-shaped, as the informer keeps them
+			n := slimNode(gkeNode(i)).(*corev1.Node)
 			n.ResourceVersion = "1"
 			src[n.Name] = n
 		}

@@ -57,7 +57,7 @@ func (a *Aggregator) Healthy(bound time.Duration) error {
 // watch starts the watches, which last until ctx ends, and waits for the
 // node cache.
 func (a *Aggregator) watch(ctx context.Context) error {
-	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Logger: a.log.With("watch", "nodes")})
+	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Transform: slimNode, Logger: a.log.With("watch", "nodes")})
 	a.nodes.AddHandlers(kube.Handlers{
 		Add: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeAdded(o); a.relayAsk(o); a.poke() },
 		Update: func(old, cur kube.Object) {

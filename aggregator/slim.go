@@ -1,0 +1,58 @@
+package aggregator
+
+import (
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/kube"
+)
+
+// slimNode drops from a cached Node what the aggregator never reads, before
+// the informer keeps it: the managed fields, the image list (tens of
+// kilobytes on a GKE node), the volumes, the daemon endpoints, the
+// addresses, the node's configuration and features, all of nodeInfo but
+// the kubelet's version and the boot ID, and each condition's reason and
+// message. It keeps the metadata (whole: the aggregator's updates write
+// it back), the spec, each condition's type, status and times, and the
+// resources, which the fleet's reading of a Node uses. The aggregator updates Nodes from these copies: an update
+// leaves the status as it is (a subresource) and omitted managed fields
+// as they are.
+func slimNode(obj kube.Object) kube.Object {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj
+	}
+	n.ManagedFields = nil
+	n.Labels = interned(n.Labels, true)
+	n.Annotations = interned(n.Annotations, false)
+	conditions := make([]corev1.NodeCondition, len(n.Status.Conditions))
+	for i, c := range n.Status.Conditions {
+		conditions[i] = corev1.NodeCondition{Type: corev1.NodeConditionType(intern(string(c.Type))), Status: corev1.ConditionStatus(intern(string(c.Status))), LastHeartbeatTime: c.LastHeartbeatTime, LastTransitionTime: c.LastTransitionTime}
+	}
+	n.Status = corev1.NodeStatus{
+		Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable, Phase: n.Status.Phase, Conditions: conditions,
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: n.Status.NodeInfo.KubeletVersion, BootID: n.Status.NodeInfo.BootID},
+	}
+	return n
+}
+
+// interned is m with its keys (and its values too, with values) each one
+// string shared by every Node: the keys of labels and annotations, and the
+// values of labels (a pool's name, a zone, "true"), repeat across a fleet,
+// and each Node decoded from the API server holds copies of its own.
+func interned(m map[string]string, values bool) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if values {
+			v = intern(v)
+		}
+		out[intern(k)] = v
+	}
+	return out
+}
+
+func intern(s string) string { return unique.Make(s).Value() }
