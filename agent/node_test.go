@@ -35,7 +35,9 @@ func (h hangingAPI) UpdateNode(ctx context.Context, _ *corev1.Node, _ string) (*
 	return nil, h.hang(ctx)
 }
 
-func (h hangingAPI) PatchNodeStatus(ctx context.Context, _ string, _ []byte) error { return h.hang(ctx) }
+func (h hangingAPI) PatchNodeStatus(ctx context.Context, _ string, _ []byte) error {
+	return h.hang(ctx)
+}
 
 // TestNodeWritesAreBounded: a read or write of the agent's own Node that
 // the API server holds is given up within nodeWriteTimeout, client-go's
