@@ -119,7 +119,8 @@ func (w *World) applyShipped(ctx context.Context) error {
 }
 
 // ownPolicies is objs without the admission policies (and their
-// bindings) that hold others than the product's service accounts: those
+// bindings) that do not select one of the product's service accounts
+// (a matchCondition on its name): those
 // that pin the product's Events to it and fence kubelets' writes of its
 // keys would also hold the tests' own admin, which writes Events and Nodes
 // in the product's name to set scenes. The manifests' tests install them.
@@ -131,7 +132,8 @@ func ownPolicies(objs []*unstructured.Unstructured) []*unstructured.Unstructured
 		}
 		conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 		for _, c := range conditions {
-			if e, _ := c.(map[string]any)["expression"].(string); strings.Contains(e, "system:serviceaccount:"+ShippedNamespace+":") {
+			e, _ := c.(map[string]any)["expression"].(string)
+			if strings.HasPrefix(strings.TrimSpace(e), `request.userInfo.username == "system:serviceaccount:`+ShippedNamespace+":") {
 				kept[o.GetName()] = true
 			}
 		}

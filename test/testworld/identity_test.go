@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 )
 
@@ -95,5 +97,35 @@ func TestNoTestRunsAProductBinaryAroundTheWorld(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWorldInstallsThePoliciesOfTheProductsIdentities: of the shipped
+// admission policies, the world installs those that select the product's
+// service accounts (and their bindings), not those that hold everyone
+// else, which would hold the tests' own admin too.
+func TestWorldInstallsThePoliciesOfTheProductsIdentities(t *testing.T) {
+	policy := func(name, condition string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"kind": "ValidatingAdmissionPolicy", "metadata": map[string]any{"name": name},
+			"spec": map[string]any{"matchConditions": []any{map[string]any{"name": "c", "expression": condition}}}}}
+	}
+	binding := func(policy string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"kind": "ValidatingAdmissionPolicyBinding", "metadata": map[string]any{"name": policy},
+			"spec": map[string]any{"policyName": policy}}}
+	}
+	role := &unstructured.Unstructured{Object: map[string]any{"kind": "ClusterRole", "metadata": map[string]any{"name": "r"}}}
+	objs := []*unstructured.Unstructured{
+		policy("agent-own-node", `request.userInfo.username == "system:serviceaccount:maintenance-handler:maintenance-handler-agent"`), binding("agent-own-node"),
+		policy("events-pinned", `!(request.userInfo.username in ["system:serviceaccount:maintenance-handler:maintenance-handler-agent"])`), binding("events-pinned"),
+		policy("node-identity", `request.userInfo.username.startsWith("system:node:")`), binding("node-identity"),
+		role,
+	}
+	var got []string
+	for _, o := range ownPolicies(objs) {
+		got = append(got, o.GetKind()+"/"+o.GetName())
+	}
+	want := []string{"ValidatingAdmissionPolicy/agent-own-node", "ValidatingAdmissionPolicyBinding/agent-own-node", "ClusterRole/r"}
+	if !slices.Equal(got, want) {
+		t.Errorf("installed %v, want %v", got, want)
 	}
 }
