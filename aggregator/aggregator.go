@@ -321,7 +321,10 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	stats := poolStats(plans)
 	a.opts.Metrics.Pools.Set(stats)
 	a.opts.Metrics.KnowPools(stats)
-	toTrigger, approved, claimed := claimsOf(plans, faults, live, decidedOn, cfgErr)
+	toTrigger, approved, claimed, deferred := claimsOf(plans, faults, live, decidedOn, cfgErr)
+	if deferred > 0 {
+		a.log.Info("the claims Lease holds no more: triggering the rest of this pass's picks in the next", "triggered", len(toTrigger), "deferred", deferred)
+	}
 	if !maps.Equal(claimed, cl.nodes) {
 		if ctx.Err() != nil {
 			return plans // leadership lost: stop acting at once

@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -94,11 +93,13 @@ func readClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namesp
 func claimsIn(l *coordinationv1.Lease) (claims, error) {
 	out := claims{version: l.ResourceVersion, nodes: map[string]string{}}
 	if raw := l.Annotations[annotationClaims]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &out.nodes); err != nil {
+		nodes, err := decodeClaims(raw)
+		if err != nil {
 			// Unreadable claims cannot be counted: claim nothing until a
 			// write replaces them (ours, with what the Nodes say).
-			return out, fmt.Errorf("claims Lease %s/%s: %s is not JSON: %w", l.Namespace, l.Name, annotationClaims, err)
+			return out, fmt.Errorf("claims Lease %s/%s: %s unreadable: %w", l.Namespace, l.Name, annotationClaims, err)
 		}
+		out.nodes = nodes
 	}
 	return out, nil
 }
@@ -168,9 +169,8 @@ func fenceClaims(ctx context.Context, c coordinationv1client.LeasesGetter, names
 // putClaims writes nodes (and fencedBy when set) conditional on
 // prev.version.
 func putClaims(ctx context.Context, c coordinationv1client.LeasesGetter, namespace, name string, prev claims, nodes map[string]string, fencedBy string) (claims, error) {
-	raw, _ := json.Marshal(nodes)
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, ResourceVersion: prev.version,
-		Annotations: map[string]string{annotationClaims: string(raw)}}}
+		Annotations: map[string]string{annotationClaims: encodeClaims(nodes)}}}
 	if fencedBy != "" {
 		l.Annotations[annotationFence] = fencedBy
 	}
@@ -347,9 +347,16 @@ func unansweredFailure(f protocol.Failures, at time.Time) protocol.Failures {
 // claimsOf is what a pass claims: the nodes to trigger (plans', unless
 // the configuration is invalid), those whose repair it approves
 // (faults'), and every claim, with the live ones, at the resourceVersion
-// each write is conditional on.
-func claimsOf(plans []fleet.PoolPlan, faults fleet.FaultPlan, live map[string]string, decidedOn map[string]*corev1.Node, cfgErr error) (toTrigger, approved []*corev1.Node, claimed map[string]string) {
-	claimed = maps.Clone(live)
+// each write is conditional on; deferred triggers did not fit on the
+// claims Lease (fitClaims) and wait for the next pass.
+func claimsOf(plans []fleet.PoolPlan, faults fleet.FaultPlan, live map[string]string, decidedOn map[string]*corev1.Node, cfgErr error) (toTrigger, approved []*corev1.Node, claimed map[string]string, deferred int) {
+	others := maps.Clone(live)
+	for _, f := range faults.Faults {
+		if n := decidedOn[f.Node]; n != nil && f.Reason == fleet.FaultApproved {
+			approved = append(approved, n)
+			others[f.Node] = n.ResourceVersion
+		}
+	}
 	for _, p := range plans {
 		if cfgErr != nil || p.ConfigErr != nil {
 			continue
@@ -357,15 +364,9 @@ func claimsOf(plans []fleet.PoolPlan, faults fleet.FaultPlan, live map[string]st
 		for _, name := range p.Trigger {
 			if n := decidedOn[name]; n != nil {
 				toTrigger = append(toTrigger, n)
-				claimed[name] = n.ResourceVersion
 			}
 		}
 	}
-	for _, f := range faults.Faults {
-		if n := decidedOn[f.Node]; n != nil && f.Reason == fleet.FaultApproved {
-			approved = append(approved, n)
-			claimed[f.Node] = n.ResourceVersion
-		}
-	}
-	return toTrigger, approved, claimed
+	toTrigger, claimed, deferred = fitClaims(others, toTrigger)
+	return toTrigger, approved, claimed, deferred
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -282,4 +283,28 @@ func claimAsLeader(t *testing.T, ctx context.Context, leases coordinationv1clien
 		t.Fatalf("the leader's claim: %v", err)
 	}
 	return seen, version
+}
+
+// TestTenThousandClaimsLand: a pass that claims 10,000 nodes writes its
+// claims on the claims Lease through the API server (whose limit on an
+// object's annotations, 256 KiB, JSON claims overflow at about 4,500), and
+// the next pass reads them back as written.
+func TestTenThousandClaimsLand(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, time.Minute)
+	ns := world.Namespace(t)
+	_, leases := clients(t)
+	claimed := map[string]string{}
+	for i := range 10000 {
+		claimed[fmt.Sprintf("gke-train-a3-pool-%03d-%08x-%04x", i/100, (i/100)*2654435761%(1<<32), (i*40503)%(1<<16))] = fmt.Sprint(184467000 + i*37)
+	}
+	claimsLease := aggregator.ClaimsLeaseName("maintenance-handler-aggregator")
+	version, err := aggregator.WriteClaims(ctx, leases, ns, claimsLease, "", claimed)
+	if err != nil {
+		t.Fatalf("writing 10,000 claims: %v", err)
+	}
+	got, nodes, err := aggregator.ReadClaims(ctx, leases, ns, claimsLease)
+	if err != nil || got != version || !maps.Equal(nodes, claimed) {
+		t.Errorf("read back version %s (%v) with %d claims; want version %s with the %d written", got, err, len(nodes), version, len(claimed))
+	}
 }
