@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +40,10 @@ type Aggregator struct {
 	policy      *policysource.Source
 	scaler      *autoscalerSource
 	recorder    *kube.Recorder
+	// pace paces the decisions told (announcePlans); announceAt is when
+	// the pools it left untold may be told (zero: none left).
+	pace       *rate.Limiter
+	announceAt time.Time
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
 	// Nodes that changed. claimedHere holds the claims this replica made,
@@ -341,12 +347,11 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 		}
 		a.wroteClaims = written
 	}
-	for _, p := range plans {
-		if a.unannounced[p.Pool] {
-			a.announce(p)
-		}
+	if left, wait := a.announcePlans(plans); left > 0 {
+		a.mu.Lock()
+		a.announceAt = a.opts.Clock.Now().Add(wait)
+		a.mu.Unlock()
 	}
-	clear(a.unannounced)
 	for _, n := range append(toTrigger, approved...) {
 		a.claimedHere[n.Name] = n.ResourceVersion
 	}

@@ -5,9 +5,13 @@ package aggregator
 // once per kind of trouble; and the pools' figures for the metrics.
 
 import (
+	"time"
+
 	"fmt"
 	"iter"
 	"strings"
+
+	"golang.org/x/time/rate"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +48,65 @@ func poolStats(plans []fleet.PoolPlan) []metrics.PoolStats {
 }
 
 // announce announces a pool's changed decisions and configuration errors.
+// announceRate and announceBurst pace the decisions told as Events:
+// client-go's recorder queues at most 1,000 Events and drops the rest, and
+// writes them at the Events client's rate (--kube-api-qps, 50 a second by
+// default). A new leader's first pass over 65,000 nodes decides every one,
+// so a pool is told only while the pace allows its Events, and a pool left
+// untold is told in a later pass (sooner than --interval): no decision's
+// Event is dropped, and each is told as it stands when its turn comes.
+var (
+	announceRate  rate.Limit = 40
+	announceBurst            = 800
+)
+
+// announcePlans tells the plans of the pools not told yet, as the pace
+// allows (announceRate), and returns how many pools it left for a later
+// pass and how long until the first of them may be told.
+func (a *Aggregator) announcePlans(plans []fleet.PoolPlan) (left int, wait time.Duration) {
+	if a.pace == nil {
+		a.pace = rate.NewLimiter(announceRate, announceBurst)
+	}
+	now := a.opts.Clock.Now()
+	for _, p := range plans {
+		if !a.unannounced[p.Pool] {
+			continue
+		}
+		n := min(a.toTell(p), announceBurst)
+		if left > 0 || !a.pace.AllowN(now, n) {
+			if left == 0 {
+				r := a.pace.ReserveN(now, n)
+				wait = r.DelayFrom(now)
+				r.CancelAt(now)
+			}
+			left++
+			continue
+		}
+		a.announce(p)
+		delete(a.unannounced, p.Pool)
+	}
+	return left, wait
+}
+
+// toTell is how many Events announce would record for p, at most.
+func (a *Aggregator) toTell(p fleet.PoolPlan) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	if p.ConfigErr != nil && p.ConfigErr.Error() != a.lastPoolErr[p.Pool] {
+		n += len(p.ConfigNodes)
+	}
+	said := a.lastReason[p.Pool]
+	switch {
+	case said != nil && p.ID != 0 && said.plan == p.ID:
+	case said != nil && p.Since != 0 && said.plan == p.Since:
+		n += len(p.Changed)
+	default:
+		n += len(p.Decisions)
+	}
+	return n
+}
+
 func (a *Aggregator) announce(p fleet.PoolPlan) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -1,9 +1,14 @@
 package aggregator
 
 import (
+	"fmt"
+	"slices"
+
 	"log/slog"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -48,12 +53,9 @@ func TestEachDecisionIsToldOnceUntilItChanges(t *testing.T) {
 		if cut {
 			return
 		}
-		for _, p := range plans {
-			if a.unannounced[p.Pool] {
-				a.announce(p)
-			}
+		if left, _ := a.announcePlans(plans); left > 0 {
+			t.Fatalf("%d pools left untold at a pace of %d", left, announceBurst)
 		}
-		clear(a.unannounced)
 	}
 	for _, step := range []struct {
 		what   string
@@ -96,3 +98,46 @@ type discardSink struct{}
 func (discardSink) Create(e *corev1.Event) (*corev1.Event, error)          { return e, nil }
 func (discardSink) Update(e *corev1.Event) (*corev1.Event, error)          { return e, nil }
 func (discardSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) { return e, nil }
+
+// TestDecisionsToldAtTheirPace: a new leader's first pass decides every
+// node; its decisions are told as Events no faster than the Events client
+// writes them (so that client-go's recorder, which drops what overflows
+// its queue, drops none): the pools beyond the pace are told in later
+// passes, none twice, and the pass says when the next may tell more.
+func TestDecisionsToldAtTheirPace(t *testing.T) {
+	announceRate, announceBurst = 1, 5
+	t.Cleanup(func() { announceRate, announceBurst = 40, 800 })
+	clk := testingclock.NewFakeClock(now)
+	a := &Aggregator{opts: Options{Clock: clk}.withDefaults(), log: slog.New(slog.DiscardHandler), unannounced: map[string]bool{}}
+	a.recorder = kube.NewRecorder(discardSink{}, corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
+	defer a.recorder.Shutdown()
+	a.beginLead()
+	told := func() float64 {
+		return testutil.ToFloat64(a.opts.Metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonNotIdle)))
+	}
+	var f fleet.Fleet
+	for i := range 12 { // 4 pools of 3 busy nodes
+		f.Set(fleet.Node{Name: fmt.Sprintf("n%d", i), Pool: fmt.Sprintf("p%d", i/3), Ready: true, Busy: protocol.BusyAccelerators, NoticePresent: true,
+			Config: "node-idle-time=600s,min-nodes=0,window=2419200s",
+			Notice: maintenance.Notice{Status: maintenance.StatusPending, CanReschedule: true, WindowStart: now.Add(72 * time.Hour)}})
+	}
+	var told3 []float64
+	for pass := range 6 {
+		plans := f.Decide(clk.Now(), policy.Config{})
+		fresh, replaced := f.Changes()
+		a.markUnannounced(fresh, replaced)
+		left, wait := a.announcePlans(plans)
+		told3 = append(told3, told())
+		if left > 0 && wait <= 0 {
+			t.Fatalf("pass %d left %d pools with no wait", pass, left)
+		}
+		if left == 0 {
+			break
+		}
+		clk.Step(wait)
+	}
+	// 5 tokens: one pool of 3; then 1 a second: a pool each 3 s.
+	if want := []float64{3, 6, 9, 12}; !slices.Equal(told3, want) {
+		t.Errorf("decisions told after each pass: %v, want %v", told3, want)
+	}
+}

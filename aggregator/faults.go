@@ -148,13 +148,19 @@ func setFaultyTaint(n *corev1.Node, on bool) {
 }
 
 // untilNextPass is the longest wait for the next pass: Interval, or less
-// when a fault detector's condition reaches its duration sooner.
+// when a fault detector's condition reaches its duration sooner, or when
+// pools whose decisions the last pass left untold may be told
+// (announcePlans).
 func (a *Aggregator) untilNextPass() time.Duration {
 	a.mu.Lock()
-	check := a.faultCheck
+	check, announce := a.faultCheck, a.announceAt
+	a.announceAt = time.Time{}
 	a.mu.Unlock()
-	if d := check.Sub(a.opts.Clock.Now()); !check.IsZero() && d < a.opts.Interval {
-		return max(d, 0)
+	next := a.opts.Interval
+	for _, at := range []time.Time{check, announce} {
+		if d := at.Sub(a.opts.Clock.Now()); !at.IsZero() && d < next {
+			next = max(d, 0)
+		}
 	}
-	return a.opts.Interval
+	return next
 }
