@@ -265,7 +265,7 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"agent.metricsPort", []string{"--set", "agent.metricsPort=9300"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{agent(o)["args"].([]any)[0], agent(o)["ports"].([]any)[0].(map[string]any)["containerPort"], field(t, o["Service "+ns+"/maintenance-handler-agent-metrics"], "spec", "ports").([]any)[0].(map[string]any)["port"]},
-				[]any{"--listen-address=:9300", int64(9300), int64(9300)}
+				[]any{"--listen-address=$(HOST_IP):9300", int64(9300), int64(9300)}
 		}},
 		{"agent.noticePort", []string{"--set", "agent.noticePort=0"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{strings.Contains(strings.Join(anyStrings(agent(o)["args"]), " "), "--notice-listen-address"), len(agent(o)["ports"].([]any))}, []any{false, 1}
