@@ -12,6 +12,7 @@ import (
 	"time"
 
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -118,13 +119,38 @@ func clientsOf(t testing.TB, w *testworld.World) (*kube.Client, coordinationv1cl
 	return c, l
 }
 
-// startAggregatorOpts runs an in-process aggregator with o, whose client,
-// Lease, identity, timings and metrics are the tests'.
+// shippedLease is the aggregator's Lease as shipped (the names its Role
+// grants).
+const shippedLease = "maintenance-handler-aggregator"
+
+// shippedClients are the product's clients as the aggregator's shipped
+// identity in ns: its service account, ClusterRole and policies, and its
+// Role granted in ns, as a replica running in ns has them.
+func shippedClients(t testing.TB, ns string) (*kube.Client, coordinationv1client.LeasesGetter) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", world.AggregatorKubeconfigT(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, l
+}
+
+// startAggregatorOpts runs an in-process aggregator with o, with the
+// aggregator's shipped identity and Lease, and the tests' timings and
+// metrics.
 func startAggregatorOpts(t *testing.T, o aggregator.Options) *running {
 	t.Helper()
 	m := metrics.NewAggregator(metrics.NewRegistry())
-	o.Client, o.Leases = clients(t)
-	o.LeaseName, o.Identity, o.Metrics = "aggregator", "test-"+t.Name(), m
+	o.Client, o.Leases = shippedClients(t, o.Namespace)
+	o.LeaseName, o.Identity, o.Metrics = shippedLease, "test-"+t.Name(), m
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 3*time.Second, 2*time.Second, 200*time.Millisecond
 	o.Interval, o.MinInterval = time.Second, 100*time.Millisecond
 	a, err := aggregator.New(o)
@@ -584,8 +610,8 @@ func TestOnlyTheLeaderExportsPoolSeries(t *testing.T) {
 	}
 	start := func(identity string) (*metrics.Aggregator, func()) {
 		m := metrics.NewAggregator(metrics.NewRegistry())
-		c, l := clients(t)
-		a, err := aggregator.New(aggregator.Options{Client: c, Leases: l, Namespace: ns, LeaseName: "aggregator", Identity: identity, Metrics: m,
+		c, l := shippedClients(t, ns)
+		a, err := aggregator.New(aggregator.Options{Client: c, Leases: l, Namespace: ns, LeaseName: shippedLease, Identity: identity, Metrics: m,
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 			Interval: time.Second, MinInterval: 100 * time.Millisecond})
 		if err != nil {

@@ -33,7 +33,7 @@ func TestDeposedLeadersLateWritesCannotExceedTheCap(t *testing.T) {
 	ctx := testworld.Ctx(t, 2*time.Minute)
 	_, leases := clients(t)
 	names := idlePool(t, "fenced", "fence", 20, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
-	claimsLease := aggregator.ClaimsLeaseName("aggregator")
+	claimsLease := aggregator.ClaimsLeaseName(shippedLease)
 
 	// A, leading: it decides on fence-00 as it is now, and claims it.
 	seenByA, versionA := claimAsLeader(t, ctx, leases, ns, claimsLease, "fence-00")
@@ -117,7 +117,7 @@ func TestNewLeaderFencesBeforeItsFirstPass(t *testing.T) {
 	ctx := testworld.Ctx(t, 2*time.Minute)
 	_, leases := clients(t)
 	names := idlePool(t, "fenced2", "fence2", 4, "node-idle-time=600s,min-nodes=0,window=2419200s,max-unavailable=1")
-	claimsLease := aggregator.ClaimsLeaseName("aggregator")
+	claimsLease := aggregator.ClaimsLeaseName(shippedLease)
 
 	// A decides on fence2-00 from the claims and the node as they are.
 	seenByA, err := world.Client.CoreV1().Nodes().Get(ctx, "fence2-00", metav1.GetOptions{})
@@ -206,7 +206,7 @@ func TestDeposedLeadersLateApprovalCannotExceedTheRepairCap(t *testing.T) {
 		})
 	}
 	configMap(t, ns, fmt.Sprintf(faultPolicy, "ff", "0s"))
-	claimsLease := aggregator.ClaimsLeaseName("aggregator")
+	claimsLease := aggregator.ClaimsLeaseName(shippedLease)
 
 	// A, leading: it approves ff-02's repair as ff-02 is now, and claims it.
 	seenByA, _ := claimAsLeader(t, ctx, leases, ns, claimsLease, "ff-02")
@@ -298,7 +298,7 @@ func TestTenThousandClaimsLand(t *testing.T) {
 	for i := range 10000 {
 		claimed[fmt.Sprintf("gke-train-a3-pool-%03d-%08x-%04x", i/100, (i/100)*2654435761%(1<<32), (i*40503)%(1<<16))] = fmt.Sprint(184467000 + i*37)
 	}
-	claimsLease := aggregator.ClaimsLeaseName("maintenance-handler-aggregator")
+	claimsLease := aggregator.ClaimsLeaseName(shippedLease)
 	version, err := aggregator.WriteClaims(ctx, leases, ns, claimsLease, "", claimed)
 	if err != nil {
 		t.Fatalf("writing 10,000 claims: %v", err)
