@@ -71,90 +71,18 @@ func ParseRule(s string) (Rule, error) {
 			return r, ruleErr("%s given twice", key)
 		}
 		seen[key] = true
-		var err error
-		switch key {
-		case "FREQ":
-			switch f := Freq(strings.ToUpper(val)); f {
-			case Daily, Weekly, Monthly, Yearly:
-				r.Freq = f
-			case "HOURLY", "MINUTELY", "SECONDLY":
-				return r, ruleErr("FREQ=%s: a maintenance window recurs at most daily (DAILY, WEEKLY, MONTHLY or YEARLY)", val)
-			default:
-				return r, ruleErr("FREQ=%s: want DAILY, WEEKLY, MONTHLY or YEARLY", val)
-			}
-		case "INTERVAL":
-			if r.Interval, err = strconv.Atoi(val); err != nil || r.Interval < 1 {
-				return r, ruleErr("INTERVAL=%s: want a positive integer", val)
-			}
-		case "COUNT":
-			if r.Count, err = strconv.Atoi(val); err != nil || r.Count < 1 {
-				return r, ruleErr("COUNT=%s: want a positive integer", val)
-			}
-		case "UNTIL":
-			if r.Until, err = parseUntil(val); err != nil {
-				return r, err
-			}
-		case "WKST":
-			d, ok := weekdays[strings.ToUpper(val)]
-			if !ok {
-				return r, ruleErr("WKST=%s: want MO, TU, WE, TH, FR, SA or SU", val)
-			}
-			r.WeekStart = d
-		case "BYDAY":
-			for _, v := range strings.Split(strings.ToUpper(val), ",") {
-				wd, err := parseWeekdayNum(v)
-				if err != nil {
-					return r, err
-				}
-				r.ByDay = append(r.ByDay, wd)
-			}
-		case "BYMONTHDAY":
-			if r.ByMonthDay, err = parseInts(key, val, 31); err != nil {
-				return r, err
-			}
-		case "BYYEARDAY":
-			if r.ByYearDay, err = parseInts(key, val, 366); err != nil {
-				return r, err
-			}
-		case "BYSETPOS":
-			if r.BySetPos, err = parseInts(key, val, 366); err != nil {
-				return r, err
-			}
-		case "BYMONTH":
-			for _, v := range strings.Split(val, ",") {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 || n > 12 {
-					return r, ruleErr("BYMONTH=%s: want months 1 to 12", val)
-				}
-				r.ByMonth = append(r.ByMonth, time.Month(n))
-			}
-		case "BYHOUR", "BYMINUTE", "BYSECOND":
+		parse, ok := ruleParts[key]
+		switch {
+		case key == "BYHOUR" || key == "BYMINUTE" || key == "BYSECOND":
 			return r, ruleErr("%s is not supported: a window's time of day is its startTime's", key)
-		default:
+		case !ok:
 			return r, ruleErr("%s is not supported (FREQ, INTERVAL, BYDAY, BYMONTHDAY, BYMONTH, BYYEARDAY, BYSETPOS, UNTIL, COUNT, WKST are)", key)
 		}
+		if err := parse(&r, key, val); err != nil {
+			return r, err
+		}
 	}
-	// RFC 5545, section 3.3.10: which parts go with which FREQ.
-	switch {
-	case r.Freq == "":
-		return r, ruleErr("FREQ is required")
-	case r.Count > 0 && !r.Until.IsZero():
-		return r, ruleErr("COUNT and UNTIL together")
-	case len(r.ByMonthDay) > 0 && r.Freq == Weekly:
-		return r, ruleErr("BYMONTHDAY with FREQ=WEEKLY")
-	case len(r.ByYearDay) > 0 && r.Freq != Yearly:
-		return r, ruleErr("BYYEARDAY needs FREQ=YEARLY")
-	case len(r.BySetPos) > 0 && len(r.ByDay)+len(r.ByMonthDay)+len(r.ByMonth)+len(r.ByYearDay) == 0:
-		return r, ruleErr("BYSETPOS needs another BY part (such as BYDAY) to pick from")
-	}
-	if r.Freq != Monthly && r.Freq != Yearly && slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.N != 0 }) {
-		return r, ruleErr("BYDAY ordinals (such as 1SA) need FREQ=MONTHLY or YEARLY")
-	}
-	inMonth := r.Freq == Monthly || len(r.ByMonth) > 0
-	if inMonth && slices.ContainsFunc(r.ByDay, func(w WeekdayNum) bool { return w.N > 5 || w.N < -5 }) {
-		return r, ruleErr("BYDAY ordinals within a month are 1 to 5 or -5 to -1")
-	}
-	return r, nil
+	return r, checkRule(r)
 }
 
 // parseInts parses a list of whole numbers from 1 to limit or -limit to -1.
