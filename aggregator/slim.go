@@ -1,7 +1,7 @@
 package aggregator
 
 import (
-	"unique"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -38,9 +38,10 @@ func slimNode(obj kube.Object) kube.Object {
 }
 
 // interned is m with its keys (and its values too, with values) each one
-// string shared by every Node: the keys of labels and annotations, and the
-// values of labels (a pool's name, a zone, "true"), repeat across a fleet,
-// and each Node decoded from the API server holds copies of its own.
+// string shared by every Node (strings.intern): the keys of labels and
+// annotations, and the values of labels (a pool's name, a zone, "true"),
+// repeat across a fleet, and each Node decoded from the API server holds
+// copies of its own.
 func interned(m map[string]string, values bool) map[string]string {
 	if m == nil {
 		return nil
@@ -55,4 +56,29 @@ func interned(m map[string]string, values bool) map[string]string {
 	return out
 }
 
-func intern(s string) string { return unique.Make(s).Value() }
+// internLimit bounds the strings held once: a fleet's keys and common
+// values are a few hundred, and a value each node has its own (its host
+// name) fills the rest once, after which new strings are kept as they
+// come. The first strings seen are those every node repeats.
+const internLimit = 1 << 14
+
+// interns holds the strings held once. unique.Make would let them go with
+// their last handle, each garbage collection, and a Node decoded after it
+// would hold copies again; these are kept for the process's life, within
+// internLimit.
+var interns = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+func intern(s string) string {
+	interns.Lock()
+	defer interns.Unlock()
+	if held, ok := interns.m[s]; ok {
+		return held
+	}
+	if len(interns.m) < internLimit {
+		interns.m[s] = s
+	}
+	return s
+}
