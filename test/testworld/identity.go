@@ -240,12 +240,12 @@ func (w *World) grantShippedRole(ctx context.Context, ns, name string) error {
 var identitySeq atomic.Int64
 
 // identityKubeconfig mints a token for the shipped service account sa
-// (bound to bound, if set; valid for three hours, longer than any test)
-// and writes a kubeconfig holding it.
+// (bound to bound, if set; valid for a week, longer than any test or a
+// demo left running) and writes a kubeconfig holding it.
 func (w *World) identityKubeconfig(ctx context.Context, sa string, bound *authnv1.BoundObjectReference) (string, error) {
-	hours := int64(3 * 3600)
+	week := int64(7 * 24 * 3600)
 	tr, err := w.Client.CoreV1().ServiceAccounts(ShippedNamespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &hours, BoundObjectRef: bound}}, metav1.CreateOptions{})
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &week, BoundObjectRef: bound}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("a token for %s: %w", sa, err)
 	}
