@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
@@ -80,9 +81,20 @@ type running struct {
 	stop    func()
 }
 
+// startAgent runs v's agent with the agent's shipped identity: its
+// service account with a token bound to v's Node, held by its RBAC and
+// admission policies as in a cluster.
 func startAgent(t testing.TB, v *vm, cfg lifecycle.Config) *running {
 	t.Helper()
-	return startAgentWith(t, v, cfg, world.Config)
+	path, err := world.AgentKubeconfig(testworld.Ctx(t, 30*time.Second), v.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startAgentWith(t, v, cfg, restCfg)
 }
 
 // kubeClient is the agent's API client for restCfg.
