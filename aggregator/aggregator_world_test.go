@@ -12,6 +12,7 @@ import (
 	"time"
 
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,20 +100,21 @@ func startAggregatorWith(t *testing.T, ns, configMap string, recreateWindow time
 }
 
 // clients are the product's clients of the test world's API server, as
-// cmd/aggregator makes them.
+// cmd/aggregator makes them, as the admin.
 func clients(t testing.TB) (*kube.Client, coordinationv1client.LeasesGetter) {
 	t.Helper()
-	return clientsOf(t, world)
+	return clientsFor(t, world.Config)
 }
 
-// clientsOf are the product's clients of w's API server.
-func clientsOf(t testing.TB, w *testworld.World) (*kube.Client, coordinationv1client.LeasesGetter) {
+// clientsFor are the product's clients of cfg, as cmd/aggregator makes
+// them.
+func clientsFor(t testing.TB, cfg *rest.Config) (*kube.Client, coordinationv1client.LeasesGetter) {
 	t.Helper()
-	c, err := kube.New(w.Config)
+	c, err := kube.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := coordinationv1client.NewForConfig(w.Config)
+	l, err := coordinationv1client.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,15 +134,7 @@ func shippedClients(t testing.TB, ns string) (*kube.Client, coordinationv1client
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := coordinationv1client.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, l
+	return clientsFor(t, cfg)
 }
 
 // startAggregatorOpts runs an in-process aggregator with o, with the

@@ -96,15 +96,32 @@ func (a *Aggregator) toTell(p fleet.PoolPlan) int {
 	if p.ConfigErr != nil && p.ConfigErr.Error() != a.lastPoolErr[p.Pool] {
 		n += len(p.ConfigNodes)
 	}
-	said := a.lastReason[p.Pool]
-	switch {
-	case said != nil && p.ID != 0 && said.plan == p.ID:
-	case said != nil && p.Since != 0 && said.plan == p.Since:
+	switch telling(a.lastReason[p.Pool], p) {
+	case tellChanged:
 		n += len(p.Changed)
-	default:
+	case tellAll:
 		n += len(p.Decisions)
 	}
 	return n
+}
+
+// What announce tells of a pool's plan against what was told of it.
+const (
+	tellNothing = iota // the plan was told already
+	tellChanged        // what changed since the plan told: a few decisions, not every one
+	tellAll            // every decision, against what was told of each node
+)
+
+// telling is what announce tells of p, said being what was told of its
+// pool (nil: nothing).
+func telling(said *poolTold, p fleet.PoolPlan) int {
+	switch {
+	case said != nil && p.ID != 0 && said.plan == p.ID:
+		return tellNothing
+	case said != nil && p.Since != 0 && said.plan == p.Since:
+		return tellChanged
+	}
+	return tellAll
 }
 
 func (a *Aggregator) announce(p fleet.PoolPlan) {
@@ -139,19 +156,17 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 		said = &poolTold{nodes: map[string]*announced{}}
 		a.lastReason[p.Pool] = said
 	}
-	switch {
-	case p.ID != 0 && said.plan == p.ID:
-		return // told already
-	case p.Since != 0 && said.plan == p.Since:
-		// Told the plan before: what changed since is all there is to
-		// tell (at 65,000 nodes, a few decisions, not every one).
+	switch telling(said, p) {
+	case tellNothing:
+		return
+	case tellChanged:
 		for _, i := range p.Changed {
 			a.tell(said, p.Decisions[i])
 		}
 		for _, name := range p.Dropped {
 			delete(said.nodes, name)
 		}
-	default:
+	case tellAll:
 		a.announcements++
 		for _, d := range p.Decisions {
 			a.tell(said, d).plan = a.announcements

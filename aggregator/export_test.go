@@ -21,6 +21,9 @@ func WriteClaims(ctx context.Context, c coordinationv1client.LeasesGetter, names
 	return cl.version, err
 }
 
+// GKEClaims are n claims of GKE-named nodes (gkeClaims).
+var GKEClaims = gkeClaims
+
 // now is the tests' moment.
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 

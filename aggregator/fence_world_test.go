@@ -294,10 +294,7 @@ func TestTenThousandClaimsLand(t *testing.T) {
 	ctx := testworld.Ctx(t, time.Minute)
 	ns := world.Namespace(t)
 	_, leases := clients(t)
-	claimed := map[string]string{}
-	for i := range 10000 {
-		claimed[fmt.Sprintf("gke-train-a3-pool-%03d-%08x-%04x", i/100, (i/100)*2654435761%(1<<32), (i*40503)%(1<<16))] = fmt.Sprint(184467000 + i*37)
-	}
+	claimed := aggregator.GKEClaims(10000)
 	claimsLease := aggregator.ClaimsLeaseName(shippedLease)
 	version, err := aggregator.WriteClaims(ctx, leases, ns, claimsLease, "", claimed)
 	if err != nil {

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +20,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
-	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -100,14 +97,7 @@ func TestUninstallLeavesOnlyMaintenanceUnderWay(t *testing.T) {
 	cfg := rest.CopyConfig(world.Config)
 	writes := &requestLog{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return writes.wrap(rt) })
-	c, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := coordinationv1client.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, l := clientsFor(t, cfg)
 	done, err := aggregator.Uninstall(ctx, c, l, clock.RealClock{}, ns, "lease", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

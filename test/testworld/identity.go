@@ -6,6 +6,7 @@ package testworld
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +25,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -100,22 +102,32 @@ func (w *World) applyShipped(ctx context.Context) error {
 	objs = ownPolicies(objs)
 	// The namespace first, then what lives in it.
 	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
-		return boolInt(b.GetKind() == "Namespace") - boolInt(a.GetKind() == "Namespace")
+		return cmp.Compare(kindOrder(b), kindOrder(a))
 	})
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(w.Client.Discovery()))
 	for _, o := range objs {
-		gvr, err := resourceOf(o.GroupVersionKind())
+		gvk := o.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			return err
+			return fmt.Errorf("install %s %s: %w", gvk.Kind, o.GetName(), err)
 		}
-		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
 		if ns := o.GetNamespace(); ns != "" {
-			ri = dyn.Resource(gvr).Namespace(ns)
+			ri = dyn.Resource(mapping.Resource).Namespace(ns)
 		}
 		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("install %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
 	return nil
+}
+
+// kindOrder puts a Namespace before what lives in it.
+func kindOrder(o *unstructured.Unstructured) int {
+	if o.GetKind() == "Namespace" {
+		return 1
+	}
+	return 0
 }
 
 // ownPolicies is objs without the admission policies (and their
@@ -148,26 +160,6 @@ func ownPolicies(objs []*unstructured.Unstructured) []*unstructured.Unstructured
 		}
 		return false
 	})
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// resourceOf maps the kinds manifests/base holds to their resources.
-func resourceOf(gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
-	plural := map[string]string{
-		"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
-		"ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
-		"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-	}[gvk.Kind]
-	if plural == "" {
-		return schema.GroupVersionResource{}, fmt.Errorf("manifests/base: kind %s not known to the test world", gvk.Kind)
-	}
-	return gvk.GroupVersion().WithResource(plural), nil
 }
 
 // AgentKubeconfig installs the shipped identities (once) and writes a
