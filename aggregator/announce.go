@@ -48,21 +48,23 @@ func poolStats(plans []fleet.PoolPlan) []metrics.PoolStats {
 }
 
 // announce announces a pool's changed decisions and configuration errors.
-// announceRate and announceBurst pace the decisions told as Events:
-// client-go's recorder queues at most 1,000 Events and drops the rest, and
-// writes them at the Events client's rate (--kube-api-qps, 50 a second by
-// default). A new leader's first pass over 65,000 nodes decides every one,
-// so a pool is told only while the pace allows its Events, and a pool left
-// untold is told in a later pass (sooner than --interval): no decision's
-// Event is dropped, and each is told as it stands when its turn comes.
+// announceRate and announceBurst pace the Events told: client-go's
+// recorder queues at most 1,000 Events and drops the rest, and writes them
+// at the Events client's rate (--kube-api-qps, 50 a second by default). A
+// new leader's first pass over 65,000 nodes decides every one, so a pass
+// tells what the pace allows, a pool larger than the pace's burst in
+// parts, and what it left untold is told in a later pass (sooner than
+// --interval): no Event is dropped, and each decision is told as it stands
+// when its turn comes.
 var (
 	announceRate  rate.Limit = 40
 	announceBurst            = 800
 )
 
-// announcePlans tells the plans of the pools not told yet, as the pace
-// allows (announceRate), and returns how many pools it left for a later
-// pass and how long until the first of them may be told.
+// announcePlans tells the plans of the pools not told yet, in order, as
+// far as the pace allows (announceRate), and returns how many pools it
+// left, wholly or partly untold, for a later pass and how long until the
+// first of them may be told more.
 func (a *Aggregator) announcePlans(plans []fleet.PoolPlan) (left int, wait time.Duration) {
 	if a.pace == nil {
 		a.pace = rate.NewLimiter(announceRate, announceBurst)
@@ -72,18 +74,22 @@ func (a *Aggregator) announcePlans(plans []fleet.PoolPlan) (left int, wait time.
 		if !a.unannounced[p.Pool] {
 			continue
 		}
-		n := min(a.toTell(p), announceBurst)
-		if left > 0 || !a.pace.AllowN(now, n) {
-			if left == 0 {
-				r := a.pace.ReserveN(now, n)
-				wait = r.DelayFrom(now)
-				r.CancelAt(now)
-			}
-			left++
+		budget := 0
+		if left == 0 {
+			budget = max(0, int(a.pace.TokensAt(now)))
+		}
+		told, done := a.announce(p, budget)
+		a.pace.AllowN(now, told)
+		if done {
+			delete(a.unannounced, p.Pool)
 			continue
 		}
-		a.announce(p)
-		delete(a.unannounced, p.Pool)
+		if left == 0 {
+			r := a.pace.ReserveN(now, min(max(a.toTell(p), 1), announceBurst))
+			wait = r.DelayFrom(now)
+			r.CancelAt(now)
+		}
+		left++
 	}
 	return left, wait
 }
@@ -124,28 +130,19 @@ func telling(said *poolTold, p fleet.PoolPlan) int {
 	return tellAll
 }
 
-func (a *Aggregator) announce(p fleet.PoolPlan) {
+// announce tells what changed of p against what was told of its pool,
+// at most budget Events, and returns how many it told and whether it told
+// all. What it leaves is told by a later call: a partly told plan is told
+// again in full, against what was told of each node.
+func (a *Aggregator) announce(p fleet.PoolPlan, budget int) (told int, done bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	errText := ""
-	if p.ConfigErr != nil {
-		errText = p.ConfigErr.Error()
-	}
 	if p.Autoscaled != a.lastScaled[p.Pool] {
 		a.lastScaled[p.Pool] = p.Autoscaled
 		if p.Autoscaled {
 			a.log.Info("the cluster autoscaler manages this pool: no opportunistic maintenance here unless the policy opts in (opportunisticWhenAutoscaled)", "pool", p.Pool)
 		} else {
 			a.log.Info("the cluster autoscaler no longer manages this pool", "pool", p.Pool)
-		}
-	}
-	if errText != a.lastPoolErr[p.Pool] {
-		a.lastPoolErr[p.Pool] = errText
-		if errText != "" {
-			a.log.Warn("invalid opportunistic configuration", "pool", p.Pool, "err", errText)
-			for _, name := range p.ConfigNodes {
-				a.nodeEvent(name, "", true, protocol.EventInvalidConfig, fmt.Sprintf("No opportunistic maintenance for pool %s: %s", p.Pool, errText))
-			}
 		}
 	}
 	// What the pool's last plan announced: a node's decision is told when
@@ -156,12 +153,20 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 		said = &poolTold{nodes: map[string]*announced{}}
 		a.lastReason[p.Pool] = said
 	}
+	within := func() bool {
+		if told == budget {
+			return false
+		}
+		told++
+		return true
+	}
+	done = a.announceConfigErr(said, p, within)
 	switch telling(said, p) {
 	case tellNothing:
-		return
+		return told, done
 	case tellChanged:
 		for _, i := range p.Changed {
-			a.tell(said, p.Decisions[i])
+			done = a.tell(said, p.Decisions[i], within) && done
 		}
 		for _, name := range p.Dropped {
 			delete(said.nodes, name)
@@ -169,7 +174,10 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 	case tellAll:
 		a.announcements++
 		for _, d := range p.Decisions {
-			a.tell(said, d).plan = a.announcements
+			done = a.tell(said, d, within) && done
+			if last := said.nodes[d.Node]; last != nil {
+				last.plan = a.announcements
+			}
 		}
 		for name, last := range said.nodes {
 			if last.plan != a.announcements {
@@ -178,18 +186,60 @@ func (a *Aggregator) announce(p fleet.PoolPlan) {
 		}
 	}
 	said.plan = p.ID
+	if !done {
+		said.plan = 0 // told in full, against each node, next time
+	}
+	return told, done
 }
 
-// tell tells d where it is not what said has of its node, and returns
-// what said has of it now.
-func (a *Aggregator) tell(said *poolTold, d fleet.Decision) *announced {
+// announceConfigErr tells each node of p its pool's configuration error
+// once per error, each Event as within allows, and says whether every
+// node was told.
+func (a *Aggregator) announceConfigErr(said *poolTold, p fleet.PoolPlan, within func() bool) bool {
+	errText := ""
+	if p.ConfigErr != nil {
+		errText = p.ConfigErr.Error()
+	}
+	if errText != said.errText {
+		said.errText, said.errTold = errText, nil
+		if errText != "" {
+			a.log.Warn("invalid opportunistic configuration", "pool", p.Pool, "err", errText)
+		}
+	}
+	if errText == "" || errText == a.lastPoolErr[p.Pool] {
+		a.lastPoolErr[p.Pool] = errText
+		return true
+	}
+	if said.errTold == nil {
+		said.errTold = map[string]bool{}
+	}
+	for _, name := range p.ConfigNodes {
+		if said.errTold[name] {
+			continue
+		}
+		if !within() {
+			return false
+		}
+		said.errTold[name] = true
+		a.nodeEvent(name, "", true, protocol.EventInvalidConfig, fmt.Sprintf("No opportunistic maintenance for pool %s: %s", p.Pool, errText))
+	}
+	a.lastPoolErr[p.Pool], said.errTold = errText, nil
+	return true
+}
+
+// tell tells d where it is not what said has of its node, as within
+// allows, and says whether said now has d.
+func (a *Aggregator) tell(said *poolTold, d fleet.Decision, within func() bool) bool {
 	last := said.nodes[d.Node]
+	if last != nil && last.reason == d.Reason {
+		return true
+	}
+	if !within() {
+		return false
+	}
 	if last == nil {
 		last = &announced{}
 		said.nodes[d.Node] = last
-	}
-	if last.reason == d.Reason {
-		return last
 	}
 	last.reason = d.Reason
 	outcome, reason := "skipped", protocol.EventSkipped
@@ -198,7 +248,7 @@ func (a *Aggregator) tell(said *poolTold, d fleet.Decision) *announced {
 	}
 	a.opts.Metrics.Decisions.WithLabelValues(outcome, string(d.Reason)).Inc()
 	a.nodeEvent(d.Node, d.UID, false, reason, d.Message())
-	return last
+	return true
 }
 
 // poolTold is a pool's decisions as announced: those of the plan of ID
@@ -206,6 +256,10 @@ func (a *Aggregator) tell(said *poolTold, d fleet.Decision) *announced {
 type poolTold struct {
 	plan  uint64
 	nodes map[string]*announced
+	// errText is the pool's configuration error last seen, and errTold the
+	// nodes told it while not all are.
+	errText string
+	errTold map[string]bool
 }
 
 // announced is a node's decision as a pool's plan announced it, and which

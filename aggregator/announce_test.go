@@ -2,7 +2,9 @@ package aggregator
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 
 	"log/slog"
 	"testing"
@@ -102,7 +104,7 @@ func (discardSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) { ret
 // TestDecisionsToldAtTheirPace: a new leader's first pass decides every
 // node; its decisions are told as Events no faster than the Events client
 // writes them (so that client-go's recorder, which drops what overflows
-// its queue, drops none): the pools beyond the pace are told in later
+// its queue, drops none): what is beyond the pace is told in later
 // passes, none twice, and the pass says when the next may tell more.
 func TestDecisionsToldAtTheirPace(t *testing.T) {
 	announceRate, announceBurst = 1, 5
@@ -136,8 +138,79 @@ func TestDecisionsToldAtTheirPace(t *testing.T) {
 		}
 		clk.Step(wait)
 	}
-	// 5 tokens: one pool of 3; then 1 a second: a pool each 3 s.
-	if want := []float64{3, 6, 9, 12}; !slices.Equal(told3, want) {
+	// 5 tokens: one pool of 3 and two of the next; then 1 a second, a
+	// pass when a pool's worth (3) has come.
+	if want := []float64{5, 8, 11, 12}; !slices.Equal(told3, want) {
 		t.Errorf("decisions told after each pass: %v, want %v", told3, want)
+	}
+}
+
+// countingSink counts the Events written, by reason.
+type countingSink struct {
+	mu       sync.Mutex
+	byReason map[string]int
+}
+
+func (s *countingSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byReason[e.Reason]++
+	return e, nil
+}
+func (s *countingSink) Update(e *corev1.Event) (*corev1.Event, error)          { return e, nil }
+func (s *countingSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) { return e, nil }
+
+// TestAPoolBeyondTheBurstIsToldInParts: a pool with more to tell than the
+// pace's burst (a new leader's first pass over a pool of thousands, or an
+// invalid configuration on each of its nodes) is told in parts, never more
+// than the pace allows at once, until every node has been told its
+// decision and the pool's error exactly once.
+func TestAPoolBeyondTheBurstIsToldInParts(t *testing.T) {
+	announceRate, announceBurst = 1, 5
+	t.Cleanup(func() { announceRate, announceBurst = 40, 800 })
+	clk := testingclock.NewFakeClock(now)
+	a := &Aggregator{opts: Options{Clock: clk}.withDefaults(), log: slog.New(slog.DiscardHandler), unannounced: map[string]bool{}}
+	sink := &countingSink{byReason: map[string]int{}}
+	a.recorder = kube.NewRecorder(sink, corev1.EventSource{Component: protocol.EventSourceAggregator}, nil)
+	a.beginLead()
+	var f fleet.Fleet
+	for i := range 12 { // one pool of 12 nodes, one of which disagrees on the settings
+		config := "node-idle-time=600s,min-nodes=0,window=2419200s"
+		if i == 0 {
+			config = "node-idle-time=60s,min-nodes=0,window=2419200s"
+		}
+		f.Set(fleet.Node{Name: fmt.Sprintf("n%d", i), Pool: "big", Ready: true, Busy: protocol.BusyAccelerators, NoticePresent: true, Config: config,
+			Notice: maintenance.Notice{Status: maintenance.StatusPending, CanReschedule: true, WindowStart: now.Add(72 * time.Hour)}})
+	}
+	passes := 0
+	for ; passes < 30; passes++ {
+		plans := f.Decide(clk.Now(), policy.Config{})
+		fresh, replaced := f.Changes()
+		a.markUnannounced(fresh, replaced)
+		before := float64(announceBurst)
+		if a.pace != nil {
+			before = a.pace.TokensAt(clk.Now())
+		}
+		toldBefore := testutil.ToFloat64(a.opts.Metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonInvalidConfig)))
+		left, wait := a.announcePlans(plans)
+		if told := testutil.ToFloat64(a.opts.Metrics.Decisions.WithLabelValues("skipped", string(fleet.ReasonInvalidConfig))) - toldBefore; told > before {
+			t.Errorf("pass %d told %v decisions with %v of the pace left", passes, told, before)
+		}
+		if left == 0 {
+			break
+		}
+		if wait <= 0 {
+			t.Fatalf("pass %d left the pool with no wait", passes)
+		}
+		clk.Step(wait)
+	}
+	a.recorder.Shutdown()
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if got, want := sink.byReason, map[string]int{protocol.EventSkipped: 12, protocol.EventInvalidConfig: 12}; !maps.Equal(got, want) {
+		t.Errorf("Events written %v, want %v: each node told its decision and the pool's error once", got, want)
+	}
+	if passes < 4 {
+		t.Errorf("told in %d passes; 24 Events at a burst of 5 take at least 5", passes+1)
 	}
 }
