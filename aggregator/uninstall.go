@@ -31,17 +31,23 @@ type Uninstalled struct {
 	Cleaned, InMaintenance []string
 }
 
+// UninstallScope is where Uninstall looks.
+type UninstallScope struct {
+	// Namespace holds the aggregator's Leases: LeaseName and its claims
+	// Lease. AgentNamespace holds the agents' pods.
+	Namespace, AgentNamespace, LeaseName string
+}
+
 // Uninstall removes what the product wrote in the cluster once it is being
-// uninstalled: it waits until no agent pod is left in namespace (an agent
-// would write its keys again), then removes every key of the agent and the
-// aggregator from each Node with no maintenance under way
-// (protocol.Forget, protocol.ForgetConditions), with a Warning Event on
-// each Node it leaves, and deletes the aggregator's Leases (leaseName and
-// its claims Lease). Each write is retried on conflict; ctx bounds the
-// whole.
-func Uninstall(ctx context.Context, client *kube.Client, leases coordinationv1client.LeasesGetter, clk clock.Clock, namespace, leaseName string, log *slog.Logger) (Uninstalled, error) {
+// uninstalled: it waits until no agent pod is left in the agents'
+// namespace (an agent would write its keys again), then removes every key
+// of the agent and the aggregator from each Node with no maintenance under
+// way (protocol.Forget, protocol.ForgetConditions), with a Warning Event on
+// each Node it leaves, and deletes the aggregator's Leases. Each write is
+// retried on conflict; ctx bounds the whole.
+func Uninstall(ctx context.Context, client *kube.Client, leases coordinationv1client.LeasesGetter, clk clock.Clock, scope UninstallScope, log *slog.Logger) (Uninstalled, error) {
 	var done Uninstalled
-	if err := waitNoAgents(ctx, client, namespace, log); err != nil {
+	if err := waitNoAgents(ctx, client, scope.AgentNamespace, log); err != nil {
 		return done, err
 	}
 	nodes, err := client.ListNodes(ctx, metav1.ListOptions{})
@@ -66,8 +72,8 @@ func Uninstall(ctx context.Context, client *kube.Client, leases coordinationv1cl
 			log.Info("removed the product's keys", "node", n.Name)
 		}
 	}
-	for _, name := range []string{leaseName, ClaimsLeaseName(leaseName)} {
-		err := leases.Leases(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	for _, name := range []string{scope.LeaseName, ClaimsLeaseName(scope.LeaseName)} {
+		err := leases.Leases(scope.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("lease %s: %w", name, err))
 		}

@@ -98,7 +98,7 @@ func TestUninstallLeavesOnlyMaintenanceUnderWay(t *testing.T) {
 	writes := &requestLog{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return writes.wrap(rt) })
 	c, l := clientsFor(t, cfg)
-	done, err := aggregator.Uninstall(ctx, c, l, clock.RealClock{}, ns, "lease", slog.New(slog.DiscardHandler))
+	done, err := aggregator.Uninstall(ctx, c, l, clock.RealClock{}, aggregator.UninstallScope{Namespace: ns, AgentNamespace: ns, LeaseName: "lease"}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func BenchmarkEvictionCheck(b *testing.B) {
 	testworld.Need(b)
 	const ns, node = "maintenance-handler", "bench-check-a"
 	world.NodeT(b, testworld.NodeSpec{Name: node})
-	world.WaitNamespaceGone(b, ns)
+	waitShippedGone(b)
 	apply(b, render(b, "base"))
 	agent := agentPodOn(b, node)
 	scaleAggregatorToZero(b)
@@ -116,7 +116,7 @@ func benchDrain(b *testing.B, ns, node string, checked bool) time.Duration {
 			b.Fatal(err)
 		}
 	}
-	v := agentVM(b, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", agent.Name,
+	v := agentVM(b, node, tr.Status.Token, "--node-name", node, "--pod-namespace", agent.Namespace, "--pod-name", agent.Name,
 		"--policy-configmap", ns+"/maintenance-handler")
 	world.WaitNode(b, node, "the agent's boot ID", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
 	start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 
 	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/kube"
@@ -44,6 +46,15 @@ const evictionWebhook = "maintenance-handler-agent-evictions"
 // off the world's one real node. It waits until the configuration holds
 // the CA and returns the check's metrics; the check stops when tb ends.
 func hostEvictionCheck(tb testing.TB, ns string) *metrics.EvictionCheck {
+	tb.Helper()
+	m, _ := hostEvictionCheckFor(tb, ns, nil)
+	return m
+}
+
+// hostEvictionCheckFor is hostEvictionCheck answering only callers (as
+// --eviction-check-callers does; none: any caller); it returns the
+// check's address too.
+func hostEvictionCheckFor(tb testing.TB, ns string, callers []string) (*metrics.EvictionCheck, string) {
 	tb.Helper()
 	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(tb, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
@@ -70,7 +81,12 @@ func hostEvictionCheck(tb testing.TB, ns string) *metrics.EvictionCheck {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
-	if _, err := admission.Serve(ctx, g, addr, &admission.Check{Pods: client.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: logger}, certs); err != nil {
+	var check http.Handler = &admission.Check{Pods: client.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: logger}
+	if len(callers) > 0 {
+		check = (&admission.Callers{Review: typed.AuthenticationV1().TokenReviews().Create, Users: callers, Refused: m.CallerRefused,
+			Remember: time.Minute, Unknown: rate.NewLimiter(20, 20), Clock: clock.RealClock{}}).Wrap(check)
+	}
+	if _, err := admission.Serve(ctx, g, addr, check, certs); err != nil {
 		cancel()
 		tb.Fatal(err)
 	}
@@ -82,7 +98,7 @@ func hostEvictionCheck(tb testing.TB, ns string) *metrics.EvictionCheck {
 		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
 			return len(c.Webhooks) == 1 && len(c.Webhooks[0].ClientConfig.CABundle) > 0 && c.Webhooks[0].ClientConfig.URL != nil
 		})
-	return m
+	return m, addr
 }
 
 // pointEvictionCheck makes the webhook configuration call the check at
@@ -226,7 +242,7 @@ func agentDrainsWhileTheCheckIsDown(t *testing.T) {
 		func(p *policyv1.PodDisruptionBudget) bool { return p.Status.CurrentHealthy == 1 })
 	deletions := watchDeletions(t, wns, "kube-system")
 
-	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", agent.Name,
+	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", agent.Namespace, "--pod-name", agent.Name,
 		"--policy-configmap", ns+"/maintenance-handler")
 	world.WaitNode(t, node, "the agent's boot ID", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
 	start := time.Now()

@@ -98,7 +98,7 @@ func TestChartNotes(t *testing.T) {
 		{nil, []string{
 			"installed in namespace fleet",
 			"the eviction check that holds each agent's evictions to its own node",
-			"kubectl -n fleet rollout status daemonset/maintenance-handler-agent",
+			"kubectl -n fleet-agent rollout status daemonset/maintenance-handler-agent",
 			"kubectl -n fleet rollout status deployment/maintenance-handler-aggregator",
 			"kubectl maintenance status",
 		}, []string{"no aggregator", "no admission policies"}},
@@ -209,7 +209,8 @@ func TestChartSchemaRejects(t *testing.T) {
 func TestChartOptions(t *testing.T) {
 	const (
 		ns  = "maintenance-handler"
-		ds  = "DaemonSet " + ns + "/maintenance-handler-agent"
+		ans = "maintenance-handler-agent"
+		ds  = "DaemonSet " + ans + "/maintenance-handler-agent"
 		dep = "Deployment " + ns + "/maintenance-handler-aggregator"
 	)
 	agentPod := func(o map[string]*unstructured.Unstructured) map[string]any {
@@ -264,7 +265,7 @@ func TestChartOptions(t *testing.T) {
 			return field(t, o[ds], "spec", "updateStrategy", "rollingUpdate", "maxUnavailable"), "25%"
 		}},
 		{"agent.metricsPort", []string{"--set", "agent.metricsPort=9300"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return []any{agent(o)["args"].([]any)[0], agent(o)["ports"].([]any)[0].(map[string]any)["containerPort"], field(t, o["Service "+ns+"/maintenance-handler-agent-metrics"], "spec", "ports").([]any)[0].(map[string]any)["port"]},
+			return []any{agent(o)["args"].([]any)[0], agent(o)["ports"].([]any)[0].(map[string]any)["containerPort"], field(t, o["Service "+ans+"/maintenance-handler-agent-metrics"], "spec", "ports").([]any)[0].(map[string]any)["port"]},
 				[]any{"--listen-address=$(HOST_IP):9300", int64(9300), int64(9300)}
 		}},
 		{"agent.noticePort", []string{"--set", "agent.noticePort=0"}, func(o map[string]*unstructured.Unstructured) (any, any) {
@@ -285,7 +286,7 @@ func TestChartOptions(t *testing.T) {
 			return field(t, o[ds], "spec", "template", "metadata", "labels").(map[string]any)["team"], "ml"
 		}},
 		{"agent.serviceAccount.create", []string{"--set", "agent.serviceAccount.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return []any{o["ServiceAccount "+ns+"/maintenance-handler-agent"] == nil, agentPod(o)["serviceAccountName"]}, []any{true, "maintenance-handler-agent"}
+			return []any{o["ServiceAccount "+ans+"/maintenance-handler-agent"] == nil, agentPod(o)["serviceAccountName"]}, []any{true, "maintenance-handler-agent"}
 		}},
 		{"agent.serviceAccount.name", []string{"--set", "agent.serviceAccount.name=gpu-agent"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			subject := field(t, o["ClusterRoleBinding /maintenance-handler-agent"], "subjects").([]any)[0].(map[string]any)["name"]
@@ -293,15 +294,24 @@ func TestChartOptions(t *testing.T) {
 				return field(t, o[kind+" /"+name], "spec", "matchConditions").([]any)[0].(map[string]any)["expression"]
 			}
 			hook := field(t, o["ValidatingWebhookConfiguration /maintenance-handler-agent-evictions"], "webhooks").([]any)[0].(map[string]any)["matchConditions"].([]any)[0].(map[string]any)["expression"]
-			user := `request.userInfo.username == "system:serviceaccount:` + ns + `:gpu-agent"`
-			return []any{o["ServiceAccount "+ns+"/gpu-agent"] != nil, agentPod(o)["serviceAccountName"], subject, match("ValidatingAdmissionPolicy", "maintenance-handler-agent-own-node"), hook},
+			user := `request.userInfo.username == "system:serviceaccount:` + ans + `:gpu-agent"`
+			return []any{o["ServiceAccount "+ans+"/gpu-agent"] != nil, agentPod(o)["serviceAccountName"], subject, match("ValidatingAdmissionPolicy", "maintenance-handler-agent-own-node"), hook},
 				[]any{true, "gpu-agent", "gpu-agent", user, user}
 		}},
 		{"agent.serviceAccount.annotations", []string{"--set", "agent.serviceAccount.annotations.a=b"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return o["ServiceAccount "+ns+"/maintenance-handler-agent"].GetAnnotations(), map[string]string{"a": "b"}
+			return o["ServiceAccount "+ans+"/maintenance-handler-agent"].GetAnnotations(), map[string]string{"a": "b"}
+		}},
+		{"agent.namespace.name", []string{"--set", "agent.namespace.name=gpu-nodes"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			subject := field(t, o["RoleBinding "+ns+"/maintenance-handler-agent"], "subjects").([]any)[0].(map[string]any)["namespace"]
+			hook := field(t, o["ValidatingWebhookConfiguration /maintenance-handler-agent-evictions"], "webhooks").([]any)[0].(map[string]any)["matchConditions"].([]any)[0].(map[string]any)["expression"]
+			return []any{o["Namespace /gpu-nodes"] != nil, o["DaemonSet gpu-nodes/maintenance-handler-agent"] != nil, o["ServiceAccount gpu-nodes/maintenance-handler-agent"] != nil, subject, hook},
+				[]any{true, true, true, "gpu-nodes", `request.userInfo.username == "system:serviceaccount:gpu-nodes:maintenance-handler-agent"`}
+		}},
+		{"agent.namespace.create", []string{"--set", "agent.namespace.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []any{o["Namespace /"+ans] == nil, o[ds] != nil}, []any{true, true}
 		}},
 		{"aggregator.enabled", []string{"--set", "aggregator.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return []any{o[dep] == nil, o["ClusterRole /maintenance-handler-aggregator"] == nil, o["DaemonSet "+ns+"/maintenance-handler-agent"] != nil}, []any{true, true, true}
+			return []any{o[dep] == nil, o["ClusterRole /maintenance-handler-aggregator"] == nil, o[ds] != nil}, []any{true, true, true}
 		}},
 		{"aggregator.replicas", []string{"--set", "aggregator.replicas=3"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[dep], "spec", "replicas"), int64(3)
@@ -313,6 +323,20 @@ func TestChartOptions(t *testing.T) {
 			_, hook := o["ValidatingWebhookConfiguration /maintenance-handler-agent-evictions"]
 			_, svc := o["Service maintenance-handler/maintenance-handler-eviction-check"]
 			return []any{agg(o)["args"].([]any)[2], len(agg(o)["ports"].([]any)), hook, svc}, []any{"--eviction-check-listen-address=", 1, false, false}
+		}},
+		{"aggregator.evictionCheckCallers", []string{"--set", "aggregator.evictionCheckCallers={kube-apiserver,webhook-caller}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			reviews := strings.Contains(fmt.Sprint(field(t, o["ClusterRole /maintenance-handler-aggregator"], "rules")), "tokenreviews")
+			return []any{agg(o)["args"].([]any)[3], reviews}, []any{"--eviction-check-callers=kube-apiserver,webhook-caller", true}
+		}},
+		{"aggregator.evictionCheckAllowFrom", []string{"--set", "aggregator.evictionCheckAllowFrom={172.16.0.0/28}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			np := o["NetworkPolicy maintenance-handler/maintenance-handler-eviction-check"]
+			if np == nil {
+				return nil, "a NetworkPolicy"
+			}
+			return field(t, np, "spec", "ingress"), []any{
+				map[string]any{"ports": []any{map[string]any{"port": "metrics"}}},
+				map[string]any{"ports": []any{map[string]any{"port": "eviction-check"}}, "from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}}},
+			}
 		}},
 		{"aggregator.resources", []string{"--set", "aggregator.resources.limits.memory=1Gi"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return agg(o)["resources"].(map[string]any)["limits"], map[string]any{"memory": "1Gi"}
@@ -389,7 +413,7 @@ func TestChartOptions(t *testing.T) {
 					roles = append(roles, k)
 				}
 			}
-			return []any{roles, o["ServiceAccount "+ns+"/maintenance-handler-agent"] != nil}, []any{[]string(nil), true}
+			return []any{roles, o["ServiceAccount "+ans+"/maintenance-handler-agent"] != nil}, []any{[]string(nil), true}
 		}},
 		{"monitoring.serviceMonitor.enabled", []string{"--set", "monitoring.serviceMonitor.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return o["ServiceMonitor "+ns+"/maintenance-handler"] != nil, true
@@ -405,10 +429,10 @@ func TestChartOptions(t *testing.T) {
 			if m == nil {
 				return nil, "a ServiceMonitor in monitoring"
 			}
-			return field(t, m, "spec", "namespaceSelector", "matchNames"), []any{ns}
+			return field(t, m, "spec", "namespaceSelector", "matchNames"), []any{ns, ans}
 		}},
 		{"monitoring.podMonitoring.enabled", []string{"--set", "monitoring.podMonitoring.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return o["PodMonitoring "+ns+"/maintenance-handler"] != nil, true
+			return []any{o["PodMonitoring "+ns+"/maintenance-handler"] != nil, o["PodMonitoring "+ans+"/maintenance-handler"] != nil}, []any{true, true}
 		}},
 		{"monitoring.podMonitoring.interval", []string{"--set", "monitoring.podMonitoring.enabled=true", "--set", "monitoring.podMonitoring.interval=1m"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["PodMonitoring "+ns+"/maintenance-handler"], "spec", "endpoints").([]any)[0].(map[string]any)["interval"], "1m"
@@ -511,7 +535,7 @@ func TestChartAsASubchart(t *testing.T) {
 		t.Fatalf("helm template of an umbrella chart: %v\n%s", err, stderr.String())
 	}
 	objs := kinds(decodeYAML(t, out))
-	ds, ok := objs["DaemonSet maintenance-handler/maintenance-handler-agent"]
+	ds, ok := objs["DaemonSet maintenance-handler-agent/maintenance-handler-agent"]
 	if !ok {
 		t.Fatalf("no agent DaemonSet among %d objects", len(objs))
 	}
@@ -550,7 +574,7 @@ func TestChartBumpAloneRollsNothing(t *testing.T) {
 		return kinds(decodeYAML(t, out))
 	}
 	before, after := render(chart), render(bumped)
-	for _, w := range []string{"DaemonSet maintenance-handler/maintenance-handler-agent", "Deployment maintenance-handler/maintenance-handler-aggregator"} {
+	for _, w := range []string{"DaemonSet maintenance-handler-agent/maintenance-handler-agent", "Deployment maintenance-handler/maintenance-handler-aggregator"} {
 		a, _, _ := unstructured.NestedMap(before[w].Object, "spec", "template")
 		b, _, _ := unstructured.NestedMap(after[w].Object, "spec", "template")
 		if d := cmp.Diff(a, b); d != "" {
@@ -566,7 +590,7 @@ func TestChartBumpAloneRollsNothing(t *testing.T) {
 // node.
 func TestAggregatorOffTheNodesItMaintains(t *testing.T) {
 	o := mustTemplate(t)
-	ds := o["DaemonSet maintenance-handler/maintenance-handler-agent"]
+	ds := o["DaemonSet maintenance-handler-agent/maintenance-handler-agent"]
 	dep := o["Deployment maintenance-handler/maintenance-handler-aggregator"]
 	forbidden := map[string]bool{}
 	terms := field(t, dep, "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms").([]any)

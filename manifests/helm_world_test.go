@@ -78,7 +78,7 @@ func TestHelmOnARealNode(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = emu.Close() })
 	layout := shippedImageLayout(t)
-	world.WaitNamespaceGone(t, helmRelease)
+	waitShippedGone(t)
 	// Three versions of the chart, each with its image tag, so that each
 	// upgrade replaces every pod.
 	versions := []struct{ chart, tag string }{{"0.0.1", "v1"}, {"0.0.2", "v2"}, {"0.0.3", "v3"}}
@@ -217,7 +217,7 @@ func TestHelmOnARealNode(t *testing.T) {
 // is Ready.
 func agentWithTag(t testing.TB, node, tag string) {
 	t.Helper()
-	world.WaitPods(t, helmRelease, "app.kubernetes.io/component=agent", "the agent "+tag+" Ready on "+node, func(pods []*corev1.Pod) bool {
+	world.WaitPods(t, helmRelease+"-agent", "app.kubernetes.io/component=agent", "the agent "+tag+" Ready on "+node, func(pods []*corev1.Pod) bool {
 		for _, p := range pods {
 			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && podReady(p) {
 				return true
@@ -405,6 +405,8 @@ func cleanUpRelease(t testing.TB) {
 	rbac := world.Client.RbacV1()
 	_ = rbac.ClusterRoles().Delete(context.Background(), "maintenance-handler-uninstall", metav1.DeleteOptions{})
 	_ = rbac.ClusterRoleBindings().Delete(context.Background(), "maintenance-handler-uninstall", metav1.DeleteOptions{})
-	_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), helmRelease, metav1.DeleteOptions{})
-	world.WaitNamespaceGone(t, helmRelease)
+	for _, ns := range []string{helmRelease, helmRelease + "-agent"} {
+		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	}
+	waitShippedGone(t)
 }

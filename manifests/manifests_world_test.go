@@ -70,6 +70,15 @@ func renderFS(t testing.TB, fs filesys.FileSystem, dir string) []*unstructured.U
 	return out
 }
 
+// waitShippedGone waits until the shipped namespaces (the aggregator's and
+// the agent's) of an earlier test's install are gone: the next install
+// makes them again.
+func waitShippedGone(tb testing.TB) {
+	tb.Helper()
+	world.WaitNamespaceGone(tb, testworld.ShippedNamespace)
+	world.WaitNamespaceGone(tb, testworld.ShippedAgentNamespace)
+}
+
 // apply server-side applies every object, as kubectl apply --server-side
 // -k would, and deletes them when the test ends.
 func apply(t testing.TB, objs []*unstructured.Unstructured) {
@@ -109,7 +118,7 @@ func apply(t testing.TB, objs []*unstructured.Unstructured) {
 // and nothing else.
 func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	testworld.Need(t)
-	const ns = "maintenance-handler"
+	const ns, ans = testworld.ShippedNamespace, testworld.ShippedAgentNamespace
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-a"})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-tpu-b", TPU: true})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-plain"})
@@ -149,7 +158,7 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	// The DaemonSet: on the two accelerator nodes, not on the plain one.
 	var pods []corev1.Pod
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := world.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+		list, err := world.Client.CoreV1().Pods(ans).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
 		if err != nil {
 			return false, nil
 		}
@@ -477,7 +486,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"patch", "", "pods", "default", "status", true},
 		{"get", "", "secrets", "default", "", false},
 		{"list", "", "configmaps", "default", "", false},
-		{"update", "apps", "daemonsets", ns, "", false},
+		{"update", "apps", "daemonsets", ans, "", false},
+		{"get", "", "secrets", ns, "maintenance-handler-eviction-check", false},
 		{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 		{"update", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", "", false},
 	})
@@ -618,12 +628,11 @@ func healthz(v *vms.VM) (int, string) {
 // evicts the workload and marks it terminating; /healthz is ok: every write
 // the agent makes is one the policy allows.
 func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
-	const ns = "maintenance-handler"
 	tr := agentToken(t, pod)
 	node := pod.Spec.NodeName
 	wns, name := workload(t, node)
-	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", ns, "--pod-name", pod.Name,
-		"--policy-configmap", ns+"/maintenance-handler")
+	v := agentVM(t, node, tr.Status.Token, "--node-name", node, "--pod-namespace", pod.Namespace, "--pod-name", pod.Name,
+		"--policy-configmap", testworld.ShippedNamespace+"/maintenance-handler")
 	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
 	world.WaitNode(t, node, "the scheduled-maintenance-time label", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" && n.Annotations[protocol.AnnotationIdleSince] != "" && n.Annotations[protocol.AnnotationLastBootID] != ""
@@ -644,7 +653,7 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 	if _, err := world.Client.CoreV1().Pods(wns).Get(testworld.Ctx(t, 10*time.Second), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the workload pod is still there (%v)", err)
 	}
-	if _, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), pod.Name, metav1.GetOptions{}); err != nil {
+	if _, err := world.Client.CoreV1().Pods(pod.Namespace).Get(testworld.Ctx(t, 10*time.Second), pod.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the agent's own pod: %v", err)
 	}
 	if code, body := healthz(v); code != http.StatusOK {
@@ -660,7 +669,7 @@ func agentWithBoundToken(t *testing.T, pod *corev1.Pod) {
 func agentWithoutNodeName(t *testing.T) {
 	const node = "rbac-gpu-d"
 	world.NodeT(t, testworld.NodeSpec{Name: node})
-	tr, err := world.Client.CoreV1().ServiceAccounts("maintenance-handler").CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := world.Client.CoreV1().ServiceAccounts(testworld.ShippedAgentNamespace).CreateToken(testworld.Ctx(t, 10*time.Second), "maintenance-handler-agent", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,9 @@ import (
 
 // TestPodSecurity: the aggregator's pod meets pod security's
 // "restricted" profile; the agent's meets it but for its host network
-// (which "baseline" forbids too), which is why its namespace enforces
-// "privileged" and warns against "restricted".
+// (which "baseline" forbids too), which is why it runs in a namespace of
+// its own that enforces "privileged", and the aggregator's enforces
+// "restricted".
 func TestPodSecurity(t *testing.T) {
 	testworld.Need(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restricted-", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}

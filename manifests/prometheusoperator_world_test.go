@@ -67,10 +67,10 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 	var ours []*unstructured.Unstructured
 	var rule *unstructured.Unstructured
 	for _, o := range render(t, "overlays/prometheus-operator") {
-		switch o.GetKind() {
-		case "Namespace", "ServiceMonitor":
+		switch {
+		case o.GetKind() == "Namespace" && o.GetName() == testworld.ShippedNamespace, o.GetKind() == "ServiceMonitor":
 			ours = append(ours, o)
-		case "PrometheusRule":
+		case o.GetKind() == "PrometheusRule":
 			ours = append(ours, o)
 			rule = o.DeepCopy()
 		}

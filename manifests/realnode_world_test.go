@@ -122,7 +122,7 @@ func agentPodOn(t testing.TB, node string) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
 	var running time.Time
-	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=agent", "the agent Ready on "+node, func(pods []*corev1.Pod) bool {
+	world.WaitPods(t, testworld.ShippedAgentNamespace, "app.kubernetes.io/component=agent", "the agent Ready on "+node, func(pods []*corev1.Pod) bool {
 		for _, p := range pods {
 			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
 				continue
@@ -174,7 +174,7 @@ func shippedOnRealNodes(tb testing.TB) (*gceemu.Server, string) {
 	}
 	tb.Cleanup(func() { _ = emu.Close() })
 	layout := shippedImageLayout(tb)
-	world.WaitNamespaceGone(tb, "maintenance-handler")
+	waitShippedGone(tb)
 	apply(tb, renderForRealNode(tb, emu.Host()))
 	return emu, layout
 }

@@ -1,6 +1,8 @@
 package manifests_test
 
 import (
+	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -19,11 +21,15 @@ import (
 // the monitoring components add exactly their objects, in the project's
 // namespace; the example overlay's image and affinity patch take effect.
 func TestOverlaysRender(t *testing.T) {
-	const ns = "maintenance-handler"
+	const ns, ans = "maintenance-handler", "maintenance-handler-agent"
 	base := kinds(render(t, "base"))
 	for name, o := range base {
-		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetKind() != "ValidatingWebhookConfiguration" && o.GetNamespace() != ns {
-			t.Errorf("%s is not in namespace %s", name, ns)
+		want := ns
+		if o.GetLabels()["app.kubernetes.io/component"] == "agent" {
+			want = ans
+		}
+		if o.GetKind() != "Namespace" && !strings.HasPrefix(o.GetKind(), "Cluster") && !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetKind() != "ValidatingWebhookConfiguration" && o.GetNamespace() != want {
+			t.Errorf("%s is not in namespace %s", name, want)
 		}
 	}
 	for _, tc := range []struct {
@@ -31,8 +37,8 @@ func TestOverlaysRender(t *testing.T) {
 		adds []string
 	}{
 		{"overlays/prometheus-operator", []string{"ServiceMonitor " + ns + "/maintenance-handler", "PrometheusRule " + ns + "/maintenance-handler"}},
-		{"overlays/gke-managed-prometheus", []string{"PodMonitoring " + ns + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
-		{"overlays/example", []string{"PodMonitoring " + ns + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
+		{"overlays/gke-managed-prometheus", []string{"PodMonitoring " + ns + "/maintenance-handler", "PodMonitoring " + ans + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
+		{"overlays/example", []string{"PodMonitoring " + ns + "/maintenance-handler", "PodMonitoring " + ans + "/maintenance-handler", "Rules " + ns + "/maintenance-handler"}},
 	} {
 		got := kinds(render(t, tc.dir))
 		for name := range base {
@@ -52,13 +58,13 @@ func TestOverlaysRender(t *testing.T) {
 
 	example := kinds(render(t, "overlays/example"))
 	const image = "us-docker.pkg.dev/my-project/my-repo/maintenance-handler:v0.1.0"
-	for _, name := range []string{"DaemonSet " + ns + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
+	for _, name := range []string{"DaemonSet " + ans + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
 		containers, _, _ := unstructured.NestedSlice(example[name].Object, "spec", "template", "spec", "containers")
 		if len(containers) != 1 || containers[0].(map[string]any)["image"] != image {
 			t.Errorf("%s: containers %v, want one with image %s", name, containers, image)
 		}
 	}
-	terms, _, _ := unstructured.NestedSlice(example["DaemonSet "+ns+"/maintenance-handler-agent"].Object,
+	terms, _, _ := unstructured.NestedSlice(example["DaemonSet "+ans+"/maintenance-handler-agent"].Object,
 		"spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 	var keys []string
 	for _, term := range terms {
@@ -71,22 +77,24 @@ func TestOverlaysRender(t *testing.T) {
 	}
 }
 
-// TestMonitorsFindTheMetricsPorts: the PodMonitoring selects the agent's and
-// the aggregator's pods and names a port both expose; the ServiceMonitor
-// selects both metrics Services by a port they have, and each Service
-// selects its pods and targets their metrics port.
+// TestMonitorsFindTheMetricsPorts: a PodMonitoring in each workload's
+// namespace selects its pods and names a port it exposes; the
+// ServiceMonitor looks in both namespaces and selects both metrics
+// Services by a port they have, and each Service selects its pods and
+// targets their metrics port.
 func TestMonitorsFindTheMetricsPorts(t *testing.T) {
 	const ns = "maintenance-handler"
 	objs := kinds(append(render(t, "overlays/prometheus-operator"), render(t, "overlays/gke-managed-prometheus")...))
 	type workload struct {
-		labels map[string]string
-		ports  map[string]bool
+		namespace string
+		labels    map[string]string
+		ports     map[string]bool
 	}
 	var workloads []workload
-	for _, name := range []string{"DaemonSet " + ns + "/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
+	for _, name := range []string{"DaemonSet maintenance-handler-agent/maintenance-handler-agent", "Deployment " + ns + "/maintenance-handler-aggregator"} {
 		labels, _, _ := unstructured.NestedStringMap(objs[name].Object, "spec", "template", "metadata", "labels")
 		containers, _, _ := unstructured.NestedSlice(objs[name].Object, "spec", "template", "spec", "containers")
-		w := workload{labels: labels, ports: map[string]bool{}}
+		w := workload{namespace: objs[name].GetNamespace(), labels: labels, ports: map[string]bool{}}
 		for _, c := range containers {
 			ports, _, _ := unstructured.NestedSlice(c.(map[string]any), "ports")
 			for _, p := range ports {
@@ -104,15 +112,19 @@ func TestMonitorsFindTheMetricsPorts(t *testing.T) {
 		return out
 	}
 
-	pm := objs["PodMonitoring "+ns+"/maintenance-handler"]
-	sel, _, _ := unstructured.NestedMap(pm.Object, "spec", "selector", "matchLabels")
-	for i, w := range workloads {
+	for _, w := range workloads {
+		pm := objs["PodMonitoring "+w.namespace+"/maintenance-handler"]
+		if pm == nil {
+			t.Errorf("no PodMonitoring in namespace %s, where workload %v runs", w.namespace, w.labels)
+			continue
+		}
+		sel, _, _ := unstructured.NestedMap(pm.Object, "spec", "selector", "matchLabels")
 		if !matches(sel, w.labels) {
-			t.Errorf("the PodMonitoring does not select workload %d (labels %v)", i, w.labels)
+			t.Errorf("the PodMonitoring of %s does not select its workload (labels %v)", w.namespace, w.labels)
 		}
 		for _, port := range endpointPorts(pm) {
 			if !w.ports[port] {
-				t.Errorf("the PodMonitoring scrapes port %q, which workload %d lacks", port, i)
+				t.Errorf("the PodMonitoring of %s scrapes port %q, which its workload lacks", w.namespace, port)
 			}
 		}
 	}
@@ -127,9 +139,13 @@ func TestMonitorsFindTheMetricsPorts(t *testing.T) {
 	if err != nil || smSel.Empty() {
 		t.Fatalf("the ServiceMonitor's selector %v: %v", raw, err)
 	}
+	smNamespaces, _, _ := unstructured.NestedStringSlice(sm.Object, "spec", "namespaceSelector", "matchNames")
+	if len(smNamespaces) == 0 {
+		smNamespaces = []string{sm.GetNamespace()}
+	}
 	selected := 0
 	for _, o := range objs {
-		if o.GetKind() != "Service" || !smSel.Matches(labels.Set(o.GetLabels())) {
+		if o.GetKind() != "Service" || !smSel.Matches(labels.Set(o.GetLabels())) || !slices.Contains(smNamespaces, o.GetNamespace()) {
 			continue
 		}
 		selected++
@@ -258,7 +274,7 @@ func TestAdmissionPolicyPinsTheProductsEvents(t *testing.T) {
 // faulty, or whose slice is going down, or no agent carries out its
 // repair.
 func TestAgentToleratesTheProductsTaints(t *testing.T) {
-	ds := kinds(render(t, "base"))["DaemonSet maintenance-handler/maintenance-handler-agent"]
+	ds := kinds(render(t, "base"))["DaemonSet maintenance-handler-agent/maintenance-handler-agent"]
 	if ds == nil {
 		t.Fatal("the base has no agent DaemonSet")
 	}
@@ -297,4 +313,51 @@ func policyVariable(t *testing.T, policy, name string) string {
 	}
 	t.Fatalf("the policy %s has no variable %s", policy, name)
 	return ""
+}
+
+// TestAgentNamespaceHoldsOnlyTheAgent: the agent's namespace, the one that
+// must allow the host network, holds the agent's objects and nothing of the
+// aggregator's: no Secret, no Role or binding that reads one, no pod that
+// mounts one; it enforces "privileged", and the aggregator's enforces
+// "restricted" in the base. The chart renders with every option that adds
+// a Secret on.
+func TestAgentNamespaceHoldsOnlyTheAgent(t *testing.T) {
+	const ns, ans = "maintenance-handler", "maintenance-handler-agent"
+	objs := mustTemplate(t, "--set", "aggregator.notifier.urlSecret=notifier",
+		"--set", "monitoring.podMonitoring.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true")
+	seen := 0
+	for name, o := range objs {
+		if o.GetNamespace() != ans {
+			continue
+		}
+		seen++
+		if c := o.GetLabels()["app.kubernetes.io/component"]; c != "agent" && o.GetKind() != "PodMonitoring" {
+			t.Errorf("%s (component %q) is in the agent's namespace", name, c)
+		}
+		if o.GetKind() == "Secret" || o.GetKind() == "Role" || o.GetKind() == "RoleBinding" {
+			t.Errorf("%s is in the agent's namespace", name)
+		}
+	}
+	if seen < 4 {
+		t.Errorf("%d objects in the agent's namespace, want its DaemonSet, service account, metrics Service and PodMonitoring", seen)
+	}
+	for name, o := range objs {
+		if o.GetKind() == "Role" && strings.Contains(fmt.Sprint(o.Object["rules"]), "secrets") && o.GetNamespace() != ns {
+			t.Errorf("%s reads Secrets outside the aggregator's namespace", name)
+		}
+	}
+	dep := objs["Deployment "+ns+"/maintenance-handler-aggregator"]
+	if dep == nil || !strings.Contains(fmt.Sprint(field(t, dep, "spec", "template", "spec", "volumes")), "notifier") {
+		t.Errorf("the aggregator in %s mounts no notifier Secret: the render did not exercise it", ns)
+	}
+	enforce := func(o *unstructured.Unstructured) string {
+		if o == nil {
+			return "(no namespace)"
+		}
+		return o.GetLabels()["pod-security.kubernetes.io/enforce"]
+	}
+	base := kinds(render(t, "base"))
+	if got := []string{enforce(objs["Namespace /"+ans]), enforce(base["Namespace /"+ans]), enforce(base["Namespace /"+ns])}; !slices.Equal(got, []string{"privileged", "privileged", "restricted"}) {
+		t.Errorf("pod security enforced: the agent's namespace (chart, base) and the aggregator's (base): %v, want privileged, privileged, restricted", got)
+	}
 }

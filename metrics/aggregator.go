@@ -266,6 +266,9 @@ type EvictionCheck struct {
 	Checks *prometheus.CounterVec
 	// DurationSeconds is the time of one review, the pod's read included.
 	DurationSeconds prometheus.Histogram
+	// CallersRefused counts the requests turned away before any review,
+	// by reason: the caller is not the API server.
+	CallersRefused *prometheus.CounterVec
 }
 
 // NewEvictionCheck creates the eviction check's metrics and registers them
@@ -274,17 +277,23 @@ func NewEvictionCheck(reg prometheus.Registerer) *EvictionCheck {
 	const sub = "aggregator"
 	m := &EvictionCheck{
 		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_checks_total",
-			Help: "Agents' evictions this replica reviewed, by verdict: allowed (the pod is on the agent's own Node, or is gone), refused (it is not: a broken or compromised agent), error (the pod could not be read: refused, and retried by the agent)."},
+			Help: "Agents' evictions this replica reviewed, by verdict: allowed (the pod is on the agent's own Node), refused (it is not, or is gone: a broken or compromised agent, or a pod deleted meanwhile), error (the pod could not be read: refused, and retried by the agent)."},
 			[]string{"verdict"}),
 		DurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_check_duration_seconds",
 			Help: "Time of one eviction review in this replica, the pod's read included (the API server's call adds its round trip).", Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 4}}),
+		CallersRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_check_callers_refused_total",
+			Help: "Requests to the eviction check turned away before any review, where --eviction-check-callers is set, by reason: no-token, not-valid (the API server does not know the token), not-allowed (another user's), throttled (too many unknown tokens), no-review (the token could not be reviewed)."},
+			[]string{"reason"}),
 	}
 	for _, v := range []string{"allowed", "refused", "error"} {
 		m.Checks.WithLabelValues(v)
 	}
-	reg.MustRegister(m.Checks, m.DurationSeconds)
+	reg.MustRegister(m.Checks, m.DurationSeconds, m.CallersRefused)
 	return m
 }
+
+// CallerRefused counts one request turned away for reason.
+func (m *EvictionCheck) CallerRefused(reason string) { m.CallersRefused.WithLabelValues(reason).Inc() }
 
 // Observe counts one review.
 func (m *EvictionCheck) Observe(verdict string, d time.Duration) {

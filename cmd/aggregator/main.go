@@ -4,21 +4,25 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/admission"
@@ -63,7 +67,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	if opts.Uninstall {
-		done, err := aggregator.Uninstall(ctx, client, leases, clock.RealClock{}, opts.Namespace, opts.LeaseName, logger)
+		done, err := aggregator.Uninstall(ctx, client, leases, clock.RealClock{}, aggregator.UninstallScope{Namespace: opts.Namespace, AgentNamespace: cmp.Or(opts.AgentNamespace, opts.Namespace), LeaseName: opts.LeaseName}, logger)
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
 		return err
 	}
@@ -136,7 +140,18 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 	if err != nil {
 		return nil, err
 	}
-	check := &admission.Check{Pods: pods.GetPod, Metrics: metrics.NewEvictionCheck(reg), Clock: clock.RealClock{}, Logger: log}
+	m := metrics.NewEvictionCheck(reg)
+	var check http.Handler = &admission.Check{Pods: pods.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: log}
+	if len(opts.EvictionCheckCallers) > 0 {
+		reviews, err := authenticationv1client.NewForConfig(podsCfg)
+		if err != nil {
+			return nil, err
+		}
+		check = (&admission.Callers{
+			Review: reviews.TokenReviews().Create, Users: opts.EvictionCheckCallers,
+			Refused: m.CallerRefused, Remember: time.Minute, Unknown: rate.NewLimiter(20, 20), Clock: clock.RealClock{},
+		}).Wrap(check)
+	}
 	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs)
 	if err != nil {
 		return nil, err

@@ -71,6 +71,9 @@ type Options struct {
 	EvictionCheckSecret        string
 	EvictionCheckWebhook       string
 	EvictionCheckHosts         []string
+	// EvictionCheckCallers are the users the check answers (a bearer
+	// token the API server reviews as one of them); empty: any caller.
+	EvictionCheckCallers []string
 	// EvictionCheckQPS and EvictionCheckBurst size the check's own API
 	// client (the pods it reads), apart from the leader's writes.
 	EvictionCheckQPS   float32
@@ -82,6 +85,9 @@ type Options struct {
 	MemoryLimit string
 	// Uninstall: remove what the product wrote and exit (aggregator.Uninstall).
 	Uninstall bool
+	// AgentNamespace is where the agents' pods run, which Uninstall waits
+	// to be gone; empty: Namespace.
+	AgentNamespace string
 }
 
 // NewOptions returns the defaults.
@@ -162,9 +168,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.EvictionCheckWebhook, "eviction-check-webhook", o.EvictionCheckWebhook, "The ValidatingWebhookConfiguration whose caBundle the replicas keep equal to the CA; empty: none is written.")
 	fs.Float32Var(&o.EvictionCheckQPS, "eviction-check-qps", o.EvictionCheckQPS, "Pod reads per second the eviction check may send, through a client of its own: a fleet-wide preemption asks for every pod at once.")
 	fs.IntVar(&o.EvictionCheckBurst, "eviction-check-burst", o.EvictionCheckBurst, "Burst of pod reads above --eviction-check-qps.")
+	fs.StringSliceVar(&o.EvictionCheckCallers, "eviction-check-callers", o.EvictionCheckCallers, "Users the eviction check answers, by the bearer token the API server presents (its webhook kubeconfig); empty: any caller (GKE presents none).")
 	fs.StringSliceVar(&o.EvictionCheckHosts, "eviction-check-hosts", o.EvictionCheckHosts, "More names or addresses for the eviction check's serving certificate (a check called by URL rather than through the Service).")
 	fs.StringVar(&o.MemoryLimit, "memory-limit", o.MemoryLimit, "The container's memory limit, a quantity such as 1Gi or bytes (default $MEMORY_LIMIT, which the manifests set from the container's limit): the Go runtime keeps its memory under 90% of it (unless GOMEMLIMIT is set), and at 90% the replica records a Warning Event MemoryNearLimit about its pod. Empty: unknown.")
-	fs.BoolVar(&o.Uninstall, "uninstall", o.Uninstall, "Uninstall instead of running: once no agent pod is left in --namespace, remove the product's labels, annotations, taints and node conditions from every Node with no maintenance under way (a Node in maintenance keeps them, with a Warning Event), delete the Leases, and exit; the Helm chart's uninstall Job runs it.")
+	fs.BoolVar(&o.Uninstall, "uninstall", o.Uninstall, "Uninstall instead of running: once no agent pod is left in --agent-namespace, remove the product's labels, annotations, taints and node conditions from every Node with no maintenance under way (a Node in maintenance keeps them, with a Warning Event), delete the Leases, and exit; the Helm chart's uninstall Job runs it.")
+	fs.StringVar(&o.AgentNamespace, "agent-namespace", o.AgentNamespace, "Namespace of the agents' pods, which --uninstall waits to be gone (default --namespace).")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
 }
 

@@ -32,14 +32,25 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// Shipped names: the namespace and service accounts manifests/base
-// installs, and the Roles of the same names that hold what each reads in
-// its namespace.
+// Shipped names: the namespaces and service accounts manifests/base
+// installs (the aggregator's in ShippedNamespace, the agent's in a
+// namespace of its own), and the Roles of the same names, in
+// ShippedNamespace, that hold what each reads there.
 const (
-	ShippedNamespace   = "maintenance-handler"
-	AgentIdentity      = "maintenance-handler-agent"
-	AggregatorIdentity = "maintenance-handler-aggregator"
+	ShippedNamespace      = "maintenance-handler"
+	ShippedAgentNamespace = "maintenance-handler-agent"
+	AgentIdentity         = "maintenance-handler-agent"
+	AggregatorIdentity    = "maintenance-handler-aggregator"
 )
+
+// shippedAccountNamespace is the namespace of the shipped service account
+// sa.
+func shippedAccountNamespace(sa string) string {
+	if sa == AgentIdentity {
+		return ShippedAgentNamespace
+	}
+	return ShippedNamespace
+}
 
 // ErrAdminIdentity: a product binary was to run with the admin's
 // credentials (or none named, which falls back to them).
@@ -145,8 +156,10 @@ func ownPolicies(objs []*unstructured.Unstructured) []*unstructured.Unstructured
 		conditions, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 		for _, c := range conditions {
 			e, _ := c.(map[string]any)["expression"].(string)
-			if strings.HasPrefix(strings.TrimSpace(e), `request.userInfo.username == "system:serviceaccount:`+ShippedNamespace+":") {
-				kept[o.GetName()] = true
+			for _, ns := range []string{ShippedNamespace, ShippedAgentNamespace} {
+				if strings.HasPrefix(strings.TrimSpace(e), `request.userInfo.username == "system:serviceaccount:`+ns+":") {
+					kept[o.GetName()] = true
+				}
 			}
 		}
 	}
@@ -222,7 +235,7 @@ func (w *World) grantShippedRole(ctx context.Context, ns, name string) error {
 	}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ShippedNamespace}}}
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: shippedAccountNamespace(name)}}}
 	if _, err := w.Client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
@@ -236,7 +249,7 @@ var identitySeq atomic.Int64
 // demo left running) and writes a kubeconfig holding it.
 func (w *World) identityKubeconfig(ctx context.Context, sa string, bound *authnv1.BoundObjectReference) (string, error) {
 	week := int64(7 * 24 * 3600)
-	tr, err := w.Client.CoreV1().ServiceAccounts(ShippedNamespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
+	tr, err := w.Client.CoreV1().ServiceAccounts(shippedAccountNamespace(sa)).CreateToken(ctx, sa, &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &week, BoundObjectRef: bound}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("a token for %s: %w", sa, err)

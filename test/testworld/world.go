@@ -114,6 +114,30 @@ var ownStages embed.FS
 // adminToken is the static token of the admin user in every world.
 const adminToken = "testworld-admin-token"
 
+// WebhookCaller is the user the world's API server is to the webhooks it
+// calls: it presents a static token of that user to every webhook (its
+// admission configuration's kubeconfig for webhooks), as a self-managed
+// cluster can be set to, so that a webhook may admit the API server alone.
+const WebhookCaller = "kube-apiserver-webhook-client"
+
+const webhookCallerToken = "testworld-webhook-caller-token"
+
+// writeWebhookAuth writes, in dir, the API server's admission
+// configuration that presents webhookCallerToken to every webhook, and
+// returns its path.
+func writeWebhookAuth(dir string) (string, error) {
+	kubeconfig := filepath.Join(dir, "webhook-kubeconfig.yaml")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nusers:\n  - name: \"*\"\n    user:\n      token: "+webhookCallerToken+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	config := filepath.Join(dir, "admission-config.yaml")
+	plugin := func(name string) string {
+		return "  - name: " + name + "\n    configuration:\n      apiVersion: apiserver.config.k8s.io/v1\n      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: " + kubeconfig + "\n"
+	}
+	data := "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n" + plugin("ValidatingAdmissionWebhook") + plugin("MutatingAdmissionWebhook")
+	return config, os.WriteFile(config, []byte(data), 0o600)
+}
+
 // Start runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 // and kwok on free loopback ports in a new temp directory and waits until
 // each is ready. On error, whatever was started is stopped.
@@ -183,7 +207,11 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 
 	// kube-apiserver
 	tokens := filepath.Join(tmp, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(adminToken+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(adminToken+`,admin,admin,"system:masters"`+"\n"+webhookCallerToken+","+WebhookCaller+","+WebhookCaller+"\n"), 0o600); err != nil {
+		return w, err
+	}
+	admissionConfig, err := writeWebhookAuth(tmp)
+	if err != nil {
 		return w, err
 	}
 	apiURL := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
@@ -201,6 +229,7 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		// As every real cluster: a node's identity writes its own Node
 		// and the pods bound to it only.
 		"--enable-admission-plugins", "NodeRestriction",
+		"--admission-control-config-file", admissionConfig,
 		// A real node (StartRealNode) is reached at its InternalIP, with
 		// a client certificate its kubelet trusts.
 		"--kubelet-preferred-address-types", "InternalIP",

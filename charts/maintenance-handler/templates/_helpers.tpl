@@ -21,9 +21,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The agent's namespace: its own, apart from the release's, so that
+the namespace that must allow the host network holds no Secret of the
+aggregator's. */}}
+{{- define "mh.agentNamespace" -}}
+{{ .Values.agent.namespace.name | default (printf "%s-agent" .Release.Namespace) }}
+{{- end }}
+
 {{/* The agent's service account as the API server names its user. */}}
 {{- define "mh.agentUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:{{ include "mh.agentServiceAccount" . }}
+system:serviceaccount:{{ include "mh.agentNamespace" . }}:{{ include "mh.agentServiceAccount" . }}
 {{- end }}
 
 {{/* The aggregator's service account as the API server names its user. */}}
