@@ -5,7 +5,7 @@ SHELL := /bin/bash
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 
-.PHONY: help demo test unit testworld prometheus vet verify generate build image release bench fuzz
+.PHONY: help demo test unit testworld prometheus vet verify generate docs build image release bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ verify: ## gofmt, go mod tidy unchanged, go vet, staticcheck (pinned), and no ti
 
 generate: ## write every generated file from its one source: the chart's rules, dashboard and table of values and the rule objects of manifests/components from monitoring/ and values.yaml, and the kustomize base from the chart's default render (builds the pinned helm once); edit the sources, not the copies
 	helm=$$($(GO) run ./test/cmd/testworld helm) && $(GO) run ./build/generate -helm "$$helm"
+
+docs: ## write docs/flags.md, the flag reference, from the binaries' flags and internal/flagdoc (their tests fail while it is stale)
+	UPDATE_DOCS=1 $(GO) test -count=1 -run TestFlagReference ./cmd/agent ./cmd/aggregator
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 

@@ -245,6 +245,16 @@ func TestChartOptions(t *testing.T) {
 		{"computeCaller", []string{"--set", "computeCaller=node"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{slices.Contains(anyStrings(agent(o)["args"]), "--compute-caller=node"), slices.Contains(anyStrings(agent(mustTemplate(t))["args"]), "--compute-caller=aggregator")}, []any{true, true}
 		}},
+		{"poolLabel", []string{"--set", "poolLabel=example.com/pool"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--pool-label=example.com/pool"), slices.Contains(anyStrings(agg(o)["args"]), "--pool-label=example.com/pool")}, []bool{true, true}
+		}},
+		{"sliceLabel", []string{"--set", "sliceLabel=example.com/slice"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--slice-label=example.com/slice"), slices.Contains(anyStrings(agg(o)["args"]), "--slice-label=example.com/slice")}, []bool{true, true}
+		}},
+		{"reservationGroups", []string{"--set", "reservationGroups=subblock"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			base := slices.ContainsFunc(anyStrings(agent(mustTemplate(t))["args"]), func(a string) bool { return strings.HasPrefix(a, "--reservation-groups") })
+			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--reservation-groups=subblock"), slices.Contains(anyStrings(agg(o)["args"]), "--reservation-groups=subblock"), base}, []bool{true, true, false}
+		}},
 		{"agent.nodeSelectorTerms", []string{"--set-json", `agent.nodeSelectorTerms=[{"matchExpressions":[{"key":"example.com/gpu","operator":"Exists"}]}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[ds], "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"),
 				[]any{map[string]any{"matchExpressions": []any{map[string]any{"key": "example.com/gpu", "operator": "Exists"}}}}

@@ -328,9 +328,6 @@ func ParseReservationGroups(s string) (string, error) {
 	return "", fmt.Errorf("--reservation-groups %q: want none, %s or %s", s, ReservationGroupSubblock, ReservationGroupBlock)
 }
 
-// ReservationGroupsHelp is the --reservation-groups flag's help.
-const ReservationGroupsHelp = "Where a reservation's maintenance is GROUPED (one schedule for its instances; Compute Engine does not tell the Node): subblock (the nodes of one " + LabelTopologyBlock + " and " + LabelTopologySubblock + ") or block (of one " + LabelTopologyBlock + ") form a group whose voluntary maintenance drains every member and makes one call at the group's scope, while a member's own forced event drains it alone; none: each node alone. The same on the agents, the aggregator and the plugin."
-
 // AnnotationReservationGroup is the aggregator's reading of the
 // reservation group a node is in (ReservationGroupState's JSON), where it
 // reads the reservation (opt-in): Compute Engine's own counts of the

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
+
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
@@ -17,7 +19,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
-	"github.com/maintenance-handler/maintenance-handler/metadata"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -147,42 +148,42 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of this node (default $NODE_NAME).")
-	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of the agent's pod, never evicted (default $POD_NAMESPACE).")
-	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of the agent's pod, never evicted (default $POD_NAME).")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig (its current context: a token, token file or client certificate; credential plugins such as exec are not supported); empty means $KUBECONFIG when set, else the pod's service account (in-cluster).")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This node's name (default $NODE_NAME; required).")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of the agent's own pod, never evicted (default $POD_NAMESPACE).")
+	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of the agent's own pod, never evicted (default $POD_NAME).")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, flagdoc.Kubeconfig.Help)
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics and /healthz.")
-	fs.StringVar(&o.NoticeListenAddress, "notice-listen-address", o.NoticeListenAddress, "host:port on which to serve the node's pods the metadata server's maintenance keys (instance/maintenance-event, instance/upcoming-maintenance, instance/preempted) as the agent reads them, and the drain's deadline ("+metadata.KeyDeadline+"), with the metadata server's paths, header and wait_for_change contract; for the node's address only (the manifests give $(HOST_IP):8189). Empty: not served.")
-	fs.StringSliceVar(&o.NoticeAllowedCIDRs, "notice-allowed-cidrs", o.NoticeAllowedCIDRs, "More client ranges the notice endpoint serves, beside the node's own addresses and its pod ranges (spec.podCIDRs), for network plugins that give pods addresses outside the Node's ranges. The endpoint answers any other client 403; it serves everyone who reaches the node's address only where the Node names no pod range and this is empty.")
-	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty means 169.254.169.254 (or $GCE_METADATA_HOST).")
-	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout (timeout_sec), 1s to 1h.")
-	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watched metadata key has had no good answer, or the Node could not be updated, for this long; more than --metadata-timeout plus 10s.")
-	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE appearing to the VM stopping (60m for GPU VMs); counted from when the signal appeared, as far as the agent can tell, and never past the maintenance window's end.")
-	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE appearing to the VM stopping; also the drain of a VM that outlived its estimated stop.")
-	fs.StringVar(&o.PreemptionNotice, "preemption-notice", o.PreemptionNotice, "A Spot VM's preemption notice (scheduling.preemptionNoticeDuration: preempted turns TRUE this long before the soft-off, which leaves 30s more): auto (where the metadata server says the VM is preemptible, read it with instances.get, which needs compute.instances.get; without it, or with none, --preemption-deadline), none, or the duration, such as 120s, for the VMs the metadata server calls preemptible that are Spot (not on GKE, whose node pools cannot set a notice).")
-	fs.StringVar(&o.KnownEnd, "known-end", o.KnownEnd, "A VM whose end Compute Engine knows (a time limit: scheduling.maxRunDuration or terminationTime, as flex-start VMs have): auto (read resourceStatus.scheduling.terminationTimestamp with instances.get, which needs compute.instances.get; without it, nothing is drained for the end) or none (the end is not looked for).")
-	fs.DurationVar(&o.KnownEndLead, "known-end-lead", o.KnownEndLead, "The earliest a VM's known end's drain starts before the end: it starts as long before as the node's pods need to stop (longest checkpoint lead and grace, the drain's reserve and margin) plus a minute, at most this; the drain's deadline is the end itself, so every grace ends before it.")
-	fs.StringVar(&o.GKEHandler, "gke-handler", o.GKEHandler, "What to do where GKE's own maintenance handler is seen handling the node (its active-node-maintenance label with a value this agent did not write, or its maintenance-window-started taint): defer (leave the maintenance to it: no drain, cordon or Compute Engine call; the interruption is still counted) or ignore (handle it too).")
-	fs.DurationVar(&o.OngoingDeadline, "ongoing-deadline", o.OngoingDeadline, "Where maintenance-event is not served (TPU VMs) and the drain starts on the notice turning ONGOING: time from the window's opening to the VM stopping (5m: Cloud TPU waits at most that long for a process to exit after SIGTERM).")
-	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a maintenance started with "+protocol.LabelPerformMaintenance+"=true: a drain that cannot finish by then (PodDisruptionBudgets hold) is given up, unless --manual-drain-escalate.")
-	fs.BoolVar(&o.ManualDrainEscalate, "manual-drain-escalate", o.ManualDrainEscalate, "Let a manual (or opportunistic) drain delete a pod its PodDisruptionBudget still protects at the drain deadline minus the pod's grace, as host maintenance and preemption do. Off: a manual maintenance is voluntary, budgets hold to the end, and a drain that cannot finish by --manual-drain-timeout is given up (the node goes back in service).")
-	fs.DurationVar(&o.FailureCooldown, "voluntary-failure-cooldown", o.FailureCooldown, "After a manual or opportunistic maintenance fails (Compute Engine refuses, or the drain is given up), the aggregator leaves the node alone this long; it doubles with each failure in a row, up to 24h, and a maintenance that goes through resets it.")
-	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger (written by the aggregator) the agent acts on; an older one, one for another notice, or one on a node that is no longer idle is rejected and nothing is drained.")
-	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "After Compute Engine accepts a manual maintenance, how long to wait for it to begin (TERMINATE_ON_HOST_MAINTENANCE or the notice ONGOING); past it, or when the call's operation fails, the drained node goes back in service.")
-	fs.DurationVar(&o.ReportTimeout, "report-timeout", o.ReportTimeout, "How long a fault report's operation is followed, the node kept drained (Google: usually 10-12 min, the VM stopping within a minute after); past it the repair has failed, and the next one follows that operation instead of reporting again.")
-	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a pod accelerator work: a node none of whose pods (but DaemonSet and mirror pods) requests one is idle.")
-	fs.StringSliceVar(&o.AcceleratorDeviceClasses, "accelerator-device-classes", o.AcceleratorDeviceClasses, "Device classes of dynamic resource allocation whose devices make a pod accelerator work: a pod holding one through a ResourceClaim (or whose claim cannot be read) keeps its node busy. The defaults are NVIDIA's GPU driver's and Google's TPU driver's; reading claims needs get on resourceclaims.")
-	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the aggregator's policy ConfigMap; when its policy.yaml sets gateManualTriggers, manual triggers outside the node pool's maintenance window or inside an exclusion are refused. Empty: manual triggers are never gated.")
-	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, "Node label naming the node's pool (for the policy, and, as on GKE, a multi-host TPU slice's pool is its slice).")
-	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, protocol.ReservationGroupsHelp)
-	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, "Node label whose value names the node's multi-host slice, where the pool does not (a self-managed cluster); the same as the aggregator's. The agent follows the other hosts of its slice.")
-	fs.StringVar(&o.ComputeCaller, "compute-caller", o.ComputeCaller, "Who makes the Compute Engine calls on this VM (performMaintenance, the fault report, a reservation group's maintenance, instances.get): aggregator (the agent asks through its Node and the aggregator's leader, which holds the IAM permissions, checks the ask and calls; the node's service account needs none) or node (the agent calls with the node's service account, which then needs them for every VM of the project).")
-	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API (ending in /compute/v1/); empty means Google's.")
-	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a PodDisruptionBudget refused (for each pod on its own), when the budgets covering the pod do not allow it first.")
-	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace period and the VM's stop: the drain plans each pod to end this much before the deadline, for the eviction call and the kubelet's delivery of SIGTERM (up to 2.0 s measured on a real kubelet), with a second to spare. 0 keeps none.")
-	fs.DurationVar(&o.DrainReserve, "drain-reserve", o.DrainReserve, "Most time kept at the end of a drain for kube-system and DaemonSet pods: workload pods must stop by the deadline minus what those pods need (their longest grace), at most this and at most half the time left. 0 keeps none.")
-	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error.")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second the agent may send to the API server; a drain of a full node makes one eviction per pod at once. An idle agent sends none (it only watches).")
+	fs.StringVar(&o.NoticeListenAddress, "notice-listen-address", o.NoticeListenAddress, "host:port serving the node's pods the maintenance notice; empty: none.")
+	fs.StringSliceVar(&o.NoticeAllowedCIDRs, "notice-allowed-cidrs", o.NoticeAllowedCIDRs, "More client ranges the notice endpoint serves.")
+	fs.StringVar(&o.MetadataHost, "metadata-host", o.MetadataHost, "host:port of the metadata server; empty: 169.254.169.254.")
+	fs.DurationVar(&o.MetadataTimeout, "metadata-timeout", o.MetadataTimeout, "Long-poll timeout of the metadata server, 1s to 1h.")
+	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails after this long without a good answer or Node update.")
+	fs.DurationVar(&o.HostMaintenanceDeadline, "host-maintenance-deadline", o.HostMaintenanceDeadline, "Time from TERMINATE_ON_HOST_MAINTENANCE to the VM's stop.")
+	fs.DurationVar(&o.PreemptionDeadline, "preemption-deadline", o.PreemptionDeadline, "Time from preempted=TRUE to the VM's stop.")
+	fs.StringVar(&o.PreemptionNotice, "preemption-notice", o.PreemptionNotice, "A Spot VM's preemption notice: auto, none or a duration.")
+	fs.StringVar(&o.KnownEnd, "known-end", o.KnownEnd, "A VM's known end (a time limit): auto or none.")
+	fs.DurationVar(&o.KnownEndLead, "known-end-lead", o.KnownEndLead, "The earliest a known end's drain starts before the end.")
+	fs.StringVar(&o.GKEHandler, "gke-handler", o.GKEHandler, "defer to GKE's own maintenance handler where it acts, or ignore it.")
+	fs.DurationVar(&o.OngoingDeadline, "ongoing-deadline", o.OngoingDeadline, "Time from an ONGOING window's opening to the VM's stop (TPU VMs).")
+	fs.DurationVar(&o.ManualDrainTimeout, "manual-drain-timeout", o.ManualDrainTimeout, "Drain deadline of a manual or opportunistic maintenance.")
+	fs.BoolVar(&o.ManualDrainEscalate, "manual-drain-escalate", o.ManualDrainEscalate, "Let a manual drain delete a pod its budget still protects, at the end.")
+	fs.DurationVar(&o.FailureCooldown, "voluntary-failure-cooldown", o.FailureCooldown, "How long a node is left alone after a voluntary maintenance fails.")
+	fs.DurationVar(&o.TriggerMaxAge, "opportunistic-trigger-max-age", o.TriggerMaxAge, "The oldest opportunistic trigger the agent acts on.")
+	fs.DurationVar(&o.ManualStartTimeout, "manual-start-timeout", o.ManualStartTimeout, "How long an accepted manual maintenance may take to begin.")
+	fs.DurationVar(&o.ReportTimeout, "report-timeout", o.ReportTimeout, "How long a fault report's operation is followed.")
+	fs.StringSliceVar(&o.AcceleratorResources, "accelerator-resources", o.AcceleratorResources, "Resources that make a node busy.")
+	fs.StringSliceVar(&o.AcceleratorDeviceClasses, "accelerator-device-classes", o.AcceleratorDeviceClasses, "DRA device classes whose claimed devices make a node busy.")
+	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the policy ConfigMap; empty: none.")
+	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, flagdoc.PoolLabel.Help)
+	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, flagdoc.ReservationGroups.Help)
+	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, flagdoc.SliceLabel.Help)
+	fs.StringVar(&o.ComputeCaller, "compute-caller", o.ComputeCaller, "Who makes the Compute Engine calls: aggregator or node.")
+	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API; empty: Google's.")
+	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a budget refused.")
+	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace and the VM's stop.")
+	fs.DurationVar(&o.DrainReserve, "drain-reserve", o.DrainReserve, "Most time kept at a drain's end for kube-system and DaemonSet pods.")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, flagdoc.LogLevel.Help)
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests above --kube-api-qps.")
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
+
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -25,9 +27,9 @@ func (o *readOptions) addFlags(cmd *cobra.Command, output bool) {
 	cmd.Flags().StringVarP(&o.Selector, "selector", "l", "", "Only nodes matching this label selector.")
 	cmd.Flags().StringVar(&o.Pool, "pool", "", "Only the nodes of this pool.")
 	cmd.Flags().StringVar(&o.Policy, "policy", "maintenance-handler/maintenance-handler", "The policy ConfigMap, namespace/name (its policy.yaml: windows, exclusions, caps); empty for none.")
-	cmd.Flags().StringVar(&o.PoolLabel, "pool-label", protocol.LabelNodePool, "The Node label naming a node's pool.")
-	cmd.Flags().StringVar(&o.SliceLabel, "slice-label", "", "A Node label whose value names the node's multi-host slice, as the aggregator's --slice-label; empty: GKE's rule.")
-	cmd.Flags().StringVar(&o.ReservationGroups, "reservation-groups", "", "subblock or block: as the aggregator's --reservation-groups; empty: none.")
+	cmd.Flags().StringVar(&o.PoolLabel, "pool-label", protocol.LabelNodePool, flagdoc.PoolLabel.Help)
+	cmd.Flags().StringVar(&o.SliceLabel, "slice-label", "", flagdoc.SliceLabel.Help)
+	cmd.Flags().StringVar(&o.ReservationGroups, "reservation-groups", "", flagdoc.ReservationGroups.Help)
 	if output {
 		cmd.Flags().StringVarP(&o.output, "output", "o", "", "json, yaml or wide.")
 	}

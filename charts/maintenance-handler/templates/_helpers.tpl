@@ -38,6 +38,20 @@ system:serviceaccount:{{ include "mh.agentNamespace" . }}:{{ include "mh.agentSe
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "mh.aggregatorServiceAccount" . }}
 {{- end }}
 
+{{/* The settings the agents and the aggregator must share, as flags:
+only those set, so that the binaries' defaults hold otherwise. */}}
+{{- define "mh.sharedArgs" -}}
+{{- with .Values.poolLabel }}
+- --pool-label={{ . }}
+{{- end }}
+{{- with .Values.sliceLabel }}
+- --slice-label={{ . }}
+{{- end }}
+{{- if ne .Values.reservationGroups "none" }}
+- --reservation-groups={{ .Values.reservationGroups }}
+{{- end }}
+{{- end }}
+
 {{/* The container security context of both. */}}
 {{- define "mh.securityContext" -}}
 runAsNonRoot: true

@@ -1,0 +1,42 @@
+package flagdoc
+
+import "github.com/maintenance-handler/maintenance-handler/protocol"
+
+// Agent documents the agent's flags, in the order the reference lists them.
+var Agent = []Doc{
+	{Names: []string{"node-name"}, Default: "`$NODE_NAME`", Text: "this node (required)"},
+	{Names: []string{"pod-namespace", "pod-name"}, Default: "`$POD_NAMESPACE`, `$POD_NAME`", Text: "the agent's own pod, never evicted"},
+	Kubeconfig,
+	{Names: []string{"listen-address"}, Default: "`:9102` (the manifests set `$(HOST_IP):9102`: the node's address only)", Text: "`/metrics` and `/healthz`"},
+	{Names: []string{"notice-listen-address"}, Default: "none (the manifests: `$(HOST_IP):8189`)", Text: "serve the node's pods the maintenance keys and the drain's deadline (see [The notice served on the node](workloads.md#the-notice-served-on-the-node))"},
+	{Names: []string{"notice-allowed-cidrs"}, Default: "none", Text: "more client ranges the notice endpoint serves, beside the node's addresses and pod ranges (network plugins that give pods addresses outside the Node's ranges)"},
+	{Names: []string{"metadata-host"}, Default: "169.254.169.254", Text: "metadata server `host:port` (tests, the demo)"},
+	{Names: []string{"metadata-timeout"}, Default: "`60s`", Text: "long-poll `timeout_sec`, whole seconds, 1 s to 1 h"},
+	{Names: []string{"unhealthy-after"}, Default: "`3m`", Text: "`/healthz` fails after this long without a good metadata answer or a successful Node update, or with a watch the agent needs (its Node, its pods, its slice's Nodes) failing (it names the watch and the API server's answer); more than `--metadata-timeout` + 10 s"},
+	{Names: []string{"host-maintenance-deadline"}, Default: "`60m`", Text: "`TERMINATE_ON_HOST_MAINTENANCE` appearing to VM stop (see [When the VM stops](agent.md#when-the-vm-stops))"},
+	{Names: []string{"preemption-deadline"}, Text: "`preempted=TRUE` appearing to VM stop; also the drain of a VM past its estimated stop"},
+	{Names: []string{"preemption-notice"}, Text: "a Spot VM's preemption notice: `auto` reads it with the VM's own `instances.get` where the metadata server says the VM is preemptible (it serves no key for the notice itself that we know of; needs `compute.instances.get`, an optional permission: without it a Warning `ComputePermissionDenied` says so and `--preemption-deadline` applies); `none`; or the duration, such as `120s`, which applies only to a VM the metadata server calls preemptible, and not where `instances.get` (read for `--known-end=auto`) names a provisioning model other than `SPOT` (never on GKE, whose node pools cannot set a notice). With a notice, a preemption drains by the notice plus 30 s (the Spot soft-off), keeping budgets and whole graces as long as that allows"},
+	{Names: []string{"known-end"}, Text: "a VM's known end (a time limit, as flex-start VMs have): `auto` reads `resourceStatus.scheduling.terminationTimestamp` with the VM's own `instances.get` at start (needs `compute.instances.get`; without it the agent logs and counts it, and no end is drained for); `none` does not look (see [A VM whose end is known](agent.md#a-vm-whose-end-is-known))"},
+	{Names: []string{"known-end-lead"}, Default: "`60m`", Text: "the earliest a known end's drain starts before the end: it starts as long before it as the node's pods need (longest checkpoint lead and grace, reserve, margin) plus a minute, at most this; the deadline is the end"},
+	{Names: []string{"gke-handler"}, Text: "`defer`: a maintenance GKE's own handler is seen handling is left to it (no drain, cordon or call; still counted), and so is every host maintenance on a node whose kubelet is GKE's 1.33 or later; `ignore`: the agent handles it too"},
+	{Names: []string{"ongoing-deadline"}, Default: "`5m`", Text: "a window opening to VM stop, where the drain starts on the notice turning `ONGOING` (TPU VMs)"},
+	{Names: []string{"manual-drain-timeout"}, Default: "`60m`", Text: "drain deadline of a manual maintenance"},
+	{Names: []string{"compute-caller"}, Text: "who makes the Compute Engine calls on the VM: `aggregator` (the agent asks through its Node, and the aggregator's leader checks the ask and calls with its own identity; the node needs no permission) or `node` (the agent calls with the node's service account, which then needs the role; see [IAM](install.md#iam))"},
+	{Names: []string{"compute-endpoint"}, Default: "Google's", Text: "Compute API base URL (tests, the demo)"},
+	{Names: []string{"accelerator-resources"}, Default: "`nvidia.com/gpu,google.com/tpu`", Text: "resources that make a node busy (idleness)"},
+	{Names: []string{"accelerator-device-classes"}, Default: "`gpu.nvidia.com,mig.nvidia.com,tpu.google.com`", Text: "DRA device classes whose devices, held through a pod's ResourceClaim, make a node busy (idleness)"},
+	{Names: []string{"policy-configmap"}, Default: "none", Text: "`namespace/name` of the policy ConfigMap; manual triggers are gated when it says so"},
+	PoolLabel,
+	SliceLabel,
+	ReservationGroups,
+	{Names: []string{"voluntary-failure-cooldown"}, Default: "`1h`", Text: "after a manual or opportunistic maintenance fails (Compute Engine refuses or does not start it, or the drain is given up), the aggregator leaves the node alone this long (annotation `" + protocol.AnnotationVoluntaryFailures + "`); it doubles with each failure in a row, up to 24 h; one that goes through resets it"},
+	{Names: []string{"manual-drain-escalate"}, Text: "let a manual or opportunistic drain delete a pod its PodDisruptionBudget still protects at the deadline minus its grace (as host maintenance does); off, budgets hold to the end and a drain that cannot finish by `--manual-drain-timeout` is given up"},
+	{Names: []string{"opportunistic-trigger-max-age"}, Default: "`5m`", Text: "the oldest opportunistic trigger the agent acts on; an older one, one written for another notice, or one on a node that is no longer idle is rejected (Warning Event, `manual_triggers_total{outcome=\"stale_trigger\"|\"notice_changed\"|\"not_idle\"}`) and nothing is drained"},
+	{Names: []string{"manual-start-timeout"}, Default: "`15m`", Text: "after Compute Engine accepts a manual maintenance, how long to wait for it to begin; past it, or when the call's operation fails, the drained node goes back in service"},
+	{Names: []string{"report-timeout"}, Default: "`30m`", Text: "how long a fault report's operation is followed, the node kept drained (Google: usually 10-12 min, the VM stopping within a minute after); past it the repair has failed, and the next one follows that operation instead of reporting again"},
+	{Names: []string{"eviction-retry-interval"}, Text: "delay before retrying a refused eviction, for each pod on its own, when its budgets do not change first"},
+	{Names: []string{"drain-reserve"}, Text: "most time kept at a drain's end for kube-system and DaemonSet pods (0: none)"},
+	{Names: []string{"drain-margin"}, Text: "time kept between the end of every pod's grace and the VM's stop, for SIGTERM's delivery (up to 2.0 s measured) with a second to spare (0: none)"},
+	{Names: []string{"kube-api-qps", "kube-api-burst"}, Default: "`50`, `100`", Text: "the agent's API client: requests per second and burst, sized for a drain"},
+	LogLevel,
+}

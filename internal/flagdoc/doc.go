@@ -1,0 +1,106 @@
+// Package flagdoc is the reference of the agent's and the aggregator's
+// flags: the one place each setting's meaning is written (Doc; a setting
+// both binaries take is one Doc, in shared.go). docs/flags.md is generated
+// from it and the binaries' own flag sets (Reference; make docs), and a
+// test in each binary's package fails when the page, the flags or the
+// entries here disagree. A flag's help (--help) is its one-line summary.
+package flagdoc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// Doc is one setting: one flag, or flags set together.
+type Doc struct {
+	// Names are the flags it describes, without their dashes.
+	Names []string
+	// Default is the default as the reference shows it where the flag's
+	// own does not tell the whole story ("$NODE_NAME", "in-cluster");
+	// empty: the flag's own.
+	Default string
+	// Text is its meaning, Markdown, links relative to docs/.
+	Text string
+	// Help is the flag's one line of --help where binaries share the
+	// setting (shared.go), so that each says the same; empty: the flag's.
+	Help string
+}
+
+// MaxHelp is the longest help a flag may have: one line of --help.
+const MaxHelp = 80
+
+// Reference is the Markdown table of the flags of fs in the order of docs.
+// It fails, naming each, on a flag of fs no Doc names (but --help and
+// --version), on a name no flag of fs has, and on a flag whose help is
+// longer than a line (MaxHelp).
+func Reference(fs *pflag.FlagSet, docs []Doc) (string, error) {
+	var errs []string
+	named := map[string]int{}
+	var b strings.Builder
+	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	for _, d := range docs {
+		var flags, defaults []string
+		for _, n := range d.Names {
+			named[n]++
+			f := fs.Lookup(n)
+			if f == nil {
+				errs = append(errs, fmt.Sprintf("--%s is documented but not a flag", n))
+				continue
+			}
+			if d.Help != "" && f.Usage != d.Help {
+				errs = append(errs, fmt.Sprintf("--%s's help is not its shared one, %q", n, d.Help))
+			}
+			flags = append(flags, "`--"+n+"`")
+			defaults = append(defaults, defaultOf(f))
+		}
+		def := d.Default
+		if def == "" {
+			def = strings.Join(defaults, ", ")
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", strings.Join(flags, ", "), def, d.Text)
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		switch {
+		case len(f.Usage) > MaxHelp || strings.Contains(f.Usage, "\n"):
+			errs = append(errs, fmt.Sprintf("--%s's help is %d characters: a line of at most %d, the detail here", f.Name, len(f.Usage), MaxHelp))
+		}
+		switch {
+		case f.Name == "help" || f.Name == "version":
+		case named[f.Name] == 0:
+			errs = append(errs, fmt.Sprintf("--%s has no entry", f.Name))
+		case named[f.Name] > 1:
+			errs = append(errs, fmt.Sprintf("--%s has %d entries", f.Name, named[f.Name]))
+		}
+	})
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return "", fmt.Errorf("the flags and their reference disagree: %s", strings.Join(errs, "; "))
+	}
+	return b.String(), nil
+}
+
+// defaultOf is f's default as the reference shows it.
+func defaultOf(f *pflag.Flag) string {
+	switch f.DefValue {
+	case "", "[]":
+		return "none"
+	}
+	return "`" + f.DefValue + "`"
+}
+
+// Page is docs/flags.md, from the repository's root.
+const Page = "docs/flags.md"
+
+// WithSection is page with the section of binary (between its markers,
+// "<!-- begin NAME -->" and "<!-- end NAME -->") holding table.
+func WithSection(page, binary, table string) (string, error) {
+	begin, end := "<!-- begin "+binary+" -->\n", "<!-- end "+binary+" -->"
+	i, j := strings.Index(page, begin), strings.Index(page, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("%s has no section %q (%q to %q)", Page, binary, begin, end)
+	}
+	return page[:i+len(begin)] + table + page[j:], nil
+}
