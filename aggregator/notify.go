@@ -5,27 +5,28 @@ package aggregator
 // (fleet.NodeSteps: scheduled, draining, in maintenance, back, failed), in
 // the order the Node went through them, and of each group (a multi-host
 // slice or a reservation group: down when its first host drains, back when
-// its last host is: fleet.Groups), as JSON or in Slack's incoming
-// webhook format. One sender posts them one at a time, each retried with
+// its last host is: fleet.Groups), in a format of notifyformat.go. One
+// sender posts them one at a time, each retried with
 // backoff on a network error, a 429 or a 5xx (at least as long as the
 // receiver's Retry-After asks, up to 5 minutes), each attempt bounded by
-// the timeout; the URL is read from its file (a mounted Secret) at each post,
-// so that a rotated URL is used at once and never appears in a flag or a
-// log.
+// the timeout; the URL and any headers are read from their files (mounted
+// Secrets) at each post, so that a rotated URL or key is used at once and
+// never appears in a flag or a log.
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"text/template"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,8 +39,14 @@ import (
 type NotifyOptions struct {
 	// URLFile holds the webhook's URL (a mounted Secret's key).
 	URLFile string
-	// Format is NotifyJSON or NotifySlack.
-	Format string
+	// Format is one of NotifyFormats; Template is the template of
+	// NotifyTemplate (ParseNotifyTemplate).
+	Format   string
+	Template *template.Template
+	// HeadersFile, when set, holds more headers for each post, a
+	// "Name: value" a line (a mounted Secret's key: an Authorization
+	// header), read at each post as the URL is.
+	HeadersFile string
 	// Timeout bounds each attempt; Retries is how many attempts follow a
 	// failed one.
 	Timeout time.Duration
@@ -47,12 +54,6 @@ type NotifyOptions struct {
 	// Cluster names the cluster in each message ("" for none).
 	Cluster string
 }
-
-// The message formats.
-const (
-	NotifyJSON  = "json"
-	NotifySlack = "slack"
-)
 
 // notifyQueue is how many messages wait at most; past it, a message is
 // dropped (and counted).
@@ -186,11 +187,15 @@ func (nt *notifier) run(ctx context.Context) {
 // post posts x, retrying: a network error, a 429 or a 5xx is tried again
 // after a backoff, up to Retries more times; any other answer is final.
 func (nt *notifier) post(ctx context.Context, x fleet.Notification) {
-	body := nt.body(x)
 	outcome := "failed"
 	defer func() { nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), outcome).Inc() }()
+	body, contentType, err := nt.body(x)
+	if err != nil {
+		nt.a.log.Warn("notification not delivered: its body could not be made", "node", x.Node, "step", x.Step, "err", err)
+		return
+	}
 	for attempt := 1; ; attempt++ {
-		retry, after, err := nt.attempt(ctx, body)
+		retry, after, err := nt.attempt(ctx, body, contentType)
 		if err == nil {
 			outcome = "sent"
 			return
@@ -212,7 +217,7 @@ const maxRetryAfter = 5 * time.Minute
 // attempt posts body once; retry says whether a failure may be tried
 // again, after says how long the receiver asked to wait before it
 // (Retry-After, on a 429 or a 503; 0 for none).
-func (nt *notifier) attempt(ctx context.Context, body []byte) (retry bool, after time.Duration, err error) {
+func (nt *notifier) attempt(ctx context.Context, body []byte, contentType string) (retry bool, after time.Duration, err error) {
 	raw, err := os.ReadFile(nt.opts.URLFile)
 	if err != nil {
 		return true, 0, fmt.Errorf("read the webhook URL: %w", err)
@@ -221,7 +226,14 @@ func (nt *notifier) attempt(ctx context.Context, body []byte) (retry bool, after
 	if err != nil {
 		return false, 0, fmt.Errorf("the webhook URL in %s is not a URL", nt.opts.URLFile)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if nt.opts.HeadersFile != "" {
+		headers, err := readHeaders(nt.opts.HeadersFile)
+		if err != nil {
+			return true, 0, err
+		}
+		maps.Copy(req.Header, headers)
+	}
+	req.Header.Set("Content-Type", contentType)
 	resp, err := nt.client.Do(req)
 	if err != nil {
 		return true, 0, fmt.Errorf("post: %w", redactURL(err))
@@ -264,27 +276,26 @@ func redactURL(err error) error {
 	return err
 }
 
-// body is x as the webhook takes it.
-func (nt *notifier) body(x fleet.Notification) []byte {
-	if nt.opts.Format == NotifySlack {
-		where := x.Node
-		if where == "" {
-			where = "group " + x.Group
-		}
-		if x.Pool != "" {
-			where += " (pool " + x.Pool + ")"
-		}
-		if nt.opts.Cluster != "" {
-			where = nt.opts.Cluster + ": " + where
-		}
-		b, _ := json.Marshal(map[string]string{"text": slackEscape(fmt.Sprintf("*%s* %s: %s", x.Step, where, x.Message))})
-		return b
+// readHeaders reads a headers file: a "Name: value" a line, blank lines
+// and lines starting with # skipped. Its values never reach a log.
+func readHeaders(path string) (http.Header, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the webhook's headers: %w", err)
 	}
-	b, _ := json.Marshal(struct {
-		Cluster string `json:"cluster,omitempty"`
-		fleet.Notification
-	}{nt.opts.Cluster, x})
-	return b
+	h := http.Header{}
+	for i, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(name) == "" || strings.ContainsAny(strings.TrimSpace(name), " \t") {
+			return nil, fmt.Errorf("the webhook's headers in %s, line %d: want Name: value", path, i+1)
+		}
+		h.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	return h, nil
 }
 
 // slackEscape escapes the three characters Slack reads as markup (its

@@ -194,7 +194,11 @@ func TestSlackMessagesAreText(t *testing.T) {
 	_, nt := testNotifier(t, clock.RealClock{}, "http://127.0.0.1:1")
 	nt.opts.Format = NotifySlack
 	var got struct{ Text string }
-	if err := json.Unmarshal(nt.body(fleet.Notification{Node: "n0", Step: fleet.StepDraining, Message: "<!channel> see <https://evil.example|the runbook> & go"}), &got); err != nil {
+	body, _, err := nt.body(fleet.Notification{Node: "n0", Step: fleet.StepDraining, Message: "<!channel> see <https://evil.example|the runbook> & go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
 		t.Fatal(err)
 	}
 	if strings.ContainsAny(got.Text, "<>") || !strings.Contains(got.Text, "&lt;!channel&gt; see &lt;https://evil.example|the runbook&gt; &amp; go") {

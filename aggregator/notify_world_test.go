@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,5 +151,92 @@ func TestNotifierTellsEachStepOnce(t *testing.T) {
 	}
 	if recv.refused != 2 || recv.cluster[0] != "test-world" {
 		t.Errorf("refused %d, cluster %q; want the first message retried through two refusals, naming the cluster", recv.refused, recv.cluster[0])
+	}
+}
+
+// chatReceiver is a Google Chat-style webhook: it takes a JSON object
+// with a text, from a caller that presents the key it expects, and keeps
+// the texts; anything else is refused (400 or 401).
+type chatReceiver struct {
+	mu    sync.Mutex
+	texts []string
+	got   chan struct{}
+}
+
+func (r *chatReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var msg struct {
+		Text string `json:"text"`
+	}
+	if req.Header.Get("Authorization") != "Bearer chat-key" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if req.Header.Get("Content-Type") != "application/json" || json.NewDecoder(req.Body).Decode(&msg) != nil || msg.Text == "" {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.texts = append(r.texts, msg.Text)
+	select {
+	case r.got <- struct{}{}:
+	default:
+	}
+}
+
+// TestNotifierTemplateReachesAChatReceiver: the aggregator binary with
+// the Google Chat example template (examples/notifications) and a headers
+// file tells a node's scheduled maintenance to a Chat-style receiver, as
+// the text Chat shows, with the key the receiver asks for.
+func TestNotifierTemplateReachesAChatReceiver(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	recv := &chatReceiver{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(recv)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	urlFile, headersFile := filepath.Join(dir, "url"), filepath.Join(dir, "headers")
+	if err := os.WriteFile(urlFile, []byte(srv.URL+"/v1/spaces/S/messages\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(headersFile, []byte("Authorization: Bearer chat-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := filepath.Abs(filepath.Join("..", "examples", "notifications", "google-chat.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProcs(t)
+	v, err := p.f.Add(ctx, testworld.NodeSpec{Name: "chat-0", Pool: "chat"}, gceemu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNode(t, "chat-0", "seen by its agent", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
+	metricsAddr := testworld.FreeAddrT(t)
+	agg, err := world.StartProcess("aggregator-chat", filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns,
+		"--identity", "agg-chat", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn", "--cluster-name", "test-world",
+		"--notify-url-file", urlFile, "--notify-headers-file", headersFile,
+		"--notify-format", "template", "--notify-template-file", tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agg.Kill() })
+	waitMetric(t, ctx, metricsAddr, "maintenance_handler_aggregator_leader", 1)
+
+	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(48*time.Hour), 4*time.Hour))
+	want := "*scheduled* chat-0 (pool chat, cluster test-world): Compute Engine scheduled a maintenance of chat-0"
+	for {
+		recv.mu.Lock()
+		found := slices.ContainsFunc(recv.texts, func(s string) bool { return strings.HasPrefix(s, want) })
+		texts := slices.Clone(recv.texts)
+		recv.mu.Unlock()
+		if found {
+			break
+		}
+		select {
+		case <-recv.got:
+		case <-ctx.Done():
+			t.Fatalf("the receiver kept %q; want a text beginning %q", texts, want)
+		}
 	}
 }

@@ -394,6 +394,12 @@ func TestChartOptions(t *testing.T) {
 		{"aggregator.notifier.format", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.format=slack"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return anyStrings(agg(o)["args"])[4], "--notify-format=slack"
 		}},
+		{"aggregator.notifier.templateKey", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.format=template", "--set", "aggregator.notifier.templateKey=chat"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[4:6], []string{"--notify-format=template", "--notify-template-file=/etc/maintenance-handler/notifier/chat"}
+		}},
+		{"aggregator.notifier.headersKey", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.headersKey=headers"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[5], "--notify-headers-file=/etc/maintenance-handler/notifier/headers"
+		}},
 		{"aggregator.notifier.clusterName", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.clusterName=prod-a3"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return anyStrings(agg(o)["args"])[5], "--cluster-name=prod-a3"
 		}},

@@ -220,5 +220,6 @@ func notifyOptions(opts *Options) *aggregator.NotifyOptions {
 	if opts.NotifyURLFile == "" {
 		return nil
 	}
-	return &aggregator.NotifyOptions{URLFile: opts.NotifyURLFile, Format: opts.NotifyFormat, Timeout: opts.NotifyTimeout, Retries: opts.NotifyRetries, Cluster: opts.ClusterName}
+	return &aggregator.NotifyOptions{URLFile: opts.NotifyURLFile, Format: opts.NotifyFormat, Template: opts.notifyTemplate, HeadersFile: opts.NotifyHeadersFile,
+		Timeout: opts.NotifyTimeout, Retries: opts.NotifyRetries, Cluster: opts.ClusterName}
 }

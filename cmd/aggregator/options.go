@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
@@ -55,9 +58,14 @@ type Options struct {
 	// The webhook notifier (aggregator.NotifyOptions); none without
 	// NotifyURLFile.
 	NotifyURLFile, NotifyFormat, ClusterName string
-	NotifyTimeout                            time.Duration
-	NotifyRetries                            int
-	LogLevel                                 string
+	// NotifyTemplateFile holds the template of --notify-format=template,
+	// parsed by Validate into notifyTemplate; NotifyHeadersFile, more
+	// headers for each post.
+	NotifyTemplateFile, NotifyHeadersFile string
+	notifyTemplate                        *template.Template
+	NotifyTimeout                         time.Duration
+	NotifyRetries                         int
+	LogLevel                              string
 	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
@@ -156,6 +164,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.MaintainUnusedCapacity, "maintain-unused-capacity", o.MaintainUnusedCapacity, "Maintain a reservation block's spare hosts first.")
 	fs.StringVar(&o.NotifyURLFile, "notify-url-file", o.NotifyURLFile, "A file holding the notifier's webhook URL; empty: none.")
 	fs.StringVar(&o.NotifyFormat, "notify-format", o.NotifyFormat, "The notifications' format: json or slack.")
+	fs.StringVar(&o.NotifyTemplateFile, "notify-template-file", o.NotifyTemplateFile, "The template of --notify-format=template (a Go template of JSON).")
+	fs.StringVar(&o.NotifyHeadersFile, "notify-headers-file", o.NotifyHeadersFile, "A file of headers for each notification, a Name: value a line.")
 	fs.DurationVar(&o.NotifyTimeout, "notify-timeout", o.NotifyTimeout, "Bound on each notification's post.")
 	fs.IntVar(&o.NotifyRetries, "notify-retries", o.NotifyRetries, "Attempts after a failed post.")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "The cluster's name in each notification.")
@@ -193,9 +203,7 @@ func (o *Options) choiceProblems() []error {
 			errs = append(errs, fmt.Errorf("--reservations: %w", err))
 		}
 	}
-	if o.NotifyFormat != aggregator.NotifyJSON && o.NotifyFormat != aggregator.NotifySlack {
-		errs = append(errs, fmt.Errorf("--notify-format %q: want %s or %s", o.NotifyFormat, aggregator.NotifyJSON, aggregator.NotifySlack))
-	}
+	errs = append(errs, o.notifyProblems()...)
 	if o.ReservationInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--reservation-interval %s: want 1s or more", o.ReservationInterval))
 	}
@@ -203,6 +211,30 @@ func (o *Options) choiceProblems() []error {
 		errs = append(errs, fmt.Errorf("--unhealthy-after %s: want 10s or more", o.UnhealthyAfter))
 	}
 	return errs
+}
+
+// notifyProblems are what is wrong with the notifier's flags; it parses
+// the template of --notify-format=template.
+func (o *Options) notifyProblems() []error {
+	if !slices.Contains(aggregator.NotifyFormats, o.NotifyFormat) {
+		return []error{fmt.Errorf("--notify-format %q: want one of %s", o.NotifyFormat, strings.Join(aggregator.NotifyFormats, ", "))}
+	}
+	switch {
+	case o.NotifyFormat == aggregator.NotifyTemplate && o.NotifyTemplateFile == "":
+		return []error{errors.New("--notify-format=template needs --notify-template-file")}
+	case o.NotifyFormat != aggregator.NotifyTemplate && o.NotifyTemplateFile != "":
+		return []error{fmt.Errorf("--notify-template-file is read only with --notify-format=template, not %s", o.NotifyFormat)}
+	case o.NotifyTemplateFile == "":
+		return nil
+	}
+	text, err := os.ReadFile(o.NotifyTemplateFile)
+	if err != nil {
+		return []error{fmt.Errorf("--notify-template-file: %w", err)}
+	}
+	if o.notifyTemplate, err = aggregator.ParseNotifyTemplate(filepath.Base(o.NotifyTemplateFile), string(text)); err != nil {
+		return []error{fmt.Errorf("--notify-template-file: %w", err)}
+	}
+	return nil
 }
 
 // Validate reports every problem at once.
