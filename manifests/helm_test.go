@@ -195,6 +195,12 @@ func TestChartSchemaRejects(t *testing.T) {
 		{[]string{"--set", "monitoring.serviceMonitor.interval=often"}, "/monitoring/serviceMonitor/interval"},
 		{[]string{"--set", "bogus=true"}, "'bogus' not allowed"},
 		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
+		// The policy, as the aggregator reads it: a key it does not know, a
+		// word for a count, a list for the pools.
+		{[]string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenence":2}}}`}, "'maxVoluntaryMaintenence' not allowed"},
+		{[]string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenance":"two"}}}`}, "/policy/pools/gpu/maxVoluntaryMaintenance"},
+		{[]string{"--set-json", `policy={"pools":[{"name":"gpu"}]}`}, "/policy/pools"},
+		{[]string{"--set-json", `policy={"cluster":{"faults":{"conditions":[{"type":"GPUFault","behavior":"repair","after":"5m"}]}}}`}, "'after' not allowed"},
 	} {
 		_, err := helmTemplate(t, tc.set...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

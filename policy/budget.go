@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,4 +59,26 @@ func ParseBudget(field, v string) (Budget, error) {
 		return Budget{}, fmt.Errorf("%s %q: want a count of 1 or more, or a percentage such as 10%%", field, maintenance.Excerpt(v))
 	}
 	return Budget{Count: n}, nil
+}
+
+// countOrPercent is a budget as policy.yaml writes it: a count, as a
+// number (2) or a string ("2"), or a percentage ("10%"). YAML reads a
+// bare 2 as a number; both mean the same.
+type countOrPercent string
+
+func (c *countOrPercent) UnmarshalJSON(b []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err == nil {
+		if _, err := n.Int64(); err != nil {
+			return fmt.Errorf("%s: want a whole count or a percentage", n)
+		}
+		*c = countOrPercent(n.String())
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("%s: want a count or a percentage", b)
+	}
+	*c = countOrPercent(s)
+	return nil
 }

@@ -48,8 +48,8 @@ type scopeFile struct {
 	MaintenanceWindow  *windowFile     `json:"maintenanceWindow,omitempty"`
 	Exclusions         []exclusionFile `json:"exclusions,omitempty"`
 	GateManualTriggers *bool           `json:"gateManualTriggers,omitempty"`
-	// MaxVoluntaryMaintenance is a count ("2") or a percentage ("10%").
-	MaxVoluntaryMaintenance string `json:"maxVoluntaryMaintenance,omitempty"`
+	// MaxVoluntaryMaintenance is a count (2) or a percentage ("10%").
+	MaxVoluntaryMaintenance countOrPercent `json:"maxVoluntaryMaintenance,omitempty"`
 	// OpportunisticWhenAutoscaled opts in to opportunistic maintenance in
 	// pools the cluster autoscaler manages.
 	OpportunisticWhenAutoscaled *bool `json:"opportunisticWhenAutoscaled,omitempty"`
@@ -89,7 +89,7 @@ func ParseConfig(data string) (Config, error) {
 	cfg.GateManual = f.Cluster.GateManualTriggers != nil && *f.Cluster.GateManualTriggers
 	cfg.WhenAutoscaled = f.Cluster.OpportunisticWhenAutoscaled != nil && *f.Cluster.OpportunisticWhenAutoscaled
 	if v := f.Cluster.MaxVoluntaryMaintenance; v != "" {
-		if cfg.MaxVoluntary, err = ParseBudget("cluster.maxVoluntaryMaintenance", v); err != nil {
+		if cfg.MaxVoluntary, err = ParseBudget("cluster.maxVoluntaryMaintenance", string(v)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -139,7 +139,7 @@ func parsePool(name string, pf poolFile) (PoolConfig, []error) {
 	pc := PoolConfig{Window: scope.Window, Exclusions: scope.Exclusions, GateManual: pf.GateManualTriggers,
 		Autoscaled: pf.Autoscaled, WhenAutoscaled: pf.OpportunisticWhenAutoscaled}
 	if v := pf.MaxVoluntaryMaintenance; v != "" {
-		b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", v)
+		b, err := ParseBudget("pools."+name+".maxVoluntaryMaintenance", string(v))
 		if err != nil {
 			poolErrs = append(poolErrs, err)
 		} else {

@@ -71,7 +71,7 @@ func (c Config) Faults(pool string) Faults {
 type faultsFile struct {
 	Conditions   []faultConditionFile `json:"conditions,omitempty"`
 	DrainTimeout string               `json:"drainTimeout,omitempty"`
-	MaxInRepair  string               `json:"maxInRepair,omitempty"`
+	MaxInRepair  countOrPercent       `json:"maxInRepair,omitempty"`
 	Cooldown     string               `json:"cooldown,omitempty"`
 	RepairWith   string               `json:"repairWith,omitempty"`
 	// HealthPrediction is the behavior an idle node GKE predicts to
@@ -130,7 +130,7 @@ func parseFaults(where string, f *faultsFile) (*Faults, error) {
 		errs = append(errs, fmt.Errorf("%s.repairWith %q: want auto, compute or gke", where, f.RepairWith))
 	}
 	if f.MaxInRepair != "" {
-		b, err := ParseBudget(where+".maxInRepair", f.MaxInRepair)
+		b, err := ParseBudget(where+".maxInRepair", string(f.MaxInRepair))
 		if err != nil {
 			errs = append(errs, err)
 		}

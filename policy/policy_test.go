@@ -252,3 +252,36 @@ pools:
 		t.Errorf("no faults section (-want +got):\n%s", d)
 	}
 }
+
+// TestBudgetsAreCountsOrPercentages: a budget is a count, as YAML's
+// number or a string, or a percentage; a fraction or a word is refused,
+// naming the field.
+func TestBudgetsAreCountsOrPercentages(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want Budget
+		err  string
+	}{
+		{"pools: {a3: {maxVoluntaryMaintenance: 2}}", Budget{Count: 2}, ""},
+		{`pools: {a3: {maxVoluntaryMaintenance: "2"}}`, Budget{Count: 2}, ""},
+		{`pools: {a3: {maxVoluntaryMaintenance: "10%"}}`, Budget{Percent: 10}, ""},
+		{"pools: {a3: {maxVoluntaryMaintenance: 2.5}}", Budget{}, "want a whole count or a percentage"},
+		{"pools: {a3: {maxVoluntaryMaintenance: two}}", Budget{}, "maxVoluntaryMaintenance"},
+		{"pools: {a3: {maxVoluntaryMaintenance: [2]}}", Budget{}, "want a count or a percentage"},
+	} {
+		cfg, err := ParseConfig(tc.yaml)
+		if err == nil {
+			err = cfg.PoolErrors["a3"] // a pool's own problem holds only that pool
+		}
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want an error saying %q", tc.yaml, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.yaml, err)
+		case cfg.Pools["a3"].MaxVoluntary == nil || *cfg.Pools["a3"].MaxVoluntary != tc.want:
+			t.Errorf("%s: budget %+v, want %+v", tc.yaml, cfg.Pools["a3"].MaxVoluntary, tc.want)
+		}
+	}
+}

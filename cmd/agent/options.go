@@ -10,14 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
-
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )

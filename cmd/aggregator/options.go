@@ -10,14 +10,13 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
-
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
+	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 

@@ -100,6 +100,6 @@ func (a *app) command() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	a.flags.addFlags(root.PersistentFlags())
 	addVerbosity(root.PersistentFlags())
-	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand(), a.reportFaultyCommand())
+	root.AddCommand(a.statusCommand(), a.whyCommand(), a.triggerCommand(), a.reportFaultyCommand(), a.policyCommand())
 	return root
 }

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
-
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"

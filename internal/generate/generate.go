@@ -14,12 +14,14 @@ package generate
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/chartdoc"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
 // A File is a generated file: its path under the repository's root, its
@@ -91,7 +93,15 @@ func Files(root string) ([]File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the chart's README: %w", err)
 	}
+	schema, err := read(chart + "/values.schema.json")
+	if err != nil {
+		return nil, err
+	}
+	if schema, err = withPolicySchema(schema); err != nil {
+		return nil, err
+	}
 	files := []File{
+		{Path: chart + "/values.schema.json", Source: "package policy (Schema)", Data: schema},
 		{Path: chart + "/files/rules.yaml", Source: rulesSource, Data: rules},
 		{Path: chart + "/files/dashboard.json", Source: dashboardSource, Data: dashboard},
 		{Path: chart + "/README.md", Source: chart + "/values.yaml", Data: table},
@@ -104,6 +114,25 @@ func Files(root string) ([]File, error) {
 		files = append(files, File{Path: o.path, Source: rulesSource, Data: []byte(ruleObjectHead(o.comment, o.apiVersion, o.kind) + "spec:\n" + indent(groups, "  "))})
 	}
 	return files, nil
+}
+
+// withPolicySchema is the chart's values schema with the policy value's
+// schema made from the types policy.yaml is read into (policy.Schema), so
+// that helm refuses a policy the aggregator would.
+func withPolicySchema(schema []byte) ([]byte, error) {
+	var s map[string]any
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return nil, fmt.Errorf("the chart's values schema: %w", err)
+	}
+	props, ok := s["properties"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("the chart's values schema has no properties")
+	}
+	p := policy.Schema()
+	p["description"] = "policy.yaml of the policy ConfigMap: the shape the aggregator reads (package policy); what a shape cannot say, kubectl maintenance policy validate checks."
+	props["policy"] = p
+	out, err := json.MarshalIndent(s, "", "  ")
+	return append(out, '\n'), err
 }
 
 // groupsOf is the rules file from its groups key on: what comes before it
