@@ -1,7 +1,8 @@
 // Command kubectl-maintenance is a kubectl plugin: the fleet's maintenance
-// at a glance (status), why a node is or is not in maintenance (why), and
-// a manual trigger with a pre-flight check (trigger), and a person's
-// request for a faulty node's repair (report-faulty). It reads the Node
+// at a glance (status), why a node is or is not in maintenance (why), a
+// manual trigger of one node or several with a pre-flight check (trigger),
+// a person's request for a faulty node's repair (report-faulty), and a
+// policy checked before it is applied (policy validate). It reads the Node
 // protocol and the project's Events, and writes nothing but the
 // perform-maintenance label and the report-faulty label (with its
 // description). Install it by copying the binary onto PATH:

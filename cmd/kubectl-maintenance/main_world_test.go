@@ -344,6 +344,57 @@ func TestTriggerChecksFirst(t *testing.T) {
 	}
 }
 
+// TestTriggerSeveralNodes: trigger takes several nodes, or a pool: where
+// one node's agent would refuse, none is labelled (exit 3); accepted, each
+// node is labelled and followed, its lines prefixed with its name, until
+// Compute Engine has begun each node's maintenance, one call each.
+func TestTriggerSeveralNodes(t *testing.T) {
+	testworld.Need(t)
+	f := vms.ForTest(t, world)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	var vs []*vms.VM
+	for _, name := range []string{"many-a", "many-b"} {
+		v, err := f.Add(ctx, testworld.NodeSpec{Name: name, Pool: "many"}, gceemu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Emu.SetPerformMaintenanceDelay(time.Second)
+		v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(72*time.Hour), 4*time.Hour))
+		world.WaitNode(t, name, "the notice mirrored", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+		vs = append(vs, v)
+	}
+	world.NodeT(t, testworld.NodeSpec{Name: "many-none", Pool: "other"})
+	publish(t, "many-none", func(*corev1.Node) {})
+	labelled := func() []string {
+		var out []string
+		for _, name := range []string{"many-a", "many-b", "many-none"} {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err == nil && n.Labels[protocol.LabelPerformMaintenance] != "" {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	code, out := kubectl(t, true, "", "trigger", "many-a", "many-none", "--yes")
+	if code != exitRefused || !strings.Contains(out, "1 of 2 node(s)' agents would refuse") || len(labelled()) != 0 {
+		t.Errorf("trigger of two nodes, one refused: exit %d, labelled %v; want 3, none:\n%s", code, labelled(), out)
+	}
+	code, out = kubectl(t, true, "", "trigger", "--pool", "many", "--yes", "--timeout", "2m")
+	for _, want := range []string{"Labelled many-a", "Labelled many-b", "[many-a] Compute Engine has begun the maintenance of many-a", "[many-b] Compute Engine has begun the maintenance of many-b"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("trigger --pool many: exit %d, the output does not say %q:\n%s", code, want, out)
+		}
+	}
+	for _, v := range vs {
+		if calls := len(v.Emu.Calls()); calls != 1 {
+			t.Errorf("%s: %d performMaintenance calls, want 1", v.Name, calls)
+		}
+	}
+	if code, out := kubectl(t, true, "", "trigger", "--yes"); code != exitUsage {
+		t.Errorf("trigger of no node: exit %d, want 2:\n%s", code, out)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
 type syncBuffer struct {
 	mu sync.Mutex

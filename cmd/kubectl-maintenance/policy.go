@@ -16,9 +16,6 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
-// policyKey is the ConfigMap's key the aggregator reads.
-const policyKey = "policy.yaml"
-
 // policyCommand is `kubectl maintenance policy validate`: a policy checked
 // as the aggregator reads it, before it is applied. It writes nothing.
 func (a *app) policyCommand() *cobra.Command {
@@ -65,9 +62,9 @@ func (a *app) policyText(ctx context.Context, file, configMap string) (string, s
 		if err != nil {
 			return "", "", fmt.Errorf("the ConfigMap %s: %w", configMap, err)
 		}
-		text, ok := cm.Data[policyKey]
+		text, ok := cm.Data[policy.ConfigKey]
 		if !ok {
-			return "", "", fmt.Errorf("the ConfigMap %s has no %s", configMap, policyKey)
+			return "", "", fmt.Errorf("the ConfigMap %s has no %s", configMap, policy.ConfigKey)
 		}
 		return text, "ConfigMap " + configMap, nil
 	}
@@ -84,9 +81,9 @@ func (a *app) policyText(ctx context.Context, file, configMap string) (string, s
 	// A ConfigMap's manifest: its policy.yaml.
 	var cm corev1.ConfigMap
 	if yaml.Unmarshal(raw, &cm) == nil && cm.Kind == "ConfigMap" {
-		text, ok := cm.Data[policyKey]
+		text, ok := cm.Data[policy.ConfigKey]
 		if !ok {
-			return "", "", fmt.Errorf("the ConfigMap in %s has no %s", file, policyKey)
+			return "", "", fmt.Errorf("the ConfigMap in %s has no %s", file, policy.ConfigKey)
 		}
 		return text, file + " (ConfigMap " + cm.Name + ")", nil
 	}

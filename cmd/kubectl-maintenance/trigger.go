@@ -2,9 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,59 +28,47 @@ func (a *app) triggerCommand() *cobra.Command {
 	var dryRun, yes bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:               "trigger NODE",
+		Use:               "trigger (NODE... | -l SELECTOR | --pool POOL)",
 		ValidArgsFunction: a.completeNodes,
-		Short:             "Start a node's pending maintenance now, after a pre-flight check; then follow it",
+		Short:             "Start nodes' pending maintenance now, after a pre-flight check; then follow it",
+		Long: "Start the pending maintenance of the nodes named, or of every node the selector or the pool matches, now. " +
+			"Each node is checked first as its agent would check the trigger; if any would refuse, none is started (exit 3). " +
+			"Then it asks once, labels each node, and follows each until Compute Engine has begun its maintenance.",
 		RunE: func(cmd *cobra.Command, names []string) error {
-			if len(names) != 1 {
-				return fmt.Errorf("%w: trigger takes one NODE", errUsage)
+			if (len(names) == 0) == (o.Selector == "" && o.Pool == "") {
+				return fmt.Errorf("%w: trigger takes NODE..., or -l SELECTOR or --pool POOL", errUsage)
 			}
 			ctx := cmd.Context()
 			c, in, err := a.load(ctx, o, names)
 			if err != nil {
 				return err
 			}
-			var node *corev1.Node
-			for _, n := range in.Nodes {
-				if n.Name == names[0] {
-					node = n
+			targets := triggerTargets(in)
+			if len(targets) == 0 {
+				return fmt.Errorf("no node matches %s", strings.Trim(o.Selector+" "+o.Pool, " "))
+			}
+			refused := 0
+			for _, node := range targets {
+				ok, err := a.preflight(ctx, c, in, node)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					refused++
 				}
 			}
-			problems, notes := plugin.Preflight(in, node)
-			fmt.Fprintf(a.out, "Pre-flight check of %s:\n", node.Name)
-			for _, p := range problems {
-				fmt.Fprintf(a.out, "  refused: %s\n", p)
-			}
-			for _, n := range notes {
-				fmt.Fprintf(a.out, "  note: %s\n", n)
-			}
-			if len(problems) == 0 {
-				fmt.Fprintln(a.out, "  ok: the agent would accept the trigger")
-			}
-			if err := a.showPlan(ctx, c, node.Name); err != nil {
-				return err
-			}
-			if len(problems) > 0 {
-				return fmt.Errorf("%w: the node's agent would refuse this trigger (%d problem(s) above); nothing changed", errRefused, len(problems))
+			if refused > 0 {
+				return fmt.Errorf("%w: %d of %d node(s)' agents would refuse this trigger (problems above); nothing changed", errRefused, refused, len(targets))
 			}
 			if dryRun {
 				fmt.Fprintln(a.out, "Dry run: nothing changed.")
 				return nil
 			}
-			if !yes {
-				fmt.Fprintf(a.out, "Start the maintenance of %s now? [y/N] ", node.Name)
-				answer, _ := bufio.NewReader(a.in).ReadString('\n')
-				if ans := strings.ToLower(strings.TrimSpace(answer)); ans != "y" && ans != "yes" {
-					fmt.Fprintln(a.out, "Not started.")
-					return nil
-				}
+			if !yes && !a.confirm(targets) {
+				fmt.Fprintln(a.out, "Not started.")
+				return nil
 			}
-			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, protocol.LabelPerformMaintenance, protocol.TriggerValue)
-			if _, err := c.PatchNode(ctx, node.Name, types.MergePatchType, []byte(patch), "kubectl-maintenance", ""); err != nil {
-				return plugin.Explain(err, "label the node")
-			}
-			fmt.Fprintf(a.out, "Labelled %s %s=%s; following it (Ctrl-C stops following, not the maintenance):\n", node.Name, protocol.LabelPerformMaintenance, protocol.TriggerValue)
-			return a.follow(ctx, c, node.Name, timeout)
+			return a.triggerAll(ctx, c, targets, timeout)
 		},
 	}
 	o.addFlags(cmd, false)
@@ -83,6 +76,107 @@ func (a *app) triggerCommand() *cobra.Command {
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Do not ask for confirmation.")
 	cmd.Flags().DurationVar(&timeout, "timeout", 90*time.Minute, "How long to follow the maintenance.")
 	return cmd
+}
+
+// triggerTargets are the nodes in.Shown names, by name.
+func triggerTargets(in plugin.Input) []*corev1.Node {
+	var out []*corev1.Node
+	for _, n := range in.Nodes {
+		if in.Shown[n.Name] {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// preflight prints the pre-flight check of node and its drain's plan, and
+// says whether the agent would accept the trigger.
+func (a *app) preflight(ctx context.Context, c *kube.Client, in plugin.Input, node *corev1.Node) (bool, error) {
+	problems, notes := plugin.Preflight(in, node)
+	fmt.Fprintf(a.out, "Pre-flight check of %s:\n", node.Name)
+	for _, p := range problems {
+		fmt.Fprintf(a.out, "  refused: %s\n", p)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(a.out, "  note: %s\n", n)
+	}
+	if len(problems) == 0 {
+		fmt.Fprintln(a.out, "  ok: the agent would accept the trigger")
+	}
+	return len(problems) == 0, a.showPlan(ctx, c, node.Name)
+}
+
+// confirm asks whether to start the maintenance of nodes.
+func (a *app) confirm(nodes []*corev1.Node) bool {
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	what := names[0]
+	if len(names) > 1 {
+		what = fmt.Sprintf("%d nodes (%s)", len(names), strings.Join(names, ", "))
+	}
+	fmt.Fprintf(a.out, "Start the maintenance of %s now? [y/N] ", what)
+	answer, _ := bufio.NewReader(a.in).ReadString('\n')
+	ans := strings.ToLower(strings.TrimSpace(answer))
+	return ans == "y" || ans == "yes"
+}
+
+// triggerAll labels each node and follows them all, each node's lines
+// prefixed with its name where there are several; it fails, naming each
+// node, where any failed (a refusal among them: errRefused).
+func (a *app) triggerAll(ctx context.Context, c *kube.Client, nodes []*corev1.Node, timeout time.Duration) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, protocol.LabelPerformMaintenance, protocol.TriggerValue)
+	for _, n := range nodes {
+		if _, err := c.PatchNode(ctx, n.Name, types.MergePatchType, []byte(patch), "kubectl-maintenance", ""); err != nil {
+			return plugin.Explain(err, "label "+n.Name)
+		}
+		fmt.Fprintf(a.out, "Labelled %s %s=%s.\n", n.Name, protocol.LabelPerformMaintenance, protocol.TriggerValue)
+	}
+	fmt.Fprintln(a.out, "Following (Ctrl-C stops following, not the maintenance):")
+	if len(nodes) == 1 {
+		return a.follow(ctx, c, nodes[0].Name, timeout, a.out)
+	}
+	var mu sync.Mutex
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			out := &prefixed{mu: &mu, w: a.out, prefix: "[" + n.Name + "] "}
+			if err := a.follow(ctx, c, n.Name, timeout, out); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", n.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// prefixed writes each line to w with prefix before it, a whole line at a
+// time under mu, so that several nodes' lines do not mix.
+type prefixed struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	prefix string
+	line   []byte
+}
+
+func (p *prefixed) Write(b []byte) (int, error) {
+	p.line = append(p.line, b...)
+	for {
+		i := bytes.IndexByte(p.line, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		p.mu.Lock()
+		_, err := fmt.Fprintf(p.w, "%s%s", p.prefix, p.line[:i+1])
+		p.mu.Unlock()
+		p.line = p.line[i+1:]
+		if err != nil {
+			return len(b), err
+		}
+	}
 }
 
 // showPlan prints what the drain of node will stop, in order.
@@ -120,7 +214,7 @@ func (a *app) showPlan(ctx context.Context, c *kube.Client, node string) error {
 // notice ONGOING after the drain, or the VM stopped and came back), or the
 // label is answered with a refusal. A node that is terminating is drained
 // and only waits: Compute Engine may still not begin (not_started).
-func (a *app) follow(ctx context.Context, c *kube.Client, node string, timeout time.Duration) error {
+func (a *app) follow(ctx context.Context, c *kube.Client, node string, timeout time.Duration, out io.Writer) error {
 	seen := map[types.UID]bool{}
 	var outcome error
 	var drained, before *corev1.Node
@@ -130,7 +224,7 @@ func (a *app) follow(ctx context.Context, c *kube.Client, node string, timeout t
 			for _, e := range events.Items {
 				if !seen[e.UID] && plugin.IsNodesWord(&e, node) && e.LastTimestamp.Time.After(a.now().Add(-time.Minute)) {
 					seen[e.UID] = true
-					fmt.Fprintf(a.out, "  %s %s: %s\n", e.Type, e.Reason, e.Message)
+					fmt.Fprintf(out, "  %s %s: %s\n", e.Type, e.Reason, e.Message)
 					if protocol.IsTriggerRefusal(e.Reason) {
 						outcome = fmt.Errorf("%w: %s", errRefused, e.Message)
 					}
@@ -146,10 +240,10 @@ func (a *app) follow(ctx context.Context, c *kube.Client, node string, timeout t
 		}
 		if n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating && drained == nil {
 			drained = n
-			fmt.Fprintf(a.out, "%s is drained (%s=%s); waiting for Compute Engine to begin the maintenance.\n", node, protocol.LabelActiveMaintenance, protocol.ValueTerminating)
+			fmt.Fprintf(out, "%s is drained (%s=%s); waiting for Compute Engine to begin the maintenance.\n", node, protocol.LabelActiveMaintenance, protocol.ValueTerminating)
 		}
 		if begun(before, n) {
-			fmt.Fprintf(a.out, "Compute Engine has begun the maintenance of %s.\n", node)
+			fmt.Fprintf(out, "Compute Engine has begun the maintenance of %s.\n", node)
 			return true, nil
 		}
 		return false, nil
