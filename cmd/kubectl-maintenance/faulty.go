@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -18,7 +17,7 @@ func (a *app) reportFaultyCommand() *cobra.Command {
 	var behavior, description string
 	var dryRun, yes bool
 	cmd := &cobra.Command{
-		Use:               "report-faulty NODE --behavior BEHAVIOR",
+		Use:               "report-faulty (NODE... | -l SELECTOR | --pool POOL) --behavior BEHAVIOR",
 		ValidArgsFunction: a.completeNodes,
 		Short:             "Ask for a faulty node's repair: drained in order, its host reported to Compute Engine, back when the VM returns",
 		Long: `Ask for a faulty node's repair: the label ` + protocol.LabelReportFaulty + `=BEHAVIOR
@@ -28,10 +27,13 @@ repair the host (reportHostAsFaulty, or performMaintenance for a repair Compute 
 The request stands until the node is repaired (its agent removes the label then) or you remove
 the label; a repair that failed is approved again after the pool's cool-down.
 
+Several nodes, or those a selector or a pool matches, are each shown, asked for once and
+labelled; the pool's maxInRepair still bounds how many are repaired at once.
+
 BEHAVIOR is Compute Engine's: ` + strings.Join(protocol.FaultBehaviors, ", ") + `.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
-			if len(names) != 1 {
-				return fmt.Errorf("%w: report-faulty takes one NODE", errUsage)
+			if (len(names) == 0) == (o.Selector == "" && o.Pool == "") {
+				return fmt.Errorf("%w: report-faulty takes NODE..., or -l SELECTOR or --pool POOL", errUsage)
 			}
 			if !protocol.ValidBehavior(behavior) {
 				return fmt.Errorf("%w: --behavior %q: want one of %s", errUsage, behavior, strings.Join(protocol.FaultBehaviors, ", "))
@@ -41,21 +43,23 @@ BEHAVIOR is Compute Engine's: ` + strings.Join(protocol.FaultBehaviors, ", ") + 
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.out, "%s\n", plugin.FaultPreview(in, names[0], behavior, description))
-			if err := a.showPlan(ctx, c, names[0]); err != nil {
-				return err
+			targets := triggerTargets(in)
+			if len(targets) == 0 {
+				return fmt.Errorf("no node matches %s", strings.Trim(o.Selector+" "+o.Pool, " "))
+			}
+			for _, n := range targets {
+				fmt.Fprintf(a.out, "%s\n", plugin.FaultPreview(in, n.Name, behavior, description))
+				if err := a.showPlan(ctx, c, n.Name); err != nil {
+					return err
+				}
 			}
 			if dryRun {
 				fmt.Fprintln(a.out, "Dry run: nothing changed.")
 				return nil
 			}
-			if !yes {
-				fmt.Fprintf(a.out, "Report %s faulty (%s)? [y/N] ", names[0], behavior)
-				answer, _ := bufio.NewReader(a.in).ReadString('\n')
-				if ans := strings.ToLower(strings.TrimSpace(answer)); ans != "y" && ans != "yes" {
-					fmt.Fprintln(a.out, "Not reported.")
-					return nil
-				}
+			if !yes && !a.ask(fmt.Sprintf("Report %s faulty (%s)?", nodeList(targets), behavior)) {
+				fmt.Fprintln(a.out, "Not reported.")
+				return nil
 			}
 			desc := any(nil) // removes a description left from before
 			if description != "" {
@@ -65,10 +69,12 @@ BEHAVIOR is Compute Engine's: ` + strings.Join(protocol.FaultBehaviors, ", ") + 
 				"labels":      map[string]any{protocol.LabelReportFaulty: behavior},
 				"annotations": map[string]any{protocol.AnnotationReportFaultyDescription: desc},
 			}})
-			if _, err := c.PatchNode(ctx, names[0], types.MergePatchType, patch, "kubectl-maintenance", ""); err != nil {
-				return plugin.Explain(err, "label the node")
+			for _, n := range targets {
+				if _, err := c.PatchNode(ctx, n.Name, types.MergePatchType, patch, "kubectl-maintenance", ""); err != nil {
+					return plugin.Explain(err, "label "+n.Name)
+				}
+				fmt.Fprintf(a.out, "Labelled %s %s=%s; `kubectl maintenance why %s` follows it.\n", n.Name, protocol.LabelReportFaulty, behavior, n.Name)
 			}
-			fmt.Fprintf(a.out, "Labelled %s %s=%s; `kubectl maintenance why %s` follows it.\n", names[0], protocol.LabelReportFaulty, behavior, names[0])
 			return nil
 		},
 	}

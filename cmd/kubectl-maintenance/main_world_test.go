@@ -551,6 +551,17 @@ func TestReportFaulty(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "its repair is under way (1 of 1") {
 		t.Errorf("why: exit %d, %q; want the repair under way", code, out)
 	}
+	// A pool at once: each node shown, asked for once, each labelled.
+	code, out = kubectl(t, true, "y\n", "report-faulty", "--pool", "rf", "--behavior", "PERFORMANCE")
+	if code != exitOK || !strings.Contains(out, "Report 2 nodes (rf-0, rf-1) faulty (PERFORMANCE)? [y/N]") {
+		t.Errorf("report-faulty --pool rf: exit %d, %q", code, out)
+	}
+	for _, name := range []string{"rf-0", "rf-1"} {
+		world.WaitNode(t, name, "asking for its repair as PERFORMANCE", func(n *corev1.Node) bool {
+			_, described := n.Annotations[protocol.AnnotationReportFaultyDescription]
+			return n.Labels[protocol.LabelReportFaulty] == "PERFORMANCE" && !described
+		})
+	}
 }
 
 // TestCompletesNodeNames: shell completion offers the cluster's node

@@ -64,7 +64,7 @@ func (a *app) triggerCommand() *cobra.Command {
 				fmt.Fprintln(a.out, "Dry run: nothing changed.")
 				return nil
 			}
-			if !yes && !a.confirm(targets) {
+			if !yes && !a.ask("Start the maintenance of "+nodeList(targets)+" now?") {
 				fmt.Fprintln(a.out, "Not started.")
 				return nil
 			}
@@ -107,17 +107,21 @@ func (a *app) preflight(ctx context.Context, c *kube.Client, in plugin.Input, no
 	return len(problems) == 0, a.showPlan(ctx, c, node.Name)
 }
 
-// confirm asks whether to start the maintenance of nodes.
-func (a *app) confirm(nodes []*corev1.Node) bool {
+// nodeList names nodes: one by its name, several by their count and names.
+func nodeList(nodes []*corev1.Node) string {
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		names = append(names, n.Name)
 	}
-	what := names[0]
-	if len(names) > 1 {
-		what = fmt.Sprintf("%d nodes (%s)", len(names), strings.Join(names, ", "))
+	if len(names) == 1 {
+		return names[0]
 	}
-	fmt.Fprintf(a.out, "Start the maintenance of %s now? [y/N] ", what)
+	return fmt.Sprintf("%d nodes (%s)", len(names), strings.Join(names, ", "))
+}
+
+// ask asks question and says whether the answer is yes.
+func (a *app) ask(question string) bool {
+	fmt.Fprintf(a.out, "%s [y/N] ", question)
 	answer, _ := bufio.NewReader(a.in).ReadString('\n')
 	ans := strings.ToLower(strings.TrimSpace(answer))
 	return ans == "y" || ans == "yes"
