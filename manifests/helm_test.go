@@ -287,6 +287,9 @@ func TestChartOptions(t *testing.T) {
 		{"agent.noticePort", []string{"--set", "agent.noticePort=0"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{strings.Contains(strings.Join(anyStrings(agent(o)["args"]), " "), "--notice-listen-address"), len(agent(o)["ports"].([]any))}, []any{false, 1}
 		}},
+		{"agent.gkeHandler", []string{"--set", "agent.gkeHandler=ignore"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--gke-handler=ignore"), slices.ContainsFunc(anyStrings(agent(mustTemplate(t))["args"]), func(a string) bool { return strings.HasPrefix(a, "--gke-handler") })}, []bool{true, false}
+		}},
 		{"agent.extraArgs", []string{"--set", "agent.extraArgs[0]=--manual-drain-timeout=2h"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			args := anyStrings(agent(o)["args"])
 			return args[len(args)-1], "--manual-drain-timeout=2h"
