@@ -282,7 +282,7 @@ func (a *Aggregator) fence(lctx context.Context) bool {
 // config is the ConfigMap's configuration, or why it is invalid.
 func (a *Aggregator) config() (policy.Config, error) {
 	if a.policy == nil {
-		return policy.Config{}, nil
+		return policy.Config{Version: "none"}, nil // no ConfigMap: the one empty policy
 	}
 	return a.policy.Config()
 }

@@ -62,7 +62,7 @@ func fleetNode(i int) *corev1.Node {
 // update it watches. Each prints its time and what it allocates. The whole
 // pass, with the API server, is BenchmarkWholePass.
 func BenchmarkPass(b *testing.B) {
-	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}, Version: "bench"}
 	read := func(n *corev1.Node, _ []string) fleet.Node {
 		return fleet.NodeOf(n, protocol.Grouping{PoolLabel: protocol.LabelNodePool})
 	}

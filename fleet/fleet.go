@@ -6,7 +6,6 @@ package fleet
 
 import (
 	"cmp"
-	"reflect"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -227,7 +226,9 @@ func (f *Fleet) Changes() (fresh, replaced []PoolPlan) { return f.fresh, f.repla
 // Decide is Decide(now, cfg, every node): the plans of every pool, by
 // name. A plan is only read.
 func (f *Fleet) Decide(now time.Time, cfg policy.Config) []PoolPlan {
-	sameCfg := f.cfg != nil && reflect.DeepEqual(*f.cfg, cfg)
+	// The policy changed unless its source says it is the one of the last
+	// Decide (policy.Config.Version).
+	sameCfg := f.cfg != nil && cfg.Version != "" && f.cfg.Version == cfg.Version
 	f.cfg = &cfg
 	f.fresh, f.replaced = f.fresh[:0], append(f.replaced[:0], f.gone...)
 	f.gone = f.gone[:0]

@@ -36,6 +36,7 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 		last := map[string]PoolPlan{} // each pool's plan in the pass before
 		at := now
 		cfg := randomConfig(r, at)
+		cfg.Version = "start" // as its source names each policy: a new one, a new version
 		for i := range 4 + r.IntN(12) {
 			f.Set(randomNode(r, fmt.Sprintf("n%02d", i), at))
 		}
@@ -66,6 +67,7 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 					set(randomNode(r, fmt.Sprintf("n%02d", 20+r.IntN(10)), at))
 				case what == 5:
 					cfg = randomConfig(r, at)
+					cfg.Version = fmt.Sprintf("step-%d", step)
 				}
 			}
 			f.Restore()
@@ -168,7 +170,7 @@ func decisionOf(plans []PoolPlan, pool string, i int) Decision {
 // time alone decides again a pool whose node's idle time is reached.
 func TestFleetDecidesOnlyWhatChanged(t *testing.T) {
 	var f Fleet
-	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}}
+	cfg := policy.Config{MaxVoluntary: policy.Budget{Percent: 100}, Version: "1"}
 	for i := range 200 {
 		n := node(fmt.Sprintf("n%03d", i), -1)
 		n.Pool, n.Config = fmt.Sprintf("pool-%02d", i/10), "node-idle-time=600s,min-nodes=5,window=2419200s,max-unavailable=2"
@@ -254,8 +256,10 @@ func TestFleetFindsANodeAgainWhenWhatItReadChanges(t *testing.T) {
 				nodes[i].Config = setting.String()
 				f.Set(nodes[i])
 			}
-			before := reasons(f.Decide(now, c.from)[0])
-			got := f.Decide(c.at, c.to)
+			from, to := c.from, c.to
+			from.Version, to.Version = "from", "to" // the source's versions: a policy written again
+			before := reasons(f.Decide(now, from)[0])
+			got := f.Decide(c.at, to)
 			var all []Node
 			for _, n := range f.All() {
 				all = append(all, *n)

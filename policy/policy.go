@@ -159,6 +159,12 @@ type Config struct {
 	// opportunistic action and no manual trigger there, while every other
 	// pool goes on.
 	PoolErrors map[string]error
+	// Version names this policy where its source keeps it (the
+	// ConfigMap's resourceVersion: policysource): two Configs of the same
+	// non-empty Version are the same, which is how the fleet knows the
+	// policy changed without comparing it. Empty: unknown, so a change
+	// each time.
+	Version string
 }
 
 // PoolBudget is the cap on pool's nodes in voluntary maintenance: the

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,14 @@ import (
 type Source struct {
 	namespace, name string
 	informer        *kube.Informer
+	// mu guards parsed, the policy of the ConfigMap's last version read
+	// (Config parses each version once).
+	mu     sync.Mutex
+	parsed struct {
+		version string
+		cfg     policy.Config
+		err     error
+	}
 }
 
 // NewSource returns a Source for the ConfigMap namespace/name, fed by lw,
@@ -56,18 +65,27 @@ func (s *Source) Synced() bool { return s.informer.HasSynced() }
 // Name is namespace/name.
 func (s *Source) Name() string { return s.namespace + "/" + s.name }
 
+// absent is the Version of the empty policy of a ConfigMap that does not
+// exist.
+const absent = "absent"
+
 // Config is the policy now: empty when the ConfigMap does not exist, an
-// error when it cannot be parsed.
+// error when it cannot be parsed. Each version of the ConfigMap is parsed
+// once, and the policy carries it as its Version.
 func (s *Source) Config() (policy.Config, error) {
-	obj, ok := s.informer.Get(s.namespace + "/" + s.name)
-	if !ok {
-		return policy.Config{}, nil
-	}
+	obj, _ := s.informer.Get(s.namespace + "/" + s.name)
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
-		return policy.Config{}, nil
+		return policy.Config{Version: absent}, nil
 	}
-	return policy.ParseConfig(cm.Data[policy.ConfigKey])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parsed.version != cm.ResourceVersion || cm.ResourceVersion == "" {
+		cfg, err := policy.ParseConfig(cm.Data[policy.ConfigKey])
+		cfg.Version = cm.ResourceVersion
+		s.parsed.version, s.parsed.cfg, s.parsed.err = cm.ResourceVersion, cfg, err
+	}
+	return s.parsed.cfg, s.parsed.err
 }
 
 // ManualGate is the agent's question: why a manual trigger on node is
