@@ -4,7 +4,6 @@ package agent
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
@@ -54,12 +53,15 @@ func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried pro
 		a.opts.Metrics.DrainDuration(a.opts.Clock.Since(st.Started))
 	}
 	a.opts.Metrics.SetPhase(st.Phase)
-	var deadline, scheduled time.Time
+	var deadline time.Time
 	if st.Phase == protocol.PhaseDraining {
 		deadline = st.Deadline
 	}
-	if sec, err := strconv.ParseInt(st.ScheduledTime, 10, 64); err == nil {
-		scheduled = time.Unix(sec, 0)
+	scheduled, err := protocol.ParseScheduledTime(st.ScheduledTime)
+	if err != nil {
+		// Another's label (GKE's writes it too), read at every step: said
+		// at debug, and the metric left out.
+		a.log.Debug("the node's scheduled maintenance time is unreadable; not exported", "err", err)
 	}
 	a.opts.Metrics.SetNode(deadline, scheduled, st.Busy != "")
 	a.opts.Metrics.SetFailures(st.Failures.Count)

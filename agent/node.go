@@ -182,7 +182,10 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 	var ms protocol.MaintenanceState
 	obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
 	obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
-	obs.TriggeredAt, _ = time.Parse(time.RFC3339, ms.TriggeredAt)
+	var err error
+	if obs.TriggeredAt, err = ms.TriggeredTime(); err != nil {
+		a.log.Warn("an opportunistic trigger's time is unreadable: it counts as too old", "err", err)
+	}
 	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(node)
 	a.observeSlice(node, st, &obs)
 	if obs.TriggerSet && a.opts.ManualGate != nil {

@@ -116,24 +116,8 @@ func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecyc
 		obs.SliceUnknown = fmt.Sprintf("the Nodes of its multi-host slice %s are not listed yet", a.slice)
 		return
 	}
-	hosts := a.sliceHosts(node)
-	obs.Slice = a.slice
-	obs.SliceAsk, obs.SliceAskSet = lifecycle.FollowedAsk(lifecycle.SliceAsks(a.slice, a.group.Kind, hosts)[node.Name], written, set, a.group.Kind, hosts)
-	if !obs.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice {
-		if want := protocol.SliceHosts(node); len(hosts) < want {
-			// A host of the slice is gone (its Node deleted, as a repair
-			// does before it recreates it): the slice is not back.
-			obs.SliceAsk, obs.SliceAskSet = protocol.SliceAsk{Slice: a.slice, Cause: fmt.Sprintf("(%d of its %d hosts are in the cluster)", len(hosts), want),
-				Reason: protocol.ReasonSlice, Started: st.Started, Deadline: st.Deadline}, true
-		}
-	}
-	caller := lifecycle.SliceCaller(hosts)
-	obs.SliceVoluntary, obs.SliceCaller = caller != "", caller == node.Name
-	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault && a.group.Kind == protocol.GroupSlice {
-		// A fault's repair stops the slice: it waits for the other hosts
-		// as a voluntary maintenance's call does. A reservation group's
-		// member is repaired alone.
-		caller = node.Name
-	}
-	obs.SliceWaiting, obs.SliceIncomplete, obs.SliceRecheck = lifecycle.SliceDrained(hosts, caller, obs.Now)
+	unknown := obs.SliceUnknown
+	obs.SliceView = lifecycle.SliceViewOf(lifecycle.SliceInput{Node: node.Name, State: st, Group: a.group, Hosts: a.sliceHosts(node),
+		WantHosts: protocol.SliceHosts(node), Written: written, WrittenSet: set, Now: obs.Now})
+	obs.SliceUnknown = unknown
 }

@@ -11,6 +11,7 @@ package lifecycle
 // drained (SliceDrained).
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -173,4 +174,46 @@ func FollowedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, ki
 		return written, true
 	}
 	return protocol.SliceAsk{}, false
+}
+
+// SliceInput is what the agent read of its node's multi-host slice or
+// reservation group: the group, the node's state on its Node, the hosts
+// listed (Hosts; the node among them), how many the slice has (WantHosts,
+// 0 where unknown) and the aggregator's ask written on the Node.
+type SliceInput struct {
+	Node       string
+	State      State
+	Group      protocol.Group
+	Hosts      []protocol.SliceHost
+	WantHosts  int
+	Written    protocol.SliceAsk
+	WrittenSet bool
+	Now        time.Time
+}
+
+// SliceViewOf is what a step knows of the node's slice or group: the ask
+// it follows (its own reading of the hosts, or the aggregator's: FollowedAsk;
+// while a slice's maintenance holds it, a host gone from the cluster, as
+// a repair deletes a Node before it recreates it, keeps the slice down),
+// and, for a voluntary maintenance, which host calls Compute Engine and
+// which still drain (a fault's repair of a slice's host stops the slice
+// and waits for the others as a call does; a reservation group's member
+// is repaired alone).
+func SliceViewOf(in SliceInput) SliceView {
+	v := SliceView{Slice: in.Group.Name}
+	v.SliceAsk, v.SliceAskSet = FollowedAsk(SliceAsks(in.Group.Name, in.Group.Kind, in.Hosts)[in.Node], in.Written, in.WrittenSet, in.Group.Kind, in.Hosts)
+	st := in.State
+	if !v.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice && len(in.Hosts) < in.WantHosts {
+		v.SliceAsk, v.SliceAskSet = protocol.SliceAsk{Slice: in.Group.Name, Cause: fmt.Sprintf("(%d of its %d hosts are in the cluster)", len(in.Hosts), in.WantHosts),
+			Reason: protocol.ReasonSlice, Started: st.Started, Deadline: st.Deadline}, true
+	}
+	caller := SliceCaller(in.Hosts)
+	v.SliceVoluntary, v.SliceCaller = caller != "", caller == in.Node
+	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault && in.Group.Kind == protocol.GroupSlice {
+		caller = in.Node
+	}
+	if caller != "" { // no call to wait for: nothing waits (a member repaired alone)
+		v.SliceWaiting, v.SliceIncomplete, v.SliceRecheck = SliceDrained(in.Hosts, caller, in.Now)
+	}
+	return v
 }

@@ -161,3 +161,42 @@ func TestSliceDrainedNotReady(t *testing.T) {
 		}
 	}
 }
+
+// TestSliceViewOf: the two rules of what a host knows of its slice that
+// its own hosts' reading does not give: a host gone from the cluster keeps
+// the slice down while the slice's maintenance holds this host, and a
+// fault's repair of a slice's host waits for the other hosts as a call
+// does, where a reservation group's member is repaired alone.
+func TestSliceViewOf(t *testing.T) {
+	deadline := t0.Add(time.Hour)
+	slice := protocol.Group{Kind: protocol.GroupSlice, Name: "s1"}
+	forSlice := State{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonSlice, Started: t0, Deadline: deadline}
+	inFault := State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonFault, Started: t0, Deadline: deadline}
+	me := protocol.SliceHost{Name: "h0", Phase: protocol.PhaseTerminating, Reason: protocol.ReasonSlice, Ready: true}
+	draining := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Started: t0, Deadline: deadline, Ready: true}
+	idle := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseIdle, Ready: true}
+
+	v := SliceViewOf(SliceInput{Node: "h0", State: forSlice, Group: slice, Hosts: []protocol.SliceHost{me}, WantHosts: 2, Now: t0})
+	if !v.SliceAskSet || v.SliceAsk.Cause != "(1 of its 2 hosts are in the cluster)" || !v.SliceAsk.Deadline.Equal(deadline) || v.Slice != "s1" {
+		t.Errorf("a host gone: %+v; want the slice kept down by its own ask", v)
+	}
+	if v := SliceViewOf(SliceInput{Node: "h0", State: forSlice, Group: slice, Hosts: []protocol.SliceHost{me, idle}, WantHosts: 2, Now: t0}); v.SliceAskSet {
+		t.Errorf("every host in the cluster and back: %+v; want no ask", v)
+	}
+	if v := SliceViewOf(SliceInput{Node: "h0", State: State{}, Group: slice, Hosts: []protocol.SliceHost{{Name: "h0", Ready: true}}, WantHosts: 2, Now: t0}); v.SliceAskSet {
+		t.Errorf("a host gone, this one not in maintenance: %+v; want no ask", v)
+	}
+	me.Phase, me.Reason = protocol.PhaseDraining, protocol.ReasonFault
+	v = SliceViewOf(SliceInput{Node: "h0", State: inFault, Group: slice, Hosts: []protocol.SliceHost{me, draining}, WantHosts: 2, Now: t0})
+	if len(v.SliceWaiting) != 1 || v.SliceWaiting[0] != "h1" {
+		t.Errorf("a slice host's repair: waiting %v; want it to wait for h1", v.SliceWaiting)
+	}
+	// A reservation group's member, drained, beside an idle member: it
+	// waits for no one (it waited for the idle member until its deadline
+	// before).
+	me.Drain = protocol.DrainDone
+	group := protocol.Group{Kind: protocol.GroupReservation, Name: "b/s"}
+	if v := SliceViewOf(SliceInput{Node: "h0", State: inFault, Group: group, Hosts: []protocol.SliceHost{me, idle}, WantHosts: 0, Now: t0}); len(v.SliceWaiting) != 0 {
+		t.Errorf("a reservation group member's repair: waiting %v; want it repaired alone", v.SliceWaiting)
+	}
+}

@@ -443,3 +443,29 @@ func TestOwnership(t *testing.T) {
 		t.Error("a notice no agent wrote read as the agent's")
 	}
 }
+
+// TestTimesDecodedWithTheirErrors: a trigger's time and a scheduled
+// maintenance time are read with the error that names a bad value; absent
+// is zero, no error.
+func TestTimesDecodedWithTheirErrors(t *testing.T) {
+	if at, err := (MaintenanceState{TriggeredAt: "2026-11-29T12:00:00Z"}).TriggeredTime(); err != nil || at.Unix() != 1795953600 {
+		t.Errorf("TriggeredTime: %v, %v", at, err)
+	}
+	if at, err := (MaintenanceState{}).TriggeredTime(); err != nil || !at.IsZero() {
+		t.Errorf("TriggeredTime of none: %v, %v", at, err)
+	}
+	if _, err := (MaintenanceState{TriggeredAt: "yesterday"}).TriggeredTime(); err == nil || !strings.Contains(err.Error(), `"yesterday"`) {
+		t.Errorf("TriggeredTime of yesterday: %v", err)
+	}
+	if at, err := ParseScheduledTime("1797732000"); err != nil || at.Unix() != 1797732000 {
+		t.Errorf("ParseScheduledTime: %v, %v", at, err)
+	}
+	for _, bad := range []string{"soon", "-5", "0"} {
+		if _, err := ParseScheduledTime(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("ParseScheduledTime(%q): %v", bad, err)
+		}
+	}
+	if at, err := ParseScheduledTime(""); err != nil || !at.IsZero() {
+		t.Errorf("ParseScheduledTime of none: %v, %v", at, err)
+	}
+}

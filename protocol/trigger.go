@@ -4,7 +4,9 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -98,4 +100,33 @@ func WriteRepairs(n *corev1.Node, r Repairs) {
 	}
 	raw, _ := json.Marshal(r)
 	n.Annotations[AnnotationRepairs] = string(raw)
+}
+
+// TriggeredTime is TriggeredAt as a time: zero and no error when absent,
+// an error naming the value when it cannot be read (the trigger then
+// counts as too old: lifecycle).
+func (ms MaintenanceState) TriggeredTime() (time.Time, error) {
+	if ms.TriggeredAt == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, ms.TriggeredAt)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s's triggered-at %q: %w", AnnotationMaintenanceState, ms.TriggeredAt, err)
+	}
+	return t, nil
+}
+
+// ParseScheduledTime reads a scheduled-maintenance-time value (Unix
+// seconds of the window's start, as LabelScheduledMaintenanceTime holds
+// it): zero and no error when empty, an error naming the value when it
+// is not a positive count of seconds.
+func ParseScheduledTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t := readUnix(s)
+	if t.IsZero() {
+		return time.Time{}, fmt.Errorf("scheduled-maintenance-time %q: want Unix seconds", s)
+	}
+	return t, nil
 }
