@@ -21,6 +21,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // receiver is a webhook that refuses its first refuse posts (503), then
@@ -73,6 +74,36 @@ func (r *receiver) of(node string) []fleet.Notification {
 	return out
 }
 
+// notifiedWorld starts a real agent on node pool-0 of pool (a new node of
+// this world) and the aggregator binary, leading, whose webhook is url,
+// its URL in a file as a mounted Secret holds it, with the cluster named
+// test-world and args added; it returns the fleet, the node's VM and the
+// aggregator's metrics address.
+func notifiedWorld(t *testing.T, ctx context.Context, pool, url string, args ...string) (*procs, *vms.VM, string) {
+	t.Helper()
+	urlFile := filepath.Join(t.TempDir(), "url")
+	if err := os.WriteFile(urlFile, []byte(url+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProcs(t)
+	node := pool + "-0"
+	v, err := p.f.Add(ctx, testworld.NodeSpec{Name: node, Pool: pool}, gceemu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	world.WaitNode(t, node, "seen by its agent", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
+	metricsAddr := testworld.FreeAddrT(t)
+	agg, err := world.StartProcess("aggregator-"+pool, filepath.Join(p.bins, "aggregator"), append([]string{"--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns,
+		"--identity", "agg-" + pool, "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn", "--cluster-name", "test-world",
+		"--notify-url-file", urlFile}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agg.Kill() })
+	waitMetric(t, ctx, metricsAddr, "maintenance_handler_aggregator_leader", 1)
+	return p, v, metricsAddr
+}
+
 // TestNotifierTellsEachStepOnce: a real agent and a real aggregator whose
 // webhook is a local receiver, its URL in a file as a mounted Secret
 // holds it. A node goes through a host maintenance: the receiver gets one
@@ -84,26 +115,7 @@ func TestNotifierTellsEachStepOnce(t *testing.T) {
 	recv := &receiver{refuse: 2, got: make(chan struct{}, 1)}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
-	urlFile := filepath.Join(t.TempDir(), "url")
-	if err := os.WriteFile(urlFile, []byte(srv.URL+"/hooks/maintenance\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := newProcs(t)
-	v, err := p.f.Add(ctx, testworld.NodeSpec{Name: "told-0", Pool: "told"}, gceemu.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	world.WaitNode(t, "told-0", "seen by its agent", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
-	metricsAddr := testworld.FreeAddrT(t)
-	agg, err := world.StartProcess("aggregator-told", filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns,
-		"--identity", "agg-told", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn",
-		"--notify-url-file", urlFile, "--notify-format", "json", "--cluster-name", "test-world")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agg.Kill() })
-	waitMetric(t, ctx, metricsAddr, "maintenance_handler_aggregator_leader", 1)
-
+	p, v, metricsAddr := notifiedWorld(t, ctx, "told", srv.URL+"/hooks/maintenance", "--notify-format", "json")
 	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(48*time.Hour), 4*time.Hour))
 	world.WaitNode(t, "told-0", "its notice mirrored", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
@@ -126,7 +138,7 @@ func TestNotifierTellsEachStepOnce(t *testing.T) {
 	// Every message posted has been received (the count of those sent is
 	// the receiver's, whatever other nodes of the world did): none more
 	// is on its way.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
 		return metricSumQuiet(metricsAddr, `maintenance_handler_aggregator_notifications_total{outcome="sent",step="back"}`) >= 1 &&
@@ -194,11 +206,7 @@ func TestNotifierTemplateReachesAChatReceiver(t *testing.T) {
 	recv := &chatReceiver{got: make(chan struct{}, 1)}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
-	dir := t.TempDir()
-	urlFile, headersFile := filepath.Join(dir, "url"), filepath.Join(dir, "headers")
-	if err := os.WriteFile(urlFile, []byte(srv.URL+"/v1/spaces/S/messages\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	headersFile := filepath.Join(t.TempDir(), "headers")
 	if err := os.WriteFile(headersFile, []byte("Authorization: Bearer chat-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -206,23 +214,7 @@ func TestNotifierTemplateReachesAChatReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProcs(t)
-	v, err := p.f.Add(ctx, testworld.NodeSpec{Name: "chat-0", Pool: "chat"}, gceemu.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	world.WaitNode(t, "chat-0", "seen by its agent", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationLastBootID] != "" })
-	metricsAddr := testworld.FreeAddrT(t)
-	agg, err := world.StartProcess("aggregator-chat", filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(t, p.ns), "--namespace", p.ns,
-		"--identity", "agg-chat", "--interval", "1s", "--listen-address", metricsAddr, "--log-level", "warn", "--cluster-name", "test-world",
-		"--notify-url-file", urlFile, "--notify-headers-file", headersFile,
-		"--notify-format", "template", "--notify-template-file", tmpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agg.Kill() })
-	waitMetric(t, ctx, metricsAddr, "maintenance_handler_aggregator_leader", 1)
-
+	_, v, _ := notifiedWorld(t, ctx, "chat", srv.URL+"/v1/spaces/S/messages", "--notify-headers-file", headersFile, "--notify-format", "template", "--notify-template-file", tmpl)
 	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(48*time.Hour), 4*time.Hour))
 	want := "*scheduled* chat-0 (pool chat, cluster test-world): Compute Engine scheduled a maintenance of chat-0"
 	for {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -18,26 +17,7 @@ func TestFlagReference(t *testing.T) {
 	}
 	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 	NewOptions().AddFlags(fs)
-	table, err := flagdoc.Reference(fs, flagdoc.Agent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join("..", "..", flagdoc.Page)
-	page, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := flagdoc.WithSection(string(page), "agent", table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if os.Getenv("UPDATE_DOCS") != "" {
-		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if string(page) != want {
-		t.Errorf("%s is not the agent's flags as they are: run make docs", flagdoc.Page)
+	if err := flagdoc.CheckPage("../..", "agent", fs, flagdoc.Agent, os.Getenv("UPDATE_DOCS") != ""); err != nil {
+		t.Error(err)
 	}
 }

@@ -8,6 +8,8 @@ package flagdoc
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -103,4 +105,29 @@ func WithSection(page, binary, table string) (string, error) {
 		return "", fmt.Errorf("%s has no section %q (%q to %q)", Page, binary, begin, end)
 	}
 	return page[:i+len(begin)] + table + page[j:], nil
+}
+
+// CheckPage says whether the section of binary in the flag reference under
+// root (Page) is what Reference makes of fs and docs, and, with update,
+// writes it so first. Each binary's test calls it (make docs updates).
+func CheckPage(root, binary string, fs *pflag.FlagSet, docs []Doc, update bool) error {
+	table, err := Reference(fs, docs)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(root, Page)
+	page, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	want, err := WithSection(string(page), binary, table)
+	switch {
+	case err != nil:
+		return err
+	case update:
+		return os.WriteFile(path, []byte(want), 0o644)
+	case string(page) != want:
+		return fmt.Errorf("%s is not the %s's flags as they are: run make docs", Page, binary)
+	}
+	return nil
 }
