@@ -59,7 +59,7 @@ generate: ## write every generated file from its one source: the chart's rules, 
 	helm=$$($(GO) run ./test/cmd/testworld helm) && $(GO) run ./build/generate -helm "$$helm"
 
 docs: ## write docs/flags.md, the flag reference, from the binaries' flags and internal/flagdoc (their tests fail while it is stale)
-	UPDATE_DOCS=1 $(GO) test -count=1 -run TestFlagReference ./cmd/agent ./cmd/aggregator
+	UPDATE_DOCS=1 $(GO) test -count=1 -run TestFlagReference ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 

@@ -66,6 +66,8 @@ func Reference(fs *pflag.FlagSet, docs []Doc) (string, error) {
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		switch {
+		case f.Usage == "":
+			errs = append(errs, fmt.Sprintf("--%s has no help", f.Name))
 		case len(f.Usage) > MaxHelp || strings.Contains(f.Usage, "\n"):
 			errs = append(errs, fmt.Sprintf("--%s's help is %d characters: a line of at most %d, the detail here", f.Name, len(f.Usage), MaxHelp))
 		}
@@ -130,4 +132,23 @@ func CheckPage(root, binary string, fs *pflag.FlagSet, docs []Doc, update bool) 
 		return fmt.Errorf("%s is not the %s's flags as they are: run make docs", Page, binary)
 	}
 	return nil
+}
+
+// HelpTable is the Markdown table of the flags of fs whose meaning is
+// their help (the kubectl plugin's: each command's help is its reference),
+// sorted by name, but for those skip names.
+func HelpTable(fs *pflag.FlagSet, skip ...string) string {
+	var b strings.Builder
+	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	fs.VisitAll(func(f *pflag.Flag) {
+		if slices.Contains(skip, f.Name) {
+			return
+		}
+		name := "`--" + f.Name + "`"
+		if f.Shorthand != "" {
+			name = "`-" + f.Shorthand + "`, " + name
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, defaultOf(f), strings.ReplaceAll(f.Usage, "|", "\\|"))
+	})
+	return b.String()
 }

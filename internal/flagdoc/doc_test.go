@@ -11,8 +11,8 @@ import (
 
 // TestReferenceNamesEveryFlagOnce: the reference is a row per entry, with
 // the flag's own default where the entry gives none; a flag without an
-// entry, an entry without a flag, a flag with two and a help longer than
-// a line each fail it, named.
+// entry, an entry without a flag, a flag with two, no help and a help
+// longer than a line each fail it, named.
 func TestReferenceNamesEveryFlagOnce(t *testing.T) {
 	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	fs.String("a", "", "The a.")
@@ -26,8 +26,9 @@ func TestReferenceNamesEveryFlagOnce(t *testing.T) {
 		t.Errorf("Reference:\n%s\nwant:\n%s", table, want)
 	}
 	fs.String("long", "", strings.Repeat("x", flagdoc.MaxHelp+1))
+	fs.String("mute", "", "")
 	_, err = flagdoc.Reference(fs, []flagdoc.Doc{{Names: []string{"a"}}, {Names: []string{"a", "gone"}}, {Names: []string{"b"}}})
-	for _, want := range []string{"--a has 2 entries", "--c has no entry", "--gone is documented but not a flag", "--long has no entry", "--long's help is 81 characters"} {
+	for _, want := range []string{"--a has 2 entries", "--c has no entry", "--gone is documented but not a flag", "--long has no entry", "--long's help is 81 characters", "--mute has no help"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Reference of a mismatch: %v, want it to say %q", err, want)
 		}
