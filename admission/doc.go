@@ -22,9 +22,16 @@
 // into the webhook configuration's caBundle, checked again every few
 // minutes so that a re-applied configuration gets it back.
 //
+// Who may ask (Callers): where the API server presents a credential to
+// webhooks (a self-managed control plane's admission configuration), only
+// the users named, by the bearer token the API server reviews; others are
+// turned away before any pod is read. GKE's presents none: there the
+// network fences the check.
+//
 // What it does not do: decide anything about budgets (the Eviction API
 // does), or look at any request but the agent's evictions.
 //
 // Concurrency: Check serves requests concurrently and holds no state;
-// Certs' certificate is swapped under a lock, read by every TLS handshake.
+// Callers remembers tokens' answers under a lock; Certs' certificate is
+// swapped under a lock, read by every TLS handshake.
 package admission

@@ -14,7 +14,8 @@
 // triggers (claims.go), the slice asks written on every host of a slice
 // (slices.go), the interruption accounting only a cluster view sees
 // (accounting.go: Nodes recreated or vanished), the cluster autoscaler's
-// status (autoscaler.go), what it tells people (announce.go), and the
+// status (autoscaler.go), what it tells people (announce.go) and posts to
+// a webhook, in the receiver's format (notify.go, notifyformat.go), and the
 // Compute Engine calls it makes for the agents, which hold no permission
 // of their own, once it has vouched for each ask (relay.go).
 //
