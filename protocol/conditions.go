@@ -9,17 +9,20 @@ import (
 // reserves: controllers and other node agents read maintenance from them.
 // Each is True or False, never absent once the agent has run: a False
 // condition says since when the node has not been in that state.
+//
+// They are k8s.io/api's own constants (core/v1, from v0.37), by the names
+// this package reads them as.
 const (
 	// ConditionMaintenancePlanned: a maintenance is pending (the notice,
 	// with its window).
-	ConditionMaintenancePlanned corev1.NodeConditionType = "MaintenancePlanned"
+	ConditionMaintenancePlanned = corev1.NodeMaintenancePlanned
 	// ConditionMaintenanceInProgress: from the drain's start until the
 	// node is back in service.
-	ConditionMaintenanceInProgress corev1.NodeConditionType = "MaintenanceInProgress"
+	ConditionMaintenanceInProgress = corev1.NodeMaintenanceInProgress
 	// ConditionDrainInProgress: the drain runs.
-	ConditionDrainInProgress corev1.NodeConditionType = "DrainInProgress"
+	ConditionDrainInProgress = corev1.NodeDrainInProgress
 	// ConditionDrained: the drain is over and every pod it stops is gone.
-	ConditionDrained corev1.NodeConditionType = "Drained"
+	ConditionDrained = corev1.NodeDrained
 )
 
 // NodeConditionTypes lists them, in the order NodeConditions gives them.
