@@ -57,6 +57,12 @@ type Callers struct {
 	known map[[sha256.Size]byte]knownToken
 }
 
+// NewCallers is Callers of users with the product's defaults: a token's
+// answer remembered a minute, unknown tokens reviewed at 20 a second.
+func NewCallers(review TokenReviewer, users []string, refused func(reason string)) *Callers {
+	return &Callers{Review: review, Users: users, Refused: refused, Remember: time.Minute, Unknown: rate.NewLimiter(20, 20), Clock: clock.RealClock{}}
+}
+
 type knownToken struct {
 	user    string // "" where the API server did not authenticate it
 	expires time.Time

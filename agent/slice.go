@@ -116,8 +116,6 @@ func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecyc
 		obs.SliceUnknown = fmt.Sprintf("the Nodes of its multi-host slice %s are not listed yet", a.slice)
 		return
 	}
-	unknown := obs.SliceUnknown
 	obs.SliceView = lifecycle.SliceViewOf(lifecycle.SliceInput{Node: node.Name, State: st, Group: a.group, Hosts: a.sliceHosts(node),
-		WantHosts: protocol.SliceHosts(node), Written: written, WrittenSet: set, Now: obs.Now})
-	obs.SliceUnknown = unknown
+		WantHosts: protocol.SliceHosts(node), Written: written, WrittenSet: set, Unknown: obs.SliceUnknown, Now: obs.Now})
 }

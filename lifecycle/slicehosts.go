@@ -179,7 +179,8 @@ func FollowedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, ki
 // SliceInput is what the agent read of its node's multi-host slice or
 // reservation group: the group, the node's state on its Node, the hosts
 // listed (Hosts; the node among them), how many the slice has (WantHosts,
-// 0 where unknown) and the aggregator's ask written on the Node.
+// 0 where unknown), the aggregator's ask written on the Node, and why the
+// slice cannot be told yet (Unknown, "" when it can).
 type SliceInput struct {
 	Node       string
 	State      State
@@ -188,6 +189,7 @@ type SliceInput struct {
 	WantHosts  int
 	Written    protocol.SliceAsk
 	WrittenSet bool
+	Unknown    string
 	Now        time.Time
 }
 
@@ -200,7 +202,7 @@ type SliceInput struct {
 // and waits for the others as a call does; a reservation group's member
 // is repaired alone).
 func SliceViewOf(in SliceInput) SliceView {
-	v := SliceView{Slice: in.Group.Name}
+	v := SliceView{Slice: in.Group.Name, SliceUnknown: in.Unknown}
 	v.SliceAsk, v.SliceAskSet = FollowedAsk(SliceAsks(in.Group.Name, in.Group.Kind, in.Hosts)[in.Node], in.Written, in.WrittenSet, in.Group.Kind, in.Hosts)
 	st := in.State
 	if !v.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice && len(in.Hosts) < in.WantHosts {

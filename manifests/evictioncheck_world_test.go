@@ -24,7 +24,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 
 	"github.com/maintenance-handler/maintenance-handler/admission"
 	"github.com/maintenance-handler/maintenance-handler/kube"
@@ -83,8 +82,7 @@ func hostEvictionCheckFor(tb testing.TB, ns string, callers []string) (*metrics.
 	g, ctx := errgroup.WithContext(ctx)
 	var check http.Handler = &admission.Check{Pods: client.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: logger}
 	if len(callers) > 0 {
-		check = (&admission.Callers{Review: typed.AuthenticationV1().TokenReviews().Create, Users: callers, Refused: m.CallerRefused,
-			Remember: time.Minute, Unknown: rate.NewLimiter(20, 20), Clock: clock.RealClock{}}).Wrap(check)
+		check = admission.NewCallers(typed.AuthenticationV1().TokenReviews().Create, callers, m.CallerRefused).Wrap(check)
 	}
 	if _, err := admission.Serve(ctx, g, addr, check, certs); err != nil {
 		cancel()

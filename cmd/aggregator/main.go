@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/admission"
@@ -147,10 +145,7 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 		if err != nil {
 			return nil, err
 		}
-		check = (&admission.Callers{
-			Review: reviews.TokenReviews().Create, Users: opts.EvictionCheckCallers,
-			Refused: m.CallerRefused, Remember: time.Minute, Unknown: rate.NewLimiter(20, 20), Clock: clock.RealClock{},
-		}).Wrap(check)
+		check = admission.NewCallers(reviews.TokenReviews().Create, opts.EvictionCheckCallers, m.CallerRefused).Wrap(check)
 	}
 	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs)
 	if err != nil {

@@ -110,13 +110,19 @@ func WithSection(page, binary, table string) (string, error) {
 }
 
 // CheckPage says whether the section of binary in the flag reference under
-// root (Page) is what Reference makes of fs and docs, and, with update,
-// writes it so first. Each binary's test calls it (make docs updates).
+// root (Page) is what Reference makes of fs and docs (CheckSection).
 func CheckPage(root, binary string, fs *pflag.FlagSet, docs []Doc, update bool) error {
 	table, err := Reference(fs, docs)
 	if err != nil {
 		return err
 	}
+	return CheckSection(root, binary, table, update)
+}
+
+// CheckSection says whether the section of binary in the flag reference
+// under root (Page) holds table, and, with update, writes it so first.
+// Each binary's test calls it (make docs updates).
+func CheckSection(root, binary, table string, update bool) error {
 	path := filepath.Join(root, Page)
 	page, err := os.ReadFile(path)
 	if err != nil {
