@@ -42,14 +42,15 @@ type Agent struct {
 	mu      sync.Mutex
 	signals lifecycle.Signals
 	// unrecognized holds the keys whose last answer was not understood.
-	unrecognized map[string]bool
-	changedAt    time.Time            // when a signal last changed
-	drainFor     lifecycle.DrainOrder // the running drain
-	drainEnded   lifecycle.DrainOrder // the last drain that ran to its end
-	drainLeft    []string             // the pods that drain left on the node
-	drainStop    context.CancelFunc
-	drainGroup   sync.WaitGroup
-	drainStart   time.Time // when the running drain began
+	unrecognized  map[string]bool
+	changedAt     time.Time            // when a signal last changed
+	drainFor      lifecycle.DrainOrder // the running drain
+	drainObserved bool                 // it is a plan only (observe.go)
+	drainEnded    lifecycle.DrainOrder // the last drain that ran to its end
+	drainLeft     []string             // the pods that drain left on the node
+	drainStop     context.CancelFunc
+	drainGroup    sync.WaitGroup
+	drainStart    time.Time // when the running drain began
 
 	// The workload notice (workload.go): the node's side, guarded by mu.
 	notice lifecycle.WorkloadTarget
@@ -90,6 +91,9 @@ type Agent struct {
 	// they follow the Node's counts (the agent's own, a previous agent's,
 	// and the aggregator's). Used by the loop goroutine only.
 	counted map[string]int
+
+	// mode is the observe-only mode and the writes it kept (observe.go).
+	mode observer
 
 	// Reconcile failures, for Healthy; guarded by mu.
 	failures     int
@@ -156,6 +160,10 @@ func New(opts Options) (*Agent, error) {
 	if opts.Relay != nil {
 		opts.Relay.a = a
 	}
+	// Until the mode is known, the node is observed only.
+	a.mode.on.Store(opts.ObserveOnly != nil)
+	a.mode.published = mayExist
+	a.opts.Events = markedEvents{Events: opts.Events, on: &a.mode.on}
 	return a, nil
 }
 
@@ -185,8 +193,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.watchNode(ctx); err != nil {
 		return err
 	}
-	if node, err := a.cachedNode(); err == nil {
-		a.followMembership(ctx, node)
+	if node, err := a.cachedNodeAsIs(); err == nil {
+		a.decideMode(ctx, node) // before anything may write
+		a.followMembership(ctx, a.shown(node))
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -319,8 +328,9 @@ func (a *Agent) observe(key string, ans metadata.Answer) bool {
 // reconcile reads the Node, steps the state machine, writes the result in
 // one update, and starts or stops the drain.
 func (a *Agent) reconcile(ctx context.Context) error {
-	if node, err := a.cachedNode(); err == nil {
-		a.followMembership(ctx, node)
+	if node, err := a.cachedNodeAsIs(); err == nil {
+		a.decideMode(ctx, node)
+		a.followMembership(ctx, a.shown(node))
 	}
 	a.readClaims(ctx, a.opts.Pods.List())
 	var dec lifecycle.Decision
@@ -349,12 +359,20 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		repair = obs.Repair
 		carried = protocol.ReadRepairs(node).Interruptions
 		dec = lifecycle.Step(a.opts.Config, st, obs)
+		var before *corev1.Node
+		if a.observing() {
+			before = node.DeepCopy()
+		}
 		if !dec.Apply(node) {
 			return nil
 		}
-		node.ManagedFields = nil // omitted: the API server keeps its own
-		if err := a.writeNode(ctx, node); err != nil {
-			return err
+		if before != nil {
+			a.keep(before, node)
+		} else {
+			node.ManagedFields = nil // omitted: the API server keeps its own
+			if err := a.writeNode(ctx, node); err != nil {
+				return err
+			}
 		}
 		// Taint latency: from the metadata change to the taint on the Node
 		// (a label is not a metadata change).
@@ -373,5 +391,6 @@ func (a *Agent) reconcile(ctx context.Context) error {
 		return fmt.Errorf("update node %q: %w", a.opts.NodeName, err)
 	}
 	a.execute(ctx, dec, carried, latency, repair)
+	a.publishShadow(ctx)
 	return nil
 }

@@ -50,6 +50,8 @@ type vm struct {
 	compute agent.Maintainer
 	// gate, when set, is the next agent's ManualGate.
 	gate func(*corev1.Node, time.Time) (string, string)
+	// observe, when set, is the next agent's ObserveOnly.
+	observe func(*corev1.Node) (bool, bool)
 }
 
 func newVM(t testing.TB, name string) *vm {
@@ -123,7 +125,8 @@ func startAgentWith(t testing.TB, v *vm, cfg lifecycle.Config, restCfg *rest.Con
 	})
 	a, err := agent.New(agent.Options{
 		Client: client, NodeName: v.name, Self: types.NamespacedName{Namespace: "kube-system", Name: "agent-" + v.name},
-		Watcher: w, Pods: drain.NewNodePods(client.PodListWatch(v.name), nil), Config: cfg, Maintainer: v.compute, ManualGate: v.gate,
+		Watcher: w, Pods: drain.NewNodePods(client.PodListWatch(v.name), nil), Config: cfg, Maintainer: v.compute, ManualGate: v.gate, ObserveOnly: v.observe,
+		Leases: client, ShadowNamespace: testworld.ShippedAgentNamespace,
 		RetryInterval: 500 * time.Millisecond, Metrics: m, Events: events,
 	})
 	if err != nil {

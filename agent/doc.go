@@ -13,9 +13,11 @@
 // observes and executes: Node writes (node.go), the drain (draining.go),
 // the performMaintenance call (perform.go), the workload notice on every
 // pod of the node (workload.go), idleness (idle.go), the metadata watch's
-// health (health.go), and the watch of its multi-host slice's Nodes
-// (slice.go). Everything the agent needs to continue after a restart
-// lives on the Node.
+// health (health.go), the watch of its multi-host slice's Nodes
+// (slice.go), and observe-only, where its writes are kept on a Lease
+// instead and nothing is drained or called (observe.go). Everything the
+// agent needs to continue after a restart lives on the Node (an observed
+// node's, on its Lease).
 //
 // What it does not do: it never touches another Node or another node's
 // pods, never decides about other nodes (that is the aggregator's), and

@@ -25,10 +25,11 @@ var _ Drainer = (*drain.Drainer)(nil)
 // starts it, restarts it when the order changed (a preemption moved the
 // deadline), and stops it when none must run.
 func (a *Agent) followDrain(ctx context.Context, order lifecycle.DrainOrder) {
+	observed := a.observing()
 	a.mu.Lock()
-	running := a.drainFor
+	running, runningObserved := a.drainFor, a.drainObserved
 	a.mu.Unlock()
-	if running.Equal(order) {
+	if running.Equal(order) && runningObserved == observed {
 		return
 	}
 	a.stopDrain()
@@ -39,20 +40,24 @@ func (a *Agent) followDrain(ctx context.Context, order lifecycle.DrainOrder) {
 
 func (a *Agent) startDrain(ctx context.Context, order lifecycle.DrainOrder) {
 	dctx, cancel := context.WithCancel(ctx)
+	observed := a.observing()
 	a.mu.Lock()
-	a.drainFor = order
+	a.drainFor, a.drainObserved = order, observed
 	a.drainStop = cancel
 	a.drainStart = a.opts.Clock.Now()
 	a.mu.Unlock()
 	a.drainGroup.Add(1)
 	go func() {
 		defer a.drainGroup.Done()
-		a.log.Info("drain started", "maintenance_started", order.For, "deadline", order.Deadline)
+		a.log.Info("drain started", "maintenance_started", order.For, "deadline", order.Deadline, "observe_only", observed)
 		var res drain.Result
 		var err error
-		if order.Voluntary {
+		switch {
+		case observed:
+			res = a.planDrain(order.Deadline, order.Voluntary)
+		case order.Voluntary:
 			res, err = a.opts.Drainer.DrainVoluntary(dctx, order.Deadline)
-		} else {
+		default:
 			res, err = a.opts.Drainer.Drain(dctx, order.Deadline, disruption(order))
 		}
 		if err != nil {

@@ -87,7 +87,19 @@ func slimNode(obj kube.Object) kube.Object {
 // errNodeNotFound: the Node is not (or no longer) in the API server.
 var errNodeNotFound = errors.New("node not found")
 
+// cachedNode is the agent's Node from its watch, as the agent left it
+// (shown: with the writes an observed node's agent did not make).
 func (a *Agent) cachedNode() (*corev1.Node, error) {
+	n, err := a.cachedNodeAsIs()
+	if err != nil {
+		return nil, err
+	}
+	return a.shown(n), nil
+}
+
+// cachedNodeAsIs is the agent's Node from its watch, as the API server has
+// it; shared with the cache, never changed.
+func (a *Agent) cachedNodeAsIs() (*corev1.Node, error) {
 	obj, ok := a.nodes.Get(a.opts.NodeName)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", errNodeNotFound, a.opts.NodeName)
@@ -147,6 +159,9 @@ func WaitForNode(ctx context.Context, c NodeGetter, name string, clk clock.Clock
 // the Node cache shows a newer Node than the one a write was decided on,
 // no other write is made (the cache is behind that write).
 func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
+	if a.observing() {
+		return // a write of the Node's status
+	}
 	node, err := a.cachedNode()
 	if err != nil || node.ResourceVersion == a.conditionsFrom {
 		return
@@ -221,7 +236,11 @@ var nodeWriteTimeout = 10 * time.Second
 func (a *Agent) readNode(ctx context.Context) (*corev1.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, nodeWriteTimeout)
 	defer cancel()
-	return a.opts.Client.GetNode(ctx, a.opts.NodeName)
+	n, err := a.opts.Client.GetNode(ctx, a.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	return a.shown(n), nil
 }
 
 // writeNode replaces the agent's Node (conditional on its

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/gentype"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
@@ -84,6 +86,12 @@ type NodeGetter interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 }
 
+// LeaseAPI is the part of the Kubernetes API an observed node's agent
+// calls to keep its Lease; kube.Client implements it.
+type LeaseAPI interface {
+	Leases(namespace string) *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList]
+}
+
 // Options configure an Agent (see New for what is required).
 type Options struct {
 	Client   API
@@ -114,6 +122,16 @@ type Options struct {
 	// manual trigger on the node now (a Manual* outcome and a detail; ""
 	// when it does not).
 	ManualGate func(node *corev1.Node, now time.Time) (reason, detail string)
+	// ObserveOnly, when set, says whether node is observed only (on), once
+	// it can tell (decided; until then it is): its maintenance is decided
+	// and said, and nothing changed (observe.go). Asked at every step.
+	ObserveOnly func(node *corev1.Node) (on, decided bool)
+	// Leases and ShadowNamespace, when set, keep an observed node's
+	// unmade writes on a Lease named as the node in that namespace (the
+	// agents'), where the aggregator reads them and a restarted agent
+	// finds them again.
+	Leases          LeaseAPI
+	ShadowNamespace string
 	// PoolLabel and SliceLabel say which multi-host slice the node belongs
 	// to (protocol.SliceOf); PoolLabel "" means protocol.LabelNodePool.
 	// The agent follows the other hosts of its slice (slice.go).

@@ -56,9 +56,12 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 		defer a.performGroup.Done()
 		a.log.Info("asking Compute Engine", "method", method, "request_id", st.RequestID, "timeout", timeout)
 		res := &lifecycle.PerformResult{RequestID: st.RequestID}
-		if a.opts.Maintainer == nil {
+		switch {
+		case a.observing():
+			res.Err, res.Outcome = fmt.Errorf("%s: %w", method, ErrObserveOnly), protocol.ManualObserved
+		case a.opts.Maintainer == nil:
 			res.Err, res.Outcome = errors.New("this agent has no Compute Engine client"), protocol.ManualFailed
-		} else {
+		default:
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			switch {
 			case st.RepairCall == protocol.RepairReport:

@@ -147,6 +147,9 @@ func (r *Relay) write(ctx context.Context, change func(*corev1.Node) bool) error
 			if !change(n) {
 				return nil
 			}
+			if a.observing() {
+				return ErrObserveOnly // the request is a Node write
+			}
 			if err = a.writeNode(ctx, n); err == nil {
 				return nil
 			}

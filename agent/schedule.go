@@ -63,6 +63,14 @@ func (a *Agent) learnSchedule(ctx context.Context) {
 			return
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, ErrObserveOnly):
+			// Asked through the aggregator, which an observed node does
+			// not ask: tried again, in case the mode changes.
+			a.log.Info("the VM's schedule is not asked for while the node is observed only", "retry_in", backoff.Default.Max)
+			if backoff.Wait(ctx, a.opts.Clock, backoff.Default.Max) != nil {
+				return
+			}
+			continue
 		case errors.Is(err, compute.ErrPermissionDenied) && sched.NoticeWanted:
 			a.log.Warn("the VM's schedule cannot be read", "err", err)
 			a.permissionDenied(compute.GetPermission, err)

@@ -69,8 +69,8 @@ func (a *Agent) notifyPods(ctx context.Context) error {
 	a.mu.Lock()
 	t, known := a.notice, a.noticeKnown
 	a.mu.Unlock()
-	if !known {
-		return nil
+	if !known || a.observing() {
+		return nil // an observed node's pods are not told
 	}
 	var firstErr error
 	pods := a.opts.Pods.List()

@@ -307,7 +307,7 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	obj, ok := a.nodes.Get(d.name)
+	obj, ok := shownNodes{a}.Get(d.name)
 	cached, isNode := obj.(*corev1.Node)
 	if !ok || !isNode {
 		return nil // gone again: the next creation counts
@@ -318,7 +318,7 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 		return nil
 	}
 	protocol.WriteRepairs(n, r)
-	if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
+	if err := a.writeNode(ctx, cached, n); err != nil {
 		return err
 	}
 	a.opts.Metrics.PoolInterruption(n.Labels[a.opts.PoolLabel], protocol.Repair)

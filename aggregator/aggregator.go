@@ -57,6 +57,9 @@ type Aggregator struct {
 	// unanswered: when this replica withdrew each node's unanswered
 	// trigger; the node cools down as after a failed maintenance.
 	unanswered map[string]time.Time
+	// shadows are the writes it did not make on observed nodes
+	// (observe.go).
+	shadows shadows
 
 	// Guarded by mu; reset when leadership begins.
 	mu sync.Mutex

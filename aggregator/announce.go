@@ -293,7 +293,7 @@ func (a *Aggregator) nodeEvent(name string, uid types.UID, warning bool, reason,
 	if warning {
 		typ = corev1.EventTypeWarning
 	}
-	a.recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: name, UID: uid, APIVersion: "v1"}, typ, reason, msg)
+	a.recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: name, UID: uid, APIVersion: "v1"}, typ, reason, a.markObserved(name, msg))
 }
 
 // announceConfig reports a ConfigMap that cannot be read, once per change.

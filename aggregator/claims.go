@@ -280,8 +280,12 @@ func (a *Aggregator) trigger(ctx context.Context, cached *corev1.Node) bool {
 	protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true,
 		TriggeredAt: a.opts.Clock.Now().UTC().Format(time.RFC3339), TriggeredBy: a.opts.Identity,
 		ScheduledTime: protocol.ReadAgentState(n).ScheduledTime})
-	_, err := a.opts.Client.UpdateNode(ctx, n, fieldManager)
+	err := a.writeNode(ctx, cached, n)
 	switch {
+	case err == nil && a.observed(cached):
+		a.opts.Metrics.Triggers.WithLabelValues(protocol.ManualObserved).Inc()
+		a.log.Info("observe-only: opportunistic maintenance decided, not triggered", "node", name)
+		return true
 	case err == nil:
 		a.opts.Metrics.Triggers.WithLabelValues("ok").Inc()
 		a.log.Info("triggered opportunistic maintenance", "node", name)
@@ -318,11 +322,18 @@ func (a *Aggregator) withdrawUnanswered(ctx context.Context, views iter.Seq[*fle
 		_, _, ms := protocol.ReadTrigger(cached)
 		n := cached.DeepCopy()
 		protocol.ConsumeTrigger(n)
-		if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
+		if err := a.writeNode(ctx, cached, n); err != nil {
 			a.log.Info("unanswered trigger not withdrawn; next pass tries again", "node", n.Name, "err", err)
 			continue
 		}
 		a.unanswered[n.Name] = now
+		if a.observed(cached) {
+			// Its trigger was never written, so no agent answers it.
+			a.nodeEvent(n.Name, n.UID, false, protocol.EventObserveOnly, fmt.Sprintf(
+				"Observe-only: the opportunistic trigger decided at %s was not written; it is dropped after %s, and the node is not picked again for %s.",
+				ms.TriggeredAt, a.opts.TriggerAnswerTimeout, unansweredCooldown))
+			continue
+		}
 		a.nodeEvent(n.Name, n.UID, true, protocol.EventTriggerWithdrawn, fmt.Sprintf(
 			"No agent answered the opportunistic trigger written at %s by %s within %s (the agent is down or the node NotReady): withdrawn; the node no longer counts against the caps, and is not picked again for %s.",
 			ms.TriggeredAt, ms.TriggeredBy, a.opts.TriggerAnswerTimeout, unansweredCooldown))

@@ -136,7 +136,7 @@ func (c *viewCache) refresh(src nodeSource, groups []string, read func(*corev1.N
 // viewNodes is the fleet, up to date with the node cache, and the Node
 // objects its views were read from, by name.
 func (a *Aggregator) viewNodes() (*fleet.Fleet, map[string]*corev1.Node) {
-	return a.views.refresh(a.nodes, a.scaler.groups(), func(n *corev1.Node, groups []string) fleet.Node {
+	return a.views.refresh(shownNodes{a}, a.scaler.groups(), func(n *corev1.Node, groups []string) fleet.Node {
 		v := fleet.NodeOf(n, a.opts.grouping())
 		if a.opts.AdoptGKEConfig {
 			v.GKEHandled = false
@@ -214,7 +214,7 @@ func (a *Aggregator) awaitCache(ctx context.Context, written map[string]string) 
 		next := a.views.nextMark() // before looking: a change after the look closes it
 		shown := true
 		for name, before := range written {
-			obj, _ := a.nodes.Get(name)
+			obj, _ := shownNodes{a}.Get(name)
 			if n, ok := obj.(*corev1.Node); ok && n.ResourceVersion == before {
 				shown = false
 				break

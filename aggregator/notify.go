@@ -93,18 +93,29 @@ func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
 
 // notifyNode tells the steps of a Node's change, while leading.
 func (a *Aggregator) notifyNode(old, cur any) {
-	if a.notifier == nil || !a.leading.Load() {
-		return
-	}
 	o, ok1 := old.(*corev1.Node)
 	n, ok2 := cur.(*corev1.Node)
-	if !ok1 || !ok2 {
+	if ok1 && ok2 {
+		a.notifySteps(o, n, false)
+	}
+}
+
+// notifyObserved tells the steps of an observed node's agent's decisions
+// (its unmade writes, shown on the Node: old and cur), each marked
+// observe-only.
+func (a *Aggregator) notifyObserved(old, cur *corev1.Node) { a.notifySteps(old, cur, true) }
+
+func (a *Aggregator) notifySteps(o, n *corev1.Node, observed bool) {
+	if a.notifier == nil || !a.leading.Load() {
 		return
 	}
 	nt := a.notifier
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
 	for _, x := range fleet.NodeSteps(o, n, n.Labels[a.opts.PoolLabel], a.opts.grouping().Name(n), a.opts.Clock.Now()) {
+		if observed {
+			x.ObserveOnly, x.Message = true, "Observe-only: "+x.Message
+		}
 		nt.enqueue(x)
 		for _, g := range nt.groups.Step(x) {
 			nt.enqueue(g)

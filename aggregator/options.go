@@ -84,6 +84,12 @@ type Options struct {
 	// False: those are left to GKE; a pool configured in the policy
 	// ConfigMap is the aggregator's either way.
 	AdoptGKEConfig bool
+	// ObserveOnly: every node is observed only (observe.go); the policy's
+	// observeOnly does it per pool.
+	ObserveOnly bool
+	// AgentNamespace holds the agents and the observed nodes' Leases
+	// (observe.go); "" reads none.
+	AgentNamespace string
 	// AutoscalerStatus is the cluster autoscaler's status ConfigMap,
 	// namespace/name, from which the pools it manages are found; empty
 	// means none is read.

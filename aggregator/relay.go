@@ -50,12 +50,14 @@ type relay struct {
 	mu     sync.Mutex
 	queued map[string]bool
 	busy   map[string]bool // the calls, reads and follows under way
-	wake   chan struct{}
-	slots  chan struct{}
+	// observed: the asks of observed nodes already said (refuseObserved).
+	observed map[string]bool
+	wake     chan struct{}
+	slots    chan struct{}
 }
 
 func newRelay(a *Aggregator, caller VMCaller) *relay {
-	return &relay{a: a, caller: caller, queued: map[string]bool{}, busy: map[string]bool{},
+	return &relay{a: a, caller: caller, queued: map[string]bool{}, busy: map[string]bool{}, observed: map[string]bool{},
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, relayConcurrency)}
 }
 
@@ -109,6 +111,10 @@ func (r *relay) run(ctx context.Context) {
 
 // handle starts what n asks for that is not answered nor under way.
 func (r *relay) handle(ctx context.Context, wg *sync.WaitGroup, n *corev1.Node) {
+	if r.a.observed(n) {
+		r.refuseObserved(n)
+		return
+	}
 	if id := n.Annotations[protocol.AnnotationVMRead]; id != "" {
 		if f, ok := protocol.ReadVMFacts(n); !ok || f.ID != id {
 			r.start(ctx, wg, "read/"+n.Name+"/"+id, func() { r.read(ctx, n, id) })
@@ -330,4 +336,25 @@ func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping) (compute
 		return inst, fmt.Errorf("a maintenance of reason %q (repair call %q) does not ask for %s", st.Reason, st.RepairCall, c.Method)
 	}
 	return inst, nil
+}
+
+// refuseObserved says, once per ask, that an observed node's ask is not
+// made: its agent acts while the aggregator observes it (the two are told
+// apart: set observe-only for both by one source, the chart's observeOnly
+// or the policy). The ask is left unanswered, which is no Node write.
+func (r *relay) refuseObserved(n *corev1.Node) {
+	key := n.Name + "/" + n.Annotations[protocol.AnnotationComputeCall] + "/" + n.Annotations[protocol.AnnotationVMRead]
+	r.mu.Lock()
+	said := r.observed[key]
+	if len(r.observed) >= 10000 {
+		r.observed = map[string]bool{} // bounded: an old ask may be said again
+	}
+	r.observed[key] = true
+	r.mu.Unlock()
+	if said {
+		return
+	}
+	r.a.log.Warn("observe-only: a node's ask for a Compute Engine call is not made", "node", n.Name)
+	r.a.nodeEvent(n.Name, n.UID, true, protocol.EventComputeCallNotVouched,
+		"Observe-only: the node's agent asked for a Compute Engine call, which the aggregator does not make while the node is observed only; set observe-only for the agents and the aggregator alike (the chart's observeOnly, or the policy's)")
 }

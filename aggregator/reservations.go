@@ -136,7 +136,8 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 	}
 	var names []string
 	want := map[string]string{}
-	for _, o := range a.nodes.List() {
+	shown := map[string]*corev1.Node{}
+	for _, o := range (shownNodes{a}).List() {
 		n, ok := o.(*corev1.Node)
 		if !ok {
 			continue
@@ -149,11 +150,28 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 			value = st.Encode()
 		}
 		if n.Annotations[protocol.AnnotationReservationGroup] != value {
-			names, want[n.Name] = append(names, n.Name), value
+			names, want[n.Name], shown[n.Name] = append(names, n.Name), value, n
 		}
 	}
 	sort.Strings(names)
+	a.writeReservationStates(ctx, names, want, shown)
+}
+
+// writeReservationStates writes on each node of names its group's state
+// (want; "" removes it), as the node shown to the aggregator was.
+func (a *Aggregator) writeReservationStates(ctx context.Context, names []string, want map[string]string, shown map[string]*corev1.Node) {
 	for _, name := range names {
+		if before := shown[name]; a.observed(before) {
+			after := before.DeepCopy()
+			if after.Annotations == nil {
+				after.Annotations = map[string]string{}
+			}
+			if after.Annotations[protocol.AnnotationReservationGroup] = want[name]; want[name] == "" {
+				delete(after.Annotations, protocol.AnnotationReservationGroup)
+			}
+			_ = a.writeNode(ctx, before, after) // kept, not written
+			continue
+		}
 		if _, err := a.opts.Client.PatchNode(ctx, name, types.MergePatchType, annotationPatch(protocol.AnnotationReservationGroup, want[name]), "", ""); err != nil {
 			a.log.Warn("the reservation group's state not written on the node", "node", name, "err", fmt.Sprint(err))
 		}
@@ -180,8 +198,17 @@ func (a *Aggregator) maintainUnusedCapacity(ctx context.Context, states []comput
 		blocks = append(blocks, fleet.ReservationBlock{Name: name, Grouped: s.SchedulingType == "GROUPED", Pending: s.Pending, Ongoing: s.Ongoing,
 			Count: s.Count, InUse: s.InUseHosts, Window: s.Window})
 	}
+	cfg, _ := a.config()
 	for _, b := range fleet.UnusedCapacityFirst(blocks, asked) {
 		g := byName[b.Name]
+		if a.opts.ObserveOnly || cfg.Observe.Cluster {
+			// A Compute Engine call on the block: not made while the
+			// cluster is observed only.
+			a.opts.Metrics.UnusedCapacity.WithLabelValues(g.Reservation, g.Block, protocol.ManualObserved).Inc()
+			a.log.Info("observe-only: the unused capacity of the reservation block would be maintained first; not asked", "block", b.Name, "spare_hosts", b.Count-b.InUse)
+			asked[b.Name] = b.Window
+			continue
+		}
 		id := uuid.NewSHA1(uuid.NameSpaceURL, []byte(b.Name+"@"+b.Window.UTC().Format(time.RFC3339))).String()
 		op, err := a.opts.ReservationReader.PerformGroupMaintenance(ctx, g, compute.ScopeUnusedCapacity, id)
 		outcome := "accepted"

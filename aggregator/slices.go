@@ -109,7 +109,7 @@ func (a *Aggregator) updateNodes(ctx context.Context, names []string, decidedOn 
 			}
 			n := decidedOn[name].DeepCopy()
 			change(name, n)
-			if _, err := a.opts.Client.UpdateNode(ctx, n, fieldManager); err != nil {
+			if err := a.writeNode(ctx, decidedOn[name], n); err != nil {
 				if !apierrors.IsConflict(err) {
 					a.log.Warn(what+" not written", "node", name, "err", err)
 				}

@@ -75,8 +75,15 @@ func (a *Aggregator) watch(ctx context.Context) error {
 	a.claimsCache = kube.NewInformer(claimsWatch(a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName)),
 		kube.InformerOptions{Name: "claims", Logger: a.log.With("watch", "claims")})
 	go a.claimsCache.Run(ctx)
-	a.watched.Store(&[]*kube.Informer{a.nodes, a.claimsCache})
-	synced := []cache.InformerSynced{a.nodes.HasSynced, a.claimsCache.HasSynced}
+	watched := []*kube.Informer{a.nodes, a.claimsCache}
+	if a.opts.AgentNamespace != "" {
+		watched = append(watched, a.watchAgentShadows(ctx))
+	}
+	a.watched.Store(&watched)
+	synced := make([]cache.InformerSynced, 0, len(watched))
+	for _, inf := range watched {
+		synced = append(synced, inf.HasSynced)
+	}
 	if a.opts.ConfigMap != "" {
 		a.policy = policysource.NewSource(a.opts.Client.ConfigMapListWatch(a.opts.Namespace, a.opts.ConfigMap),
 			a.opts.Namespace, a.opts.ConfigMap, a.log.With("watch", "policy"))

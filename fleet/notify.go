@@ -52,6 +52,9 @@ type Notification struct {
 	// deadline (draining, in maintenance), or when it was seen.
 	When    time.Time `json:"when"`
 	Message string    `json:"message"`
+	// ObserveOnly: the node is observed only, and this step was decided,
+	// not taken.
+	ObserveOnly bool `json:"observeOnly,omitempty"`
 }
 
 // NodeSteps is what people are told of the change of a Node from old to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -20,9 +21,10 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// scheme knows the core, policy and resource (DRA) groups alone.
+// scheme knows the core, policy, resource (DRA) and coordination groups
+// alone.
 var (
-	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme, resourcev1.AddToScheme)
+	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme, resourcev1.AddToScheme, coordinationv1.AddToScheme)
 	codecs = serializer.NewCodecFactory(scheme).WithoutConversion()
 	params = runtime.NewParameterCodec(scheme)
 )
@@ -37,11 +39,11 @@ func newScheme(adds ...func(*runtime.Scheme) error) *runtime.Scheme {
 	return s
 }
 
-// Client makes the binaries' calls on the core, policy and resource
-// groups.
+// Client makes the binaries' calls on the core, policy, resource and
+// coordination groups.
 type Client struct {
-	core, policy, resource rest.Interface
-	watches                WatchRecorder
+	core, policy, resource, coordination rest.Interface
+	watches                              WatchRecorder
 }
 
 // ReportWatches has the Informers of this Client's ListWatches tell r
@@ -78,7 +80,11 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Client{core: core, policy: policy, resource: resource}, nil
+	coordination, err := rest.RESTClientForConfigAndClient(groupConfig(cfg, coordinationv1.SchemeGroupVersion, "/apis"), hc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Client{core: core, policy: policy, resource: resource, coordination: coordination}, nil
 }
 
 // groupConfig is a copy of cfg for the REST client of one group version
@@ -123,6 +129,12 @@ func (c *Client) GetResourceClaim(ctx context.Context, namespace, name string) (
 	return gentype.NewClientWithList("resourceclaims", c.resource, params, namespace,
 		func() *resourcev1.ResourceClaim { return &resourcev1.ResourceClaim{} },
 		func() *resourcev1.ResourceClaimList { return &resourcev1.ResourceClaimList{} }).Get(ctx, name, metav1.GetOptions{})
+}
+
+// Leases are the Leases of namespace.
+func (c *Client) Leases(namespace string) *gentype.ClientWithList[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return gentype.NewClientWithList("leases", c.coordination, params, namespace,
+		func() *coordinationv1.Lease { return &coordinationv1.Lease{} }, func() *coordinationv1.LeaseList { return &coordinationv1.LeaseList{} })
 }
 
 // GetPod reads a pod.

@@ -102,23 +102,11 @@ func (d *Decision) manualUnderWay(cfg Config, obs Observation) {
 // maintenance's step began with.
 func (d *Decision) perform(cfg Config, obs Observation, st State) {
 	sig := obs.Signals
-	r := obs.Perform
-	answered := r != nil && r.RequestID == st.RequestID
+	if r := obs.Perform; r != nil && r.RequestID == st.RequestID {
+		d.answered(cfg, obs, st, r)
+		return
+	}
 	switch {
-	case answered && r.Err == nil:
-		d.accept(cfg, obs.Now, "operation "+r.Operation)
-	case answered && underWay(sig):
-		// No answer in time, or a refusal because Compute Engine had
-		// already begun: the maintenance is starting either way, and
-		// the node must not go back in service.
-		d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
-	case answered:
-		d.Manual = r.Outcome
-		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualFailed,
-			Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)})
-		d.Uncordon = !st.CordonedBefore
-		d.RemoveTrigger = true
-		d.State = idleState(st)
 	case !st.Requested.IsZero() && startedByCompute(sig):
 		// Asked before (by this agent or one before it): the signals
 		// show the request went through; never ask twice.
@@ -145,6 +133,31 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 		if st.Requested.IsZero() {
 			d.State.Requested = obs.Now
 		}
+	}
+}
+
+// answered: the call for st's request has ended with r.
+func (d *Decision) answered(cfg Config, obs Observation, st State, r *PerformResult) {
+	switch {
+	case r.Err == nil:
+		d.accept(cfg, obs.Now, "operation "+r.Operation)
+	case underWay(obs.Signals):
+		// No answer in time, or a refusal because Compute Engine had
+		// already begun: the maintenance is starting either way, and
+		// the node must not go back in service.
+		d.accept(cfg, obs.Now, "the metadata server shows the maintenance starting")
+	default:
+		d.Manual = r.Outcome
+		e := EventRecord{Warning: true, Reason: protocol.EventManualFailed,
+			Message: fmt.Sprintf("Compute Engine did not start the maintenance: %v. The node is back in service (taint, maintenance label and %s removed).", r.Err, protocol.LabelPerformMaintenance)}
+		if r.Outcome == protocol.ManualObserved {
+			e = EventRecord{Reason: protocol.EventManualObserved,
+				Message: fmt.Sprintf("Observe-only: the node would now be drained and Compute Engine asked to start the maintenance (request %s); no pod was evicted and no call made. The maintenance stays pending, and the node as it was.", st.RequestID)}
+		}
+		d.Events = append(d.Events, e)
+		d.Uncordon = !st.CordonedBefore
+		d.RemoveTrigger = true
+		d.State = idleState(st)
 	}
 }
 

@@ -218,6 +218,20 @@ func TestStepManualTrigger(t *testing.T) {
 			},
 		},
 		{
+			name:  "observed only: said, and the node back as it was",
+			state: requested,
+			obs: func() Observation {
+				o := ran(cfg, requested, labelled(obs(noticed), "true"))
+				o.Perform = &PerformResult{RequestID: "req-1", Err: errors.New("observe-only"), Outcome: protocol.ManualObserved}
+				return o
+			}(),
+			want: Decision{
+				State:    backInService,
+				Uncordon: true, RemoveTrigger: true, Manual: protocol.ManualObserved,
+				Events: []EventRecord{{Reason: protocol.EventManualObserved, Message: "Observe-only: the node would now be drained and Compute Engine asked to start the maintenance (request req-1); no pod was evicted and no call made. The maintenance stays pending, and the node as it was."}},
+			},
+		},
+		{
 			name:  "a refusal is believed even when the notice is no longer reschedulable",
 			state: requested,
 			obs: func() Observation {
@@ -482,6 +496,13 @@ func TestStepFailureMemory(t *testing.T) {
 	d := stepChecked(t, cfg, idle, Observation{Now: t0, Signals: noticed, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: "yes", TriggerSet: true}})
 	if d.Manual != protocol.ManualInvalidValue || d.State.Failures != idle.Failures {
 		t.Errorf("a rejected label changed the record: %+v", d.State.Failures)
+	}
+	// Observed only, it is no failure either.
+	st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, t0, t0, t0.Add(time.Hour)
+	d = stepChecked(t, cfg, st, ran(cfg, st, Observation{Now: t0, Signals: noticed, MachineView: MachineView{BootID: bootA},
+		TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true, Perform: &PerformResult{RequestID: "req-1", Err: errors.New("observe-only"), Outcome: protocol.ManualObserved}}}))
+	if d.Manual != protocol.ManualObserved || d.State.Failures != st.Failures {
+		t.Errorf("observed only: outcome %q, failures %+v; want the record as it was", d.Manual, d.State.Failures)
 	}
 	// Accepted, it is not yet done: the record stays; once the
 	// maintenance is under way it is cleared.

@@ -261,6 +261,10 @@ func TestChartOptions(t *testing.T) {
 			base := slices.ContainsFunc(anyStrings(agent(mustTemplate(t))["args"]), func(a string) bool { return strings.HasPrefix(a, "--reservation-groups") })
 			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--reservation-groups=subblock"), slices.Contains(anyStrings(agg(o)["args"]), "--reservation-groups=subblock"), base}, []bool{true, true, false}
 		}},
+		{"observeOnly", []string{"--set", "observeOnly=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			base := slices.Contains(anyStrings(agg(mustTemplate(t))["args"]), "--observe-only")
+			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--observe-only"), slices.Contains(anyStrings(agg(o)["args"]), "--observe-only"), base}, []bool{true, true, false}
+		}},
 		{"agent.nodeSelectorTerms", []string{"--set-json", `agent.nodeSelectorTerms=[{"matchExpressions":[{"key":"example.com/gpu","operator":"Exists"}]}]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o[ds], "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"),
 				[]any{map[string]any{"matchExpressions": []any{map[string]any{"key": "example.com/gpu", "operator": "Exists"}}}}

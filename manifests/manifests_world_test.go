@@ -13,6 +13,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -432,6 +433,22 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	denied("an Event about its node, as if another reported it", event("rbac-gpu-a", "rbac-tpu-b"), "Events only about its own Node (rbac-gpu-a)")
 	denied("an Event about its node, as the aggregator", eventAs(protocol.EventSourceAggregator, "rbac-gpu-a", "rbac-gpu-a"), "Events only about its own Node (rbac-gpu-a)")
 
+	// An observed node's Lease: its own node's only, in its namespace.
+	lease := func(node string) error {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: protocol.ObservedNodeLabels, Annotations: map[string]string{protocol.AnnotationShadow: "{}"}}}
+		_, err := as.CoordinationV1().Leases(ans).Create(testworld.Ctx(t, 10*time.Second), l, metav1.CreateOptions{})
+		return err
+	}
+	if err := lease("rbac-gpu-a"); err != nil {
+		t.Errorf("the agent could not write its observed node's Lease: %v", err)
+	}
+	denied("another node's Lease", lease("rbac-tpu-b"), "only the Lease of its own Node (rbac-gpu-a)")
+	denied("deleting another node's Lease", as.CoordinationV1().Leases(ans).Delete(testworld.Ctx(t, 10*time.Second), "rbac-tpu-b", metav1.DeleteOptions{}),
+		"only the Lease of its own Node (rbac-gpu-a)")
+	if err := as.CoordinationV1().Leases(ans).Delete(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the agent could not delete its observed node's Lease: %v", err)
+	}
+
 	// The workload notice: on the pods of its own node, the notice only.
 	podOn(t, "default", "elsewhere", "rbac-tpu-b")
 	podOn(t, "default", "told", "rbac-gpu-a")
@@ -488,6 +505,9 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"list", "", "configmaps", "default", "", false},
 		{"update", "apps", "daemonsets", ans, "", false},
 		{"get", "", "secrets", ns, "maintenance-handler-eviction-check", false},
+		{"create", "coordination.k8s.io", "leases", ans, "", true},
+		{"list", "coordination.k8s.io", "leases", ans, "", false},
+		{"create", "coordination.k8s.io", "leases", ns, "", false},
 		{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 		{"update", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", "", false},
 	})
@@ -516,6 +536,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{"get", "", "secrets", ns, "", false}, // only the check's CA, by name (below)
 		{"create", "", "secrets", ns, "", true},
 		{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
+		{"watch", "coordination.k8s.io", "leases", ans, "", true}, // the observed nodes' (observe-only)
+		{"create", "coordination.k8s.io", "leases", ans, "", false},
 		{"list", "", "configmaps", "kube-system", "", false}, // only the autoscaler's status, by name (below)
 		{"get", "", "secrets", "kube-system", "", false},
 		{"update", "apps", "deployments", ns, "", false},

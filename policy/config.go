@@ -55,6 +55,8 @@ type scopeFile struct {
 	OpportunisticWhenAutoscaled *bool `json:"opportunisticWhenAutoscaled,omitempty"`
 	// Faults finds faulty nodes and bounds their repair (faults.go).
 	Faults *faultsFile `json:"faults,omitempty"`
+	// ObserveOnly: decide and say, change nothing (Observe).
+	ObserveOnly *bool `json:"observeOnly,omitempty"`
 }
 
 type poolFile struct {
@@ -72,11 +74,12 @@ type configFile struct {
 // ParseConfig parses policy.yaml and reports every problem at once.
 func ParseConfig(data string) (Config, error) {
 	var f configFile
+	observe := observeOf(data)
 	if err := yaml.UnmarshalStrict([]byte(data), &f); err != nil {
-		return Config{}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, err)
+		return Config{Observe: observe}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, err)
 	}
 	var errs []error
-	cfg := Config{Pools: map[string]PoolConfig{}}
+	cfg := Config{Pools: map[string]PoolConfig{}, Observe: observe}
 	var err error
 	if cfg.Cluster, err = parseScope("cluster", f.Cluster); err != nil {
 		errs = append(errs, err)
@@ -124,7 +127,7 @@ func ParseConfig(data string) (Config, error) {
 	if len(errs) > 0 {
 		// The whole policy is invalid: say every problem at once.
 		errs = append(errs, allPoolErrs...)
-		return Config{}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, errors.Join(errs...))
+		return Config{Observe: observe}, fmt.Errorf("%w: policy.yaml: %w", ErrConfig, errors.Join(errs...))
 	}
 	return cfg, nil
 }

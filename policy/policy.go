@@ -165,6 +165,10 @@ type Config struct {
 	// policy changed without comparing it. Empty: unknown, so a change
 	// each time.
 	Version string
+	// Observe is where the policy asks for observe-only (ObserveOnly);
+	// ParseConfig fills it from any policy.yaml that is YAML, even one
+	// otherwise invalid.
+	Observe Observe
 }
 
 // PoolBudget is the cap on pool's nodes in voluntary maintenance: the

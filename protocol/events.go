@@ -52,6 +52,13 @@ const (
 	EventManualFailed     = "PerformMaintenanceFailed"
 	EventManualNotStarted = "PerformMaintenanceNotStarted"
 	EventManualAbandoned  = "PerformMaintenanceAbandoned"
+	// EventManualObserved: the node is observed only, so the maintenance
+	// was decided and said, and neither drained nor started.
+	EventManualObserved = "PerformMaintenanceObserved"
+	// EventObserveOnly: what an observe-only agent or aggregator would
+	// have done and did not (the drain's plan, the Compute Engine call, a
+	// trigger), and the mode turning on or off.
+	EventObserveOnly = "ObserveOnly"
 	// EventPermissionDenied: Compute Engine refused a call for lack of an
 	// IAM permission, named in the message (agent).
 	EventPermissionDenied = "ComputePermissionDenied"
@@ -177,7 +184,9 @@ var EventReasons = []EventReason{
 	{EventManualFailed, agentOnly, true},
 	{EventManualAbandoned, agentOnly, true},
 	{EventManualNotStarted, agentOnly, true},
+	{EventManualObserved, agentOnly, false},
 	{EventPermissionDenied, agentOnly, true},
+	{EventObserveOnly, []string{EventSourceAgent, EventSourceAggregator}, false},
 	{EventUnexpectedReboot, agentOnly, true},
 	{EventNodeUpgraded, agentOnly, false},
 	{EventLeftToGKE, agentOnly, false},
@@ -216,9 +225,10 @@ var EventReasons = []EventReason{
 // TriggerRefusals are the agent's final answers to a perform-maintenance
 // label that end with the node in service and Compute Engine not starting
 // the maintenance: the label refused, the call failed, the voluntary drain
-// given up, or the maintenance not begun after the call. The other final
+// given up, the maintenance not begun after the call, or the node observed
+// only. The other final
 // answer is EventManualAccepted (the node then turns terminating).
-var TriggerRefusals = []string{EventManualRejected, EventManualFailed, EventManualAbandoned, EventManualNotStarted}
+var TriggerRefusals = []string{EventManualRejected, EventManualFailed, EventManualAbandoned, EventManualNotStarted, EventManualObserved}
 
 // IsTriggerRefusal: reason is one of TriggerRefusals.
 func IsTriggerRefusal(reason string) bool {

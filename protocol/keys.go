@@ -198,6 +198,8 @@ const (
 	Taint         Kind = "taint"
 	PodAnnotation Kind = "pod annotation"
 	PodCondition  Kind = "pod condition"
+	// LeaseAnnotation: on an observed node's Lease (AnnotationShadow).
+	LeaseAnnotation Kind = "lease annotation"
 )
 
 // Key is one key of the protocol.
@@ -232,6 +234,7 @@ var Keys = []Key{
 	{Name: LabelTPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}},
 	{Name: TaintToBeDeleted, Kind: Taint, Writer: Autoscaler, Readers: []Component{Aggregator}},
 	{Name: PodAnnotationSafeToEvict, Kind: PodAnnotation, Writer: Person, Readers: []Component{Agent}},
+	{Name: AnnotationShadow, Kind: LeaseAnnotation, Writer: Agent, Readers: []Component{Aggregator, Person}},
 	{Name: PodAnnotationNotice, Kind: PodAnnotation, Writer: Agent, Readers: []Component{Workload}},
 	{Name: PodConditionMaintenance, Kind: PodCondition, Writer: Agent, Readers: []Component{Workload}},
 	{Name: PodAnnotationCheckpointLead, Kind: PodAnnotation, Writer: Workload, Readers: []Component{Agent}},

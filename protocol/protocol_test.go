@@ -333,8 +333,9 @@ func TestEventReasonsListed(t *testing.T) {
 		t.Errorf("%d Event* constants declared, %d reasons listed", declared, len(EventReasons))
 	}
 	for _, r := range TriggerRefusals {
-		if e := listed[r]; !e.Warning || len(e.Sources) != 1 || e.Sources[0] != EventSourceAgent {
-			t.Errorf("trigger refusal %s: %+v, want an agent's Warning", r, e)
+		// A Warning, but for an observed node's, where nothing went wrong.
+		if e := listed[r]; e.Warning != (r != EventManualObserved) || len(e.Sources) != 1 || e.Sources[0] != EventSourceAgent {
+			t.Errorf("trigger refusal %s: %+v, want an agent's Warning (Normal for %s)", r, e, EventManualObserved)
 		}
 	}
 }

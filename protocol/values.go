@@ -129,12 +129,16 @@ const (
 	// deadline (PodDisruptionBudgets held, or pods were stuck); the
 	// maintenance was not started and the node went back in service.
 	ManualAbandoned = "abandoned"
+	// ManualObserved: the node is observed only (observe-only mode); the
+	// maintenance was decided and said, nothing was drained, and Compute
+	// Engine was not asked.
+	ManualObserved = "observe_only"
 )
 
 // ManualOutcomes lists every outcome.
 var ManualOutcomes = []string{ManualStarted, ManualAccepted, ManualFailed, ManualPermissionDenied, ManualRefused,
 	ManualInvalidValue, ManualNoNotice, ManualNotReschedulable, ManualAlreadyOngoing, ManualOutsideWindow, ManualExcluded,
-	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged, ManualAbandoned}
+	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged, ManualAbandoned, ManualObserved}
 
 // Accelerator resources: a pod requesting one does accelerator work.
 const (

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/agent"
@@ -137,11 +138,15 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		return err
 	}
 	var manualGate func(*corev1.Node, time.Time) (string, string)
+	observeOnly := observeOnlyOf(opts)
+	var src *policysource.Source
 	if opts.PolicyConfigMap != "" {
 		ns, name, _ := strings.Cut(opts.PolicyConfigMap, "/")
-		src := policysource.NewSource(client.ConfigMapListWatch(ns, name), ns, name, logger.With("watch", "policy"))
-		src.Run(ctx) // until it is read, manual triggers are refused (policy_unknown)
+		src = policysource.NewSource(client.ConfigMapListWatch(ns, name), ns, name, logger.With("watch", "policy"))
 		manualGate = src.ManualGate(opts.PoolLabel)
+		if !opts.ObserveOnly {
+			observeOnly = src.ObserveOnly(opts.PoolLabel)
+		}
 	}
 	keys := []string{metadata.KeyMaintenanceEvent, metadata.KeyPreempted, metadata.KeyUpcomingMaintenance}
 	metaHealth := &agent.MetadataHealth{Events: events, Metrics: m, Logger: logger.With("component", "metadata")}
@@ -182,6 +187,9 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		AcceleratorResources:     resourceNames(opts.AcceleratorResources),
 		AcceleratorDeviceClasses: opts.AcceleratorDeviceClasses,
 		ManualGate:               manualGate,
+		ObserveOnly:              observeOnly,
+		Leases:                   client,
+		ShadowNamespace:          opts.PodNamespace,
 		Maintainer:               caller.maintainer,
 		Relay:                    caller.relay,
 		Schedule:                 schedule(opts, caller.metadata, caller.scheduling),
@@ -194,6 +202,11 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	})
 	if err != nil {
 		return err
+	}
+	if src != nil {
+		src.OnChange(a.Wake) // the mode may change with the policy
+		src.Run(ctx)         // until it is read, manual triggers are refused (policy_unknown)
+		awaitPolicy(ctx, src, logger)
 	}
 
 	started := clk.Now()
@@ -325,4 +338,27 @@ func readSchedule(ctx context.Context, opts *Options, preemptible func(context.C
 	out.Reportable = lifecycle.ReportableView{ReportableKnown: true,
 		NotReportable: lifecycle.NotReportable(sc.MachineType, sc.ProvisioningModel, sc.Status, sc.Consumption.Reservation != "")}
 	return out, nil
+}
+
+// observeOnlyOf is whether the agent observes only, by its flag alone
+// (nil: never).
+func observeOnlyOf(opts *Options) func(*corev1.Node) (bool, bool) {
+	if !opts.ObserveOnly {
+		return nil
+	}
+	return func(*corev1.Node) (bool, bool) { return true, true }
+}
+
+// policyWait bounds how long the agent waits for the policy before it
+// starts: until it is read, the node is observed only (nothing changed).
+const policyWait = 10 * time.Second
+
+// awaitPolicy waits, up to policyWait, for the policy to be read, so that
+// the agent starts in the mode the policy gives its node.
+func awaitPolicy(ctx context.Context, src *policysource.Source, logger *slog.Logger) {
+	wctx, cancel := context.WithTimeout(ctx, policyWait)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), src.Synced) && ctx.Err() == nil {
+		logger.Warn("the policy ConfigMap is not read yet: until it is, manual triggers are refused and the node is observed only (nothing changed)", "configmap", src.Name())
+	}
 }

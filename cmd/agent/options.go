@@ -97,6 +97,8 @@ type Options struct {
 	// may gate manual triggers; empty means none.
 	PolicyConfigMap string
 	PoolLabel       string
+	// ObserveOnly: every node is observed only (agent.Options.ObserveOnly).
+	ObserveOnly bool
 	// SliceLabel, when set, names the label whose value is the node's
 	// multi-host slice.
 	SliceLabel string
@@ -174,6 +176,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AcceleratorDeviceClasses, "accelerator-device-classes", o.AcceleratorDeviceClasses, "DRA device classes whose claimed devices make a node busy.")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", o.PolicyConfigMap, "namespace/name of the policy ConfigMap; empty: none.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, flagdoc.PoolLabel.Help)
+	fs.BoolVar(&o.ObserveOnly, "observe-only", o.ObserveOnly, flagdoc.ObserveOnly.Help)
 	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, flagdoc.ReservationGroups.Help)
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, flagdoc.SliceLabel.Help)
 	fs.StringVar(&o.ComputeCaller, "compute-caller", o.ComputeCaller, "Who makes the Compute Engine calls: aggregator or node.")

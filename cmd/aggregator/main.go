@@ -84,7 +84,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
-		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt",
+		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt", ObserveOnly: opts.ObserveOnly, AgentNamespace: opts.AgentNamespace,
 		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: opts.ReservationGroups,
 		Caller: caller, Metrics: m, Logger: logger,
 	})

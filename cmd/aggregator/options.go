@@ -36,6 +36,8 @@ type Options struct {
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
 	PoolLabel      string
+	// ObserveOnly: every node is observed only.
+	ObserveOnly    bool
 	Interval       time.Duration
 	RecreateWindow time.Duration
 	// TriggerAnswerTimeout: see aggregator.Options.
@@ -153,6 +155,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "Leader election: how long the leader tries to renew.")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "Leader election: the time between tries.")
 	fs.StringVar(&o.PoolLabel, "pool-label", o.PoolLabel, flagdoc.PoolLabel.Help)
+	fs.BoolVar(&o.ObserveOnly, "observe-only", o.ObserveOnly, flagdoc.ObserveOnly.Help)
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "The longest time between passes.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests above --kube-api-qps.")

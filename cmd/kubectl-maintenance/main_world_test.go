@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -244,6 +245,32 @@ func TestWhySaysEachReason(t *testing.T) {
 	})
 	if _, out := kubectl(t, false, "", "why", "why-cooling"); !strings.Contains(out, "Its last 2 voluntary maintenance(s) failed (permission_denied") || !strings.Contains(out, "does not pick it before 2026-11-23T13:00:00Z (in 1h0m)") {
 		t.Errorf("why cooling down: %q", out)
+	}
+	// An observed node: what its agent decided is on its Lease, said as
+	// decided and not done.
+	world.NodeT(t, testworld.NodeSpec{Name: "why-observed", Pool: "why"})
+	publish(t, "why-observed", func(*corev1.Node) {})
+	before, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "why-observed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := before.DeepCopy()
+	after.Annotations[protocol.AnnotationPhase] = string(protocol.PhaseDraining)
+	after.Annotations[protocol.AnnotationReason] = string(protocol.ReasonHostMaintenance)
+	after.Annotations[protocol.AnnotationStarted] = t0.Format(time.RFC3339)
+	after.Annotations[protocol.AnnotationDeadline] = t0.Add(time.Hour).Format(time.RFC3339)
+	var shadow protocol.Shadow
+	shadow.Record(before, after)
+	ans := world.Namespace(t)
+	if _, err := world.Client.CoordinationV1().Leases(ans).Create(testworld.Ctx(t, 10*time.Second), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "why-observed",
+		Labels: protocol.ObservedNodeLabels, Annotations: map[string]string{protocol.AnnotationShadow: shadow.Encode()}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := kubectl(t, false, "", "why", "--agent-namespace", ans, "why-observed"); !strings.HasPrefix(out, "Observe-only: what follows was decided and not done") || !strings.Contains(out, "is in maintenance: Draining for host-maintenance") {
+		t.Errorf("why an observed node drains: %q", out)
+	}
+	if _, out := kubectl(t, false, "", "why", "why-observed"); strings.Contains(out, "Observe-only") || strings.Contains(out, "in maintenance") {
+		t.Errorf("why an observed node, its Lease not read: %q", out)
 	}
 	world.NodeT(t, testworld.NodeSpec{Name: "why-quiet", Pool: "why"})
 	publish(t, "why-quiet", func(*corev1.Node) {})

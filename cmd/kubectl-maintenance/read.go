@@ -29,6 +29,7 @@ func (o *readOptions) addFlags(cmd *cobra.Command, output bool) {
 	cmd.Flags().StringVar(&o.PoolLabel, "pool-label", protocol.LabelNodePool, flagdoc.PoolLabel.Help)
 	cmd.Flags().StringVar(&o.SliceLabel, "slice-label", "", flagdoc.SliceLabel.Help)
 	cmd.Flags().StringVar(&o.ReservationGroups, "reservation-groups", "", flagdoc.ReservationGroups.Help)
+	cmd.Flags().StringVar(&o.AgentNamespace, "agent-namespace", "maintenance-handler-agent", "The agents' namespace, where observed nodes keep their state; empty: none.")
 	if output {
 		cmd.Flags().StringVarP(&o.output, "output", "o", "", "json, yaml or wide.")
 	}

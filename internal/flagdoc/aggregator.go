@@ -11,6 +11,7 @@ var Aggregator = []Doc{
 	{Names: []string{"unhealthy-after"}, Default: "`3m`", Text: "`/healthz` fails (503, saying which) when a watch the aggregator needs (the Nodes, the claims) has failed for this long"},
 	{Names: []string{"config-map"}, Text: "ConfigMap whose `policy.yaml` holds per-pool settings, windows and exclusions; empty means none"},
 	PoolLabel,
+	ObserveOnly,
 	{Names: []string{"interval"}, Text: "the longest time between passes; a pass also follows every Node change, at most one a second"},
 	{Names: []string{"lease-name"}, Text: "the leader-election Lease"},
 	{Names: []string{"lease-duration", "renew-deadline", "retry-period"}, Default: "`15s`, `10s`, `2s`", Text: "leader election; each less than the one before"},

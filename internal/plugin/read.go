@@ -27,6 +27,8 @@ type ReadOptions struct {
 	SliceLabel string
 	// ReservationGroups is the aggregator's --reservation-groups.
 	ReservationGroups string
+	// AgentNamespace holds the observed nodes' Leases ("" reads none).
+	AgentNamespace string
 }
 
 // Read reads what the plugin shows, at now: every node (pools are whole),
@@ -37,6 +39,9 @@ func Read(ctx context.Context, c *kube.Client, now time.Time, o ReadOptions, nam
 	list, err := c.ListNodes(ctx, metav1.ListOptions{})
 	if err != nil {
 		return in, Explain(err, "list Nodes")
+	}
+	if err := observe(ctx, c, o.AgentNamespace, list.Items, &in); err != nil {
+		return in, err
 	}
 	installed := false
 	byName := map[string]*corev1.Node{}
@@ -132,4 +137,41 @@ func Explain(err error, what string) error {
 		return fmt.Errorf("no permission to %s (%v): kubectl maintenance reads Nodes, Events, the pods of nodes in maintenance and the policy ConfigMap", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// observe shows on each observed node what its agent decided and did not
+// write (its Lease in namespace: protocol.AnnotationShadow), as the
+// aggregator reads it, and names the node in in.Observed. One who may not
+// read the Leases sees the Nodes as they are.
+func observe(ctx context.Context, c *kube.Client, namespace string, nodes []corev1.Node, in *Input) error {
+	if namespace == "" {
+		return nil
+	}
+	leases, err := c.Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: protocol.ObservedNodeSelector})
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return Explain(err, "list the observed nodes' Leases in "+namespace)
+	}
+	shadows := map[string]string{}
+	for _, l := range leases.Items {
+		shadows[l.Name] = l.Annotations[protocol.AnnotationShadow]
+	}
+	for i := range nodes {
+		v, ok := shadows[nodes[i].Name]
+		if !ok {
+			continue
+		}
+		s, err := protocol.DecodeShadow(v)
+		if err != nil {
+			continue // unreadable: the Node as it is
+		}
+		s.Overlay(&nodes[i])
+		if in.Observed == nil {
+			in.Observed = map[string]bool{}
+		}
+		in.Observed[nodes[i].Name] = true
+	}
+	return nil
 }

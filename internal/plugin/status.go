@@ -37,6 +37,9 @@ type Input struct {
 	SliceLabel   string
 	// ReservationGroups is the aggregator's --reservation-groups.
 	ReservationGroups string
+	// Observed names the nodes observed only: what they show is what their
+	// agents decided and did not write.
+	Observed map[string]bool
 }
 
 // grouping is what makes a node's group, as the aggregator reads it.

@@ -71,6 +71,9 @@ func Why(in Input, n *corev1.Node) string {
 			say("The agent's last word (%s, %s): %s", e.Reason, In(eventTime(e), in.Now), e.Message)
 		}
 	}
+	if in.Observed[n.Name] {
+		parts = append([]string{"Observe-only: what follows was decided and not done; nothing on the node was changed."}, parts...)
+	}
 	return strings.Join(parts, " ")
 }
 

@@ -101,3 +101,16 @@ func (s *Source) ManualGate(poolLabel string) func(*corev1.Node, time.Time) (str
 		return policy.ManualGateOf(cfg, err, "ConfigMap "+s.Name(), n.Labels[poolLabel], now)
 	}
 }
+
+// ObserveOnly is the agent's question: whether node is observed only, as
+// the policy says for its pool (policy.Config.ObserveOnly, read even from
+// a policy otherwise invalid); undecided until the ConfigMap is read.
+func (s *Source) ObserveOnly(poolLabel string) func(*corev1.Node) (on, decided bool) {
+	return func(n *corev1.Node) (bool, bool) {
+		if !s.Synced() {
+			return true, false
+		}
+		cfg, _ := s.Config()
+		return cfg.ObserveOnly(n.Labels[poolLabel]), true
+	}
+}

@@ -50,6 +50,9 @@ only those set, so that the binaries' defaults hold otherwise. */}}
 {{- if ne .Values.reservationGroups "none" }}
 - --reservation-groups={{ .Values.reservationGroups }}
 {{- end }}
+{{- if .Values.observeOnly }}
+- --observe-only
+{{- end }}
 {{- end }}
 
 {{/* The container security context of both. */}}
