@@ -106,8 +106,14 @@ func claimsIn(l *coordinationv1.Lease) (claims, error) {
 
 // claimsWatch lists and watches the claims Lease alone.
 func claimsWatch(c coordinationv1client.LeasesGetter, namespace, name string) kube.ListWatch {
+	return leasesWatch(c, namespace, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+}
+
+// leasesWatch lists and watches the Leases of namespace that sel's
+// selectors select.
+func leasesWatch(c coordinationv1client.LeasesGetter, namespace string, sel metav1.ListOptions) kube.ListWatch {
 	only := func(opts metav1.ListOptions) metav1.ListOptions {
-		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		opts.FieldSelector, opts.LabelSelector = sel.FieldSelector, sel.LabelSelector
 		return opts
 	}
 	return kube.ListWatch{Object: &coordinationv1.Lease{},

@@ -18,10 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -168,29 +165,13 @@ func (a *Aggregator) markObserved(name, msg string) string {
 	return "Observe-only (nothing was changed): " + msg
 }
 
-// agentShadowsWatch lists and watches the observed nodes' Leases in
-// namespace.
-func agentShadowsWatch(c coordinationv1client.LeasesGetter, namespace string) kube.ListWatch {
-	sel := func(opts metav1.ListOptions) metav1.ListOptions {
-		opts.LabelSelector = protocol.ObservedNodeSelector
-		return opts
-	}
-	return kube.ListWatch{Object: &coordinationv1.Lease{},
-		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return c.Leases(namespace).List(ctx, sel(opts))
-		},
-		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return c.Leases(namespace).Watch(ctx, sel(opts))
-		}}
-}
-
 // watchAgentShadows follows the observed nodes' Leases in the agents'
 // namespace: each holds its agent's unmade writes, which the aggregator
 // shows on the node (show) as it would read them on an acting node, and
 // tells in notifications (marked observe-only). A Lease is only ever read
 // for the node it is named after, and only while that node is observed.
 func (a *Aggregator) watchAgentShadows(ctx context.Context) *kube.Informer {
-	inf := kube.NewInformer(agentShadowsWatch(a.opts.Leases, a.opts.AgentNamespace), kube.InformerOptions{Name: "observed-nodes", Logger: a.log.With("watch", "observed-nodes")})
+	inf := kube.NewInformer(leasesWatch(a.opts.Leases, a.opts.AgentNamespace, metav1.ListOptions{LabelSelector: protocol.ObservedNodeSelector}), kube.InformerOptions{Name: "observed-nodes", Logger: a.log.With("watch", "observed-nodes")})
 	inf.AddHandlers(kube.Handlers{
 		Add:    func(o kube.Object) { a.agentShadowChanged(o, false) },
 		Update: func(_, cur kube.Object) { a.agentShadowChanged(cur, false) },
