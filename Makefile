@@ -11,7 +11,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 demo: ## the agents at work on a local simulated GPU pool (first run builds the test world); DEMO_FLAGS=--keep to explore after, --short for 10 s graces
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
 test: testworld prometheus verify ## run every test (builds the test world and a real node, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; then the state machine's model test over MODEL_HISTORIES histories and the short fuzz search
@@ -59,12 +59,12 @@ generate: ## write every generated file from its one source: the chart's rules, 
 	helm=$$($(GO) run ./test/cmd/testworld helm) && $(GO) run ./build/generate -helm "$$helm"
 
 docs: ## write docs/flags.md, the flag reference, from the binaries' flags and internal/flagdoc (their tests fail while it is stale)
-	UPDATE_DOCS=1 $(GO) test -count=1 -run TestFlagReference ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
+	UPDATE_DOCS=1 $(GO) test -count=1 -run TestFlagReference ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-build: ## build the static binaries into bin/ (the agent and the aggregator as the Dockerfile does, and the kubectl plugin kubectl-maintenance)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-maintenance
+build: ## build the static binaries into bin/ (the agent and the aggregator as the Dockerfile does, and the kubectl plugin kubectl-gce_maintenance)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 
 image: ## the container image without a container engine: an OCI image layout in bin/image for linux/amd64 and linux/arm64 (push it with crane push --index)
 	$(GO) run ./build/image -o bin/image -version $(VERSION)

@@ -6,7 +6,7 @@ package aggregator
 // hosts whose maintenance is pending or under way, and their health),
 // exports them as metrics, and writes on each node of a group what
 // Compute Engine said of it (protocol.AnnotationReservationGroup), for
-// `kubectl maintenance status` and for people.
+// `kubectl gce-maintenance status` and for people.
 
 import (
 	"context"

@@ -110,13 +110,13 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	plugin := importGraph(t, "./cmd/kubectl-maintenance")
+	plugin := importGraph(t, "./cmd/kubectl-gce_maintenance")
 	for pkg := range plugin {
 		if pkg == module+"agent" || pkg == module+"aggregator" || strings.HasPrefix(pkg, "golang.org/x/oauth2/google") {
-			t.Errorf("kubectl-maintenance links %s", pkg)
+			t.Errorf("kubectl-gce_maintenance links %s", pkg)
 		}
 	}
-	for bin, most := range map[string]int{"cmd/kubectl-maintenance": 7, "cmd/agent": 6} {
+	for bin, most := range map[string]int{"cmd/kubectl-gce_maintenance": 7, "cmd/agent": 6} {
 		if c := chain(importGraph(t, "./"+bin), module+bin); len(c) > most {
 			t.Errorf("%s's imports are %d packages deep, more than %d: %s", bin, len(c), most, strings.ReplaceAll(strings.Join(c, " -> "), module, ""))
 		}
@@ -137,9 +137,9 @@ func TestLayering(t *testing.T) {
 	// scheme of every API group (the aggregator links it: client-go's
 	// leader election takes the typed clientset).
 	for bin, want := range map[string][]string{
-		"cmd/agent":               {"k8s.io/client-go/rest", "k8s.io/client-go/tools/cache", "k8s.io/client-go/tools/record", "k8s.io/client-go/tools/clientcmd", promClient},
-		"cmd/aggregator":          {"k8s.io/client-go/rest", "k8s.io/client-go/tools/cache", "k8s.io/client-go/tools/leaderelection", "k8s.io/client-go/tools/clientcmd", promClient},
-		"cmd/kubectl-maintenance": {"k8s.io/client-go/rest", "k8s.io/client-go/tools/clientcmd"},
+		"cmd/agent":                   {"k8s.io/client-go/rest", "k8s.io/client-go/tools/cache", "k8s.io/client-go/tools/record", "k8s.io/client-go/tools/clientcmd", promClient},
+		"cmd/aggregator":              {"k8s.io/client-go/rest", "k8s.io/client-go/tools/cache", "k8s.io/client-go/tools/leaderelection", "k8s.io/client-go/tools/clientcmd", promClient},
+		"cmd/kubectl-gce_maintenance": {"k8s.io/client-go/rest", "k8s.io/client-go/tools/clientcmd"},
 	} {
 		deps := importGraph(t, "./"+bin)
 		for _, w := range want {

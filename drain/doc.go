@@ -11,7 +11,7 @@
 //
 // The plan is pure (plan.go): which pods, in which group, by which group
 // deadline, when each is asked to stop (a checkpoint lead delays it) and
-// with which grace. Plan lists it ahead for a preview (kubectl maintenance
+// with which grace. Plan lists it ahead for a preview (kubectl gce-maintenance
 // trigger), the Drainer (drain.go) executes it, and both read the same
 // functions. A voluntary drain (DrainVoluntary) never deletes: budgets
 // hold to the end and what is left is returned.

@@ -17,7 +17,7 @@
 // that changed, and what it found of every other while that holds).
 //
 // The aggregator keeps a Fleet and runs its Decide, DecideFaults and
-// SliceAsks while it leads, and writes what they say; `kubectl maintenance status` and `trigger` ask the same
+// SliceAsks while it leads, and writes what they say; `kubectl gce-maintenance status` and `trigger` ask the same
 // functions from what the Nodes show, so a person sees the aggregator's
 // reasons without asking it.
 //

@@ -16,7 +16,7 @@ const DefaultManualDrainTimeout = time.Hour
 
 // TriggerCheck is what a node's agent looks at when it answers the
 // perform-maintenance label (LabelPerformMaintenance). The agent answers
-// with it, and `kubectl maintenance trigger` checks with it first, from
+// with it, and `kubectl gce-maintenance trigger` checks with it first, from
 // what the Node shows.
 type TriggerCheck struct {
 	// Value is the label's value.

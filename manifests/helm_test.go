@@ -100,7 +100,7 @@ func TestChartNotes(t *testing.T) {
 			"the eviction check that holds each agent's evictions to its own node",
 			"kubectl -n fleet-agent rollout status daemonset/maintenance-handler-agent",
 			"kubectl -n fleet rollout status deployment/maintenance-handler-aggregator",
-			"kubectl maintenance status",
+			"kubectl gce-maintenance status",
 		}, []string{"no aggregator", "no admission policies"}},
 		{[]string{"--set", "aggregator.enabled=false", "--set", "admissionPolicy.enabled=false"}, []string{
 			"no aggregator (aggregator.enabled=false)", "no admission policies (admissionPolicy.enabled=false)",

@@ -12,7 +12,7 @@ const ConfigKey = "policy.yaml"
 // now by the policy cfg, read from source (for the message), where err
 // says it could not be parsed: every trigger while the policy or the
 // pool's part of it is invalid (ReasonPolicyUnknown), otherwise what
-// Config.ManualBlocked says. The agent and `kubectl maintenance trigger`
+// Config.ManualBlocked says. The agent and `kubectl gce-maintenance trigger`
 // both ask it.
 func ManualGateOf(cfg Config, err error, source, pool string, now time.Time) (reason, detail string) {
 	if err != nil {

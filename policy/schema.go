@@ -4,7 +4,7 @@ package policy
 // reads, so that the chart refuses at install what the aggregator would
 // refuse at run time: an unknown key, a list for a map, a word for a
 // count. What the schema cannot say (a window's recurrence, a duration)
-// ParseConfig says, and so does `kubectl maintenance policy validate`.
+// ParseConfig says, and so does `kubectl gce-maintenance policy validate`.
 
 import (
 	"reflect"

@@ -55,7 +55,7 @@ const LabelHealthPrediction = "gke.google.com/recommended-to-run-large-training-
 
 // The keys of a fault's repair.
 const (
-	// LabelReportFaulty, set by a person (or `kubectl maintenance
+	// LabelReportFaulty, set by a person (or `kubectl gce-maintenance
 	// report-faulty`) to a fault behavior, asks for the node's repair.
 	// The aggregator answers it: it approves the repair within the pool's
 	// caps, or says why it waits. The request stands until the node is

@@ -106,15 +106,15 @@ func (r Release) goBuild(ctx context.Context, pkg, goos, goarch string) ([]byte,
 
 // PluginArchive is the name of the plugin's archive for goos/goarch.
 func PluginArchive(goos, goarch string) string {
-	return fmt.Sprintf("kubectl-maintenance_%s_%s.tar.gz", goos, goarch)
+	return fmt.Sprintf("kubectl-gce_maintenance_%s_%s.tar.gz", goos, goarch)
 }
 
 // completionScript is kubectl's hook for a plugin's shell completion
 // (kubectl 1.26 and later run kubectl_complete-NAME, found on PATH, to
 // complete `kubectl NAME`): it asks the plugin's own completion.
 const completionScript = `#!/bin/sh
-# Shell completion of kubectl maintenance: kubectl runs this, found on PATH.
-exec kubectl maintenance __complete "$@"
+# Shell completion of kubectl gce-maintenance: kubectl runs this, found on PATH.
+exec kubectl gce-maintenance __complete "$@"
 `
 
 // plugin writes the plugin's archive for each platform, the binary at its
@@ -123,19 +123,19 @@ exec kubectl maintenance __complete "$@"
 func (r Release) plugin(ctx context.Context) error {
 	for _, p := range r.PluginPlatforms {
 		goos, goarch, _ := strings.Cut(p, "/")
-		bin, err := r.goBuild(ctx, "./cmd/kubectl-maintenance", goos, goarch)
+		bin, err := r.goBuild(ctx, "./cmd/kubectl-gce_maintenance", goos, goarch)
 		if err != nil {
 			return err
 		}
-		if err := r.writeSBOM("kubectl-maintenance", goos, goarch, bin); err != nil {
+		if err := r.writeSBOM("kubectl-gce_maintenance", goos, goarch, bin); err != nil {
 			return err
 		}
 		license, err := os.ReadFile(filepath.Join(r.Root, "LICENSE"))
 		if err != nil {
 			return err
 		}
-		archive, err := targz([]tarFile{{name: "kubectl-maintenance", mode: 0o755, body: bin},
-			{name: "kubectl_complete-maintenance", mode: 0o755, body: []byte(completionScript)}, {name: "LICENSE", mode: 0o644, body: license}})
+		archive, err := targz([]tarFile{{name: "kubectl-gce_maintenance", mode: 0o755, body: bin},
+			{name: "kubectl_complete-gce_maintenance", mode: 0o755, body: []byte(completionScript)}, {name: "LICENSE", mode: 0o644, body: license}})
 		if err != nil {
 			return err
 		}
@@ -188,8 +188,8 @@ func (r Release) krew(context.Context) error {
 	for strings.HasPrefix(body, "#") {
 		_, body, _ = strings.Cut(body, "\n")
 	}
-	head := fmt.Sprintf("# The krew manifest of kubectl-maintenance %s (make release).\n", r.Version)
-	return os.WriteFile(filepath.Join(r.Out, "krew", "maintenance.yaml"), []byte(head+body), 0o644)
+	head := fmt.Sprintf("# The krew manifest of kubectl-gce_maintenance %s (make release).\n", r.Version)
+	return os.WriteFile(filepath.Join(r.Out, "krew", "gce-maintenance.yaml"), []byte(head+body), 0o644)
 }
 
 // ChartArchive is the name of the packaged chart of version.

@@ -7,8 +7,8 @@
 //	maintenance-handler-X.Y.Z.tgz        the Helm chart, its version and appVersion stamped
 //	maintenance-handler.yaml             the kustomize base in one file for kubectl apply,
 //	                                     with the release's image
-//	kubectl-maintenance_OS_ARCH.tar.gz   the kubectl plugin for linux and darwin, amd64 and arm64
-//	krew/maintenance.yaml                the krew manifest (.krew.yaml) pointing at those archives
+//	kubectl-gce_maintenance_OS_ARCH.tar.gz   the kubectl plugin for linux and darwin, amd64 and arm64
+//	krew/gce-maintenance.yaml                the krew manifest (.krew.yaml) pointing at those archives
 //	CHANGELOG.md                         the version's entry of CHANGELOG.md
 //	sbom/BINARY_OS_ARCH.spdx.json        the Go modules linked into each binary, as SPDX 2.3
 //	SHA256SUMS                           every file above, for sha256sum -c

@@ -85,28 +85,28 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 	t.Run("plugin", func(t *testing.T) {
 		for _, p := range PluginPlatforms {
 			goos, goarch, _ := strings.Cut(p, "/")
-			bin := untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["kubectl-maintenance"]
+			bin := untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["kubectl-gce_maintenance"]
 			if bin == nil || bin.Mode&0o111 == 0 {
-				t.Fatalf("%s: the archive holds no executable kubectl-maintenance at its root", p)
+				t.Fatalf("%s: the archive holds no executable kubectl-gce_maintenance at its root", p)
 			}
 			if untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["LICENSE"] == nil {
 				t.Errorf("%s: the archive holds no LICENSE", p)
 			}
-			if c := untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["kubectl_complete-maintenance"]; c == nil || c.Mode&0o111 == 0 ||
-				!strings.Contains(string(c.body), "kubectl maintenance __complete") {
-				t.Errorf("%s: the archive holds no executable kubectl_complete-maintenance asking the plugin's completion", p)
+			if c := untar(t, filepath.Join(out, PluginArchive(goos, goarch)))["kubectl_complete-gce_maintenance"]; c == nil || c.Mode&0o111 == 0 ||
+				!strings.Contains(string(c.body), "kubectl gce-maintenance __complete") {
+				t.Errorf("%s: the archive holds no executable kubectl_complete-gce_maintenance asking the plugin's completion", p)
 			}
 			checkArch(t, p, bin.body)
 			if goos == runtime.GOOS && goarch == runtime.GOARCH {
-				path := filepath.Join(t.TempDir(), "kubectl-maintenance")
+				path := filepath.Join(t.TempDir(), "kubectl-gce_maintenance")
 				if err := os.WriteFile(path, bin.body, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				if b, err := exec.Command(path, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "maintenance-handler kubectl-maintenance "+testVersion {
-					t.Errorf("kubectl-maintenance --version: %q %v", b, err)
+				if b, err := exec.Command(path, "--version").CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "maintenance-handler kubectl-gce_maintenance "+testVersion {
+					t.Errorf("kubectl-gce_maintenance --version: %q %v", b, err)
 				}
 			}
-			checkSBOM(t, out, "kubectl-maintenance", goos, goarch, "github.com/spf13/cobra")
+			checkSBOM(t, out, "kubectl-gce_maintenance", goos, goarch, "github.com/spf13/cobra")
 		}
 	})
 
@@ -131,10 +131,10 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 				} `json:"platforms"`
 			} `json:"spec"`
 		}
-		if err := yaml.UnmarshalStrict(files["krew/maintenance.yaml"], &plugin); err != nil {
-			t.Fatalf("krew/maintenance.yaml: %v", err)
+		if err := yaml.UnmarshalStrict(files["krew/gce-maintenance.yaml"], &plugin); err != nil {
+			t.Fatalf("krew/gce-maintenance.yaml: %v", err)
 		}
-		if plugin.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || plugin.Kind != "Plugin" || plugin.Metadata.Name != "maintenance" || plugin.Spec.Version != testVersion {
+		if plugin.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || plugin.Kind != "Plugin" || plugin.Metadata.Name != "gce-maintenance" || plugin.Spec.Version != testVersion {
 			t.Errorf("the krew manifest is %s %s %q at version %q", plugin.APIVersion, plugin.Kind, plugin.Metadata.Name, plugin.Spec.Version)
 		}
 		var seen []string
@@ -146,7 +146,7 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 			if files[archive] == nil || p.SHA256 != hex.EncodeToString(sum[:]) {
 				t.Errorf("%s: sha256 %s is not that of %s", archive, p.SHA256, archive)
 			}
-			if want := "https://github.com/maintenance-handler/maintenance-handler/releases/download/" + testVersion + "/" + archive; p.URI != want || p.Bin != "kubectl-maintenance" {
+			if want := "https://github.com/maintenance-handler/maintenance-handler/releases/download/" + testVersion + "/" + archive; p.URI != want || p.Bin != "kubectl-gce_maintenance" {
 				t.Errorf("%s: uri %s bin %s, want %s", archive, p.URI, p.Bin, want)
 			}
 		}

@@ -37,7 +37,7 @@ var binaries = []struct {
 }{
 	{"agent", "./cmd/agent", 20},
 	{"aggregator", "./cmd/aggregator", 32},
-	{"kubectl-maintenance", "./cmd/kubectl-maintenance", 32},
+	{"kubectl-gce_maintenance", "./cmd/kubectl-gce_maintenance", 32},
 }
 
 const (

@@ -129,7 +129,7 @@ func withPolicySchema(schema []byte) ([]byte, error) {
 		return nil, fmt.Errorf("the chart's values schema has no properties")
 	}
 	p := policy.Schema()
-	p["description"] = "policy.yaml of the policy ConfigMap: the shape the aggregator reads (package policy); what a shape cannot say, kubectl maintenance policy validate checks."
+	p["description"] = "policy.yaml of the policy ConfigMap: the shape the aggregator reads (package policy); what a shape cannot say, kubectl gce-maintenance policy validate checks."
 	props["policy"] = p
 	out, err := json.MarshalIndent(s, "", "  ")
 	return append(out, '\n'), err

@@ -21,7 +21,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// TestPreviewIsTheDrainsPlan: `kubectl maintenance trigger`'s preview and
+// TestPreviewIsTheDrainsPlan: `kubectl gce-maintenance trigger`'s preview and
 // the drain share one plan. The same pods (the agent's own, a checkpoint
 // lead, ties of grace, system, DaemonSet, mirror and finished pods) go to
 // DrainPlan and to a real drain.Drainer whose evictions are all accepted

@@ -134,7 +134,7 @@ func shownNodes(ctx context.Context, c *kube.Client, o ReadOptions, names []stri
 // Explain words an API error for a person.
 func Explain(err error, what string) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("no permission to %s (%v): kubectl maintenance reads Nodes, Events, the pods of nodes in maintenance and the policy ConfigMap", what, err)
+		return fmt.Errorf("no permission to %s (%v): kubectl gce-maintenance reads Nodes, Events, the pods of nodes in maintenance and the policy ConfigMap", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -1,6 +1,6 @@
-// Package plugin is kubectl-maintenance's logic: what it shows of the
+// Package plugin is kubectl-gce_maintenance's logic: what it shows of the
 // fleet's maintenance, read from the Node protocol and the Events, as pure
-// functions of what it read (cmd/kubectl-maintenance reads it).
+// functions of what it read (cmd/kubectl-gce_maintenance reads it).
 package plugin
 
 import (

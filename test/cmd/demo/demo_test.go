@@ -355,7 +355,7 @@ func TestDemoShort(t *testing.T) {
 		`^   gke-v5p-slice-2: none$`,
 		`^== What the aggregator counted`,
 		`^   slice v5p-slice: PreemptionEvent/Eviction 1$`,
-		`^== kubectl maintenance status`,
+		`^== kubectl gce-maintenance status`,
 		`^   NODE +POOL +WINDOW +PHASE`,
 		`^   `+n2+` +a3-highgpu-8g +- +Idle `,
 		`^   POOL +NODES +PENDING`,

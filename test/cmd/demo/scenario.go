@@ -528,7 +528,7 @@ func (d *demo) summary(ctx context.Context) error {
 	return d.pluginStatus(ctx)
 }
 
-// pluginStatus prints what `kubectl maintenance status` shows now.
+// pluginStatus prints what `kubectl gce-maintenance status` shows now.
 func (d *demo) pluginStatus(ctx context.Context) error {
 	c, err := kube.New(d.world.Config)
 	if err != nil {
@@ -538,7 +538,7 @@ func (d *demo) pluginStatus(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("== kubectl maintenance status (the plugin, bin/kubectl-maintenance)")
+	d.say("== kubectl gce-maintenance status (the plugin, bin/kubectl-gce_maintenance)")
 	var b strings.Builder
 	if err := plugin.BuildStatus(in).WriteTable(&b, in.Now, time.Local, false); err != nil {
 		return err

@@ -1,4 +1,4 @@
-// Command kubectl-maintenance is a kubectl plugin: the fleet's maintenance
+// Command kubectl-gce_maintenance is a kubectl plugin: the fleet's maintenance
 // at a glance (status), why a node is or is not in maintenance (why), a
 // manual trigger of one node or several with a pre-flight check (trigger),
 // a person's request for a faulty node's repair (report-faulty), and a
@@ -6,7 +6,7 @@
 // protocol and the project's Events, and writes nothing but the
 // perform-maintenance label and the report-faulty label (with its
 // description). Install it by copying the binary onto PATH:
-// kubectl finds it as `kubectl maintenance`.
+// kubectl finds it as `kubectl gce-maintenance`.
 //
 // Exit codes: 0 done; 1 an error (no such node, no permission, the API
 // server, the project not installed); 2 bad usage; 3 a trigger the
@@ -72,31 +72,31 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errRefused):
-		fmt.Fprintln(a.errOut, "kubectl maintenance:", err)
+		fmt.Fprintln(a.errOut, "kubectl gce-maintenance:", err)
 		return exitRefused
 	case errors.Is(err, errUsage):
-		fmt.Fprintln(a.errOut, "kubectl maintenance:", err)
+		fmt.Fprintln(a.errOut, "kubectl gce-maintenance:", err)
 		return exitUsage
 	}
-	fmt.Fprintln(a.errOut, "kubectl maintenance:", err)
+	fmt.Fprintln(a.errOut, "kubectl gce-maintenance:", err)
 	return exitError
 }
 
 // command is the plugin as kubectl users expect one: its help names it
-// `kubectl maintenance`, -v is kubectl's log verbosity (client-go logs
+// `kubectl gce-maintenance`, -v is kubectl's log verbosity (client-go logs
 // its requests from 6), --version has no shorthand, and shell completion
-// (kubectl's, through the kubectl_complete-maintenance script the release
+// (kubectl's, through the kubectl_complete-gce_maintenance script the release
 // ships, or `completion`) completes commands, flags and node names.
 func (a *app) command() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "maintenance",
+		Use:           "gce-maintenance",
 		Short:         "The maintenance of GPU and TPU nodes on Compute Engine, as maintenance-handler runs it",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
-		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl maintenance"},
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl gce-maintenance"},
 	}
-	root.SetVersionTemplate("maintenance-handler kubectl-maintenance {{.Version}}\n")
+	root.SetVersionTemplate("maintenance-handler kubectl-gce_maintenance {{.Version}}\n")
 	root.Flags().Bool("version", false, "Print the plugin's version.")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	a.flags.addFlags(root.PersistentFlags())

@@ -16,7 +16,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/policy"
 )
 
-// policyCommand is `kubectl maintenance policy validate`: a policy checked
+// policyCommand is `kubectl gce-maintenance policy validate`: a policy checked
 // as the aggregator reads it, before it is applied. It writes nothing.
 func (a *app) policyCommand() *cobra.Command {
 	root := &cobra.Command{Use: "policy", Short: "The policy ConfigMap's policy.yaml: windows, exclusions, caps, faults"}
@@ -27,7 +27,7 @@ func (a *app) policyCommand() *cobra.Command {
 		Long: "Check a policy.yaml as the aggregator reads it: every problem is named, with its field. FILE is a policy.yaml, " +
 			"or a ConfigMap's manifest whose data holds one ('-': standard input); --config-map reads the cluster's. " +
 			"Exit 0: valid; 1: not (a pool's own problem holds only that pool, and is one too).",
-		Example: "  kubectl maintenance policy validate -f policy.yaml\n  kubectl maintenance policy validate --config-map maintenance-handler/maintenance-handler",
+		Example: "  kubectl gce-maintenance policy validate -f policy.yaml\n  kubectl gce-maintenance policy validate --config-map maintenance-handler/maintenance-handler",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (file == "") == (configMap == "") {

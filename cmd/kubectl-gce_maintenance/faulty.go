@@ -70,10 +70,10 @@ BEHAVIOR is Compute Engine's: ` + strings.Join(protocol.FaultBehaviors, ", ") + 
 				"annotations": map[string]any{protocol.AnnotationReportFaultyDescription: desc},
 			}})
 			for _, n := range targets {
-				if _, err := c.PatchNode(ctx, n.Name, types.MergePatchType, patch, "kubectl-maintenance", ""); err != nil {
+				if _, err := c.PatchNode(ctx, n.Name, types.MergePatchType, patch, "kubectl-gce_maintenance", ""); err != nil {
 					return plugin.Explain(err, "label "+n.Name)
 				}
-				fmt.Fprintf(a.out, "Labelled %s %s=%s; `kubectl maintenance why %s` follows it.\n", n.Name, protocol.LabelReportFaulty, behavior, n.Name)
+				fmt.Fprintf(a.out, "Labelled %s %s=%s; `kubectl gce-maintenance why %s` follows it.\n", n.Name, protocol.LabelReportFaulty, behavior, n.Name)
 			}
 			return nil
 		},

@@ -21,7 +21,7 @@ import (
 // each, and reports its peak RSS and its time.
 func BenchmarkPluginStatus(b *testing.B) {
 	testworld.Need(b)
-	bin := filepath.Join(b.TempDir(), "kubectl-maintenance")
+	bin := filepath.Join(b.TempDir(), "kubectl-gce_maintenance")
 	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -48,6 +48,6 @@ func BenchmarkPluginStatus(b *testing.B) {
 	slices.Sort(peaks)
 	slices.Sort(took)
 	b.ReportMetric(float64(peaks[len(peaks)-1])/1024, "peak-RSS-MiB")
-	fmt.Printf("kubectl-maintenance status over 50 nodes: peak RSS %.1f MiB (most of %d runs), %s (p50)\n",
+	fmt.Printf("kubectl-gce_maintenance status over 50 nodes: peak RSS %.1f MiB (most of %d runs), %s (p50)\n",
 		float64(peaks[len(peaks)-1])/1024, len(peaks), took[len(took)/2].Round(time.Millisecond))
 }

@@ -133,7 +133,7 @@ func (a *app) ask(question string) bool {
 func (a *app) triggerAll(ctx context.Context, c *kube.Client, nodes []*corev1.Node, timeout time.Duration) error {
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, protocol.LabelPerformMaintenance, protocol.TriggerValue)
 	for _, n := range nodes {
-		if _, err := c.PatchNode(ctx, n.Name, types.MergePatchType, []byte(patch), "kubectl-maintenance", ""); err != nil {
+		if _, err := c.PatchNode(ctx, n.Name, types.MergePatchType, []byte(patch), "kubectl-gce_maintenance", ""); err != nil {
 			return plugin.Explain(err, "label "+n.Name)
 		}
 		fmt.Fprintf(a.out, "Labelled %s %s=%s.\n", n.Name, protocol.LabelPerformMaintenance, protocol.TriggerValue)

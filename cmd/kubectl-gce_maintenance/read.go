@@ -158,7 +158,7 @@ func (a *app) watchStatus(ctx context.Context, c *kube.Client, o readOptions, na
 				in, err := plugin.Read(ctx, c, a.now(), o.ReadOptions, names)
 				if err != nil {
 					if ctx.Err() == nil {
-						fmt.Fprintln(a.errOut, "kubectl maintenance:", err)
+						fmt.Fprintln(a.errOut, "kubectl gce-maintenance:", err)
 					}
 					continue
 				}

@@ -26,7 +26,7 @@ func TestFlagReference(t *testing.T) {
 			b.WriteString(flagdoc.HelpTable(sub.LocalNonPersistentFlags(), "help"))
 		}
 	}
-	if err := flagdoc.CheckSection("../..", "kubectl-maintenance", b.String(), os.Getenv("UPDATE_DOCS") != ""); err != nil {
+	if err := flagdoc.CheckSection("../..", "kubectl-gce_maintenance", b.String(), os.Getenv("UPDATE_DOCS") != ""); err != nil {
 		t.Error(err)
 	}
 }

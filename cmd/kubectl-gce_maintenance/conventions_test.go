@@ -17,20 +17,20 @@ func runPlugin(t *testing.T, args ...string) (int, string) {
 }
 
 // TestKubectlConventions: the plugin reads as a kubectl command: its help
-// names it `kubectl maintenance`, -v is kubectl's verbosity (not the
+// names it `kubectl gce-maintenance`, -v is kubectl's verbosity (not the
 // version), --version prints the version, and shell completion completes
 // its commands.
 func TestKubectlConventions(t *testing.T) {
-	if code, out := runPlugin(t, "--help"); code != exitOK || !strings.Contains(out, "kubectl maintenance [command]") || strings.Contains(out, "kubectl-maintenance") {
+	if code, out := runPlugin(t, "--help"); code != exitOK || !strings.Contains(out, "kubectl gce-maintenance [command]") || strings.Contains(out, "kubectl-gce_maintenance") {
 		t.Errorf("--help: %d\n%s", code, out)
 	}
-	if code, out := runPlugin(t, "status", "--help"); code != exitOK || !strings.Contains(out, "kubectl maintenance status") || !strings.Contains(out, "-v, --v Level") {
+	if code, out := runPlugin(t, "status", "--help"); code != exitOK || !strings.Contains(out, "kubectl gce-maintenance status") || !strings.Contains(out, "-v, --v Level") {
 		t.Errorf("status --help: %d\n%s", code, out)
 	}
-	if code, out := runPlugin(t, "--version"); code != exitOK || strings.TrimSpace(out) != "maintenance-handler kubectl-maintenance "+version {
+	if code, out := runPlugin(t, "--version"); code != exitOK || strings.TrimSpace(out) != "maintenance-handler kubectl-gce_maintenance "+version {
 		t.Errorf("--version: %d %q", code, out)
 	}
-	if code, out := runPlugin(t, "-v", "6", "--help"); code != exitOK || strings.Contains(out, "maintenance-handler kubectl-maintenance") {
+	if code, out := runPlugin(t, "-v", "6", "--help"); code != exitOK || strings.Contains(out, "maintenance-handler kubectl-gce_maintenance") {
 		t.Errorf("-v 6 --help: %d %q; want the help, -v being the verbosity", code, out)
 	}
 	code, out := runPlugin(t, "__complete", "tr")
