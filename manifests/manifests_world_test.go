@@ -443,6 +443,9 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		t.Errorf("the agent could not write its observed node's Lease: %v", err)
 	}
 	denied("another node's Lease", lease("rbac-tpu-b"), "only the Lease of its own Node (rbac-gpu-a)")
+	if _, err := world.Client.CoordinationV1().Leases(ans).Create(testworld.Ctx(t, 10*time.Second), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "rbac-tpu-b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	denied("deleting another node's Lease", as.CoordinationV1().Leases(ans).Delete(testworld.Ctx(t, 10*time.Second), "rbac-tpu-b", metav1.DeleteOptions{}),
 		"only the Lease of its own Node (rbac-gpu-a)")
 	if err := as.CoordinationV1().Leases(ans).Delete(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.DeleteOptions{}); err != nil {
