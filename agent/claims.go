@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,7 +101,7 @@ func (a *Agent) readClaims(ctx context.Context, pods []*corev1.Pod) {
 // holdsDevices: p may hold devices through claims (it runs, or may) that
 // count for idleness (not a DaemonSet's or a mirror pod's).
 func holdsDevices(p *corev1.Pod) bool {
-	return len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && !isDaemonSetOrMirror(p)
+	return len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && !lifecycle.IsDaemonSetOrMirror(p)
 }
 
 // claimsAccelerator: p holds, or may hold, an accelerator through its

@@ -10,10 +10,12 @@
 // encoded there, the Event reasons) is package protocol. The rules are
 // package lifecycle: the pure state machine Step, one file per kind of
 // maintenance. This package is the runtime around it (agent.go): it
-// observes and executes: Node writes (node.go), the drain (draining.go),
-// the performMaintenance call (perform.go), the workload notice on every
-// pod of the node (workload.go), idleness (idle.go), the metadata watch's
-// health (health.go), the watch of its multi-host slice's Nodes
+// fetches what a step reads, which lifecycle.ObservationOf decodes into
+// one observation (node.go), and executes: Node writes (node.go), the
+// drain (draining.go), the performMaintenance call (perform.go), the
+// workload notice on every pod of the node (workload.go), the
+// ResourceClaims that make a pod accelerator work (claims.go), the
+// metadata watch's health (health.go), the watch of its multi-host slice's Nodes
 // (slice.go), and observe-only, where its writes are kept on a Lease
 // instead and nothing is drained or called (observe.go). Everything the
 // agent needs to continue after a restart lives on the Node (an observed

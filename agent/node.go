@@ -180,45 +180,24 @@ func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
 	a.conditionsFrom = node.ResourceVersion
 }
 
-// observation is what a step reads besides st, the state on node: the
-// Node, the metadata server's signals, the pods, the drain's and the
-// call's progress; and when the metadata last changed.
+// observation is what a step reads besides st, the state on node
+// (lifecycle.ObservationOf of what the agent fetched: the Node, the
+// metadata server's signals, the pods, the drain's and the call's
+// progress, the slice); and when the metadata last changed.
 func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Observation, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	obs := lifecycle.Observation{
-		Now:     a.opts.Clock.Now(),
-		Signals: a.signals,
-		MachineView: lifecycle.MachineView{BootID: node.Status.NodeInfo.BootID, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Unschedulable: node.Spec.Unschedulable,
-			TPU: protocol.IsTPU(node), GKEReportsFaults: lifecycle.GKEReportsFaults(node), GKERepairStatus: node.Labels[protocol.LabelReportAndReplaceStatus],
-			GKEFaultBehavior: node.Labels[protocol.LabelFaultBehavior] != ""},
-		TriggerView: lifecycle.TriggerView{RequestID: a.opts.NewRequestID()},
+	now := a.opts.Clock.Now()
+	f := lifecycle.Fetched{Now: now, Signals: a.signals, Node: node, RequestID: a.opts.NewRequestID(), ManualGate: a.opts.ManualGate,
+		Pods: a.opts.Pods.List(), Accelerators: a.opts.AcceleratorResources, Claimed: a.claimsAccelerator,
+		DrainEnded: a.drainEnded, DrainLeft: a.drainLeft, PreemptionNotice: a.schedule.PreemptionNotice,
+		KnownEnd: a.schedule.knownEnd(), Reportable: a.schedule.Reportable, Performed: a.performResult, Slice: a.sliceView(node, st, now)}
+	if f.KnownEnd.KnownEndKnown && !f.KnownEnd.KnownEnd.IsZero() {
+		f.KnownEnd.KnownEndNeed = drain.Need(f.Pods, a.opts.Self, a.timing)
 	}
-	var ms protocol.MaintenanceState
-	obs.Trigger, obs.TriggerSet, ms = protocol.ReadTrigger(node)
-	obs.Opportunistic, obs.TriggerFor = ms.OpportunisticTriggered, ms.ScheduledTime
-	var err error
-	if obs.TriggeredAt, err = ms.TriggeredTime(); err != nil {
-		a.log.Warn("an opportunistic trigger's time is unreadable: it counts as too old", "err", err)
-	}
-	obs.Repair, obs.RepairSet = protocol.ReadRepairApproval(node)
-	a.observeSlice(node, st, &obs)
-	if obs.TriggerSet && a.opts.ManualGate != nil {
-		obs.ManualBlocked, obs.ManualBlockedDetail = a.opts.ManualGate(node, obs.Now)
-	}
-	obs.Idle, obs.Busy = idleness(a.opts.Pods.List(), a.opts.AcceleratorResources, a.claimsAccelerator)
-	obs.PodsKnown = true
-	obs.GKEHandling = lifecycle.GKEHandling(node, st)
-	obs.GKEHostMaintenance = lifecycle.GKEHandlesHostMaintenance(node.Status.NodeInfo.KubeletVersion)
-	obs.DrainEnded, obs.DrainLeft = a.drainEnded, a.drainLeft
-	obs.PreemptionNotice = a.schedule.PreemptionNotice
-	obs.KnownEndView = a.schedule.knownEnd()
-	obs.ReportableView = a.schedule.Reportable
-	if obs.KnownEndKnown && !obs.KnownEnd.IsZero() {
-		obs.KnownEndNeed = drain.Need(a.opts.Pods.List(), a.opts.Self, a.timing)
-	}
-	if r := a.performResult; r != nil && r.RequestID == st.RequestID {
-		obs.Perform = r
+	obs, err := lifecycle.ObservationOf(st, f)
+	if err != nil {
+		a.log.Warn("a value on the Node is unreadable", "err", err)
 	}
 	return obs, a.changedAt
 }

@@ -86,6 +86,10 @@ type NodeGetter interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 }
 
+// DefaultAcceleratorResources are the resources that make a pod accelerator
+// work.
+var DefaultAcceleratorResources = []corev1.ResourceName{protocol.ResourceGPU, protocol.ResourceTPU}
+
 // LeaseAPI is the part of the Kubernetes API an observed node's agent
 // calls to keep its Lease; kube.Client implements it.
 type LeaseAPI interface {

@@ -98,24 +98,21 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	return hosts
 }
 
-// observeSlice fills what obs knows of node's multi-host slice (st is the
-// agent's state on it): the ask
-// the agent follows (its own reading of its slice's hosts, or the
-// aggregator's on the Node: FollowedAsk) and, for a voluntary maintenance
-// of the slice, which host calls Compute Engine and which hosts still
-// drain.
-func (a *Agent) observeSlice(node *corev1.Node, st lifecycle.State, obs *lifecycle.Observation) {
+// sliceView is what a step at now knows of node's multi-host slice (st is
+// the agent's state on it): the ask the agent follows (its own reading of
+// its slice's hosts, or the aggregator's on the Node: FollowedAsk) and,
+// for a voluntary maintenance of the slice, which host calls Compute
+// Engine and which hosts still drain.
+func (a *Agent) sliceView(node *corev1.Node, st lifecycle.State, now time.Time) lifecycle.SliceView {
 	written, set := protocol.ReadSliceAsk(node)
-	obs.SliceUnknown = a.grouping().Unknown(node)
-	if a.siblings == nil {
-		obs.SliceAsk, obs.SliceAskSet = written, set
-		return
+	unknown := a.grouping().Unknown(node)
+	switch {
+	case a.siblings == nil:
+		return lifecycle.SliceView{SliceAsk: written, SliceAskSet: set, SliceUnknown: unknown}
+	case !a.siblings.HasSynced():
+		return lifecycle.SliceView{SliceAsk: written, SliceAskSet: set, Slice: a.slice,
+			SliceUnknown: fmt.Sprintf("the Nodes of its multi-host slice %s are not listed yet", a.slice)}
 	}
-	if !a.siblings.HasSynced() {
-		obs.SliceAsk, obs.SliceAskSet, obs.Slice = written, set, a.slice
-		obs.SliceUnknown = fmt.Sprintf("the Nodes of its multi-host slice %s are not listed yet", a.slice)
-		return
-	}
-	obs.SliceView = lifecycle.SliceViewOf(lifecycle.SliceInput{Node: node.Name, State: st, Group: a.group, Hosts: a.sliceHosts(node),
-		WantHosts: protocol.SliceHosts(node), Written: written, WrittenSet: set, Unknown: obs.SliceUnknown, Now: obs.Now})
+	return lifecycle.SliceViewOf(lifecycle.SliceInput{Node: node.Name, State: st, Group: a.group, Hosts: a.sliceHosts(node),
+		WantHosts: protocol.SliceHosts(node), Written: written, WrittenSet: set, Unknown: unknown, Now: now})
 }

@@ -14,7 +14,9 @@
 // gke.go (GKE's own handler), back.go (back in service and counting),
 // notice.go (the notice and the node conditions), workload.go (what the
 // pods are told); step.go holds the frame and the order of the
-// sub-steps.
+// sub-steps. What a step reads is decoded in one place from what the
+// agent fetched (fetched.go: ObservationOf), pods.go says which pods keep
+// a node busy.
 //
 // Lifecycle of one node:
 //

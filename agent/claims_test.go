@@ -10,57 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
-
-func TestIdleness(t *testing.T) {
-	yes := true
-	gpu := func(name string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}}}
-	}
-	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{}}}}
-	ds := gpu("dcgm")
-	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "dcgm", Controller: &yes}}
-	mirror := gpu("static")
-	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
-	done := gpu("finished")
-	done.Status.Phase = corev1.PodSucceeded
-	tpuInit := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "warmup"}, Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"google.com/tpu": resource.MustParse("4")}}}}, Containers: []corev1.Container{{}}}}
-	pinned := plain.DeepCopy()
-	pinned.Annotations = map[string]string{protocol.PodAnnotationSafeToEvict: "false"}
-
-	tests := []struct {
-		name string
-		pods []*corev1.Pod
-		idle bool
-		busy string
-	}{
-		{"no pods", nil, true, ""},
-		{"a pod without accelerators", []*corev1.Pod{plain}, true, ""},
-		{"DaemonSet, mirror and finished pods with GPUs", []*corev1.Pod{ds, mirror, done}, true, ""},
-		{"a GPU pod", []*corev1.Pod{plain, gpu("trainer")}, false, protocol.BusyAccelerators},
-		{"a TPU init container", []*corev1.Pod{tpuInit}, false, protocol.BusyAccelerators},
-		{"safe-to-evict false wins", []*corev1.Pod{gpu("trainer"), pinned}, false, protocol.BusySafeToEvict},
-	}
-	for _, tc := range tests {
-		idle, busy := idleness(tc.pods, DefaultAcceleratorResources, noClaims)
-		if idle != tc.idle || busy != tc.busy {
-			t.Errorf("%s: idleness = %t %q, want %t %q", tc.name, idle, busy, tc.idle, tc.busy)
-		}
-	}
-	if idle, _ := idleness([]*corev1.Pod{tpuInit}, []corev1.ResourceName{protocol.ResourceGPU}, noClaims); !idle {
-		t.Error("a TPU pod made the node busy when only GPUs count")
-	}
-}
-
-func noClaims(*corev1.Pod) bool { return false }
 
 // claimsAPI serves ResourceClaims by "namespace/name", and counts reads.
 type claimsAPI struct {
@@ -146,7 +102,7 @@ func TestIdlenessThroughClaims(t *testing.T) {
 		{"a DaemonSet's and a finished pod's GPU claims", []*corev1.Pod{ds, done}, true},
 	} {
 		a.readClaims(context.Background(), tc.pods)
-		if idle, busy := idleness(tc.pods, DefaultAcceleratorResources, a.claimsAccelerator); idle != tc.idle || !idle && busy != protocol.BusyAccelerators {
+		if idle, busy := lifecycle.Idleness(tc.pods, DefaultAcceleratorResources, a.claimsAccelerator); idle != tc.idle || !idle && busy != protocol.BusyAccelerators {
 			t.Errorf("%s: idle %t (%q), want %t", tc.name, idle, busy, tc.idle)
 		}
 	}

@@ -1,4 +1,7 @@
-package agent
+package lifecycle
+
+// Whether the node's pods keep it busy: the rule an opportunistic
+// maintenance and the agent's idle-since follow.
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -6,16 +9,12 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// DefaultAcceleratorResources are the resources that make a pod accelerator
-// work.
-var DefaultAcceleratorResources = []corev1.ResourceName{protocol.ResourceGPU, protocol.ResourceTPU}
-
-// idleness tells whether a node with pods is idle: no pod on it, other than
+// Idleness tells whether a node with pods is idle: no pod on it, other than
 // DaemonSet and mirror pods and pods that have finished, requests one of
 // resources or holds an accelerator through its ResourceClaims (claimed),
 // and no pod on it is annotated safe-to-evict "false". When it is not,
 // busy says why (protocol.BusySafeToEvict before protocol.BusyAccelerators).
-func idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(*corev1.Pod) bool) (idle bool, busy string) {
+func Idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(*corev1.Pod) bool) (idle bool, busy string) {
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -23,7 +22,7 @@ func idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(
 		if p.Annotations[protocol.PodAnnotationSafeToEvict] == "false" {
 			return false, protocol.BusySafeToEvict
 		}
-		if isDaemonSetOrMirror(p) {
+		if IsDaemonSetOrMirror(p) {
 			continue
 		}
 		if busy == "" && (requestsAny(p, resources) || claimed(p)) {
@@ -33,7 +32,7 @@ func idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(
 	return busy == "", busy
 }
 
-func isDaemonSetOrMirror(p *corev1.Pod) bool {
+func IsDaemonSetOrMirror(p *corev1.Pod) bool {
 	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 		return true
 	}
