@@ -15,8 +15,8 @@
 // notice.go (the notice and the node conditions), workload.go (what the
 // pods are told); step.go holds the frame and the order of the
 // sub-steps. What a step reads is decoded in one place from what the
-// agent fetched (fetched.go: ObservationOf), pods.go says which pods keep
-// a node busy.
+// agent fetched (fetched.go: ObservationOf); pods.go says which pods keep
+// a node busy, and since when it is idle.
 //
 // Lifecycle of one node:
 //

@@ -4,6 +4,8 @@ package lifecycle
 // maintenance and the agent's idle-since follow.
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -57,4 +59,19 @@ func requestsAny(p *corev1.Pod, resources []corev1.ResourceName) bool {
 		}
 	}
 	return false
+}
+
+// idleness, for the aggregator: since when no workload runs, or what runs.
+func (d *Decision) idleness(obs Observation) {
+	if !obs.PodsKnown {
+		return
+	}
+	if obs.Idle {
+		if d.State.IdleSince.IsZero() {
+			d.State.IdleSince = obs.Now
+		}
+		d.State.Busy = ""
+		return
+	}
+	d.State.IdleSince, d.State.Busy = time.Time{}, obs.Busy
 }

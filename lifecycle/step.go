@@ -329,18 +329,3 @@ func (d *Decision) drainDone(cfg Config, obs Observation) bool {
 func voluntaryDrain(cfg Config, st State, obs Observation) bool {
 	return ruleOf(st.Reason).voluntary(obs) && !cfg.ManualDrainEscalate
 }
-
-// idleness, for the aggregator: since when no workload runs, or what runs.
-func (d *Decision) idleness(obs Observation) {
-	if !obs.PodsKnown {
-		return
-	}
-	if obs.Idle {
-		if d.State.IdleSince.IsZero() {
-			d.State.IdleSince = obs.Now
-		}
-		d.State.Busy = ""
-		return
-	}
-	d.State.IdleSince, d.State.Busy = time.Time{}, obs.Busy
-}
