@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -87,17 +88,18 @@ func (a *Agent) decideMode(ctx context.Context, node *corev1.Node) {
 	}
 	msg := "Observe-only: this node's maintenance is decided and said, and nothing is changed: no taint, cordon, label or annotation on the Node, no pod evicted or told, no Compute Engine call."
 	if !on {
-		msg = fmt.Sprintf("Observe-only ended: the agent acts on this node from now, from the Node as it is (the unmade writes of %s are dropped).", listOrNone(dropped))
+		msg = fmt.Sprintf("Observe-only ended: the agent acts on this node from now, from the Node as it is (the unmade writes of %s are dropped).", listOrNone(dropped, len(dropped)))
 	}
 	a.log.Info("observe-only", "on", on)
 	a.opts.Events.NodeEvent(false, protocol.EventObserveOnly, msg)
 }
 
-func listOrNone(keys []string) string {
-	if len(keys) == 0 {
+// listOrNone is names, at most n of them (lifecycle.Excerpt), or "none".
+func listOrNone(names []string, n int) string {
+	if len(names) == 0 {
 		return "none"
 	}
-	return strings.Join(keys, ", ")
+	return lifecycle.Excerpt(names, n)
 }
 
 // shown is n as the agent would have left it: a copy with the shadow's
@@ -133,7 +135,7 @@ type markedEvents struct {
 
 func (m markedEvents) NodeEvent(warning bool, reason, message string) {
 	if m.on.Load() && !strings.HasPrefix(message, "Observe-only") {
-		message = "Observe-only (nothing was changed): " + message
+		message = protocol.ObservedMark + message
 	}
 	m.Events.NodeEvent(warning, reason, message)
 }
@@ -152,20 +154,9 @@ func (a *Agent) planDrain(deadline time.Time, voluntary bool) drain.Result {
 		kind = "voluntary: no pod would be deleted"
 	}
 	a.opts.Events.NodeEvent(false, protocol.EventObserveOnly, fmt.Sprintf("Observe-only: the drain (%s) would ask %d pod(s) to stop by %s, in this order: %s; none was asked.",
-		kind, len(plan), deadline.UTC().Format(time.RFC3339), excerpt(names, 20)))
+		kind, len(plan), deadline.UTC().Format(time.RFC3339), listOrNone(names, 20)))
 	a.log.Info("observe-only: drain planned, not run", "pods", len(plan), "deadline", deadline)
 	return drain.Result{}
-}
-
-// excerpt is names, the first n and how many more.
-func excerpt(names []string, n int) string {
-	if len(names) == 0 {
-		return "none"
-	}
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // restoreShadow reads, once, the unmade writes an earlier agent of this

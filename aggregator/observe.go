@@ -162,7 +162,7 @@ func (a *Aggregator) markObserved(name, msg string) string {
 	if strings.HasPrefix(msg, "Observe-only") || !a.observedName(name) {
 		return msg
 	}
-	return "Observe-only (nothing was changed): " + msg
+	return protocol.ObservedMark + msg
 }
 
 // watchAgentShadows follows the observed nodes' Leases in the agents'

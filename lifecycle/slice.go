@@ -97,7 +97,7 @@ func (d *Decision) drained(cfg Config, obs Observation) {
 			d.State.Drain = protocol.DrainIncomplete
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
 				Message: fmt.Sprintf("The drain for the multi-host slice %s could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. The slice's maintenance is voluntary, so no pod was deleted; it is given up on every host.",
-					obs.SliceAsk.Slice, d.State.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5))})
+					obs.SliceAsk.Slice, d.State.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), Excerpt(obs.DrainLeft, 5))})
 		}
 		return
 	}
@@ -110,7 +110,7 @@ func (d *Decision) drained(cfg Config, obs Observation) {
 	if len(obs.DrainLeft) > 0 {
 		// Pods stuck terminating past the deadline: never "all stopped".
 		d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventEvictionIncomplete,
-			Message: fmt.Sprintf("The drain ended by its deadline with %d pod(s) still on the node: %s; %s", len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), waits)})
+			Message: fmt.Sprintf("The drain ended by its deadline with %d pod(s) still on the node: %s; %s", len(obs.DrainLeft), Excerpt(obs.DrainLeft, 5), waits)})
 		return
 	}
 	d.Events = append(d.Events, EventRecord{Reason: protocol.EventEvictionComplete, Message: "All pods were stopped; " + waits})
@@ -133,7 +133,7 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 	st := d.State
 	if len(obs.SliceIncomplete) > 0 {
 		d.giveUp(fmt.Sprintf("The drain of host(s) %s of the multi-host slice %s could not finish by the deadline %s (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating). A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host, no pod was deleted and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
-			excerpt(obs.SliceIncomplete, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+			Excerpt(obs.SliceIncomplete, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
 		return true
 	}
 	if !d.drainDone(cfg, obs) {
@@ -148,7 +148,7 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 			d.State.Drain = protocol.DrainIncomplete
 			d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventManualAbandoned,
 				Message: fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node: %s. No pod was deleted; the maintenance of the multi-host slice %s is given up on every host.",
-					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), excerpt(obs.DrainLeft, 5), obs.Slice)})
+					st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), Excerpt(obs.DrainLeft, 5), obs.Slice)})
 		}
 		return true
 	}
@@ -170,7 +170,7 @@ func (d *Decision) sliceWaits(cfg Config, obs Observation) bool {
 		}
 	default:
 		d.giveUp(fmt.Sprintf("Host(s) %s of the multi-host slice %s had not finished draining by the deadline %s. A slice stops whole or not at all, and this maintenance is voluntary: it is given up on every host and Compute Engine was not asked; the slice is back in service (taint, maintenance label and %s removed).",
-			excerpt(obs.SliceWaiting, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
+			Excerpt(obs.SliceWaiting, 5), obs.Slice, st.Deadline.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance))
 	}
 	return true
 }
@@ -203,8 +203,8 @@ func (d *Decision) sliceUnknownHolds(cfg Config, obs Observation) bool {
 	return true
 }
 
-// excerpt joins at most n names, saying how many more there are.
-func excerpt(names []string, n int) string {
+// Excerpt joins at most n names, saying how many more there are.
+func Excerpt(names []string, n int) string {
 	if len(names) <= n {
 		return strings.Join(names, ", ")
 	}

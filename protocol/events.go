@@ -59,6 +59,9 @@ const (
 	// have done and did not (the drain's plan, the Compute Engine call, a
 	// trigger), and the mode turning on or off.
 	EventObserveOnly = "ObserveOnly"
+	// ObservedMark begins every other Event message about an observed
+	// node (one that begins "Observe-only" already says it).
+	ObservedMark = "Observe-only (nothing was changed): "
 	// EventPermissionDenied: Compute Engine refused a call for lack of an
 	// IAM permission, named in the message (agent).
 	EventPermissionDenied = "ComputePermissionDenied"
