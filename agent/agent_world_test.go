@@ -14,7 +14,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -420,13 +419,7 @@ func TestCordonedNodeStaysCordoned(t *testing.T) {
 // and waits until the budget counts it.
 func guard(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(p.Namespace).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitPDB(t, p.Namespace, p.Name, 1)
+	world.Budget(t, p.Namespace, p.Name, p.Labels, intstr.FromInt32(1), "1 healthy pod", healthy(1))
 }
 
 // preemptUntilTerminating preempts v's VM and waits for its node to be

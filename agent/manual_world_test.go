@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -121,15 +120,7 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	peer := makePod(ns, "trainer-1", spare.Name, 3, 3*time.Second)
 	peer.Labels = labels
 	createPod(t, peer)
-	two := intstr.FromInt32(2)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitPDB(t, ns, "trainer", 2)
+	world.Budget(t, ns, "trainer", labels, intstr.FromInt32(2), "2 healthy pods", healthy(2))
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
 	n := world.WaitNode(t, v.name, "taint and ONGOING", func(n *corev1.Node) bool {
@@ -210,11 +201,9 @@ func TestManualTriggerEndToEnd(t *testing.T) {
 	}
 }
 
-func waitPDB(t *testing.T, ns, name string, healthy int32) {
-	t.Helper()
-	testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", ns, name, fmt.Sprintf("%d healthy pods", healthy), func(b *policyv1.PodDisruptionBudget) bool {
-		return b.Status.ObservedGeneration == b.Generation && b.Status.CurrentHealthy == healthy
-	})
+// healthy is a budget's status counting n healthy pods.
+func healthy(n int32) func(*policyv1.PodDisruptionBudget) bool {
+	return func(b *policyv1.PodDisruptionBudget) bool { return b.Status.CurrentHealthy == n }
 }
 
 // TestManualTriggerBadInput: every value or state the agent does not act on
@@ -640,13 +629,7 @@ func TestVoluntaryDrainHonoursPDBsToTheEnd(t *testing.T) {
 	p := makePod(ns, "guarded", v.name, 5, time.Second)
 	p.Labels = map[string]string{"app": "guarded"}
 	createPod(t, p)
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: p.Labels}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitPDB(t, ns, "guarded", 1)
+	world.Budget(t, ns, "guarded", p.Labels, intstr.FromInt32(1), "1 healthy pod", healthy(1))
 
 	setTrigger(t, v.name, protocol.TriggerValue, true)
 	world.WaitNode(t, v.name, "ONGOING", func(n *corev1.Node) bool { return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueOngoing })

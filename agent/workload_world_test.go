@@ -170,6 +170,7 @@ func TestToldTheTimeTheDrainAsks(t *testing.T) {
 	createPod(t, makePod("kube-system", "told-time-dns", v.name, 15, time.Second))
 	world.WaitRunning(t, v.name, 2)
 	startAgent(t, v, lifecycle.DefaultConfig)
+	asked := world.PodSeen(t, ns, "trainer", "asked to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	v.emu.SetPreempted(true)
 	told := waitNotice(t, ns, "trainer", "told the maintenance starts", func(text string, _ *corev1.PodCondition) bool {
 		n, err := protocol.ParseWorkloadNotice(text)
@@ -179,16 +180,16 @@ func TestToldTheTimeTheDrainAsks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asked := world.WaitPod(t, ns, "trainer", "asked to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
-	at := asked.DeletionTimestamp.Add(-time.Duration(*asked.DeletionGracePeriodSeconds) * time.Second)
+	stop := asked()
+	at := stop.DeletionTimestamp.Add(-time.Duration(*stop.DeletionGracePeriodSeconds) * time.Second)
 	// Deletion timestamps are to the second; an eviction is never sent
 	// before the time told.
 	if at.Before(n.EvictAt.Add(-time.Second)) {
 		t.Errorf("the trainer was told to expect its eviction at %s and was asked at %s", n.EvictAt, at)
 	}
-	deadline := at.Add(time.Duration(*asked.DeletionGracePeriodSeconds) * time.Second)
+	deadline := at.Add(time.Duration(*stop.DeletionGracePeriodSeconds) * time.Second)
 	t.Logf("trainer told %s, asked at %s with grace %ds (its grace ends at %s)", n.EvictAt.Format(time.RFC3339), at.Format(time.RFC3339),
-		*asked.DeletionGracePeriodSeconds, deadline.Format(time.RFC3339))
+		*stop.DeletionGracePeriodSeconds, deadline.Format(time.RFC3339))
 }
 
 // TestWorkloadsKeepTheNoticeWhileTheWindowIsOpen: when the notice turns

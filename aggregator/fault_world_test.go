@@ -134,35 +134,6 @@ func inService(n *corev1.Node) bool {
 	return st.Phase == protocol.PhaseIdle && !protocol.HasTaint(n) && !protocol.HasTaintKey(n, protocol.TaintFaulty) && !n.Spec.Unschedulable && !approved
 }
 
-// podSeen watches the pod ns/name from now on; the function it returns
-// waits until the pod was seen as cond wants, however soon it was gone
-// after (a deletion's last state is seen too).
-func podSeen(t *testing.T, ns, name, what string, cond func(*corev1.Pod) bool) func() {
-	t.Helper()
-	w, err := world.Client.CoreV1().Pods(ns).Watch(testworld.Ctx(t, testworld.WaitTimeout), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := make(chan struct{})
-	go func() {
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && cond(p) {
-				close(seen)
-				return
-			}
-		}
-	}()
-	t.Cleanup(w.Stop)
-	return func() {
-		t.Helper()
-		select {
-		case <-seen:
-		case <-time.After(testworld.WaitTimeout):
-			t.Fatalf("pod %s/%s was never %s", ns, name, what)
-		}
-	}
-}
-
 // TestFaultDrainedReportedOnceAndBack: real agents and a real aggregator.
 // Two nodes' GPUs turn unhealthy: both are tainted faulty at once; the
 // pool's cap lets one repair run, and the other waits, said. The first is
@@ -179,7 +150,7 @@ func TestFaultDrainedReportedOnceAndBack(t *testing.T) {
 	fp := newFaultyPool(t, ctx, "xid", 3)
 	first, second := "xid-0", "xid-1"
 	fp.vms[second].Emu.Deny(gceemu.PermissionReportHostAsFaulty, true)
-	told := podSeen(t, fp.p.ns, "train-"+first, "told to stop with its grace", func(p *corev1.Pod) bool { // from before its drain can begin
+	told := world.PodSeen(t, fp.p.ns, "train-"+first, "told to stop with its grace", func(p *corev1.Pod) bool { // from before its drain can begin
 		return p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds == 3
 	})
 	setCondition(t, first, corev1.ConditionTrue)
@@ -495,7 +466,7 @@ func TestFaultRepairThroughGKE(t *testing.T) {
 		s.Labels = map[string]string{corev1.LabelInstanceTypeStable: "a3-ultragpu-8g"}
 	})
 	node := "a3u-0"
-	told := podSeen(t, fp.p.ns, "train-"+node, "told to stop by the agent's drain", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	told := world.PodSeen(t, fp.p.ns, "train-"+node, "told to stop by the agent's drain", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	setCondition(t, node, corev1.ConditionTrue)
 	told()
 	n := world.WaitNode(t, node, "reported by GKE: terminating", func(n *corev1.Node) bool {
@@ -564,9 +535,10 @@ func BenchmarkFaultToRepair(b *testing.B) {
 	fp := newFaultyPoolOf(b, ctx, "fbench", 1, 0, func(*testworld.NodeSpec) {})
 	node := "fbench-0"
 	b.ResetTimer()
+	told := world.PodSeen(b, fp.p.ns, "train-"+node, "told to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	start := time.Now()
 	setCondition(b, node, corev1.ConditionTrue)
-	world.WaitPod(b, fp.p.ns, "train-"+node, "told to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	told()
 	evicted := time.Since(start)
 	world.WaitNode(b, node, "reported", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating

@@ -554,20 +554,11 @@ func setLabel(t *testing.T, ctx context.Context, node, key, value string) {
 // so; it returns the budget's name.
 func holdOne(t *testing.T, ctx context.Context, ns string, selector map[string]string) string {
 	t.Helper()
-	one := intstr.FromInt32(1) // one pod: a percentage needs the pods' controller
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "hold", Namespace: ns},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: selector}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, pdb.Name, metav1.GetOptions{})
-		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.ExpectedPods > 0 && got.Status.DisruptionsAllowed == 0, nil
+	// One pod: a percentage needs the pods' controller.
+	world.Budget(t, ns, "hold", selector, intstr.FromInt32(1), "holding its pod", func(b *policyv1.PodDisruptionBudget) bool {
+		return b.Status.ExpectedPods > 0 && b.Status.DisruptionsAllowed == 0
 	})
-	if err != nil {
-		t.Fatalf("the budget never held: %v", err)
-	}
-	return pdb.Name
+	return "hold"
 }
 
 // TestSliceFailoverMidDrain: one host of a 4-host slice is preempted with

@@ -284,6 +284,24 @@ const maxTestFileLines = 800
 
 // TestTestFileCeiling: no test file over maxTestFileLines lines.
 func TestTestFileCeiling(t *testing.T) {
+	files := walkTestFiles(t, func(rel, path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > maxTestFileLines {
+			t.Errorf("%s has %d lines, more than %d: split it by the files it tests", rel, n, maxTestFileLines)
+		}
+	})
+	if files == 0 {
+		t.Fatal("walked no test files")
+	}
+}
+
+// walkTestFiles calls visit with each test file of the repository, its
+// path from the root and from here, and says how many it visited.
+func walkTestFiles(t *testing.T, visit func(rel, path string)) int {
+	t.Helper()
 	files := 0
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -293,20 +311,63 @@ func TestTestFileCeiling(t *testing.T) {
 		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && rel != "." {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		files++
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if n := strings.Count(string(b), "\n"); n > maxTestFileLines {
-			t.Errorf("%s has %d lines, more than %d: split it by the files it tests", rel, n, maxTestFileLines)
+		if !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+			files++
+			visit(rel, path)
 		}
 		return nil
 	})
-	if err != nil || files == 0 {
-		t.Fatalf("walked %d test files: %v", files, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// crossCutting are the names a pure test file may have without a product
+// file of the same name beside it: each is about the package as a whole.
+var crossCutting = map[string]string{
+	"export_test.go":      "the package's internals exported to its external tests",
+	"fuzz_test.go":        "the fuzz targets over the package's parsers",
+	"bench_test.go":       "the package's benchmarks",
+	"model_test.go":       "the model test over random histories",
+	"flags_test.go":       "a binary's flags against the flag reference",
+	"contract_test.go":    "every call against Google's API description",
+	"conventions_test.go": "kubectl's plugin conventions",
+}
+
+// TestTestsMirrorTheirFiles: in a package of product code, a pure test
+// file (not of the world tier) is named after the file it tests
+// (plan_test.go tests plan.go; mirror_fuzz_test.go fuzzes mirror.go), after
+// its package, or is one of crossCutting. A package with no product code
+// of its own (docs, manifests, monitoring) tests files that are not Go,
+// and is left out.
+func TestTestsMirrorTheirFiles(t *testing.T) {
+	checked := 0
+	walkTestFiles(t, func(rel, path string) {
+		name, dir := filepath.Base(path), filepath.Dir(path)
+		if strings.HasSuffix(name, "_world_test.go") {
+			return
+		}
+		product, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		product = slices.DeleteFunc(product, func(f string) bool {
+			return strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "doc.go"
+		})
+		if len(product) == 0 {
+			return
+		}
+		checked++
+		tested := strings.TrimSuffix(strings.TrimSuffix(name, "_test.go"), "_fuzz")
+		if _, ok := crossCutting[name]; ok || tested == filepath.Base(dir) {
+			return
+		}
+		if _, err := os.Stat(filepath.Join(dir, tested+".go")); err != nil {
+			t.Errorf("%s tests no file of its own name: name it after the file it tests, or move its tests beside that file's", rel)
+		}
+	})
+	if checked < 50 {
+		t.Fatalf("checked %d test files: the walk is broken", checked)
 	}
 }

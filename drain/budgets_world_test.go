@@ -118,18 +118,10 @@ func budgetChain(tb testing.TB, prefix string) chain {
 	if _, err := world.Client.AppsV1().Deployments(ns).Create(testworld.Ctx(tb, 10*time.Second), dep, metav1.CreateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
-	two := intstr.FromInt32(2)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chain"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(tb, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	world.WaitRunning(tb, old, 3)
-	healthy := waitBudget(tb, ns, "chain", "three healthy, one disruption allowed", func(b *policyv1.PodDisruptionBudget) bool {
+	healthy := world.Budget(tb, ns, "chain", labels, intstr.FromInt32(2), "three healthy, one disruption allowed", func(b *policyv1.PodDisruptionBudget) bool {
 		return b.Status.CurrentHealthy == 3 && b.Status.DisruptionsAllowed == 1
 	})
+	world.WaitRunning(tb, old, 3)
 	// The replacements start on a node of their own; the old one takes no
 	// new pod, as the drained node's taint keeps them off it.
 	world.NodeT(tb, testworld.NodeSpec{Name: prefix + "-new", Labels: pool})
@@ -166,24 +158,6 @@ func budgetChain(tb testing.TB, prefix string) chain {
 		}
 	}
 	return c
-}
-
-// waitBudget waits until the budget ns/name's status, computed for its
-// spec, holds cond.
-func waitBudget(t testing.TB, ns, name, what string, cond func(*policyv1.PodDisruptionBudget) bool) *policyv1.PodDisruptionBudget {
-	t.Helper()
-	w, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Watch(testworld.Ctx(t, time.Minute), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		if b, ok := ev.Object.(*policyv1.PodDisruptionBudget); ok && b.Name == name && b.Status.ObservedGeneration == b.Generation && cond(b) {
-			return b
-		}
-	}
-	t.Fatalf("the budget %s/%s never had %s", ns, name, what)
-	return nil
 }
 
 // followBudget watches the budget ns/name from version rv on; the

@@ -306,22 +306,7 @@ func drainPDBBlocked(t *testing.T, node string, grace, within time.Duration) (ti
 	ns := world.Namespace(t)
 	labels := map[string]string{"app": "singleton"}
 	create(t, podSpec(ns, "singleton", node, int64(grace.Seconds()), grace, labels))
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "singleton"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	world.WaitRunning(t, node, 1)
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "singleton", metav1.GetOptions{})
-		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, nil
-	})
-	if err != nil {
-		t.Fatalf("PDB status never computed: %v", err)
-	}
+	world.Budget(t, ns, "singleton", labels, intstr.FromInt32(1), "1 healthy pod", func(b *policyv1.PodDisruptionBudget) bool { return b.Status.CurrentHealthy == 1 })
 	steps := observe(t, node)
 	rec := &recorder{}
 	d := drain.New(drain.Options{Client: apiClient(t), Pods: startPods(t, node), RetryInterval: 500 * time.Millisecond, Recorder: rec, Events: rec})

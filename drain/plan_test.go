@@ -175,3 +175,154 @@ func TestPlanEndsEveryGraceBeforeTheStop(t *testing.T) {
 		}
 	}
 }
+
+func TestCappedGrace(t *testing.T) {
+	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		grace, left, want time.Duration
+	}{
+		{60 * time.Second, 30 * time.Second, 30 * time.Second},
+		{20 * time.Second, 30 * time.Second, 20 * time.Second},
+		{20 * time.Second, 4200 * time.Millisecond, 4 * time.Second}, // rounded down: never past the deadline
+		{0, 30 * time.Second, GraceFloor},                            // never a force delete
+		{30 * time.Second, -5 * time.Second, GraceFloor},             // past the deadline
+		{30 * time.Second, 0, GraceFloor},
+	} {
+		if got := CappedGrace(tc.grace, now, now.Add(tc.left)); got != tc.want {
+			t.Errorf("CappedGrace(%s, %s left) = %s, want %s", tc.grace, tc.left, got, tc.want)
+		}
+	}
+}
+
+// measuredTail is the longest SIGTERM was seen to take to reach a real
+// container after its eviction (a real kubelet on a loaded two-core
+// machine): the part of a pod's grace the drain cannot see.
+const measuredTail = 1980 * time.Millisecond
+
+// TestNoGraceEndsAfterTheStopAtTheMeasuredTail: with the default timing,
+// a pod of any group asked to stop at any moment before its group's
+// deadline ends its grace before the VM stops, though SIGTERM reaches it
+// measuredTail after the call. A grace rounded up to whole seconds, with a
+// 2 s margin, ended up to 0.98 s past the stop.
+func TestNoGraceEndsAfterTheStopAtTheMeasuredTail(t *testing.T) {
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	stop := start.Add(30 * time.Second) // a preemption
+	pods := []*corev1.Pod{pod("ml", "trainer", 60, ""), pod("kube-system", "dns", 30, ""), pod("ml", "agent-x", 5, "DaemonSet")}
+	for i, gd := range GroupDeadlines(pods, DefaultTiming, start, stop) {
+		for at := start; gd.Sub(at) >= GraceFloor; at = at.Add(37 * time.Millisecond) {
+			for grace := time.Second; grace <= 30*time.Second; grace += time.Second {
+				if end := at.Add(measuredTail + CappedGrace(grace, at, gd)); end.After(stop) {
+					t.Fatalf("%s group: asked at %s with a %s grace: SIGTERM %s later, ends %s after the stop",
+						Groups[i], at.Sub(start), grace, measuredTail, end.Sub(stop))
+				}
+			}
+		}
+	}
+}
+
+// A pod with a checkpoint lead is asked to stop on a whole second, the
+// second it is told (the notice gives whole seconds), and still has its
+// whole grace before the deadline.
+func TestEvictAtIsAWholeSecondThatLeavesTheGrace(t *testing.T) {
+	start := time.Date(2026, 11, 1, 0, 0, 0, 300*int(time.Millisecond), time.UTC)
+	withLead := func(lead string, grace int64) *corev1.Pod {
+		p := pod("ml", "trainer", grace, "")
+		if lead != "" {
+			p.Annotations = map[string]string{protocol.PodAnnotationCheckpointLead: lead}
+		}
+		return p
+	}
+	sec := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		deadline time.Time
+		want     time.Time
+	}{
+		{"no lead: at once", withLead("", 10), sec(30), start},
+		{"lead ends within the time: rounded up", withLead("5s", 10), sec(3600), sec(5.7)},          // 00:00:06
+		{"lead past the latest: the latest, rounded down", withLead("5m", 4), sec(26.5), sec(21.7)}, // 22.5 s after start is 00:00:22.8
+		{"no time for the grace: at once", withLead("5m", 40), sec(26.5), start},
+	} {
+		got := EvictAt(tc.pod, start, tc.deadline)
+		if !got.Equal(tc.want) {
+			t.Errorf("%s: EvictAt = %s, want %s", tc.name, got.Format(time.StampMilli), tc.want.Format(time.StampMilli))
+		}
+		if got.After(start) && (got.Nanosecond() != 0 || got.Add(PodGrace(tc.pod)).After(tc.deadline)) {
+			t.Errorf("%s: EvictAt = %s: not a whole second, or the grace ends after the deadline %s", tc.name, got.Format(time.StampMilli), tc.deadline.Format(time.StampMilli))
+		}
+	}
+}
+
+func TestGroupDeadlines(t *testing.T) {
+	began := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	workload := pod("ml", "trainer", 60, "")
+	system := pod("kube-system", "dns", 30, "")
+	daemon := pod("kube-system", "agent-x", 30, "DaemonSet")
+	quick := pod("kube-system", "proxy", 5, "")
+	for _, tc := range []struct {
+		name    string
+		pods    []*corev1.Pod
+		reserve time.Duration
+		margin  time.Duration
+		budget  time.Duration
+		want    []time.Duration // from began
+	}{
+		{"preemption: 15 s kept, split by need", []*corev1.Pod{workload, system, daemon}, DefaultReserve, 0, 30 * time.Second,
+			[]time.Duration{15 * time.Second, 22 * time.Second, 30 * time.Second}},
+		{"preemption with the default margin: every group ends by the deadline minus it, the reserve half of what is left", []*corev1.Pod{workload, system, daemon}, DefaultReserve, DefaultMargin, 30 * time.Second,
+			[]time.Duration{13500 * time.Millisecond, 20 * time.Second, 27 * time.Second}},
+		{"a margin of its own", []*corev1.Pod{workload}, DefaultReserve, 5 * time.Second, time.Hour,
+			[]time.Duration{time.Hour - 5*time.Second, time.Hour - 5*time.Second, time.Hour - 5*time.Second}},
+		{"host maintenance: the reserve is what the later groups need", []*corev1.Pod{workload, quick}, DefaultReserve, 0, time.Hour,
+			[]time.Duration{time.Hour - 5*time.Second, time.Hour, time.Hour}},
+		{"no system or DaemonSet pods: no reserve", []*corev1.Pod{workload}, DefaultReserve, 0, 30 * time.Second,
+			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
+		{"never more than half the time left", []*corev1.Pod{workload, system}, time.Minute, 0, 20 * time.Second,
+			[]time.Duration{10 * time.Second, 20 * time.Second, 20 * time.Second}},
+		{"a zero reserve keeps none", []*corev1.Pod{workload, system}, 0, 0, 30 * time.Second,
+			[]time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := GroupDeadlines(tc.pods, Timing{Reserve: tc.reserve, Margin: tc.margin}, began, began.Add(tc.budget))
+			for i, g := range got {
+				if g.Sub(began) != tc.want[i] {
+					t.Errorf("%s group ends %s after the start, want %s", Groups[i], g.Sub(began), tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestNeed: a drain needs the longest checkpoint lead and grace of a
+// workload pod, the reserve for the system and DaemonSet pods after it,
+// and the margin; the agent itself, mirror pods and finished pods need
+// nothing.
+func TestNeed(t *testing.T) {
+	pod := func(ns, name string, grace int64, lead string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}}, Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace}}
+		if lead != "" {
+			p.Annotations[protocol.PodAnnotationCheckpointLead] = lead
+		}
+		return p
+	}
+	self := types.NamespacedName{Namespace: "mh", Name: "agent-x"}
+	done := pod("team", "done", 3600, "")
+	done.Status.Phase = corev1.PodSucceeded
+	timing := Timing{Reserve: 15 * time.Second, Margin: 3 * time.Second}
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want time.Duration
+	}{
+		{"none", nil, 3 * time.Second},
+		{"30 s graces", []*corev1.Pod{pod("team", "a", 30, ""), pod("team", "b", 10, "")}, 33 * time.Second},
+		{"a checkpoint lead", []*corev1.Pod{pod("team", "a", 30, "120s"), pod("team", "b", 60, "")}, 153 * time.Second},
+		{"a system pod after the workload", []*corev1.Pod{pod("team", "a", 30, ""), pod("kube-system", "dns", 10, "")}, 43 * time.Second},
+		{"the agent, and a finished pod, need nothing", []*corev1.Pod{pod("team", "a", 30, ""), pod("mh", "agent-x", 3600, ""), done}, 33 * time.Second},
+	} {
+		if got := Need(tc.pods, self, timing); got != tc.want {
+			t.Errorf("%s: %s; want %s", tc.name, got, tc.want)
+		}
+	}
+}

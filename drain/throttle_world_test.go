@@ -122,22 +122,7 @@ func TestDrainWaitsOutTheAPIServersThrottling(t *testing.T) {
 // labels select, and waits until its status says so.
 func guard(t *testing.T, ns string, labels map[string]string) {
 	t.Helper()
-	all := intstr.FromString("100%")
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &all, Selector: &metav1.LabelSelector{MatchLabels: labels}},
-	}
-	ctx := testworld.Ctx(t, time.Minute)
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "guard", metav1.GetOptions{})
-		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, nil
-	})
-	if err != nil {
-		t.Fatalf("the budget's status was never computed: %v", err)
-	}
+	world.Budget(t, ns, "guard", labels, intstr.FromString("100%"), "1 healthy pod", func(b *policyv1.PodDisruptionBudget) bool { return b.Status.CurrentHealthy == 1 })
 }
 
 // throttled is a user the API server throttles until release.

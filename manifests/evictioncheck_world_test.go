@@ -230,13 +230,7 @@ func agentDrainsWhileTheCheckIsDown(t *testing.T) {
 		})
 		world.WaitPod(t, w.ns, w.name, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	}
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: wns, Name: "guarded"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(wns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", wns, "guarded", "counting the pod",
+	world.Budget(t, wns, "guarded", map[string]string{"app": "guarded"}, intstr.FromInt32(1), "counting the pod",
 		func(p *policyv1.PodDisruptionBudget) bool { return p.Status.CurrentHealthy == 1 })
 	deletions := watchDeletions(t, wns, "kube-system")
 

@@ -219,7 +219,7 @@ func agentWithTag(t testing.TB, node, tag string) {
 	t.Helper()
 	world.WaitPods(t, helmRelease+"-agent", "app.kubernetes.io/component=agent", "the agent "+tag+" Ready on "+node, func(pods []*corev1.Pod) bool {
 		for _, p := range pods {
-			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && podReady(p) {
+			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && testworld.PodReady(p) {
 				return true
 			}
 		}

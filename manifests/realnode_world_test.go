@@ -130,7 +130,7 @@ func agentPodOn(t testing.TB, node string) *corev1.Pod {
 			if running.IsZero() && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
 				running = time.Now()
 			}
-			if podReady(p) {
+			if testworld.PodReady(p) {
 				found = p
 				return true
 			}
@@ -148,15 +148,6 @@ func agentPodOn(t testing.TB, node string) *corev1.Pod {
 // readyAfter holds, by node, how long after its container was seen
 // running the agent's pod was seen Ready (agentPodOn).
 var readyAfter sync.Map
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 // shippedOnRealNodes applies the base with the test overlay, its agents
 // pointed at an emulated metadata server, and builds the image that real
@@ -234,7 +225,7 @@ func realAgentAndAggregator(t *testing.T, emu *gceemu.Server, layout string) {
 	world.WaitPods(t, "maintenance-handler", "app.kubernetes.io/component=aggregator", "both aggregator replicas running on "+n.Name, func(pods []*corev1.Pod) bool {
 		leaders = leaders[:0]
 		for _, p := range pods {
-			if p.Spec.NodeName == n.Name && p.Status.Phase == corev1.PodRunning && podReady(p) {
+			if p.Spec.NodeName == n.Name && p.Status.Phase == corev1.PodRunning && testworld.PodReady(p) {
 				leaders = append(leaders, p.Name)
 			}
 		}
@@ -482,7 +473,7 @@ func realHostMaintenancePDB(t *testing.T, emu *gceemu.Server, layout string) {
 	world.WaitPods(t, ns, "app=guarded", "two replicas ready", func(pods []*corev1.Pod) bool {
 		original = original[:0]
 		for _, p := range pods {
-			if podReady(p) {
+			if testworld.PodReady(p) {
 				original = append(original, p)
 			}
 		}
@@ -544,7 +535,7 @@ func realAgentKilledMidDrain(t *testing.T, emu *gceemu.Server, layout string) {
 		t.Fatal(err)
 	}
 	world.WaitPod(t, agent.Namespace, agent.Name, "restarted by the kubelet and Ready", func(p *corev1.Pod) bool {
-		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 && podReady(p)
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 && testworld.PodReady(p)
 	})
 	world.WaitNode(t, n.Name, "terminating: drained", func(node *corev1.Node) bool {
 		return node.Labels[protocol.LabelActiveMaintenance] == protocol.ValueTerminating
@@ -652,17 +643,10 @@ func realJobDisruption(t *testing.T, emu *gceemu.Server, layout string) {
 		if _, err := world.Client.BatchV1().Jobs(ns).Create(testworld.Ctx(t, 10*time.Second), job, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		one := intstr.FromInt32(1)
-		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}}}
-		if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		world.WaitPods(t, ns, "job="+name, "the job's pod running", func(pods []*corev1.Pod) bool { return len(pods) == 1 && podReady(pods[0]) })
-		testworld.WaitFor(t, world.Client.PolicyV1().RESTClient(), "poddisruptionbudgets", ns, name, "holding its pod",
-			func(p *policyv1.PodDisruptionBudget) bool {
-				return p.Status.ExpectedPods == 1 && p.Status.DisruptionsAllowed == 0
-			})
+		world.WaitPods(t, ns, "job="+name, "the job's pod running", func(pods []*corev1.Pod) bool { return len(pods) == 1 && testworld.PodReady(pods[0]) })
+		world.Budget(t, ns, name, labels, intstr.FromInt32(1), "holding its pod", func(p *policyv1.PodDisruptionBudget) bool {
+			return p.Status.ExpectedPods == 1 && p.Status.DisruptionsAllowed == 0
+		})
 	}
 	first := map[string]string{}
 	for _, name := range []string{"ignores", "counts"} {

@@ -45,6 +45,10 @@ func TestKnownEnd(t *testing.T) {
 	for pod := range graces {
 		world.WaitPod(t, ns, pod, "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	}
+	asked := map[string]func() *corev1.Pod{}
+	for pod := range graces {
+		asked[pod] = world.PodSeen(t, ns, pod, "asked to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	}
 	proc := runAgent(t, name, emu, "--compute-endpoint", emu.ComputeEndpoint(), "--known-end-lead", lead.String())
 	poll(t, "healthy", 30*time.Second, func() bool { code, _ := proc.get("/healthz"); return code == 200 })
 
@@ -76,7 +80,7 @@ func TestKnownEnd(t *testing.T) {
 	}
 	world.WaitEvent(t, name, protocol.EventKnownEndDrain, end.UTC().Format(time.RFC3339))
 	for pod := range graces {
-		p := world.WaitPod(t, ns, pod, "asked to stop", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+		p := asked[pod]()
 		// The deletion timestamp is when the grace ends.
 		if p.DeletionTimestamp.After(end) {
 			t.Errorf("%s's grace ends at %s, after the VM's end at %s", pod, p.DeletionTimestamp.UTC(), end)

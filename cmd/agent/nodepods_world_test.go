@@ -77,19 +77,10 @@ func (f nodePods) waitReady(n int) {
 		pods, err := world.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + f.node})
 		running := 0
 		for _, p := range pods.Items {
-			if err == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+			if err == nil && p.Status.Phase == corev1.PodRunning && testworld.PodReady(&p) {
 				running++
 			}
 		}
 		return running == n
 	})
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

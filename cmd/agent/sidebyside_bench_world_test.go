@@ -235,7 +235,7 @@ func newSBSWatch(b *testing.B, ns, node string, want int) *sbsWatch {
 	}
 	healthy := map[string]bool{}
 	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && podReady(&p) {
+		if p.DeletionTimestamp == nil && testworld.PodReady(&p) {
 			healthy[p.Name] = true
 		}
 	}
@@ -274,7 +274,7 @@ func (w *sbsWatch) wait(b *testing.B, tool string) sbsRun {
 					continue
 				}
 				mu.Lock()
-				if ev.Type != watch.Deleted && p.DeletionTimestamp == nil && podReady(p) {
+				if ev.Type != watch.Deleted && p.DeletionTimestamp == nil && testworld.PodReady(p) {
 					if !healthy[p.Name] && !readySeen[p.Name] {
 						readySeen[p.Name] = true // a replacement, Ready
 						r.ready = append(r.ready, since())

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -38,12 +37,7 @@ func TestSpotPreemptionNotice(t *testing.T) {
 	if _, err := world.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "trainer"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: pod.Labels}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	world.Budget(t, ns, "trainer", pod.Labels, intstr.FromInt32(1), "computed", nil)
 	world.WaitPod(t, ns, "trainer", "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	procs := map[string]*agentProc{}
 	for name, emu := range emus {
@@ -78,10 +72,11 @@ func TestSpotPreemptionNotice(t *testing.T) {
 	if p, err := world.Client.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the trainer before its budget released it: %v, deleting %v; want it kept", err, p.DeletionTimestamp)
 	}
+	evicted := world.PodSeen(t, ns, "trainer", "evicted", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	if err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, "trainer", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := world.WaitPod(t, ns, "trainer", "evicted", func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	p := evicted()
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Reason != "EvictionByEvictionAPI" {
 			t.Errorf("the trainer's DisruptionTarget says %s; want it evicted (EvictionByEvictionAPI), not deleted", c.Reason)

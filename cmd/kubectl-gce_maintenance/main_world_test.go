@@ -14,7 +14,6 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -325,12 +324,7 @@ func TestTriggerChecksFirst(t *testing.T) {
 	if _, err := world.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	world.Budget(t, ns, "server", map[string]string{"app": "server"}, intstr.FromInt32(1), "computed", nil)
 	world.WaitNode(t, "tr-ok", "the agent mirrors the notice", func(n *corev1.Node) bool {
 		return n.Labels[protocol.LabelScheduledMaintenanceTime] != ""
 	})

@@ -53,16 +53,7 @@ func pod(name string, nodeName string, labels map[string]string) *corev1.Pod {
 // waitReady waits until the pod is Running and Ready.
 func waitReady(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
-	return world.WaitPod(t, ns, name, "Running and Ready", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && podReady(p) })
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return world.WaitPod(t, ns, name, "Running and Ready", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && testworld.PodReady(p) })
 }
 
 func TestAnnotatedKwokNodeBecomesReady(t *testing.T) {
@@ -151,8 +142,8 @@ func TestDeploymentPodsScheduledAndRunning(t *testing.T) {
 		t.Fatalf("%d pods, want %d", len(pods.Items), replicas)
 	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName != n.Name || p.Status.Phase != corev1.PodRunning || !podReady(&p) {
-			t.Errorf("pod %s: node %q phase %s ready %v; want Running and Ready on %s", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), n.Name)
+		if p.Spec.NodeName != n.Name || p.Status.Phase != corev1.PodRunning || !testworld.PodReady(&p) {
+			t.Errorf("pod %s: node %q phase %s ready %v; want Running and Ready on %s", p.Name, p.Spec.NodeName, p.Status.Phase, testworld.PodReady(&p), n.Name)
 		}
 	}
 }
@@ -172,26 +163,7 @@ func TestPDBStatusAndEviction(t *testing.T) {
 		}
 		waitReady(t, ns, name)
 	}
-	minAvailable := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "serving"},
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: &minAvailable,
-			Selector:     &metav1.LabelSelector{MatchLabels: labels},
-		},
-	}
-	if _, err := world.Client.PolicyV1().PodDisruptionBudgets(ns).Create(testworld.Ctx(t, 10*time.Second), pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var got *policyv1.PodDisruptionBudget
-	err := wait.PollUntilContextTimeout(testworld.Ctx(t, 60*time.Second), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		got, err = world.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "serving", metav1.GetOptions{})
-		return err == nil && got.Status.ObservedGeneration == got.Generation && got.Status.ExpectedPods == 2, nil
-	})
-	if err != nil {
-		t.Fatalf("disruption controller never filled in the PDB status: %v", err)
-	}
+	got := world.Budget(t, ns, "serving", labels, intstr.FromInt32(1), "both pods expected", func(b *policyv1.PodDisruptionBudget) bool { return b.Status.ExpectedPods == 2 })
 	if got.Status.CurrentHealthy != 2 || got.Status.DesiredHealthy != 1 || got.Status.DisruptionsAllowed != 1 {
 		t.Errorf("PDB status = %+v, want 2 healthy, 1 desired, 1 disruption allowed", got.Status)
 	}
@@ -200,7 +172,7 @@ func TestPDBStatusAndEviction(t *testing.T) {
 	if err := evict(testworld.Ctx(t, 10*time.Second), world.Client, ns, "serving-a"); err != nil {
 		t.Fatalf("first eviction: %v, want it allowed", err)
 	}
-	err = evict(testworld.Ctx(t, 10*time.Second), world.Client, ns, "serving-b")
+	err := evict(testworld.Ctx(t, 10*time.Second), world.Client, ns, "serving-b")
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || status.Status().Code != 429 {
 		t.Fatalf("second eviction: %v, want 429 Too Many Requests", err)

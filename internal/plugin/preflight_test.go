@@ -1,29 +1,171 @@
 package plugin
 
 import (
+	"context"
+	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+// TestPreviewIsTheDrainsPlan: `kubectl gce-maintenance trigger`'s preview and
+// the drain share one plan. The same pods (the agent's own, a checkpoint
+// lead, ties of grace, system, DaemonSet, mirror and finished pods) go to
+// DrainPlan and to a real drain.Drainer whose evictions are all accepted
+// at once: the drain asks the pods the preview lists, with the graces it
+// shows, batch after batch in its order (the calls of one batch run
+// concurrently, so a batch is compared as a set), and nothing else.
+func TestPreviewIsTheDrainsPlan(t *testing.T) {
+	start := time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC)
+	mk := func(ns, name string, grace int64, owner string, ann map[string]string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name), Annotations: ann},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		if owner != "" {
+			yes := true
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: owner, Name: "x", Controller: &yes}}
+		}
+		return p
+	}
+	agentPod := mk("maintenance-handler", "agent-x1", 30, "DaemonSet", nil)
+	agentPod.Labels = agentPodLabels
+	finished := mk("ml", "done", 30, "", nil)
+	finished.Status.Phase = corev1.PodSucceeded
+	pods := []*corev1.Pod{
+		agentPod, finished,
+		mk("ml", "trainer", 60, "", map[string]string{protocol.PodAnnotationCheckpointLead: "5m"}),
+		mk("ml", "server", 5, "", nil),
+		mk("ml", "batch", 30, "", nil),
+		mk("ml", "a", 30, "", nil),
+		mk("kube-system", "dns", 30, "", nil),
+		mk("kube-system", "proxy", 5, "", nil),
+		mk("kube-system", "static", 30, "", map[string]string{corev1.MirrorPodAnnotationKey: "x"}),
+		mk("kube-system", "dcgm", 2, "DaemonSet", nil),
+	}
 
-func TestIn(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		76 * time.Hour: "in 3d4h", 90 * time.Minute: "in 1h30m", 65 * time.Second: "in 1m5s", 5 * time.Second: "in 5s", -2 * time.Minute: "2m0s ago",
-	} {
-		if got := In(now.Add(d), now); got != want {
-			t.Errorf("In(%s) = %q, want %q", d, got, want)
+	preview := DrainPlan(pods, nil, start)
+	// The preview's batches: consecutive pods asked at the same moment.
+	var batches [][]string
+	var leads []time.Duration
+	for i, p := range preview {
+		if i == 0 || p.Group != preview[i-1].Group || p.Lead != preview[i-1].Lead {
+			batches = append(batches, nil)
+			leads = append(leads, p.Lead)
+		}
+		batches[len(batches)-1] = append(batches[len(batches)-1], fmt.Sprintf("%s %s", p.Pod, p.Grace))
+	}
+	want := [][]string{
+		{"ml/a 30s", "ml/batch 30s", "ml/server 5s"},
+		{"ml/trainer 1m0s"},
+		{"kube-system/dns 30s", "kube-system/proxy 5s"},
+		{"kube-system/dcgm 2s"},
+	}
+	if diff := cmp.Diff(want, batches); diff != "" {
+		t.Fatalf("preview batches (-want +got):\n%s", diff)
+	}
+
+	// The real drain, as the agent runs it: its own pod skipped.
+	clk := testingclock.NewFakeClock(start)
+	src := newVanishingPods(pods)
+	d := drain.New(drain.Options{Client: src, Pods: src, Clock: clk, Skip: types.NamespacedName{Namespace: agentPod.Namespace, Name: agentPod.Name}})
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Drain(context.Background(), start.Add(lifecycle.DefaultManualDrainTimeout), drain.Disruption{})
+		done <- err
+	}()
+	var got [][]string
+	for i, b := range want {
+		if lead := leads[i]; lead > 0 {
+			// The calls before it are in: the drain waits for this
+			// batch's lead on the clock (a wait for a time that has come
+			// by then does not wait: drain's wait).
+			clk.SetTime(start.Add(lead))
+		}
+		var batch []string
+		for range b {
+			batch = append(batch, <-src.calls)
+		}
+		sort.Strings(batch)
+		got = append(got, batch)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	close(src.calls)
+	for extra := range src.calls {
+		t.Errorf("the drain also asked %s, which the preview does not list", extra)
+	}
+	if diff := cmp.Diff(batches, got); diff != "" {
+		t.Errorf("the drain's calls differ from the preview (-preview +drain):\n%s", diff)
+	}
+}
+
+// vanishingPods is a node's pods for a drain (drain.PodSource) and the
+// API it calls (drain.API): every eviction is accepted, recorded as
+// "namespace/name grace", and the pod is gone at once.
+type vanishingPods struct {
+	mu      sync.Mutex
+	pods    map[types.UID]*corev1.Pod
+	changed chan struct{}
+	calls   chan string
+}
+
+func newVanishingPods(pods []*corev1.Pod) *vanishingPods {
+	v := &vanishingPods{pods: map[types.UID]*corev1.Pod{}, changed: make(chan struct{}, 1), calls: make(chan string, 64)}
+	for _, p := range pods {
+		v.pods[p.UID] = p
+	}
+	return v
+}
+
+func (v *vanishingPods) List() []*corev1.Pod {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(v.pods))
+	for _, p := range v.pods {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (v *vanishingPods) Changed() <-chan struct{} { return v.changed }
+
+func (v *vanishingPods) Evict(_ context.Context, e *policyv1.Eviction) error {
+	v.mu.Lock()
+	for uid, p := range v.pods {
+		if p.Namespace == e.Namespace && p.Name == e.Name {
+			delete(v.pods, uid)
 		}
 	}
+	v.mu.Unlock()
+	v.calls <- fmt.Sprintf("%s/%s %s", e.Namespace, e.Name, time.Duration(*e.DeleteOptions.GracePeriodSeconds)*time.Second)
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (v *vanishingPods) PatchPod(context.Context, string, string, types.PatchType, []byte, string) error {
+	return nil
+}
+
+func (v *vanishingPods) DeletePod(_ context.Context, ns, name string, _ metav1.DeleteOptions) error {
+	v.calls <- "deleted " + strings.Join([]string{ns, name}, "/")
+	return nil
 }
 
 func TestDrainPlan(t *testing.T) {
@@ -93,32 +235,6 @@ pools:
 	}
 }
 
-// TestStatusShowsTheOpenWindow: a node whose notice is ONGOING shows its
-// window as open, until its end, not as no maintenance.
-func TestStatusShowsTheOpenWindow(t *testing.T) {
-	node := func(name, status string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: "p"}, Annotations: map[string]string{
-			protocol.AnnotationUpcomingMaintenance: `{"can_reschedule":false,"maintenance_status":"` + status + `","window_start_time":"2026-11-23T11:00:00Z","window_end_time":"2026-11-23T15:00:00Z"}`,
-		}}}
-	}
-	st := BuildStatus(Input{Now: now, Nodes: []*corev1.Node{node("open", "ONGOING"), node("pending", "PENDING")}, PoolLabel: protocol.LabelNodePool})
-	var out strings.Builder
-	if err := st.WriteTable(&out, now, time.UTC, false); err != nil {
-		t.Fatal(err)
-	}
-	for node, want := range map[string]string{"open": "open until 2026-11-23 15:00 (in 3h0m)", "pending": "2026-11-23 11:00 (1h0m ago)"} {
-		var line string
-		for _, l := range strings.Split(out.String(), "\n") {
-			if strings.HasPrefix(l, node+" ") {
-				line = l
-			}
-		}
-		if !strings.Contains(line, want) || (node == "pending" && strings.Contains(line, "open")) {
-			t.Errorf("status of %s: %q, want its window %q", node, line, want)
-		}
-	}
-}
-
 // TestPreflightNamesTheSlice: a trigger on one host of a multi-host slice
 // says that the whole slice goes down, names every host, and counts what
 // the pool keeps without any of them.
@@ -153,50 +269,5 @@ func TestPreflightNamesTheSlice(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "\nv5p-1 ") || !strings.Contains(out.String(), "v5p     v5p    4: v5p-0,v5p-1,v5p-2,v5p-3") || !strings.Contains(out.String(), "\nother ") {
 		t.Errorf("status shows the slice's hosts one by one, or not as one line:\n%s", out.String())
-	}
-}
-
-// TestStatusAndWhyReadTheNodeConditions: the node lifecycle conditions the
-// agent keeps are in status's JSON and wide table, and why names the True
-// ones.
-func TestStatusAndWhyReadTheNodeConditions(t *testing.T) {
-	st := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: now.Add(-10 * time.Second), Deadline: now.Add(20 * time.Second)}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{protocol.LabelNodePool: "p"}}}
-	protocol.WriteAgentState(n, st)
-	for _, c := range lifecycle.NodeConditions(st) {
-		c.LastTransitionTime = metav1.NewTime(now.Add(-10 * time.Second))
-		n.Status.Conditions = append(n.Status.Conditions, c)
-	}
-	in := Input{Now: now, Nodes: []*corev1.Node{n}, PoolLabel: protocol.LabelNodePool}
-	status := BuildStatus(in)
-	if c := status.Nodes[0].Conditions; c["DrainInProgress"] != "True" || c["Drained"] != "False" || len(c) != 4 {
-		t.Errorf("status conditions %v", c)
-	}
-	var out strings.Builder
-	if err := status.WriteTable(&out, now, time.UTC, true); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "MaintenanceInProgress,DrainInProgress") {
-		t.Errorf("wide status:\n%s", out.String())
-	}
-	if why := Why(in, n); !strings.Contains(why, "Its node conditions: MaintenanceInProgress (Preemption, since 2026-11-23T11:59:50Z (10s ago)), DrainInProgress (Preemption") {
-		t.Errorf("why: %s", why)
-	}
-}
-
-// TestAgentsWordIsItsNodes: an agent's Event about a node is said as the
-// node's word only when that node reported it.
-func TestAgentsWordIsItsNodes(t *testing.T) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0"}}
-	said := func(host string) string {
-		e := corev1.Event{InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "gpu-0"}, Reason: protocol.EventManualRejected,
-			Message: "refused", Source: corev1.EventSource{Component: protocol.EventSourceAgent, Host: host}, LastTimestamp: metav1.NewTime(now)}
-		return Why(Input{Now: now, Nodes: []*corev1.Node{n}, Events: []corev1.Event{e}}, n)
-	}
-	if !strings.Contains(said("gpu-0"), "The agent's last word") {
-		t.Error("its own agent's refusal is not said")
-	}
-	if why := said("gpu-1"); strings.Contains(why, "The agent's last word") {
-		t.Errorf("another node's agent speaks for gpu-0: %s", why)
 	}
 }
