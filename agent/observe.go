@@ -92,6 +92,9 @@ func (a *Agent) decideMode(ctx context.Context, node *corev1.Node) {
 	}
 	a.log.Info("observe-only", "on", on)
 	a.opts.Events.NodeEvent(false, protocol.EventObserveOnly, msg)
+	// The pods hear the node's notice now, not at its next change: an
+	// observed node's pods were never told.
+	a.pokeNotifier()
 }
 
 // listOrNone is names, at most n of them (lifecycle.Excerpt), or "none".

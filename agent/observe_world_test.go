@@ -98,3 +98,28 @@ func TestObserveOnlyChangesNothing(t *testing.T) {
 		t.Errorf("the Lease of a node no longer observed: %v, want it gone", err)
 	}
 }
+
+// TestObservedNodesPodsToldOnceActed: a node with a pending maintenance is
+// observed, so its pods are not told; once it is acted on, they are told
+// of the maintenance at once, not at the notice's next change.
+func TestObservedNodesPodsToldOnceActed(t *testing.T) {
+	testworld.Need(t)
+	v := newVMWith(t, "agent-observe-1", gceemu.Config{})
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
+	var observed atomic.Bool
+	observed.Store(true)
+	v.observe = func(*corev1.Node) (bool, bool) { return observed.Load(), true }
+	ns := world.Namespace(t)
+	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
+	world.WaitRunning(t, v.name, 1)
+	r := startAgent(t, v, lifecycle.DefaultConfig)
+	world.WaitEvent(t, v.name, protocol.EventMaintenanceScheduled, "Observe-only (nothing was changed): ")
+
+	observed.Store(false)
+	r.agent.Wake()
+	world.WaitEvent(t, v.name, protocol.EventObserveOnly, "Observe-only ended")
+	waitNotice(t, ns, "trainer", "told of the pending maintenance", func(text string, cond *corev1.PodCondition) bool {
+		n, err := protocol.ParseWorkloadNotice(text)
+		return err == nil && n.Phase == protocol.NoticePending && cond != nil
+	})
+}
