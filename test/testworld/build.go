@@ -22,10 +22,10 @@ import (
 // Pinned versions of the test world. Changing one changes the cache key, so
 // a machine keeps one built world per combination and reuses it.
 const (
-	KubernetesVersion = "v1.36.3"
+	KubernetesVersion = "v1.37.2"
 	// StagingVersion is the version of every k8s.io staging module that
 	// replaces the ./staging/src paths of k8s.io/kubernetes's go.mod.
-	StagingVersion = "v0.36.3"
+	StagingVersion = "v0.37.2"
 	EtcdVersion    = "v3.6.16"
 	KwokVersion    = "v0.8.0"
 )

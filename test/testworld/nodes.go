@@ -46,7 +46,8 @@ type NodeSpec struct {
 	Spot bool
 	// Labels are added to the defaults.
 	Labels map[string]string
-	// KubeletVersion is reported in status.nodeInfo; empty means v1.36.3.
+	// KubeletVersion is reported in status.nodeInfo; empty means
+	// KubernetesVersion.
 	KubeletVersion string
 }
 
