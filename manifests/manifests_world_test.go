@@ -113,7 +113,8 @@ func apply(t testing.TB, objs []*unstructured.Unstructured) {
 }
 
 // TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode: the base applies with
-// server-side apply; the DaemonSet's pods land only on accelerator nodes;
+// server-side apply; the DaemonSet's pods land only on accelerator nodes
+// and on nodes labelled as VMs that stop for host maintenance;
 // with a token bound to the agent pod on node A, the real admission chain
 // (RBAC and the ValidatingAdmissionPolicy) lets it change node A's own keys
 // and nothing else.
@@ -124,6 +125,9 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-tpu-b", TPU: true})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-plain"})
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-c"}) // where a real agent runs, below
+	// An H4D VM, say: no accelerator, and it stops for host maintenance.
+	world.NodeT(t, testworld.NodeSpec{Name: "rbac-h4d", NoAccelerators: true,
+		Labels: map[string]string{"maintenance-handler.io/terminates-on-host-maintenance": "true"}})
 	// A GPU node in maintenance, with the GPU operator's taint: the agent
 	// tolerates both (the node must be watched through its maintenance).
 	world.NodeT(t, testworld.NodeSpec{Name: "rbac-gpu-tainted"})
@@ -156,7 +160,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 	apply(t, render(t, "base"))
 
-	// The DaemonSet: on the two accelerator nodes, not on the plain one.
+	// The DaemonSet: on the accelerator nodes and the labelled one, not on
+	// the plain one.
 	var pods []corev1.Pod
 	err = wait.PollUntilContextTimeout(testworld.Ctx(t, 90*time.Second), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := world.Client.CoreV1().Pods(ans).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
@@ -168,10 +173,10 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		for _, p := range pods {
 			on[p.Spec.NodeName] = p.Status.Phase == corev1.PodRunning
 		}
-		return on["rbac-gpu-a"] && on["rbac-tpu-b"] && on["rbac-gpu-tainted"] && on["rbac-gpu-c"], nil
+		return on["rbac-gpu-a"] && on["rbac-tpu-b"] && on["rbac-gpu-tainted"] && on["rbac-gpu-c"] && on["rbac-h4d"], nil
 	})
 	if err != nil {
-		t.Fatalf("agent pods never ran on the three accelerator nodes, the tainted and cordoned one included: %d pods", len(pods))
+		t.Fatalf("agent pods never ran on the four accelerator nodes, the tainted and cordoned one included, and the labelled one: %d pods", len(pods))
 	}
 	var podA, podC *corev1.Pod
 	for i, p := range pods {
@@ -289,8 +294,10 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		{ruleReport, "triggering its own maintenance, taking a place under the caps", func(n *corev1.Node) { n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue }},
 		{ruleGKERepair, "starting GKE's repair with no approval, outside every cap", func(n *corev1.Node) { n.Labels[protocol.LabelFaultBehavior] = "XID" }},
 		{ruleTaint, "removing another taint", func(n *corev1.Node) { n.Spec.Taints = nil }},
-		// The API server's validation refuses this before the policy does.
-		{"may not change providerID", "its provider ID", func(n *corev1.Node) { n.Spec.ProviderID = "gce://other/zone/other" }},
+		// The API server's validation refuses this before the policy does
+		// (1.37 says "field cannot be modified once set", older minors
+		// "may not change providerID"; both name the field).
+		{"spec.providerID: ", "its provider ID", func(n *corev1.Node) { n.Spec.ProviderID = "gce://other/zone/other" }},
 		{ruleSpec, "its pod CIDR", func(n *corev1.Node) { n.Spec.PodCIDR = "10.99.0.0/24" }},
 	} {
 		if tc.what == "removing another taint" {
