@@ -102,7 +102,7 @@ func TestIdlenessThroughClaims(t *testing.T) {
 		{"a DaemonSet's and a finished pod's GPU claims", []*corev1.Pod{ds, done}, true},
 	} {
 		a.readClaims(context.Background(), tc.pods)
-		if idle, busy := lifecycle.Idleness(tc.pods, DefaultAcceleratorResources, a.claimsAccelerator); idle != tc.idle || !idle && busy != protocol.BusyAccelerators {
+		if idle, busy := lifecycle.Idleness(tc.pods, true, DefaultAcceleratorResources, a.claimsAccelerator); idle != tc.idle || !idle && busy != protocol.BusyAccelerators {
 			t.Errorf("%s: idle %t (%q), want %t", tc.name, idle, busy, tc.idle)
 		}
 	}

@@ -76,7 +76,7 @@ func ObservationOf(st State, f Fetched) (Observation, error) {
 	if obs.TriggerSet && f.ManualGate != nil {
 		obs.ManualBlocked, obs.ManualBlockedDetail = f.ManualGate(n, f.Now)
 	}
-	obs.Idle, obs.Busy = Idleness(f.Pods, f.Accelerators, f.Claimed)
+	obs.Idle, obs.Busy = Idleness(f.Pods, protocol.HasAccelerators(n, f.Accelerators), f.Accelerators, f.Claimed)
 	if r := f.Performed; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}

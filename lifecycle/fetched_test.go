@@ -19,7 +19,8 @@ import (
 func TestObservationOfDecodesWhatWasFetched(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	node := func(triggeredAt string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "b1", KubeletVersion: "v1.36.3"}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{protocol.LabelGPUAccelerator: "nvidia-h100-80gb"}},
+			Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "b1", KubeletVersion: "v1.37.2"}}}
 		if triggeredAt != "" {
 			protocol.WriteTrigger(n, protocol.MaintenanceState{OpportunisticTriggered: true, TriggeredAt: triggeredAt, ScheduledTime: "1796151600"})
 		}

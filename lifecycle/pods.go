@@ -7,16 +7,20 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// Idleness tells whether a node with pods is idle: no pod on it, other than
-// DaemonSet and mirror pods and pods that have finished, requests one of
-// resources or holds an accelerator through its ResourceClaims (claimed),
-// and no pod on it is annotated safe-to-evict "false". When it is not,
-// busy says why (protocol.BusySafeToEvict before protocol.BusyAccelerators).
-func Idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(*corev1.Pod) bool) (idle bool, busy string) {
+// Idleness tells whether a node with pods is idle. No pod on it is
+// annotated safe-to-evict "false", and no pod on it other than DaemonSet
+// and mirror pods and pods that have finished does the node's work: on a
+// node with accelerators (accelerated), a pod that requests one of
+// resources or holds an accelerator through its ResourceClaims (claimed);
+// on a node without (a VM that cannot live-migrate for another reason,
+// such as H4D or bare metal), any pod outside kube-system. When it is not
+// idle, busy says why (protocol.BusySafeToEvict first).
+func Idleness(pods []*corev1.Pod, accelerated bool, resources []corev1.ResourceName, claimed func(*corev1.Pod) bool) (idle bool, busy string) {
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -24,11 +28,12 @@ func Idleness(pods []*corev1.Pod, resources []corev1.ResourceName, claimed func(
 		if p.Annotations[protocol.PodAnnotationSafeToEvict] == "false" {
 			return false, protocol.BusySafeToEvict
 		}
-		if IsDaemonSetOrMirror(p) {
-			continue
-		}
-		if busy == "" && (requestsAny(p, resources) || claimed(p)) {
+		switch {
+		case busy != "" || IsDaemonSetOrMirror(p):
+		case accelerated && (requestsAny(p, resources) || claimed(p)):
 			busy = protocol.BusyAccelerators
+		case !accelerated && p.Namespace != metav1.NamespaceSystem:
+			busy = protocol.BusyWorkload
 		}
 	}
 	return busy == "", busy

@@ -44,13 +44,44 @@ func TestIdleness(t *testing.T) {
 		{"safe-to-evict false wins", []*corev1.Pod{gpu("trainer"), pinned}, false, protocol.BusySafeToEvict},
 	}
 	for _, tc := range tests {
-		idle, busy := Idleness(tc.pods, []corev1.ResourceName{protocol.ResourceGPU, protocol.ResourceTPU}, noClaims)
+		idle, busy := Idleness(tc.pods, true, []corev1.ResourceName{protocol.ResourceGPU, protocol.ResourceTPU}, noClaims)
 		if idle != tc.idle || busy != tc.busy {
 			t.Errorf("%s: idleness = %t %q, want %t %q", tc.name, idle, busy, tc.idle, tc.busy)
 		}
 	}
-	if idle, _ := Idleness([]*corev1.Pod{tpuInit}, []corev1.ResourceName{protocol.ResourceGPU}, noClaims); !idle {
+	if idle, _ := Idleness([]*corev1.Pod{tpuInit}, true, []corev1.ResourceName{protocol.ResourceGPU}, noClaims); !idle {
 		t.Error("a TPU pod made the node busy when only GPUs count")
+	}
+}
+
+// TestIdlenessWithoutAccelerators: on a node without accelerators (an
+// H4D VM, say), any workload pod keeps it busy; DaemonSet, mirror,
+// finished and kube-system pods do not.
+func TestIdlenessWithoutAccelerators(t *testing.T) {
+	yes := true
+	pod := func(ns, name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{}}}}
+	}
+	ds := pod("monitoring", "node-exporter")
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "node-exporter", Controller: &yes}}
+	done := pod("hpc", "finished")
+	done.Status.Phase = corev1.PodFailed
+	pinned := pod("kube-system", "pinned")
+	pinned.Annotations = map[string]string{protocol.PodAnnotationSafeToEvict: "false"}
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		busy string
+	}{
+		{"no pods", nil, ""},
+		{"DaemonSet, finished and kube-system pods", []*corev1.Pod{ds, done, pod(metav1.NamespaceSystem, "kube-dns")}, ""},
+		{"a workload pod", []*corev1.Pod{ds, pod("hpc", "solver")}, protocol.BusyWorkload},
+		{"safe-to-evict false wins", []*corev1.Pod{pod("hpc", "solver"), pinned}, protocol.BusySafeToEvict},
+	} {
+		idle, busy := Idleness(tc.pods, false, []corev1.ResourceName{protocol.ResourceGPU}, noClaims)
+		if idle != (tc.busy == "") || busy != tc.busy {
+			t.Errorf("%s: idleness = %t %q, want busy %q", tc.name, idle, busy, tc.busy)
+		}
 	}
 }
 

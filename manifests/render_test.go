@@ -72,7 +72,7 @@ func TestOverlaysRender(t *testing.T) {
 			keys = append(keys, e.(map[string]any)["key"].(string))
 		}
 	}
-	if want := []string{"cloud.google.com/gke-accelerator", "cloud.google.com/gke-tpu-accelerator", "example.com/accelerator"}; strings.Join(keys, " ") != strings.Join(want, " ") {
+	if want := []string{"cloud.google.com/gke-accelerator", "cloud.google.com/gke-tpu-accelerator", "maintenance-handler.io/terminates-on-host-maintenance", "example.com/accelerator"}; strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("the example's agent affinity terms select %v, want %v", keys, want)
 	}
 }

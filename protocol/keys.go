@@ -32,6 +32,9 @@ const (
 	// LabelTPUAccelerator is a TPU node's TPU type, such as
 	// tpu-v5p-slice.
 	LabelTPUAccelerator = "cloud.google.com/gke-tpu-accelerator"
+	// LabelGPUAccelerator is a GPU node's GPU type, such as
+	// nvidia-h100-80gb.
+	LabelGPUAccelerator = "cloud.google.com/gke-accelerator"
 	// TaintToBeDeleted is the cluster autoscaler's taint on a node it
 	// removes.
 	TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
@@ -105,7 +108,7 @@ const (
 	// absent while the node is busy.
 	AnnotationIdleSince = "maintenance-handler.io/idle-since"
 	// AnnotationBusy says why the node is not idle (BusyAccelerators,
-	// BusySafeToEvict); absent while it is idle.
+	// BusySafeToEvict, BusyWorkload); absent while it is idle.
 	AnnotationBusy = "maintenance-handler.io/busy"
 	// AnnotationInterruptions counts the interruptions the agent saw, as
 	// JSON {"MaintenanceEvent/HW/SW Maintenance": 2, ...} (Interruption.Key).
@@ -232,6 +235,7 @@ var Keys = []Key{
 	{Name: LabelNodePool, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
 	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator, Agent}},
 	{Name: LabelTPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}},
+	{Name: LabelGPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}},
 	{Name: TaintToBeDeleted, Kind: Taint, Writer: Autoscaler, Readers: []Component{Aggregator}},
 	{Name: PodAnnotationSafeToEvict, Kind: PodAnnotation, Writer: Person, Readers: []Component{Agent}},
 	{Name: AnnotationShadow, Kind: LeaseAnnotation, Writer: Agent, Readers: []Component{Aggregator, Person}},

@@ -49,7 +49,7 @@ func unreadable(n *corev1.Node, noticeReadable func(string) bool) []string {
 	for _, key := range []string{AnnotationCordonedBefore, AnnotationBegun, AnnotationNoticeMirrored, AnnotationLeftToGKE} {
 		check(key, boolean)
 	}
-	check(AnnotationBusy, oneOf(BusyAccelerators, BusySafeToEvict))
+	check(AnnotationBusy, oneOf(BusyAccelerators, BusySafeToEvict, BusyWorkload))
 	check(AnnotationDrain, oneOf(string(DrainDone), string(DrainIncomplete)))
 	check(AnnotationInterruptions, func(v string) bool {
 		var c Counts

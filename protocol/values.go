@@ -1,5 +1,7 @@
 package protocol
 
+import corev1 "k8s.io/api/core/v1"
+
 // Values of LabelActiveMaintenance.
 const (
 	ValueOngoing     = "ONGOING"
@@ -9,10 +11,13 @@ const (
 // TriggerValue is the only accepted value of LabelPerformMaintenance.
 const TriggerValue = "true"
 
-// Why a node is not idle (the value of AnnotationBusy).
+// Why a node is not idle (the value of AnnotationBusy): a pod uses its
+// accelerators; a pod asks not to be evicted; on a node without
+// accelerators, a workload pod runs.
 const (
 	BusyAccelerators = "accelerators"
 	BusySafeToEvict  = "safe-to-evict"
+	BusyWorkload     = "workload"
 )
 
 // Phase is where a node is in its maintenance lifecycle.
@@ -145,3 +150,17 @@ const (
 	ResourceGPU = "nvidia.com/gpu"
 	ResourceTPU = "google.com/tpu"
 )
+
+// HasAccelerators reports whether the node has any of resources in its
+// capacity or allocatable, or GKE's label of a GPU or TPU node (which a
+// node carries before its device plugin registers the devices).
+func HasAccelerators(n *corev1.Node, resources []corev1.ResourceName) bool {
+	for _, r := range resources {
+		for _, list := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+			if q, ok := list[r]; ok && !q.IsZero() {
+				return true
+			}
+		}
+	}
+	return n.Labels[LabelGPUAccelerator] != "" || n.Labels[LabelTPUAccelerator] != ""
+}

@@ -22,7 +22,7 @@ const (
 	ResourceTPU = corev1.ResourceName(protocol.ResourceTPU)
 
 	LabelNodePool       = protocol.LabelNodePool
-	LabelGPUAccelerator = "cloud.google.com/gke-accelerator"
+	LabelGPUAccelerator = protocol.LabelGPUAccelerator
 	LabelTPUAccelerator = protocol.LabelTPUAccelerator
 	LabelTPUTopology    = protocol.LabelTPUTopology
 	LabelSpot           = "cloud.google.com/gke-spot"
@@ -40,6 +40,9 @@ type NodeSpec struct {
 	// Unregistered: the accelerators are not in the Node's capacity or
 	// allocatable yet, as before the device plugin registers them.
 	Unregistered bool
+	// NoAccelerators makes a node without accelerators (an H4D VM, say):
+	// no accelerator label or resource.
+	NoAccelerators bool
 	// Project and Zone go into spec.providerID gce://project/zone/name.
 	Project, Zone string
 	// Spot labels the node as a Spot VM.
@@ -76,14 +79,16 @@ func (w *World) AddNode(ctx context.Context, spec NodeSpec) (*corev1.Node, error
 		"type":                   "kwok",
 	}
 	res, count := ResourceGPU, spec.Accelerators
-	if spec.TPU {
+	switch {
+	case spec.NoAccelerators:
+	case spec.TPU:
 		res = ResourceTPU
 		if count == 0 {
 			count = 4
 		}
 		labels[LabelTPUAccelerator] = "tpu-v5p-slice"
 		labels[LabelTPUTopology] = "2x2x1"
-	} else {
+	default:
 		if count == 0 {
 			count = 8
 		}
@@ -100,7 +105,7 @@ func (w *World) AddNode(ctx context.Context, spec NodeSpec) (*corev1.Node, error
 		corev1.ResourceMemory: resource.MustParse("1872Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
-	if !spec.Unregistered {
+	if !spec.Unregistered && !spec.NoAccelerators {
 		resources[res] = *resource.NewQuantity(count, resource.DecimalSI)
 	}
 	node := &corev1.Node{
