@@ -24,12 +24,8 @@ import (
 // under way from the Node as it is.
 func TestObserveOnlyChangesNothing(t *testing.T) {
 	testworld.Need(t)
-	v := newVMWith(t, "agent-observe-0", gceemu.Config{})
+	v, observed := observedVM(t, "agent-observe-0")
 	withCompute(t, v)
-	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
-	var observed atomic.Bool
-	observed.Store(true)
-	v.observe = func(*corev1.Node) (bool, bool) { return observed.Load(), true }
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
 	world.WaitRunning(t, v.name, 1)
@@ -104,11 +100,7 @@ func TestObserveOnlyChangesNothing(t *testing.T) {
 // of the maintenance at once, not at the notice's next change.
 func TestObservedNodesPodsToldOnceActed(t *testing.T) {
 	testworld.Need(t)
-	v := newVMWith(t, "agent-observe-1", gceemu.Config{})
-	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
-	var observed atomic.Bool
-	observed.Store(true)
-	v.observe = func(*corev1.Node) (bool, bool) { return observed.Load(), true }
+	v, observed := observedVM(t, "agent-observe-1")
 	ns := world.Namespace(t)
 	createPod(t, makePod(ns, "trainer", v.name, 2, time.Second))
 	world.WaitRunning(t, v.name, 1)
@@ -122,4 +114,16 @@ func TestObservedNodesPodsToldOnceActed(t *testing.T) {
 		n, err := protocol.ParseWorkloadNotice(text)
 		return err == nil && n.Phase == protocol.NoticePending && cond != nil
 	})
+}
+
+// observedVM is a VM with a pending maintenance whose node is observed
+// until the flag it returns is cleared (and the agent woken).
+func observedVM(t *testing.T, name string) (*vm, *atomic.Bool) {
+	t.Helper()
+	v := newVMWith(t, name, gceemu.Config{})
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Date(2026, 12, 20, 2, 0, 0, 0, time.UTC), 4*time.Hour))
+	observed := &atomic.Bool{}
+	observed.Store(true)
+	v.observe = func(*corev1.Node) (bool, bool) { return observed.Load(), true }
+	return v, observed
 }

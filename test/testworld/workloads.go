@@ -22,12 +22,11 @@ func PodReady(p *corev1.Pod) bool {
 }
 
 // PodSeen watches the pod ns/name from now on and returns a wait: it
-// returns once cond held for a version of the pod seen since PodSeen was
-// called (the version listed then, every change after, and a deletion's
-// last state), however soon the pod was gone after, and gives that
-// version. Call it before what
-// may change the pod (a trigger, a preemption): a wait that starts after
-// never sees a pod already deleted.
+// returns the first version of the pod seen since PodSeen was called (the
+// version listed then, every change after, and a deletion's last state)
+// that cond held for, however soon the pod was gone after. Call it before
+// what may change the pod (a trigger, a preemption): a wait that starts
+// after never sees a pod already deleted.
 func (w *World) PodSeen(t testing.TB, ns, name, what string, cond func(*corev1.Pod) bool) func() *corev1.Pod {
 	t.Helper()
 	ctx := Ctx(t, 2*WaitTimeout)
@@ -41,32 +40,36 @@ func (w *World) PodSeen(t testing.TB, ns, name, what string, cond func(*corev1.P
 		t.Fatal(err)
 	}
 	t.Cleanup(watcher.Stop)
-	seen, ended := make(chan struct{}), make(chan struct{})
-	var last *corev1.Pod // written before seen or ended is closed, read after
+	// seen is the version cond held for; nil with last when the watch
+	// ended first.
+	type outcome struct{ seen, last *corev1.Pod }
+	done := make(chan outcome, 1)
 	go func() {
-		defer close(ended)
+		var last *corev1.Pod
 		for i := range list.Items {
 			if last = &list.Items[i]; cond(last) {
-				close(seen)
+				done <- outcome{seen: last}
 				return
 			}
 		}
 		for ev := range watcher.ResultChan() {
 			if p, ok := ev.Object.(*corev1.Pod); ok {
 				if last = p; cond(p) {
-					close(seen)
+					done <- outcome{seen: p}
 					return
 				}
 			}
 		}
+		done <- outcome{last: last}
 	}()
 	return func() *corev1.Pod {
 		t.Helper()
 		select {
-		case <-seen:
-			return last
-		case <-ended:
-			t.Fatalf("pod %s/%s: its watch ended before it was %s; last seen: %s", ns, name, what, describe(last))
+		case o := <-done:
+			if o.seen == nil {
+				t.Fatalf("pod %s/%s: its watch ended before it was %s; last seen: %s", ns, name, what, describe(o.last))
+			}
+			return o.seen
 		case <-time.After(WaitTimeout):
 			t.Fatalf("waited %s for pod %s/%s: %s; never seen so", WaitTimeout, ns, name, what)
 		}
