@@ -101,7 +101,8 @@ func (a *Agent) readClaims(ctx context.Context, pods []*corev1.Pod) {
 // holdsDevices: p may hold devices through claims (it runs, or may) that
 // count for idleness (not a DaemonSet's or a mirror pod's).
 func holdsDevices(p *corev1.Pod) bool {
-	return len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && !lifecycle.IsDaemonSetOrMirror(p)
+	kind := lifecycle.KindOf(p)
+	return len(p.Spec.ResourceClaims) > 0 && (kind == lifecycle.PodWorkload || kind == lifecycle.PodSystem)
 }
 
 // claimsAccelerator: p holds, or may hold, an accelerator through its

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -33,19 +33,15 @@ var Groups = []Group{GroupWorkload, GroupSystem, GroupDaemonSet}
 // GroupOf tells which drain group a pod belongs to, and false for pods the
 // drain never touches: mirror (static) pods and finished pods.
 func GroupOf(p *corev1.Pod) (Group, bool) {
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return "", false
-	}
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return "", false
-	}
-	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+	switch lifecycle.KindOf(p) {
+	case lifecycle.PodDaemonSet:
 		return GroupDaemonSet, true
-	}
-	if p.Namespace == metav1.NamespaceSystem {
+	case lifecycle.PodSystem:
 		return GroupSystem, true
+	case lifecycle.PodWorkload:
+		return GroupWorkload, true
 	}
-	return GroupWorkload, true
+	return "", false
 }
 
 // member tells the group of a pod the drain waits for, and false for a pod

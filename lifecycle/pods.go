@@ -28,27 +28,49 @@ func Idleness(pods []*corev1.Pod, accelerated bool, resources []corev1.ResourceN
 		if p.Annotations[protocol.PodAnnotationSafeToEvict] == "false" {
 			return false, protocol.BusySafeToEvict
 		}
+		kind := KindOf(p)
 		switch {
-		case busy != "" || IsDaemonSetOrMirror(p):
+		case busy != "" || kind == PodDaemonSet || kind == PodNone:
 		case accelerated && (requestsAny(p, resources) || claimed(p)):
 			busy = protocol.BusyAccelerators
-		case !accelerated && p.Namespace != metav1.NamespaceSystem:
+		case !accelerated && kind == PodWorkload:
 			busy = protocol.BusyWorkload
 		}
 	}
 	return busy == "", busy
 }
 
-func IsDaemonSetOrMirror(p *corev1.Pod) bool {
+// PodKind is what a pod is to its node's maintenance: the drain's groups
+// (drain.GroupOf) and idleness both read it.
+type PodKind int
+
+const (
+	// PodNone: a mirror (static) pod or a finished one, which the drain
+	// never touches and which is no work.
+	PodNone PodKind = iota
+	// PodWorkload: a pod in any namespace but kube-system.
+	PodWorkload
+	// PodSystem: a pod of kube-system.
+	PodSystem
+	// PodDaemonSet: a pod a DaemonSet controls.
+	PodDaemonSet
+)
+
+// KindOf says what p is to its node's maintenance.
+func KindOf(p *corev1.Pod) PodKind {
 	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return true
+		return PodNone
 	}
-	for _, o := range p.OwnerReferences {
-		if o.Controller != nil && *o.Controller && o.Kind == "DaemonSet" {
-			return true
-		}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return PodNone
 	}
-	return false
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		return PodDaemonSet
+	}
+	if p.Namespace == metav1.NamespaceSystem {
+		return PodSystem
+	}
+	return PodWorkload
 }
 
 func requestsAny(p *corev1.Pod, resources []corev1.ResourceName) bool {

@@ -111,3 +111,36 @@ func TestStepIdleSince(t *testing.T) {
 		t.Error("unknown pods changed idleness")
 	}
 }
+
+// TestKindOf: what a pod is to its node's maintenance, as the drain's
+// groups and idleness read it.
+func TestKindOf(t *testing.T) {
+	yes := true
+	pod := func(ns string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}}
+	}
+	ds := pod(metav1.NamespaceSystem)
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds", Controller: &yes}}
+	owned := pod("ml")
+	owned.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds"}} // not its controller
+	mirror := pod(metav1.NamespaceSystem)
+	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+	done := pod("ml")
+	done.Status.Phase = corev1.PodSucceeded
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want PodKind
+	}{
+		{"a workload", pod("ml"), PodWorkload},
+		{"kube-system", pod(metav1.NamespaceSystem), PodSystem},
+		{"a DaemonSet's, in kube-system", ds, PodDaemonSet},
+		{"owned by a DaemonSet that is not its controller", owned, PodWorkload},
+		{"a mirror pod", mirror, PodNone},
+		{"finished", done, PodNone},
+	} {
+		if got := KindOf(tc.pod); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
