@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,19 +54,19 @@ func TestObserveOnlyChangesNothing(t *testing.T) {
 
 	// What it would have written is on the node's Lease, for the
 	// aggregator: the maintenance under way.
-	l, err := world.Client.CoordinationV1().Leases(testworld.ShippedAgentNamespace).Get(testworld.Ctx(t, 10*time.Second), v.name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the observed node's Lease: %v", err)
-	}
-	shadow, err := protocol.DecodeShadow(l.Annotations[protocol.AnnotationShadow])
-	if err != nil {
-		t.Fatal(err)
-	}
-	shown := getNode(t, v.name)
-	shadow.Overlay(shown)
-	if !protocol.HasTaint(shown) || shown.Labels[protocol.LabelActiveMaintenance] == "" || !shown.Spec.Unschedulable {
-		t.Errorf("the Lease does not show the maintenance under way: %v %v", shown.Labels, shown.Spec)
-	}
+	// The agent publishes its shadow after the step whose Event was seen:
+	// the Lease is awaited through a watch.
+	node := getNode(t, v.name)
+	testworld.WaitFor(t, world.Client.CoordinationV1().RESTClient(), "leases", testworld.ShippedAgentNamespace, v.name, "showing the maintenance under way",
+		func(l *coordinationv1.Lease) bool {
+			shadow, err := protocol.DecodeShadow(l.Annotations[protocol.AnnotationShadow])
+			if err != nil {
+				return false
+			}
+			shown := node.DeepCopy()
+			shadow.Overlay(shown)
+			return protocol.HasTaint(shown) && shown.Labels[protocol.LabelActiveMaintenance] != "" && shown.Spec.Unschedulable
+		})
 
 	for _, n := range history() {
 		if got, want := testworld.ProjectState(n), testworld.ProjectState(before); got != want {
