@@ -26,6 +26,10 @@ func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried pro
 		a.opts.Mirror.SetDeadline(deadline)
 	}
 	for _, e := range dec.Events {
+		if e.GKEWrites {
+			a.log.Info("node event left to GKE's handler, which writes its own", "reason", e.Reason, "message", e.Message)
+			continue
+		}
 		a.opts.Events.NodeEvent(e.Warning, e.Reason, e.Message)
 		a.log.Info("node event", "reason", e.Reason, "message", e.Message)
 	}

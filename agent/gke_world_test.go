@@ -252,3 +252,31 @@ func TestAgentLeavesHostMaintenanceToGKEsHandler(t *testing.T) {
 		backUntouched(t, v, r, ns)
 	})
 }
+
+// TestAgentRepeatsNoEventOfGKEsHandler: on a node whose kubelet is GKE's
+// 1.35, GKE's handler writes the host maintenance Events itself (source
+// NodeTerminationHandler). The agent records none of those reasons for a
+// notice and its TERMINATE, and records its own, the hand-over to GKE's
+// handler, with its own source. Its Events are written in the order
+// recorded, so the hand-over, recorded last, comes after any of the others.
+func TestAgentRepeatsNoEventOfGKEsHandler(t *testing.T) {
+	testworld.Need(t)
+	v := newVMOn(t, testworld.NodeSpec{Name: "agent-gke135-0", KubeletVersion: "v1.35.0-gke.2232000"}, gceemu.Config{})
+	v.emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), time.Hour))
+	startAgent(t, v, lifecycle.DefaultConfig)
+	world.WaitNode(t, v.name, "the notice mirrored", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	if e := world.WaitEvent(t, v.name, protocol.EventLeftToGKE); e.Source.Component != protocol.EventSourceAgent {
+		t.Errorf("the hand-over's source is %q, want %q", e.Source.Component, protocol.EventSourceAgent)
+	}
+	events, err := world.Client.CoreV1().Events("").List(testworld.Ctx(t, 10*time.Second),
+		metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + v.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Source.Component == protocol.EventSourceAgent && protocol.IsGKEEventReason(e.Reason) {
+			t.Errorf("the agent recorded %s (%q), which GKE's handler writes itself", e.Reason, e.Message)
+		}
+	}
+}

@@ -191,7 +191,7 @@ func (a *Agent) observation(node *corev1.Node, st lifecycle.State) (lifecycle.Ob
 	f := lifecycle.Fetched{Now: now, Signals: a.signals, Node: node, RequestID: a.opts.NewRequestID(), ManualGate: a.opts.ManualGate,
 		Pods: a.opts.Pods.List(), Accelerators: a.opts.AcceleratorResources, Claimed: a.claimsAccelerator,
 		DrainEnded: a.drainEnded, DrainLeft: a.drainLeft, PreemptionNotice: a.schedule.PreemptionNotice,
-		KnownEnd: a.schedule.knownEnd(), Reportable: a.schedule.Reportable, Performed: a.performResult, Slice: a.sliceView(node, st, now)}
+		KnownEnd: a.schedule.knownEnd(), Reportable: a.schedule.Reportable, LiveMigrates: a.schedule.LiveMigrates, Performed: a.performResult, Slice: a.sliceView(node, st, now)}
 	if f.KnownEnd.KnownEndKnown && !f.KnownEnd.KnownEnd.IsZero() {
 		f.KnownEnd.KnownEndNeed = drain.Need(f.Pods, a.opts.Self, a.timing)
 	}

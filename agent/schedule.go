@@ -13,6 +13,7 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/compute"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // Schedule is what the agent learned of the VM's clock.
@@ -32,6 +33,12 @@ type Schedule struct {
 	// Reportable says whether Compute Engine would take a report of the
 	// VM's host, where its instances.get was read.
 	Reportable lifecycle.ReportableView
+	// LiveMigrates: the metadata server says the VM's host maintenance
+	// policy is MIGRATE (instance/scheduling/on-host-maintenance), which
+	// no VM with accelerators has: host maintenance moves it without a
+	// stop. It is read from the metadata server alone, and kept where
+	// instances.get is refused.
+	LiveMigrates bool
 }
 
 // knownEnd is what a step reads of s.
@@ -50,9 +57,7 @@ func (a *Agent) learnSchedule(ctx context.Context) {
 		sched, err := a.opts.Schedule(ctx)
 		switch {
 		case err == nil:
-			a.mu.Lock()
-			a.schedule = sched
-			a.mu.Unlock()
+			a.learned(sched)
 			if sched.PreemptionNotice > 0 {
 				a.log.Info("the VM has a preemption notice", "notice", sched.PreemptionNotice)
 			}
@@ -72,10 +77,12 @@ func (a *Agent) learnSchedule(ctx context.Context) {
 			}
 			continue
 		case errors.Is(err, compute.ErrPermissionDenied) && sched.NoticeWanted:
+			a.learned(sched)
 			a.log.Warn("the VM's schedule cannot be read", "err", err)
 			a.permissionDenied(compute.GetPermission, err)
 			return
 		case errors.Is(err, compute.ErrPermissionDenied):
+			a.learned(sched)
 			a.log.Info("the VM's known end cannot be read; a time limit is not drained for (grant compute.instances.get, or set --known-end=none)", "err", err)
 			a.opts.Metrics.PermissionDenied(compute.GetPermission)
 			return
@@ -85,5 +92,20 @@ func (a *Agent) learnSchedule(ctx context.Context) {
 		if backoff.Wait(ctx, a.opts.Clock, delay) != nil {
 			return
 		}
+	}
+}
+
+// learned keeps what the agent learned of the VM's schedule (what it could
+// read, where instances.get was refused), and says once that the VM
+// live-migrates, where it does.
+func (a *Agent) learned(sched Schedule) {
+	a.mu.Lock()
+	a.schedule = sched
+	a.mu.Unlock()
+	if sched.LiveMigrates {
+		a.opts.Events.NodeEvent(false, protocol.EventLiveMigrates, "This VM live-migrates on host maintenance (its instance/scheduling/on-host-maintenance is MIGRATE): "+
+			"a host maintenance does not stop it, so the agent drains for none, and refuses "+protocol.LabelPerformMaintenance+"=true; "+
+			"a preemption, a fault's repair and a known end are handled as on any VM.")
+		a.log.Info("the VM live-migrates on host maintenance: no host maintenance is drained for")
 	}
 }

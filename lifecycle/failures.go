@@ -13,10 +13,12 @@ import (
 
 // voluntaryFailure: the outcome is a voluntary maintenance that Compute
 // Engine did not start or the drain gave up, which the aggregator should
-// not try again at once (a rejected label is not one).
+// not try again at once (a rejected label is not one, but for a VM that
+// live-migrates, which will refuse every trigger).
 func voluntaryFailure(outcome string) bool {
 	switch outcome {
-	case protocol.ManualFailed, protocol.ManualPermissionDenied, protocol.ManualRefused, protocol.ManualNotStarted, protocol.ManualAbandoned:
+	case protocol.ManualFailed, protocol.ManualPermissionDenied, protocol.ManualRefused, protocol.ManualNotStarted, protocol.ManualAbandoned,
+		protocol.ManualLiveMigrates:
 		return true
 	}
 	return false

@@ -40,6 +40,9 @@ type Fetched struct {
 	PreemptionNotice time.Duration
 	KnownEnd         KnownEndView
 	Reportable       ReportableView
+	// LiveMigrates: the metadata server says the VM live-migrates on host
+	// maintenance.
+	LiveMigrates bool
 	// Performed is the last Compute Engine call's result (nil for none):
 	// read only when it is for the state's request.
 	Performed *PerformResult
@@ -59,6 +62,7 @@ func ObservationOf(st State, f Fetched) (Observation, error) {
 		MachineView: MachineView{BootID: n.Status.NodeInfo.BootID, KubeletVersion: n.Status.NodeInfo.KubeletVersion, Unschedulable: n.Spec.Unschedulable,
 			TPU: protocol.IsTPU(n), GKEReportsFaults: GKEReportsFaults(n), GKERepairStatus: n.Labels[protocol.LabelReportAndReplaceStatus],
 			GKEFaultBehavior: n.Labels[protocol.LabelFaultBehavior] != "", GKEHandling: GKEHandling(n, st), GKEHostMaintenance: GKEHandlesHostMaintenance(n.Status.NodeInfo.KubeletVersion),
+			GKEWritesEvents: GKEWritesEvents(n.Status.NodeInfo.KubeletVersion), LiveMigrates: f.LiveMigrates,
 			PreemptionNotice: f.PreemptionNotice, ReportableView: f.Reportable},
 		TriggerView:  TriggerView{RequestID: f.RequestID},
 		SliceView:    f.Slice,

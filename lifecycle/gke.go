@@ -106,6 +106,27 @@ func gkeAtLeast(kubeletVersion string, minor int) bool {
 	return err1 == nil && err2 == nil && (major > 1 || major == 1 && got >= minor)
 }
 
+// GKEWritesEvents reports whether GKE's own handler writes the host
+// maintenance Events of a node whose kubelet is kubeletVersion: GKE's
+// kubelet, 1.35 or later (GKE's "Monitor maintenance events" page: "View
+// Kubernetes events for host maintenance"), with the reasons
+// protocol.GKEEventReasons and the source protocol.GKEEventSource.
+func GKEWritesEvents(kubeletVersion string) bool { return gkeAtLeast(kubeletVersion, 35) }
+
+// leaveEventsToGKE marks the step's Events that GKE's own handler writes
+// about the node itself (obs.GKEWritesEvents): the agent's would repeat
+// them. The agent's other Events, which GKE has no like of, are recorded
+// with the agent's source (protocol.EventSourceAgent), which tells them
+// apart from GKE's.
+func (d *Decision) leaveEventsToGKE(obs Observation) {
+	if !obs.GKEWritesEvents {
+		return
+	}
+	for i := range d.Events {
+		d.Events[i].GKEWrites = protocol.IsGKEEventReason(d.Events[i].Reason)
+	}
+}
+
 // GKEReportsFaults reports whether GKE runs its own report-and-replace
 // flow on n (protocol.LabelFaultBehavior): GKE's kubelet 1.32.3-gke.1057001
 // or later, on a machine of the families GKE documents it for (A3 High,

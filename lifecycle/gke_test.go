@@ -177,3 +177,48 @@ func TestStepLeavesANoticeItDidNotMirror(t *testing.T) {
 		t.Errorf("its own notice gone: state %+v, events %+v; want it removed, said", d.State, d.Events)
 	}
 }
+
+// TestGKEWritesEvents: GKE's kubelets of 1.35 and later run a handler that
+// writes the node's host maintenance Events; there the agent's Events of
+// the same reasons are logged, not recorded, and its others are recorded
+// as ever. Elsewhere every Event is recorded.
+func TestGKEWritesEvents(t *testing.T) {
+	for v, want := range map[string]bool{
+		"v1.35.0-gke.2232000": true, "v1.37.1-gke.100": true,
+		"v1.34.9-gke.1000": false, "v1.35.0": false, "": false,
+	} {
+		if got := GKEWritesEvents(v); got != want {
+			t.Errorf("GKEWritesEvents(%q) = %t, want %t", v, got, want)
+		}
+	}
+	terminate := with(func(s *Signals) {
+		s.Event, s.EventSince = maintenance.EventTerminate, t0
+		s.Notice, s.NoticePresent = pending, true
+	})
+	preempted := with(func(s *Signals) { s.Preempted = true })
+	for _, gke := range []bool{false, true} {
+		o := obs(terminate)
+		o.GKEWritesEvents = gke
+		c := cfg
+		c.IgnoreGKEHandler = true // the agent drains: GKE's handler still writes its Events
+		d := stepChecked(t, c, State{}, o)
+		var left, recorded []string
+		for _, e := range d.Events {
+			if e.GKEWrites {
+				left = append(left, e.Reason)
+			} else {
+				recorded = append(recorded, e.Reason)
+			}
+		}
+		want := []string{protocol.EventTerminateOnHost, protocol.EventMaintenanceScheduled}
+		if !gke && (len(left) > 0 || !slices.Equal(recorded, want)) || gke && (!slices.Equal(left, want) || len(recorded) > 0) {
+			t.Errorf("GKE writes Events %t: left to GKE %v, recorded %v; want %v one or the other", gke, left, recorded, want)
+		}
+		o = obs(preempted)
+		o.GKEWritesEvents = gke
+		d = stepChecked(t, c, State{}, o)
+		if len(d.Events) == 0 || slices.ContainsFunc(d.Events, func(e EventRecord) bool { return e.GKEWrites }) {
+			t.Errorf("GKE writes Events %t, a preemption: %+v; want the agent's own Events recorded", gke, d.Events)
+		}
+	}
+}

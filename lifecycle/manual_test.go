@@ -107,6 +107,16 @@ func TestStepManualTrigger(t *testing.T) {
 				Events: []EventRecord{{Warning: true, Reason: protocol.EventManualRejected, Message: "A preemption is already under way on this node (Draining since 2026-11-22T10:00:00Z); cloud.google.com/perform-maintenance is not needed. The label was removed; nothing else changed."}}},
 		},
 		{
+			name:  "true on a VM that live-migrates: rejected, nothing drained",
+			state: scheduled,
+			obs: func() Observation {
+				o := labelled(obs(noticed), "true")
+				o.LiveMigrates = true
+				return o
+			}(),
+			want: rejected(protocol.ManualLiveMigrates, "This VM live-migrates on host maintenance (its instance/scheduling/on-host-maintenance is MIGRATE): the maintenance does not stop it, so it is not drained for, and cloud.google.com/perform-maintenance is not needed."),
+		},
+		{
 			name:  "true while the maintenance policy refuses it: rejected with the policy's reason",
 			state: scheduled,
 			obs: func() Observation {
@@ -496,6 +506,13 @@ func TestStepFailureMemory(t *testing.T) {
 	d := stepChecked(t, cfg, idle, Observation{Now: t0, Signals: noticed, MachineView: MachineView{BootID: bootA}, TriggerView: TriggerView{Trigger: "yes", TriggerSet: true}})
 	if d.Manual != protocol.ManualInvalidValue || d.State.Failures != idle.Failures {
 		t.Errorf("a rejected label changed the record: %+v", d.State.Failures)
+	}
+	// On a VM that live-migrates, the refusal is one: the aggregator would
+	// otherwise pick the node again at once, to be refused again.
+	migrates := Observation{Now: t0, Signals: noticed, MachineView: MachineView{BootID: bootA, LiveMigrates: true}, TriggerView: TriggerView{Trigger: protocol.TriggerValue, TriggerSet: true}}
+	d = stepChecked(t, cfg, idle, migrates)
+	if d.Manual != protocol.ManualLiveMigrates || d.State.Failures.Count != idle.Failures.Count+1 || d.State.Failures.Reason != protocol.ManualLiveMigrates {
+		t.Errorf("a VM that live-migrates: outcome %q, failures %+v; want one more failure remembered", d.Manual, d.State.Failures)
 	}
 	// Observed only, it is no failure either.
 	st.Phase, st.Reason, st.RequestID, st.Requested, st.Started, st.Deadline = asked.Phase, asked.Reason, asked.RequestID, t0, t0, t0.Add(time.Hour)

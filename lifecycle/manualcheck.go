@@ -40,6 +40,8 @@ type TriggerCheck struct {
 	Busy          string
 	MaxAge        time.Duration
 	Now           time.Time
+	// LiveMigrates: the VM live-migrates on host maintenance.
+	LiveMigrates bool
 	// Blocked is why the maintenance policy refuses a manual trigger now
 	// (a Manual* outcome; "" when it does not), BlockedDetail says it in
 	// words.
@@ -60,7 +62,9 @@ type TriggerAnswer struct {
 func (a TriggerAnswer) Accepted() bool { return !a.Wait && a.Outcome == "" }
 
 // Answer is the agent's answer to the label: a pure function of c. The
-// label is accepted only as "true", only on a node in service, only with a
+// label is accepted only as "true", only on a node in service whose VM
+// stops for host maintenance (a VM that live-migrates is not drained for
+// it), only with a
 // notice that is PENDING and can_reschedule, and only while the
 // maintenance policy allows manual maintenance now; an opportunistic one
 // also only while the node is idle, the trigger fresh, and the notice the
@@ -76,6 +80,8 @@ func (c TriggerCheck) Answer() TriggerAnswer {
 			c.State.Reason, c.State.Phase, c.State.Started.UTC().Format(time.RFC3339), protocol.LabelPerformMaintenance)
 	case c.Value != protocol.TriggerValue:
 		return refuse(protocol.ManualInvalidValue, "The label %s=%q is not accepted: the only accepted value is %q.", protocol.LabelPerformMaintenance, c.Value, protocol.TriggerValue)
+	case c.LiveMigrates:
+		return refuse(protocol.ManualLiveMigrates, "This VM live-migrates on host maintenance (its instance/scheduling/on-host-maintenance is MIGRATE): the maintenance does not stop it, so it is not drained for, and %s is not needed.", protocol.LabelPerformMaintenance)
 	case !c.NoticePresent:
 		return refuse(protocol.ManualNoNotice, "%s=true needs a pending maintenance notice (upcoming-maintenance PENDING, can_reschedule true), and the metadata server reports none for this VM.", protocol.LabelPerformMaintenance)
 	case n.Status == maintenance.StatusOngoing:

@@ -70,6 +70,15 @@ type MachineView struct {
 	// this node itself (GKEHandlesHostMaintenance): a host maintenance is
 	// left to it from its start.
 	GKEHostMaintenance bool
+	// GKEWritesEvents: GKE's own handler writes the node's host
+	// maintenance Events itself (GKEWritesEvents), so the agent records
+	// none that repeat them (protocol.GKEEventReasons).
+	GKEWritesEvents bool
+	// LiveMigrates: the VM's host maintenance policy is MIGRATE
+	// (instance/scheduling/on-host-maintenance): host maintenance moves
+	// it without a stop, so a perform-maintenance trigger, which would
+	// drain it for nothing, is refused (protocol.ManualLiveMigrates).
+	LiveMigrates bool
 	// TPU: the Node is a TPU VM (protocol.IsTPU): its maintenance window's
 	// opening is its host maintenance signal, whatever maintenance-event
 	// answers.

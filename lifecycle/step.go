@@ -112,6 +112,10 @@ type EventRecord struct {
 	Warning bool
 	Reason  string
 	Message string
+	// GKEWrites: GKE's own handler writes an Event of this reason about
+	// the node itself (Decision.leaveEventsToGKE): the agent logs it and
+	// records none.
+	GKEWrites bool
 }
 
 // counted is an interruption for Decision to count.
@@ -243,6 +247,7 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.drainOrder(cfg, obs)
 	d.rememberFailure(cfg, obs.Now)
 	d.idleness(obs)
+	d.leaveEventsToGKE(obs)
 	return d
 }
 

@@ -1,5 +1,7 @@
 package protocol
 
+import "slices"
+
 // Event sources: the component name on each component's Events.
 const (
 	// EventSourceAgent is on the agent's Events (its drain's included),
@@ -22,7 +24,10 @@ const (
 	EventTerminateOnHost        = "TerminateOnHostMaintenance"
 	EventPreempted              = "NodePreempted"
 	EventMigrateOnHost          = "MigrateOnHostMaintenance"
-	EventEvictionComplete       = "PodEvictionComplete"
+	// EventLiveMigrates: the VM's host maintenance policy is MIGRATE, so
+	// the agent drains for no host maintenance (said once as it starts).
+	EventLiveMigrates     = "HostMaintenanceLiveMigrates"
+	EventEvictionComplete = "PodEvictionComplete"
 	// EventEvictionIncomplete: a drain that had to end by its deadline
 	// (forced) ended with pods still on the node; the node waits for the
 	// stop all the same, and the Event names them.
@@ -168,6 +173,7 @@ var EventReasons = []EventReason{
 	{EventTerminateOnHost, agentOnly, true},
 	{EventPreempted, agentOnly, true},
 	{EventMigrateOnHost, agentOnly, false},
+	{EventLiveMigrates, agentOnly, false},
 	{EventBlocked, agentOnly, true},
 	{EventEvictionFailed, agentOnly, true},
 	{EventEscalated, agentOnly, true},
@@ -224,6 +230,21 @@ var EventReasons = []EventReason{
 	{EventFaultRequestInvalid, aggregatorOnly, true},
 	{EventComputeCallNotVouched, aggregatorOnly, true},
 }
+
+// GKEEventReasons are the reasons of the host maintenance Events that
+// GKE's own handler writes about a node from GKE 1.35 on, with the source
+// component GKEEventSource (GKE's "Monitor maintenance events" page and
+// its maintenance dashboard): the agent's Events of these reasons would
+// repeat GKE's there, so it logs them and records none.
+var GKEEventReasons = []string{EventMaintenanceScheduled, EventMaintenanceRescheduled, EventMaintenanceStarted,
+	EventMaintenanceCleared, EventMaintenanceCancelled, EventTerminateOnHost, EventManualStarted, EventEvictionComplete}
+
+// GKEEventSource is the source component of GKE's own host maintenance
+// Events; the agent's carry EventSourceAgent.
+const GKEEventSource = "NodeTerminationHandler"
+
+// IsGKEEventReason: reason is one of GKEEventReasons.
+func IsGKEEventReason(reason string) bool { return slices.Contains(GKEEventReasons, reason) }
 
 // TriggerRefusals are the agent's final answers to a perform-maintenance
 // label that end with the node in service and Compute Engine not starting

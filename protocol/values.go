@@ -138,12 +138,17 @@ const (
 	// maintenance was decided and said, nothing was drained, and Compute
 	// Engine was not asked.
 	ManualObserved = "observe_only"
+	// ManualLiveMigrates: the VM live-migrates on host maintenance
+	// (instance/scheduling/on-host-maintenance is MIGRATE): its
+	// maintenance stops nothing, so it is not drained for.
+	ManualLiveMigrates = "live_migrates"
 )
 
 // ManualOutcomes lists every outcome.
 var ManualOutcomes = []string{ManualStarted, ManualAccepted, ManualFailed, ManualPermissionDenied, ManualRefused,
 	ManualInvalidValue, ManualNoNotice, ManualNotReschedulable, ManualAlreadyOngoing, ManualOutsideWindow, ManualExcluded,
-	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged, ManualAbandoned, ManualObserved}
+	ManualPolicyUnknown, ManualNotStarted, ManualNotIdle, ManualStaleTrigger, ManualNoticeChanged, ManualAbandoned, ManualObserved,
+	ManualLiveMigrates}
 
 // Accelerator resources: a pod requesting one does accelerator work.
 const (

@@ -282,19 +282,26 @@ func resourceNames(names []string) []corev1.ResourceName {
 // schedule is how the agent learns what the VM's own clock says (see
 // readSchedule), from the metadata server and the VM's instances.get.
 func schedule(opts *Options, md *gcemetadata.Client, scheduling func(context.Context) (compute.Scheduling, error)) func(context.Context) (agent.Schedule, error) {
-	preemptible := func(ctx context.Context) (bool, error) {
-		v, err := md.GetWithContext(ctx, "instance/scheduling/preemptible")
-		if err != nil {
-			return false, fmt.Errorf("read instance/scheduling/preemptible: %w", err)
+	get := func(ctx context.Context, key string) (string, error) {
+		v, err := md.GetWithContext(ctx, key)
+		var undefined gcemetadata.NotDefinedError
+		switch {
+		case errors.As(err, &undefined):
+			return "", nil
+		case err != nil:
+			return "", fmt.Errorf("read %s: %w", key, err)
 		}
-		return strings.TrimSpace(v) == "TRUE", nil
+		return strings.TrimSpace(v), nil
 	}
 	return func(ctx context.Context) (agent.Schedule, error) {
-		return readSchedule(ctx, opts, preemptible, scheduling)
+		return readSchedule(ctx, opts, get, scheduling)
 	}
 }
 
-// readSchedule learns what the VM's own clock says. A preemption notice
+// readSchedule learns what the VM's own clock says, and whether it
+// live-migrates on host maintenance (the metadata server's
+// instance/scheduling/on-host-maintenance is MIGRATE; TERMINATE, another
+// value or none is taken as a stop, which is drained for). A preemption notice
 // exists only on a Spot VM (scheduling.preemptionNoticeDuration is "Spot
 // only", and GKE's node pools cannot set it): --preemption-notice auto
 // reads it with instances.get where the metadata server says the VM is
@@ -304,16 +311,22 @@ func schedule(opts *Options, md *gcemetadata.Client, scheduling func(context.Con
 // auto reads the VM's end with the same call, and none looks for no end;
 // what that call says also tells whether Compute Engine would take a
 // report of the VM's host (lifecycle.NotReportable).
-func readSchedule(ctx context.Context, opts *Options, preemptible func(context.Context) (bool, error),
+func readSchedule(ctx context.Context, opts *Options, metadata func(ctx context.Context, key string) (string, error),
 	scheduling func(context.Context) (compute.Scheduling, error)) (agent.Schedule, error) {
 	notice, auto, _ := opts.preemptionNotice()
 	endAuto := opts.KnownEnd == knownEndAuto
 	out := agent.Schedule{EndKnown: !endAuto}
+	policy, err := metadata(ctx, "instance/scheduling/on-host-maintenance")
+	if err != nil {
+		return out, err
+	}
+	out.LiveMigrates = policy == "MIGRATE"
 	if auto || notice > 0 {
-		spot, err := preemptible(ctx)
+		preemptible, err := metadata(ctx, "instance/scheduling/preemptible")
 		if err != nil {
 			return out, err
 		}
+		spot := preemptible == "TRUE"
 		out.NoticeWanted = auto && spot
 		if spot {
 			out.PreemptionNotice = notice

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,14 +37,50 @@ func TestNoticeOnlyWhereItExists(t *testing.T) {
 	} {
 		opts := &Options{PreemptionNotice: tc.notice, KnownEnd: tc.knownEnd}
 		read := false
-		got, err := readSchedule(context.Background(), opts,
-			func(context.Context) (bool, error) { return tc.preemptible, nil },
+		got, err := readSchedule(context.Background(), opts, metadataOf(tc.preemptible, "TERMINATE"),
 			func(context.Context) (compute.Scheduling, error) {
 				read = true
 				return compute.Scheduling{Spot: tc.model == "SPOT", ProvisioningModel: tc.model, PreemptionNotice: tc.vmNotice, End: end}, nil
 			})
-		if err != nil || got.PreemptionNotice != tc.want || read != tc.read {
+		if err != nil || got.PreemptionNotice != tc.want || read != tc.read || got.LiveMigrates {
 			t.Errorf("%s: notice %s (instances.get read %t), %v; want %s (read %t)", tc.name, got.PreemptionNotice, read, err, tc.want, tc.read)
 		}
+	}
+}
+
+// TestLiveMigratesFromTheMetadataServer: the VM live-migrates only where the
+// metadata server says MIGRATE; TERMINATE, a value not understood, or none
+// is a VM that stops, drained for as before. It is read whatever the
+// flags, and needs no instances.get.
+func TestLiveMigratesFromTheMetadataServer(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   bool
+	}{{"MIGRATE", true}, {"TERMINATE", false}, {"migrate", false}, {"", false}} {
+		opts := &Options{PreemptionNotice: preemptionNoticeNone, KnownEnd: knownEndNone}
+		got, err := readSchedule(context.Background(), opts, metadataOf(false, tc.policy),
+			func(context.Context) (compute.Scheduling, error) {
+				t.Fatal("instances.get read")
+				return compute.Scheduling{}, nil
+			})
+		if err != nil || got.LiveMigrates != tc.want {
+			t.Errorf("on-host-maintenance %q: live-migrates %t, %v; want %t", tc.policy, got.LiveMigrates, err, tc.want)
+		}
+	}
+}
+
+// metadataOf answers the metadata keys readSchedule reads.
+func metadataOf(preemptible bool, onHostMaintenance string) func(context.Context, string) (string, error) {
+	return func(_ context.Context, key string) (string, error) {
+		switch key {
+		case "instance/scheduling/preemptible":
+			if preemptible {
+				return "TRUE", nil
+			}
+			return "FALSE", nil
+		case "instance/scheduling/on-host-maintenance":
+			return onHostMaintenance, nil
+		}
+		return "", fmt.Errorf("unexpected key %s", key)
 	}
 }

@@ -639,7 +639,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	s.mu.Unlock()
 	model := s.cfg.provisioningModel()
 	spot := model == "SPOT"
-	scheduling := map[string]any{"preemptible": s.cfg.Preemptible && spot, "provisioningModel": model, "onHostMaintenance": "TERMINATE",
+	scheduling := map[string]any{"preemptible": s.cfg.Preemptible && spot, "provisioningModel": model, "onHostMaintenance": s.cfg.onHostMaintenance(),
 		"automaticRestart": !spot}
 	if spot && s.cfg.PreemptionNotice > 0 {
 		scheduling["preemptionNoticeDuration"] = map[string]any{"seconds": fmt.Sprint(int64(s.cfg.PreemptionNotice.Seconds()))}
@@ -674,6 +674,15 @@ func (c Config) provisioningModel() string {
 		return "FLEX_START"
 	}
 	return "RESERVATION_BOUND"
+}
+
+// onHostMaintenance is the VM's host maintenance policy
+// (Config.LiveMigrates).
+func (c Config) onHostMaintenance() string {
+	if c.LiveMigrates {
+		return "MIGRATE"
+	}
+	return "TERMINATE"
 }
 
 func (c Config) machineType() string { return cmp.Or(c.MachineType, "a3-highgpu-8g") }

@@ -105,6 +105,12 @@ type Config struct {
 	Absence Absence
 	// Preemptible is served at instance/scheduling/preemptible.
 	Preemptible bool
+	// LiveMigrates: the VM's host maintenance policy is MIGRATE, served at
+	// instance/scheduling/on-host-maintenance and as instances.get's
+	// scheduling.onHostMaintenance; TERMINATE otherwise, as on every
+	// accelerator and Spot VM (Compute Engine's "Host maintenance
+	// overview": a VM with GPUs or TPUs, or a Spot VM, must terminate).
+	LiveMigrates bool
 	// MachineType is the VM's machine type, as instances.get names it
 	// (a3-highgpu-8g when empty).
 	MachineType string
@@ -468,7 +474,7 @@ func (s *Server) resolveLocked(path string, altJSON, recursive bool) answer {
 	case "instance/scheduling/preemptible":
 		return s.plainLocked(boolText(s.cfg.Preemptible), altJSON)
 	case "instance/scheduling/on-host-maintenance":
-		return s.plainLocked("TERMINATE", altJSON)
+		return s.plainLocked(s.cfg.onHostMaintenance(), altJSON)
 	case "instance/scheduling/automatic-restart":
 		return s.plainLocked(boolText(!s.cfg.Preemptible), altJSON)
 	case "project/project-id":
