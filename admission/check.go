@@ -1,6 +1,7 @@
 package admission
 
-// The check itself: one eviction, one pod read, one verdict.
+// The check itself: one eviction (or EvictionRequest), one pod read, one
+// verdict.
 
 import (
 	"context"
@@ -13,8 +14,10 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/metrics"
@@ -94,8 +97,21 @@ func (c *Check) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 const readTimeout = 4 * time.Second
 
 func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
-	if req.Resource.Resource != "pods" || req.SubResource != "eviction" {
-		return refuse(http.StatusBadRequest, fmt.Sprintf("the eviction check reviews pod evictions only, not %s/%s", req.Resource.Resource, req.SubResource)), Refused
+	name, uid := req.Name, types.UID("")
+	switch {
+	case req.Resource.Resource == "pods" && req.SubResource == "eviction":
+	case req.Resource.Group == lifecyclev1alpha1.GroupName && req.Resource.Resource == "evictionrequests" && req.SubResource == "":
+		target, withdrawn, err := requestTarget(req)
+		switch {
+		case err != nil:
+			return refuse(http.StatusBadRequest, err.Error()), Refused
+		case withdrawn:
+			// A withdrawal asks for nothing: it is never held back.
+			return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
+		}
+		name, uid = target.Name, target.UID
+	default:
+		return refuse(http.StatusBadRequest, fmt.Sprintf("the eviction check reviews pod evictions and EvictionRequests only, not %s/%s", req.Resource.Resource, req.SubResource)), Refused
 	}
 	node := ""
 	if v := req.UserInfo.Extra[NodeNameExtra]; len(v) > 0 {
@@ -103,24 +119,41 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	pod, err := c.Pods(ctx, req.Namespace, req.Name)
+	pod, err := c.Pods(ctx, req.Namespace, name)
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) || err == nil && uid != "" && pod.UID != uid:
 		// No such pod: refused as the eviction would be (404), never
 		// allowed: the API server reads the pod after the check, and a pod
-		// of the same name created in between may be on another node.
-		return refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", req.Namespace, req.Name)), Refused
+		// of the same name created in between may be on another node. An
+		// EvictionRequest names its pod's UID too.
+		return refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", req.Namespace, name)), Refused
 	case err != nil:
-		c.Logger.Warn("eviction check could not read the pod", "pod", req.Namespace+"/"+req.Name, "err", err)
-		return refuse(http.StatusServiceUnavailable, fmt.Sprintf("the eviction check could not read pod %s/%s: %v", req.Namespace, req.Name, err)), Failed
+		c.Logger.Warn("eviction check could not read the pod", "pod", req.Namespace+"/"+name, "err", err)
+		return refuse(http.StatusServiceUnavailable, fmt.Sprintf("the eviction check could not read pod %s/%s: %v", req.Namespace, name, err)), Failed
 	}
 	ok, why := Verdict(node, pod)
 	if ok {
 		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
 	}
 	c.Logger.Warn("eviction refused: the pod is not on the caller's node", "user", req.UserInfo.Username, "node", node,
-		"pod", req.Namespace+"/"+req.Name, "podNode", pod.Spec.NodeName)
+		"pod", req.Namespace+"/"+name, "podNode", pod.Spec.NodeName)
 	return refuse(http.StatusForbidden, why), Refused
+}
+
+// requestTarget is the pod an EvictionRequest under review names, and
+// whether it withdraws its intent.
+func requestTarget(req *admissionv1.AdmissionRequest) (*lifecyclev1alpha1.EvictionRequestPodReference, bool, error) {
+	var r lifecyclev1alpha1.EvictionRequest
+	if err := json.Unmarshal(req.Object.Raw, &r); err != nil {
+		return nil, false, fmt.Errorf("the EvictionRequest under review cannot be read: %v", err)
+	}
+	if r.Spec.Intent == lifecyclev1alpha1.EvictionRequestIntentWithdrawn {
+		return nil, true, nil
+	}
+	if r.Spec.Target.Pod == nil {
+		return nil, false, fmt.Errorf("the EvictionRequest %s/%s names no pod", req.Namespace, req.Name)
+	}
+	return r.Spec.Target.Pod, false, nil
 }
 
 func refuse(code int32, msg string) *admissionv1.AdmissionResponse {

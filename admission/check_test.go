@@ -13,8 +13,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -104,7 +106,7 @@ func TestCheckAnswersReviews(t *testing.T) {
 		{"a token without a node", "", "mine", "eviction", false, http.StatusForbidden, "its token names no node"},
 		{"a pod that is gone (a pod of its name may be created before the eviction reads it)", "a", "gone", "eviction", false, http.StatusNotFound, "not found"},
 		{"a pod it cannot read", "a", "broken", "eviction", false, http.StatusServiceUnavailable, "could not read pod ns/broken"},
-		{"not an eviction", "a", "mine", "", false, http.StatusBadRequest, "pod evictions only"},
+		{"not an eviction", "a", "mine", "", false, http.StatusBadRequest, "pod evictions and EvictionRequests only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := review(tc.node, tc.pod, tc.sub)
@@ -128,5 +130,53 @@ func TestCheckAnswersReviews(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a body that is no review: %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestCheckAnswersEvictionRequests: an EvictionRequest the agent writes is
+// checked as its eviction would be, for the pod it names by name and UID; a
+// withdrawal is never held back.
+func TestCheckAnswersEvictionRequests(t *testing.T) {
+	pods := map[string]*corev1.Pod{
+		"mine":  {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mine", UID: "uid-mine"}, Spec: corev1.PodSpec{NodeName: "a"}},
+		"other": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other", UID: "uid-other"}, Spec: corev1.PodSpec{NodeName: "b"}},
+	}
+	get := func(_ context.Context, _, name string) (*corev1.Pod, error) {
+		if p, ok := pods[name]; ok {
+			return p, nil
+		}
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
+	}
+	check := &admission.Check{Pods: get, Metrics: metrics.NewEvictionCheck(prometheus.NewRegistry()), Clock: clocktesting.NewFakeClock(testTime), Logger: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		name, pod, uid string
+		intent         lifecyclev1alpha1.EvictionRequestIntent
+		allowed        bool
+		says           string
+	}{
+		{"its own node's pod", "mine", "uid-mine", lifecyclev1alpha1.EvictionRequestIntentEviction, true, ""},
+		{"another node's pod", "other", "uid-other", lifecyclev1alpha1.EvictionRequestIntentEviction, false, "not ns/other on b"},
+		{"a pod of that name, another UID", "mine", "uid-old", lifecyclev1alpha1.EvictionRequestIntentEviction, false, "not found"},
+		{"a withdrawal, whatever the pod", "other", "uid-other", lifecyclev1alpha1.EvictionRequestIntentWithdrawn, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, _ := json.Marshal(lifecyclev1alpha1.EvictionRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r"},
+				Spec: lifecyclev1alpha1.EvictionRequestSpec{Target: lifecyclev1alpha1.EvictionRequestTarget{Pod: &lifecyclev1alpha1.EvictionRequestPodReference{Name: tc.pod, UID: types.UID(tc.uid)}},
+					Requester: "maintenance-handler.io/agent", Intent: tc.intent}})
+			req := &admissionv1.AdmissionRequest{UID: "u", Name: "r", Namespace: "ns", Operation: admissionv1.Create,
+				Resource: metav1.GroupVersionResource{Group: "lifecycle.k8s.io", Version: "v1alpha1", Resource: "evictionrequests"},
+				UserInfo: authnv1.UserInfo{Extra: map[string]authnv1.ExtraValue{admission.NodeNameExtra: {"a"}}}, Object: runtime.RawExtension{Raw: obj}}
+			body, _ := json.Marshal(admissionv1.AdmissionReview{Request: req})
+			rec := httptest.NewRecorder()
+			check.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/evictions", bytes.NewReader(body)))
+			var out admissionv1.AdmissionReview
+			if err := json.NewDecoder(rec.Body).Decode(&out); err != nil || out.Response == nil {
+				t.Fatalf("answer: %v", err)
+			}
+			r := out.Response
+			if r.Allowed != tc.allowed || !tc.allowed && (r.Result == nil || !strings.Contains(r.Result.Message, tc.says)) {
+				t.Errorf("allowed %t (%+v), want %t saying %q", r.Allowed, r.Result, tc.allowed, tc.says)
+			}
+		})
 	}
 }

@@ -148,8 +148,8 @@ func New(opts Options) (*Agent, error) {
 	if opts.Drainer == nil {
 		opts.Drainer = drain.New(drain.Options{
 			Client: opts.Client, Pods: opts.Pods, Skip: opts.Self, RetryInterval: opts.RetryInterval, Budgets: opts.Client.BudgetListWatch, Timing: opts.DrainTiming,
-			TaintKey: protocol.TaintImpendingTermination,
-			Clock:    opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
+			TaintKey: protocol.TaintImpendingTermination, Requests: opts.EvictionRequests,
+			Clock: opts.Clock, Logger: opts.Logger.With("node", opts.NodeName), Recorder: opts.Metrics, Events: opts.Events,
 		})
 	}
 	if opts.NewRequestID == nil {

@@ -158,8 +158,12 @@ type Options struct {
 	// its margin before the deadline (drain.Timing: a zero keeps none);
 	// nil is drain.DefaultTiming.
 	DrainTiming *drain.Timing
+	// EvictionRequests, when set, is the EvictionRequest API the drain asks
+	// through for a pod that names eviction responders (drain.Options;
+	// --eviction-requests); nil: the Eviction API alone.
+	EvictionRequests drain.Requests
 	// Drainer empties the node; nil is a drain.Drainer of the node's Pods
-	// with RetryInterval and DrainTiming.
+	// with RetryInterval, DrainTiming and EvictionRequests.
 	Drainer Drainer
 	Metrics Metrics
 	Events  Events

@@ -49,6 +49,9 @@ type Result struct {
 	// the deadline ran out (stuck terminating, or placed on the node
 	// despite the taint); empty when the node was emptied.
 	Left []string
+	// requested are the pods asked for through EvictionRequests, whose
+	// requests are withdrawn at the drain's end if they are still there.
+	requested map[types.UID]*corev1.Pod
 }
 
 // podState is what the drain remembers of one pod it has acted on.
@@ -68,12 +71,19 @@ type podState struct {
 	// API server's error), said once in a Warning.
 	blocked bool
 	failure string
+	// requested: an EvictionRequest asks for the pod, and its responders
+	// have until fallbackAt; noRequest: one could not be written, so the
+	// Eviction API is asked.
+	requested, noRequest bool
+	fallbackAt           time.Time
 }
 
 // refused: the eviction was refused or failed at least once, so the pod is
 // deleted at its group deadline - grace - EscalationLead if it is still
 // there.
-func (st *podState) refused() bool { return st.blocked || st.failure != "" }
+// A pod asked for through an EvictionRequest is taken as refused from its
+// fallback on.
+func (st *podState) refused() bool { return st.blocked || st.failure != "" || st.requested }
 
 // Drain evicts the node's pods group by group (workloads, then kube-system,
 // then DaemonSet pods), each group only after every pod of the previous one
@@ -131,6 +141,7 @@ func (d *Drainer) run(ctx context.Context, deadline time.Time, why *Disruption) 
 	for _, p := range d.opts.Pods.List() {
 		began[p.UID] = true
 	}
+	defer func() { d.withdraw(ctx, res.requested) }()
 	deadlines := GroupDeadlines(d.members(began), d.timing, d.opts.Clock.Now(), deadline)
 	for i, g := range Groups {
 		left, err := d.drainGroup(ctx, g, began, start, deadlines[i], why, pdbs, &res)
@@ -160,7 +171,9 @@ type action struct {
 	grace      time.Duration // capped to the group deadline, at least GraceFloor
 	escalateAt time.Time
 	escalate   bool
-	outcome    string
+	// request: asked through an EvictionRequest (Options.Requests).
+	request bool
+	outcome string
 	// retryAfter is what the API server asked a throttled call to wait.
 	retryAfter time.Duration
 	// err is an OutcomeError call's error.
@@ -211,7 +224,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			seen = gen
 			for _, p := range pods {
 				st := states[p.UID]
-				if st == nil || !st.refused() || st.evicted || st.inFlight || !now.Before(st.nextTry) {
+				if st == nil || !st.refused() || st.evicted || st.inFlight || !now.Before(st.nextTry) || now.Before(st.fallbackAt) {
 					continue
 				}
 				if ok, v := pdbs.allows(p); ok && v != st.budgets {
@@ -219,7 +232,7 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 				}
 			}
 		}
-		due, wake := planRound(now, start, deadline, escalate, pods, states)
+		due, wake := planRound(now, start, deadline, escalate, d.opts.Requests != nil, pods, states)
 		for _, a := range due {
 			if inFlight >= parallelism {
 				break
@@ -227,9 +240,12 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			inFlight++
 			a.st.inFlight = true
 			go func() {
-				if a.escalate {
+				switch {
+				case a.escalate:
 					a.outcome = d.delete(ctx, a.pod, a.grace, *why)
-				} else {
+				case a.request:
+					a.outcome, a.err = d.request(ctx, a.pod)
+				default:
 					callCtx, cancel := callContext(ctx, a)
 					a.outcome, a.retryAfter, a.err = d.evict(callCtx, a.pod, a.grace)
 					cancel()
@@ -245,86 +261,6 @@ func (d *Drainer) drainGroup(ctx context.Context, g Group, began map[types.UID]b
 			return nil, err
 		}
 	}
-}
-
-// record takes in the outcome of one call. The metric is counted last, once
-// the pod's state (its next try) is set.
-func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result) {
-	p, st := a.pod, a.st
-	defer d.opts.Recorder.Eviction(a.outcome)
-	if a.escalate {
-		if a.outcome == OutcomeEscalated {
-			d.opts.Recorder.Escalation()
-			res.Deleted++
-			msg := fmt.Sprintf("Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
-				klogRef(p), a.grace)
-			if !st.blocked {
-				msg = fmt.Sprintf("The eviction of pod %s was still failing (%s) at the last moment that leaves it its %s grace period before the VM stops; deleted it",
-					klogRef(p), st.failure, a.grace)
-			}
-			d.opts.Events.NodeEvent(true, protocol.EventEscalated, msg)
-			log.Warn("pod deleted after refused evictions", "pod", klogRef(p), "grace", a.grace)
-		}
-		st.evicted = a.outcome != OutcomeError
-		if !st.evicted {
-			st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
-		}
-		return
-	}
-	switch a.outcome {
-	case OutcomeEvicted:
-		st.evicted = true
-		res.Evicted++
-		log.Info("pod evicted", "pod", klogRef(p), "grace", a.grace)
-	case OutcomeBlocked:
-		if !st.blocked {
-			msg := fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying, and deleting it at %s so that it still gets its %s grace period",
-				klogRef(p), a.escalateAt.UTC().Format(time.RFC3339), a.grace)
-			switch {
-			case a.voluntary:
-				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget; retrying until %s. This maintenance is voluntary: the budget holds, the pod is never deleted, and a drain that cannot finish is given up",
-					klogRef(p), a.deadline.UTC().Format(time.RFC3339))
-			case !a.at.Before(a.escalateAt):
-				msg = fmt.Sprintf("Eviction of pod %s is refused by a PodDisruptionBudget, and its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
-					klogRef(p), PodGrace(p), a.grace)
-			}
-			d.opts.Events.NodeEvent(true, protocol.EventBlocked, msg)
-		}
-		st.blocked = true
-		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
-		pdbs.follow(p.Namespace)
-		_, st.budgets = pdbs.allows(p)
-	case OutcomeThrottled:
-		// The API server's load, not the pod's budget: no Warning, and
-		// the pod is not marked for deletion; tried again when asked.
-		wait := a.retryAfter
-		if wait <= 0 {
-			wait = d.opts.RetryInterval
-		}
-		st.nextTry = d.opts.Clock.Now().Add(wait)
-		log.Info("eviction throttled by the API server", "pod", klogRef(p), "retryAfter", wait)
-	case OutcomeError:
-		if st.failure == "" {
-			d.opts.Events.NodeEvent(true, protocol.EventEvictionFailed, failedMessage(a))
-		}
-		st.failure = a.err.Error()
-		st.nextTry = d.opts.Clock.Now().Add(d.opts.RetryInterval)
-	}
-}
-
-// failedMessage is the Warning of a pod's first eviction that failed for
-// another reason than a budget: what happens next.
-func failedMessage(a *action) string {
-	switch {
-	case a.voluntary:
-		return fmt.Sprintf("Eviction of pod %s failed: %v. Retrying until %s; this maintenance is voluntary, so the pod is never deleted, and a drain that cannot finish is given up",
-			klogRef(a.pod), a.err, a.deadline.UTC().Format(time.RFC3339))
-	case !a.at.Before(a.escalateAt):
-		return fmt.Sprintf("Eviction of pod %s failed: %v. Its %s grace period no longer fits before the VM stops; deleting it now, with the %s left",
-			klogRef(a.pod), a.err, PodGrace(a.pod), a.grace)
-	}
-	return fmt.Sprintf("Eviction of pod %s failed: %v. Retrying, and deleting it at %s so that it still gets its %s grace period",
-		klogRef(a.pod), a.err, a.escalateAt.UTC().Format(time.RFC3339), a.grace)
 }
 
 // callContext bounds an eviction of a drain that must end by the VM's stop

@@ -120,6 +120,13 @@ type Options struct {
 	// reserve and margin); nil means DefaultTiming. In a Timing, as on the
 	// agent's command line, a zero reserve or margin keeps none.
 	Timing *Timing
+	// Requests, when set, is the EvictionRequest API: a pod that names
+	// eviction responders (NamesResponders) is asked for through an
+	// EvictionRequest first, its responders have until the last moment
+	// that leaves it its grace before its group's deadline, and the
+	// request is withdrawn if the drain ends without the pod. Nil: every
+	// pod is asked through the Eviction API.
+	Requests Requests
 	// TaintKey is the NoSchedule taint the node carries while it drains: a
 	// pod that arrives after the drain began and tolerates it is left
 	// alone. Empty: only a DaemonSet's late pods are.

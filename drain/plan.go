@@ -227,7 +227,7 @@ func PodGrace(p *corev1.Pod) time.Duration {
 // is empty), and when to plan again though nothing changes: the earliest
 // moment a pod not due now will be (its checkpoint lead over, its next
 // try), at the latest the group's end (deadline + EndSlack).
-func planRound(now, start, deadline time.Time, escalate bool, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
+func planRound(now, start, deadline time.Time, escalate, requests bool, pods []*corev1.Pod, states map[types.UID]*podState) (due []*action, wake time.Time) {
 	wake = deadline.Add(EndSlack)
 	if !now.Before(wake) {
 		wake = now.Add(time.Hour) // past it: only returning calls matter
@@ -251,6 +251,8 @@ func planRound(now, start, deadline time.Time, escalate bool, pods []*corev1.Pod
 		grace := PodGrace(p)
 		a := &action{pod: p, st: st, grace: CappedGrace(grace, now, deadline), escalateAt: EscalateAt(p, deadline), at: now, voluntary: !escalate, deadline: deadline}
 		switch {
+		case requests && !st.requested && !st.noRequest && NamesResponders(p):
+			a.request = true
 		case escalate && st.refused() && !now.Before(a.escalateAt):
 			a.escalate = true
 		case now.Before(st.nextTry):

@@ -126,7 +126,7 @@ func TestPlanRound(t *testing.T) {
 			if states == nil {
 				states = map[types.UID]*podState{}
 			}
-			due, wake := planRound(tc.now, now, deadline, !tc.voluntary, tc.pods, states)
+			due, wake := planRound(tc.now, now, deadline, !tc.voluntary, false, tc.pods, states)
 			var got []call
 			for _, a := range due {
 				got = append(got, call{a.pod.Name, a.grace, a.escalate})

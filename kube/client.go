@@ -2,12 +2,15 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	policyv1 "k8s.io/api/policy/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -21,10 +24,10 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// scheme knows the core, policy, resource (DRA) and coordination groups
-// alone.
+// scheme knows the core, policy, resource (DRA), coordination and
+// lifecycle (EvictionRequests) groups alone.
 var (
-	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme, resourcev1.AddToScheme, coordinationv1.AddToScheme)
+	scheme = newScheme(corev1.AddToScheme, policyv1.AddToScheme, resourcev1.AddToScheme, coordinationv1.AddToScheme, lifecyclev1alpha1.AddToScheme)
 	codecs = serializer.NewCodecFactory(scheme).WithoutConversion()
 	params = runtime.NewParameterCodec(scheme)
 )
@@ -39,11 +42,11 @@ func newScheme(adds ...func(*runtime.Scheme) error) *runtime.Scheme {
 	return s
 }
 
-// Client makes the binaries' calls on the core, policy, resource and
-// coordination groups.
+// Client makes the binaries' calls on the core, policy, resource,
+// coordination and lifecycle groups.
 type Client struct {
-	core, policy, resource, coordination rest.Interface
-	watches                              WatchRecorder
+	core, policy, resource, coordination, lifecycle rest.Interface
+	watches                                         WatchRecorder
 }
 
 // ReportWatches has the Informers of this Client's ListWatches tell r
@@ -84,7 +87,11 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Client{core: core, policy: policy, resource: resource, coordination: coordination}, nil
+	lifecycle, err := rest.RESTClientForConfigAndClient(groupConfig(cfg, lifecyclev1alpha1.SchemeGroupVersion, "/apis"), hc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Client{core: core, policy: policy, resource: resource, coordination: coordination, lifecycle: lifecycle}, nil
 }
 
 // groupConfig is a copy of cfg for the REST client of one group version
@@ -129,6 +136,46 @@ func (c *Client) GetResourceClaim(ctx context.Context, namespace, name string) (
 	return gentype.NewClientWithList("resourceclaims", c.resource, params, namespace,
 		func() *resourcev1.ResourceClaim { return &resourcev1.ResourceClaim{} },
 		func() *resourcev1.ResourceClaimList { return &resourcev1.ResourceClaimList{} }).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *Client) evictionRequests(namespace string) *gentype.ClientWithList[*lifecyclev1alpha1.EvictionRequest, *lifecyclev1alpha1.EvictionRequestList] {
+	return gentype.NewClientWithList("evictionrequests", c.lifecycle, params, namespace,
+		func() *lifecyclev1alpha1.EvictionRequest { return &lifecyclev1alpha1.EvictionRequest{} },
+		func() *lifecyclev1alpha1.EvictionRequestList { return &lifecyclev1alpha1.EvictionRequestList{} })
+}
+
+// RequestEviction writes requester's EvictionRequest name
+// (lifecycle.k8s.io/v1alpha1) for pod p with the intent Eviction: created
+// with p as its owner, so that the garbage collector removes it with the
+// pod, or, where it is there already (withdrawn before), its intent set to
+// Eviction again.
+func (c *Client) RequestEviction(ctx context.Context, name string, p *corev1.Pod, requester string) error {
+	req := &lifecyclev1alpha1.EvictionRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}}},
+		Spec: lifecyclev1alpha1.EvictionRequestSpec{Target: lifecyclev1alpha1.EvictionRequestTarget{Pod: &lifecyclev1alpha1.EvictionRequestPodReference{Name: p.Name, UID: p.UID}},
+			Requester: requester, Intent: lifecyclev1alpha1.EvictionRequestIntentEviction},
+	}
+	_, err := c.evictionRequests(p.Namespace).Create(ctx, req, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return c.setIntent(ctx, p.Namespace, name, lifecyclev1alpha1.EvictionRequestIntentEviction)
+}
+
+// WithdrawEviction sets the intent of the EvictionRequest name of namespace
+// to Withdrawn; one that is not there is no error.
+func (c *Client) WithdrawEviction(ctx context.Context, namespace, name string) error {
+	if err := c.setIntent(ctx, namespace, name, lifecyclev1alpha1.EvictionRequestIntentWithdrawn); !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func (c *Client) setIntent(ctx context.Context, namespace, name string, intent lifecyclev1alpha1.EvictionRequestIntent) error {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"intent": intent}})
+	_, err := c.evictionRequests(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // Leases are the Leases of namespace.

@@ -81,6 +81,12 @@ const (
 	// EventGroupDeadline: a group's share of the deadline ran out with
 	// pods still on the node; the drain goes on without them.
 	EventGroupDeadline = "DrainGroupDeadline"
+	// EventEvictionRequested: a pod that names eviction responders was
+	// asked for through an EvictionRequest (--eviction-requests); said
+	// once per pod. EventEvictionWithdrawn: the drain ended with such
+	// pods still there, and their requests were withdrawn.
+	EventEvictionRequested = "EvictionRequested"
+	EventEvictionWithdrawn = "EvictionRequestWithdrawn"
 
 	// EventCheckpointLeadInvalid: a pod's checkpoint lead is not a
 	// positive duration; it is ignored, said once per pod (agent).
@@ -187,6 +193,8 @@ var EventReasons = []EventReason{
 	{EventNoticeEndpointUnavailable, agentOnly, true},
 	{EventNoticeEndpointServing, agentOnly, false},
 	{EventGroupDeadline, agentOnly, true},
+	{EventEvictionRequested, agentOnly, false},
+	{EventEvictionWithdrawn, agentOnly, false},
 	{EventManualStarted, agentOnly, true},
 	{EventManualAccepted, agentOnly, false},
 	{EventManualRejected, agentOnly, true},

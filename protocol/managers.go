@@ -16,6 +16,10 @@ const (
 	FieldManagerGKE = "gpu-maintenance-handler"
 )
 
+// EvictionRequester is the requester the agent's EvictionRequests name
+// (lifecycle.k8s.io/v1alpha1 spec.requester, a domain-prefixed key).
+const EvictionRequester = "maintenance-handler.io/agent"
+
 // OwnsLabel reports whether manager wrote n's label key, as the Node's
 // managed fields record it (an update that changed it, or an apply that
 // set it). A write of the value a field already holds changes nothing and

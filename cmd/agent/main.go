@@ -195,6 +195,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 		Schedule:                 schedule(opts, caller.metadata, caller.scheduling),
 		RetryInterval:            opts.EvictionRetryInterval,
 		DrainTiming:              &drain.Timing{Reserve: opts.DrainReserve, Margin: opts.DrainMargin},
+		EvictionRequests:         evictionRequests(opts, client),
 		Metrics:                  m,
 		Events:                   events,
 		Clock:                    clk,
@@ -374,4 +375,13 @@ func awaitPolicy(ctx context.Context, src *policysource.Source, logger *slog.Log
 	if !cache.WaitForCacheSync(wctx.Done(), src.Synced) && ctx.Err() == nil {
 		logger.Warn("the policy ConfigMap is not read yet: until it is, manual triggers are refused and the node is observed only (nothing changed)", "configmap", src.Name())
 	}
+}
+
+// evictionRequests is the EvictionRequest API the drain asks through, with
+// --eviction-requests; nil without.
+func evictionRequests(opts *Options, client *kube.Client) drain.Requests {
+	if !opts.EvictionRequests {
+		return nil
+	}
+	return client
 }

@@ -88,6 +88,9 @@ type Options struct {
 	DrainReserve time.Duration
 	// DrainMargin is kept before the VM's stop, after every pod's grace.
 	DrainMargin time.Duration
+	// EvictionRequests: a pod that names eviction responders is asked for
+	// through an EvictionRequest (lifecycle.k8s.io/v1alpha1) first.
+	EvictionRequests bool
 	// AcceleratorResources make a pod accelerator work, for idleness.
 	AcceleratorResources []string
 	// AcceleratorDeviceClasses: a pod holding a device of one through a
@@ -183,6 +186,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API; empty: Google's.")
 	fs.DurationVar(&o.EvictionRetryInterval, "eviction-retry-interval", o.EvictionRetryInterval, "Delay before retrying an eviction a budget refused.")
 	fs.DurationVar(&o.DrainMargin, "drain-margin", o.DrainMargin, "Time kept between the end of every pod's grace and the VM's stop.")
+	fs.BoolVar(&o.EvictionRequests, "eviction-requests", o.EvictionRequests, "Ask through an EvictionRequest for a pod that names eviction responders.")
 	fs.DurationVar(&o.DrainReserve, "drain-reserve", o.DrainReserve, "Most time kept at a drain's end for kube-system and DaemonSet pods.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, flagdoc.LogLevel.Help)
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second to the API server.")

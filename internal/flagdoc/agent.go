@@ -38,6 +38,7 @@ var Agent = []Doc{
 	{Names: []string{"eviction-retry-interval"}, Text: "delay before retrying a refused eviction, for each pod on its own, when its budgets do not change first"},
 	{Names: []string{"drain-reserve"}, Text: "most time kept at a drain's end for kube-system and DaemonSet pods (0: none)"},
 	{Names: []string{"drain-margin"}, Text: "time kept between the end of every pod's grace and the VM's stop, for SIGTERM's delivery (up to 2.0 s measured) with a second to spare (0: none)"},
+	{Names: []string{"eviction-requests"}, Text: "a pod that names eviction responders (`spec.evictionResponders`) is asked for through an EvictionRequest (`lifecycle.k8s.io/v1alpha1`; Kubernetes 1.37 with the `EvictionRequestAPI` feature gate) before the Eviction API; its responders have until the last moment that leaves it its grace, the request is withdrawn if the maintenance ends without the pod, and a request that cannot be written falls back to the Eviction API at once ([agent.md](agent.md#eviction-requests))"},
 	{Names: []string{"kube-api-qps", "kube-api-burst"}, Default: "`50`, `100`", Text: "the agent's API client: requests per second and burst, sized for a drain"},
 	LogLevel,
 }

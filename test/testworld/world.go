@@ -250,6 +250,11 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		// IP: there is no kube-proxy. A Service with no ready endpoint
 		// fails the call at once.
 		"--enable-aggregator-routing=true",
+		// The alpha EvictionRequest API (lifecycle.k8s.io/v1alpha1), as a
+		// cluster that turns it on serves it: the agent asks through it
+		// with --eviction-requests.
+		"--feature-gates", "EvictionRequestAPI=true",
+		"--runtime-config", "lifecycle.k8s.io/v1alpha1=true",
 		"--v", "1",
 	)
 	if err != nil {
