@@ -74,6 +74,8 @@ type Agent struct {
 	stopFollowing context.CancelFunc
 
 	nodes *kube.Informer
+	// devices watches the node's ResourceSlices (devices.go).
+	devices *kube.Informer
 
 	// wakeAt is when the last decision asked to step again (zero: only on
 	// change). Used by the loop goroutine only.
@@ -193,6 +195,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.watchNode(ctx); err != nil {
 		return err
 	}
+	a.watchDevices(ctx)
 	if node, err := a.cachedNodeAsIs(); err == nil {
 		a.decideMode(ctx, node) // before anything may write
 		a.followMembership(ctx, a.shown(node))

@@ -62,6 +62,7 @@ func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, e
 func (nopAPI) NodeListWatch(string) kube.ListWatch                                   { return kube.ListWatch{} }
 func (nopAPI) LabelledNodesListWatch(string, string) kube.ListWatch                  { return kube.ListWatch{} }
 func (nopAPI) BudgetListWatch(string) kube.ListWatch                                 { return kube.ListWatch{} }
+func (nopAPI) ResourceSliceListWatch(string) kube.ListWatch                          { return kube.ListWatch{} }
 func (nopAPI) Evict(context.Context, *policyv1.Eviction) error                       { return nil }
 func (nopAPI) DeletePod(context.Context, string, string, metav1.DeleteOptions) error { return nil }
 

@@ -76,7 +76,7 @@ func slimNode(obj kube.Object) kube.Object {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			kept = append(kept, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
-		} else if slices.Contains(protocol.NodeConditionTypes, c.Type) {
+		} else if slices.Contains(protocol.AgentConditionTypes, c.Type) {
 			kept = append(kept, c)
 		}
 	}
@@ -163,10 +163,17 @@ func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
 		return // a write of the Node's status
 	}
 	node, err := a.cachedNode()
-	if err != nil || node.ResourceVersion == a.conditionsFrom {
+	if err != nil {
 		return
 	}
-	changed := lifecycle.NodeConditionsChanged(node, lifecycle.NodeConditions(st), a.opts.Clock.Now())
+	want, from := lifecycle.NodeConditions(st), node.ResourceVersion
+	if c, ok := a.deviceCondition(); ok {
+		want, from = append(want, c), from+"/"+c.Message
+	}
+	if from == a.conditionsFrom {
+		return
+	}
+	changed := lifecycle.NodeConditionsChanged(node, want, a.opts.Clock.Now())
 	if len(changed) == 0 {
 		return
 	}
@@ -177,7 +184,7 @@ func (a *Agent) syncConditions(ctx context.Context, st lifecycle.State) {
 		a.log.Warn("node conditions not written", "err", err)
 		return
 	}
-	a.conditionsFrom = node.ResourceVersion
+	a.conditionsFrom = from
 }
 
 // observation is what a step reads besides st, the state on node

@@ -75,6 +75,9 @@ type API interface {
 	// PatchPod patches a pod on the node (the workload notice), or its
 	// subresource ("status") when given.
 	PatchPod(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource string) error
+	// ResourceSliceListWatch lists and watches the ResourceSlices of the
+	// node's devices: their drivers' taints (device health).
+	ResourceSliceListWatch(node string) kube.ListWatch
 	// GetResourceClaim reads a ResourceClaim a pod on the node uses: the
 	// devices it holds through dynamic resource allocation (idleness).
 	GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error)

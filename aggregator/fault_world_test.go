@@ -26,14 +26,18 @@ import (
 )
 
 // faultPolicy finds a faulty GPU by the condition GPUUnhealthy held for
-// the given time, one node of the pool in repair at a time.
+// the given time, or by the agent's own device health condition, one node
+// of the pool in repair at a time.
 const faultPolicy = `
 pools:
-  %s:
+  %[1]s:
     faults:
       conditions:
       - type: GPUUnhealthy
-        for: %s
+        for: %[2]s
+        behavior: UNRECOVERABLE_GPU_ERROR
+      - type: maintenance-handler.io/DeviceUnhealthy
+        for: %[2]s
         behavior: UNRECOVERABLE_GPU_ERROR
       maxInRepair: "1"
       drainTimeout: 1m

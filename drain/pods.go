@@ -47,7 +47,9 @@ var PodAnnotations = []string{
 // SlimPod keeps of a pod only what the agent reads: its identity, labels
 // (the budgets that cover it select by them), owners, creation and
 // deletion times, the annotations in PodAnnotations, its
-// grace period, tolerations, each container's resources, and its phase. A
+// grace period, tolerations, each container's resources, its eviction
+// responders and scheduling group (EvictionRequests), its phase, and the
+// health of the devices allocated to its containers (device health). A
 // node's 110 pods then cost a few kilobytes each in the cache instead of
 // their whole spec, status and managed fields. It is the pods' informer's
 // transform.
@@ -69,6 +71,8 @@ func SlimPod(obj kube.Object) kube.Object {
 			// Devices held through dynamic resource allocation: the
 			// claims name them (idleness).
 			ResourceClaims: p.Spec.ResourceClaims,
+			// Who answers an EvictionRequest for it (request.go).
+			EvictionResponders: p.Spec.EvictionResponders, SchedulingGroup: p.Spec.SchedulingGroup,
 		},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, ResourceClaimStatuses: p.Status.ResourceClaimStatuses},
 	}
@@ -92,6 +96,14 @@ func SlimPod(obj kube.Object) kube.Object {
 	}
 	slim.Spec.InitContainers = slimContainers(p.Spec.InitContainers)
 	slim.Spec.Containers = slimContainers(p.Spec.Containers)
+	// The health of each container's allocated devices, where the kubelet
+	// reports it: a device turned unhealthy is a fault signal.
+	for _, cs := range p.Status.ContainerStatuses {
+		if len(cs.AllocatedResourcesStatus) > 0 {
+			slim.Status.ContainerStatuses = append(slim.Status.ContainerStatuses,
+				corev1.ContainerStatus{Name: cs.Name, AllocatedResourcesStatus: cs.AllocatedResourcesStatus})
+		}
+	}
 	return slim
 }
 

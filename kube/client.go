@@ -301,6 +301,14 @@ func (c *Client) PodListWatch(node string) ListWatch {
 	return listWatchOf(c.watches, &corev1.Pod{}, c.pods(""), fields.OneTermEqualSelector("spec.nodeName", node).String(), "")
 }
 
+// ResourceSliceListWatch lists and watches the ResourceSlices of node's
+// devices (resource.k8s.io/v1, spec.nodeName).
+func (c *Client) ResourceSliceListWatch(node string) ListWatch {
+	slices := gentype.NewClientWithList("resourceslices", c.resource, params, "",
+		func() *resourcev1.ResourceSlice { return &resourcev1.ResourceSlice{} }, func() *resourcev1.ResourceSliceList { return &resourcev1.ResourceSliceList{} })
+	return listWatchOf(c.watches, &resourcev1.ResourceSlice{}, slices, fields.OneTermEqualSelector("spec.nodeName", node).String(), "")
+}
+
 // BudgetListWatch lists and watches the PodDisruptionBudgets of
 // namespace (a drain follows those that refuse its evictions).
 func (c *Client) BudgetListWatch(namespace string) ListWatch {

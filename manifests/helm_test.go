@@ -294,6 +294,9 @@ func TestChartOptions(t *testing.T) {
 		{"agent.gkeHandler", []string{"--set", "agent.gkeHandler=ignore"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--gke-handler=ignore"), slices.ContainsFunc(anyStrings(agent(mustTemplate(t))["args"]), func(a string) bool { return strings.HasPrefix(a, "--gke-handler") })}, []bool{true, false}
 		}},
+		{"agent.evictionRequests", []string{"--set", "agent.evictionRequests=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--eviction-requests"), slices.Contains(anyStrings(agent(mustTemplate(t))["args"]), "--eviction-requests")}, []bool{true, false}
+		}},
 		{"agent.extraArgs", []string{"--set", "agent.extraArgs[0]=--manual-drain-timeout=2h"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			args := anyStrings(agent(o)["args"])
 			return args[len(args)-1], "--manual-drain-timeout=2h"

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -24,6 +26,18 @@ const (
 	// ConditionDrained: the drain is over and every pod it stops is gone.
 	ConditionDrained = corev1.NodeDrained
 )
+
+// ConditionDeviceUnhealthy is the agent's fault signal of the node's
+// devices (lifecycle.DeviceCondition): True while a device's driver taints
+// it NoSchedule or NoExecute in the node's ResourceSlices, or the kubelet
+// reports a device allocated to a pod Unhealthy. It is no lifecycle
+// condition: a fault policy names it as it names a detector's.
+const ConditionDeviceUnhealthy corev1.NodeConditionType = "maintenance-handler.io/DeviceUnhealthy"
+
+// AgentConditionTypes are every condition the agent writes on its Node:
+// the lifecycle conditions and ConditionDeviceUnhealthy (an uninstall
+// removes them).
+var AgentConditionTypes = append(slices.Clone(NodeConditionTypes), ConditionDeviceUnhealthy)
 
 // NodeConditionTypes lists them, in the order NodeConditions gives them.
 var NodeConditionTypes = []corev1.NodeConditionType{ConditionMaintenancePlanned, ConditionMaintenanceInProgress, ConditionDrainInProgress, ConditionDrained}

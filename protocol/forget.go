@@ -47,11 +47,11 @@ func Forget(n *corev1.Node) (changed, underWay bool) {
 }
 
 // ForgetConditions lists the node lifecycle conditions the agent wrote on
-// n (NodeConditionTypes), which an uninstall removes.
+// n (AgentConditionTypes), which an uninstall removes.
 func ForgetConditions(n *corev1.Node) []corev1.NodeConditionType {
 	var out []corev1.NodeConditionType
 	for _, c := range n.Status.Conditions {
-		if slices.Contains(NodeConditionTypes, c.Type) {
+		if slices.Contains(AgentConditionTypes, c.Type) {
 			out = append(out, c.Type)
 		}
 	}

@@ -1,0 +1,67 @@
+package agent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/lifecycle"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+)
+
+// deviceHealth is the node's device health condition, when there is one.
+func deviceHealth(n *corev1.Node) (corev1.NodeCondition, bool) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == protocol.ConditionDeviceUnhealthy {
+			return c, true
+		}
+	}
+	return corev1.NodeCondition{}, false
+}
+
+// TestDeviceHealthOnTheNode: the agent, under its shipped permissions,
+// keeps the condition maintenance-handler.io/DeviceUnhealthy on its Node
+// from its node's ResourceSlices: False while every device is healthy,
+// True naming the device its driver taints NoExecute, False again once the
+// taint is gone.
+func TestDeviceHealthOnTheNode(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-devices-0")
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: v.name + "-gpu.example.com"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourcev1.ResourcePool{Name: v.name, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &v.name, Devices: []resourcev1.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}}}
+	slices := world.Client.ResourceV1().ResourceSlices()
+	if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slices.Delete(context.Background(), slice.Name, metav1.DeleteOptions{}) })
+	startAgent(t, v, lifecycle.DefaultConfig)
+	healthy := func(n *corev1.Node) bool { c, ok := deviceHealth(n); return ok && c.Status == corev1.ConditionFalse }
+	world.WaitNode(t, v.name, "its devices healthy", healthy)
+
+	taint := func(taints []resourcev1.DeviceTaint) {
+		t.Helper()
+		s, err := slices.Get(ctx, slice.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Spec.Devices[1].Taints = taints
+		if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	taint([]resourcev1.DeviceTaint{{Key: "gpu.example.com/xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoExecute}})
+	world.WaitNode(t, v.name, "gpu-1 unhealthy", func(n *corev1.Node) bool {
+		c, ok := deviceHealth(n)
+		return ok && c.Status == corev1.ConditionTrue && strings.Contains(c.Message, "gpu.example.com/"+v.name+"/gpu-1 gpu.example.com/xid=79:NoExecute")
+	})
+	taint(nil)
+	world.WaitNode(t, v.name, "its devices healthy again", healthy)
+}
