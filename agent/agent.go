@@ -74,8 +74,9 @@ type Agent struct {
 	stopFollowing context.CancelFunc
 
 	nodes *kube.Informer
-	// devices watches the node's ResourceSlices (devices.go).
-	devices *kube.Informer
+	// The node's ResourceSlices, and its DeviceTaintRules as last made (nil: not known); devices.go.
+	devices     *kube.Informer
+	deviceRules map[string]bool
 
 	// wakeAt is when the last decision asked to step again (zero: only on
 	// change). Used by the loop goroutine only.

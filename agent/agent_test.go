@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/gentype"
 
 	"github.com/maintenance-handler/maintenance-handler/drain"
 	"github.com/maintenance-handler/maintenance-handler/kube"
@@ -59,10 +60,13 @@ func (nopAPI) GetResourceClaim(context.Context, string, string) (*resourcev1.Res
 func (nopAPI) UpdateNode(context.Context, *corev1.Node, string) (*corev1.Node, error) {
 	return nil, nil
 }
-func (nopAPI) NodeListWatch(string) kube.ListWatch                                   { return kube.ListWatch{} }
-func (nopAPI) LabelledNodesListWatch(string, string) kube.ListWatch                  { return kube.ListWatch{} }
-func (nopAPI) BudgetListWatch(string) kube.ListWatch                                 { return kube.ListWatch{} }
-func (nopAPI) ResourceSliceListWatch(string) kube.ListWatch                          { return kube.ListWatch{} }
+func (nopAPI) NodeListWatch(string) kube.ListWatch                  { return kube.ListWatch{} }
+func (nopAPI) LabelledNodesListWatch(string, string) kube.ListWatch { return kube.ListWatch{} }
+func (nopAPI) BudgetListWatch(string) kube.ListWatch                { return kube.ListWatch{} }
+func (nopAPI) ResourceSliceListWatch(string) kube.ListWatch         { return kube.ListWatch{} }
+func (nopAPI) DeviceTaintRules() *gentype.ClientWithList[*resourcev1.DeviceTaintRule, *resourcev1.DeviceTaintRuleList] {
+	return nil
+}
 func (nopAPI) Evict(context.Context, *policyv1.Eviction) error                       { return nil }
 func (nopAPI) DeletePod(context.Context, string, string, metav1.DeleteOptions) error { return nil }
 

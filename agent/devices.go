@@ -8,9 +8,12 @@ package agent
 
 import (
 	"context"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/kube"
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
@@ -34,11 +37,71 @@ func (a *Agent) deviceCondition() (corev1.NodeCondition, bool) {
 	if a.devices == nil || !a.devices.HasSynced() {
 		return corev1.NodeCondition{}, false
 	}
-	var resourceSlices []*resourcev1.ResourceSlice
+	return lifecycle.DeviceCondition(lifecycle.UnhealthyDevices(a.resourceSlices(), a.opts.Pods.List())), true
+}
+
+// resourceSlices are the node's ResourceSlices as last seen.
+func (a *Agent) resourceSlices() []*resourcev1.ResourceSlice {
+	var out []*resourcev1.ResourceSlice
 	for _, o := range a.devices.List() {
 		if s, ok := o.(*resourcev1.ResourceSlice); ok {
-			resourceSlices = append(resourceSlices, s)
+			out = append(out, s)
 		}
 	}
-	return lifecycle.DeviceCondition(lifecycle.UnhealthyDevices(resourceSlices, a.opts.Pods.List())), true
+	return out
+}
+
+// syncDeviceTaints keeps the node's DeviceTaintRules as st asks
+// (lifecycle.DeviceTaintRules): created while a maintenance is under way,
+// deleted once the node is back. The rules it last made are remembered; an
+// agent that starts lists the cluster's rules once, for those of its node
+// a previous run left. A failed call is tried again at the next step; the
+// maintenance never waits for it. Nothing is written while the node is
+// observed only, or before the node's ResourceSlices are listed.
+func (a *Agent) syncDeviceTaints(ctx context.Context, st lifecycle.State) {
+	if a.observing() || a.devices == nil || !a.devices.HasSynced() {
+		return
+	}
+	want := map[string]*resourcev1.DeviceTaintRule{}
+	for _, r := range lifecycle.DeviceTaintRules(a.opts.NodeName, st, a.resourceSlices()) {
+		want[r.Name] = r
+	}
+	rules := a.opts.Client.DeviceTaintRules()
+	wctx, cancel := context.WithTimeout(ctx, nodeWriteTimeout)
+	defer cancel()
+	if a.deviceRules == nil {
+		list, err := rules.List(wctx, metav1.ListOptions{})
+		if err != nil {
+			a.log.Warn("DeviceTaintRules not listed", "err", err)
+			return
+		}
+		a.deviceRules = map[string]bool{}
+		for _, r := range list.Items {
+			if strings.HasPrefix(r.Name, lifecycle.DeviceTaintRulePrefix+a.opts.NodeName+".") {
+				a.deviceRules[r.Name] = true
+			}
+		}
+	}
+	for name, r := range want {
+		if a.deviceRules[name] {
+			continue
+		}
+		if _, err := rules.Create(wctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			a.log.Warn("the node's devices not tainted", "rule", name, "err", err)
+			continue
+		}
+		a.deviceRules[name] = true
+		a.log.Info("the node's devices tainted", "rule", name)
+	}
+	for name := range a.deviceRules {
+		if want[name] != nil {
+			continue
+		}
+		if err := rules.Delete(wctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			a.log.Warn("the node's devices not untainted", "rule", name, "err", err)
+			continue
+		}
+		delete(a.deviceRules, name)
+		a.log.Info("the node's devices untainted", "rule", name)
+	}
 }

@@ -9,9 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/lifecycle"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
@@ -64,4 +69,51 @@ func TestDeviceHealthOnTheNode(t *testing.T) {
 	})
 	taint(nil)
 	world.WaitNode(t, v.name, "its devices healthy again", healthy)
+}
+
+// TestDevicesTaintedWhileInMaintenance: a node whose DRA driver publishes
+// a pool named after the node. When a host maintenance drains the node,
+// its agent, under its shipped permissions, taints every device of that
+// pool NoSchedule with a DeviceTaintRule, so that no new claim lands on
+// them; when the node is back in service (its agent restarted with the
+// VM), the rule is gone.
+func TestDevicesTaintedWhileInMaintenance(t *testing.T) {
+	testworld.Need(t)
+	v := newVM(t, "agent-devtaint-0")
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: v.name + "-gpu.example.com"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourcev1.ResourcePool{Name: v.name, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &v.name, Devices: []resourcev1.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}}}
+	if _, err := world.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.ResourceV1().ResourceSlices().Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	})
+	r := startAgent(t, v, lifecycle.DefaultConfig)
+	world.WaitNode(t, v.name, "its devices healthy", func(n *corev1.Node) bool { _, ok := deviceHealth(n); return ok })
+
+	v.emu.SetMaintenanceEvent(gceemu.EventTerminate)
+	name := lifecycle.DeviceTaintRulePrefix + v.name + ".gpu.example.com"
+	rules := world.Client.ResourceV1().RESTClient()
+	rule := testworld.WaitFor(t, rules, "devicetaintrules", "", name, "the node's devices tainted", func(*resourcev1.DeviceTaintRule) bool { return true })
+	sel, taint := rule.Spec.DeviceSelector, rule.Spec.Taint
+	if sel == nil || sel.Driver == nil || *sel.Driver != "gpu.example.com" || sel.Pool == nil || *sel.Pool != v.name || sel.Device != nil ||
+		taint.Key != protocol.TaintImpendingTermination || taint.Effect != resourcev1.DeviceTaintEffectNoSchedule || taint.Value != string(protocol.ReasonHostMaintenance) {
+		t.Errorf("DeviceTaintRule selector %+v, taint %+v; want every device of the node's pool, NoSchedule for the host maintenance", sel, taint)
+	}
+
+	gone := make(chan error, 1)
+	lw := cache.NewListWatchFromClient(rules, "devicetaintrules", "", fields.OneTermEqualSelector("metadata.name", name))
+	wctx, cancel := context.WithTimeout(ctx, testworld.WaitTimeout)
+	defer cancel()
+	go func() {
+		_, err := watchtools.UntilWithSync(wctx, lw, &resourcev1.DeviceTaintRule{}, func(s cache.Store) (bool, error) { return len(s.List()) == 0, nil }, func(ev watch.Event) (bool, error) { return ev.Type == watch.Deleted, nil })
+		gone <- err
+	}()
+	reboot(t, v, r)
+	world.WaitNode(t, v.name, "back in service", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationPhase] == "" })
+	if err := <-gone; err != nil {
+		t.Fatalf("the DeviceTaintRule of a node back in service: %v", err)
+	}
 }

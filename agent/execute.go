@@ -18,6 +18,7 @@ func (a *Agent) execute(ctx context.Context, dec lifecycle.Decision, carried pro
 	st := dec.State
 	a.wakeAt = dec.WakeAt
 	a.syncConditions(ctx, st)
+	a.syncDeviceTaints(ctx, st)
 	if a.opts.Mirror != nil {
 		deadline := st.Deadline
 		if !st.Active() {

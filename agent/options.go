@@ -78,6 +78,9 @@ type API interface {
 	// ResourceSliceListWatch lists and watches the ResourceSlices of the
 	// node's devices: their drivers' taints (device health).
 	ResourceSliceListWatch(node string) kube.ListWatch
+	// DeviceTaintRules are the cluster's DeviceTaintRules: the agent keeps
+	// its node's devices tainted while a maintenance is under way.
+	DeviceTaintRules() *gentype.ClientWithList[*resourcev1.DeviceTaintRule, *resourcev1.DeviceTaintRuleList]
 	// GetResourceClaim reads a ResourceClaim a pod on the node uses: the
 	// devices it holds through dynamic resource allocation (idleness).
 	GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error)

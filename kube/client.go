@@ -309,6 +309,12 @@ func (c *Client) ResourceSliceListWatch(node string) ListWatch {
 	return listWatchOf(c.watches, &resourcev1.ResourceSlice{}, slices, fields.OneTermEqualSelector("spec.nodeName", node).String(), "")
 }
 
+// DeviceTaintRules are the cluster's DeviceTaintRules (resource.k8s.io/v1).
+func (c *Client) DeviceTaintRules() *gentype.ClientWithList[*resourcev1.DeviceTaintRule, *resourcev1.DeviceTaintRuleList] {
+	return gentype.NewClientWithList("devicetaintrules", c.resource, params, "",
+		func() *resourcev1.DeviceTaintRule { return &resourcev1.DeviceTaintRule{} }, func() *resourcev1.DeviceTaintRuleList { return &resourcev1.DeviceTaintRuleList{} })
+}
+
 // BudgetListWatch lists and watches the PodDisruptionBudgets of
 // namespace (a drain follows those that refuse its evictions).
 func (c *Client) BudgetListWatch(namespace string) ListWatch {

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -66,4 +67,42 @@ func DeviceCondition(unhealthy []string) corev1.NodeCondition {
 	}
 	return corev1.NodeCondition{Type: protocol.ConditionDeviceUnhealthy, Status: corev1.ConditionTrue, Reason: "DeviceUnhealthy",
 		Message: fmt.Sprintf("%d device(s) reported unhealthy: %s%s", len(unhealthy), strings.Join(named, "; "), more)}
+}
+
+// DeviceTaintRulePrefix begins the name of every DeviceTaintRule a node's
+// agent keeps: DeviceTaintRulePrefix + node + "." + driver.
+const DeviceTaintRulePrefix = "maintenance-handler."
+
+// DeviceTaintRules are the DeviceTaintRules (resource.k8s.io/v1) a node in
+// state st keeps on its devices: while a maintenance is under way (from its
+// drain's start until the node is back in service), one per driver of the
+// node's ResourceSlices whose pool is named after the node (the DRA kubelet
+// plugin's default for node-local devices), tainting every device of that
+// pool NoSchedule with the node's own taint key and the maintenance's
+// reason, so that no new claim is allocated on them; none otherwise. A
+// pool named otherwise is not tainted: its name does not show that it is
+// this node's alone.
+func DeviceTaintRules(node string, st State, resourceSlices []*resourcev1.ResourceSlice) []*resourcev1.DeviceTaintRule {
+	if !st.Active() {
+		return nil
+	}
+	var drivers []string
+	for _, s := range resourceSlices {
+		if s.Spec.Pool.Name == node && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			drivers = append(drivers, s.Spec.Driver)
+		}
+	}
+	slices.Sort(drivers)
+	var out []*resourcev1.DeviceTaintRule
+	for _, d := range slices.Compact(drivers) {
+		driver, pool := d, node
+		out = append(out, &resourcev1.DeviceTaintRule{
+			ObjectMeta: metav1.ObjectMeta{Name: DeviceTaintRulePrefix + node + "." + driver},
+			Spec: resourcev1.DeviceTaintRuleSpec{
+				DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: &driver, Pool: &pool},
+				Taint:          resourcev1.DeviceTaint{Key: protocol.TaintImpendingTermination, Value: string(st.Reason), Effect: resourcev1.DeviceTaintEffectNoSchedule},
+			},
+		})
+	}
+	return out
 }

@@ -459,6 +459,8 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 		t.Errorf("the agent could not delete its observed node's Lease: %v", err)
 	}
 
+	agentDeviceTaintRules(t, as, denied)
+
 	// The workload notice: on the pods of its own node, the notice only.
 	podOn(t, "default", "elsewhere", "rbac-tpu-b")
 	podOn(t, "default", "told", "rbac-gpu-a")
