@@ -39,21 +39,15 @@ func TestDeviceHealthOnTheNode(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-devices-0")
 	ctx := testworld.Ctx(t, 3*time.Minute)
-	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: v.name + "-gpu.example.com"},
-		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourcev1.ResourcePool{Name: v.name, Generation: 1, ResourceSliceCount: 1},
-			NodeName: &v.name, Devices: []resourcev1.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}}}
+	slice := world.Devices(t, v.name, "gpu.example.com", resourcev1.Device{Name: "gpu-0"}, resourcev1.Device{Name: "gpu-1"})
 	slices := world.Client.ResourceV1().ResourceSlices()
-	if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = slices.Delete(context.Background(), slice.Name, metav1.DeleteOptions{}) })
 	startAgent(t, v, lifecycle.DefaultConfig)
 	healthy := func(n *corev1.Node) bool { c, ok := deviceHealth(n); return ok && c.Status == corev1.ConditionFalse }
 	world.WaitNode(t, v.name, "its devices healthy", healthy)
 
 	taint := func(taints []resourcev1.DeviceTaint) {
 		t.Helper()
-		s, err := slices.Get(ctx, slice.Name, metav1.GetOptions{})
+		s, err := slices.Get(ctx, slice, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,15 +75,7 @@ func TestDevicesTaintedWhileInMaintenance(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-devtaint-0")
 	ctx := testworld.Ctx(t, 3*time.Minute)
-	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: v.name + "-gpu.example.com"},
-		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourcev1.ResourcePool{Name: v.name, Generation: 1, ResourceSliceCount: 1},
-			NodeName: &v.name, Devices: []resourcev1.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}}}
-	if _, err := world.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = world.Client.ResourceV1().ResourceSlices().Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
-	})
+	world.Devices(t, v.name, "gpu.example.com", resourcev1.Device{Name: "gpu-0"}, resourcev1.Device{Name: "gpu-1"})
 	r := startAgent(t, v, lifecycle.DefaultConfig)
 	world.WaitNode(t, v.name, "its devices healthy", func(n *corev1.Node) bool { _, ok := deviceHealth(n); return ok })
 

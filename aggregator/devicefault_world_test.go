@@ -1,13 +1,11 @@
 package aggregator_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -32,13 +30,8 @@ func TestDeviceTaintedByItsDriverIsRepaired(t *testing.T) {
 		}
 		return false
 	})
-	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.example.com"},
-		Spec: resourcev1.ResourceSliceSpec{Driver: "gpu.example.com", Pool: resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}, NodeName: &node,
-			Devices: []resourcev1.Device{{Name: "gpu-0", Taints: []resourcev1.DeviceTaint{{Key: "gpu.example.com/xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoExecute}}}}}}
-	if _, err := world.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = world.Client.ResourceV1().ResourceSlices().Delete(context.Background(), slice.Name, metav1.DeleteOptions{}) })
+	world.Devices(t, node, "gpu.example.com", resourcev1.Device{Name: "gpu-0",
+		Taints: []resourcev1.DeviceTaint{{Key: "gpu.example.com/xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoExecute}}})
 	world.WaitEvent(t, node, protocol.EventFaultRepairApproved, "UNRECOVERABLE_GPU_ERROR", string(protocol.ConditionDeviceUnhealthy))
 	world.WaitNode(t, node, "tainted faulty", func(n *corev1.Node) bool { return protocol.HasTaintKey(n, protocol.TaintFaulty) })
 }

@@ -1,0 +1,30 @@
+package testworld
+
+// A DRA driver's devices on a node, as its kubelet plugin publishes them.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Devices publishes node's devices of driver in one ResourceSlice
+// (resource.k8s.io/v1) whose pool is named after the node, as the DRA
+// kubelet plugin does by default, and deletes it when t ends. It returns
+// the slice's name.
+func (w *World) Devices(t testing.TB, node, driver string, devices ...resourcev1.Device) string {
+	t.Helper()
+	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-" + driver},
+		Spec: resourcev1.ResourceSliceSpec{Driver: driver, Pool: resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &node, Devices: devices}}
+	if _, err := w.Client.ResourceV1().ResourceSlices().Create(Ctx(t, 10*time.Second), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = w.Client.ResourceV1().ResourceSlices().Delete(context.Background(), s.Name, metav1.DeleteOptions{})
+	})
+	return s.Name
+}
