@@ -57,13 +57,18 @@ func (a *Agent) resourceSlices() []*resourcev1.ResourceSlice {
 // agent that starts lists the cluster's rules once, for those of its node
 // a previous run left. A failed call is tried again at the next step; the
 // maintenance never waits for it. Nothing is written while the node is
-// observed only, or before the node's ResourceSlices are listed.
+// observed only, or before the node's ResourceSlices are listed; no call is
+// made on a node none of whose pools could be tainted.
 func (a *Agent) syncDeviceTaints(ctx context.Context, st lifecycle.State) {
 	if a.observing() || a.devices == nil || !a.devices.HasSynced() {
 		return
 	}
+	resourceSlices := a.resourceSlices()
+	if len(a.deviceRules) == 0 && len(lifecycle.TaintableDrivers(a.opts.NodeName, resourceSlices)) == 0 {
+		return
+	}
 	want := map[string]*resourcev1.DeviceTaintRule{}
-	for _, r := range lifecycle.DeviceTaintRules(a.opts.NodeName, st, a.resourceSlices()) {
+	for _, r := range lifecycle.DeviceTaintRules(a.opts.NodeName, st, resourceSlices) {
 		want[r.Name] = r
 	}
 	rules := a.opts.Client.DeviceTaintRules()

@@ -73,6 +73,20 @@ func DeviceCondition(unhealthy []string) corev1.NodeCondition {
 // agent keeps: DeviceTaintRulePrefix + node + "." + driver.
 const DeviceTaintRulePrefix = "maintenance-handler."
 
+// TaintableDrivers are the drivers of the node's ResourceSlices whose pool
+// is named after the node, sorted: those whose devices DeviceTaintRules
+// taints.
+func TaintableDrivers(node string, resourceSlices []*resourcev1.ResourceSlice) []string {
+	var drivers []string
+	for _, s := range resourceSlices {
+		if s.Spec.Pool.Name == node && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			drivers = append(drivers, s.Spec.Driver)
+		}
+	}
+	slices.Sort(drivers)
+	return slices.Compact(drivers)
+}
+
 // DeviceTaintRules are the DeviceTaintRules (resource.k8s.io/v1) a node in
 // state st keeps on its devices: while a maintenance is under way (from its
 // drain's start until the node is back in service), one per driver of the
@@ -86,15 +100,8 @@ func DeviceTaintRules(node string, st State, resourceSlices []*resourcev1.Resour
 	if !st.Active() {
 		return nil
 	}
-	var drivers []string
-	for _, s := range resourceSlices {
-		if s.Spec.Pool.Name == node && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
-			drivers = append(drivers, s.Spec.Driver)
-		}
-	}
-	slices.Sort(drivers)
 	var out []*resourcev1.DeviceTaintRule
-	for _, d := range slices.Compact(drivers) {
+	for _, d := range TaintableDrivers(node, resourceSlices) {
 		driver, pool := d, node
 		out = append(out, &resourcev1.DeviceTaintRule{
 			ObjectMeta: metav1.ObjectMeta{Name: DeviceTaintRulePrefix + node + "." + driver},

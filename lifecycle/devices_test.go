@@ -50,3 +50,33 @@ func TestUnhealthyDevices(t *testing.T) {
 		t.Errorf("DeviceCondition(12) = %q, want ten named and two more", c.Message)
 	}
 }
+
+// TestDeviceTaintRules: while a maintenance is under way, one rule per
+// driver whose pool is named after the node, every device of the pool
+// tainted NoSchedule with the node's taint key and the reason; none for a
+// pool named otherwise or another node's, and none in service.
+func TestDeviceTaintRules(t *testing.T) {
+	node, other := "gpu-0", "gpu-1"
+	pool := func(driver, name string, on *string) *resourcev1.ResourceSlice {
+		return &resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{Driver: driver, Pool: resourcev1.ResourcePool{Name: name}, NodeName: on}}
+	}
+	own := []*resourcev1.ResourceSlice{pool("gpu.example.com", node, &node), pool("gpu.example.com", node, &node), pool("nic.example.com", node, &node),
+		pool("fpga.example.com", "shared", &node), pool("tpu.example.com", node, &other)}
+	draining := State{Phase: protocol.PhaseDraining, Reason: protocol.ReasonHostMaintenance}
+	rules := DeviceTaintRules(node, draining, own)
+	var got []string
+	for _, r := range rules {
+		sel, taint := r.Spec.DeviceSelector, r.Spec.Taint
+		if *sel.Pool != node || sel.Device != nil || taint.Key != protocol.TaintImpendingTermination || taint.Value != "host-maintenance" || taint.Effect != resourcev1.DeviceTaintEffectNoSchedule {
+			t.Errorf("rule %s: selector %+v, taint %+v", r.Name, sel, taint)
+		}
+		got = append(got, r.Name+" "+*sel.Driver)
+	}
+	want := []string{"maintenance-handler.gpu-0.gpu.example.com gpu.example.com", "maintenance-handler.gpu-0.nic.example.com nic.example.com"}
+	if !slices.Equal(got, want) {
+		t.Errorf("rules %q, want %q", got, want)
+	}
+	if r := DeviceTaintRules(node, State{Phase: protocol.PhaseIdle}, own); len(r) != 0 {
+		t.Errorf("in service: %d rules, want none", len(r))
+	}
+}
