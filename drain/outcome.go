@@ -26,7 +26,11 @@ func (d *Drainer) record(log *slog.Logger, a *action, pdbs *budgets, res *Result
 			res.Deleted++
 			msg := fmt.Sprintf("Pod %s was still protected by a PodDisruptionBudget at the last moment that leaves it its %s grace period before the VM stops; deleted it",
 				klogRef(p), a.grace)
-			if !st.blocked {
+			switch {
+			case st.requested && !st.blocked && st.failure == "":
+				msg = fmt.Sprintf("Pod %s, asked for through an EvictionRequest, was still there at the last moment that leaves it its %s grace period before the VM stops; deleted it",
+					klogRef(p), a.grace)
+			case !st.blocked:
 				msg = fmt.Sprintf("The eviction of pod %s was still failing (%s) at the last moment that leaves it its %s grace period before the VM stops; deleted it",
 					klogRef(p), st.failure, a.grace)
 			}

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,36 @@ func TestDrainWithdrawsItsRequestWhenCancelled(t *testing.T) {
 	}
 	if rec.count(drain.OutcomeEvicted) != 0 || rec.count(drain.OutcomeRequested) != 1 {
 		t.Errorf("outcomes %v; want one request and no eviction", rec.outcomes)
+	}
+}
+
+// TestDrainDeletesARequestedPodAtItsFallback: no responder acts on the
+// request; at the last moment that leaves the pod its grace, a drain that
+// must end by the VM's stop deletes it, and says why.
+func TestDrainDeletesARequestedPodAtItsFallback(t *testing.T) {
+	testworld.Need(t)
+	t.Parallel()
+	const node = "drain-request-2"
+	addNode(t, node)
+	ns := world.Namespace(t)
+	create(t, responded(ns, "trainer", node))
+	world.WaitRunning(t, node, 1)
+	rec := &recorder{}
+	d := drain.New(drain.Options{Client: apiClient(t), Requests: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
+	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), time.Now().Add(20*time.Second), hostMaintenance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 1 || rec.count(drain.OutcomeRequested) != 1 {
+		t.Errorf("result %+v, outcomes %v; want the trainer requested, then deleted", res, rec.outcomes)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	said := false
+	for i, r := range rec.events {
+		said = said || r == protocol.EventEscalated && strings.Contains(rec.messages[i], "asked for through an EvictionRequest")
+	}
+	if !said {
+		t.Errorf("events %q %q; want the delete said, naming the request", rec.events, rec.messages)
 	}
 }
