@@ -109,9 +109,9 @@ func TestForget(t *testing.T) {
 
 func TestForgetConditions(t *testing.T) {
 	n := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
-		{Type: corev1.NodeReady}, {Type: ConditionMaintenancePlanned}, {Type: "GPUHealthy"}, {Type: ConditionDrained},
+		{Type: corev1.NodeReady}, {Type: ConditionMaintenancePlanned}, {Type: "GPUHealthy"}, {Type: ConditionDrained}, {Type: ConditionDeviceUnhealthy},
 	}}}
-	if got := ForgetConditions(n); len(got) != 2 || got[0] != ConditionMaintenancePlanned || got[1] != ConditionDrained {
-		t.Errorf("ForgetConditions: %v; want MaintenancePlanned and Drained", got)
+	if got := ForgetConditions(n); len(got) != 3 || got[0] != ConditionMaintenancePlanned || got[1] != ConditionDrained || got[2] != ConditionDeviceUnhealthy {
+		t.Errorf("ForgetConditions: %v; want MaintenancePlanned, Drained and DeviceUnhealthy", got)
 	}
 }
