@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,8 +97,8 @@ func (l *requestLog) len() int {
 }
 
 // TestIdleAgentOnlyWatches: with a notice pending and nothing happening, the
-// agent makes no API requests at all; what it knows comes from two watches
-// (its Node, its Node's pods).
+// agent makes no API requests at all; what it knows comes from three
+// watches (its Node, its Node's pods, its Node's ResourceSlices).
 func TestIdleAgentOnlyWatches(t *testing.T) {
 	testworld.Need(t)
 	v := newVM(t, "agent-idle-0")
@@ -114,8 +115,9 @@ func TestIdleAgentOnlyWatches(t *testing.T) {
 			watches = append(watches, r)
 		}
 	}
-	if len(watches) != 2 {
-		t.Errorf("watches %v, want two: the node and its pods", watches)
+	slices.Sort(watches)
+	if want := []string{"WATCH /api/v1/nodes", "WATCH /api/v1/pods", "WATCH /apis/resource.k8s.io/v1/resourceslices"}; !slices.Equal(watches, want) {
+		t.Errorf("watches %v, want three: the node, its pods and its ResourceSlices", watches)
 	}
 	mark := log.len()
 	// A window in which nothing happens but the metadata long polls: two
