@@ -24,6 +24,27 @@ func responded(ns, name, node string) *corev1.Pod {
 	return p
 }
 
+// requesting starts node with a pod "trainer" that names an eviction
+// responder, and a plain pod of each name in plain, and a drainer of the
+// node that asks through EvictionRequests: it returns the trainer as the
+// API server holds it, the drainer and what it records.
+func requesting(t *testing.T, node string, plain ...string) (*corev1.Pod, *drain.Drainer, *recorder) {
+	t.Helper()
+	addNode(t, node)
+	ns := world.Namespace(t)
+	create(t, responded(ns, "trainer", node))
+	for _, name := range plain {
+		create(t, podSpec(ns, name, node, 10, time.Second, nil))
+	}
+	world.WaitRunning(t, node, 1+len(plain))
+	trainer, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "trainer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	return trainer, drain.New(drain.Options{Client: apiClient(t), Requests: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec}), rec
+}
+
 // awaitRequest waits, through a watch, for the drain's EvictionRequest for
 // pod p to hold intent, and returns it.
 func awaitRequest(t *testing.T, p *corev1.Pod, intent lifecyclev1alpha1.EvictionRequestIntent) *lifecyclev1alpha1.EvictionRequest {
@@ -46,19 +67,8 @@ func awaitRequest(t *testing.T, p *corev1.Pod, intent lifecyclev1alpha1.Eviction
 func TestDrainAsksThroughEvictionRequests(t *testing.T) {
 	testworld.Need(t)
 	t.Parallel()
-	const node = "drain-request-0"
-	addNode(t, node)
-	ns := world.Namespace(t)
-	trainer := responded(ns, "trainer", node)
-	create(t, trainer)
-	create(t, podSpec(ns, "plain", node, 10, time.Second, nil))
-	world.WaitRunning(t, node, 2)
-	trainer, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "trainer", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	d := drain.New(drain.Options{Client: apiClient(t), Requests: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
+	trainer, d, rec := requesting(t, "drain-request-0", "plain")
+	ns := trainer.Namespace
 	done := make(chan error, 1)
 	var res drain.Result
 	go func() {
@@ -92,17 +102,8 @@ func TestDrainAsksThroughEvictionRequests(t *testing.T) {
 func TestDrainWithdrawsItsRequestWhenCancelled(t *testing.T) {
 	testworld.Need(t)
 	t.Parallel()
-	const node = "drain-request-1"
-	addNode(t, node)
-	ns := world.Namespace(t)
-	create(t, responded(ns, "trainer", node))
-	world.WaitRunning(t, node, 1)
-	trainer, err := world.Client.CoreV1().Pods(ns).Get(testworld.Ctx(t, 10*time.Second), "trainer", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	d := drain.New(drain.Options{Client: apiClient(t), Requests: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
+	trainer, d, rec := requesting(t, "drain-request-1")
+	ns := trainer.Namespace
 	ctx, cancel := context.WithCancel(testworld.Ctx(t, 2*time.Minute))
 	defer cancel()
 	done := make(chan error, 1)
@@ -130,13 +131,7 @@ func TestDrainWithdrawsItsRequestWhenCancelled(t *testing.T) {
 func TestDrainDeletesARequestedPodAtItsFallback(t *testing.T) {
 	testworld.Need(t)
 	t.Parallel()
-	const node = "drain-request-2"
-	addNode(t, node)
-	ns := world.Namespace(t)
-	create(t, responded(ns, "trainer", node))
-	world.WaitRunning(t, node, 1)
-	rec := &recorder{}
-	d := drain.New(drain.Options{Client: apiClient(t), Requests: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec})
+	_, d, rec := requesting(t, "drain-request-2")
 	res, err := d.Drain(testworld.Ctx(t, 2*time.Minute), time.Now().Add(20*time.Second), hostMaintenance)
 	if err != nil {
 		t.Fatal(err)
