@@ -27,7 +27,6 @@ import (
 type Agent struct {
 	opts Options
 	log  *slog.Logger
-
 	wake chan struct{}
 
 	// slice names the node's group, a multi-host slice or a reservation
@@ -74,9 +73,10 @@ type Agent struct {
 	stopFollowing context.CancelFunc
 
 	nodes *kube.Informer
-	// The node's ResourceSlices, and its DeviceTaintRules as last made (nil: not known); devices.go.
-	devices     *kube.Informer
-	deviceRules map[string]bool
+	// The node's ResourceSlices, its DeviceTaintRules as last made (nil: not known), none served; devices.go.
+	devices       *kube.Informer
+	deviceRules   map[string]bool
+	noDeviceRules bool
 
 	// wakeAt is when the last decision asked to step again (zero: only on
 	// change). Used by the loop goroutine only.

@@ -58,9 +58,11 @@ func (a *Agent) resourceSlices() []*resourcev1.ResourceSlice {
 // a previous run left. A failed call is tried again at the next step; the
 // maintenance never waits for it. Nothing is written while the node is
 // observed only, or before the node's ResourceSlices are listed; no call is
-// made on a node none of whose pools could be tainted.
+// made on a node none of whose pools could be tainted, nor on a cluster
+// that serves no DeviceTaintRules (before Kubernetes 1.37, where they are
+// off by default), which is said once.
 func (a *Agent) syncDeviceTaints(ctx context.Context, st lifecycle.State) {
-	if a.observing() || a.devices == nil || !a.devices.HasSynced() {
+	if a.observing() || a.devices == nil || !a.devices.HasSynced() || a.noDeviceRules {
 		return
 	}
 	resourceSlices := a.resourceSlices()
@@ -76,7 +78,12 @@ func (a *Agent) syncDeviceTaints(ctx context.Context, st lifecycle.State) {
 	defer cancel()
 	if a.deviceRules == nil {
 		list, err := rules.List(wctx, metav1.ListOptions{})
-		if err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			a.noDeviceRules = true
+			a.log.Info("the cluster serves no DeviceTaintRules (resource.k8s.io/v1): the node's devices are not tainted during maintenance", "err", err)
+			return
+		case err != nil:
 			a.log.Warn("DeviceTaintRules not listed", "err", err)
 			return
 		}

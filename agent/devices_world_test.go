@@ -73,6 +73,9 @@ func TestDeviceHealthOnTheNode(t *testing.T) {
 // VM), the rule is gone.
 func TestDevicesTaintedWhileInMaintenance(t *testing.T) {
 	testworld.Need(t)
+	if !world.Serves(t, "resource.k8s.io/v1", "devicetaintrules") {
+		t.Skipf("DeviceTaintRules not served on Kubernetes %s (on by default from 1.37)", testworld.KubernetesVersion)
+	}
 	v := newVM(t, "agent-devtaint-0")
 	ctx := testworld.Ctx(t, 3*time.Minute)
 	world.Devices(t, v.name, "gpu.example.com", resourcev1.Device{Name: "gpu-0"}, resourcev1.Device{Name: "gpu-1"})

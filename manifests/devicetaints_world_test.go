@@ -14,13 +14,18 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
-// agentDeviceTaintRules: the agent of node rbac-gpu-a (its client as) may
+// agentDeviceTaintRules: where the cluster serves DeviceTaintRules, the
+// agent of node rbac-gpu-a (its client as) may
 // taint its own node's pool of a driver NoSchedule, and delete that rule;
 // another node's pool, one device only, a rule named for another node, an
 // effect that evicts, or another taint key are refused, and so is deleting
 // another node's rule.
 func agentDeviceTaintRules(t *testing.T, as kubernetes.Interface, denied func(string, error, string)) {
 	t.Helper()
+	if !world.Serves(t, "resource.k8s.io/v1", "devicetaintrules") {
+		t.Logf("DeviceTaintRules not served on Kubernetes %s (on by default from 1.37): their fencing is not checked", testworld.KubernetesVersion)
+		return
+	}
 	rule := func(name, pool string, change func(*resourcev1.DeviceTaintRule)) *resourcev1.DeviceTaintRule {
 		driver := "gpu.example.com"
 		r := &resourcev1.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: lifecycle.DeviceTaintRulePrefix + name + "." + driver},

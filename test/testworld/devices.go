@@ -28,3 +28,20 @@ func (w *World) Devices(t testing.TB, node, driver string, devices ...resourcev1
 	})
 	return s.Name
 }
+
+// Serves reports whether the world's API server serves resource of
+// groupVersion ("resource.k8s.io/v1", "devicetaintrules"): what a minor
+// serves by default differs.
+func (w *World) Serves(t testing.TB, groupVersion, resource string) bool {
+	t.Helper()
+	list, err := w.Client.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true
+		}
+	}
+	return false
+}
