@@ -30,6 +30,7 @@ func responded(ns, name, node string) *corev1.Pod {
 // API server holds it, the drainer and what it records.
 func requesting(t *testing.T, node string, plain ...string) (*corev1.Pod, *drain.Drainer, *recorder) {
 	t.Helper()
+	needEvictionRequests(t)
 	addNode(t, node)
 	ns := world.Namespace(t)
 	create(t, responded(ns, "trainer", node))
@@ -43,6 +44,15 @@ func requesting(t *testing.T, node string, plain ...string) (*corev1.Pod, *drain
 	}
 	rec := &recorder{}
 	return trainer, drain.New(drain.Options{Client: apiClient(t), Requests: apiClient(t), Pods: startPods(t, node), Recorder: rec, Events: rec}), rec
+}
+
+// needEvictionRequests skips t where the world serves no EvictionRequests
+// (before Kubernetes 1.37, whose alpha API the world turns on).
+func needEvictionRequests(t *testing.T) {
+	t.Helper()
+	if !world.Serves(t, "lifecycle.k8s.io/v1alpha1", "evictionrequests") {
+		t.Skipf("EvictionRequests not served on Kubernetes %s (alpha from 1.37)", testworld.KubernetesVersion)
+	}
 }
 
 // awaitRequest waits, through a watch, for the drain's EvictionRequest for

@@ -22,6 +22,9 @@ import (
 // request is withdrawn and the pod stays.
 func TestEvictionRequestsThroughTheBinary(t *testing.T) {
 	testworld.Need(t)
+	if !world.Serves(t, "lifecycle.k8s.io/v1alpha1", "evictionrequests") {
+		t.Skipf("EvictionRequests not served on Kubernetes %s (alpha from 1.37)", testworld.KubernetesVersion)
+	}
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	ns := world.Namespace(t)
 	const name = "bin-request-0"

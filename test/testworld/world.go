@@ -215,7 +215,7 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		return w, err
 	}
 	apiURL := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	api, err := w.start("kube-apiserver", logPath("kube-apiserver"), bin(binAPIServer),
+	api, err := w.start("kube-apiserver", logPath("kube-apiserver"), bin(binAPIServer), append(alphaAPIs(KubernetesVersion),
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
@@ -250,13 +250,8 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		// IP: there is no kube-proxy. A Service with no ready endpoint
 		// fails the call at once.
 		"--enable-aggregator-routing=true",
-		// The alpha EvictionRequest API (lifecycle.k8s.io/v1alpha1), as a
-		// cluster that turns it on serves it: the agent asks through it
-		// with --eviction-requests.
-		"--feature-gates", "EvictionRequestAPI=true",
-		"--runtime-config", "lifecycle.k8s.io/v1alpha1=true",
 		"--v", "1",
-	)
+	)...)
 	if err != nil {
 		return w, err
 	}
@@ -625,3 +620,16 @@ func (p *Process) Exited() <-chan struct{} { return p.p.exited }
 
 // LogPath is where the process's output goes.
 func (p *Process) LogPath() string { return p.p.logPath }
+
+// alphaAPIs are the API server's flags that turn on the alpha APIs the
+// product uses, as a cluster that turns them on serves them, on the minors
+// of version ("v1.37.2") that have them: EvictionRequests
+// (lifecycle.k8s.io/v1alpha1, from 1.37), which the agent asks through
+// with --eviction-requests. An older minor refuses an unknown gate.
+func alphaAPIs(version string) []string {
+	var minor int
+	if _, err := fmt.Sscanf(version, "v1.%d.", &minor); err != nil || minor < 37 {
+		return nil
+	}
+	return []string{"--feature-gates", "EvictionRequestAPI=true", "--runtime-config", "lifecycle.k8s.io/v1alpha1=true"}
+}
