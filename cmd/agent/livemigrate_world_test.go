@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -54,6 +55,11 @@ func TestLiveMigratingVMIsNotDrained(t *testing.T) {
 	}
 	if calls := emu.Calls(); len(calls) != 0 {
 		t.Errorf("Compute Engine was called: %+v", calls)
+	}
+	// instances.get answered MIGRATE too, held to the API's description
+	// (StartT fails the test on a problem with any exchange).
+	if !slices.ContainsFunc(emu.Exchanges(), func(ex gceemu.Exchange) bool { return ex.MethodID == "compute.instances.get" }) {
+		t.Error("the agent never read instances.get: its answer of MIGRATE was not checked against the API's description")
 	}
 	poll(t, "the refusal counted", time.Minute, func() bool {
 		_, m := proc.get("/metrics")
