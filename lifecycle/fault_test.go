@@ -183,6 +183,16 @@ func TestStepFaultRepairYields(t *testing.T) {
 	if drained := stepChecked(t, cfg, again.State, withdrawn); drained.Perform || drained.State.Operation != "op-1" {
 		t.Fatalf("drained again: perform %t, operation %q; want op-1 followed, no second report", drained.Perform, drained.State.Operation)
 	}
+	// The report's answer comes in the step that sees the preemption
+	// withdrawn: its operation is handed on all the same.
+	st.Operation = ""
+	d = stepChecked(t, cfg, st, preempted)
+	answered := approved(obs(quiet()))
+	answered.RequestID = "req-again"
+	answered.Perform = &PerformResult{RequestID: st.RequestID, Operation: "op-2"}
+	if again := stepChecked(t, cfg, d.State, answered); again.State.LastRepair.Operation != "op-2" {
+		t.Fatalf("answered as the preemption is withdrawn: %+v, want the new repair to remember operation op-2", again.State)
+	}
 }
 
 // TestStepFaultRepairThroughGKE: where GKE runs its report-and-replace

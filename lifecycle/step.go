@@ -200,6 +200,10 @@ func (o DrainOrder) Equal(p DrainOrder) bool {
 // only after.
 //
 // The order of the sub-steps is part of the rules:
+//  0. The answer of the call the maintenance under way made is recorded
+//     first, so that what ends in the same step (a preemption that took
+//     a repair over, withdrawn as the report's answer comes) hands its
+//     operation on.
 //  1. What ended (an unannounced reboot, the node back in service) comes
 //     first, so that a maintenance starting in the same step starts on an
 //     idle node.
@@ -226,10 +230,10 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	obs := settle(observed)
 	d := Decision{State: before}
 	d.sliceAskLimit(obs)
+	d.recordOperation(obs)
 	d.unannouncedReboot(obs)
 	d.backInService(cfg, obs)
 	d.repairBack(before, obs)
-	d.recordOperation(obs)
 	d.maintenanceStarts(cfg, obs)
 	d.migration(obs.Signals)
 	d.sliceTurnsForced(obs)
