@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
 // TestImageIsTheDockerfilesAndReproducible: make image writes, without a
@@ -32,6 +33,7 @@ func TestImageIsTheDockerfilesAndReproducible(t *testing.T) {
 		t.Skip("builds the image twice")
 	}
 	checkDockerfile(t)
+	testworld.TakeTurns(t, "cross-build")
 	// As make image runs it (a process of its own: built without the race
 	// detector, as a user builds it).
 	makeImage := func() (string, v1.Hash) {
