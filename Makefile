@@ -14,20 +14,33 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
-test: testworld prometheus verify ## run every test (builds the test world and a real node, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; then the state machine's model test over MODEL_HISTORIES histories and the short fuzz search
-	run=$$(date +%s%N); log=$$(mktemp); \
-	set -o pipefail; MH_TESTWORLD_RUN=$$run MH_PROMETHEUS_DIR="$$(scripts/install-prometheus.sh)" $(GO) test $(TEST_FLAGS) ./... 2>&1 | tee $$log; rc=$$?; \
+test: testworld prometheus verify ## run every test on the newest Kubernetes, then OLDEST_PACKAGES on OLDEST_KUBERNETES (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; then the state machine's model test over MODEL_HISTORIES histories and the short fuzz search
+	run=$$(date +%s%N); log=$$(mktemp); prometheus="$$(scripts/install-prometheus.sh)"; \
+	set -o pipefail; MH_TESTWORLD_RUN=$$run MH_PROMETHEUS_DIR="$$prometheus" $(GO) test $(TEST_FLAGS) -skip '$(PURE_TESTS)' ./... 2>&1 | tee $$log; rc=$$?; \
+	echo "make test: the tests that depend on the API server's version, on Kubernetes $(OLDEST_KUBERNETES)"; \
+	MH_TESTWORLD_RUN=$$run MH_TESTWORLD_KUBERNETES=$(OLDEST_KUBERNETES) $(GO) test $(TEST_FLAGS) $(OLDEST_PACKAGES) 2>&1 | tee -a $$log || rc=1; \
 	skipped=$$(grep -c 'real node: skipped:' $$log); rm -f $$log; \
 	if [ "$$skipped" -gt 0 ]; then echo "make test: $$skipped real-node tests skipped on this machine (see 'real node: skipped:' above)"; else echo "make test: every real-node test ran"; fi; \
 	MH_TESTWORLD_RUN=$$run $(GO) run ./test/cmd/testworld leaks || rc=1; \
-	$(GO) test -count=1 -run '^TestStateMachineModel$$' ./lifecycle -args -model.histories $(MODEL_HISTORIES) || rc=1; \
+	$(GO) test -count=1 -run '$(PURE_TESTS)' ./lifecycle -args -model.histories $(MODEL_HISTORIES) || rc=1; \
+	$(GO) test -count=1 -run '$(PURE_TESTS)' ./fleet || rc=1; \
 	scripts/fuzz.sh $(TEST_FUZZTIME) || rc=1; \
 	exit $$rc
 
-# How many random histories make test's own run of the state machine's
-# model test steps through, without the race detector (a pure function on
-# one goroutine: the detector finds nothing there, and would take five
-# times as long); the run of every test steps through 3,000.
+# The oldest Kubernetes the project supports (the chart's kubeVersion;
+# testworld.OldestKubernetes, which a test holds this to), and the
+# packages whose tests depend on the API server's and the kubelet's
+# version (the shipped manifests, admission, RBAC, node authorization, the
+# real node; the client's calls), which make test runs on it as well.
+OLDEST_KUBERNETES ?= v1.34.4
+OLDEST_PACKAGES ?= ./manifests ./kube
+
+# The tests that step a pure function through many random histories on
+# one goroutine: make test runs them after the others, without the race
+# detector, which finds nothing there and would take five times as long.
+# The state machine's model test steps through MODEL_HISTORIES histories
+# (3,000 where go test runs it without the flag).
+PURE_TESTS := ^(TestStateMachineModel|TestStateMachineModelRegressions|TestFleetDecidesAsDecide)$$
 MODEL_HISTORIES ?= 30000
 
 # How long make test searches each fuzz target, after every test.
@@ -40,9 +53,11 @@ fuzz: ## search every parser's fuzz target for FUZZTIME each (default 1m); make 
 unit: ## the fast tier: every test that needs no control plane (go test -short), in seconds; it starts no process of the test world and stops none
 	$(GO) test -short -count=1 ./...
 
-testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache, a real node's kubelet, containerd, runc and CNI plugins where the machine can run one, the pinned helm and JobSet's controller
+testworld: ## build etcd, kube-apiserver, controller-manager, scheduler and kwok into the cache, a real node's kubelet, containerd, runc and CNI plugins where the machine can run one (both for the newest Kubernetes and for OLDEST_KUBERNETES), the pinned helm and JobSet's controller
 	$(GO) run ./test/cmd/testworld build
 	$(GO) run ./test/cmd/testworld build-node
+	MH_TESTWORLD_KUBERNETES=$(OLDEST_KUBERNETES) $(GO) run ./test/cmd/testworld build
+	MH_TESTWORLD_KUBERNETES=$(OLDEST_KUBERNETES) $(GO) run ./test/cmd/testworld build-node
 	$(GO) run ./test/cmd/testworld build-helm
 	$(GO) run ./test/cmd/testworld build-jobset
 

@@ -675,3 +675,39 @@ func TestEvictionCheckReachableFromAPrivateControlPlane(t *testing.T) {
 		t.Errorf("the check's Service targets %v, not the check's port %v", target, port)
 	}
 }
+
+// TestChartClaimsWhatTheTestsRun: the chart installs on the oldest
+// Kubernetes make test runs (its second pass, OLDEST_KUBERNETES in the
+// Makefile) and on the newest, and refuses the minor before the oldest;
+// the README's table names both.
+func TestChartClaimsWhatTheTestsRun(t *testing.T) {
+	var minor, patch int
+	if _, err := fmt.Sscanf(testworld.OldestKubernetes, "v1.%d.%d", &minor, &patch); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{testworld.OldestKubernetes + "-gke.1000", testworld.NewestKubernetes, fmt.Sprintf("v1.%d.0", minor)} {
+		if _, err := helmTemplate(t, "--kube-version", v); err != nil {
+			t.Errorf("helm template for Kubernetes %s: %v, want it rendered", v, err)
+		}
+	}
+	older := fmt.Sprintf("v1.%d.99", minor-1)
+	if _, err := helmTemplate(t, "--kube-version", older); err == nil || !strings.Contains(err.Error(), "kubeVersion") {
+		t.Errorf("helm template for Kubernetes %s: %v, want it refused for the chart's kubeVersion", older, err)
+	}
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nOLDEST_KUBERNETES ?= " + testworld.OldestKubernetes + "\n"; !strings.Contains(string(makefile), want) {
+		t.Errorf("the Makefile's second pass does not run on %s: want %q", testworld.OldestKubernetes, strings.TrimSpace(want))
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{testworld.OldestKubernetes, testworld.NewestKubernetes} {
+		if !strings.Contains(string(readme), "| "+strings.TrimPrefix(v, "v")+" |") {
+			t.Errorf("the README's compatibility table has no row for Kubernetes %s", v)
+		}
+	}
+}

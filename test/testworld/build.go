@@ -22,13 +22,48 @@ import (
 // Pinned versions of the test world. Changing one changes the cache key, so
 // a machine keeps one built world per combination and reuses it.
 const (
-	KubernetesVersion = "v1.37.2"
-	// StagingVersion is the version of every k8s.io staging module that
-	// replaces the ./staging/src paths of k8s.io/kubernetes's go.mod.
-	StagingVersion = "v0.37.2"
-	EtcdVersion    = "v3.6.16"
-	KwokVersion    = "v0.8.0"
+	// NewestKubernetes and OldestKubernetes are the newest and the oldest
+	// Kubernetes the project supports (the chart's kubeVersion, the
+	// README's table): the world runs the newest unless KubernetesEnv
+	// names another, and make test runs the tests that depend on the API
+	// server's version on the oldest as well.
+	NewestKubernetes = "v1.37.2"
+	OldestKubernetes = "v1.34.4"
+	EtcdVersion      = "v3.6.16"
+	KwokVersion      = "v0.8.0"
 )
+
+// KubernetesEnv names the Kubernetes release (vX.Y.Z) the test world runs
+// and builds, where not NewestKubernetes: make test sets it to
+// OldestKubernetes for its second pass.
+const KubernetesEnv = "MH_TESTWORLD_KUBERNETES"
+
+// KubernetesVersion is the Kubernetes release of this process's world;
+// StagingVersion is the version of every k8s.io staging module that
+// replaces the ./staging/src paths of k8s.io/kubernetes's go.mod at that
+// release (v0.Y.Z for v1.Y.Z). versionErr says why KubernetesEnv names no
+// release; Dir returns it.
+var KubernetesVersion, StagingVersion, versionErr = kubernetesRelease(os.Getenv(KubernetesEnv))
+
+// kubernetesRelease is the release named by v (NewestKubernetes when
+// empty) and its staging modules' version.
+func kubernetesRelease(v string) (release, staging string, err error) {
+	if v == "" {
+		v = NewestKubernetes
+	}
+	var minor, patch int
+	if n, _ := fmt.Sscanf(v, "v1.%d.%d", &minor, &patch); n != 2 || fmt.Sprintf("v1.%d.%d", minor, patch) != v {
+		return "", "", fmt.Errorf("%s=%q: want a Kubernetes release, such as %s", KubernetesEnv, v, OldestKubernetes)
+	}
+	return v, fmt.Sprintf("v0.%d.%d", minor, patch), nil
+}
+
+// Minor is the minor of the world's Kubernetes (37 for v1.37.2).
+func Minor() int {
+	var minor int
+	fmt.Sscanf(KubernetesVersion, "v1.%d.", &minor) //nolint:errcheck // checked by kubernetesRelease
+	return minor
+}
 
 // Binary names inside the bin directory of a built world.
 const (
@@ -56,6 +91,9 @@ func Key() string {
 // the five binaries and stages/ with kwok's Stage documents. It lives outside
 // the repository: $MH_TESTWORLD_CACHE, else the user cache directory.
 func Dir() (string, error) {
+	if versionErr != nil {
+		return "", versionErr
+	}
 	root := os.Getenv(CacheEnv)
 	if root == "" {
 		cache, err := os.UserCacheDir()
@@ -224,19 +262,19 @@ func (b builder) etcd(ctx context.Context) error {
 // whose go.mod replaces every staging module with ./staging/src; each is
 // restated as the same path at StagingVersion.
 func (b builder) kubernetes(ctx context.Context) error {
-	return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags, map[string]string{
+	return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags(), map[string]string{
 		"k8s.io/kubernetes/cmd/kube-apiserver":          binAPIServer,
 		"k8s.io/kubernetes/cmd/kube-controller-manager": binControllerManager,
 		"k8s.io/kubernetes/cmd/kube-scheduler":          binScheduler,
 	})
 }
 
-// kubernetesLDFlags strip the binaries and give them the pinned version
+// kubernetesLDFlags strip the binaries and give them the world's version
 // (else a Node reports v0.0.0-master).
-const kubernetesLDFlags = "-s -w" +
-	" -X k8s.io/component-base/version.gitVersion=" + KubernetesVersion +
-	" -X k8s.io/component-base/version.gitMajor=1" +
-	" -X k8s.io/component-base/version.gitMinor=36"
+func kubernetesLDFlags() string {
+	return fmt.Sprintf("-s -w -X k8s.io/component-base/version.gitVersion=%s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=%d",
+		KubernetesVersion, Minor())
+}
 
 // scratchBuild builds main packages of module mod@version in a scratch
 // module that requires it and copies its replace directives, turning each

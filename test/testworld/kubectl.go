@@ -21,7 +21,7 @@ func BuildKubectl(ctx context.Context, dir string, progress io.Writer) error {
 	return buildSteps(ctx, dir, progress, "kubectl", "building kubectl "+KubernetesVersion+" into "+dir,
 		func(b builder) []buildStep {
 			return []buildStep{{"kubectl " + KubernetesVersion, func(ctx context.Context) error {
-				return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags,
+				return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags(),
 					map[string]string{"k8s.io/kubernetes/cmd/kubectl": "kubectl"})
 			}}}
 		})

@@ -63,7 +63,7 @@ func BuildNode(ctx context.Context, dir string, progress io.Writer) error {
 }
 
 func (b builder) kubelet(ctx context.Context) error {
-	return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags, map[string]string{
+	return b.scratchBuild(ctx, "k8s.io/kubernetes", KubernetesVersion, StagingVersion, kubernetesLDFlags(), map[string]string{
 		"k8s.io/kubernetes/cmd/kubelet": binKubelet,
 	})
 }

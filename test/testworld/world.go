@@ -215,7 +215,7 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		return w, err
 	}
 	apiURL := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	api, err := w.start("kube-apiserver", logPath("kube-apiserver"), bin(binAPIServer), append(alphaAPIs(KubernetesVersion),
+	api, err := w.start("kube-apiserver", logPath("kube-apiserver"), bin(binAPIServer), append(alphaAPIs(Minor()),
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
@@ -623,12 +623,11 @@ func (p *Process) LogPath() string { return p.p.logPath }
 
 // alphaAPIs are the API server's flags that turn on the alpha APIs the
 // product uses, as a cluster that turns them on serves them, on the minors
-// of version ("v1.37.2") that have them: EvictionRequests
-// (lifecycle.k8s.io/v1alpha1, from 1.37), which the agent asks through
-// with --eviction-requests. An older minor refuses an unknown gate.
-func alphaAPIs(version string) []string {
-	var minor int
-	if _, err := fmt.Sscanf(version, "v1.%d.", &minor); err != nil || minor < 37 {
+// that have them: EvictionRequests (lifecycle.k8s.io/v1alpha1, from 1.37),
+// which the agent asks through with --eviction-requests. An older minor
+// refuses an unknown gate.
+func alphaAPIs(minor int) []string {
+	if minor < 37 {
 		return nil
 	}
 	return []string{"--feature-gates", "EvictionRequestAPI=true", "--runtime-config", "lifecycle.k8s.io/v1alpha1=true"}

@@ -8,9 +8,9 @@ import (
 // TestAlphaAPIs: the EvictionRequest API is turned on from 1.37, and no
 // older minor is given a gate it does not know.
 func TestAlphaAPIs(t *testing.T) {
-	for version, on := range map[string]bool{"v1.37.2": true, "v1.38.0": true, "v1.36.3": false, "v1.34.4": false, "": false} {
-		if got := slices.Contains(alphaAPIs(version), "EvictionRequestAPI=true"); got != on {
-			t.Errorf("alphaAPIs(%q) turns EvictionRequests on: %t, want %t", version, got, on)
+	for minor, on := range map[int]bool{37: true, 38: true, 36: false, 34: false, 0: false} {
+		if got := slices.Contains(alphaAPIs(minor), "EvictionRequestAPI=true"); got != on {
+			t.Errorf("alphaAPIs(%d) turns EvictionRequests on: %t, want %t", minor, got, on)
 		}
 	}
 }
