@@ -14,18 +14,9 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
-test: testworld prometheus verify ## run every test on the newest Kubernetes, then OLDEST_PACKAGES on OLDEST_KUBERNETES (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; then the state machine's model test over MODEL_HISTORIES histories and the short fuzz search
-	run=$$(date +%s%N); log=$$(mktemp); prometheus="$$(scripts/install-prometheus.sh)"; \
-	set -o pipefail; MH_TESTWORLD_RUN=$$run MH_PROMETHEUS_DIR="$$prometheus" $(GO) test $(TEST_FLAGS) -skip '$(PURE_TESTS)' ./... 2>&1 | tee $$log; rc=$$?; \
-	echo "make test: the tests that depend on the API server's version, on Kubernetes $(OLDEST_KUBERNETES)"; \
-	MH_TESTWORLD_RUN=$$run MH_TESTWORLD_KUBERNETES=$(OLDEST_KUBERNETES) $(GO) test $(TEST_FLAGS) $(OLDEST_PACKAGES) 2>&1 | tee -a $$log || rc=1; \
-	skipped=$$(grep -c 'real node: skipped:' $$log); rm -f $$log; \
-	if [ "$$skipped" -gt 0 ]; then echo "make test: $$skipped real-node tests skipped on this machine (see 'real node: skipped:' above)"; else echo "make test: every real-node test ran"; fi; \
-	MH_TESTWORLD_RUN=$$run $(GO) run ./test/cmd/testworld leaks || rc=1; \
-	$(GO) test -count=1 -run '$(PURE_TESTS)' ./lifecycle -args -model.histories $(MODEL_HISTORIES) || rc=1; \
-	$(GO) test -count=1 -run '$(PURE_TESTS)' ./fleet || rc=1; \
-	scripts/fuzz.sh $(TEST_FUZZTIME) || rc=1; \
-	exit $$rc
+test: testworld prometheus verify ## run every test on the newest Kubernetes and, beside it, OLDEST_PACKAGES on OLDEST_KUBERNETES (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; then the tests of pure functions (the state machine's model test over MODEL_HISTORIES histories) and the short fuzz search; a failed run ends by naming what failed (scripts/test.sh)
+	GO="$(GO)" TEST_FLAGS="$(TEST_FLAGS)" PURE_TESTS='$(PURE_TESTS)' OLDEST_KUBERNETES=$(OLDEST_KUBERNETES) OLDEST_PACKAGES="$(OLDEST_PACKAGES)" \
+	MODEL_HISTORIES=$(MODEL_HISTORIES) TEST_FUZZTIME=$(TEST_FUZZTIME) scripts/test.sh
 
 # The oldest Kubernetes the project supports (the chart's kubeVersion;
 # testworld.OldestKubernetes, which a test holds this to), and the

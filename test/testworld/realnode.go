@@ -117,7 +117,10 @@ func (w *World) RealNodeT(t testing.TB, opts RealNodeOptions) *RealNode {
 	if err := RealNodeSupport(); err != nil {
 		t.Skipf("real node: skipped: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	// The machine runs one real node at a time, across both of make
+	// test's passes: a test may wait for the other's before its own
+	// (and before that, a cold build of the node's pieces).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	dir, err := NodeDir()
 	if err != nil {
