@@ -2,8 +2,10 @@ package testworld
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -129,7 +131,38 @@ health:
 	if err := p.p.waitUntil(ctx, httpOK("http://"+health+"/readyz", nil)); err != nil {
 		tb.Fatalf("JobSet's controller never became ready: %v", err)
 	}
+	// Ready is not served: JobSet sets its webhooks up beside its manager's
+	// start, so a path may answer 404 for a while after /readyz is OK.
+	for _, path := range jobSetWebhookPaths {
+		if err := p.p.waitUntil(ctx, httpServed(fmt.Sprintf("https://127.0.0.1:%d%s", port, path))); err != nil {
+			tb.Fatalf("JobSet's webhook %s never served: %v", path, err)
+		}
+	}
 	w.registerJobSetWebhooks(tb, ctx, port)
+}
+
+// jobSetWebhookPaths are the paths of JobSet's webhooks.
+var jobSetWebhookPaths = []string{"/mutate-jobset-x-k8s-io-v1alpha2-jobset", "/mutate--v1-pod", "/validate-jobset-x-k8s-io-v1alpha2-jobset", "/validate--v1-pod"}
+
+// httpServed: url answers with anything but 404 (a handler is there: an
+// admission webhook answers an empty request with its own error).
+func httpServed(url string) func(context.Context) bool {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback probe of a test component
+	}}
+	return func(ctx context.Context) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+		if err != nil {
+			return false
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode != http.StatusNotFound
+	}
 }
 
 // applyJobSetCRD creates JobSet's CRD (if it is not there) and waits until
