@@ -58,8 +58,9 @@ type Aggregator struct {
 	// trigger; the node cools down as after a failed maintenance.
 	unanswered map[string]time.Time
 	// shadows are the writes it did not make on observed nodes
-	// (observe.go).
+	// (observe.go); gangs what the pods showed of the nodes' pod groups.
 	shadows shadows
+	gangs   gangChecks
 
 	// Guarded by mu; reset when leadership begins.
 	mu sync.Mutex
@@ -119,13 +120,6 @@ func New(opts Options) (*Aggregator, error) {
 		a.relay = newRelay(a, opts.Caller)
 	}
 	return a, nil
-}
-
-func (a *Aggregator) poke() {
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Passes counts the decision passes this replica has finished (as
@@ -384,9 +378,10 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 }
 
 // unclaimed is the part of a pass that does not depend on the claims:
-// renamed taints, slices and the accounting.
+// renamed taints, gangs, slices and the accounting.
 func (a *Aggregator) unclaimed(ctx context.Context, nodes *fleet.Fleet, decidedOn map[string]*corev1.Node) {
 	a.renameTaints(ctx, decidedOn)
+	a.applyGangs(ctx, nodes, decidedOn)
 	a.applySliceAsks(ctx, nodes, decidedOn)
 	a.countRecreated(ctx)
 	a.countVanished()

@@ -107,3 +107,11 @@ func (a *Aggregator) watch(ctx context.Context) error {
 	}
 	return nil
 }
+
+// poke asks for a pass (at most one waits).
+func (a *Aggregator) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}

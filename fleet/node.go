@@ -54,6 +54,11 @@ type Node struct {
 	// (protocol.Grouping.GroupOf).
 	Slice     string
 	GroupKind protocol.GroupKind
+	// PodGroups are the pod groups its agent says it runs pods of, and
+	// Gang the gang label the aggregator put on it ("" for none): see
+	// GangLabels.
+	PodGroups []protocol.PodGroupClaim
+	Gang      string
 	// AutoscalerGroup is the cluster autoscaler's node group the node is
 	// in ("" for none known): set by the pass from the autoscaler's status.
 	AutoscalerGroup string
@@ -132,6 +137,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	}
 	st, unreadable := protocol.ReadAgentStateAndUnreadable(n)
 	v.Busy, v.IdleSince, v.Failures, v.KnownEnd = st.Busy, st.IdleSince, st.Failures, st.KnownEnd
+	v.PodGroups, v.Gang = st.PodGroups, n.Labels[protocol.LabelGang]
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Asked = asked
 	// A host whose maintenance is its slice's voluntary one, begun

@@ -64,9 +64,9 @@ func (p *poolPass) decideSlice(members []*Node) {
 		}
 	}
 	slice := members[0].Slice
-	noun := "multi-host TPU slice"
-	if members[0].GroupKind == protocol.GroupReservation {
-		noun = "reservation group"
+	noun := map[protocol.GroupKind]string{protocol.GroupReservation: "reservation group", protocol.GroupGang: "gang"}[members[0].GroupKind]
+	if noun == "" {
+		noun = "multi-host TPU slice"
 	}
 	if len(blocked) > 0 {
 		for _, n := range members {

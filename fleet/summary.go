@@ -21,6 +21,9 @@ const (
 	// markFault: the node may take part in the faults' decision
 	// (faultRelevant).
 	markFault
+	// markGang: the node's agent lists pod groups, or the node carries a
+	// gang's label (Node.PodGroups, Node.Gang).
+	markGang
 	// markBits is how many marks there are.
 	markBits = iota
 )
@@ -39,6 +42,9 @@ func marks(n *Node) Mark {
 	}
 	if faultRelevant(n) {
 		m |= markFault
+	}
+	if len(n.PodGroups) > 0 || n.Gang != "" {
+		m |= markGang
 	}
 	return m
 }

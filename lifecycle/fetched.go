@@ -81,6 +81,7 @@ func ObservationOf(st State, f Fetched) (Observation, error) {
 		obs.ManualBlocked, obs.ManualBlockedDetail = f.ManualGate(n, f.Now)
 	}
 	obs.Idle, obs.Busy = Idleness(f.Pods, protocol.HasAccelerators(n, f.Accelerators), f.Accelerators, f.Claimed)
+	obs.PodGroups = PodGroupsOf(f.Pods)
 	if r := f.Performed; r != nil && r.RequestID == st.RequestID {
 		obs.Perform = r
 	}

@@ -102,10 +102,13 @@ type MachineView struct {
 
 // PodsView is what the node runs, and how its drain went.
 type PodsView struct {
-	// PodsKnown: Idle and Busy come from a filled pod cache.
+	// PodsKnown: Idle, Busy and PodGroups come from a filled pod cache.
 	PodsKnown bool
 	Idle      bool
 	Busy      string
+	// PodGroups are the pod groups the node's running pods are in
+	// (PodGroupsOf).
+	PodGroups []protocol.PodGroupClaim
 	// DrainEnded is the last drain that ran to its end (zero for none),
 	// and DrainLeft names the pods it left on the node (see
 	// drain.Result.Left). The maintenance under way is drained only when

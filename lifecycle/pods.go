@@ -88,11 +88,26 @@ func requestsAny(p *corev1.Pod, resources []corev1.ResourceName) bool {
 	return false
 }
 
-// idleness, for the aggregator: since when no workload runs, or what runs.
+// PodGroupsOf are the pod groups of the pods that run (not finished, not
+// going, not mirror pods, which the node itself writes), one pod of each
+// (protocol.OnePerGroup).
+func PodGroupsOf(pods []*corev1.Pod) []protocol.PodGroupClaim {
+	var out []protocol.PodGroupClaim
+	for _, p := range pods {
+		if c, ok := protocol.PodGroupOf(p); ok && KindOf(p) != PodNone && p.DeletionTimestamp == nil {
+			out = append(out, c)
+		}
+	}
+	return protocol.OnePerGroup(out)
+}
+
+// idleness, for the aggregator: since when no workload runs, or what runs,
+// and the pod groups it runs pods of.
 func (d *Decision) idleness(obs Observation) {
 	if !obs.PodsKnown {
 		return
 	}
+	d.State.PodGroups = obs.PodGroups
 	if obs.Idle {
 		if d.State.IdleSince.IsZero() {
 			d.State.IdleSince = obs.Now

@@ -144,3 +144,38 @@ func TestKindOf(t *testing.T) {
 		}
 	}
 }
+
+// TestPodGroupsOf: the pod groups of the pods that run, but for mirror
+// pods, finished pods and pods being deleted; the step writes them, and
+// keeps them when the node goes back in service.
+func TestPodGroupsOf(t *testing.T) {
+	pod := func(name, group string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name}}
+		if group != "" {
+			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		}
+		return p
+	}
+	mirror := pod("static", "forged")
+	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+	done := pod("done", "finished")
+	done.Status.Phase = corev1.PodFailed
+	going := pod("going", "leaving")
+	going.DeletionTimestamp = &metav1.Time{Time: t0}
+	got := PodGroupsOf([]*corev1.Pod{pod("web", ""), pod("train-1", "train"), pod("train-0", "train"), mirror, done, going})
+	want := []protocol.PodGroupClaim{{Namespace: "ml", PodGroup: "train", Pod: "train-0"}}
+	if !cmp.Equal(got, want) {
+		t.Fatalf("PodGroupsOf: %v, want %v", got, want)
+	}
+	o := obs(quiet())
+	o.PodsKnown, o.PodGroups = true, got
+	d := stepChecked(t, cfg, State{}, o)
+	if !cmp.Equal(d.State.PodGroups, want) {
+		t.Errorf("idle: the state's pod groups %v, want %v", d.State.PodGroups, want)
+	}
+	st := draining(protocol.ReasonHostMaintenance, time.Hour)
+	st.PodGroups = want
+	if back := idleState(st); !cmp.Equal(back.PodGroups, want) {
+		t.Errorf("back in service: %v, want the pod groups kept", back.PodGroups)
+	}
+}

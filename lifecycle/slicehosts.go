@@ -198,9 +198,9 @@ type SliceInput struct {
 // while a slice's maintenance holds it, a host gone from the cluster, as
 // a repair deletes a Node before it recreates it, keeps the slice down),
 // and, for a voluntary maintenance, which host calls Compute Engine and
-// which still drain (a fault's repair of a slice's host stops the slice
-// and waits for the others as a call does; a reservation group's member
-// is repaired alone).
+// which still drain (a fault's repair of a slice's host stops the slice,
+// and a gang node's its job, so it waits for the others as a call does; a
+// reservation group's member is repaired alone).
 func SliceViewOf(in SliceInput) SliceView {
 	v := SliceView{Slice: in.Group.Name, SliceUnknown: in.Unknown}
 	v.SliceAsk, v.SliceAskSet = FollowedAsk(SliceAsks(in.Group.Name, in.Group.Kind, in.Hosts)[in.Node], in.Written, in.WrittenSet, in.Group.Kind, in.Hosts)
@@ -211,7 +211,7 @@ func SliceViewOf(in SliceInput) SliceView {
 	}
 	caller := SliceCaller(in.Hosts)
 	v.SliceVoluntary, v.SliceCaller = caller != "", caller == in.Node
-	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault && in.Group.Kind == protocol.GroupSlice {
+	if caller == "" && st.Active() && st.Reason == protocol.ReasonFault && in.Group.Kind != protocol.GroupReservation {
 		caller = in.Node
 	}
 	if caller != "" { // no call to wait for: nothing waits (a member repaired alone)

@@ -46,17 +46,18 @@ func TestFollowedAsk(t *testing.T) {
 	}
 }
 
-// TestGroupAsksByKind: in a multi-host slice every host's own maintenance,
-// forced or voluntary, takes the others with it; in a reservation group
-// only a voluntary one does, and a member's host maintenance, preemption,
-// fault repair or known end drains that member alone.
+// TestGroupAsksByKind: in a multi-host slice and in a gang every host's
+// own maintenance, forced or voluntary, takes the others with it; in a
+// reservation group only a voluntary one does, and a member's host
+// maintenance, preemption, fault repair or known end drains that member
+// alone.
 func TestGroupAsksByKind(t *testing.T) {
 	idle := protocol.SliceHost{Name: "h2", Phase: protocol.PhaseIdle}
 	for _, reason := range []protocol.Reason{protocol.ReasonHostMaintenance, protocol.ReasonPreemption, protocol.ReasonFault, protocol.ReasonKnownEnd, protocol.ReasonManual} {
 		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour)}
-		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupReservation} {
+		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupGang, protocol.GroupReservation} {
 			asks := SliceAsks("g", kind, []protocol.SliceHost{cause, idle})
-			want := kind == protocol.GroupSlice || reason == protocol.ReasonManual
+			want := kind != protocol.GroupReservation || reason == protocol.ReasonManual
 			if got := asks["h2"] != nil; got != want {
 				t.Errorf("%s of a member of a %s: the other member asked to drain %t; want %t", reason, kind, got, want)
 			}
@@ -165,8 +166,9 @@ func TestSliceDrainedNotReady(t *testing.T) {
 // TestSliceViewOf: the two rules of what a host knows of its slice that
 // its own hosts' reading does not give: a host gone from the cluster keeps
 // the slice down while the slice's maintenance holds this host, and a
-// fault's repair of a slice's host waits for the other hosts as a call
-// does, where a reservation group's member is repaired alone.
+// fault's repair of a slice's host (or a gang's node) waits for the other
+// hosts as a call does, where a reservation group's member is repaired
+// alone.
 func TestSliceViewOf(t *testing.T) {
 	deadline := t0.Add(time.Hour)
 	slice := protocol.Group{Kind: protocol.GroupSlice, Name: "s1"}
@@ -190,6 +192,11 @@ func TestSliceViewOf(t *testing.T) {
 	v = SliceViewOf(SliceInput{Node: "h0", State: inFault, Group: slice, Hosts: []protocol.SliceHost{me, draining}, WantHosts: 2, Now: t0})
 	if len(v.SliceWaiting) != 1 || v.SliceWaiting[0] != "h1" {
 		t.Errorf("a slice host's repair: waiting %v; want it to wait for h1", v.SliceWaiting)
+	}
+	// A gang's: the report stops its job on every node, so it waits too.
+	gang := protocol.Group{Kind: protocol.GroupGang, Name: "ml.train"}
+	if v := SliceViewOf(SliceInput{Node: "h0", State: inFault, Group: gang, Hosts: []protocol.SliceHost{me, draining}, Now: t0}); len(v.SliceWaiting) != 1 {
+		t.Errorf("a gang node's repair: waiting %v; want it to wait for h1", v.SliceWaiting)
 	}
 	// A reservation group's member, drained, beside an idle member: it
 	// waits for no one (it waited for the idle member until its deadline

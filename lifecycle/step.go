@@ -299,7 +299,7 @@ func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.
 // idleState is st back in service: what outlives a maintenance, nothing else.
 func idleState(st State) State {
 	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
-		IdleSince: st.IdleSince, Busy: st.Busy, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
+		IdleSince: st.IdleSince, Busy: st.Busy, PodGroups: st.PodGroups, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
 		Failures: st.Failures, NoticeForeign: st.NoticeForeign, LastRepair: st.LastRepair, KnownEnd: st.KnownEnd}
 }
 

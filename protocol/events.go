@@ -99,6 +99,12 @@ const (
 	EventSliceDeadline    = "SliceMaintenanceDeadline"
 	EventSliceMaintenance = "SliceMaintenance"
 	EventSliceBack        = "SliceMaintenanceOver"
+	// Gangs: the aggregator puts a node in a gang (Joined) or takes it
+	// out (Left), and says when it does not believe a node's pod group
+	// (PodGroupRefused).
+	EventGangJoined      = "GangJoined"
+	EventGangLeft        = "GangLeft"
+	EventPodGroupRefused = "PodGroupRefused"
 	// EventSliceUnknown: a drained node holds its manual maintenance's
 	// call while its multi-host slice cannot be told (agent).
 	EventSliceUnknown = "SliceMembershipUnknown"
@@ -228,6 +234,9 @@ var EventReasons = []EventReason{
 	{EventInvalidConfig, aggregatorOnly, true},
 	{EventRecreated, aggregatorOnly, true},
 	{EventSliceMaintenance, aggregatorOnly, true},
+	{EventGangJoined, aggregatorOnly, false},
+	{EventGangLeft, aggregatorOnly, false},
+	{EventPodGroupRefused, aggregatorOnly, true},
 	{EventUninstallLeftNode, aggregatorOnly, true},
 	{EventUnreadableState, aggregatorOnly, true},
 	{EventClaimsRefused, aggregatorOnly, true},

@@ -283,4 +283,6 @@ var Keys = []Key{
 	{Name: AnnotationComputeAnswer, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationVMRead, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator}},
 	{Name: AnnotationVMFacts, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent}},
+	{Name: AnnotationPodGroups, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator}},
+	{Name: LabelGang, Kind: Label, Writer: Aggregator, Readers: []Component{Agent, Aggregator, Person}},
 }

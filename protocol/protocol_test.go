@@ -53,7 +53,7 @@ func TestKeysHaveOneWriter(t *testing.T) {
 		}
 	}
 	if want := []string{LabelPerformMaintenance, AnnotationMaintenanceState, AnnotationRepairs, AnnotationSliceMaintenance, TaintSliceDown,
-		LabelReportFaulty, AnnotationReportFaultyDescription, TaintFaulty, AnnotationFaultRepair, AnnotationReservationGroup, AnnotationComputeAnswer, AnnotationVMFacts}; !cmp.Equal(writes, want) {
+		LabelReportFaulty, AnnotationReportFaultyDescription, TaintFaulty, AnnotationFaultRepair, AnnotationReservationGroup, AnnotationComputeAnswer, AnnotationVMFacts, LabelGang}; !cmp.Equal(writes, want) {
 		t.Errorf("the aggregator writes %v, want %v", writes, want)
 	}
 }

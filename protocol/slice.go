@@ -226,11 +226,13 @@ const (
 )
 
 // Grouping says what makes a node's maintenance group: the nodes that
-// are maintained as one unit. Two kinds, with different rules (GroupKind):
+// are maintained as one unit. Three kinds, with different rules (GroupKind):
 // a multi-host TPU slice (SliceOf, by PoolLabel or SliceLabel), which stops
-// as one; and, where Reservation says so, a reservation's sub-block or
-// block under GROUPED maintenance (GKE's topology labels name it), which
-// shares a schedule but whose hosts stop one by one.
+// as one; a gang (LabelGang, the aggregator's), whose job stops as one;
+// and, where Reservation says so, a reservation's sub-block or block under
+// GROUPED maintenance (GKE's topology labels name it), which shares a
+// schedule but whose hosts stop one by one. A node in several follows the
+// first of these.
 type Grouping struct {
 	PoolLabel, SliceLabel string
 	// Reservation is ReservationGroupSubblock, ReservationGroupBlock or
@@ -264,6 +266,13 @@ const (
 	// drains every member and then asks once, at the group's scope; a
 	// member's own forced event drains that member alone.
 	GroupReservation GroupKind = "reservation"
+	// GroupGang: the nodes of a gang (LabelGang), the pods of one pod
+	// group. Its job stops on every node when one node stops, as a
+	// slice's does, though each VM stops on its own: the rules are a
+	// slice's (any node's own maintenance drains every node by the
+	// earliest deadline; a voluntary one asks once every node is
+	// drained), and the call is each VM's own.
+	GroupGang GroupKind = "gang"
 )
 
 // Group is a node's maintenance group.
@@ -286,6 +295,11 @@ func (g Grouping) GroupOf(n *corev1.Node) Group {
 			label = g.SliceLabel
 		}
 		return Group{Kind: GroupSlice, Name: s, Label: label, Value: s}
+	}
+	if v := n.Labels[LabelGang]; v != "" {
+		// Before a reservation group: a gang's node maintained alone
+		// stops its job on every node.
+		return Group{Kind: GroupGang, Name: v, Label: LabelGang, Value: v}
 	}
 	block, sub := n.Labels[LabelTopologyBlock], n.Labels[LabelTopologySubblock]
 	switch {

@@ -51,6 +51,10 @@ type AgentState struct {
 	// and Busy says why.
 	IdleSince time.Time
 	Busy      string
+	// PodGroups are the pod groups the node's running pods are in
+	// (AnnotationPodGroups), which the aggregator checks before it puts
+	// the node in their gang.
+	PodGroups []PodGroupClaim
 	// Interruptions counts the interruptions the agent saw, for as long as
 	// the Node object lives.
 	Interruptions Counts
@@ -180,6 +184,7 @@ func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 		RepairCall:      readRepairCall(a[AnnotationRepairCall]),
 		GKEStatusBefore: a[AnnotationGKEStatusBefore],
 		LastRepair:      decodeLastFaultRepair(a[AnnotationLastFaultRepair]),
+		PodGroups:       ReadPodGroups(n),
 	}
 	if !st.Active() {
 		// The keys of a maintenance under way mean nothing without one.
@@ -316,13 +321,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 		}
 		set(a, AnnotationNoticeMirrored, mirrored)
 	}
-	set(n.Labels, LabelKnownEnd, writeUnix(st.KnownEnd))
-	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
-	set(a, AnnotationBusy, st.Busy)
-	set(a, AnnotationInterruptions, st.Interruptions.encode())
-	set(a, AnnotationLastBootID, st.LastBootID)
-	set(a, AnnotationKubeletVersion, st.LastKubelet)
-	set(a, AnnotationVoluntaryFailures, st.Failures.encode())
+	writeLasting(n, st)
 	switch {
 	case !owned:
 	case st.Phase == PhaseDraining:
@@ -337,57 +336,16 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	}
 }
 
-func setTaint(n *corev1.Node, on bool) {
-	taints := n.Spec.Taints[:0:0]
-	found := false
-	for _, t := range n.Spec.Taints {
-		if isOurTaint(t) {
-			found = true
-			if !on {
-				continue
-			}
-		}
-		taints = append(taints, t)
-	}
-	if on && !found {
-		taints = append(taints, corev1.Taint{Key: TaintImpendingTermination, Effect: corev1.TaintEffectNoSchedule})
-	}
-	if len(taints) == 0 {
-		taints = nil
-	}
-	n.Spec.Taints = taints
-}
-
-func isOurTaint(t corev1.Taint) bool {
-	return t.Key == TaintImpendingTermination && t.Effect == corev1.TaintEffectNoSchedule
-}
-
-// HasTaint reports whether the impending-termination taint is on n.
-func HasTaint(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if isOurTaint(t) {
-			return true
-		}
-	}
-	return false
-}
-
-// HasTaintKey reports whether a taint with key is on n, whatever its
-// effect.
-func HasTaintKey(n *corev1.Node, key string) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == key {
-			return true
-		}
-	}
-	return false
-}
-
-// InMaintenance: a maintenance is under way on n or asked for (the
-// active-maintenance label, the perform-maintenance label, or the
-// impending-termination taint).
-func InMaintenance(n *corev1.Node) bool {
-	_, active := n.Labels[LabelActiveMaintenance]
-	_, asked := n.Labels[LabelPerformMaintenance]
-	return active || asked || HasTaint(n)
+// writeLasting writes what of st outlives a maintenance: the VM's known
+// end, the node's idleness and pod groups, its counts and failures.
+func writeLasting(n *corev1.Node, st AgentState) {
+	a := n.Annotations
+	set(n.Labels, LabelKnownEnd, writeUnix(st.KnownEnd))
+	set(a, AnnotationIdleSince, writeTime(st.IdleSince))
+	set(a, AnnotationBusy, st.Busy)
+	set(a, AnnotationPodGroups, EncodePodGroups(st.PodGroups))
+	set(a, AnnotationInterruptions, st.Interruptions.encode())
+	set(a, AnnotationLastBootID, st.LastBootID)
+	set(a, AnnotationKubeletVersion, st.LastKubelet)
+	set(a, AnnotationVoluntaryFailures, st.Failures.encode())
 }

@@ -68,6 +68,7 @@ func unreadable(n *corev1.Node, noticeReadable func(string) bool) []string {
 	check(AnnotationLastFaultRepair, func(v string) bool { return decodeLastFaultRepair(v).Outcome != "" })
 	check(AnnotationUpcomingMaintenance, noticeReadable)
 	check(AnnotationComputeCall, func(string) bool { _, ok := ReadComputeCall(n); return ok })
+	check(AnnotationPodGroups, func(v string) bool { _, err := DecodePodGroups(v); return err == nil })
 	slices.Sort(out)
 	return out
 }

@@ -621,14 +621,27 @@ func (p *Process) Exited() <-chan struct{} { return p.p.exited }
 // LogPath is where the process's output goes.
 func (p *Process) LogPath() string { return p.p.logPath }
 
-// alphaAPIs are the API server's flags that turn on the alpha APIs the
-// product uses, as a cluster that turns them on serves them, on the minors
-// that have them: EvictionRequests (lifecycle.k8s.io/v1alpha1, from 1.37),
-// which the agent asks through with --eviction-requests. An older minor
-// refuses an unknown gate.
+// alphaAPIs are the API server's flags that turn on the APIs the product
+// uses that are off by default, as a cluster that turns them on serves
+// them, on the minors that have them (an older minor refuses an unknown
+// gate): EvictionRequests (lifecycle.k8s.io/v1alpha1, alpha from 1.37),
+// which the agent asks through with --eviction-requests; and the pods'
+// scheduling groups (spec.schedulingGroup, GenericWorkload: alpha from
+// 1.35, beta and still off in 1.37), which make a gang.
 func alphaAPIs(minor int) []string {
-	if minor < 37 {
+	var gates []string
+	if minor >= 35 {
+		gates = append(gates, "GenericWorkload=true")
+	}
+	if minor >= 37 {
+		gates = append(gates, "EvictionRequestAPI=true")
+	}
+	if len(gates) == 0 {
 		return nil
 	}
-	return []string{"--feature-gates", "EvictionRequestAPI=true", "--runtime-config", "lifecycle.k8s.io/v1alpha1=true"}
+	flags := []string{"--feature-gates", strings.Join(gates, ",")}
+	if minor >= 37 {
+		flags = append(flags, "--runtime-config", "lifecycle.k8s.io/v1alpha1=true")
+	}
+	return flags
 }
