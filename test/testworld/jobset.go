@@ -2,7 +2,6 @@ package testworld
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -147,22 +146,7 @@ var jobSetWebhookPaths = []string{"/mutate-jobset-x-k8s-io-v1alpha2-jobset", "/m
 // httpServed: url answers with anything but 404 (a handler is there: an
 // admission webhook answers an empty request with its own error).
 func httpServed(url string) func(context.Context) bool {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback probe of a test component
-	}}
-	return func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-		if err != nil {
-			return false
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode != http.StatusNotFound
-	}
+	return httpAnswers(http.MethodPost, url, nil, func(status int) bool { return status != http.StatusNotFound })
 }
 
 // applyJobSetCRD creates JobSet's CRD (if it is not there) and waits until

@@ -518,6 +518,13 @@ func listenRange() (low, high int) {
 // httpOK returns a probe that GETs url (with cfg's credentials and CA if
 // given, else without verifying TLS) and reports a 200.
 func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
+	return httpAnswers(http.MethodGet, url, cfg, func(status int) bool { return status == http.StatusOK })
+}
+
+// httpAnswers: a method request to url (through cfg's transport, or
+// plain TLS that trusts anything on loopback) is answered with a status
+// accept takes.
+func httpAnswers(method, url string, cfg *rest.Config, accept func(status int) bool) func(context.Context) bool {
 	var client *http.Client
 	if cfg != nil {
 		rt, err := rest.TransportFor(cfg)
@@ -531,7 +538,7 @@ func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
 		}}
 	}
 	return func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, err := http.NewRequestWithContext(ctx, method, url, nil)
 		if err != nil {
 			return false
 		}
@@ -541,7 +548,7 @@ func httpOK(url string, cfg *rest.Config) func(context.Context) bool {
 		}
 		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode == http.StatusOK
+		return accept(resp.StatusCode)
 	}
 }
 
