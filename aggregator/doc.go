@@ -11,7 +11,8 @@
 // annotation) onto Nodes; the node's agent does the maintenance. Its
 // files: the leadership and the pass (aggregator.go, options.go), the
 // incremental cache of the Node view (nodeview.go), the claims that fence
-// triggers (claims.go), the slice asks written on every host of a slice
+// triggers (claims.go), the gangs, read from the pods their nodes name
+// (gangs.go), the slice asks written on every host of a slice or gang
 // (slices.go), the interruption accounting only a cluster view sees
 // (accounting.go: Nodes recreated or vanished), the cluster autoscaler's
 // status (autoscaler.go), what it tells people (announce.go) and posts to

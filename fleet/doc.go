@@ -3,14 +3,17 @@
 // without taking a pool below its min-nodes or past its caps on voluntary
 // maintenance, inside its windows and outside its exclusions, never on a
 // node that runs workloads, cools down from a failure, is left to GKE's
-// own handler, or shows values no one can read; and what every host of a
-// multi-host slice must carry when one of them goes down.
+// own handler, or shows values no one can read; what every host of a
+// multi-host slice or a gang must carry when one of them goes down; and
+// which nodes make each gang.
 //
 // Its files: the Node view, decoded once per change of a Node (node.go),
 // the decision over every pool (decide.go) and one pool's (pool.go), the
 // cluster autoscaler's node groups (autoscaler.go), multi-host slices
 // (slice.go: picked whole or not at all, and the asks that every host of a
-// slice that goes down carries), and the fleet kept from pass to pass
+// slice that goes down carries), gangs (gang.go: which nodes run one pod
+// group's pods, by the pods the aggregator read), and the fleet kept from
+// pass to pass
 // (fleet.go: Fleet decides again only the pools whose nodes changed, and
 // reuses every other pool's plan while what it read holds, time included;
 // eligibility.go: of a pool decided again, it reads again only the nodes
