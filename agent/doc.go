@@ -16,8 +16,9 @@
 // workload notice on every pod of the node (workload.go), the
 // ResourceClaims that make a pod accelerator work (claims.go), the
 // metadata watch's health (health.go), the watch of its group's Nodes (a
-// multi-host slice's or a gang's: slice.go), and observe-only, where its writes are kept on a Lease
-// instead and nothing is drained or called (observe.go). Everything the
+// multi-host slice's or a gang's: slice.go), and observe-only, where its
+// writes are kept on a Lease instead and nothing is drained or called
+// (observe.go). Everything the
 // agent needs to continue after a restart lives on the Node (an observed
 // node's, on its Lease).
 //

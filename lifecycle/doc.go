@@ -9,7 +9,8 @@
 // window), preemption.go, manual.go (the perform-maintenance sub-machine,
 // manualcheck.go its acceptance check, failures.go its failure memory),
 // slice.go and slicehosts.go (a group: a multi-host slice, a gang or a
-// reservation block or sub-block, and the rules the agent and the aggregator share),
+// reservation block or sub-block, and the rules the agent and the
+// aggregator share),
 // fault.go (a fault's repair), knownend.go (a VM whose end is known),
 // gke.go (GKE's own handler), back.go (back in service and counting),
 // notice.go (the notice and the node conditions), workload.go (what the
