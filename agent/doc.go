@@ -18,9 +18,8 @@
 // metadata watch's health (health.go), the watch of its group's Nodes (a
 // multi-host slice's or a gang's: slice.go), and observe-only, where its
 // writes are kept on a Lease instead and nothing is drained or called
-// (observe.go). Everything the
-// agent needs to continue after a restart lives on the Node (an observed
-// node's, on its Lease).
+// (observe.go). Everything the agent needs to continue after a restart
+// lives on the Node (an observed node's, on its Lease).
 //
 // What it does not do: it never touches another Node or another node's
 // pods, never decides about other nodes (that is the aggregator's), and
