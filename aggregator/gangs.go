@@ -54,8 +54,9 @@ func (a *Aggregator) applyGangs(ctx context.Context, nodes *fleet.Fleet, decided
 		return
 	}
 	a.checkPodGroups(ctx, looked)
-	want := fleet.GangLabels(slices.Values(looked), func(node string, c protocol.PodGroupClaim) bool {
-		return a.gangs[podGroupClaim{node, c}].ok
+	want := fleet.GangLabels(slices.Values(looked), func(node string, c protocol.PodGroupClaim) (bool, bool) {
+		ch, read := a.gangs[podGroupClaim{node, c}]
+		return ch.ok, read
 	})
 	var names []string
 	for _, n := range looked {

@@ -16,7 +16,10 @@ import (
 // GangLabels is the gang label each of nodes must carry, by name ("" for
 // none), for every node that lists pod groups or carries a label. Of each
 // node's pod groups (Node.PodGroups) only those verified says are true
-// count (the aggregator read the pod: it is on that node, in that group).
+// count (the aggregator read the pod: it is on that node, in that group);
+// one whose pod is not read yet (read false: the read failed) counts as it
+// was, true on a node in a gang, so that an API server's hiccup does not
+// break a gang up, and false elsewhere.
 // Nodes that share a pod group are one gang, and so are nodes linked
 // through several (a node in two pod groups joins both); a gang of two
 // nodes or more is named after its first pod group (protocol.GangName).
@@ -24,7 +27,7 @@ import (
 // down (a node carrying its label is in a maintenance, or asked to drain
 // with it), its nodes keep the label they carry and no node joins it: its
 // drain takes its pods away, and it must hold until it is back.
-func GangLabels(nodes iter.Seq[*Node], verified func(node string, c protocol.PodGroupClaim) bool) map[string]string {
+func GangLabels(nodes iter.Seq[*Node], verified func(node string, c protocol.PodGroupClaim) (ok, read bool)) map[string]string {
 	byGroup := map[string][]string{} // pod group -> its nodes
 	current := map[string]string{}   // node -> the label it carries
 	down := map[string]bool{}        // gangs down
@@ -37,7 +40,7 @@ func GangLabels(nodes iter.Seq[*Node], verified func(node string, c protocol.Pod
 			continue
 		}
 		for _, c := range n.PodGroups {
-			if verified(n.Name, c) {
+			if ok, read := verified(n.Name, c); ok || !read && n.Gang != "" {
 				byGroup[c.Group()] = append(byGroup[c.Group()], n.Name)
 			}
 		}

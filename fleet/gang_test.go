@@ -14,7 +14,7 @@ import (
 // TestGangLabels: nodes sharing a pod group the aggregator found true are
 // one gang, named after its first pod group, and so are nodes linked
 // through several; a pod group on one node is no gang; a claim not found
-// true counts for nothing; a slice's host stays in its slice; a gang down
+// true counts for nothing, and one not read yet as it was; a slice's host stays in its slice; a gang down
 // keeps its labels, and no node joins it until it is back.
 func TestGangLabels(t *testing.T) {
 	claim := func(group, pod string) protocol.PodGroupClaim {
@@ -24,7 +24,10 @@ func TestGangLabels(t *testing.T) {
 		return &Node{Name: name, PodGroups: claims}
 	}
 	forged := claim("train", "train-0") // d says it runs a's pod
-	trueOf := func(node string, c protocol.PodGroupClaim) bool { return !(node == "d" && c == forged) }
+	unread := claim("train", "train-9") // its read failed
+	trueOf := func(node string, c protocol.PodGroupClaim) (bool, bool) {
+		return !(node == "d" && c == forged) && c != unread, c != unread
+	}
 	labels := func(nodes ...*Node) map[string]string { return GangLabels(slices.Values(nodes), trueOf) }
 
 	a, b, c := node("a", claim("train", "train-0")), node("b", claim("train", "train-1")), node("c", claim("train", "train-2"))
@@ -38,6 +41,13 @@ func TestGangLabels(t *testing.T) {
 	got := labels(a, f, g)
 	if want := map[string]string{"a": "ml.eval", "f": "ml.eval", "g": "ml.eval"}; !cmp.Equal(got, want) {
 		t.Errorf("two pod groups linked through a node: %v, want %v", got, want)
+	}
+	// A pod not read yet: a node of the gang stays in it, another does not
+	// join it.
+	in, out := node("i", unread), node("o", unread)
+	in.Gang = "ml.train"
+	if got := labels(a, b, in, out); got["i"] != "ml.train" || got["o"] != "" {
+		t.Errorf("pods not read yet: %v, want i kept in the gang and o out of it", got)
 	}
 	host := node("h", claim("train", "train-4"))
 	host.GroupKind, host.Gang = protocol.GroupSlice, "ml.train"
