@@ -41,15 +41,17 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
-// timerClock is a fake clock that says each timer's duration.
+// timerClock is a fake clock that says each timer's duration once the
+// timer is set, so that a Step after hearing of it fires it.
 type timerClock struct {
 	*testingclock.FakeClock
 	timers chan time.Duration
 }
 
 func (c timerClock) NewTimer(d time.Duration) clock.Timer {
+	timer := c.FakeClock.NewTimer(d)
 	c.timers <- d
-	return c.FakeClock.NewTimer(d)
+	return timer
 }
 
 // testNotifier is a notifier of a leading aggregator on clk, posting to
