@@ -4,6 +4,10 @@ SHELL := /bin/bash
 # Every test, with the race detector; -v so that the test world's start-up
 # time and each test's outcome are printed.
 TEST_FLAGS ?= -race -count=1 -v -timeout 30m
+# How many packages' tests make test runs at once on the newest Kubernetes:
+# more than this machine's two cores, since most world tests wait on the
+# API server, a drain's grace or the one real node rather than compute.
+TEST_PARALLEL ?= 3
 
 .PHONY: help demo test unit testworld prometheus vet verify generate docs build image release bench fuzz
 
@@ -14,8 +18,8 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
-test: testworld prometheus verify ## run every test on the newest Kubernetes and, beside it, OLDEST_PACKAGES on OLDEST_KUBERNETES (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; then the tests of pure functions (the state machine's model test over MODEL_HISTORIES histories) and the short fuzz search; a failed run ends by naming what failed (scripts/test.sh)
-	GO="$(GO)" TEST_FLAGS="$(TEST_FLAGS)" PURE_TESTS='$(PURE_TESTS)' OLDEST_KUBERNETES=$(OLDEST_KUBERNETES) OLDEST_PACKAGES="$(OLDEST_PACKAGES)" \
+test: testworld prometheus verify ## run every test on the newest Kubernetes and, beside it, OLDEST_PACKAGES on OLDEST_KUBERNETES, then the tests of pure functions (the state machine's model test over MODEL_HISTORIES histories) and the short fuzz search (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; a failed run ends by naming what failed (scripts/test.sh)
+	GO="$(GO)" TEST_FLAGS="$(TEST_FLAGS)" TEST_PARALLEL=$(TEST_PARALLEL) PURE_TESTS='$(PURE_TESTS)' OLDEST_KUBERNETES=$(OLDEST_KUBERNETES) OLDEST_PACKAGES="$(OLDEST_PACKAGES)" \
 	MODEL_HISTORIES=$(MODEL_HISTORIES) TEST_FUZZTIME=$(TEST_FUZZTIME) scripts/test.sh
 
 # The oldest Kubernetes the project supports (the chart's kubeVersion;
@@ -27,7 +31,7 @@ OLDEST_KUBERNETES ?= v1.34.4
 OLDEST_PACKAGES ?= ./manifests ./kube
 
 # The tests that step a pure function through many random histories on
-# one goroutine: make test runs them after the others, without the race
+# one goroutine: make test runs them apart, without the race
 # detector, which finds nothing there and would take five times as long.
 # The state machine's model test steps through MODEL_HISTORIES histories
 # (3,000 where go test runs it without the flag).

@@ -66,8 +66,17 @@ func packageChart(t testing.TB, version, appVersion string) string {
 // under way, then removes every object the chart made, leaves that node
 // cordoned and tainted with a Warning Event, and removes the product's
 // keys from the other node.
+//
+// It runs on the newest Kubernetes only: what it adds to
+// TestShippedManifestsOnARealNode, whose objects are the chart's default
+// render, is helm's upgrade and uninstall and the agent's restart, none of
+// which depends on the API server's version, and the one real node is the
+// slowest part of make test.
 func TestHelmOnARealNode(t *testing.T) {
 	testworld.Need(t)
+	if testworld.KubernetesVersion != testworld.NewestKubernetes {
+		t.Skipf("helm's upgrade and uninstall run on Kubernetes %s only", testworld.NewestKubernetes)
+	}
 	if err := testworld.RealNodeSupport(); err != nil {
 		t.Skipf("real node: skipped: %v", err)
 	}

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # make test's run, after the test world is built: every test on the newest
-# Kubernetes, and beside it (its start waits for the test binaries, so that
-# both do not compile the same packages) OLDEST_PACKAGES on
-# OLDEST_KUBERNETES, whose output is printed when the first is done; the
-# tests of pure functions without the race detector; the check that
-# nothing of this run is left behind; the short fuzz search. It ends with
-# the failed tests and packages of every part, so that the last lines of
-# a failed run name them.
+# Kubernetes, TEST_PARALLEL packages at once; beside it (its start waits for
+# the test binaries, so that both do not compile the same packages)
+# OLDEST_PACKAGES on OLDEST_KUBERNETES, then the tests of pure functions
+# without the race detector and the short fuzz search, whose output is
+# printed when the first is done (the first pass's last minutes mostly wait
+# on the one real node, and these fill them); the check that nothing of
+# this run is left behind. It ends with the failed tests and packages of
+# every part, so that the last lines of a failed run name them.
 #
-# Environment (the Makefile's): GO, TEST_FLAGS, PURE_TESTS, OLDEST_KUBERNETES,
-# OLDEST_PACKAGES, MODEL_HISTORIES, TEST_FUZZTIME.
+# Environment (the Makefile's): GO, TEST_FLAGS, TEST_PARALLEL, PURE_TESTS,
+# OLDEST_KUBERNETES, OLDEST_PACKAGES, MODEL_HISTORIES, TEST_FUZZTIME.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${GO:=go}" "${TEST_FLAGS:=-race -count=1 -v -timeout 30m}" "${MODEL_HISTORIES:=30000}" "${TEST_FUZZTIME:=3s}"
+: "${GO:=go}" "${TEST_FLAGS:=-race -count=1 -v -timeout 30m}" "${TEST_PARALLEL:=3}" "${MODEL_HISTORIES:=30000}" "${TEST_FUZZTIME:=3s}"
 : "${PURE_TESTS:?}" "${OLDEST_KUBERNETES:?}" "${OLDEST_PACKAGES:?}"
 export MH_TESTWORLD_RUN=$(date +%s%N)
 MH_PROMETHEUS_DIR=$(scripts/install-prometheus.sh) || exit 1
@@ -28,14 +29,27 @@ $GO test $TEST_FLAGS -run '^$' $OLDEST_PACKAGES >"$logs/compile" 2>&1 || { cat "
 	# shellcheck disable=SC2086
 	MH_TESTWORLD_KUBERNETES=$OLDEST_KUBERNETES $GO test $TEST_FLAGS $OLDEST_PACKAGES >"$logs/oldest" 2>&1
 	echo $? >"$logs/oldest.rc"
+	{
+		$GO test -count=1 -run "$PURE_TESTS" ./lifecycle -args -model.histories "$MODEL_HISTORIES" &&
+			$GO test -count=1 -run "$PURE_TESTS" ./fleet
+	} >"$logs/pure" 2>&1
+	echo $? >"$logs/pure.rc"
+	scripts/fuzz.sh "$TEST_FUZZTIME" >"$logs/fuzz" 2>&1
+	echo $? >"$logs/fuzz.rc"
 ) &
-oldest=$!
+later=$!
 # shellcheck disable=SC2086
-$GO test $TEST_FLAGS -skip "$PURE_TESTS" ./... 2>&1 | tee "$logs/newest" || rc=1
-wait "$oldest"
-echo "make test: the tests that depend on the API server's version, on Kubernetes $OLDEST_KUBERNETES"
-cat "$logs/oldest"
-[ "$(cat "$logs/oldest.rc")" = 0 ] || rc=1
+$GO test $TEST_FLAGS -p "$TEST_PARALLEL" -skip "$PURE_TESTS" ./... 2>&1 | tee "$logs/newest" || rc=1
+wait "$later"
+for part in oldest pure fuzz; do
+	case $part in
+	oldest) echo "make test: the tests that depend on the API server's version, on Kubernetes $OLDEST_KUBERNETES" ;;
+	pure) echo "make test: the tests of pure functions, without the race detector" ;;
+	fuzz) echo "make test: the short fuzz search" ;;
+	esac
+	cat "$logs/$part"
+	[ "$(cat "$logs/$part.rc")" = 0 ] || rc=1
+done
 
 skipped=$(cat "$logs/newest" "$logs/oldest" | grep -c 'real node: skipped:')
 if [ "$skipped" -gt 0 ]; then
@@ -44,13 +58,10 @@ else
 	echo "make test: every real-node test ran"
 fi
 $GO run ./test/cmd/testworld leaks || rc=1
-$GO test -count=1 -run "$PURE_TESTS" ./lifecycle -args -model.histories "$MODEL_HISTORIES" 2>&1 | tee "$logs/pure" || rc=1
-$GO test -count=1 -run "$PURE_TESTS" ./fleet 2>&1 | tee -a "$logs/pure" || rc=1
-scripts/fuzz.sh "$TEST_FUZZTIME" || rc=1
 
 if [ "$rc" != 0 ]; then
 	echo "make test: FAILED. What failed, on Kubernetes ${OLDEST_KUBERNETES} where marked:"
-	grep -h -E '^\s*--- FAIL|^FAIL\s' "$logs/newest" "$logs/pure" | sed 's/^/  /'
+	grep -h -E '^\s*--- FAIL|^FAIL\s' "$logs/newest" "$logs/pure" "$logs/fuzz" | sed 's/^/  /'
 	grep -h -E '^\s*--- FAIL|^FAIL\s' "$logs/oldest" | sed "s/^/  ($OLDEST_KUBERNETES) /"
 fi
 exit "$rc"
