@@ -175,9 +175,8 @@ var ceilingExceptions = map[string]struct {
 	lines, complexity int
 	why               string
 }{
-	"internal/plugin/table.go Status.WriteTable": {109, 30, "the status table's columns, one case each"},
-	"aggregator/aggregator.go Aggregator.pass":   {97, 20, "one pass's steps in order (read, decide, claim, write, announce)"},
-	"cmd/agent/main.go runOnNode":                {95, 9, "the agent binary's wiring of every piece, in order"},
+	"aggregator/aggregator.go Aggregator.pass": {97, 20, "one pass's steps in order (read, decide, claim, write, announce)"},
+	"cmd/agent/main.go runOnNode":              {95, 9, "the agent binary's wiring of every piece, in order"},
 }
 
 // complexity is fn's cyclomatic complexity.

@@ -44,69 +44,91 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 	}
 	fmt.Fprintln(tw, header)
 	inSlice := map[string]bool{}
-	var unreadable []string
-	for _, n := range st.Nodes {
-		if len(n.Unreadable) > 0 {
-			unreadable = append(unreadable, fmt.Sprintf("%s: %s", n.Node, strings.Join(n.Unreadable, ", ")))
-		}
-	}
 	for _, ss := range st.Slices {
 		for _, h := range ss.Hosts {
 			inSlice[h] = true
 		}
 	}
 	for _, n := range st.Nodes {
-		if inSlice[n.Node] {
-			continue // on its slice's line
-		}
-		idle := "busy: " + n.Busy
-		if n.IdleSince != nil {
-			idle = "idle " + short(now.Sub(*n.IdleSince))
-		} else if n.Busy == "" {
-			idle = "-"
-		}
-		deadline, left := "-", "-"
-		if n.Deadline != nil {
-			deadline, left = at(n.Deadline), fmt.Sprint(n.PodsLeft)
-		}
-		var counts []string
-		for k, v := range n.Interruptions {
-			counts = append(counts, fmt.Sprintf("%s=%d", k, v))
-		}
-		sort.Strings(counts)
-		window := at(n.WindowStart)
-		switch {
-		case n.WindowOpen && n.WindowEnd != nil:
-			window = "open until " + at(n.WindowEnd)
-		case n.WindowOpen:
-			window = "open since " + at(n.WindowStart)
-		}
-		phase := n.Phase
-		if len(n.Unreadable) > 0 {
-			phase = "unreadable"
-		}
-		row := []string{n.Node, dash(n.Pool), window, phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
-		if wide {
-			var on []string
-			for _, typ := range protocol.NodeConditionTypes {
-				if n.Conditions[string(typ)] == string(corev1.ConditionTrue) {
-					on = append(on, string(typ))
-				}
-			}
-			row = append(row, dash(strings.Join(on, ",")), dash(n.DecisionWhy))
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if len(unreadable) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "UNREADABLE: their agents wrote values this version cannot read; each counts as absent above, and the aggregator does not pick these nodes")
-		for _, u := range unreadable {
-			fmt.Fprintln(tw, "  "+u)
+		if !inSlice[n.Node] { // else on its slice's line
+			fmt.Fprintln(tw, strings.Join(n.row(now, at, wide), "\t"))
 		}
 	}
+	st.writeUnreadable(tw)
 	st.writeFaults(tw)
 	st.writeSlices(tw, at)
 	st.writeReservations(tw, at)
+	st.writePools(tw, at)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nCluster: %d of %d nodes in voluntary maintenance (cap %d, which the pools share).\n", st.Cluster.Voluntary, st.Cluster.Nodes, st.Cluster.Cap)
+	return err
+}
+
+// row is n's line of the node table: times by at, its conditions and the
+// aggregator's message where wide.
+func (n NodeStatus) row(now time.Time, at func(*time.Time) string, wide bool) []string {
+	idle := "busy: " + n.Busy
+	if n.IdleSince != nil {
+		idle = "idle " + short(now.Sub(*n.IdleSince))
+	} else if n.Busy == "" {
+		idle = "-"
+	}
+	deadline, left := "-", "-"
+	if n.Deadline != nil {
+		deadline, left = at(n.Deadline), fmt.Sprint(n.PodsLeft)
+	}
+	var counts []string
+	for k, v := range n.Interruptions {
+		counts = append(counts, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(counts)
+	window := at(n.WindowStart)
+	switch {
+	case n.WindowOpen && n.WindowEnd != nil:
+		window = "open until " + at(n.WindowEnd)
+	case n.WindowOpen:
+		window = "open since " + at(n.WindowStart)
+	}
+	phase := n.Phase
+	if len(n.Unreadable) > 0 {
+		phase = "unreadable"
+	}
+	row := []string{n.Node, dash(n.Pool), window, phase, dash(n.Reason), deadline, left, idle, dash(n.Decision), dash(strings.Join(counts, ","))}
+	if !wide {
+		return row
+	}
+	var on []string
+	for _, typ := range protocol.NodeConditionTypes {
+		if n.Conditions[string(typ)] == string(corev1.ConditionTrue) {
+			on = append(on, string(typ))
+		}
+	}
+	return append(row, dash(strings.Join(on, ",")), dash(n.DecisionWhy))
+}
+
+// writeUnreadable names the nodes whose agents wrote values this version
+// cannot read, and what each wrote, if any.
+func (st Status) writeUnreadable(tw io.Writer) {
+	var unreadable []string
+	for _, n := range st.Nodes {
+		if len(n.Unreadable) > 0 {
+			unreadable = append(unreadable, fmt.Sprintf("%s: %s", n.Node, strings.Join(n.Unreadable, ", ")))
+		}
+	}
+	if len(unreadable) == 0 {
+		return
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "UNREADABLE: their agents wrote values this version cannot read; each counts as absent above, and the aggregator does not pick these nodes")
+	for _, u := range unreadable {
+		fmt.Fprintln(tw, "  "+u)
+	}
+}
+
+// writePools writes the pools' lines.
+func (st Status) writePools(tw io.Writer, at func(*time.Time) string) {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "POOL\tNODES\tPENDING\tIN MAINTENANCE\tVOLUNTARY\tCAP\tMIN-NODES\tNEXT WINDOW\tCONFIG")
 	for _, p := range st.Pools {
@@ -116,11 +138,6 @@ func (st Status) WriteTable(w io.Writer, now time.Time, loc *time.Location, wide
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", dash(p.Pool), p.Nodes, p.Pending, p.InMaintenance, p.Voluntary, p.Cap, min, at(p.NextWindow), p.Config)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\nCluster: %d of %d nodes in voluntary maintenance (cap %d, which the pools share).\n", st.Cluster.Voluntary, st.Cluster.Nodes, st.Cluster.Cap)
-	return err
 }
 
 // writeFaults writes the faulty nodes' lines, if any.
