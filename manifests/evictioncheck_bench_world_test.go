@@ -29,7 +29,6 @@ func BenchmarkEvictionCheck(b *testing.B) {
 	testworld.Need(b)
 	const ns, node = "maintenance-handler", "bench-check-a"
 	world.NodeT(b, testworld.NodeSpec{Name: node})
-	waitShippedGone(b)
 	apply(b, render(b, "base"))
 	agent := agentPodOn(b, node)
 	scaleAggregatorToZero(b)

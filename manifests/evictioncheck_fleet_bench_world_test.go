@@ -42,7 +42,6 @@ import (
 func BenchmarkEvictionCheckFleetPreemption(b *testing.B) {
 	testworld.Need(b)
 	const ns, nodes, podsPerNode, callers, reviews = "maintenance-handler", 16, 64, 1000, 16000
-	waitShippedGone(b)
 	apply(b, render(b, "base"))
 	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(b, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {

@@ -32,7 +32,6 @@ func TestEvictionCheckAnswersTheAPIServerOnly(t *testing.T) {
 	testworld.Need(t)
 	const node = "callers-gpu"
 	world.NodeT(t, testworld.NodeSpec{Name: node})
-	waitShippedGone(t)
 	apply(t, render(t, "base"))
 	role := mustTemplate(t, "--set", "aggregator.evictionCheckCallers={"+testworld.WebhookCaller+"}")["ClusterRole /maintenance-handler-aggregator"]
 	stripHelmLabels(role)

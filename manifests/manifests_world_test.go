@@ -81,9 +81,16 @@ func waitShippedGone(tb testing.TB) {
 }
 
 // apply server-side applies every object, as kubectl apply --server-side
-// -k would, and deletes them when the test ends.
+// -k would, and deletes them when the test ends. A namespace it applies is
+// first waited for until no earlier test's copy of it is left terminating,
+// since nothing can be created in a namespace being deleted.
 func apply(t testing.TB, objs []*unstructured.Unstructured) {
 	t.Helper()
+	for _, obj := range objs {
+		if obj.GetKind() == "Namespace" {
+			world.WaitNamespaceGone(t, obj.GetName())
+		}
+	}
 	dyn, err := dynamic.NewForConfig(world.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,6 @@ func TestNodeIdentityFencedLikeTheAgent(t *testing.T) {
 	testworld.Need(t)
 	world.NodeT(t, testworld.NodeSpec{Name: "kubelet-a"})
 	world.NodeT(t, testworld.NodeSpec{Name: "kubelet-b"})
-	waitShippedGone(t) // an earlier test's install
 	apply(t, render(t, "base"))
 	cfg, err := world.ConfigForNode(t.TempDir(), "kubelet-a")
 	if err != nil {

@@ -165,7 +165,6 @@ func shippedOnRealNodes(tb testing.TB) (*gceemu.Server, string) {
 	}
 	tb.Cleanup(func() { _ = emu.Close() })
 	layout := shippedImageLayout(tb)
-	waitShippedGone(tb)
 	apply(tb, renderForRealNode(tb, emu.Host()))
 	return emu, layout
 }
