@@ -25,17 +25,30 @@ rc=0
 # The second pass's test binaries, compiled (and cached) before either pass runs.
 # shellcheck disable=SC2086 # word splitting of the flags and packages is meant
 $GO test $TEST_FLAGS -run '^$' $OLDEST_PACKAGES >"$logs/compile" 2>&1 || { cat "$logs/compile"; rc=1; }
+# part NAME CMD...: CMD's output goes to $logs/NAME, its exit status to
+# $logs/NAME.rc, for report.
+part() {
+	local name=$1
+	shift
+	"$@" >"$logs/$name" 2>&1
+	echo $? >"$logs/$name.rc"
+}
+# report NAME TITLE prints the part NAME under TITLE, and fails the run
+# if it failed.
+report() {
+	echo "make test: $2"
+	cat "$logs/$1"
+	[ "$(cat "$logs/$1.rc")" = 0 ] || rc=1
+}
+pure() {
+	$GO test -count=1 -run "$PURE_TESTS" ./lifecycle -args -model.histories "$MODEL_HISTORIES" &&
+		$GO test -count=1 -run "$PURE_TESTS" ./fleet
+}
 (
 	# shellcheck disable=SC2086
-	MH_TESTWORLD_KUBERNETES=$OLDEST_KUBERNETES $GO test $TEST_FLAGS $OLDEST_PACKAGES >"$logs/oldest" 2>&1
-	echo $? >"$logs/oldest.rc"
-	{
-		$GO test -count=1 -run "$PURE_TESTS" ./lifecycle -args -model.histories "$MODEL_HISTORIES" &&
-			$GO test -count=1 -run "$PURE_TESTS" ./fleet
-	} >"$logs/pure" 2>&1
-	echo $? >"$logs/pure.rc"
-	scripts/fuzz.sh "$TEST_FUZZTIME" >"$logs/fuzz" 2>&1
-	echo $? >"$logs/fuzz.rc"
+	part oldest env MH_TESTWORLD_KUBERNETES="$OLDEST_KUBERNETES" $GO test $TEST_FLAGS $OLDEST_PACKAGES
+	part pure pure
+	part fuzz scripts/fuzz.sh "$TEST_FUZZTIME"
 ) &
 later=$!
 # The packages whose tests take longest (minutes of world tests and the
@@ -44,15 +57,9 @@ later=$!
 # shellcheck disable=SC2086
 $GO test $TEST_FLAGS -p "$TEST_PARALLEL" -skip "$PURE_TESTS" ./manifests ./aggregator ./agent ./cmd/agent ./... 2>&1 | tee "$logs/newest" || rc=1
 wait "$later"
-for part in oldest pure fuzz; do
-	case $part in
-	oldest) echo "make test: the tests that depend on the API server's version, on Kubernetes $OLDEST_KUBERNETES" ;;
-	pure) echo "make test: the tests of pure functions, without the race detector" ;;
-	fuzz) echo "make test: the short fuzz search" ;;
-	esac
-	cat "$logs/$part"
-	[ "$(cat "$logs/$part.rc")" = 0 ] || rc=1
-done
+report oldest "the tests that depend on the API server's version, on Kubernetes $OLDEST_KUBERNETES"
+report pure "the tests of pure functions, without the race detector"
+report fuzz "the short fuzz search"
 
 skipped=$(cat "$logs/newest" "$logs/oldest" | grep -c 'real node: skipped:')
 if [ "$skipped" -gt 0 ]; then
