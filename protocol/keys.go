@@ -59,6 +59,11 @@ const (
 	PodAnnotationCheckpointLead = "checkpoint.maintenance-handler.io/lead"
 )
 
+// LabelTerminatesOnHostMaintenance = "true" is the operator's label (given
+// at registration, with --node-labels) on the nodes of VMs that stop for
+// every host maintenance without accelerators: the agent runs on them.
+const LabelTerminatesOnHostMaintenance = "maintenance-handler.io/terminates-on-host-maintenance"
+
 // Prefix is the project-owned prefix of every other key on a Node.
 const Prefix = "maintenance-handler.io/"
 
@@ -190,6 +195,9 @@ const (
 	Autoscaler Component = "cluster-autoscaler"
 	// Workload: the pods' owners, and the programs in them.
 	Workload Component = "workload"
+	// Detector: a fault detector the operator names (node-problem-detector
+	// and the like), writing a node condition a fault policy names.
+	Detector Component = "detector"
 )
 
 // Kind is what sort of key it is.
@@ -203,6 +211,8 @@ const (
 	PodCondition  Kind = "pod condition"
 	// LeaseAnnotation: on an observed node's Lease (AnnotationShadow).
 	LeaseAnnotation Kind = "lease annotation"
+	// Condition: a Node condition type (status.conditions).
+	Condition Kind = "condition"
 )
 
 // Key is one key of the protocol.
@@ -217,14 +227,23 @@ type Key struct {
 	Requesters []Component
 	Consumer   Component
 	Readers    []Component
+	// Registration: the node's kubelet may set it when it registers its
+	// own Node (GKE's labels of the node's pool and machine, and the
+	// operator's labels, given with --node-labels); never after.
+	Registration bool
+	// SharedWithGKE: GKE's own maintenance handler, which runs on the node
+	// with an identity the product cannot name, writes it too (the agent
+	// leaves it to that handler where it runs). It is the node's word about
+	// itself: any identity of that Node may change it, none of another's.
+	SharedWithGKE bool
 }
 
 // Keys is every key, with its one writer and its readers.
 var Keys = []Key{
-	{Name: LabelScheduledMaintenanceTime, Kind: Label, Writer: Agent, Readers: []Component{Person}},
-	{Name: LabelActiveMaintenance, Kind: Label, Writer: Agent, Readers: []Component{Aggregator, Person}},
-	{Name: TaintImpendingTermination, Kind: Taint, Writer: Agent, Readers: []Component{Aggregator}},
-	{Name: AnnotationUpcomingMaintenance, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator, Person}},
+	{Name: LabelScheduledMaintenanceTime, Kind: Label, Writer: Agent, Readers: []Component{Person}, SharedWithGKE: true},
+	{Name: LabelActiveMaintenance, Kind: Label, Writer: Agent, Readers: []Component{Aggregator, Person}, SharedWithGKE: true},
+	{Name: TaintImpendingTermination, Kind: Taint, Writer: Agent, Readers: []Component{Aggregator}, SharedWithGKE: true},
+	{Name: AnnotationUpcomingMaintenance, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator, Person}, SharedWithGKE: true},
 	{Name: LabelPerformMaintenance, Kind: Label, Writer: Aggregator, Requesters: []Component{Person}, Consumer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationMaintenanceState, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationRepairs, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent, Aggregator}},
@@ -232,10 +251,10 @@ var Keys = []Key{
 	{Name: TaintSliceDown, Kind: Taint, Writer: Aggregator, Readers: []Component{Aggregator}},
 	{Name: LabelOpportunisticDisable, Kind: Label, Writer: Person, Readers: []Component{Aggregator}},
 	{Name: AnnotationOpportunisticConfig, Kind: Annotation, Writer: Person, Readers: []Component{Aggregator}},
-	{Name: LabelNodePool, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
-	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator, Agent}},
-	{Name: LabelTPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}},
-	{Name: LabelGPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}},
+	{Name: LabelNodePool, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}, Registration: true},
+	{Name: LabelTPUTopology, Kind: Label, Writer: GKE, Readers: []Component{Aggregator, Agent}, Registration: true},
+	{Name: LabelTPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}, Registration: true},
+	{Name: LabelGPUAccelerator, Kind: Label, Writer: GKE, Readers: []Component{Agent}, Registration: true},
 	{Name: TaintToBeDeleted, Kind: Taint, Writer: Autoscaler, Readers: []Component{Aggregator}},
 	{Name: PodAnnotationSafeToEvict, Kind: PodAnnotation, Writer: Person, Readers: []Component{Agent}},
 	{Name: AnnotationShadow, Kind: LeaseAnnotation, Writer: Agent, Readers: []Component{Aggregator, Person}},
@@ -263,7 +282,7 @@ var Keys = []Key{
 	{Name: AnnotationNoticeMirrored, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationLeftToGKE, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Person}},
 	{Name: AnnotationDrain, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
-	{Name: TaintMaintenanceWindowStarted, Kind: Taint, Writer: GKE, Readers: []Component{Agent}},
+	{Name: TaintMaintenanceWindowStarted, Kind: Taint, Writer: GKE, Readers: []Component{Agent}, SharedWithGKE: true},
 	{Name: LabelHealthPrediction, Kind: Label, Writer: GKE, Readers: []Component{Aggregator}},
 	{Name: LabelFaultBehavior, Kind: Label, Writer: Agent, Readers: []Component{GKE}},
 	{Name: LabelReportAndReplaceStatus, Kind: Label, Writer: GKE, Readers: []Component{Agent, Person}},
@@ -276,8 +295,8 @@ var Keys = []Key{
 	{Name: AnnotationGKEStatusBefore, Kind: Annotation, Writer: Agent, Readers: []Component{Agent}},
 	{Name: AnnotationLastFaultRepair, Kind: Annotation, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
 	{Name: LabelKnownEnd, Kind: Label, Writer: Agent, Readers: []Component{Agent, Aggregator, Person}},
-	{Name: LabelTopologyBlock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
-	{Name: LabelTopologySubblock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}},
+	{Name: LabelTopologyBlock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}, Registration: true},
+	{Name: LabelTopologySubblock, Kind: Label, Writer: GKE, Readers: []Component{Agent, Aggregator}, Registration: true},
 	{Name: AnnotationReservationGroup, Kind: Annotation, Writer: Aggregator, Readers: []Component{Person}},
 	{Name: AnnotationComputeCall, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator}},
 	{Name: AnnotationComputeAnswer, Kind: Annotation, Writer: Aggregator, Consumer: Agent, Readers: []Component{Agent, Person}},
@@ -285,4 +304,10 @@ var Keys = []Key{
 	{Name: AnnotationVMFacts, Kind: Annotation, Writer: Aggregator, Readers: []Component{Agent}},
 	{Name: AnnotationPodGroups, Kind: Annotation, Writer: Agent, Readers: []Component{Aggregator}},
 	{Name: LabelGang, Kind: Label, Writer: Aggregator, Readers: []Component{Agent, Aggregator, Person}},
+	{Name: LabelTerminatesOnHostMaintenance, Kind: Label, Writer: Person, Readers: []Component{Agent}, Registration: true},
+	{Name: string(ConditionMaintenancePlanned), Kind: Condition, Writer: Agent, Readers: []Component{Person}},
+	{Name: string(ConditionMaintenanceInProgress), Kind: Condition, Writer: Agent, Readers: []Component{Person}},
+	{Name: string(ConditionDrainInProgress), Kind: Condition, Writer: Agent, Readers: []Component{Person}},
+	{Name: string(ConditionDrained), Kind: Condition, Writer: Agent, Readers: []Component{Person}},
+	{Name: string(ConditionDeviceUnhealthy), Kind: Condition, Writer: Agent, Readers: []Component{Aggregator}},
 }
