@@ -314,6 +314,7 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	for name, at := range a.unanswered {
 		nodes.Amend(name, func(v *fleet.Node) { v.Failures = unansweredFailure(v.Failures, at) })
 	}
+	expireVouched(nodes, start)
 	faults := a.decideFaults(cfg, nodes)
 	plans := nodes.Decide(start, cfg)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))

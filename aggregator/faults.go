@@ -27,8 +27,20 @@ func (a *Aggregator) decideFaults(cfg policy.Config, nodes *fleet.Fleet) fleet.F
 	for pool, n := range plan.InRepair {
 		a.opts.Metrics.InRepair.WithLabelValues(pool).Set(float64(n))
 	}
+	for _, name := range plan.Unbelievable {
+		// A last repair that ends in the future is the agent's word
+		// alone: said as an unreadable value (announceUnreadable).
+		nodes.Amend(name, func(v *fleet.Node) {
+			v.Unreadable = append(slices.Clone(v.Unreadable), protocol.AnnotationLastFaultRepair)
+		})
+	}
 	for i := range plan.Faults {
 		f := &plan.Faults[i]
+		if f.Reason == fleet.FaultApproved {
+			// The approval buys one repair's call: the one of this
+			// request (vouch), after which the relay withdraws it.
+			f.Approval.Request = a.opts.NewRequestID()
+		}
 		if f.Reason == fleet.FaultInvalidRequest {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/uuid"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"k8s.io/utils/clock"
@@ -64,6 +65,18 @@ type Options struct {
 	// through their Nodes (relay.go); nil: none is made, and the agents
 	// must hold the permissions themselves.
 	Caller VMCaller
+	// RelayClient writes the relay's answers (nil: Client). A client of
+	// its own has its own rate limit, so that a flood of asks never
+	// delays a pass's writes.
+	RelayClient *kube.Client
+	// RelayRate is how many Compute Engine calls and VM reads the relay
+	// makes for one node per hour, with a burst of as many (zero:
+	// DefaultRelayRate): a node that rotates its asks' IDs costs the
+	// project's quota no more.
+	RelayRate int
+	// NewRequestID names the request a repair's approval buys (nil: a
+	// random UUID).
+	NewRequestID func() string
 	// Notify, when set, is the webhook the leader tells each step of each
 	// node's maintenance (notify.go).
 	Notify *NotifyOptions
@@ -141,6 +154,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.RelayRate <= 0 {
+		o.RelayRate = DefaultRelayRate
+	}
+	if o.NewRequestID == nil {
+		o.NewRequestID = func() string { return string(uuid.NewUUID()) }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

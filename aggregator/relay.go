@@ -3,12 +3,15 @@ package aggregator
 // The Compute relay: by default the nodes hold no Compute Engine
 // permission, and the leader makes the calls on a node's VM that its
 // agent asks for through its Node (protocol/relay.go), once it has checked
-// the ask against what it knows of the node (vouch). It follows each
+// the ask against what the node cannot write (vouch.go). It follows each
 // call's operation to its end, and a new leader takes up what the last
-// left: an unanswered ask, an operation not yet seen to end.
+// left: an unanswered ask, an operation not yet seen to end. Its work is
+// bounded per node (relaylimit.go), and its answers are written through a
+// client of their own (Options.RelayClient).
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -46,10 +49,17 @@ const relayConcurrency = 32
 type relay struct {
 	a      *Aggregator
 	caller VMCaller
+	// client writes the answers: a client of their own (Options.RelayClient).
+	client  *kube.Client
+	buckets *relayBuckets
 
 	mu     sync.Mutex
 	queued map[string]bool
-	busy   map[string]bool // the calls, reads and follows under way
+	// busy: the work under way, one per node and kind ("call/NODE").
+	busy map[string]bool
+	// held: the groups whose call waits for their members' drains (group
+	// name -> the asking node), asked again at any change of a member.
+	held map[string]string
 	// observed: the asks of observed nodes already said (refuseObserved).
 	observed map[string]bool
 	wake     chan struct{}
@@ -57,7 +67,12 @@ type relay struct {
 }
 
 func newRelay(a *Aggregator, caller VMCaller) *relay {
-	return &relay{a: a, caller: caller, queued: map[string]bool{}, busy: map[string]bool{}, observed: map[string]bool{},
+	client := a.opts.RelayClient
+	if client == nil {
+		client = a.opts.Client
+	}
+	return &relay{a: a, caller: caller, client: client, buckets: newRelayBuckets(a.opts.Clock, a.opts.RelayRate),
+		queued: map[string]bool{}, busy: map[string]bool{}, held: map[string]string{}, observed: map[string]bool{},
 		wake: make(chan struct{}, 1), slots: make(chan struct{}, relayConcurrency)}
 }
 
@@ -66,14 +81,24 @@ func asks(n *corev1.Node) bool {
 	return n.Annotations[protocol.AnnotationComputeCall] != "" || n.Annotations[protocol.AnnotationVMRead] != ""
 }
 
-// mark queues o's node when it asks for something.
+// mark queues o's node when it asks for something, and the node whose
+// group call waits for o's drain.
 func (r *relay) mark(o kube.Object) {
 	n, ok := o.(*corev1.Node)
-	if !ok || !asks(n) {
+	if !ok {
 		return
 	}
 	r.mu.Lock()
-	r.queued[n.Name] = true
+	asker := ""
+	if len(r.held) > 0 {
+		asker = r.held[r.a.opts.grouping().Name(n)]
+	}
+	if asks(n) {
+		r.queued[n.Name] = true
+	}
+	if asker != "" {
+		r.queued[asker] = true
+	}
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -117,7 +142,13 @@ func (r *relay) handle(ctx context.Context, wg *sync.WaitGroup, n *corev1.Node) 
 	}
 	if id := n.Annotations[protocol.AnnotationVMRead]; id != "" {
 		if f, ok := protocol.ReadVMFacts(n); !ok || f.ID != id {
-			r.start(ctx, wg, "read/"+n.Name+"/"+id, func() { r.read(ctx, n, id) })
+			r.start(ctx, wg, n.Name, relayRead, func(n *corev1.Node) {
+				if id := n.Annotations[protocol.AnnotationVMRead]; id != "" {
+					if f, ok := protocol.ReadVMFacts(n); !ok || f.ID != id {
+						r.read(ctx, n, id)
+					}
+				}
+			})
 		}
 	}
 	c, ok := protocol.ReadComputeCall(n)
@@ -127,14 +158,26 @@ func (r *relay) handle(ctx context.Context, wg *sync.WaitGroup, n *corev1.Node) 
 	ans, answered := protocol.ReadComputeAnswer(n)
 	switch {
 	case !answered || ans.ID != c.ID:
-		r.start(ctx, wg, "call/"+n.Name+"/"+c.ID, func() { r.call(ctx, n, c) })
+		r.start(ctx, wg, n.Name, relayCall, func(n *corev1.Node) {
+			// The ask as it stands once the work's turn came.
+			c, ok := protocol.ReadComputeCall(n)
+			if ans, answered := protocol.ReadComputeAnswer(n); ok && (!answered || ans.ID != c.ID) {
+				r.call(ctx, n, c)
+			}
+		})
 	case ans.Operation != "" && !ans.Done && !ans.Unfollowed:
-		r.start(ctx, wg, "follow/"+n.Name+"/"+ans.Operation, func() { r.follow(ctx, n, ans) })
+		r.start(ctx, wg, n.Name, relayFollow, func(*corev1.Node) { r.follow(ctx, n, ans) })
 	}
 }
 
-// start runs f once for key, within the relay's concurrency.
-func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, key string, f func()) {
+// start runs f once for node and kind at a time, within the relay's
+// concurrency; a call or a read waits first for the node's bucket
+// (relaylimit.go). f is given the node as the cache holds it when its
+// turn comes (not run when the Node is gone). An ask that changed while
+// the node's work of its kind was under way is handled when that work
+// ends: the answer's write is a change of the Node.
+func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, node, kind string, f func(*corev1.Node)) {
+	key := kind + "/" + node
 	r.mu.Lock()
 	if r.busy[key] {
 		r.mu.Unlock()
@@ -148,20 +191,46 @@ func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, key string, f fun
 			delete(r.busy, key)
 			r.mu.Unlock()
 		}()
+		if kind != relayFollow {
+			if d := r.buckets.take(node, kind); d > 0 {
+				r.a.opts.Metrics.RelayLimited.WithLabelValues(kind).Inc()
+				r.a.log.Warn("a node asks the relay faster than its rate; its ask waits", "node", node, "kind", kind, "wait", d)
+				if !waitOn(ctx, r.a.opts.Clock, d) {
+					return
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case r.slots <- struct{}{}:
 		}
 		defer func() { <-r.slots }()
-		f()
+		o, ok := r.a.nodes.Get(node)
+		if n, isNode := o.(*corev1.Node); ok && isNode {
+			f(n)
+		} else if !ok {
+			r.buckets.forget(node)
+		}
 	})
 }
 
 // call makes c on n's VM, if vouch allows it, and writes the answer.
 func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall) {
 	ans := protocol.ComputeAnswer{ID: c.ID}
-	inst, why := vouch(n, c, r.a.opts.grouping())
+	g := r.a.opts.grouping()
+	group := r.group(n)
+	inst, why := vouch(n, c, g, group, r.a.opts.Clock.Now())
+	r.mu.Lock()
+	if name := g.Name(n); errors.Is(why, errGroupDraining) {
+		r.held[name] = n.Name // asked again when a member changes
+	} else if r.held[name] == n.Name {
+		delete(r.held, name)
+	}
+	r.mu.Unlock()
+	if errors.Is(why, errGroupDraining) {
+		return
+	}
 	if why != nil {
 		ans.Outcome, ans.Error = protocol.CallNotVouched, why.Error()
 		r.a.log.Warn("a node asked for a Compute Engine call the aggregator does not vouch for", "node", n.Name, "method", c.Method, "request_id", c.ID, "why", why)
@@ -178,7 +247,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 		approval, _ := protocol.ReadRepairApproval(n)
 		ans.Operation, err = r.caller.ReportHostAsFaulty(cctx, inst, c.ID, approval.Behavior, approval.Description())
 	case protocol.CallGroupMaintenance:
-		ans.Operation, err = r.caller.InstanceGroupMaintenance(cctx, inst, c.ID, c.SubBlock, r.members(n))
+		ans.Operation, err = r.caller.InstanceGroupMaintenance(cctx, inst, c.ID, c.SubBlock, max(len(group), 1))
 		if err != nil && cctx.Err() == nil && compute.NotAtGroupScope(err) {
 			r.a.log.Warn("the reservation group's maintenance cannot be asked for at its scope; asking for the VM's", "node", n.Name, "err", err)
 			ans.Narrowed, ans.Error = true, err.Error()
@@ -192,13 +261,30 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 		return // the lead is lost: the next leader asks again, with the same request ID
 	}
 	outcome := "accepted"
+	// The acceptance holds the node's place under the caps while this
+	// boot lasts, and no longer than VouchedFor (fleet.NodeOf).
+	ans.Boot, ans.Until = n.Status.NodeInfo.BootID, r.a.opts.Clock.Now().Add(protocol.VouchedFor).UTC()
 	if err != nil {
 		ans.Error, ans.Outcome = err.Error(), compute.Outcome(err)
 		outcome = ans.Outcome
 		r.a.log.Warn(c.Method+" failed", "node", n.Name, "request_id", c.ID, "outcome", outcome, "err", err)
 	}
 	r.a.opts.Metrics.ComputeCalls.WithLabelValues(c.Method, outcome).Inc()
+	if c.Method == protocol.CallReportHostAsFaulty || protocol.ReadAgentState(n).Reason == protocol.ReasonFault {
+		// One approval buys one repair's call: answered, it is withdrawn
+		// with the answer (the agent's repair goes on without it), and
+		// another report needs another approval.
+		r.answerPatch(ctx, n.Name, withdrawApproval(protocol.AnnotationComputeAnswer, protocol.Encode(ans)))
+		return
+	}
 	r.answer(ctx, n.Name, protocol.AnnotationComputeAnswer, protocol.Encode(ans))
+}
+
+// withdrawApproval is the patch that writes an answer (key, value) and
+// withdraws the repair's approval.
+func withdrawApproval(key, value string) []byte {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value, protocol.AnnotationFaultRepair: nil}}})
+	return patch
 }
 
 // follow reads ans's operation until it ends, and writes how.
@@ -255,9 +341,13 @@ func (r *relay) read(ctx context.Context, n *corev1.Node, id string) {
 // answer writes one annotation of the aggregator's on the node, retrying
 // with backoff until it is written or ctx ends (a Node gone is left).
 func (r *relay) answer(ctx context.Context, name, key, value string) {
-	patch := annotationPatch(key, value)
+	r.answerPatch(ctx, name, annotationPatch(key, value))
+}
+
+// answerPatch writes patch on the node as answer does.
+func (r *relay) answerPatch(ctx context.Context, name string, patch []byte) {
 	for attempt := 0; ; attempt++ {
-		_, err := r.a.opts.Client.PatchNode(ctx, name, types.MergePatchType, patch, fieldManager, "")
+		_, err := r.client.PatchNode(ctx, name, types.MergePatchType, patch, fieldManager, "")
 		if err == nil || apierrors.IsNotFound(err) {
 			return
 		}
@@ -268,74 +358,24 @@ func (r *relay) answer(ctx context.Context, name, key, value string) {
 	}
 }
 
-// members is how many Nodes n's group has, n included, as the leader's
-// cache lists them: a group call is made only where Compute Engine counts
-// as many hosts in use.
-func (r *relay) members(n *corev1.Node) int {
+// group lists the Nodes of n's reservation group as the leader's cache
+// holds them, n included (nil when n is in none): the group the leader
+// itself counts n in. A group call is made only where Compute Engine
+// counts as many hosts in use, and only once every other member is
+// drained (vouch).
+func (r *relay) group(n *corev1.Node) []*corev1.Node {
 	g := r.a.opts.grouping()
-	name := g.Name(n)
-	if name == "" {
-		return 1
+	grp := g.GroupOf(n)
+	if grp.Kind != protocol.GroupReservation {
+		return nil
 	}
-	count := 0
+	var out []*corev1.Node
 	for _, o := range r.a.nodes.List() {
-		if m, ok := o.(*corev1.Node); ok && g.Name(m) == name {
-			count++
+		if m, ok := o.(*corev1.Node); ok && g.Name(m) == grp.Name {
+			out = append(out, m)
 		}
 	}
-	return max(count, 1)
-}
-
-// instanceOf is the VM n's spec.providerID names, which must carry the
-// Node's own name (on Compute Engine a Node is named after its VM): a
-// Node recreated by its kubelet under another VM's identity names a VM
-// that is not its own.
-func instanceOf(n *corev1.Node) (compute.Instance, error) {
-	inst, err := compute.InstanceFromProviderID(n.Spec.ProviderID)
-	if err != nil {
-		return inst, err
-	}
-	if inst.Name != n.Name {
-		return inst, fmt.Errorf("the Node %s names the VM %s in its providerID, not its own", n.Name, inst)
-	}
-	return inst, nil
-}
-
-// vouch says why the leader would not make c for n (nil: it would), and
-// the VM the call is made on. A call is made only for the maintenance
-// under way on the node, with its request ID, and only as far as what
-// the node cannot write allows: a report or a repair's performMaintenance
-// only with the aggregator's approval of the repair, for its behavior; a
-// voluntary maintenance's call (the VM's own, or its reservation group's,
-// whose members the leader counts) on the node's own VM or group.
-func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping) (compute.Instance, error) {
-	inst, err := instanceOf(n)
-	if err != nil {
-		return inst, err
-	}
-	st := protocol.ReadAgentState(n)
-	if !st.Active() || st.RequestID != c.ID {
-		return inst, fmt.Errorf("the node's maintenance under way (request %q) is not the one asked for (request %q)", st.RequestID, c.ID)
-	}
-	approval, approved := protocol.ReadRepairApproval(n)
-	switch {
-	case c.Method == protocol.CallReportHostAsFaulty && st.Reason == protocol.ReasonFault && st.RepairCall == protocol.RepairReport:
-		if !approved || approval.Behavior != c.Behavior {
-			return inst, fmt.Errorf("no repair of behavior %q is approved on the node", c.Behavior)
-		}
-	case c.Method == protocol.CallPerformMaintenance && st.Reason == protocol.ReasonFault && st.RepairCall == protocol.RepairPerformMaintenance:
-		if !approved {
-			return inst, errors.New("no repair is approved on the node")
-		}
-	case c.Method == protocol.CallPerformMaintenance && st.Reason == protocol.ReasonManual:
-	case c.Method == protocol.CallGroupMaintenance && st.Reason == protocol.ReasonManual:
-		if g.GroupOf(n).Kind != protocol.GroupReservation {
-			return inst, errors.New("the node is in no reservation group")
-		}
-	default:
-		return inst, fmt.Errorf("a maintenance of reason %q (repair call %q) does not ask for %s", st.Reason, st.RepairCall, c.Method)
-	}
-	return inst, nil
+	return out
 }
 
 // refuseObserved says, once per ask, that an observed node's ask is not

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
@@ -23,7 +25,10 @@ func TestVouch(t *testing.T) {
 			RequestID: "req-1", RepairCall: call})
 		if approved {
 			protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: protocol.BehaviorUnrecoverableGPUError, Source: "condition",
-				Approved: started, DrainTimeout: protocol.Duration(time.Minute)})
+				Approved: started, DrainTimeout: protocol.Duration(time.Minute), Request: "req-1"})
+		}
+		if reason == protocol.ReasonManual {
+			n.Labels[protocol.LabelPerformMaintenance] = protocol.TriggerValue
 		}
 		if change != nil {
 			change(n)
@@ -37,17 +42,55 @@ func TestVouch(t *testing.T) {
 		n.Labels[protocol.LabelTopologyBlock], n.Labels[protocol.LabelTopologySubblock] = "block-7", "sub-3"
 	}
 	subBlocks := protocol.Grouping{PoolLabel: protocol.LabelNodePool, Reservation: protocol.ReservationGroupSubblock}
+	// sibling is another member of the sub-block, in the state st says.
+	sibling := func(name string, st protocol.AgentState) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		inSubBlock(n)
+		protocol.WriteAgentState(n, st)
+		return n
+	}
+	drained := protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonSlice, Started: started, Deadline: started.Add(time.Hour)}
+	draining := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Started: started, Deadline: started.Add(time.Hour)}
+	caller := node(protocol.ReasonManual, "", false, inSubBlock)
 	for _, tc := range []struct {
-		name string
-		n    *corev1.Node
-		c    protocol.ComputeCall
-		g    protocol.Grouping
-		why  string // "" when vouched
+		name  string
+		n     *corev1.Node
+		c     protocol.ComputeCall
+		g     protocol.Grouping
+		group []*corev1.Node
+		why   string // "" when vouched
 	}{
 		{name: "a manual maintenance's call", n: node(protocol.ReasonManual, "", false, nil), c: perform},
 		{name: "a report of the approved behavior", n: node(protocol.ReasonFault, protocol.RepairReport, true, nil), c: report},
 		{name: "a repair's booked performMaintenance", n: node(protocol.ReasonFault, protocol.RepairPerformMaintenance, true, nil), c: perform},
-		{name: "a group call in a sub-block", n: node(protocol.ReasonManual, "", false, inSubBlock), c: group, g: subBlocks},
+		{name: "a group call in a sub-block", n: caller, c: group, g: subBlocks, group: []*corev1.Node{caller, sibling("gpu-1", drained)}},
+		{name: "a group call, every other member drained", n: caller, c: group, g: subBlocks,
+			group: []*corev1.Node{caller, sibling("gpu-1", drained), sibling("gpu-2", drained)}},
+		{name: "a manual maintenance no one asked for (the node's own word)", c: perform,
+			n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { delete(n.Labels, protocol.LabelPerformMaintenance) }), why: "no one asked"},
+		{name: "a perform-maintenance label of another value", c: perform,
+			n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Labels[protocol.LabelPerformMaintenance] = "yes" }), why: "no one asked"},
+		{name: "a group call no one asked for", c: group, g: subBlocks, why: "no one asked",
+			n:     node(protocol.ReasonManual, "", false, func(n *corev1.Node) { inSubBlock(n); delete(n.Labels, protocol.LabelPerformMaintenance) }),
+			group: []*corev1.Node{caller, sibling("gpu-1", drained)}},
+		{name: "a group call while a member runs its workload", n: caller, c: group, g: subBlocks,
+			group: []*corev1.Node{caller, sibling("gpu-1", drained), sibling("gpu-2", protocol.AgentState{})}, why: "gpu-2 is not drained"},
+		{name: "a group call while a member still drains", n: caller, c: group, g: subBlocks,
+			group: []*corev1.Node{caller, sibling("gpu-1", draining)}, why: errGroupDraining.Error()},
+		{name: "a group call after a member's drain left pods", n: caller, c: group, g: subBlocks, why: "pods still on it",
+			group: []*corev1.Node{caller, sibling("gpu-1", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonSlice, Started: started,
+				Deadline: started.Add(time.Hour), Drain: protocol.DrainIncomplete})}},
+		{name: "a report for another request than the approval's", n: node(protocol.ReasonFault, protocol.RepairReport, true, func(n *corev1.Node) {
+			a, _ := protocol.ReadRepairApproval(n)
+			a.Request = "req-0"
+			protocol.WriteRepairApproval(n, a)
+		}), c: report, why: "for request \"req-0\""},
+		{name: "a report with an approval that names no request", n: node(protocol.ReasonFault, protocol.RepairReport, true, func(n *corev1.Node) {
+			a, _ := protocol.ReadRepairApproval(n)
+			a.Request = ""
+			protocol.WriteRepairApproval(n, a)
+		}), c: report, why: "not \"req-1\""},
 		{name: "another request ID", n: node(protocol.ReasonManual, "", false, nil), c: protocol.ComputeCall{ID: "forged", Method: protocol.CallPerformMaintenance},
 			why: "not the one asked for"},
 		{name: "no maintenance under way", n: node("", "", false, func(n *corev1.Node) { protocol.WriteAgentState(n, protocol.AgentState{}) }), c: perform,
@@ -64,7 +107,7 @@ func TestVouch(t *testing.T) {
 		{name: "no providerID", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "" }), c: perform, why: "providerID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inst, err := vouch(tc.n, tc.c, tc.g)
+			inst, err := vouch(tc.n, tc.c, tc.g, tc.group, started.Add(time.Minute))
 			switch {
 			case tc.why == "" && err != nil:
 				t.Fatalf("not vouched: %v", err)
@@ -74,5 +117,33 @@ func TestVouch(t *testing.T) {
 				t.Fatalf("vouch said %v; want it refused: %q", err, tc.why)
 			}
 		})
+	}
+}
+
+// TestRelayBuckets: each node has a bucket per kind of its own: a burst of
+// relayBurst at once, then one every hour/rate, on the injected clock; one
+// node spending its own leaves every other node's, and its other kind's,
+// whole.
+func TestRelayBuckets(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	b := newRelayBuckets(clk, 60)
+	var waits []time.Duration
+	for range relayBurst + 2 {
+		waits = append(waits, b.take("rotating", relayCall))
+	}
+	want := make([]time.Duration, relayBurst+2)
+	want[relayBurst], want[relayBurst+1] = time.Minute, 2*time.Minute
+	if d := cmp.Diff(want, waits); d != "" {
+		t.Errorf("waits of one node's calls (-want +got):\n%s", d)
+	}
+	if d := b.take("rotating", relayRead); d != 0 {
+		t.Errorf("its first read waits %s; want none", d)
+	}
+	if d := b.take("other", relayCall); d != 0 {
+		t.Errorf("another node's first call waits %s; want none", d)
+	}
+	clk.Step(3 * time.Minute)
+	if d := b.take("rotating", relayCall); d != 0 {
+		t.Errorf("a call after the waits were served waits %s; want none", d)
 	}
 }

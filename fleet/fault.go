@@ -66,6 +66,10 @@ type FaultPlan struct {
 	// NextCheck is the earliest time a condition that holds now reaches
 	// its policy's duration (zero for none): a pass is due then.
 	NextCheck time.Time
+	// Unbelievable are the nodes whose last repair, as their agent wrote
+	// it, ends after now (BelievableRepair): it counts toward no pool's
+	// repairRate, and is said as an unreadable value.
+	Unbelievable []string
 }
 
 // DecideFaults decides about every faulty node: a pure function of what
@@ -122,6 +126,9 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 		rateLeft, rateUsed := repairRateLeft(now, setting, members)
 		var faulty []Fault
 		for _, n := range members {
+			if n.LastRepair.Outcome != "" && !BelievableRepair(n.LastRepair, now) {
+				plan.Unbelievable = append(plan.Unbelievable, n.Name)
+			}
 			if n.Claimed && !n.InRepair() {
 				continue // decided when its claimed write is resolved
 			}
@@ -174,17 +181,27 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 // pool approve now, and how many it counts: the nodes in repair, those
 // claimed (a deposed leader's approval may still land, as maxInRepair
 // counts them) and those whose last repair ended within the window (a
-// node repaired twice in it counts once).
+// node repaired twice in it counts once). A last repair said to end after
+// now is no repair the pool had (BelievableRepair): its agent wrote it,
+// and it would hold the pool's rate for ever.
 func repairRateLeft(now time.Time, setting policy.Faults, members []*Node) (left, used int) {
 	if setting.RateCount == 0 {
 		return 0, 0
 	}
 	for _, n := range members {
-		if n.InRepair() || n.Claimed || n.LastRepair.Outcome != "" && now.Sub(n.LastRepair.Ended) < setting.RateWindow {
+		if n.InRepair() || n.Claimed || BelievableRepair(n.LastRepair, now) && now.Sub(n.LastRepair.Ended) < setting.RateWindow {
 			used++
 		}
 	}
 	return setting.RateCount - used, used
+}
+
+// BelievableRepair: last is a repair that ended (it has an outcome) no
+// later than now. The agent writes how its node's last repair ended; one
+// that ends in the future is not believed (the aggregator says so as of
+// an unreadable key).
+func BelievableRepair(last protocol.LastFaultRepair, now time.Time) bool {
+	return last.Outcome != "" && !last.Ended.After(now)
 }
 
 // faultOf is n's fault, if it is faulty and not in repair: a person's

@@ -193,3 +193,41 @@ func TestDecideFaultsForgedRepairTakesNoPlace(t *testing.T) {
 		t.Errorf("faults %+v; want the real node to wait for the tainted node's repair under way", plan.Faults)
 	}
 }
+
+// TestDecideFaultsFutureRepairFillsNoRate: a last repair its agent says
+// ends in the future (a node's own word: no repair ends after now) takes
+// no place under its pool's repairRate, and the plan names the node, to
+// be said as an unreadable value; a past one within the window does.
+func TestDecideFaultsFutureRepairFillsNoRate(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 1/168h\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := Node{Name: "real", Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true}
+	for _, tc := range []struct {
+		name         string
+		ended        time.Time
+		want         FaultReason
+		unbelievable []string
+	}{
+		{name: "ended a year ahead", ended: now.Add(365 * 24 * time.Hour), want: FaultApproved, unbelievable: []string{"liar"}},
+		{name: "ended a second ahead", ended: now.Add(time.Second), want: FaultApproved, unbelievable: []string{"liar"}},
+		{name: "ended an hour ago", ended: now.Add(-time.Hour), want: FaultRateLimited},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			other := Node{Name: "liar", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: tc.ended}}
+			plan := DecideFaults(now, cfg, []Node{asked, other})
+			var got []FaultReason
+			for _, f := range plan.Faults {
+				got = append(got, f.Reason)
+			}
+			if d := cmp.Diff([]FaultReason{tc.want}, got); d != "" {
+				t.Errorf("decisions (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.unbelievable, plan.Unbelievable); d != "" {
+				t.Errorf("unbelievable (-want +got):\n%s", d)
+			}
+		})
+	}
+}

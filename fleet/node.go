@@ -38,7 +38,10 @@ type Node struct {
 	// maintenance takes no place. A slice host's maintenance begun as its
 	// slice's voluntary one (State.Begun: the host that asked may be back
 	// first) counts while the node is down (not Ready), or as vouched.
-	Voluntary     bool
+	Voluntary bool
+	// VouchedUntil, when Voluntary rests on the aggregator's accepted call
+	// alone, is when that call's place ends (ExpireVouched).
+	VouchedUntil  time.Time
 	NoticePresent bool
 	OptOut        bool
 	// GKEHandled: GKE's own maintenance handler runs on the node (its
@@ -156,7 +159,11 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.PredictedToDegrade = n.Labels[protocol.LabelHealthPrediction] == "false"
 	v.Conditions = detectorConditions(n)
 	inVoluntary := st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
-	v.Voluntary = asked || inVoluntary && (vouched(n, st) || st.Begun && !NodeReady(n))
+	until, byCall := vouched(n, st)
+	v.Voluntary = asked || inVoluntary && (byCall || st.Begun && !NodeReady(n))
+	if v.Voluntary && !asked && !(st.Begun && !NodeReady(n)) {
+		v.VouchedUntil = until
+	}
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = NodeReady(n)
 	// A faulty node, or one whose repair is approved, is no capacity to
@@ -177,7 +184,9 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	}
 	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
 	// A node in repair counts against the caps on voluntary maintenance.
-	v.Voluntary = v.Voluntary || v.InRepair()
+	if v.InRepair() {
+		v.Voluntary, v.VouchedUntil = true, time.Time{}
+	}
 	if ask, ok := protocol.ReadSliceAsk(n); ok {
 		v.Ask = &ask
 	}
@@ -187,15 +196,28 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 }
 
 // vouched: the aggregator itself answered the maintenance under way with
-// an accepted call (its compute answer for the request), or asked the
-// node's slice to go down with a host of it (its slice ask): what the
-// node's agent cannot write.
-func vouched(n *corev1.Node, st protocol.AgentState) bool {
-	if ans, ok := protocol.ReadComputeAnswer(n); ok && st.RequestID != "" && ans.ID == st.RequestID && ans.Outcome == "" {
-		return true
+// an accepted call (its compute answer for the request), made in the
+// node's present boot, until when that answer holds its place; or asked
+// the node's slice to go down with a host of it (its slice ask; until is
+// zero then): what the node's agent cannot write. A call made before the
+// VM booted again began a maintenance that is over.
+func vouched(n *corev1.Node, st protocol.AgentState) (until time.Time, ok bool) {
+	if ans, ok := protocol.ReadComputeAnswer(n); ok && st.RequestID != "" && ans.ID == st.RequestID && ans.Outcome == "" &&
+		ans.Boot != "" && ans.Boot == n.Status.NodeInfo.BootID && !ans.Until.IsZero() {
+		return ans.Until, true
 	}
 	_, asked := n.Annotations[protocol.AnnotationSliceMaintenance]
-	return asked
+	return time.Time{}, asked
+}
+
+// ExpireVouched: a node whose voluntary maintenance holds its place under
+// the caps by the aggregator's accepted call alone holds it no longer once
+// the call's place ends (VouchedUntil): a maintenance Compute Engine began
+// is over by then, whatever the node's agent still says.
+func (v *Node) ExpireVouched(now time.Time) {
+	if !v.VouchedUntil.IsZero() && !now.Before(v.VouchedUntil) {
+		v.Voluntary, v.VouchedUntil = false, time.Time{}
+	}
 }
 
 // Condition is a node condition a fault detector wrote.

@@ -171,7 +171,10 @@ func (d *Decision) startRepair(obs Observation) {
 	r := obs.Repair
 	deadline := obs.Now.Add(time.Duration(r.DrainTimeout))
 	d.start(obs, protocol.ReasonFault, deadline)
-	d.State.RequestID = obs.RequestID
+	// The approval names the request it buys a repair's call for (the
+	// aggregator's relay makes no other); one that names none, the
+	// agent's own.
+	d.State.RequestID = cmp.Or(r.Request, obs.RequestID)
 	d.Repair = protocol.RepairStarted
 	d.Events = append(d.Events, EventRecord{Warning: true, Reason: protocol.EventFaultRepairStarted,
 		Message: fmt.Sprintf("The node is faulty (%s, seen by %s: %s) and its repair was approved: draining before %s, then asking Compute Engine to repair the host",

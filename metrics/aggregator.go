@@ -49,6 +49,9 @@ type Aggregator struct {
 	// ComputeCalls counts the Compute Engine calls the leader made for
 	// the agents (the relay), by method and outcome.
 	ComputeCalls *prometheus.CounterVec
+	// RelayLimited counts the asks the relay held back by the node's rate,
+	// by kind (call, read).
+	RelayLimited *prometheus.CounterVec
 
 	knownPools sync.Map // the pools whose interruption series exist (KnowPools)
 }
@@ -223,7 +226,10 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.ComputeCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "compute_calls_total",
 		Help: "Compute Engine calls the leader made on a node's VM at its agent's request (--compute-caller), by method (performMaintenance, reportHostAsFaulty, groupMaintenance, instances.get) and outcome: accepted, permission_denied, refused, failed, not-vouched (the ask is not what the aggregator knows of the node: not made)."},
 		[]string{"method", "outcome"})
-	reg.MustRegister(m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	m.RelayLimited = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "relay_limited_total",
+		Help: "Asks for a Compute Engine call (call) or a VM read (read) the leader held back because their node used up its rate (a token bucket per node and kind, 60 an hour, a burst of 10): each is made once the node's bucket allows it."},
+		[]string{"kind"})
+	reg.MustRegister(m.RelayLimited, m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

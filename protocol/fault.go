@@ -113,6 +113,14 @@ type RepairApproval struct {
 	Approved time.Time `json:"approved"`
 	// DrainTimeout bounds the drain, from its start (the pool's policy).
 	DrainTimeout Duration `json:"drain-timeout"`
+	// Request is the request ID the approval buys a repair's call for: the
+	// agent asks Compute Engine with it, and the aggregator's relay makes
+	// only a call of that ID, once, then withdraws the approval. One
+	// approval buys one report; another needs a new approval (within the
+	// pool's caps and cool-down). Empty on an approval written before
+	// approvals named their request: the agent then asks with a request
+	// ID of its own, which the relay does not make.
+	Request string `json:"request,omitempty"`
 }
 
 // Description is what the report tells Compute Engine of the fault: where

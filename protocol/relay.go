@@ -74,7 +74,19 @@ type ComputeAnswer struct {
 	OperationError string    `json:"operationError,omitempty"`
 	// Unfollowed: the operation cannot be read (OperationError says why).
 	Unfollowed bool `json:"unfollowed,omitempty"`
+	// Boot is the node's boot ID when the aggregator made the call, and
+	// Until how long the call's acceptance holds a place under the caps
+	// (package fleet): the maintenance it began is over once the VM
+	// booted again, or by then.
+	Boot  string    `json:"boot,omitempty"`
+	Until time.Time `json:"until,omitzero"`
 }
+
+// VouchedFor is how long an accepted call holds its node's place under
+// the caps (ComputeAnswer.Until): the longest a maintenance Compute Engine
+// accepted takes to begin and end (an hour's notice to begin, as for a
+// host maintenance, then the stop), with room to spare.
+const VouchedFor = 6 * time.Hour
 
 // CallNotVouched is the outcome of a call the aggregator would not make:
 // what the node asked is not what the aggregator knows of it.
@@ -98,6 +110,14 @@ type VMFacts struct {
 	Reservation       string    `json:"reservation,omitempty"`
 	Block             string    `json:"block,omitempty"`
 	SubBlock          string    `json:"subBlock,omitempty"`
+	// PhysicalBlock, PhysicalSubblock and PhysicalHost are the IDs of the
+	// block, sub-block and host the VM runs on
+	// (resourceStatus.physicalHostTopology), which GKE's gce-topology-*
+	// labels mirror: what proves a node's reservation group
+	// (Grouping.Unproven).
+	PhysicalBlock    string `json:"physicalBlock,omitempty"`
+	PhysicalSubblock string `json:"physicalSubblock,omitempty"`
+	PhysicalHost     string `json:"physicalHost,omitempty"`
 }
 
 // ReadComputeCall reads n's ask; false when there is none or it cannot be

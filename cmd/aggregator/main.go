@@ -64,6 +64,12 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The relay's answers too: a flood of nodes' asks never holds back a
+	// pass's writes.
+	relayClient, err := kube.New(cfg)
+	if err != nil {
+		return err
+	}
 	if opts.Uninstall {
 		done, err := aggregator.Uninstall(ctx, client, leases, clock.RealClock{}, aggregator.UninstallScope{Namespace: opts.Namespace, AgentNamespace: cmp.Or(opts.AgentNamespace, opts.Namespace), LeaseName: opts.LeaseName}, logger)
 		logger.Info("uninstalled", "cleaned", len(done.Cleaned), "in_maintenance", done.InMaintenance)
@@ -81,7 +87,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	a, err := aggregator.New(aggregator.Options{
 		Notify:       notifyOptions(opts),
 		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval, MaintainUnusedCapacity: opts.MaintainUnusedCapacity,
-		Client: client, Leases: leases, EventClient: events, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
+		Client: client, Leases: leases, EventClient: events, RelayClient: relayClient, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt", ObserveOnly: opts.ObserveOnly, AgentNamespace: opts.AgentNamespace,
