@@ -59,7 +59,7 @@ func (a *Agent) followMembership(ctx context.Context, node *corev1.Node) {
 		Update: func(o, n kube.Object) {
 			old, ok1 := o.(*corev1.Node)
 			cur, ok2 := n.(*corev1.Node)
-			if !ok1 || !ok2 || lifecycle.SliceSignal(protocol.SliceHostOf(old)) != lifecycle.SliceSignal(protocol.SliceHostOf(cur)) {
+			if !ok1 || !ok2 || lifecycle.SliceSignal(a.grouping().HostOf(old)) != lifecycle.SliceSignal(a.grouping().HostOf(cur)) {
 				a.poke()
 			}
 		},
@@ -85,14 +85,17 @@ func (a *Agent) grouping() protocol.Grouping {
 }
 
 // sliceHosts is every host of the slice as its watch has it, but node (the
-// agent's own, as it reads it now).
+// agent's own, as it reads it now), each with whether its membership is
+// proven (protocol.Grouping.HostOf): a host that only claims to be one, by
+// labels and capacity its own kubelet wrote, takes no other host down.
 func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
-	own := protocol.SliceHostOf(node)
+	g := a.grouping()
+	own := g.HostOf(node)
 	own.Ready = true // the agent runs
 	hosts := []protocol.SliceHost{own}
 	for _, o := range a.siblings.List() {
-		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && a.grouping().Name(n) == a.slice {
-			hosts = append(hosts, protocol.SliceHostOf(n))
+		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && g.Name(n) == a.slice {
+			hosts = append(hosts, g.HostOf(n))
 		}
 	}
 	return hosts

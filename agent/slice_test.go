@@ -40,3 +40,44 @@ func TestSliceViewWithAHostGone(t *testing.T) {
 		t.Errorf("every host back: asked %+v", obs.SliceAsk)
 	}
 }
+
+// TestSliceViewBelievesOnlyProvenHosts: the agent's own reading of its
+// slice. A GPU node whose kubelet labelled it into the slice's pool and
+// patched TPU chips into its capacity, and whose agent says a preemption
+// under way with a start a year ahead, takes no host down: the
+// aggregator read its VM, a GPU VM. A real host's preemption does, and
+// one that says it started a year ahead does not.
+func TestSliceViewBelievesOnlyProvenHosts(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	host := func(name, machineType string, st protocol.AgentState) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{},
+			Labels: map[string]string{protocol.LabelNodePool: "v5p", protocol.LabelTPUTopology: "2x2x4", protocol.LabelTPUAccelerator: "tpu-v5p-slice"}},
+			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: machineType})
+		protocol.WriteAgentState(n, st)
+		return n
+	}
+	preempted := func(started time.Time) protocol.AgentState {
+		return protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: started, Deadline: t0.Add(30 * time.Second)}
+	}
+	ahead := t0.Add(365 * 24 * time.Hour)
+	for _, tc := range []struct {
+		name  string
+		other *corev1.Node
+		cause string
+	}{
+		{"a GPU VM labelled in, preempted a year ahead", host("gpu-x", "a3-highgpu-8g", preempted(ahead)), ""},
+		{"a GPU VM labelled in, preempted now", host("gpu-x", "a3-highgpu-8g", preempted(t0)), ""},
+		{"a real host preempted a year ahead", host("v5p-1", "ct5p-hightpu-4t", preempted(ahead)), ""},
+		{"a real host preempted now", host("v5p-1", "ct5p-hightpu-4t", preempted(t0)), "v5p-1"},
+	} {
+		own := host("v5p-0", "ct5p-hightpu-4t", protocol.AgentState{})
+		siblings := kubetest.NewInformer(t, own, host("v5p-2", "ct5p-hightpu-4t", protocol.AgentState{}), host("v5p-3", "ct5p-hightpu-4t", protocol.AgentState{}), tc.other)
+		a := &Agent{opts: Options{PoolLabel: protocol.LabelNodePool}, slice: "v5p", group: protocol.Group{Kind: protocol.GroupSlice, Name: "v5p"}, siblings: siblings.Informer}
+		obs := a.sliceView(own, protocol.ReadAgentState(own), t0)
+		if got := map[bool]string{true: obs.SliceAsk.Cause}[obs.SliceAskSet]; got != tc.cause {
+			t.Errorf("%s: v5p-0 follows an ask caused by %q; want %q", tc.name, got, tc.cause)
+		}
+	}
+}

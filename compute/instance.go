@@ -38,6 +38,10 @@ type Scheduling struct {
 	// (resourceStatus.reservationConsumptionInfo; empty for none):
 	// Consumption.Group reads its block and sub-block.
 	Consumption Consumption
+	// Topology is where the VM runs (resourceStatus.physicalHostTopology;
+	// empty where Compute Engine names none): the IDs GKE's
+	// gce-topology-* labels mirror.
+	Topology PhysicalTopology
 	// MachineType is the VM's machine type's name (a3-highgpu-8g),
 	// ProvisioningModel its scheduling.provisioningModel (STANDARD, SPOT,
 	// FLEX_START, RESERVATION_BOUND; "" when not given) and Status its
@@ -53,6 +57,16 @@ type Consumption struct {
 	Reservation string `json:"consumedReservation"`
 	Block       string `json:"consumedReservationBlock"`
 	SubBlock    string `json:"consumedReservationSubBlock"`
+}
+
+// PhysicalTopology is a VM's resourceStatus.physicalHostTopology: the
+// IDs of the block, the sub-block and the host it runs on (the Compute
+// Engine v1 API description: "the ID of the block, sub-block, and host on
+// which the running instance is located").
+type PhysicalTopology struct {
+	Block    string `json:"block"`
+	Subblock string `json:"subblock"`
+	Host     string `json:"host"`
 }
 
 // Scheduling reads inst's scheduling with instances.get. A 403 is
@@ -77,7 +91,8 @@ type instanceJSON struct {
 		Scheduling struct {
 			TerminationTimestamp string `json:"terminationTimestamp"`
 		} `json:"scheduling"`
-		ReservationConsumptionInfo Consumption `json:"reservationConsumptionInfo"`
+		ReservationConsumptionInfo Consumption      `json:"reservationConsumptionInfo"`
+		PhysicalHostTopology       PhysicalTopology `json:"physicalHostTopology"`
 	} `json:"resourceStatus"`
 }
 
@@ -88,7 +103,7 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 	}
 	sc := got.Scheduling
 	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT", Consumption: got.ResourceStatus.ReservationConsumptionInfo,
-		MachineType: lastSegment(got.MachineType), ProvisioningModel: sc.ProvisioningModel, Status: got.Status}
+		Topology: got.ResourceStatus.PhysicalHostTopology, MachineType: lastSegment(got.MachineType), ProvisioningModel: sc.ProvisioningModel, Status: got.Status}
 	var err error
 	if end := got.ResourceStatus.Scheduling.TerminationTimestamp; end != "" {
 		if out.End, err = time.Parse(time.RFC3339Nano, end); err != nil {

@@ -311,6 +311,9 @@ func TestPerformGroupMaintenance(t *testing.T) {
 	if !ok || g != want {
 		t.Fatalf("consumed %+v read as %+v (%t); want %+v", sc.Consumption, g, ok, want)
 	}
+	if where := (PhysicalTopology{Block: "block-1", Subblock: "sub-1", Host: "gpu-0"}); sc.Topology != where {
+		t.Errorf("the VM's physical topology %+v; want %+v (resourceStatus.physicalHostTopology)", sc.Topology, where)
+	}
 	emus[1].ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(time.Hour), time.Hour))
 	states, err := m.ReservationGroups(ctxT(t, 10*time.Second), Reservation{Project: "p1", Zone: "us-east5-a", Name: "res-a"})
 	if err != nil {

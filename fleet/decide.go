@@ -146,13 +146,14 @@ func pending(n *Node) bool {
 }
 
 // countVoluntary counts the nodes in voluntary maintenance: a multi-host
-// slice one host of which is in one counts every host, since the slice
-// goes down whole.
+// slice one proven host of which is in one counts every proven host, since
+// the slice goes down whole; an unproven host (Node.SliceUnproven) counts
+// only itself, and only when it is in one itself.
 func countVoluntary(nodes []*Node) int {
 	n := 0
 	var down map[string]bool // read as empty while nil
 	for _, v := range nodes {
-		if v.Voluntary && v.Slice != "" {
+		if v.Voluntary && v.Slice != "" && !v.SliceUnproven {
 			if down == nil {
 				down = map[string]bool{}
 			}
@@ -160,7 +161,7 @@ func countVoluntary(nodes []*Node) int {
 		}
 	}
 	for _, v := range nodes {
-		if v.Voluntary || down[v.Slice] {
+		if v.Voluntary || down[v.Slice] && !v.SliceUnproven {
 			n++
 		}
 	}

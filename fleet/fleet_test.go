@@ -326,6 +326,7 @@ func randomNode(r *rand.Rand, name string, at time.Time) Node {
 	}
 	if n.Pool == "pool-2" && r.IntN(2) == 0 || r.IntN(20) == 0 { // slices of two hosts, rarely across pools
 		n.Slice, n.SliceHosts = fmt.Sprintf("slice-%d", r.IntN(2)), 2
+		n.SliceUnproven = r.IntN(4) == 0 // labelled in, no fact behind it
 	}
 	n.Asked = r.IntN(10) == 0
 	return n

@@ -94,10 +94,11 @@ type Node struct {
 	// SliceHosts is how many hosts its slice has, by its topology (0 when
 	// it cannot tell: protocol.SliceHosts).
 	SliceHosts int
-	// SliceUnproven: the node is in its slice by its TPU topology and pool
-	// labels alone, its own TPU chips not known (which its agent cannot
-	// write): it follows its slice's asks, but its own maintenance moves no
-	// other host, since any node could label itself into a slice.
+	// SliceUnproven: the node is in its group by what its own node wrote
+	// alone (labels, capacity), with no fact of Compute Engine's behind it
+	// (protocol.Grouping.Unproven): it follows its group's asks, but its
+	// own maintenance moves no other member, and it counts alone against
+	// the caps, since any node could label itself into a group.
 	SliceUnproven bool
 	// The agent's maintenance under way, if any.
 	Phase             protocol.Phase
@@ -180,7 +181,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.Slice, v.GroupKind = group.Name, group.Kind
 	if v.Slice != "" {
 		v.SliceHosts = protocol.SliceHosts(n)
-		v.SliceUnproven = group.Kind == protocol.GroupSlice && g.SliceLabel == "" && v.SliceHosts == 0
+		v.SliceUnproven = g.Unproven(n) != ""
 	}
 	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
 	// A node in repair counts against the caps on voluntary maintenance.

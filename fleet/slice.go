@@ -125,13 +125,9 @@ func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
 	for slice, members := range bySlice {
 		hosts := make([]protocol.SliceHost, 0, len(members))
 		for _, n := range members {
-			h := protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline}
-			if !believedCause(n, now) {
-				h.Phase, h.Reason = protocol.PhaseIdle, ""
-			}
-			hosts = append(hosts, h)
+			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline, Unproven: n.SliceUnproven})
 		}
-		asks := lifecycle.SliceAsks(slice, members[0].GroupKind, hosts)
+		asks := lifecycle.SliceAsks(slice, members[0].GroupKind, hosts, now)
 		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {
 			for _, n := range members {
 				asks[n.Name] = kept
@@ -140,19 +136,6 @@ func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
 		maps.Copy(out, asks)
 	}
 	return out
-}
-
-// clockSkew is how far in the future a node's own clock may put a start
-// and still be believed.
-const clockSkew = time.Minute
-
-// believedCause: n's own maintenance may take its slice down. Not where n
-// is in the slice by its labels alone (SliceUnproven), nor where it says
-// its maintenance started in the future (which would keep the slice
-// drained as long as it likes): a node's word moves no other host further
-// than it reaches.
-func believedCause(n *Node, now time.Time) bool {
-	return !n.SliceUnproven && !n.Started.After(now.Add(clockSkew))
 }
 
 func anyAsk(asks map[string]*protocol.SliceAsk) bool {
@@ -174,7 +157,7 @@ func keptAsk(members []*Node, now time.Time) *protocol.SliceAsk {
 	for _, n := range members {
 		// Only an ask for this slice: a host's annotation is its agent's to
 		// write, and names no other slice for the aggregator.
-		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(lifecycle.SliceDrainLimit)) || n.Ask.Started.After(now.Add(clockSkew)) {
+		if n.Ask == nil || n.Ask.Slice != n.Slice || !now.Before(n.Ask.Started.Add(lifecycle.SliceDrainLimit)) || n.Ask.Started.After(now.Add(lifecycle.ClockSkew)) {
 			continue
 		}
 		if !slices.ContainsFunc(members, func(m *Node) bool { return m.Name == n.Ask.Cause }) {

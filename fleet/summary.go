@@ -55,8 +55,10 @@ func marks(n *Node) Mark {
 // the fleet counts its nodes in voluntary maintenance (Fleet.voluntaryNodes,
 // those of no slice, and sliceHosts, by slice).
 
-// hostCount is a slice's hosts, and those of them in voluntary maintenance.
-type hostCount struct{ hosts, voluntary int }
+// hostCount is a slice's proven hosts and those of them in voluntary
+// maintenance, and its unproven hosts in voluntary maintenance (alone:
+// each counts only itself).
+type hostCount struct{ hosts, voluntary, alone int }
 
 // count adds n's part to its pool's counts and the fleet's (sign 1), or
 // takes it away (-1).
@@ -77,11 +79,17 @@ func (f *Fleet) count(p *fleetPool, n *Node, sign int) {
 		f.sliceHosts = map[string]hostCount{}
 	}
 	c := f.sliceHosts[n.Slice]
-	c.hosts += sign
-	if n.Voluntary {
+	switch {
+	case n.SliceUnproven && n.Voluntary:
+		c.alone += sign
+	case n.SliceUnproven:
+	case n.Voluntary:
+		c.hosts += sign
 		c.voluntary += sign
+	default:
+		c.hosts += sign
 	}
-	if c.hosts == 0 {
+	if c == (hostCount{}) {
 		delete(f.sliceHosts, n.Slice)
 		return
 	}
@@ -99,10 +107,12 @@ func (p *fleetPool) has(m Mark) bool {
 }
 
 // voluntary counts the nodes in voluntary maintenance, as countVoluntary
-// over every node: a slice one host of which is in it counts every host.
+// over every node: a slice one proven host of which is in it counts every
+// proven host.
 func (f *Fleet) voluntary() int {
 	n := f.voluntaryNodes
 	for _, c := range f.sliceHosts {
+		n += c.alone
 		if c.voluntary > 0 {
 			n += c.hosts
 		}

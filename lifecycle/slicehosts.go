@@ -31,17 +31,39 @@ func active(h protocol.SliceHost) bool {
 	return h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating
 }
 
+// ClockSkew is how far in the future a host's own clock may put the start
+// of its maintenance and still be believed (Believed).
+const ClockSkew = time.Minute
+
+// Believed says whether h's own maintenance may take the other hosts of
+// its group with it, as of now: not where h's membership is unproven
+// (protocol.Grouping.Unproven: labels and capacity its kubelet wrote, with
+// no fact of Compute Engine's behind them), nor where h says its
+// maintenance started in the future, which would keep its group drained
+// for as long as it likes (SliceDrainLimit counts from the start). A
+// node's word moves no other node further than it reaches: an unbelieved
+// host still drains itself, and still follows its group.
+func Believed(h protocol.SliceHost, now time.Time) bool {
+	return !h.Unproven && !h.Started.After(now.Add(ClockSkew))
+}
+
 // SliceCaller names the host of a slice that asks Compute Engine for the
 // slice's voluntary maintenance ("" for none): of the hosts with a manual
 // (or opportunistic) maintenance under way, the first to start it (the
-// first by name on a tie). Starting maintenance on one instance of a
-// multi-host TPU slice starts it on every instance, so a slice makes one
-// call, whichever hosts a person asked; the others drain and wait.
+// first by name on a tie), a proven member before an unproven one.
+// Starting maintenance on one instance of a multi-host TPU slice starts
+// it on every instance, so a slice makes one call, whichever hosts a
+// person asked; the others drain and wait. An unproven caller is no cause
+// (Believed): nobody drains for it, so its call waits for hosts that never
+// drain, and is given up at its deadline.
 func SliceCaller(hosts []protocol.SliceHost) string {
 	var caller *protocol.SliceHost
 	for i, h := range hosts {
-		if active(h) && h.Reason == protocol.ReasonManual &&
-			(caller == nil || h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
+		if !active(h) || h.Reason != protocol.ReasonManual {
+			continue
+		}
+		if caller == nil || caller.Unproven && !h.Unproven ||
+			caller.Unproven == h.Unproven && (h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
 			caller = &hosts[i]
 		}
 	}
@@ -98,13 +120,14 @@ func SliceDrained(hosts []protocol.SliceHost, caller string, now time.Time) (wai
 // of those hosts; the host with that deadline (the first by name on a tie)
 // is the cause. In a reservation group (protocol.GroupReservation) only a
 // voluntary maintenance (manual or opportunistic) is a cause: a member's
-// own forced event stops that member alone. The aggregator writes these
-// asks on every host; each host's agent works its own out from the same
-// Nodes, so that a slice needs no aggregator to go down as one.
-func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost) map[string]*protocol.SliceAsk {
+// own forced event stops that member alone. Only a host Believed at now is
+// a cause. The aggregator writes these asks on every host; each host's
+// agent works its own out from the same Nodes, so that a slice needs no
+// aggregator to go down as one.
+func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost, now time.Time) map[string]*protocol.SliceAsk {
 	var cause *protocol.SliceHost
 	for i, h := range hosts {
-		if !causes(kind, h) {
+		if !causes(kind, h) || !Believed(h, now) {
 			continue
 		}
 		if cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name {
@@ -203,7 +226,7 @@ type SliceInput struct {
 // reservation group's member is repaired alone).
 func SliceViewOf(in SliceInput) SliceView {
 	v := SliceView{Slice: in.Group.Name, SliceUnknown: in.Unknown}
-	v.SliceAsk, v.SliceAskSet = FollowedAsk(SliceAsks(in.Group.Name, in.Group.Kind, in.Hosts)[in.Node], in.Written, in.WrittenSet, in.Group.Kind, in.Hosts)
+	v.SliceAsk, v.SliceAskSet = FollowedAsk(SliceAsks(in.Group.Name, in.Group.Kind, in.Hosts, in.Now)[in.Node], in.Written, in.WrittenSet, in.Group.Kind, in.Hosts)
 	st := in.State
 	if !v.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice && len(in.Hosts) < in.WantHosts {
 		v.SliceAsk, v.SliceAskSet = protocol.SliceAsk{Slice: in.Group.Name, Cause: fmt.Sprintf("(%d of its %d hosts are in the cluster)", len(in.Hosts), in.WantHosts),

@@ -56,7 +56,7 @@ func TestGroupAsksByKind(t *testing.T) {
 	for _, reason := range []protocol.Reason{protocol.ReasonHostMaintenance, protocol.ReasonPreemption, protocol.ReasonFault, protocol.ReasonKnownEnd, protocol.ReasonManual} {
 		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour)}
 		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupGang, protocol.GroupReservation} {
-			asks := SliceAsks("g", kind, []protocol.SliceHost{cause, idle})
+			asks := SliceAsks("g", kind, []protocol.SliceHost{cause, idle}, t0)
 			want := kind != protocol.GroupReservation || reason == protocol.ReasonManual
 			if got := asks["h2"] != nil; got != want {
 				t.Errorf("%s of a member of a %s: the other member asked to drain %t; want %t", reason, kind, got, want)
@@ -65,6 +65,61 @@ func TestGroupAsksByKind(t *testing.T) {
 				t.Errorf("%s of a member of a %s: the cause is asked to follow itself", reason, kind)
 			}
 		}
+	}
+}
+
+// TestSliceAsksBelieveOnlyProvenHosts: a host's own maintenance takes its
+// group down only where its membership is proven and its start is not in
+// the future (beyond ClockSkew); an unproven host, or one whose start lies
+// ahead, moves nobody, whatever its reason, and a proven host's
+// maintenance still does while an unproven one claims to be earlier.
+func TestSliceAsksBelieveOnlyProvenHosts(t *testing.T) {
+	now := t0.Add(time.Hour)
+	host := func(name string, unproven bool, started time.Time, deadline time.Duration) protocol.SliceHost {
+		return protocol.SliceHost{Name: name, Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: started, Deadline: now.Add(deadline), Unproven: unproven}
+	}
+	idle := protocol.SliceHost{Name: "real-1", Phase: protocol.PhaseIdle}
+	for _, tc := range []struct {
+		name  string
+		hosts []protocol.SliceHost
+		cause string
+	}{
+		{"a proven host preempted: the slice drains", []protocol.SliceHost{host("real-0", false, now, 30*time.Second), idle}, "real-0"},
+		{"an unproven host preempted: nobody drains", []protocol.SliceHost{host("gpu-x", true, now, 30*time.Second), idle}, ""},
+		{"a proven host whose start is far ahead: nobody drains", []protocol.SliceHost{host("real-0", false, now.Add(365*24*time.Hour), 30*time.Second), idle}, ""},
+		{"a start within the clock skew: believed", []protocol.SliceHost{host("real-0", false, now.Add(ClockSkew), 30*time.Second), idle}, "real-0"},
+		{"an unproven host's earlier deadline does not displace the proven cause",
+			[]protocol.SliceHost{host("gpu-x", true, now, time.Second), host("real-0", false, now, time.Minute), idle}, "real-0"},
+	} {
+		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupGang} {
+			asks := SliceAsks("s", kind, tc.hosts, now)
+			got := ""
+			if a := asks["real-1"]; a != nil {
+				got = a.Cause
+			}
+			if got != tc.cause {
+				t.Errorf("%s (%s): real-1 asked to drain for %q; want %q", tc.name, kind, got, tc.cause)
+			}
+		}
+	}
+}
+
+// TestSliceCallerPrefersProven: an unproven host's manual maintenance
+// started first does not make it the caller of its slice's voluntary
+// maintenance while a proven host asks for one; alone, it is the caller,
+// and waits for hosts that never follow it.
+func TestSliceCallerPrefersProven(t *testing.T) {
+	manual := func(name string, unproven bool, started time.Duration) protocol.SliceHost {
+		return protocol.SliceHost{Name: name, Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: t0.Add(started), Deadline: t0.Add(time.Hour), Unproven: unproven}
+	}
+	if got := SliceCaller([]protocol.SliceHost{manual("a-forged", true, -time.Hour), manual("b-real", false, 0)}); got != "b-real" {
+		t.Errorf("caller %q; want the proven b-real", got)
+	}
+	hosts := []protocol.SliceHost{manual("a-forged", true, 0), {Name: "b-real", Phase: protocol.PhaseIdle, Ready: true}}
+	caller := SliceCaller(hosts)
+	waiting, _, _ := SliceDrained(hosts, caller, t0)
+	if caller != "a-forged" || !slices.Equal(waiting, []string{"b-real"}) || SliceAsks("s", protocol.GroupSlice, hosts, t0)["b-real"] != nil {
+		t.Errorf("an unproven caller alone: caller %q, waiting %v; want it the caller, waiting for b-real, which is not asked to drain", caller, waiting)
 	}
 }
 

@@ -83,9 +83,11 @@ type ComputeAnswer struct {
 }
 
 // VouchedFor is how long an accepted call holds its node's place under
-// the caps (ComputeAnswer.Until): the longest a maintenance Compute Engine
-// accepted takes to begin and end (an hour's notice to begin, as for a
-// host maintenance, then the stop), with room to spare.
+// the caps (ComputeAnswer.Until): the project's own bound, several times
+// what the agent waits by default for a maintenance it asked for to begin
+// and the node to be stopped (its --manual-start-timeout, then its
+// --host-maintenance-deadline), so that a node whose agent never says the
+// maintenance is over holds no place for ever.
 const VouchedFor = 6 * time.Hour
 
 // CallNotVouched is the outcome of a call the aggregator would not make:

@@ -110,6 +110,9 @@ type SliceHost struct {
 	// True (its lastTransitionTime), while it is not True; zero when Ready
 	// or not known.
 	NotReadySince time.Time
+	// Unproven: its membership of the group rests on what its own node
+	// wrote (Grouping.Unproven): its maintenance moves no other host.
+	Unproven bool
 }
 
 // SliceHostOf is n as a host of its slice: the keys of its agent's state
