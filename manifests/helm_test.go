@@ -438,6 +438,12 @@ func TestChartOptions(t *testing.T) {
 		{"admissionPolicy.enabled", []string{"--set", "admissionPolicy.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{o["ValidatingAdmissionPolicy /maintenance-handler-agent-own-node"] == nil, o["ValidatingAdmissionPolicyBinding /maintenance-handler-agent-own-pods"] == nil}, []any{true, true}
 		}},
+		{"admissionPolicy.detectors", []string{"--set", "admissionPolicy.detectors={system:serviceaccount:dcgm:exporter}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return writersVariable(t, o, "detectors"), "['system:serviceaccount:dcgm:exporter']"
+		}},
+		{"admissionPolicy.detectorConditions", []string{"--set", "admissionPolicy.detectorConditions={GPUSlow}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return writersVariable(t, o, "detectorConditions"), "['GPUSlow']"
+		}},
 		{"rbac.create", []string{"--set", "rbac.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			var roles []string
 			for k := range o {

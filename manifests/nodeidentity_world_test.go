@@ -18,9 +18,9 @@ import (
 
 // TestNodeIdentityFencedLikeTheAgent: with the base applied, node A's own
 // identity (its kubelet's client certificate, system:node:A, under the
-// Node authorizer and NodeRestriction) writes what a kubelet and a node
-// problem detector write (its status, a detector's condition, its own
-// Events), and none of the product's keys: it cannot approve its own
+// Node authorizer and NodeRestriction) writes what a kubelet writes (its
+// status, a condition no fault policy names, its own Events), and none of
+// the product's keys: it cannot approve its own
 // repair, ask for it, take on the agent's state, taint itself as the
 // aggregator does, rewrite its pool's settings, write node B, or write an
 // Event as the product or about node B.
@@ -83,10 +83,10 @@ func TestNodeIdentityFencedLikeTheAgent(t *testing.T) {
 		return err
 	})
 	if err != nil {
-		t.Errorf("a detector's condition on its own node: %v, want allowed", err)
+		t.Errorf("a condition no fault policy names, on its own node: %v, want allowed", err)
 	}
 
-	const fenced = "may not change the maintenance-handler keys"
+	const fenced = "system:node:kubelet-a may not change the Node"
 	for _, tc := range []struct {
 		what   string
 		change func(*corev1.Node)

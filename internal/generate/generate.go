@@ -4,8 +4,10 @@
 // folder), the rules as the objects that prometheus-operator and Google
 // Cloud Managed Service for Prometheus read (a kustomize component cannot
 // either), the chart README's table of values (from values.yaml's
-// comments, package internal/chartdoc), and the kustomize base, rendered
-// from the chart (Base). `make generate` writes them (build/generate); a
+// comments, package internal/chartdoc), the admission policy that holds
+// every Node key to its writer and the writers' table of docs/security.md
+// (from protocol.Keys), and the kustomize base, rendered from the chart
+// (Base). `make generate` writes them (build/generate); a
 // test fails when one on disk is not what its source makes (the base's in
 // package manifests, which has helm).
 //
@@ -100,8 +102,17 @@ func Files(root string) ([]File, error) {
 	if schema, err = withPolicySchema(schema); err != nil {
 		return nil, err
 	}
+	security, err := read(securityDoc)
+	if err != nil {
+		return nil, err
+	}
+	if security, err = withWritersTable(security); err != nil {
+		return nil, err
+	}
 	files := []File{
 		{Path: chart + "/values.schema.json", Source: "package policy (Schema)", Data: schema},
+		{Path: WritersTemplate, Source: writersSource, Data: writersTemplate()},
+		{Path: securityDoc, Source: writersSource, Data: security},
 		{Path: chart + "/files/rules.yaml", Source: rulesSource, Data: rules},
 		{Path: chart + "/files/dashboard.json", Source: dashboardSource, Data: dashboard},
 		{Path: chart + "/README.md", Source: chart + "/values.yaml", Data: table},

@@ -1,0 +1,253 @@
+package manifests_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/maintenance-handler/maintenance-handler/internal/generate"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+)
+
+// refused: err is the API server's refusal (an admission policy's 422, or
+// the authorizer's or NodeRestriction's 403), not another failure.
+func refused(err error) bool {
+	return err != nil && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err))
+}
+
+// patchKey sets (value non-nil) or removes key of kind on node as c, a dry
+// run through the whole admission chain. A taint's list is read first
+// and written whole.
+func patchKey(ctx context.Context, c kubernetes.Interface, node string, k protocol.Key, value *string) error {
+	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	var field string
+	switch k.Kind {
+	case protocol.Label:
+		field = "labels"
+	case protocol.Annotation:
+		field = "annotations"
+	case protocol.Condition:
+		cond := corev1.NodeCondition{Type: corev1.NodeConditionType(k.Name), Status: corev1.ConditionTrue, Reason: "Forged",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+		body, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{cond}}})
+		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, body, dry, "status")
+		return err
+	case protocol.Taint:
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", node, err)
+		}
+		taints := slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k.Name })
+		if value != nil {
+			taints = append(taints, corev1.Taint{Key: k.Name, Value: *value, Effect: corev1.TaintEffectNoSchedule})
+		}
+		body, _ := json.Marshal(map[string]any{"spec": map[string]any{"taints": taints}})
+		_, err = c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, dry)
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]*string{k.Name: value}}})
+	_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, dry)
+	return err
+}
+
+// seedKeys writes every label, annotation and taint of the protocol on
+// node as the admin, before the policies hold them: each can then be
+// tried for removal.
+func seedKeys(t *testing.T, node string) {
+	t.Helper()
+	ctx := testworld.Ctx(t, time.Minute)
+	labels, annotations := map[string]string{}, map[string]string{}
+	var taints []corev1.Taint
+	for _, k := range protocol.NodeKeys() {
+		switch k.Kind {
+		case protocol.Label:
+			labels[k.Name] = "seeded"
+		case protocol.Annotation:
+			annotations[k.Name] = "seeded"
+		case protocol.Taint:
+			taints = append(taints, corev1.Taint{Key: k.Name, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+	n, err := world.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels, "annotations": annotations},
+		"spec": map[string]any{"taints": append(n.Spec.Taints, taints...)}})
+	if _, err := world.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("seed %s: %v", node, err)
+	}
+}
+
+// awaitWritersPolicy waits until the API server holds the writers' policy:
+// a dry run of a write it refuses (the hostile node-writer setting the VM
+// facts of node) is refused.
+func awaitWritersPolicy(t *testing.T, h *testworld.Hostile, node string) {
+	t.Helper()
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	forged := "forged"
+	facts := protocol.Key{Name: protocol.AnnotationVMFacts, Kind: protocol.Annotation}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return refused(patchKey(ctx, h.DaemonSet, node, facts, &forged)), nil
+	})
+	if err != nil {
+		t.Fatalf("the writers' policy never took effect: %v", err)
+	}
+}
+
+// TestHostileNodeRefusedEveryKeyItDoesNotWrite: with the base applied, each
+// of the three identities of node A (its agent's token, its kubelet, a
+// DaemonSet account with Node write, each bound to A) is refused setting,
+// changing and removing every key of the protocol, on A and on node B,
+// that the table does not let it write: only the agent writes the agent's
+// keys on its own Node, and any identity of A only the keys A shares with
+// GKE's handler, on A.
+func TestHostileNodeRefusedEveryKeyItDoesNotWrite(t *testing.T) {
+	testworld.Need(t)
+	a := world.NodeT(t, testworld.NodeSpec{Name: "hostile-a"})
+	b := world.NodeT(t, testworld.NodeSpec{Name: "victim-b"})
+	seedKeys(t, a.Name)
+	seedKeys(t, b.Name)
+	apply(t, render(t, "base"))
+	h := world.HostileNode(t, a.Name)
+	awaitWritersPolicy(t, h, b.Name)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	forged := "forged"
+	tried := 0
+	for _, id := range []struct {
+		name   string
+		client kubernetes.Interface
+		agent  bool
+	}{{"agent", h.Agent, true}, {"kubelet", h.Kubelet, false}, {"daemonset", h.DaemonSet, false}} {
+		for _, node := range []string{a.Name, b.Name} {
+			// The classes the identity is of, for node.
+			var is []protocol.Who
+			if node == a.Name {
+				is = append(is, protocol.WhoOwnNode)
+				if id.agent {
+					is = append(is, protocol.WhoAgent)
+				}
+			}
+			may := func(who []protocol.Who) bool {
+				return slices.ContainsFunc(who, func(w protocol.Who) bool { return slices.Contains(is, w) })
+			}
+			for _, k := range protocol.NodeKeys() {
+				if !may(k.Setters()) {
+					tried++
+					if err := patchKey(ctx, id.client, node, k, &forged); !refused(err) {
+						t.Errorf("%s of %s setting the %s %s on %s: %v, want refused", id.name, a.Name, k.Kind, k.Name, node, err)
+					}
+				}
+				if !may(k.Removers()) && k.Kind != protocol.Condition {
+					tried++
+					if err := patchKey(ctx, id.client, node, k, nil); !refused(err) {
+						t.Errorf("%s of %s removing the %s %s from %s: %v, want refused", id.name, a.Name, k.Kind, k.Name, node, err)
+					}
+				}
+			}
+		}
+	}
+	if tried < 300 {
+		t.Fatalf("%d writes tried: the table is broken", tried)
+	}
+}
+
+// TestKubeletRegistersWithTheOperatorsLabels: with the base applied, a
+// kubelet registers its Node with the labels docs/install.md has operators
+// give (--node-labels) and those GKE gives its nodes; afterwards it changes
+// none of them.
+func TestKubeletRegistersWithTheOperatorsLabels(t *testing.T) {
+	testworld.Need(t)
+	world.NodeT(t, testworld.NodeSpec{Name: "writers-probe"})
+	apply(t, render(t, "base"))
+	h := world.HostileNode(t, "writers-probe")
+	awaitWritersPolicy(t, h, "writers-probe")
+	const name = "registers-c"
+	cfg, err := world.ConfigForNode(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testworld.Ctx(t, time.Minute)
+	labels := map[string]string{
+		protocol.LabelTerminatesOnHostMaintenance: "true",
+		protocol.LabelNodePool:                    "h4d-pool",
+		protocol.LabelTopologyBlock:               "block-1",
+		protocol.LabelTopologySubblock:            "sub-1",
+		corev1.LabelHostname:                      name,
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the kubelet registering with the operator's labels: %v, want allowed", err)
+	}
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	pool := protocol.Key{Name: protocol.LabelNodePool, Kind: protocol.Label}
+	other := "another-pool"
+	if err := patchKey(ctx, kubelet, name, pool, &other); !refused(err) {
+		t.Errorf("the kubelet moving its registered Node to another pool: %v, want refused", err)
+	}
+	// Another kubelet's registration of this name is not its own.
+	if _, err := h.Kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "registers-d",
+		Labels: map[string]string{protocol.LabelTerminatesOnHostMaintenance: "true"}}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !refused(err) {
+		t.Errorf("writers-probe's kubelet registering node registers-d: %v, want refused", err)
+	}
+}
+
+// TestDetectorConditionsOnlyFromNamedDetectors: with the chart's writers'
+// policy naming GPUUnhealthy a detector's condition and the node-writer
+// account the detector, node A's kubelet and agent are refused writing it
+// on A; the named detector writes it on A, and is refused it on B.
+func TestDetectorConditionsOnlyFromNamedDetectors(t *testing.T) {
+	testworld.Need(t)
+	a := world.NodeT(t, testworld.NodeSpec{Name: "detected-a"})
+	b := world.NodeT(t, testworld.NodeSpec{Name: "detected-b"})
+	apply(t, render(t, "base"))
+	h := world.HostileNode(t, a.Name)
+	objs, err := helmTemplate(t, "--set", "admissionPolicy.detectorConditions={GPUUnhealthy}",
+		"--set", "admissionPolicy.detectors={"+h.DaemonSetUser+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetName() == generate.WritersPolicy {
+			policy = append(policy, o)
+		}
+	}
+	apply(t, policy)
+	awaitWritersPolicy(t, h, b.Name)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	gpu := protocol.Key{Name: "GPUUnhealthy", Kind: protocol.Condition}
+	// The policy takes the new list up a moment after it is written.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return refused(patchKey(ctx, h.Kubelet, a.Name, gpu, nil)), nil
+	})
+	if err != nil {
+		t.Errorf("the kubelet of %s writing GPUUnhealthy on its own Node: never refused", a.Name)
+	}
+	if err := patchKey(ctx, h.Agent, a.Name, gpu, nil); !refused(err) {
+		t.Errorf("the agent of %s writing GPUUnhealthy: %v, want refused", a.Name, err)
+	}
+	if err := patchKey(ctx, h.DaemonSet, a.Name, gpu, nil); err != nil {
+		t.Errorf("the named detector writing GPUUnhealthy on its own Node: %v, want allowed", err)
+	}
+	if err := patchKey(ctx, h.DaemonSet, b.Name, gpu, nil); !refused(err) || !strings.Contains(err.Error(), "detector") {
+		t.Errorf("the named detector of %s writing GPUUnhealthy on %s: %v, want refused", a.Name, b.Name, err)
+	}
+}
