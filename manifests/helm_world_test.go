@@ -286,12 +286,17 @@ func deletionGraces(t testing.TB, namespaces ...string) func() map[string]int64 
 }
 
 // copyKeys writes from's product keys (labels, annotations, node
-// conditions) on the Node to.
+// conditions) on the Node to, as to's agent (the only writer of its keys
+// the admission policies let through).
 func copyKeys(t testing.TB, from *corev1.Node, to string) {
 	t.Helper()
-	nodes := world.Client.CoreV1().Nodes()
 	ctx := testworld.Ctx(t, 30*time.Second)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	kubeconfig, err := world.AgentKubeconfig(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := clientFor(t, kubeconfig).CoreV1().Nodes()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := nodes.Get(ctx, to, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -215,16 +215,18 @@ func TestManifestsApplyAndTheAgentTouchesOnlyItsOwnNode(t *testing.T) {
 			return err
 		})
 	}
-	// The aggregator approved the node's repair: the agent may remove the
-	// approval (the repair over), below, never write one.
+	// The aggregator approved the node's repair (with its own identity, the
+	// approval's one writer): the agent may remove the approval (the repair
+	// over), below, never write one.
+	approver := clientFor(t, world.AggregatorKubeconfigT(t, testworld.ShippedNamespace))
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := world.Client.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.GetOptions{})
+		n, err := approver.CoreV1().Nodes().Get(testworld.Ctx(t, 10*time.Second), "rbac-gpu-a", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		protocol.WriteRepairApproval(n, protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson,
 			Approved: time.Now(), DrainTimeout: protocol.Duration(time.Minute)})
-		_, err = world.Client.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
+		_, err = approver.CoreV1().Nodes().Update(testworld.Ctx(t, 10*time.Second), n, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)

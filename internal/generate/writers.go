@@ -145,7 +145,10 @@ edit that table, not this file. admission-policy.yaml includes it. */}}
 # service account with Node write whose token a node can have minted for a
 # pod bound to it, which carries the node's name). A node registering
 # sets the labels of its pool, machine and the operator's; a detector's
-# conditions come only from the detectors the operator names.
+# conditions come only from the detectors the operator names. The agent
+# and the aggregator are held to their keys by their own policies above,
+# whose lists are tested against the same table; they are left out here,
+# so that a write of theirs is refused by one policy, with its words.
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -160,6 +163,10 @@ spec:
         apiVersions: ["v1"]
         operations: ["CREATE", "UPDATE"]
         resources: ["nodes", "nodes/status"]
+  matchConditions:
+    - name: not-the-agent-nor-the-aggregator
+      expression: >-
+        !(request.userInfo.username in ['{{ include "mh.agentUser" . }}', '{{ include "mh.aggregatorUser" . }}'])
   variables:
     - name: claim
       expression: "'authentication.kubernetes.io/node-name' in request.userInfo.extra ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''"
