@@ -396,6 +396,7 @@ func TestSliceCountsAgainstTheCaps(t *testing.T) {
 	for i := range 4 {
 		name := fmt.Sprintf("a-slice-%d", i)
 		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "a-slice", TPU: true, Labels: map[string]string{testworld.LabelTPUTopology: "2x2x4"}})
+		proveVMs(t, testworld.Ctx(t, 30*time.Second), protocol.VMFacts{MachineType: v5pMachine, Status: "RUNNING"}, name)
 		publish(t, name, published{windowStart: soon, canReschedule: true, idleFor: time.Hour, config: "node-idle-time=60s,min-nodes=0,window=604800s"})
 		all = append(all, name)
 	}

@@ -83,7 +83,8 @@ func (a *Aggregator) readReservations(ctx context.Context) ([]compute.GroupState
 
 // publishReservations exports states and writes each group's on its
 // nodes: the groups of the configured scope, matched to the nodes by
-// GKE's topology label (the group's physical topology ID).
+// GKE's topology label (the group's physical topology ID), where the
+// aggregator's read of the node's VM proves it runs there.
 func (a *Aggregator) publishReservations(ctx context.Context, states []compute.GroupState) {
 	m := a.opts.Metrics
 	m.ReservationHosts.Reset()
@@ -144,7 +145,9 @@ func (a *Aggregator) publishReservations(ctx context.Context, states []compute.G
 		}
 		g := a.opts.grouping().GroupOf(n)
 		st, known := byTopology[g.Name]
-		known = known && g.Kind == protocol.GroupReservation
+		// Only to a proven member: a node's topology labels are its
+		// kubelet's word (protocol.Grouping.Unproven).
+		known = known && g.Kind == protocol.GroupReservation && a.opts.grouping().Unproven(n) == ""
 		value := ""
 		if known {
 			value = st.Encode()

@@ -50,7 +50,13 @@ type podStop struct {
 
 func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	t.Helper()
-	s := newSliceHosts(t, ctx, pool, size)
+	return newSliceOf(t, ctx, newProcs(t, "--eviction-retry-interval", "1s"), pool, size)
+}
+
+// newSliceOf is newSlice with p's agents.
+func newSliceOf(t testing.TB, ctx context.Context, p *procs, pool string, size int) *slice {
+	t.Helper()
+	s := newSliceHostsOf(t, ctx, p, pool, size)
 	for i, host := range s.hosts {
 		grace := int64(20)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", i), Namespace: s.p.ns, Labels: map[string]string{"job": "train"}},
@@ -69,18 +75,30 @@ func newSlice(t testing.TB, ctx context.Context, pool string, size int) *slice {
 // newSliceHosts is the slice's hosts, each with its agent, and no pod.
 func newSliceHosts(t testing.TB, ctx context.Context, pool string, size int) *slice {
 	t.Helper()
-	p := newProcs(t, "--eviction-retry-interval", "1s")
+	return newSliceHostsOf(t, ctx, newProcs(t, "--eviction-retry-interval", "1s"), pool, size)
+}
+
+// newSliceHostsOf is newSliceHosts with p's agents: TPU VMs (ct5p-hightpu-4t,
+// as GKE's tpu-v5p-slice nodes are). Where p's agents make their own
+// Compute calls (no p.f.Project), none asks the aggregator to read its VM,
+// so the test writes what that read says (proveVMs): a slice's membership
+// rests on it.
+func newSliceHostsOf(t testing.TB, ctx context.Context, p *procs, pool string, size int) *slice {
+	t.Helper()
 	s := &slice{p: p, vms: map[string]*vms.VM{}, tainted: map[string]time.Time{}, stopped: map[string]podStop{}}
 	for i := range size {
 		name := fmt.Sprintf("%s-%d", pool, i)
 		s.hosts = append(s.hosts, name)
 		v, err := p.f.Add(ctx, testworld.NodeSpec{Name: name, Pool: pool, TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}},
-			gceemu.Config{NoMaintenanceEvent: true})
+			gceemu.Config{NoMaintenanceEvent: true, MachineType: v5pMachine})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.vms[name] = v
 		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	if p.f.Project == nil {
+		proveVMs(t, ctx, protocol.VMFacts{MachineType: v5pMachine, Status: "RUNNING"}, s.hosts...)
 	}
 	return s
 }
