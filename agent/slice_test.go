@@ -20,7 +20,8 @@ import (
 func TestSliceViewWithAHostGone(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	host := func(name string, st protocol.AgentState) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: "v5p", protocol.LabelTPUTopology: "2x2x4"}},
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: "v5p", protocol.LabelTPUTopology: "2x2x4"},
+			Annotations: map[string]string{protocol.AnnotationVMFacts: protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: "ct5p-hightpu-4t"})}},
 			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
 				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 		protocol.WriteAgentState(n, st)
@@ -33,6 +34,14 @@ func TestSliceViewWithAHostGone(t *testing.T) {
 	obs := a.sliceView(own, protocol.ReadAgentState(own), t0)
 	if !obs.SliceAskSet || !obs.SliceAsk.Deadline.Equal(drained.Deadline) || !strings.Contains(obs.SliceAsk.Cause, "3 of its 4 hosts") {
 		t.Errorf("3 of 4 hosts: ask %+v (set %t), want the drain kept", obs.SliceAsk, obs.SliceAskSet)
+	}
+	// A node labelled into the slice (its VM read: no TPU VM) fills no
+	// host's place.
+	labelled := host("h9-gpu", protocol.AgentState{})
+	labelled.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: "a3-highgpu-8g"})
+	siblings.Add(labelled)
+	if obs = a.sliceView(own, protocol.ReadAgentState(own), t0); !obs.SliceAskSet {
+		t.Errorf("3 of 4 hosts and a node labelled in: not asked, want the drain kept")
 	}
 	siblings.Add(host("h1", protocol.AgentState{}))
 	obs = a.sliceView(own, protocol.ReadAgentState(own), t0)

@@ -5,6 +5,7 @@ package fleet
 // drain with it.
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -151,7 +152,16 @@ func anyAsk(asks map[string]*protocol.SliceAsk) bool {
 // (see SliceAsks); nil for none.
 func keptAsk(members []*Node, now time.Time) *protocol.SliceAsk {
 	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-	if want := members[0].SliceHosts; want == 0 || len(members) >= want {
+	// Only proven hosts say how many hosts the slice has, and fill a
+	// host's place: a node labelled in keeps no real host's place.
+	want, proven := 0, 0
+	for _, n := range members {
+		if !n.SliceUnproven {
+			want = cmp.Or(want, n.SliceHosts)
+			proven++
+		}
+	}
+	if want == 0 || proven >= want {
 		return nil
 	}
 	for _, n := range members {

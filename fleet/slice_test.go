@@ -93,6 +93,14 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 			t.Errorf("3 of 4 hosts, the cause's Node gone: %s asked %+v, want the ask it carries", name, got)
 		}
 	}
+	// A node labelled into the slice fills no host's place, nor says how
+	// many hosts it has.
+	claimant := Node{Name: "0-gpu", Slice: "v5p", SliceHosts: 1, SliceUnproven: true}
+	for name, got := range SliceAsks(append([]Node{claimant}, three...), now) {
+		if name != claimant.Name && got != ask {
+			t.Errorf("3 of 4 hosts and a node labelled in: %s asked %+v, want the ask it carries", name, got)
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		nodes []Node

@@ -228,8 +228,14 @@ func SliceViewOf(in SliceInput) SliceView {
 	v := SliceView{Slice: in.Group.Name, SliceUnknown: in.Unknown}
 	v.SliceAsk, v.SliceAskSet = FollowedAsk(SliceAsks(in.Group.Name, in.Group.Kind, in.Hosts, in.Now)[in.Node], in.Written, in.WrittenSet, in.Group.Kind, in.Hosts)
 	st := in.State
-	if !v.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice && len(in.Hosts) < in.WantHosts {
-		v.SliceAsk, v.SliceAskSet = protocol.SliceAsk{Slice: in.Group.Name, Cause: fmt.Sprintf("(%d of its %d hosts are in the cluster)", len(in.Hosts), in.WantHosts),
+	proven := 0 // a node labelled in fills no host's place
+	for _, h := range in.Hosts {
+		if !h.Unproven {
+			proven++
+		}
+	}
+	if !v.SliceAskSet && st.Active() && st.Reason == protocol.ReasonSlice && proven < in.WantHosts {
+		v.SliceAsk, v.SliceAskSet = protocol.SliceAsk{Slice: in.Group.Name, Cause: fmt.Sprintf("(%d of its %d hosts are in the cluster)", proven, in.WantHosts),
 			Reason: protocol.ReasonSlice, Started: st.Started, Deadline: st.Deadline}, true
 	}
 	caller := SliceCaller(in.Hosts)
