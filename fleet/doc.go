@@ -11,7 +11,8 @@
 // the decision over every pool (decide.go) and one pool's (pool.go), the
 // cluster autoscaler's node groups (autoscaler.go), multi-host slices
 // (slice.go: picked whole or not at all, and the asks that every host of a
-// slice that goes down carries), gangs (gang.go: which nodes run one pod
+// slice that goes down carries; a node whose membership is unproven causes
+// none and counts alone under the caps), gangs (gang.go: which nodes run one pod
 // group's pods, by the pods the aggregator read), and the fleet kept from
 // pass to pass
 // (fleet.go: Fleet decides again only the pools whose nodes changed, and

@@ -10,7 +10,8 @@
 // manualcheck.go its acceptance check, failures.go its failure memory),
 // slice.go and slicehosts.go (a group: a multi-host slice, a gang or a
 // reservation block or sub-block, and the rules the agent and the
-// aggregator share),
+// aggregator share, Believed among them: only a proven member whose start
+// is not in the future moves the others),
 // fault.go (a fault's repair), knownend.go (a VM whose end is known),
 // gke.go (GKE's own handler), back.go (back in service and counting),
 // notice.go (the notice and the node conditions), workload.go (what the

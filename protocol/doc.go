@@ -19,6 +19,12 @@
 // Keys GKE users already know keep their exact strings; everything else
 // lives under Prefix.
 //
+// A group's membership (membership.go) is read from labels a node's
+// kubelet writes, and so is a claim: Grouping.Unproven says whether the
+// aggregator's read of the node's VM from Compute Engine (VMFacts: its
+// machine type, the reservation block and sub-block it runs in) proves it.
+// Decisions about other nodes read only proven members.
+//
 // Versions: a key keeps its meaning across releases, so that an agent or
 // an aggregator of one release reads what another wrote, and an upgrade or
 // a downgrade replaces them at any moment. A value may gain new words (a
