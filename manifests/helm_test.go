@@ -444,6 +444,12 @@ func TestChartOptions(t *testing.T) {
 		{"admissionPolicy.detectorConditions", []string{"--set", "admissionPolicy.detectorConditions={GPUSlow}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return writersVariable(t, o, "detectorConditions"), "['GPUSlow']"
 		}},
+		{"criticalPodsQuota.create", []string{"--set", "criticalPodsQuota.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return criticalQuotas(t, o), map[string][]string{}
+		}},
+		{"criticalPodsQuota.pods", []string{"--set", "criticalPodsQuota.pods=500"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o["ResourceQuota "+ans+"/maintenance-handler-critical-pods"], "spec", "hard", "pods"), "500"
+		}},
 		{"rbac.create", []string{"--set", "rbac.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			var roles []string
 			for k := range o {
@@ -715,5 +721,51 @@ func TestChartClaimsWhatTheTestsRun(t *testing.T) {
 		if !strings.Contains(string(readme), "| "+strings.TrimPrefix(v, "v")+" |") {
 			t.Errorf("the README's compatibility table has no row for Kubernetes %s", v)
 		}
+	}
+}
+
+// criticalQuotas is, for each namespace of o holding a quota for critical
+// pods, the priority classes its scope names.
+func criticalQuotas(t testing.TB, o map[string]*unstructured.Unstructured) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, obj := range o {
+		if obj.GetKind() != "ResourceQuota" {
+			continue
+		}
+		for _, e := range field(t, obj, "spec", "scopeSelector", "matchExpressions").([]any) {
+			m := e.(map[string]any)
+			if m["scopeName"] == "PriorityClass" && m["operator"] == "In" {
+				out[obj.GetNamespace()] = append(out[obj.GetNamespace()], anyStrings(m["values"])...)
+			}
+		}
+	}
+	return out
+}
+
+// TestChartQuotasTheCriticalClasses: pods at the critical priority classes
+// are created on GKE only in a namespace with a quota naming their class,
+// so the chart makes one where its pods run at such a class, naming the
+// classes they run at, and none where they don't.
+func TestChartQuotasTheCriticalClasses(t *testing.T) {
+	const ns, ans = "maintenance-handler", "maintenance-handler-agent"
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want map[string][]string
+	}{
+		{"default", nil, map[string][]string{ans: {"system-node-critical"}, ns: {"system-cluster-critical"}}},
+		{"one namespace for both", []string{"--set", "agent.namespace.name=" + ns, "--set", "agent.namespace.create=false"},
+			map[string][]string{ns: {"system-cluster-critical", "system-node-critical"}}},
+		{"the agent at a class of its own", []string{"--set", "agent.priorityClassName=gpu-critical"},
+			map[string][]string{ns: {"system-cluster-critical"}}},
+		{"neither at a critical class", []string{"--set", "agent.priorityClassName=gpu-critical", "--set", "aggregator.priorityClassName="},
+			map[string][]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, criticalQuotas(t, mustTemplate(t, tc.set...))); d != "" {
+				t.Errorf("the critical classes each namespace's quota names (-want +got):\n%s", d)
+			}
+		})
 	}
 }
