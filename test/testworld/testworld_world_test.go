@@ -349,3 +349,44 @@ func alive(pid string) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
+
+// TestCriticalPodsNeedAQuotaAsOnGKE: the API server limits the critical
+// priority classes as GKE's does. A pod at system-node-critical is refused
+// in a namespace without a quota for its class, with the answer a
+// DaemonSet's events carry on GKE, and created once a quota names the
+// class; kube-system has GKE's own quota; a pod of no class needs none.
+func TestCriticalPodsNeedAQuotaAsOnGKE(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	critical := func(name, class string) *corev1.Pod {
+		p := pod(name, "", nil)
+		p.Spec.PriorityClassName = class
+		return p
+	}
+	pods := world.Client.CoreV1().Pods(ns)
+	for _, class := range testworld.CriticalPriorityClasses {
+		_, err := pods.Create(testworld.Ctx(t, 10*time.Second), critical("refused-"+class, class), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "insufficient quota to match these scopes") {
+			t.Errorf("a pod at %s in a namespace without a quota for it: %v, want refused for want of a quota", class, err)
+		}
+	}
+	if _, err := pods.Create(testworld.Ctx(t, 10*time.Second), pod("classless", "", nil), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a pod of no priority class: %v, want created", err)
+	}
+	q, err := world.Client.CoreV1().ResourceQuotas(metav1.NamespaceSystem).Get(testworld.Ctx(t, 10*time.Second), testworld.GKECriticalPodsQuota, metav1.GetOptions{})
+	if err != nil || q.Spec.ScopeSelector == nil || len(q.Spec.ScopeSelector.MatchExpressions) != 1 {
+		t.Fatalf("kube-system's quota for critical pods: %v %+v", err, q)
+	}
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "critical-pods", Namespace: ns},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")}, ScopeSelector: q.Spec.ScopeSelector},
+	}
+	if _, err := world.Client.CoreV1().ResourceQuotas(ns).Create(testworld.Ctx(t, 10*time.Second), quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, class := range testworld.CriticalPriorityClasses {
+		if _, err := pods.Create(testworld.Ctx(t, 10*time.Second), critical("admitted-"+class, class), metav1.CreateOptions{}); err != nil {
+			t.Errorf("a pod at %s in a namespace with a quota for it: %v, want created", class, err)
+		}
+	}
+}

@@ -41,6 +41,9 @@ var Controllers = []string{
 	// A Service's endpoints: the API server calls an admission webhook
 	// (the eviction check) at its Service's endpoints (below).
 	"endpoint", "endpointslice",
+	// Quotas' usage, as every cluster counts it: GKE limits the critical
+	// priority classes to namespaces with a quota for them (gke.go).
+	"resourcequota",
 }
 
 // Annotation kwok manages nodes by; AddNode sets it.
@@ -123,8 +126,9 @@ const WebhookCaller = "kube-apiserver-webhook-client"
 const webhookCallerToken = "testworld-webhook-caller-token"
 
 // writeWebhookAuth writes, in dir, the API server's admission
-// configuration that presents webhookCallerToken to every webhook, and
-// returns its path.
+// configuration that presents webhookCallerToken to every webhook and
+// limits the critical priority classes as GKE does (gke.go), and returns
+// its path.
 func writeWebhookAuth(dir string) (string, error) {
 	kubeconfig := filepath.Join(dir, "webhook-kubeconfig.yaml")
 	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nusers:\n  - name: \"*\"\n    user:\n      token: "+webhookCallerToken+"\n"), 0o600); err != nil {
@@ -134,7 +138,7 @@ func writeWebhookAuth(dir string) (string, error) {
 	plugin := func(name string) string {
 		return "  - name: " + name + "\n    configuration:\n      apiVersion: apiserver.config.k8s.io/v1\n      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: " + kubeconfig + "\n"
 	}
-	data := "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n" + plugin("ValidatingAdmissionWebhook") + plugin("MutatingAdmissionWebhook")
+	data := "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n" + plugin("ValidatingAdmissionWebhook") + plugin("MutatingAdmissionWebhook") + criticalPodsLimited
 	return config, os.WriteFile(config, []byte(data), 0o600)
 }
 
@@ -359,6 +363,9 @@ func Start(ctx context.Context, opts Options) (w *World, err error) {
 		_, err := w.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	}); err != nil {
+		return w, err
+	}
+	if err := w.createGKEQuota(ctx); err != nil {
 		return w, err
 	}
 	w.StartupTime = time.Since(begin)
