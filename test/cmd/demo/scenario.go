@@ -33,6 +33,7 @@ const (
 	opportunistic = "node-idle-time=10s,min-nodes=3,window=2419200s"
 	pool          = "a3-highgpu-8g"
 	slicePool     = "v5p-slice"
+	sliceMachine  = "ct5p-hightpu-4t"
 	workloads     = "ml"
 	// policyConfigMap is the policy ConfigMap's name, in kube-system.
 	policyConfigMap = "maintenance-handler"
@@ -86,8 +87,14 @@ func (d *demo) setUp(ctx context.Context) error {
 	for i := range 4 {
 		spec := testworld.NodeSpec{Name: fmt.Sprintf("gke-%s-%d", slicePool, i), Pool: slicePool, TPU: true, Project: "demo-project", Zone: "us-central1-a",
 			Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}}
-		v, err := d.fleet.Add(ctx, spec, gceemu.Config{NoMaintenanceEvent: true}) // TPU VMs do not serve maintenance-event
+		v, err := d.fleet.Add(ctx, spec, gceemu.Config{NoMaintenanceEvent: true, MachineType: sliceMachine}) // TPU VMs do not serve maintenance-event
 		if err != nil {
+			return err
+		}
+		// The agents make their own Compute calls here, so none asks the
+		// aggregator to read its VM: the demo writes what that read says,
+		// which proves the host a member of its slice.
+		if err := d.annotate(ctx, v, protocol.AnnotationVMFacts, protocol.Encode(protocol.VMFacts{ID: "demo-read", MachineType: sliceMachine, Status: "RUNNING"})); err != nil {
 			return err
 		}
 		d.slice = append(d.slice, v)
