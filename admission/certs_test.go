@@ -146,7 +146,7 @@ func TestServeOverTLS(t *testing.T) {
 		_ = g.Wait()
 	}()
 	var called atomic.Bool
-	addr, err := admission.Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called.Store(true) }), certs)
+	addr, err := admission.Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called.Store(true) }), certs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func hostEvictionCheckFor(tb testing.TB, ns string, callers []string) (*metrics.
 	if len(callers) > 0 {
 		check = admission.NewCallers(typed.AuthenticationV1().TokenReviews().Create, callers, m.CallerRefused).Wrap(check)
 	}
-	if _, err := admission.Serve(ctx, g, addr, check, certs); err != nil {
+	if _, err := admission.Serve(ctx, g, addr, check, certs, nil); err != nil {
 		cancel()
 		tb.Fatal(err)
 	}

@@ -210,8 +210,8 @@ type NoticeEndpoint struct {
 	// Serving is 1 while the endpoint serves, 0 while it cannot listen.
 	Serving prometheus.Gauge
 	// Refused counts connections refused, by reason: over_share (their
-	// address held its share) or foreign (an address the endpoint does
-	// not serve).
+	// address held its share), full (the endpoint's cap was held) or
+	// foreign (an address the endpoint does not serve).
 	Refused *prometheus.CounterVec
 }
 
@@ -224,10 +224,11 @@ func NewNoticeEndpoint(reg prometheus.Registerer) *NoticeEndpoint {
 		Serving: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "notice_endpoint_serving",
 			Help: "1 while the notice endpoint (--notice-listen-address) serves the node's pods, 0 while it cannot listen (another program holds the port; tried again with backoff)."}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "notice_endpoint_refused_total",
-			Help: "Connections to the notice endpoint refused, by reason: over_share (429: their client address already held its share at once) or foreign (403: an address that is neither the node's nor in its pod ranges)."}, []string{"reason"}),
+			Help: "Connections to the notice endpoint refused, by reason: over_share (429: their client address already held its share at once), full (503: its cap was held by addresses other than the node's own) or foreign (403: an address that is neither the node's nor in its pod ranges)."}, []string{"reason"}),
 	}
 	m.Refused.WithLabelValues("over_share")
 	m.Refused.WithLabelValues("foreign")
+	m.Refused.WithLabelValues("full")
 	reg.MustRegister(m.Serving, m.Refused)
 	return m
 }

@@ -108,7 +108,9 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		}
 	})
 	g, ctx := errgroup.WithContext(ctx)
-	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
+	refused := metrics.NewConnectionsRefused(reg, "agent", "metrics")
+	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux,
+		cli.LogRefused(logger, "metrics", func(reason string) { refused.WithLabelValues("metrics", reason).Inc() }))
 	if err != nil {
 		return err
 	}

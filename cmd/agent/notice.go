@@ -20,8 +20,9 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// noticeConnections bounds the connections to the notice endpoint: a
-// node's pods, each long-polling a few keys.
+// noticeConnections bounds the connections to the notice endpoint from
+// addresses other than the node's own: a node's pods, each long-polling a
+// few keys.
 const noticeConnections = 256
 
 // noticePerClient bounds the connections one client address holds on the
@@ -79,7 +80,7 @@ func (e *noticeEndpoint) run(ctx context.Context) {
 		ln, err := net.Listen("tcp", e.addr)
 		if err == nil {
 			cli.ServeBounded(ctx, ln, e.mirror, cli.Bounds{Conns: noticeConnections, PerSource: noticePerClient, Allow: e.allow,
-				Refused: e.m.Refused.WithLabelValues("over_share").Inc, Foreign: e.m.Refused.WithLabelValues("foreign").Inc})
+				Refused: cli.LogRefused(e.logger, "notice", func(reason string) { e.m.Refused.WithLabelValues(reason).Inc() })})
 			e.problem.Store(nil)
 			e.m.Serving.Set(1)
 			e.logger.Info("serving the maintenance keys to the node's pods", "listen", ln.Addr().String())

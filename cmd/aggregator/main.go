@@ -98,12 +98,16 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	ready, err := serveEvictionCheck(ctx, g, cfg, opts, reg, logger)
+	refused := metrics.NewConnectionsRefused(reg, "aggregator", "metrics", "eviction-check")
+	countRefused := func(listener string) func(string) {
+		return cli.LogRefused(logger, listener, func(reason string) { refused.WithLabelValues(listener, reason).Inc() })
+	}
+	ready, err := serveEvictionCheck(ctx, g, cfg, opts, reg, countRefused("eviction-check"), logger)
 	if err != nil {
 		return err
 	}
 	mux := serveMux(reg, func() error { return a.Healthy(opts.UnhealthyAfter) }, ready)
-	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux)
+	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux, countRefused("metrics"))
 	if err != nil {
 		return err
 	}
@@ -116,7 +120,8 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 // serveEvictionCheck serves the eviction check (package admission) in g
 // where --eviction-check-listen-address is set, and keeps its certificate;
 // ready says whether the replica can serve it (always, where it is off).
-func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, reg *prometheus.Registry, logger *slog.Logger) (ready func() bool, err error) {
+// refused is told of each connection its listener refuses.
+func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, reg *prometheus.Registry, refused func(string), logger *slog.Logger) (ready func() bool, err error) {
 	if opts.EvictionCheckListenAddress == "" {
 		return func() bool { return true }, nil
 	}
@@ -153,7 +158,7 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 		}
 		check = admission.NewCallers(reviews.TokenReviews().Create, opts.EvictionCheckCallers, m.CallerRefused).Wrap(check)
 	}
-	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs)
+	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs, refused)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,11 @@ func TestServeBoundedHoldsEachClientToItsShare(t *testing.T) {
 	var refused atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ServeBounded(ctx, ln, h, Bounds{Conns: 8, PerSource: 2, Refused: func() { refused.Add(1) }})
+	ServeBounded(ctx, ln, h, Bounds{Conns: 8, PerSource: 2, Refused: func(reason string) {
+		if reason == RefusedOverShare {
+			refused.Add(1)
+		}
+	}})
 	url := "http://" + ln.Addr().String() + "/"
 
 	// client is an HTTP client whose every request is a new connection
@@ -101,7 +105,7 @@ func TestPerSourceGivesThePlaceBack(t *testing.T) {
 	}
 	defer inner.Close()
 	var refused atomic.Int32
-	l := &perSource{Listener: inner, max: 1, refused: func() { refused.Add(1) }, open: map[string]int{}}
+	l := newLimited(inner, Bounds{Conns: 1, PerSource: 1, Refused: func(string) { refused.Add(1) }}, true)
 	for i := range 3 {
 		c, err := net.Dial("tcp", inner.Addr().String())
 		if err != nil {
@@ -116,8 +120,8 @@ func TestPerSourceGivesThePlaceBack(t *testing.T) {
 			t.Fatalf("close %d: %v", i, err)
 		}
 	}
-	if refused.Load() != 0 || len(l.open) != 0 {
-		t.Errorf("refused %d, open %v: want every connection accepted in turn, none left open", refused.Load(), l.open)
+	if refused.Load() != 0 || len(l.open) != 0 || l.shared != 0 {
+		t.Errorf("refused %d, open %v, shared %d: want every connection accepted in turn, none left open", refused.Load(), l.open, l.shared)
 	}
 }
 
@@ -132,7 +136,11 @@ func TestServeBoundedServesOnlyWhomItAllows(t *testing.T) {
 	defer cancel()
 	var foreign atomic.Int32
 	ServeBounded(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }),
-		Bounds{Conns: 1, PerSource: 1, Allow: func(ip net.IP) bool { return ip.Equal(net.IPv4(127, 0, 0, 1)) }, Foreign: func() { foreign.Add(1) }})
+		Bounds{Conns: 1, PerSource: 1, Allow: func(ip net.IP) bool { return ip.Equal(net.IPv4(127, 0, 0, 1)) }, Refused: func(reason string) {
+			if reason == RefusedForeign {
+				foreign.Add(1)
+			}
+		}})
 	get := func(source string) (int, string) {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}, Timeout: 5 * time.Second}
 		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
@@ -160,11 +168,11 @@ func TestServeBoundedServesOnlyWhomItAllows(t *testing.T) {
 // closed by the server once idle; one that sends no request at all too.
 func TestServeClosesIdleConnections(t *testing.T) {
 	serveIdle, serveHeader = 100*time.Millisecond, 100*time.Millisecond
-	t.Cleanup(func() { serveIdle, serveHeader = time.Minute, 10*time.Second })
+	t.Cleanup(func() { serveIdle, serveHeader = time.Minute, 5*time.Second })
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
 	t.Cleanup(func() { cancel(); _ = g.Wait() })
-	addr, err := Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }))
+	addr, err := Serve(ctx, g, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
