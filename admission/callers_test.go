@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -91,5 +92,83 @@ func TestCallersAdmitTheAPIServerOnly(t *testing.T) {
 	down = false
 	if code := ask("Bearer apiserver-token"); code != http.StatusOK || reviews != 5 {
 		t.Errorf("the API server's token past its period: %d after %d reviews, want 200 after 5", code, reviews)
+	}
+}
+
+// TestCallersKeepTheAPIServerApartFromAFlood: a flood of made-up bearer
+// tokens neither makes the check forget the API server's token, nor spends
+// the budget the API server's token is reviewed within, whether the token
+// is remembered, past its period, or new (a token the API server was given
+// while the flood goes on).
+func TestCallersKeepTheAPIServerApartFromAFlood(t *testing.T) {
+	const apiserver, flooder = "10.0.0.1:40000", "10.0.0.9"
+	for _, tc := range []struct {
+		name string
+		// unknown is the burst of the budget of everyone's unknown tokens
+		// (never refilled); perSource the burst of one address's (0: none).
+		unknown, perSource int
+		// admitBefore: the API server's token is admitted before the flood;
+		// stepAfter: the clock steps its period after it.
+		admitBefore, stepAfter bool
+		flood                  int
+		// throttled: the flood goes past a budget (else it is all reviewed).
+		throttled bool
+		reviews   int // the reviews of the API server's token after the flood
+	}{
+		{name: "a flood past the memory's size does not make it forget the API server's token", unknown: 1101, admitBefore: true, flood: 1100, reviews: 0},
+		{name: "past its period the API server's token is reviewed again outside the budgets", unknown: 3, admitBefore: true, stepAfter: true, flood: 10, throttled: true, reviews: 1},
+		{name: "a flood from one address spends its own budget, not the API server's new token's", unknown: 10, perSource: 3, flood: 50, throttled: true, reviews: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+			reviewed := map[string]int{}
+			refused := map[string]int{}
+			c := &admission.Callers{
+				Review: func(_ context.Context, tr *authnv1.TokenReview, _ metav1.CreateOptions) (*authnv1.TokenReview, error) {
+					reviewed[tr.Spec.Token]++
+					ok := tr.Spec.Token == "apiserver-token"
+					tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: "kube-apiserver"}}
+					return tr, nil
+				},
+				Users:    []string{"kube-apiserver"},
+				Refused:  func(reason string) { refused[reason]++ },
+				Remember: time.Minute,
+				Unknown:  rate.NewLimiter(0, tc.unknown),
+				Clock:    clk,
+			}
+			if tc.perSource > 0 {
+				c.PerSource = func() *rate.Limiter { return rate.NewLimiter(0, tc.perSource) }
+			}
+			h := c.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			ask := func(from, token string) int {
+				r := httptest.NewRequest(http.MethodPost, admission.Path, nil)
+				r.RemoteAddr = from
+				r.Header.Set("Authorization", "Bearer "+token)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w.Code
+			}
+			if tc.admitBefore {
+				if code := ask(apiserver, "apiserver-token"); code != http.StatusOK {
+					t.Fatalf("the API server's token before the flood: %d, want 200", code)
+				}
+			}
+			before := reviewed["apiserver-token"]
+			for i := range tc.flood {
+				ask(fmt.Sprintf("%s:%d", flooder, 1000+i), fmt.Sprintf("made-up-%d", i))
+			}
+			if throttled := refused[admission.CallerThrottled] > 0; throttled != tc.throttled {
+				t.Fatalf("the flood throttled %t (refused %v), want %t", throttled, refused, tc.throttled)
+			}
+			if tc.stepAfter {
+				clk.Step(time.Minute)
+			}
+			if code := ask(apiserver, "apiserver-token"); code != http.StatusOK {
+				t.Errorf("the API server's token after the flood: %d (refused %v), want 200", code, refused)
+			}
+			if got := reviewed["apiserver-token"] - before; got != tc.reviews {
+				t.Errorf("the API server's token was reviewed %d times after the flood, want %d", got, tc.reviews)
+			}
+		})
 	}
 }
