@@ -31,7 +31,7 @@ func newCerts(cs *fake.Clientset, clk *clocktesting.FakeClock) *admission.Certs 
 	}
 }
 
-func bundle(t *testing.T, cs *fake.Clientset) []*x509.Certificate {
+func bundle(t testing.TB, cs *fake.Clientset) []*x509.Certificate {
 	t.Helper()
 	c, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), "hooks", metav1.GetOptions{})
 	if err != nil {
@@ -169,7 +169,7 @@ func TestServeOverTLS(t *testing.T) {
 
 // waitReady waits until certs has a certificate and the configuration its
 // CA (Serve's first Refresh, on a goroutine of its own).
-func waitReady(t *testing.T, certs *admission.Certs, cs *fake.Clientset) {
+func waitReady(t testing.TB, certs *admission.Certs, cs *fake.Clientset) {
 	t.Helper()
 	for start := time.Now(); !certs.Ready() || len(bundle(t, cs)) == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Since(start) > time.Minute {

@@ -167,8 +167,9 @@ func TestServeBoundedServesOnlyWhomItAllows(t *testing.T) {
 // then holds its connection open, as any pod on the node may, has it
 // closed by the server once idle; one that sends no request at all too.
 func TestServeClosesIdleConnections(t *testing.T) {
+	idle, header := serveIdle, serveHeader
 	serveIdle, serveHeader = 100*time.Millisecond, 100*time.Millisecond
-	t.Cleanup(func() { serveIdle, serveHeader = time.Minute, 5*time.Second })
+	t.Cleanup(func() { serveIdle, serveHeader = idle, header })
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
 	t.Cleanup(func() { cancel(); _ = g.Wait() })
