@@ -11,7 +11,6 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -142,12 +141,14 @@ func (r *relay) handle(ctx context.Context, wg *sync.WaitGroup, n *corev1.Node) 
 	}
 	if id := n.Annotations[protocol.AnnotationVMRead]; id != "" {
 		if f, ok := protocol.ReadVMFacts(n); !ok || f.ID != id {
-			r.start(ctx, wg, n.Name, relayRead, func(n *corev1.Node) {
+			r.start(ctx, wg, n.Name, relayRead, func(n *corev1.Node) bool {
 				if id := n.Annotations[protocol.AnnotationVMRead]; id != "" {
 					if f, ok := protocol.ReadVMFacts(n); !ok || f.ID != id {
 						r.read(ctx, n, id)
+						return true
 					}
 				}
+				return false
 			})
 		}
 	}
@@ -158,25 +159,28 @@ func (r *relay) handle(ctx context.Context, wg *sync.WaitGroup, n *corev1.Node) 
 	ans, answered := protocol.ReadComputeAnswer(n)
 	switch {
 	case !answered || ans.ID != c.ID:
-		r.start(ctx, wg, n.Name, relayCall, func(n *corev1.Node) {
+		r.start(ctx, wg, n.Name, relayCall, func(n *corev1.Node) bool {
 			// The ask as it stands once the work's turn came.
 			c, ok := protocol.ReadComputeCall(n)
 			if ans, answered := protocol.ReadComputeAnswer(n); ok && (!answered || ans.ID != c.ID) {
-				r.call(ctx, n, c)
+				return r.call(ctx, n, c)
 			}
+			return false
 		})
 	case ans.Operation != "" && !ans.Done && !ans.Unfollowed:
-		r.start(ctx, wg, n.Name, relayFollow, func(*corev1.Node) { r.follow(ctx, n, ans) })
+		r.start(ctx, wg, n.Name, relayFollow, func(*corev1.Node) bool { r.follow(ctx, n, ans); return true })
 	}
 }
 
 // start runs f once for node and kind at a time, within the relay's
 // concurrency; a call or a read waits first for the node's bucket
 // (relaylimit.go). f is given the node as the cache holds it when its
-// turn comes (not run when the Node is gone). An ask that changed while
+// turn comes (not run when the Node is gone), and says whether it did the
+// work (false: nothing was asked any more, or a group call waits for its
+// members; the bucket's token is given back). An ask that changed while
 // the node's work of its kind was under way is handled when that work
 // ends: the answer's write is a change of the Node.
-func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, node, kind string, f func(*corev1.Node)) {
+func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, node, kind string, f func(*corev1.Node) bool) {
 	key := kind + "/" + node
 	r.mu.Lock()
 	if r.busy[key] {
@@ -191,8 +195,10 @@ func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, node, kind string
 			delete(r.busy, key)
 			r.mu.Unlock()
 		}()
+		refund := func() {}
 		if kind != relayFollow {
-			if d := r.buckets.take(node, kind); d > 0 {
+			var d time.Duration
+			if d, refund = r.buckets.take(node, kind); d > 0 {
 				r.a.opts.Metrics.RelayLimited.WithLabelValues(kind).Inc()
 				r.a.log.Warn("a node asks the relay faster than its rate; its ask waits", "node", node, "kind", kind, "wait", d)
 				if !waitOn(ctx, r.a.opts.Clock, d) {
@@ -207,16 +213,20 @@ func (r *relay) start(ctx context.Context, wg *sync.WaitGroup, node, kind string
 		}
 		defer func() { <-r.slots }()
 		o, ok := r.a.nodes.Get(node)
-		if n, isNode := o.(*corev1.Node); ok && isNode {
-			f(n)
-		} else if !ok {
+		switch n, isNode := o.(*corev1.Node); {
+		case ok && isNode:
+			if !f(n) {
+				refund()
+			}
+		case !ok:
 			r.buckets.forget(node)
 		}
 	})
 }
 
-// call makes c on n's VM, if vouch allows it, and writes the answer.
-func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall) {
+// call makes c on n's VM, if vouch allows it, and writes the answer;
+// false when the call waits for its group's members (no answer yet).
+func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall) bool {
 	ans := protocol.ComputeAnswer{ID: c.ID}
 	g := r.a.opts.grouping()
 	group := r.group(n)
@@ -229,7 +239,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 	}
 	r.mu.Unlock()
 	if errors.Is(why, errGroupDraining) {
-		return
+		return false
 	}
 	if why != nil {
 		ans.Outcome, ans.Error = protocol.CallNotVouched, why.Error()
@@ -238,7 +248,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 			"The node's agent asked for %s on its VM, and the aggregator did not make the call: %v", c.Method, why))
 		r.a.opts.Metrics.ComputeCalls.WithLabelValues(c.Method, protocol.CallNotVouched).Inc()
 		r.answer(ctx, n.Name, protocol.AnnotationComputeAnswer, protocol.Encode(ans))
-		return
+		return true
 	}
 	cctx, cancel := context.WithTimeout(ctx, relayCallTimeout)
 	var err error
@@ -258,7 +268,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 	}
 	cancel()
 	if ctx.Err() != nil {
-		return // the lead is lost: the next leader asks again, with the same request ID
+		return true // the lead is lost: the next leader asks again, with the same request ID
 	}
 	outcome := "accepted"
 	// The acceptance holds the node's place under the caps while this
@@ -275,16 +285,10 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 		// with the answer (the agent's repair goes on without it), and
 		// another report needs another approval.
 		r.answerPatch(ctx, n.Name, withdrawApproval(protocol.AnnotationComputeAnswer, protocol.Encode(ans)))
-		return
+		return true
 	}
 	r.answer(ctx, n.Name, protocol.AnnotationComputeAnswer, protocol.Encode(ans))
-}
-
-// withdrawApproval is the patch that writes an answer (key, value) and
-// withdraws the repair's approval.
-func withdrawApproval(key, value string) []byte {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value, protocol.AnnotationFaultRepair: nil}}})
-	return patch
+	return true
 }
 
 // follow reads ans's operation until it ends, and writes how.
@@ -356,26 +360,6 @@ func (r *relay) answerPatch(ctx context.Context, name string, patch []byte) {
 			return
 		}
 	}
-}
-
-// group lists the Nodes of n's reservation group as the leader's cache
-// holds them, n included (nil when n is in none): the group the leader
-// itself counts n in. A group call is made only where Compute Engine
-// counts as many hosts in use, and only once every other member is
-// drained (vouch).
-func (r *relay) group(n *corev1.Node) []*corev1.Node {
-	g := r.a.opts.grouping()
-	grp := g.GroupOf(n)
-	if grp.Kind != protocol.GroupReservation {
-		return nil
-	}
-	var out []*corev1.Node
-	for _, o := range r.a.nodes.List() {
-		if m, ok := o.(*corev1.Node); ok && g.Name(m) == grp.Name {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // refuseObserved says, once per ask, that an observed node's ask is not

@@ -129,21 +129,29 @@ func TestRelayBuckets(t *testing.T) {
 	b := newRelayBuckets(clk, 60)
 	var waits []time.Duration
 	for range relayBurst + 2 {
-		waits = append(waits, b.take("rotating", relayCall))
+		d, _ := b.take("rotating", relayCall)
+		waits = append(waits, d)
 	}
 	want := make([]time.Duration, relayBurst+2)
 	want[relayBurst], want[relayBurst+1] = time.Minute, 2*time.Minute
 	if d := cmp.Diff(want, waits); d != "" {
 		t.Errorf("waits of one node's calls (-want +got):\n%s", d)
 	}
-	if d := b.take("rotating", relayRead); d != 0 {
+	if d, _ := b.take("rotating", relayRead); d != 0 {
 		t.Errorf("its first read waits %s; want none", d)
 	}
-	if d := b.take("other", relayCall); d != 0 {
+	if d, _ := b.take("other", relayCall); d != 0 {
 		t.Errorf("another node's first call waits %s; want none", d)
 	}
 	clk.Step(3 * time.Minute)
-	if d := b.take("rotating", relayCall); d != 0 {
+	if d, _ := b.take("rotating", relayCall); d != 0 {
 		t.Errorf("a call after the waits were served waits %s; want none", d)
+	}
+	// A token taken for work not done (a group call that waits for its
+	// members) is given back.
+	d, refund := b.take("rotating", relayCall)
+	refund()
+	if again, _ := b.take("rotating", relayCall); d != time.Minute || again != d {
+		t.Errorf("waits %s, then %s after a refund; want a minute both times", d, again)
 	}
 }

@@ -44,8 +44,9 @@ func newRelayBuckets(c clock.Clock, perHour int) *relayBuckets {
 }
 
 // take takes a token of node's bucket for kind, and says how long to wait
-// before the work it stands for may be done (0: at once).
-func (b *relayBuckets) take(node, kind string) time.Duration {
+// before the work it stands for may be done (0: at once), and how to give
+// the token back when no work was done after all.
+func (b *relayBuckets) take(node, kind string) (time.Duration, func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	key := kind + "/" + node
@@ -55,7 +56,8 @@ func (b *relayBuckets) take(node, kind string) time.Duration {
 		b.buckets[key] = l
 	}
 	now := b.clock.Now()
-	return l.ReserveN(now, 1).DelayFrom(now)
+	r := l.ReserveN(now, 1)
+	return r.DelayFrom(now), func() { r.CancelAt(b.clock.Now()) }
 }
 
 // forget drops node's buckets (its Node is gone).

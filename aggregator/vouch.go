@@ -11,6 +11,7 @@ package aggregator
 // the aggregator's approval names.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -151,4 +152,31 @@ func expireVouched(nodes *fleet.Fleet, now time.Time) {
 			nodes.Amend(v.Name, func(v *fleet.Node) { v.ExpireVouched(now) })
 		}
 	}
+}
+
+// group lists the Nodes of n's reservation group as the leader's cache
+// holds them, n included (nil when n is in none): the group the leader
+// itself counts n in. A group call is made only where Compute Engine
+// counts as many hosts in use, and only once every other member is
+// drained (vouch).
+func (r *relay) group(n *corev1.Node) []*corev1.Node {
+	g := r.a.opts.grouping()
+	grp := g.GroupOf(n)
+	if grp.Kind != protocol.GroupReservation {
+		return nil
+	}
+	var out []*corev1.Node
+	for _, o := range r.a.nodes.List() {
+		if m, ok := o.(*corev1.Node); ok && g.Name(m) == grp.Name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// withdrawApproval is the patch that writes an answer (key, value) and
+// withdraws the repair's approval.
+func withdrawApproval(key, value string) []byte {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value, protocol.AnnotationFaultRepair: nil}}})
+	return patch
 }
