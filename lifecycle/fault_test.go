@@ -515,3 +515,18 @@ func TestNotReportable(t *testing.T) {
 		}
 	}
 }
+
+// TestStepFaultRepairAsksWithTheApprovalsRequest: a repair starts with the
+// request its approval names (the one call the aggregator's relay makes
+// for it), not one of the agent's own; an approval that names none (an
+// older aggregator's) starts with the agent's own.
+func TestStepFaultRepairAsksWithTheApprovalsRequest(t *testing.T) {
+	for _, tc := range []struct{ request, want string }{{"req-approved", "req-approved"}, {"", "req-fault"}} {
+		o := approved(obs(quiet()))
+		o.Repair.Request = tc.request
+		d := stepChecked(t, cfg, State{}, o)
+		if d.State.Reason != protocol.ReasonFault || d.State.RequestID != tc.want {
+			t.Errorf("approval for %q: %s %s with request %q; want a repair with request %q", tc.request, d.State.Phase, d.State.Reason, d.State.RequestID, tc.want)
+		}
+	}
+}
