@@ -25,13 +25,19 @@
 // Who may ask (Callers): where the API server presents a credential to
 // webhooks (a self-managed control plane's admission configuration), only
 // the users named, by the bearer token the API server reviews; others are
-// turned away before any pod is read. GKE's presents none: there the
-// network fences the check.
+// turned away before any pod is read. The API server's token is kept
+// apart from unknown ones: remembered apart and reviewed again outside any
+// budget, while unknown tokens are reviewed within a budget per client
+// address and one for all. GKE's presents none: there the network fences
+// the check. Its listener holds each client address to a share of
+// connections (internal/cli), so that no pod holding connections open
+// keeps the API server's calls out.
 //
 // What it does not do: decide anything about budgets (the Eviction API
 // does), or look at any request but the agent's evictions.
 //
 // Concurrency: Check serves requests concurrently and holds no state;
-// Callers remembers tokens' answers under a lock; Certs' certificate is
+// Callers remembers tokens' answers and the budgets under a lock, and
+// requests that bring one token at once share its review; Certs' certificate is
 // swapped under a lock, read by every TLS handshake.
 package admission

@@ -9,6 +9,10 @@
 // take), and deadlines that close idle and slow connections. A connection
 // past the bounds is refused at once, counted and logged (LogRefused); it
 // never waits for a place, nor takes one.
+//
+// Concurrency: a listener's places are counted under a lock, taken in
+// Accept and given back when the server closes the connection; refused
+// connections are answered on goroutines of their own, a bounded number.
 package cli
 
 import (
