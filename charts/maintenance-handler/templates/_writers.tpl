@@ -31,7 +31,7 @@ spec:
         !(request.userInfo.username in ['{{ include "mh.agentUser" . }}', '{{ include "mh.aggregatorUser" . }}'])
   variables:
     - name: claim
-      expression: "'authentication.kubernetes.io/node-name' in request.userInfo.extra ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''"
+      expression: "has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''"
     - name: user
       expression: request.userInfo.username
     - name: kubelet
