@@ -55,6 +55,19 @@ func hostEvictionCheck(tb testing.TB, ns string) *metrics.EvictionCheck {
 // check's address too.
 func hostEvictionCheckFor(tb testing.TB, ns string, callers []string) (*metrics.EvictionCheck, string) {
 	tb.Helper()
+	if len(callers) == 0 {
+		return hostEvictionCheckWith(tb, ns, nil)
+	}
+	return hostEvictionCheckWith(tb, ns, func(review admission.TokenReviewer, m *metrics.EvictionCheck) *admission.Callers {
+		return admission.NewCallers(review, callers, m.CallerRefused)
+	})
+}
+
+// hostEvictionCheckWith is hostEvictionCheck answering only the callers
+// callersOf makes (nil: any caller), with the aggregator's token's
+// reviews and the check's metrics.
+func hostEvictionCheckWith(tb testing.TB, ns string, callersOf func(admission.TokenReviewer, *metrics.EvictionCheck) *admission.Callers) (*metrics.EvictionCheck, string) {
+	tb.Helper()
 	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(tb, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		tb.Fatal(err)
@@ -81,8 +94,8 @@ func hostEvictionCheckFor(tb testing.TB, ns string, callers []string) (*metrics.
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
 	var check http.Handler = &admission.Check{Pods: client.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: logger}
-	if len(callers) > 0 {
-		check = admission.NewCallers(typed.AuthenticationV1().TokenReviews().Create, callers, m.CallerRefused).Wrap(check)
+	if callersOf != nil {
+		check = callersOf(typed.AuthenticationV1().TokenReviews().Create, m).Wrap(check)
 	}
 	if _, err := admission.Serve(ctx, g, addr, check, certs, nil); err != nil {
 		cancel()

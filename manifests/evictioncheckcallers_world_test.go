@@ -11,7 +11,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -31,13 +30,7 @@ import (
 func TestEvictionCheckAnswersTheAPIServerOnly(t *testing.T) {
 	testworld.Need(t)
 	const node = "callers-gpu"
-	world.NodeT(t, testworld.NodeSpec{Name: node})
-	apply(t, render(t, "base"))
-	role := mustTemplate(t, "--set", "aggregator.evictionCheckCallers={"+testworld.WebhookCaller+"}")["ClusterRole /maintenance-handler-aggregator"]
-	stripHelmLabels(role)
-	apply(t, []*unstructured.Unstructured{role})
-	agent := agentPodOn(t, node)
-	scaleAggregatorToZero(t)
+	agent := shippedForCallers(t, node)
 	m, addr := hostEvictionCheckFor(t, testworld.ShippedNamespace, []string{testworld.WebhookCaller})
 
 	token := agentToken(t, agent).Status.Token
