@@ -138,7 +138,7 @@ func TestLabelledInNodeMovesNoSliceHost(t *testing.T) {
 		return ok && f.MachineType == v5pMachine
 	})
 
-	h := labelledIn(t, "v5p-gpu", "v5p", map[string]string{protocol.LabelTPUTopology: "2x2x4", protocol.LabelTPUAccelerator: "tpu-v5p-slice"})
+	h := labelledIn(t, "gpu-labelled-in", "v5p", map[string]string{protocol.LabelTPUTopology: "2x2x4", protocol.LabelTPUAccelerator: "tpu-v5p-slice"})
 	chips := fmt.Appendf(nil, `{"status":{"capacity":{%q:"4"},"allocatable":{%q:"4"}}}`, protocol.ResourceTPU, protocol.ResourceTPU)
 	if _, err := h.Kubelet.CoreV1().Nodes().PatchStatus(ctx, h.Node, chips); err != nil {
 		t.Fatalf("the kubelet's patch of its capacity: %v", err)

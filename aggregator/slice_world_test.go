@@ -316,6 +316,7 @@ func TestSliceHostJoinsLate(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
+	proveVMs(t, ctx, protocol.VMFacts{MachineType: v5pMachine, Status: "RUNNING"}, "late-0", "late-1")
 	// Both agents have read their Nodes: each publishes its host idle.
 	world.WaitNodes(t, []string{"late-0", "late-1"}, "published idle", func(n *corev1.Node) bool { return n.Annotations[protocol.AnnotationIdleSince] != "" })
 
