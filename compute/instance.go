@@ -1,7 +1,9 @@
 package compute
 
-// What the agent reads of its own VM with instances.get: a Spot VM's
-// preemption notice, and the VM's known end.
+// What the agent reads of its own VM with instances.get (itself, or through
+// the aggregator): a Spot VM's preemption notice, the VM's known end, and
+// what proves its group membership (its machine type, the reservation it
+// consumes, the block, sub-block and host it runs on).
 
 import (
 	"context"
