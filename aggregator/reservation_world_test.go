@@ -242,7 +242,8 @@ func TestReservationMemberStopsAlone(t *testing.T) {
 }
 
 // subBlockMembers adds n GPU nodes of pool, named prefix-0 and on, to sb
-// (GKE's topology labels, one emulated VM each in the reservation), each
+// (GKE's topology labels, one emulated VM each in the reservation, what
+// proves them members read or written: proveVMs), each
 // with a maintenance pending and a pod rank-I (label job=train, 5 s of
 // grace).
 func subBlockMembers(t *testing.T, ctx context.Context, p *procs, sb gceemu.SubBlock, prefix, pool string, n int) ([]string, []*gceemu.Server) {
@@ -270,6 +271,13 @@ func subBlockMembers(t *testing.T, ctx context.Context, p *procs, sb gceemu.SubB
 		}
 	}
 	gceemu.JoinReservation(members)
+	if p.f.Project == nil {
+		// The agents make their own calls: none asks the aggregator to
+		// read its VM, so the test writes what that read says.
+		res := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
+		proveVMs(t, ctx, protocol.VMFacts{Status: "RUNNING", Reservation: res, Block: res + "/reservationBlocks/" + sb.Block,
+			SubBlock: res + "/reservationBlocks/" + sb.Block + "/reservationSubBlocks/" + sb.SubBlock, PhysicalBlock: sb.Block, PhysicalSubblock: sb.SubBlock}, hosts...)
+	}
 	return hosts, emus
 }
 
