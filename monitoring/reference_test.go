@@ -25,8 +25,7 @@ func TestReferenceIsComplete(t *testing.T) {
 	metrics.NewAggregator(reg)
 	metrics.NewEvictionCheck(reg)
 	metrics.NewNoticeEndpoint(reg)
-	metrics.NewConnectionsRefused(reg, "agent")
-	metrics.NewConnectionsRefused(reg, "aggregator")
+	reg.MustRegister(metrics.NewConnectionsRefused("agent"), metrics.NewConnectionsRefused("aggregator"))
 	metrics.NewClient(reg, "aggregator")
 	names := append([]string{"maintenance_handler_agent_healthy"}, reg.names...) // the first registered by cmd/agent
 	for _, line := range strings.Split(string(mustRead(t, "rules.yaml")), "\n") {

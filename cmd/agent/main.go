@@ -108,7 +108,9 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		}
 	})
 	g, ctx := errgroup.WithContext(ctx)
-	refused := metrics.NewConnectionsRefused(reg, "agent", "metrics")
+	// Counted from the start, exported with the node's labels once the
+	// node is known.
+	refused := metrics.NewConnectionsRefused("agent", "metrics")
 	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux,
 		cli.LogRefused(logger, "metrics", func(reason string) { refused.WithLabelValues("metrics", reason).Inc() }))
 	if err != nil {
@@ -120,6 +122,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("wait for node %q: %w", opts.NodeName, err)
 		}
+		nodeRegisterer(reg, opts, node).MustRegister(refused)
 		return runOnNode(ctx, opts, logger, client, node, reg, clk, setRunning)
 	})
 	return g.Wait()
@@ -130,7 +133,7 @@ func runOnNode(ctx context.Context, opts *Options, logger *slog.Logger, client *
 	reg *prometheus.Registry, clk clock.Clock, setRunning func(func() error, func() string)) error {
 	// Every series of the agent's own carries its node and pool, whatever
 	// scrapes it (the recording rules aggregate on them).
-	nodeLabels := prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
+	nodeLabels := nodeRegisterer(reg, opts, node)
 	m := metrics.NewAgent(nodeLabels)
 	reportClient(nodeLabels, client)
 	events := kube.NewNodeEvents(client.EventSink(), protocol.EventSourceAgent, opts.NodeName, node.UID)
@@ -254,6 +257,12 @@ func reportClient(reg prometheus.Registerer, client *kube.Client) {
 	cm := metrics.NewClient(reg, "agent")
 	cm.ReportClientGo()
 	client.ReportWatches(cm)
+}
+
+// nodeRegisterer registers with reg series that carry node's name and
+// pool.
+func nodeRegisterer(reg prometheus.Registerer, opts *Options, node *corev1.Node) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"node_name": opts.NodeName, "node_pool_name": node.Labels[opts.PoolLabel]}, reg)
 }
 
 // registerHealth exports what /healthz answers.

@@ -98,7 +98,8 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	refused := metrics.NewConnectionsRefused(reg, "aggregator", "metrics", "eviction-check")
+	refused := metrics.NewConnectionsRefused("aggregator", "metrics", "eviction-check")
+	reg.MustRegister(refused)
 	countRefused := func(listener string) func(string) {
 		return cli.LogRefused(logger, listener, func(reason string) { refused.WithLabelValues(listener, reason).Inc() })
 	}
