@@ -115,7 +115,7 @@ func TestHostileRelayOneApprovalOneReport(t *testing.T) {
 	if approval.Request == "" {
 		t.Fatalf("the approval %+v names no request", approval)
 	}
-	n = world.WaitNode(t, faulty, "reported, its approval withdrawn with the answer", func(n *corev1.Node) bool {
+	world.WaitNode(t, faulty, "reported, its approval withdrawn with the answer", func(n *corev1.Node) bool {
 		a, ok := protocol.ReadComputeAnswer(n)
 		_, approved := n.Annotations[protocol.AnnotationFaultRepair]
 		return ok && a.ID == approval.Request && a.Operation != "" && !approved
