@@ -36,6 +36,11 @@ const (
 	WhoDetector Who = "detector"
 	// WhoUninstall is the uninstall Job's service account.
 	WhoUninstall Who = "uninstall"
+	// WhoAnyone is every identity: the cluster autoscaler's taint, which a
+	// self-managed cluster's autoscaler sets from a pod (its token names
+	// the node it runs on) on the nodes it removes. What it says (a node
+	// removed on purpose, not lost, as a cordon says) moves no other node.
+	WhoAnyone Who = "anyone"
 )
 
 // OnNode reports whether k is a key of a Node object (label, annotation,
@@ -63,6 +68,8 @@ func (k Key) Setters() []Who {
 		who = []Who{WhoAggregator}
 	case k.Writer == Detector:
 		who = []Who{WhoDetector}
+	case k.Writer == Autoscaler:
+		who = []Who{WhoAnyone}
 	default: // a person, GKE, the autoscaler: nothing on a node.
 		who = []Who{WhoPerson}
 	}

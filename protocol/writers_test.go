@@ -42,6 +42,7 @@ func TestWhoMaySetAndRemove(t *testing.T) {
 		{LabelTopologySubblock, []Who{WhoPerson, WhoRegistration}, []Who{WhoPerson, WhoUninstall}},
 		{LabelTerminatesOnHostMaintenance, []Who{WhoPerson, WhoRegistration}, []Who{WhoPerson, WhoUninstall}},
 		{LabelActiveMaintenance, []Who{WhoOwnNode, WhoPerson}, []Who{WhoOwnNode, WhoPerson, WhoUninstall}},
+		{TaintToBeDeleted, []Who{WhoAnyone}, []Who{WhoAnyone, WhoPerson, WhoUninstall}},
 	} {
 		i := slices.IndexFunc(Keys, func(k Key) bool { return k.Name == tc.key })
 		if i < 0 {
@@ -69,6 +70,9 @@ func TestNoNodeIdentitySetsAnotherNodesKey(t *testing.T) {
 		}
 		if slices.Contains(set, WhoAgent) && k.Writer != Agent {
 			t.Errorf("%s: the agent may set it, but %s writes it", k.Name, k.Writer)
+		}
+		if slices.Contains(set, WhoAnyone) != (k.Writer == Autoscaler) {
+			t.Errorf("%s: anyone may set it: %t, want only the autoscaler's taint so", k.Name, !(k.Writer == Autoscaler))
 		}
 		if slices.Contains(set, WhoRegistration) && k.Kind != Label {
 			t.Errorf("%s: a %s set at registration; only labels are", k.Name, k.Kind)

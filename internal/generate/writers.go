@@ -36,6 +36,7 @@ var whoDoc = map[protocol.Who]string{
 	protocol.WhoOwnNode:      "any identity of that node",
 	protocol.WhoDetector:     "a named detector",
 	protocol.WhoUninstall:    "the uninstall Job",
+	protocol.WhoAnyone:       "anyone",
 }
 
 // fenceGroup is the keys of one kind that the same identities may set and
@@ -187,7 +188,8 @@ spec:
         'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
         'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
         (!variables.user.startsWith('system:node:') || variables.user == variables.kubelet),
-        'uninstall': variables.user == 'system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-uninstall'}
+        'uninstall': variables.user == 'system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-uninstall',
+        'anyone': true}
     - name: oldLabels
       expression: "oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
     - name: newLabels

@@ -49,7 +49,8 @@ spec:
         'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
         'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
         (!variables.user.startsWith('system:node:') || variables.user == variables.kubelet),
-        'uninstall': variables.user == 'system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-uninstall'}
+        'uninstall': variables.user == 'system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-uninstall',
+        'anyone': true}
     - name: oldLabels
       expression: "oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
     - name: newLabels
@@ -141,15 +142,15 @@ spec:
       messageExpression: >-
         variables.user + " may not change the Node taints maintenance-handler.io/faulty, maintenance-handler.io/slice-down, status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty, status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down: only the aggregator may set them, and the aggregator, no node's identity (a person, GKE), the uninstall Job remove them"
     - expression: >-
+        variables.oldTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']) == variables.newTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']) || ['anyone'].exists(w, variables.who[w]) ||
+        (['anyone', 'person', 'uninstall'].exists(w, variables.who[w]) && variables.newTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']).all(t, t in variables.oldTaints))
+      messageExpression: >-
+        variables.user + " may not change the Node taints ToBeDeletedByClusterAutoscaler: only anyone may set them, and anyone, no node's identity (a person, GKE), the uninstall Job remove them"
+    - expression: >-
         variables.oldTaints.filter(t, t.key in ['cloud.google.com/impending-node-termination', 'cloud.google.com/maintenance-window-started']) == variables.newTaints.filter(t, t.key in ['cloud.google.com/impending-node-termination', 'cloud.google.com/maintenance-window-started']) || ['own-node', 'person'].exists(w, variables.who[w]) ||
         (['own-node', 'person', 'uninstall'].exists(w, variables.who[w]) && variables.newTaints.filter(t, t.key in ['cloud.google.com/impending-node-termination', 'cloud.google.com/maintenance-window-started']).all(t, t in variables.oldTaints))
       messageExpression: >-
         variables.user + " may not change the Node taints cloud.google.com/impending-node-termination, cloud.google.com/maintenance-window-started: only any identity of that node, no node's identity (a person, GKE) may set them, and any identity of that node, no node's identity (a person, GKE), the uninstall Job remove them"
-    - expression: >-
-        variables.oldTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']) == variables.newTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']) || ['person'].exists(w, variables.who[w]) ||
-        (['person', 'uninstall'].exists(w, variables.who[w]) && variables.newTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']).all(t, t in variables.oldTaints))
-      messageExpression: >-
-        variables.user + " may not change the Node taints ToBeDeletedByClusterAutoscaler: only no node's identity (a person, GKE) may set them, and no node's identity (a person, GKE), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['agent', 'person'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && !(k in variables.newLabels)).size() == 0 || ['agent', 'person', 'uninstall'].exists(w, variables.who[w]))
