@@ -187,6 +187,31 @@ func TestHostileRelayRotatingReads(t *testing.T) {
 	}
 }
 
+// TestHostileFutureRepairFillsNoRate: a node whose agent's token writes
+// that its last repair ended a year from now takes no place under its
+// pool's repairRate (one repair a week): another node of the pool that a
+// person reports faulty has its repair approved, and the liar's value is
+// said as unreadable (a Warning Event naming the key).
+func TestHostileFutureRepairFillsNoRate(t *testing.T) {
+	testworld.Need(t)
+	ns := world.Namespace(t)
+	const pool = "hfr"
+	liar, real := pool+"-liar", pool+"-real"
+	for _, name := range []string{liar, real} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: pool})
+	}
+	configMap(t, ns, "pools:\n  "+pool+":\n    faults:\n      maxInRepair: \"5\"\n      repairRate: 1/168h\n")
+	h := world.HostileNode(t, liar)
+	forge(t, h.Agent, liar, func(n *corev1.Node) {
+		n.Annotations[protocol.AnnotationLastFaultRepair] = protocol.Encode(protocol.LastFaultRepair{Outcome: protocol.RepairDone,
+			Ended: time.Now().Add(365 * 24 * time.Hour).UTC()})
+	})
+	setLabel(t, testworld.Ctx(t, 10*time.Second), real, protocol.LabelReportFaulty, protocol.BehaviorChipError)
+	startAggregator(t, ns, "maintenance-handler")
+	world.WaitEvent(t, real, protocol.EventFaultRepairApproved)
+	world.WaitEvent(t, liar, protocol.EventUnreadableState, protocol.AnnotationLastFaultRepair)
+}
+
 // relayProject is a project whose Compute API only the aggregator's
 // identity may call.
 func relayProject(t *testing.T) *gceemu.Project {
