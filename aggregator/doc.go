@@ -18,12 +18,15 @@
 // status (autoscaler.go), what it tells people (announce.go) and posts to
 // a webhook, in the receiver's format (notify.go, notifyformat.go), and the
 // Compute Engine calls it makes for the agents, which hold no permission
-// of their own, once it has vouched for each ask (relay.go). On a node
+// of their own (relay.go), once it has vouched for each ask from what the
+// asking node cannot write (vouch.go), within bounds per node
+// (relaylimit.go). On a node
 // observed only, its writes are kept and shown instead of made, and the
 // node is read through its agent's Lease (observe.go).
 //
 // What it does not do: drain, call Compute Engine on its own account for
-// a node (only on its agent's ask, for the maintenance under way there,
+// a node (only on its agent's ask, for the maintenance under way there
+// that a person, the aggregator's own pick or its approval stands behind,
 // or for --reservations' spare capacity), or remember anything that is
 // not on the Nodes, in the claims or on observed nodes' Leases: a new
 // leader continues from them alone (but for its own unmade writes on
