@@ -38,7 +38,15 @@ func TestVouch(t *testing.T) {
 	perform := protocol.ComputeCall{ID: "req-1", Method: protocol.CallPerformMaintenance}
 	report := protocol.ComputeCall{ID: "req-1", Method: protocol.CallReportHostAsFaulty, Behavior: protocol.BehaviorUnrecoverableGPUError}
 	group := protocol.ComputeCall{ID: "req-1", Method: protocol.CallGroupMaintenance, SubBlock: true}
+	// inSubBlock labels n into a sub-block, with the leader's read of its
+	// VM proving it runs there.
 	inSubBlock := func(n *corev1.Node) {
+		n.Labels[protocol.LabelTopologyBlock], n.Labels[protocol.LabelTopologySubblock] = "block-7", "sub-3"
+		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", Block: "projects/p1/zones/us-central1-a/reservations/r/reservationBlocks/block-7",
+			PhysicalBlock: "block-7", PhysicalSubblock: "sub-3"})
+	}
+	// labelledIn labels n into the sub-block, with no read of its VM.
+	labelledIn := func(n *corev1.Node) {
 		n.Labels[protocol.LabelTopologyBlock], n.Labels[protocol.LabelTopologySubblock] = "block-7", "sub-3"
 	}
 	subBlocks := protocol.Grouping{PoolLabel: protocol.LabelNodePool, Reservation: protocol.ReservationGroupSubblock}
@@ -76,6 +84,8 @@ func TestVouch(t *testing.T) {
 			group: []*corev1.Node{caller, sibling("gpu-1", drained)}},
 		{name: "a group call while a member runs its workload", n: caller, c: group, g: subBlocks,
 			group: []*corev1.Node{caller, sibling("gpu-1", drained), sibling("gpu-2", protocol.AgentState{})}, why: "gpu-2 is not drained"},
+		{name: "a group call from a node labelled into the sub-block", c: group, g: subBlocks, why: "not proven",
+			n: node(protocol.ReasonManual, "", false, labelledIn), group: []*corev1.Node{caller, sibling("gpu-1", drained)}},
 		{name: "a group call while a member still drains", n: caller, c: group, g: subBlocks,
 			group: []*corev1.Node{caller, sibling("gpu-1", draining)}, why: errGroupDraining.Error()},
 		{name: "a group call after a member's drain left pods", n: caller, c: group, g: subBlocks, why: "pods still on it",

@@ -73,6 +73,9 @@ func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping, group []
 		if g.GroupOf(n).Kind != protocol.GroupReservation {
 			return inst, errors.New("the node is in no reservation group")
 		}
+		if why := g.Unproven(n); why != "" {
+			return inst, fmt.Errorf("the node's membership of its reservation group is not proven: %s", why)
+		}
 		return inst, groupDrained(n.Name, group, now)
 	default:
 		return inst, fmt.Errorf("a maintenance of reason %q (repair call %q) does not ask for %s", st.Reason, st.RepairCall, c.Method)
@@ -156,9 +159,11 @@ func expireVouched(nodes *fleet.Fleet, now time.Time) {
 
 // group lists the Nodes of n's reservation group as the leader's cache
 // holds them, n included (nil when n is in none): the group the leader
-// itself counts n in. A group call is made only where Compute Engine
-// counts as many hosts in use, and only once every other member is
-// drained (vouch).
+// itself counts n in, of the members its read of their VMs proves (a
+// node labelled into the group is no member: it can neither hold the
+// group's call back nor be counted in it). A group call is made only
+// where Compute Engine counts as many hosts in use, and only once every
+// other member is drained (vouch).
 func (r *relay) group(n *corev1.Node) []*corev1.Node {
 	g := r.a.opts.grouping()
 	grp := g.GroupOf(n)
@@ -167,7 +172,7 @@ func (r *relay) group(n *corev1.Node) []*corev1.Node {
 	}
 	var out []*corev1.Node
 	for _, o := range r.a.nodes.List() {
-		if m, ok := o.(*corev1.Node); ok && g.Name(m) == grp.Name {
+		if m, ok := o.(*corev1.Node); ok && g.Name(m) == grp.Name && (m.Name == n.Name || g.Unproven(m) == "") {
 			out = append(out, m)
 		}
 	}
