@@ -78,9 +78,12 @@
 //     on the Node, makes a retried call idempotent; Requested, written
 //     before the call, stops a restarted agent from calling again once the
 //     signals show the call was accepted);
-//   - once accepted it runs to its end: the label set again is a no-op,
-//     removing it cancels nothing (the drain has begun and Compute Engine
-//     may have been asked), another value is answered and removed;
+//   - once accepted it runs to its end here: the label set again is a
+//     no-op, removing it stops no drain (Compute Engine may have been
+//     asked), another value is answered and removed; where the aggregator
+//     makes the calls, it makes a voluntary one only while the label
+//     stands, so a call not yet made when the label goes is refused and
+//     the node goes back in service as after a failed call;
 //   - a real TERMINATE_ON_HOST_MAINTENANCE, ONGOING notice or preemption
 //     before the call turns it into that maintenance, with no call (the
 //     RequestID stays: the label started it);
