@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os/exec"
@@ -18,8 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -286,8 +289,9 @@ func deletionGraces(t testing.TB, namespaces ...string) func() map[string]int64 
 }
 
 // copyKeys writes from's product keys (labels, annotations, node
-// conditions) on the Node to, as to's agent (the only writer of its keys
-// the admission policies let through).
+// conditions) on the Node to, each as its writer: the aggregator's as the
+// aggregator, the others as to's agent (the admission policies let no one
+// else set them).
 func copyKeys(t testing.TB, from *corev1.Node, to string) {
 	t.Helper()
 	ctx := testworld.Ctx(t, 30*time.Second)
@@ -296,39 +300,45 @@ func copyKeys(t testing.TB, from *corev1.Node, to string) {
 		t.Fatal(err)
 	}
 	nodes := clientFor(t, kubeconfig).CoreV1().Nodes()
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, to, metav1.GetOptions{})
-		if err != nil {
+	aggregator := clientFor(t, world.AggregatorKubeconfigT(t, testworld.ShippedNamespace)).CoreV1().Nodes()
+	for _, as := range []struct {
+		nodes      corev1client.NodeInterface
+		aggregator bool
+	}{{nodes, false}, {aggregator, true}} {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := as.nodes.Get(ctx, to, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, k := range productKeys(from) {
+				if slices.ContainsFunc(protocol.Keys, func(key protocol.Key) bool { return key.Name == k && key.Writer == protocol.Aggregator }) != as.aggregator {
+					continue
+				}
+				if v, ok := from.Labels[k]; ok {
+					n.Labels[k] = v
+				}
+				if v, ok := from.Annotations[k]; ok {
+					n.Annotations[k] = v
+				}
+			}
+			_, err = as.nodes.Update(ctx, n, metav1.UpdateOptions{})
 			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, k := range productKeys(from) {
-			if v, ok := from.Labels[k]; ok {
-				n.Labels[k] = v
-			}
-			if v, ok := from.Annotations[k]; ok {
-				n.Annotations[k] = v
-			}
+	}
+	var conditions []corev1.NodeCondition
+	for _, c := range from.Status.Conditions {
+		if slices.Contains(protocol.NodeConditionTypes, c.Type) {
+			conditions = append(conditions, c)
 		}
-		_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conditions}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, to, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range from.Status.Conditions {
-			if slices.Contains(protocol.NodeConditionTypes, c.Type) {
-				n.Status.Conditions = append(n.Status.Conditions, c)
-			}
-		}
-		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	if _, err := nodes.Patch(ctx, to, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := nodes.Get(ctx, to, metav1.GetOptions{}); err != nil || len(productKeys(got)) < 4 {
