@@ -277,3 +277,67 @@ func TestDetectorConditionsOnlyFromNamedDetectors(t *testing.T) {
 		t.Errorf("the named detector of %s writing GPUUnhealthy on %s: %v, want refused", a.Name, b.Name, err)
 	}
 }
+
+// TestOperatorsPoolAndSliceLabelsFenced: with poolLabel and sliceLabel set,
+// the labels they name are fenced as GKE's pool label is: node A's kubelet
+// cannot label itself into a slice or a pool, nor its node-writer account
+// any node; a kubelet registers with them.
+func TestOperatorsPoolAndSliceLabelsFenced(t *testing.T) {
+	testworld.Need(t)
+	a := world.NodeT(t, testworld.NodeSpec{Name: "labelled-a"})
+	b := world.NodeT(t, testworld.NodeSpec{Name: "labelled-b"})
+	apply(t, render(t, "base"))
+	h := world.HostileNode(t, a.Name)
+	const poolLabel, sliceLabel = "example.com/pool", "example.com/slice"
+	objs, err := helmTemplate(t, "--set", "poolLabel="+poolLabel, "--set", "sliceLabel="+sliceLabel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetName() == generate.WritersPolicy {
+			policy = append(policy, o)
+		}
+	}
+	apply(t, policy)
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	slice := protocol.Key{Name: sliceLabel, Kind: protocol.Label}
+	pool := protocol.Key{Name: poolLabel, Kind: protocol.Label}
+	victims := "victims"
+	// The policy takes the new list up a moment after it is written.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return refused(patchKey(ctx, h.Kubelet, a.Name, slice, &victims)), nil
+	})
+	if err != nil {
+		t.Fatalf("the kubelet of %s labelling itself into a slice by %s: never refused", a.Name, sliceLabel)
+	}
+	for _, tc := range []struct {
+		who    string
+		client kubernetes.Interface
+		node   string
+		key    protocol.Key
+	}{
+		{"the kubelet", h.Kubelet, a.Name, pool},
+		{"the agent", h.Agent, a.Name, slice},
+		{"the node-writer account", h.DaemonSet, a.Name, slice},
+		{"the node-writer account", h.DaemonSet, b.Name, slice},
+		{"the node-writer account", h.DaemonSet, b.Name, pool},
+	} {
+		if err := patchKey(ctx, tc.client, tc.node, tc.key, &victims); !refused(err) {
+			t.Errorf("%s of %s setting %s on %s: %v, want refused", tc.who, a.Name, tc.key.Name, tc.node, err)
+		}
+	}
+	const name = "labelled-c"
+	cfg, err := world.ConfigForNode(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{poolLabel: "p", sliceLabel: "s", corev1.LabelHostname: name}}}
+	if _, err := kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a kubelet registering with the operator's pool and slice labels: %v, want allowed", err)
+	}
+}

@@ -209,6 +209,8 @@ spec:
     - name: listed
       expression: >-
         %[3]s
+    - name: operatorLabels
+      expression: {{ include "mh.operatorLabels" . | quote }}
   validations:
 `
 
@@ -230,6 +232,12 @@ metadata:
 spec:
   policyName: %[1]s
   validationActions: ["Deny"]
+{{- end }}
+
+{{/* The labels the operator names a node's pool and slice by (poolLabel,
+sliceLabel), as a CEL list: fenced as GKE's pool label is. */}}
+{{- define "mh.operatorLabels" -}}
+[{{ range $i, $l := compact (list .Values.poolLabel .Values.sliceLabel) | uniq }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
 {{- end }}
 
 {{/* The detectors' usernames as a CEL list. */}}
@@ -260,6 +268,17 @@ func writersTemplate() []byte {
 		fmt.Fprintf(&b, "      messageExpression: >-\n        variables.user + %q\n",
 			fmt.Sprintf(" may not change the Node %s %s: only %s may set them, and %s remove them",
 				plural(g.kind), strings.Join(g.keys, ", "), describe(g.set), describe(g.removers)))
+	}
+	// The operator's own pool and slice labels, named by values, are
+	// fenced as the pool label whose place they take.
+	for _, k := range protocol.NodeKeys() {
+		if k.Name != protocol.LabelNodePool {
+			continue
+		}
+		operator := fenceGroup{kind: protocol.Label, set: k.Setters(), removers: k.Removers()}
+		fmt.Fprintf(&b, "    - expression: >-\n        %s\n", strings.ReplaceAll(operator.changeRule(), "k in []", "k in variables.operatorLabels"))
+		fmt.Fprintf(&b, "      messageExpression: >-\n        variables.user + %q + variables.operatorLabels.join(\", \") + %q\n",
+			" may not change the Node labels the operator names pools and slices by (", fmt.Sprintf("): only %s may set them, and %s remove them", describe(operator.set), describe(operator.removers)))
 	}
 	unlisted := fenceGroup{kind: protocol.Label, set: []protocol.Who{protocol.WhoAgent, protocol.WhoPerson},
 		removers: []protocol.Who{protocol.WhoAgent, protocol.WhoPerson, protocol.WhoUninstall}}
@@ -299,6 +318,12 @@ func writersTable() string {
 			name += " (at registration too)"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, k.Kind, k.Writer, describe(k.Setters()), describe(k.Removers()))
+	}
+	for _, k := range protocol.NodeKeys() {
+		if k.Name == protocol.LabelNodePool {
+			fmt.Fprintf(&b, "| the labels `poolLabel` and `sliceLabel` name (at registration too) | label | %s | %s | %s |\n",
+				k.Writer, describe(k.Setters()), describe(k.Removers()))
+		}
 	}
 	fmt.Fprintf(&b, "| a condition `admissionPolicy.detectorConditions` or a pool's fault policy names | condition | %s | %s | %s |\n",
 		protocol.Detector, whoDoc[protocol.WhoDetector], describe([]protocol.Who{protocol.WhoDetector, protocol.WhoPerson, protocol.WhoUninstall}))

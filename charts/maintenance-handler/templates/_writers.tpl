@@ -70,6 +70,8 @@ spec:
     - name: listed
       expression: >-
         ['maintenance-handler.io/begun', 'maintenance-handler.io/boot-id', 'maintenance-handler.io/busy', 'maintenance-handler.io/compute-answer', 'maintenance-handler.io/compute-call', 'maintenance-handler.io/cordoned-before', 'maintenance-handler.io/deadline', 'maintenance-handler.io/drain', 'maintenance-handler.io/fault-description', 'maintenance-handler.io/fault-repair', 'maintenance-handler.io/gang', 'maintenance-handler.io/gke-status-before', 'maintenance-handler.io/idle-since', 'maintenance-handler.io/interruptions', 'maintenance-handler.io/known-end-time', 'maintenance-handler.io/kubelet-version', 'maintenance-handler.io/last-boot-id', 'maintenance-handler.io/last-event', 'maintenance-handler.io/last-fault-repair', 'maintenance-handler.io/left-to-gke', 'maintenance-handler.io/maintenance-requested', 'maintenance-handler.io/mirrored-notice', 'maintenance-handler.io/operation', 'maintenance-handler.io/phase', 'maintenance-handler.io/pod-groups', 'maintenance-handler.io/reason', 'maintenance-handler.io/repair-call', 'maintenance-handler.io/repairs', 'maintenance-handler.io/report-faulty', 'maintenance-handler.io/request-id', 'maintenance-handler.io/reservation-group', 'maintenance-handler.io/slice-maintenance', 'maintenance-handler.io/started', 'maintenance-handler.io/stopped-window', 'maintenance-handler.io/terminates-on-host-maintenance', 'maintenance-handler.io/vm-facts', 'maintenance-handler.io/vm-read', 'maintenance-handler.io/voluntary-failures']
+    - name: operatorLabels
+      expression: {{ include "mh.operatorLabels" . | quote }}
   validations:
     - expression: >-
         (variables.newAnnotations.filter(k, k in ['maintenance-handler.io/begun', 'maintenance-handler.io/boot-id', 'maintenance-handler.io/busy', 'maintenance-handler.io/compute-call', 'maintenance-handler.io/cordoned-before', 'maintenance-handler.io/deadline', 'maintenance-handler.io/drain', 'maintenance-handler.io/gke-status-before', 'maintenance-handler.io/idle-since', 'maintenance-handler.io/interruptions', 'maintenance-handler.io/kubelet-version', 'maintenance-handler.io/last-boot-id', 'maintenance-handler.io/last-event', 'maintenance-handler.io/last-fault-repair', 'maintenance-handler.io/left-to-gke', 'maintenance-handler.io/maintenance-requested', 'maintenance-handler.io/mirrored-notice', 'maintenance-handler.io/operation', 'maintenance-handler.io/phase', 'maintenance-handler.io/pod-groups', 'maintenance-handler.io/reason', 'maintenance-handler.io/repair-call', 'maintenance-handler.io/request-id', 'maintenance-handler.io/started', 'maintenance-handler.io/stopped-window', 'maintenance-handler.io/vm-read', 'maintenance-handler.io/voluntary-failures'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['agent'].exists(w, variables.who[w])) &&
@@ -152,6 +154,11 @@ spec:
       messageExpression: >-
         variables.user + " may not change the Node taints cloud.google.com/impending-node-termination, cloud.google.com/maintenance-window-started: only any identity of that node, no node's identity (a person, GKE) may set them, and any identity of that node, no node's identity (a person, GKE), the uninstall Job remove them"
     - expression: >-
+        (variables.newLabels.filter(k, k in variables.operatorLabels && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['person', 'registration'].exists(w, variables.who[w])) &&
+        (variables.oldLabels.filter(k, k in variables.operatorLabels && !(k in variables.newLabels)).size() == 0 || ['person', 'uninstall'].exists(w, variables.who[w]))
+      messageExpression: >-
+        variables.user + " may not change the Node labels the operator names pools and slices by (" + variables.operatorLabels.join(", ") + "): only no node's identity (a person, GKE), the node's kubelet registering may set them, and no node's identity (a person, GKE), the uninstall Job remove them"
+    - expression: >-
         (variables.newLabels.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['agent', 'person'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && !(k in variables.newLabels)).size() == 0 || ['agent', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
@@ -177,6 +184,12 @@ metadata:
 spec:
   policyName: maintenance-handler-key-writers
   validationActions: ["Deny"]
+{{- end }}
+
+{{/* The labels the operator names a node's pool and slice by (poolLabel,
+sliceLabel), as a CEL list: fenced as GKE's pool label is. */}}
+{{- define "mh.operatorLabels" -}}
+[{{ range $i, $l := compact (list .Values.poolLabel .Values.sliceLabel) | uniq }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
 {{- end }}
 
 {{/* The detectors' usernames as a CEL list. */}}
