@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,11 +74,21 @@ func startShared() (*World, error) {
 	if err := Build(ctx, dir, os.Stderr); err != nil {
 		return nil, err
 	}
-	startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelStart()
-	world, err := Start(startCtx, Options{Dir: dir, KeepDir: os.Getenv("MH_TESTWORLD_KEEP") != ""})
-	if err != nil {
-		return nil, fmt.Errorf("start: %w", err)
+	var world *World
+	// A port freePorts found free can be taken by another process (another
+	// package's world, on a busy machine) before the component binds it:
+	// that start is stopped whole and made again, on other ports.
+	for attempt := 1; ; attempt++ {
+		startCtx, cancelStart := context.WithTimeout(ctx, 2*time.Minute)
+		world, err = Start(startCtx, Options{Dir: dir, KeepDir: os.Getenv("MH_TESTWORLD_KEEP") != ""})
+		cancelStart()
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, fmt.Errorf("start: %w", err)
+		}
+		fmt.Printf("testworld: a port was taken before its component bound it; starting again (%v)\n", err)
 	}
 	fmt.Printf("testworld: warm start-up %s (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)\n",
 		world.StartupTime.Round(time.Millisecond))
