@@ -116,9 +116,9 @@ func (a *Aggregator) show(n *corev1.Node) *corev1.Node {
 		delete(a.shadows.own, n.Name) // not observed now: the Node as it is
 		return n
 	}
-	shown := n.DeepCopy()
-	if agent != nil {
-		agent.Overlay(shown)
+	shown := showAgent(n, agent)
+	if shown == n {
+		shown = n.DeepCopy()
 	}
 	if own != nil {
 		own.Overlay(shown)
@@ -220,13 +220,12 @@ func (a *Aggregator) agentShadowChanged(o kube.Object, gone bool) {
 	}
 }
 
-// overlaid is a copy of n with s's changes (n itself for none).
+// overlaid is a copy of n with the changes of s, an agent's shadow, that
+// its agent may make (showAgent); n itself for none.
 func overlaid(n *corev1.Node, s *protocol.Shadow) *corev1.Node {
 	if s == nil {
 		return n
 	}
 	c := s.Clone() // the overlay forgets on a copy: the shadow held stays
-	shown := n.DeepCopy()
-	c.Overlay(shown)
-	return shown
+	return showAgent(n, &c)
 }
