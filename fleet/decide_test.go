@@ -176,9 +176,11 @@ func TestDecideTPUSliceWholeOrNothing(t *testing.T) {
 	}
 	// Its first host back already, the others still in the slice's
 	// maintenance it asked for (begun: host maintenance, counted by the
-	// first): the slice counts whole until every host is back.
+	// first), their slice ask the aggregator's: the slice counts whole
+	// while they carry it.
 	begun := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t1", Labels: map[string]string{protocol.LabelNodePool: "tpu-slice"}}}
 	protocol.WriteAgentState(begun, protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: now, Deadline: now.Add(time.Hour), Begun: true})
+	protocol.WriteSliceAsk(begun, &protocol.SliceAsk{Slice: "tpu-slice", Cause: "t0", Reason: protocol.ReasonManual, Started: now, Deadline: now.Add(time.Hour)})
 	if v := NodeOf(begun, protocol.Grouping{PoolLabel: protocol.LabelNodePool}); !v.Voluntary {
 		t.Errorf("a host in its slice's voluntary maintenance, begun: voluntary %t; want it counted against the caps", v.Voluntary)
 	}

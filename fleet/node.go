@@ -36,8 +36,9 @@ type Node struct {
 	// that goes on without the label, the aggregator's own accepted call
 	// for it or its slice ask: a node's own word that it is in a manual
 	// maintenance takes no place. A slice host's maintenance begun as its
-	// slice's voluntary one (State.Begun: the host that asked may be back
-	// first) counts while the node is down (not Ready), or as vouched.
+	// slice's voluntary one (State.Begun) counts only as vouched (its
+	// slice ask, or an accepted call): its own state, and its Node
+	// NotReady, are what the node itself writes.
 	Voluntary bool
 	// VouchedUntil, when Voluntary rests on the aggregator's accepted call
 	// alone, is when that call's place ends (ExpireVouched).
@@ -91,6 +92,11 @@ type Node struct {
 	// perform-maintenance label is on the node.
 	Triggered, Asked bool
 	TriggeredAt      time.Time
+	// ManualAsked: someone who is not the node asked for its manual
+	// maintenance under way (protocol.AskedFor), until ManualAskedUntil
+	// (zero: while it lasts); only then does it move its group.
+	ManualAsked      bool
+	ManualAskedUntil time.Time
 	// SliceHosts is how many hosts its slice has, by its topology (0 when
 	// it cannot tell: protocol.SliceHosts).
 	SliceHosts int
@@ -144,9 +150,6 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.PodGroups, v.Gang = st.PodGroups, n.Labels[protocol.LabelGang]
 	_, asked := n.Labels[protocol.LabelPerformMaintenance]
 	v.Asked = asked
-	// A host whose maintenance is its slice's voluntary one, begun
-	// (AgentState.Begun), is in it until it is back, whichever host of the
-	// slice comes back first.
 	if r, ok := protocol.ReadRepairApproval(n); ok {
 		v.Repair = &r
 	}
@@ -159,11 +162,17 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]
 	v.PredictedToDegrade = n.Labels[protocol.LabelHealthPrediction] == "false"
 	v.Conditions = detectorConditions(n)
+	// Begun, like a manual reason, is the agent's word: it counts only as
+	// far as the aggregator vouched for it (its accepted call, its slice
+	// ask), never because the node is down, which its kubelet says.
 	inVoluntary := st.Active() && (st.Reason == protocol.ReasonManual || st.Begun)
 	until, byCall := vouched(n, st)
-	v.Voluntary = asked || inVoluntary && (byCall || st.Begun && !NodeReady(n))
-	if v.Voluntary && !asked && !(st.Begun && !NodeReady(n)) {
+	v.Voluntary = asked || inVoluntary && byCall
+	if v.Voluntary && !asked {
 		v.VouchedUntil = until
+	}
+	if st.Active() && st.Reason == protocol.ReasonManual {
+		v.ManualAskedUntil, v.ManualAsked = protocol.AskedFor(n, st.RequestID)
 	}
 	v.GKEHandled = lifecycle.GKEHandles(n.Status.NodeInfo.KubeletVersion)
 	v.Ready = NodeReady(n)
@@ -203,9 +212,8 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 // zero then): what the node's agent cannot write. A call made before the
 // VM booted again began a maintenance that is over.
 func vouched(n *corev1.Node, st protocol.AgentState) (until time.Time, ok bool) {
-	if ans, ok := protocol.ReadComputeAnswer(n); ok && st.RequestID != "" && ans.ID == st.RequestID && ans.Outcome == "" &&
-		ans.Boot != "" && ans.Boot == n.Status.NodeInfo.BootID && !ans.Until.IsZero() {
-		return ans.Until, true
+	if until, ok := protocol.AcceptedCall(n, st.RequestID); ok {
+		return until, true
 	}
 	_, asked := n.Annotations[protocol.AnnotationSliceMaintenance]
 	return time.Time{}, asked

@@ -13,9 +13,9 @@ import (
 // TestVoluntaryOnlyAsFarAsTheNodeCannotWrite: a node takes a place under
 // the caps on voluntary maintenance through what its agent cannot write
 // (the perform-maintenance label, the aggregator's accepted call for the
-// maintenance under way, its slice ask), or by being down (a slice host
-// whose maintenance began as its slice's), never through its own state
-// alone.
+// maintenance under way, its slice ask), never through its own state
+// alone: a slice host whose agent says its maintenance began as its
+// slice's, its Node NotReady, takes none on that word.
 func TestVoluntaryOnlyAsFarAsTheNodeCannotWrite(t *testing.T) {
 	manual := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: now, Deadline: now.Add(time.Hour), RequestID: "req-1"}
 	begun := protocol.AgentState{Phase: protocol.PhaseTerminating, Reason: protocol.ReasonHostMaintenance, Started: now, Deadline: now.Add(time.Hour), Begun: true}
@@ -45,10 +45,22 @@ func TestVoluntaryOnlyAsFarAsTheNodeCannotWrite(t *testing.T) {
 			n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(protocol.ComputeAnswer{ID: "req-0", Operation: "op-0"})
 		}, want: false},
 		{name: "the aggregator's slice ask", change: func(n *corev1.Node) { n.Annotations[protocol.AnnotationSliceMaintenance] = "{}" }, want: true, wantLater: true},
-		{name: "begun as its slice's, and down", change: func(n *corev1.Node) {
+		{name: "begun as its slice's on its own word, and down", change: func(n *corev1.Node) {
 			protocol.WriteAgentState(n, begun)
 			n.Status.Conditions[0].Status = corev1.ConditionFalse
+		}, want: false},
+		{name: "begun, down, with the aggregator's slice ask", change: func(n *corev1.Node) {
+			protocol.WriteAgentState(n, begun)
+			n.Status.Conditions[0].Status = corev1.ConditionFalse
+			n.Annotations[protocol.AnnotationSliceMaintenance] = "{}"
 		}, want: true, wantLater: true},
+		{name: "begun, with the aggregator's accepted call in this boot", change: func(n *corev1.Node) {
+			st := begun
+			st.RequestID = "req-1"
+			protocol.WriteAgentState(n, st)
+			n.Status.Conditions[0].Status = corev1.ConditionFalse
+			n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(protocol.ComputeAnswer{ID: "req-1", Operation: "op-1", Boot: "boot-1", Until: until})
+		}, want: true},
 		{name: "begun as its slice's on its own word, and up", change: func(n *corev1.Node) { protocol.WriteAgentState(n, begun) }, want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

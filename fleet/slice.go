@@ -126,7 +126,8 @@ func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
 	for slice, members := range bySlice {
 		hosts := make([]protocol.SliceHost, 0, len(members))
 		for _, n := range members {
-			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline, Unproven: n.SliceUnproven})
+			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline, Unproven: n.SliceUnproven,
+				Asked: n.ManualAsked, AskedUntil: n.ManualAskedUntil})
 		}
 		asks := lifecycle.SliceAsks(slice, members[0].GroupKind, hosts, now)
 		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {

@@ -17,6 +17,7 @@ func TestSliceAsks(t *testing.T) {
 		return n
 	}
 	idle := func(name string) Node { return host(name, protocol.PhaseIdle, "", 0) }
+	asked := func(n Node) Node { n.ManualAsked = true; return n }
 	for _, tc := range []struct {
 		name  string
 		nodes []Node
@@ -27,7 +28,8 @@ func TestSliceAsks(t *testing.T) {
 		{"one preempted: the others asked, by its deadline", []Node{idle("a"), host("b", protocol.PhaseDraining, protocol.ReasonPreemption, 30*time.Second), idle("c")}, "b", 30 * time.Second},
 		{"two in maintenance: the earliest deadline is the cause",
 			[]Node{host("a", protocol.PhaseDraining, protocol.ReasonHostMaintenance, time.Hour), host("b", protocol.PhaseTerminating, protocol.ReasonPreemption, 30*time.Second), idle("c")}, "b", 30 * time.Second},
-		{"a manual maintenance takes the slice too", []Node{host("a", protocol.PhaseDraining, protocol.ReasonManual, time.Hour), idle("b")}, "a", time.Hour},
+		{"a manual maintenance asked for takes the slice too", []Node{asked(host("a", protocol.PhaseDraining, protocol.ReasonManual, time.Hour)), idle("b")}, "a", time.Hour},
+		{"a manual maintenance on the node's own word takes nobody", []Node{host("a", protocol.PhaseDraining, protocol.ReasonManual, time.Hour), idle("b")}, "", 0},
 		{"hosts drained for the slice alone cause nothing: back", []Node{host("a", protocol.PhaseTerminating, protocol.ReasonSlice, time.Minute), idle("b")}, "", 0},
 	} {
 		got := SliceAsks(tc.nodes, now)
@@ -74,8 +76,11 @@ func TestSliceAsks(t *testing.T) {
 			t.Errorf("a reservation group's member in %s: its sibling asked %+v, want none", reason, got["b"])
 		}
 	}
-	if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, protocol.ReasonManual), member("b", protocol.PhaseIdle, "")}, now); got["b"] == nil || got["b"].Cause != "a" {
-		t.Errorf("a reservation group's manual maintenance: its sibling asked %+v, want a's", got["b"])
+	if got := SliceAsks([]Node{asked(member("a", protocol.PhaseDraining, protocol.ReasonManual)), member("b", protocol.PhaseIdle, "")}, now); got["b"] == nil || got["b"].Cause != "a" {
+		t.Errorf("a reservation group's manual maintenance asked for: its sibling asked %+v, want a's", got["b"])
+	}
+	if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, protocol.ReasonManual), member("b", protocol.PhaseIdle, "")}, now); got["b"] != nil {
+		t.Errorf("a reservation group's member in a manual maintenance on its own word: its sibling asked %+v, want none", got["b"])
 	}
 }
 

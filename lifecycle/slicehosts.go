@@ -50,20 +50,22 @@ func Believed(h protocol.SliceHost, now time.Time) bool {
 // SliceCaller names the host of a slice that asks Compute Engine for the
 // slice's voluntary maintenance ("" for none): of the hosts with a manual
 // (or opportunistic) maintenance under way, the first to start it (the
-// first by name on a tie), a proven member before an unproven one.
+// first by name on a tie), a proven member asked for by someone who is not
+// the node before any other.
 // Starting maintenance on one instance of a multi-host TPU slice starts
 // it on every instance, so a slice makes one call, whichever hosts a
-// person asked; the others drain and wait. An unproven caller is no cause
-// (Believed): nobody drains for it, so its call waits for hosts that never
-// drain, and is given up at its deadline.
+// person asked; the others drain and wait. An unproven caller, or one
+// nobody asked, is no cause (Believed, causes): nobody drains for it, so
+// its call waits for hosts that never drain, and is given up at its
+// deadline.
 func SliceCaller(hosts []protocol.SliceHost) string {
 	var caller *protocol.SliceHost
 	for i, h := range hosts {
 		if !active(h) || h.Reason != protocol.ReasonManual {
 			continue
 		}
-		if caller == nil || caller.Unproven && !h.Unproven ||
-			caller.Unproven == h.Unproven && (h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
+		if caller == nil || weak(*caller) && !weak(h) ||
+			weak(*caller) == weak(h) && (h.Started.Before(caller.Started) || h.Started.Equal(caller.Started) && h.Name < caller.Name) {
 			caller = &hosts[i]
 		}
 	}
@@ -72,6 +74,10 @@ func SliceCaller(hosts []protocol.SliceHost) string {
 	}
 	return caller.Name
 }
+
+// weak: h's manual maintenance moves no other host (unproven, or not
+// asked for by anyone but the node), so it calls only where no other does.
+func weak(h protocol.SliceHost) bool { return h.Unproven || !h.Asked }
 
 // SliceNotReadyBound is how long a host of a slice must have been
 // NotReady, its agent silent, before the caller of the slice's voluntary
@@ -127,7 +133,7 @@ func SliceDrained(hosts []protocol.SliceHost, caller string, now time.Time) (wai
 func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost, now time.Time) map[string]*protocol.SliceAsk {
 	var cause *protocol.SliceHost
 	for i, h := range hosts {
-		if !causes(kind, h) || !Believed(h, now) {
+		if !causes(kind, h, now) || !Believed(h, now) {
 			continue
 		}
 		if cause == nil || h.Deadline.Before(cause.Deadline) || h.Deadline.Equal(cause.Deadline) && h.Name < cause.Name {
@@ -145,11 +151,23 @@ func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost
 }
 
 // causes says whether h's maintenance takes the other hosts of its group
-// (of kind) with it: one of its own, under way with a deadline; in a
-// reservation group, a voluntary one only.
-func causes(kind protocol.GroupKind, h protocol.SliceHost) bool {
+// (of kind) with it at now: one of its own, under way with a deadline; in
+// a reservation group, a voluntary one only. A voluntary one moves the
+// others only where someone who is not the node asked for it (Asked, not
+// past AskedUntil): a node's own word that it is in a manual maintenance
+// drains itself alone, in every kind of group.
+func causes(kind protocol.GroupKind, h protocol.SliceHost, now time.Time) bool {
 	own := active(h) && h.Reason != protocol.ReasonSlice && !h.Deadline.IsZero()
+	if h.Reason == protocol.ReasonManual && !askedAt(h, now) {
+		return false
+	}
 	return own && (kind != protocol.GroupReservation || h.Reason == protocol.ReasonManual)
+}
+
+// askedAt: someone who is not the node asked for h's manual maintenance,
+// and that still holds at now.
+func askedAt(h protocol.SliceHost, now time.Time) bool {
+	return h.Asked && (h.AskedUntil.IsZero() || now.Before(h.AskedUntil))
 }
 
 // SliceSignal is what of host h another host of its slice acts on: a
@@ -160,7 +178,7 @@ func causes(kind protocol.GroupKind, h protocol.SliceHost) bool {
 // follow one host do not wake each other 63 times each.
 func SliceSignal(h protocol.SliceHost) protocol.SliceHost {
 	if h.Phase == protocol.PhaseIdle || h.Reason == protocol.ReasonSlice {
-		h.Reason, h.Started, h.Deadline = "", time.Time{}, time.Time{}
+		h.Reason, h.Started, h.Deadline, h.Asked, h.AskedUntil = "", time.Time{}, time.Time{}, false, time.Time{}
 		if h.Phase != protocol.PhaseTerminating {
 			h.Phase = ""
 		}
@@ -185,7 +203,7 @@ func FollowedAsk(own *protocol.SliceAsk, written protocol.SliceAsk, set bool, ki
 				continue
 			}
 			active := (h.Phase == protocol.PhaseDraining || h.Phase == protocol.PhaseTerminating) && h.Reason != protocol.ReasonSlice
-			if !active || !h.Started.Equal(written.Started) {
+			if !active || !h.Started.Equal(written.Started) || h.Reason == protocol.ReasonManual && !h.Asked {
 				set = false
 			}
 		}

@@ -54,7 +54,7 @@ func TestFollowedAsk(t *testing.T) {
 func TestGroupAsksByKind(t *testing.T) {
 	idle := protocol.SliceHost{Name: "h2", Phase: protocol.PhaseIdle}
 	for _, reason := range []protocol.Reason{protocol.ReasonHostMaintenance, protocol.ReasonPreemption, protocol.ReasonFault, protocol.ReasonKnownEnd, protocol.ReasonManual} {
-		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour)}
+		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour), Asked: true}
 		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupGang, protocol.GroupReservation} {
 			asks := SliceAsks("g", kind, []protocol.SliceHost{cause, idle}, t0)
 			want := kind != protocol.GroupReservation || reason == protocol.ReasonManual
@@ -63,6 +63,42 @@ func TestGroupAsksByKind(t *testing.T) {
 			}
 			if asks["h1"] != nil {
 				t.Errorf("%s of a member of a %s: the cause is asked to follow itself", reason, kind)
+			}
+		}
+	}
+}
+
+// TestManualAsksOnlyWhenAsked: a proven host's manual maintenance moves
+// the other hosts of its group, of every kind, only where someone who is
+// not the node asked for it (the perform-maintenance label, or the
+// aggregator's accepted call, until its bound): on the node's own word it
+// drains itself alone, and the aggregator's ask written for it is
+// followed no longer.
+func TestManualAsksOnlyWhenAsked(t *testing.T) {
+	idle := protocol.SliceHost{Name: "h2", Phase: protocol.PhaseIdle}
+	until := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name  string
+		asked bool
+		until time.Time
+		now   time.Time
+		want  bool
+	}{
+		{"on its own word", false, time.Time{}, t0, false},
+		{"asked (the label)", true, time.Time{}, t0, true},
+		{"the aggregator's accepted call, within its bound", true, until, t0, true},
+		{"the aggregator's accepted call, past its bound", true, until, until, false},
+	} {
+		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: t0, Deadline: t0.Add(20 * time.Hour),
+			Asked: tc.asked, AskedUntil: tc.until}
+		hosts := []protocol.SliceHost{cause, idle}
+		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupGang, protocol.GroupReservation} {
+			if got := SliceAsks("g", kind, hosts, tc.now)["h2"] != nil; got != tc.want {
+				t.Errorf("%s, in a %s: the other member asked to drain %t; want %t", tc.name, kind, got, tc.want)
+			}
+			written := protocol.SliceAsk{Slice: "g", Cause: "h1", Reason: protocol.ReasonManual, Started: t0, Deadline: cause.Deadline}
+			if _, ok := FollowedAsk(nil, written, true, kind, hosts); ok != tc.asked {
+				t.Errorf("%s, in a %s: the aggregator's ask followed %t; want %t", tc.name, kind, ok, tc.asked)
 			}
 		}
 	}
@@ -106,14 +142,20 @@ func TestSliceAsksBelieveOnlyProvenHosts(t *testing.T) {
 
 // TestSliceCallerPrefersProven: an unproven host's manual maintenance
 // started first does not make it the caller of its slice's voluntary
-// maintenance while a proven host asks for one; alone, it is the caller,
-// and waits for hosts that never follow it.
+// maintenance while a proven host asks for one, nor does a proven host's
+// that no one but the node asked for; alone, it is the caller, and waits
+// for hosts that never follow it.
 func TestSliceCallerPrefersProven(t *testing.T) {
 	manual := func(name string, unproven bool, started time.Duration) protocol.SliceHost {
-		return protocol.SliceHost{Name: name, Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: t0.Add(started), Deadline: t0.Add(time.Hour), Unproven: unproven}
+		return protocol.SliceHost{Name: name, Phase: protocol.PhaseDraining, Reason: protocol.ReasonManual, Started: t0.Add(started), Deadline: t0.Add(time.Hour), Unproven: unproven, Asked: true}
 	}
 	if got := SliceCaller([]protocol.SliceHost{manual("a-forged", true, -time.Hour), manual("b-real", false, 0)}); got != "b-real" {
 		t.Errorf("caller %q; want the proven b-real", got)
+	}
+	unasked := manual("a-unasked", false, -time.Hour)
+	unasked.Asked = false
+	if got := SliceCaller([]protocol.SliceHost{unasked, manual("b-real", false, 0)}); got != "b-real" {
+		t.Errorf("caller %q; want the asked b-real", got)
 	}
 	hosts := []protocol.SliceHost{manual("a-forged", true, 0), {Name: "b-real", Phase: protocol.PhaseIdle, Ready: true}}
 	caller := SliceCaller(hosts)
