@@ -63,8 +63,23 @@ func (l *ledger) deleted(n *corev1.Node, pool string, now time.Time) {
 		}
 	}
 	l.gone[n.Name] = deletedNode{name: n.Name, uid: n.UID, pool: pool, counts: protocol.NodeInterruptions(n), at: now,
-		lastRepair: protocol.ReadRepairs(n).Latest(protocol.ReadAgentState(n).LastRepair),
+		lastRepair: ownLastRepair(n, now),
 		vanishing:  !fleet.NodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+}
+
+// ownLastRepair is the last fault repair of n's VM, deleted at now, as
+// the aggregator itself knows it: one it approved (its approval is still
+// on the Node) ends now, else its own record on n says. The agent's
+// last-fault-repair is never copied into the aggregator's record: it is
+// the node's word, and rewritten would hold its pool's repairRate.
+func ownLastRepair(n *corev1.Node, now time.Time) protocol.LastFaultRepair {
+	if _, approved := protocol.ReadRepairApproval(n); approved {
+		return protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now}
+	}
+	if own := protocol.ReadRepairs(n).LastRepair; own != nil {
+		return *own
+	}
+	return protocol.LastFaultRepair{}
 }
 
 // added takes in n's creation at now: a Node created again under the name

@@ -125,7 +125,7 @@ func TestRepairOf(t *testing.T) {
 		t.Fatalf("repairs %v", pending)
 	}
 	r, ok := repairOf(cur, pending[0])
-	want := protocol.Repairs{RecreatedFrom: "old", Interruptions: protocol.Counts{protocol.HostMaintenance.Key(): 2, protocol.Repair.Key(): 2}, LastRepair: &repaired}
+	want := protocol.Repairs{RecreatedFrom: "old", Interruptions: protocol.Counts{protocol.HostMaintenance.Key(): 2, protocol.Repair.Key(): 2}}
 	if d := cmp.Diff(want, r); !ok || d != "" {
 		t.Fatalf("repair (-want +got):\n%s", d)
 	}
@@ -136,10 +136,54 @@ func TestRepairOf(t *testing.T) {
 	if got := protocol.NodeInterruptions(cur); got[protocol.Repair.Key()] != 2 || got[protocol.HostMaintenance.Key()] != 2 {
 		t.Errorf("the new Node counts %v", got)
 	}
-	// The VM's last fault repair is its pool's still: the new object's
-	// view reads it, as the cool-down and repairRate do.
-	if got := fleet.NodeOf(cur, protocol.Grouping{}).LastRepair; !got.Ended.Equal(repaired.Ended) || got.Outcome != protocol.RepairDone {
-		t.Errorf("the new Node's last repair %+v; want %+v carried", got, repaired)
+	// The agent's last-fault-repair is its node's word: not laundered
+	// into the aggregator's record.
+	if got := fleet.NodeOf(cur, protocol.Grouping{}).LastRepair; got.Outcome != "" {
+		t.Errorf("the new Node's last repair %+v; want none (the agent's %+v not carried)", got, repaired)
+	}
+}
+
+// TestRepairOfRecordsItsOwn: the last repair the aggregator records on a
+// Node created again is what it knows itself: a repair it approved ends
+// when it saw the Node deleted; else its own earlier record; never the
+// last-fault-repair the node's agent wrote, which a hostile agent rewrites
+// to hold its pool's repairRate.
+func TestRepairOfRecordsItsOwn(t *testing.T) {
+	deletedAt := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	agentSays := protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: deletedAt.Add(-time.Second)}
+	earlier := protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: deletedAt.Add(-24 * time.Hour)}
+	for _, tc := range []struct {
+		name     string
+		approved bool
+		own      *protocol.LastFaultRepair
+		want     *protocol.LastFaultRepair
+	}{
+		{"only the agent's word", false, nil, nil},
+		{"its approval on the deleted Node", true, nil, &protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: deletedAt}},
+		{"its own earlier record", false, &earlier, &earlier},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "old"}}
+			protocol.WriteAgentState(old, protocol.AgentState{LastRepair: agentSays})
+			if tc.approved {
+				protocol.WriteRepairApproval(old, protocol.RepairApproval{Behavior: protocol.FaultBehaviors[0], Source: protocol.FaultSourcePerson, Approved: deletedAt.Add(-time.Hour), DrainTimeout: protocol.Duration(time.Hour)})
+			}
+			if tc.own != nil {
+				protocol.WriteRepairs(old, protocol.Repairs{RecreatedFrom: "older", LastRepair: tc.own})
+			}
+			l := newLedger(time.Hour)
+			l.deleted(old, "pool", deletedAt)
+			cur := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "new"}}
+			l.added(cur, deletedAt.Add(time.Minute))
+			pending := l.takeRecreated()
+			if len(pending) != 1 {
+				t.Fatalf("repairs %v", pending)
+			}
+			r, _ := repairOf(cur, pending[0])
+			if d := cmp.Diff(tc.want, r.LastRepair); d != "" {
+				t.Errorf("recorded last repair (-want +got):\n%s", d)
+			}
+		})
 	}
 }
 
