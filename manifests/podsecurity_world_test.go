@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,17 @@ func TestPodSecurity(t *testing.T) {
 	t.Cleanup(func() {
 		_ = world.Client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
+	// The pods run at the critical priority classes, which the API server,
+	// as GKE's, admits only where a quota names them (as the base's does
+	// in its own namespaces).
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "critical-pods", Namespace: ns.Name}, Spec: corev1.ResourceQuotaSpec{
+		Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")},
+		ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: testworld.CriticalPriorityClasses}}},
+	}}
+	if _, err := world.Client.CoreV1().ResourceQuotas(ns.Name).Create(testworld.Ctx(t, 10*time.Second), quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	admit := func(kind, name string) error {
 		t.Helper()
 		for _, o := range render(t, "base") {
