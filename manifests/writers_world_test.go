@@ -245,23 +245,13 @@ func TestDetectorConditionsOnlyFromNamedDetectors(t *testing.T) {
 	b := world.NodeT(t, testworld.NodeSpec{Name: "detected-b"})
 	apply(t, render(t, "base"))
 	h := world.HostileNode(t, a.Name)
-	objs, err := helmTemplate(t, "--set", "admissionPolicy.detectorConditions={GPUUnhealthy}",
-		"--set", "admissionPolicy.detectors={"+h.DaemonSetUser+"}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var policy []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetName() == generate.WritersPolicy {
-			policy = append(policy, o)
-		}
-	}
-	apply(t, policy)
+	apply(t, writersPolicyOf(t, "--set", "admissionPolicy.detectorConditions={GPUUnhealthy}",
+		"--set", "admissionPolicy.detectors={"+h.DaemonSetUser+"}"))
 	awaitWritersPolicy(t, h, b.Name)
 	ctx := testworld.Ctx(t, 2*time.Minute)
 	gpu := protocol.Key{Name: "GPUUnhealthy", Kind: protocol.Condition}
 	// The policy takes the new list up a moment after it is written.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return refused(patchKey(ctx, h.Kubelet, a.Name, gpu, nil)), nil
 	})
 	if err != nil {
@@ -289,23 +279,13 @@ func TestOperatorsPoolAndSliceLabelsFenced(t *testing.T) {
 	apply(t, render(t, "base"))
 	h := world.HostileNode(t, a.Name)
 	const poolLabel, sliceLabel = "example.com/pool", "example.com/slice"
-	objs, err := helmTemplate(t, "--set", "poolLabel="+poolLabel, "--set", "sliceLabel="+sliceLabel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var policy []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetName() == generate.WritersPolicy {
-			policy = append(policy, o)
-		}
-	}
-	apply(t, policy)
+	apply(t, writersPolicyOf(t, "--set", "poolLabel="+poolLabel, "--set", "sliceLabel="+sliceLabel))
 	ctx := testworld.Ctx(t, 2*time.Minute)
 	slice := protocol.Key{Name: sliceLabel, Kind: protocol.Label}
 	pool := protocol.Key{Name: poolLabel, Kind: protocol.Label}
 	victims := "victims"
 	// The policy takes the new list up a moment after it is written.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return refused(patchKey(ctx, h.Kubelet, a.Name, slice, &victims)), nil
 	})
 	if err != nil {
@@ -340,4 +320,21 @@ func TestOperatorsPoolAndSliceLabelsFenced(t *testing.T) {
 	if _, err := kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("a kubelet registering with the operator's pool and slice labels: %v, want allowed", err)
 	}
+}
+
+// writersPolicyOf is the writers' policy and its binding as the chart
+// renders them with args.
+func writersPolicyOf(t *testing.T, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := helmTemplate(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetName() == generate.WritersPolicy {
+			policy = append(policy, o)
+		}
+	}
+	return policy
 }
