@@ -184,24 +184,14 @@ func TestLabelledInNodeMovesNoSliceHost(t *testing.T) {
 func TestLabelledInNodeJoinsNoReservationGroup(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	p, project := relayProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
 	sb := gceemu.SubBlock{Reservation: "hostile-res", Block: "block-4", SubBlock: "sub-2"}
-	hosts, emus := subBlockMembers(t, ctx, p, sb, "rg", "a4x", 2)
-	for i := range hosts {
-		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	}
+	p, project, hosts, emus := runningSubBlock(t, ctx, sb, "rg", "a4x")
 	draining := firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), func(o any) (string, bool) {
 		n := o.(*corev1.Node)
 		return n.Name, protocol.ReadAgentState(n).Active() || protocol.HasTaintKey(n, protocol.TaintSliceDown)
 	})
 	deleted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
-	addr := testworld.FreeAddrT(t)
-	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
-	p.readingAggregator("agg-groups", addr, project, "--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s")
-	world.WaitNodes(t, hosts, "read by the aggregator: in the sub-block", func(n *corev1.Node) bool {
-		f, ok := protocol.ReadVMFacts(n)
-		return ok && f.PhysicalBlock == sb.Block && f.PhysicalSubblock == sb.SubBlock
-	})
+	addr := readSubBlock(t, p, project, emus, sb, hosts, "agg-groups")
 
 	h := labelledIn(t, "rg-gpu", "a4x", map[string]string{protocol.LabelTopologyBlock: sb.Block, protocol.LabelTopologySubblock: sb.SubBlock})
 	now := time.Now().UTC().Truncate(time.Second)
@@ -234,4 +224,32 @@ func TestLabelledInNodeJoinsNoReservationGroup(t *testing.T) {
 			t.Errorf("%s deleted at %s, before the person asked (%s)", pod, at.Format(time.RFC3339Nano), asked.Format(time.RFC3339Nano))
 		}
 	}
+}
+
+// runningSubBlock starts the agents of a two-VM reservation sub-block sb
+// (--reservation-groups subblock; Nodes named after prefix, in pool) and
+// waits until each runs its pod rank-i.
+func runningSubBlock(t *testing.T, ctx context.Context, sb gceemu.SubBlock, prefix, pool string) (*procs, *gceemu.Project, []string, []*gceemu.Server) {
+	t.Helper()
+	p, project := relayProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
+	hosts, emus := subBlockMembers(t, ctx, p, sb, prefix, pool, 2)
+	for i := range hosts {
+		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	return p, project, hosts, emus
+}
+
+// readSubBlock starts an aggregator, named id, that reads sb's VMs through
+// Compute Engine, and waits until its read proves each host a member; it
+// returns the aggregator's metrics address.
+func readSubBlock(t *testing.T, p *procs, project *gceemu.Project, emus []*gceemu.Server, sb gceemu.SubBlock, hosts []string, id string) string {
+	t.Helper()
+	addr := testworld.FreeAddrT(t)
+	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
+	p.readingAggregator(id, addr, project, "--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s")
+	world.WaitNodes(t, hosts, "read by the aggregator: in the sub-block", func(n *corev1.Node) bool {
+		f, ok := protocol.ReadVMFacts(n)
+		return ok && f.PhysicalBlock == sb.Block && f.PhysicalSubblock == sb.SubBlock
+	})
+	return addr
 }

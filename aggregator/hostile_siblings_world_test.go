@@ -1,7 +1,6 @@
 package aggregator_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,24 +24,14 @@ import (
 func TestHostileMemberDrainsNoSibling(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	p, project := relayProcs(t, "--eviction-retry-interval", "1s", "--reservation-groups", "subblock")
 	sb := gceemu.SubBlock{Reservation: "sibling-res", Block: "block-6", SubBlock: "sub-6"}
-	hosts, emus := subBlockMembers(t, ctx, p, sb, "hs", "a4s", 2)
-	for i := range hosts {
-		world.WaitPod(t, p.ns, fmt.Sprintf("rank-%d", i), "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	}
+	p, project, hosts, emus := runningSubBlock(t, ctx, sb, "hs", "a4s")
 	draining := firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), func(o any) (string, bool) {
 		n := o.(*corev1.Node)
 		return n.Name, n.Spec.Unschedulable || protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown)
 	})
 	deleted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
-	addr := testworld.FreeAddrT(t)
-	reservation := fmt.Sprintf("projects/%s/zones/%s/reservations/%s", emus[0].Config().Project, emus[0].Config().Zone, sb.Reservation)
-	p.readingAggregator("agg-siblings", addr, project, "--reservation-groups", "subblock", "--reservations", reservation, "--reservation-interval", "1s")
-	world.WaitNodes(t, hosts, "read by the aggregator: in the sub-block", func(n *corev1.Node) bool {
-		f, ok := protocol.ReadVMFacts(n)
-		return ok && f.PhysicalBlock == sb.Block && f.PhysicalSubblock == sb.SubBlock
-	})
+	addr := readSubBlock(t, p, project, emus, sb, hosts, "agg-siblings")
 
 	member, sibling := hosts[0], hosts[1]
 	h := hostileAgent(t, p, member)

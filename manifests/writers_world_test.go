@@ -202,14 +202,7 @@ func TestKubeletRegistersWithTheOperatorsLabels(t *testing.T) {
 	h := world.HostileNode(t, "writers-probe")
 	awaitWritersPolicy(t, h, "writers-probe")
 	const name = "registers-c"
-	cfg, err := world.ConfigForNode(t.TempDir(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubelet, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubelet := kubeletOf(t, name)
 	ctx := testworld.Ctx(t, time.Minute)
 	labels := map[string]string{
 		protocol.LabelTerminatesOnHostMaintenance: "true",
@@ -308,14 +301,7 @@ func TestOperatorsPoolAndSliceLabelsFenced(t *testing.T) {
 		}
 	}
 	const name = "labelled-c"
-	cfg, err := world.ConfigForNode(t.TempDir(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubelet, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubelet := kubeletOf(t, name)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{poolLabel: "p", sliceLabel: "s", corev1.LabelHostname: name}}}
 	if _, err := kubelet.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("a kubelet registering with the operator's pool and slice labels: %v, want allowed", err)
@@ -337,4 +323,18 @@ func writersPolicyOf(t *testing.T, args ...string) []*unstructured.Unstructured 
 		}
 	}
 	return policy
+}
+
+// kubeletOf is a clientset of node name's kubelet (system:node:name).
+func kubeletOf(t *testing.T, name string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := world.ConfigForNode(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubelet
 }
