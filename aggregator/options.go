@@ -65,6 +65,9 @@ type Options struct {
 	// through their Nodes (relay.go); nil: none is made, and the agents
 	// must hold the permissions themselves.
 	Caller VMCaller
+	// Home is the project and the regions of the cluster's VMs: the relay
+	// calls only on a VM in them (zero: on none).
+	Home Home
 	// RelayClient writes the relay's answers (nil: Client). A client of
 	// its own has its own rate limit, so that a flood of asks never
 	// delays a pass's writes.
@@ -107,6 +110,11 @@ type Options struct {
 	// namespace/name, from which the pools it manages are found; empty
 	// means none is read.
 	AutoscalerStatus string
+	// PodRanges, when set, is told the pod ranges (spec.podCIDRs) of each
+	// Node the Node watch adds or changes, and nil for one it deletes,
+	// before the aggregator handles the change: the listeners' shares per
+	// node (cli.NodeRanges).
+	PodRanges func(node string, podCIDRs []string)
 	// Metrics nil: metrics on a registry of their own, exported nowhere.
 	Metrics *metrics.Aggregator
 	Clock   clock.Clock

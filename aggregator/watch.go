@@ -59,8 +59,9 @@ func (a *Aggregator) Healthy(bound time.Duration) error {
 func (a *Aggregator) watch(ctx context.Context) error {
 	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Transform: slimNode, Logger: a.log.With("watch", "nodes")})
 	a.nodes.AddHandlers(kube.Handlers{
-		Add: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeAdded(o); a.relayAsk(o); a.poke() },
+		Add: func(o kube.Object) { a.podRanges(o, false); a.views.mark(o.GetName()); a.nodeAdded(o); a.relayAsk(o); a.poke() },
 		Update: func(old, cur kube.Object) {
+			a.podRanges(cur, false)
 			a.views.mark(cur.GetName())
 			a.relayAsk(cur)
 			a.observeNode(old, cur)
@@ -69,7 +70,7 @@ func (a *Aggregator) watch(ctx context.Context) error {
 				a.poke()
 			}
 		},
-		Delete: func(o kube.Object) { a.views.mark(o.GetName()); a.nodeDeleted(o); a.notifyDeleted(o); a.poke() },
+		Delete: func(o kube.Object) { a.podRanges(o, true); a.views.mark(o.GetName()); a.nodeDeleted(o); a.notifyDeleted(o); a.poke() },
 	})
 	go a.nodes.Run(ctx)
 	a.claimsCache = kube.NewInformer(claimsWatch(a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName)),
@@ -106,6 +107,19 @@ func (a *Aggregator) watch(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// podRanges tells Options.PodRanges of o's pod ranges (none once gone).
+func (a *Aggregator) podRanges(o kube.Object, gone bool) {
+	n, ok := o.(*corev1.Node)
+	if a.opts.PodRanges == nil || !ok {
+		return
+	}
+	if gone {
+		a.opts.PodRanges(n.Name, nil)
+		return
+	}
+	a.opts.PodRanges(n.Name, n.Spec.PodCIDRs)
 }
 
 // poke asks for a pass (at most one waits).

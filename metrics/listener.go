@@ -10,7 +10,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // start.
 func NewConnectionsRefused(subsystem string, listeners ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: "connections_refused_total",
-		Help: "Connections a listener refused at once, by listener and reason: over_share (their client address already held its share of connections), full (the listener's cap was held by addresses other than the host's own)."},
+		Help: "Connections a listener refused at once, by listener and reason: over_share (their client address, or the node whose pods the address is one of, already held its share of connections), full (the listener's cap was held by addresses other than the host's own)."},
 		[]string{"listener", "reason"})
 	for _, l := range listeners {
 		for _, r := range []string{"over_share", "full"} {

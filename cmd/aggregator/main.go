@@ -6,9 +6,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime/debug"
 
@@ -84,6 +86,16 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	reservations, reader := reservationReader(opts, caller)
+	// Each listener keeps one share of connections per node, whatever
+	// number of pod addresses that node has (package cli, NodeRanges),
+	// but for the replica's own node.
+	ranges := &cli.NodeRanges{}
+	shareOf := func(addr netip.Addr) string {
+		if node := ranges.NodeOf(addr); node != opts.NodeName {
+			return node
+		}
+		return ""
+	}
 	a, err := aggregator.New(aggregator.Options{
 		Notify:       notifyOptions(opts),
 		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval, MaintainUnusedCapacity: opts.MaintainUnusedCapacity,
@@ -92,7 +104,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt", ObserveOnly: opts.ObserveOnly, AgentNamespace: opts.AgentNamespace,
 		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: opts.ReservationGroups,
-		Caller: caller, Metrics: m, Logger: logger,
+		Caller: caller, Home: homeOf(ctx, opts, logger), PodRanges: ranges.Set, Metrics: m, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -103,12 +115,12 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	countRefused := func(listener string) func(string) {
 		return cli.LogRefused(logger, listener, func(reason string) { refused.WithLabelValues(listener, reason).Inc() })
 	}
-	ready, err := serveEvictionCheck(ctx, g, cfg, opts, reg, countRefused("eviction-check"), logger)
+	ready, err := serveEvictionCheck(ctx, g, cfg, opts, reg, countRefused("eviction-check"), shareOf, logger)
 	if err != nil {
 		return err
 	}
 	mux := serveMux(reg, func() error { return a.Healthy(opts.UnhealthyAfter) }, ready)
-	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux, countRefused("metrics"))
+	addr, err := cli.ServeShared(ctx, g, opts.ListenAddress, mux, nil, countRefused("metrics"), shareOf)
 	if err != nil {
 		return err
 	}
@@ -121,8 +133,9 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 // serveEvictionCheck serves the eviction check (package admission) in g
 // where --eviction-check-listen-address is set, and keeps its certificate;
 // ready says whether the replica can serve it (always, where it is off).
-// refused is told of each connection its listener refuses.
-func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, reg *prometheus.Registry, refused func(string), logger *slog.Logger) (ready func() bool, err error) {
+// refused is told of each connection its listener refuses; shareOf names
+// each client address's share (cli.Bounds.ShareOf).
+func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config, opts *Options, reg *prometheus.Registry, refused func(string), shareOf func(netip.Addr) string, logger *slog.Logger) (ready func() bool, err error) {
 	if opts.EvictionCheckListenAddress == "" {
 		return func() bool { return true }, nil
 	}
@@ -159,10 +172,14 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 		}
 		check = admission.NewCallers(reviews.TokenReviews().Create, opts.EvictionCheckCallers, m.CallerRefused).Wrap(check)
 	}
-	addr, err := admission.Serve(ctx, g, opts.EvictionCheckListenAddress, check, certs, refused)
+	// As admission.Serve serves it, with a share of connections per node.
+	mux := http.NewServeMux()
+	mux.Handle(admission.Path, check)
+	addr, err := cli.ServeShared(ctx, g, opts.EvictionCheckListenAddress, mux, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}, refused, shareOf)
 	if err != nil {
 		return nil, err
 	}
+	g.Go(func() error { return certs.Start(ctx) })
 	log.Info("eviction check serving", "listen", addr.String())
 	return certs.Ready, nil
 }

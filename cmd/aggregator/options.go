@@ -20,11 +20,16 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
-// Options are the aggregator's flags. POD_NAMESPACE and POD_NAME come from
-// the Downward API.
+// Options are the aggregator's flags. POD_NAMESPACE, POD_NAME and
+// NODE_NAME come from the Downward API.
 type Options struct {
-	Namespace     string
-	Identity      string
+	Namespace string
+	Identity  string
+	// NodeName is the node the replica runs on: its pods' addresses each
+	// keep a share of their own on the replica's listeners (the kubelet
+	// probes the replica from one of them), where every other node's pods
+	// share one.
+	NodeName      string
 	Kubeconfig    string
 	ListenAddress string
 	// UnhealthyAfter: /healthz fails when a watch the aggregator needs has
@@ -54,6 +59,11 @@ type Options struct {
 	Reservations        []string
 	ReservationInterval time.Duration
 	ComputeEndpoint     string
+	// Project and Regions are where the cluster's VMs are: the Compute
+	// relay calls only on a VM in them (empty: the replica's own project
+	// and region, from the metadata server; homeOf).
+	Project string
+	Regions []string
 	// MaintainUnusedCapacity: see aggregator.Options.
 	MaintainUnusedCapacity bool
 	// The webhook notifier (aggregator.NotifyOptions); none without
@@ -111,6 +121,7 @@ func NewOptions() *Options {
 	return &Options{
 		Namespace:            os.Getenv("POD_NAMESPACE"),
 		Identity:             id,
+		NodeName:             os.Getenv("NODE_NAME"),
 		ListenAddress:        ":9103",
 		UnhealthyAfter:       3 * time.Minute,
 		ConfigMap:            "maintenance-handler",
@@ -146,6 +157,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the Lease and the ConfigMap (default $POD_NAMESPACE).")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "This replica's name in the Lease (default $POD_NAME, else the host).")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this replica runs on (default $NODE_NAME).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, flagdoc.Kubeconfig.Help)
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address for /metrics, /healthz and /readyz.")
 	fs.DurationVar(&o.UnhealthyAfter, "unhealthy-after", o.UnhealthyAfter, "/healthz fails when a watch it needs has failed this long.")
@@ -173,6 +185,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "The cluster's name in each notification.")
 	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API; empty: Google's.")
+	fs.StringVar(&o.Project, "project", o.Project, "The cluster's VMs' project: the relay calls on no VM elsewhere (empty: the replica's own).")
+	fs.StringSliceVar(&o.Regions, "regions", o.Regions, "The cluster's regions: the relay calls on no VM elsewhere (empty: the replica's own).")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "Withdraw an opportunistic trigger no agent answered within this.")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again within this was repaired.")

@@ -1,7 +1,8 @@
 package cli
 
 // The bounds every listener of the project keeps: a share of connections
-// per client address, an overall cap for everyone but the host itself,
+// per client (an address, or the node whose pods' addresses it holds), an
+// overall cap for everyone but the host itself,
 // and refusals that cost the refused client its connection, not anyone
 // else's.
 
@@ -21,8 +22,8 @@ import (
 
 // Why a connection is refused, as Bounds.Refused is told.
 const (
-	// RefusedOverShare: its client address already held PerSource
-	// connections (answered 429 Too Many Requests over plain HTTP).
+	// RefusedOverShare: its client (its address, or its node: ShareOf)
+	// already held PerSource connections (answered 429 Too Many Requests over plain HTTP).
 	RefusedOverShare = "over_share"
 	// RefusedFull: Conns connections were open from addresses other than
 	// the host's own (answered 503 Service Unavailable over plain HTTP).
@@ -38,7 +39,8 @@ type Bounds struct {
 	// the host's own; one more is refused (RefusedFull).
 	Conns int
 	// PerSource bounds the connections open at once from one client
-	// address, the host's own included; one more is refused
+	// address (or one node's pods: ShareOf), the host's own included; one
+	// more is refused
 	// (RefusedOverShare), without taking a place of Conns.
 	//
 	// A connection whose client address is the address it reached comes
@@ -47,6 +49,13 @@ type Bounds struct {
 	// Those hold their own share apart from Conns, so that no number of
 	// other clients can keep the kubelet's probes out.
 	PerSource int
+	// ShareOf, when set, names the share a client address takes its
+	// places from: the node whose pods the address is one of
+	// (NodeRanges.NodeOf), so that one node holds one share however many
+	// pods, each with an address of its own, it runs. "" keeps the
+	// address's own share. The host's own address keeps its own share
+	// whatever ShareOf says.
+	ShareOf func(netip.Addr) string
 	// Allow, when set, says which client addresses are served; any other
 	// is refused (RefusedForeign), without taking a place.
 	Allow func(net.IP) bool
@@ -62,7 +71,7 @@ type limited struct {
 	b     Bounds
 	plain bool
 	mu    sync.Mutex
-	open  map[netip.Addr]int
+	open  map[share]int
 	// shared is the connections open that count against b.Conns.
 	shared int
 	// answering holds a place for each refused connection being answered.
@@ -78,8 +87,25 @@ const maxAnswering = 16
 // answered.
 const refuseWithin = 5 * time.Second
 
+// share is whose places a connection takes: a node's (node set), or its
+// client address's.
+type share struct {
+	node string
+	addr netip.Addr
+}
+
 func newLimited(ln net.Listener, b Bounds, plain bool) *limited {
-	return &limited{Listener: ln, b: b, plain: plain, open: map[netip.Addr]int{}, answering: make(chan struct{}, maxAnswering)}
+	return &limited{Listener: ln, b: b, plain: plain, open: map[share]int{}, answering: make(chan struct{}, maxAnswering)}
+}
+
+// shareOf is the share a connection from src takes.
+func (l *limited) shareOf(src netip.Addr, own bool) share {
+	if !own && l.b.ShareOf != nil {
+		if node := l.b.ShareOf(src); node != "" {
+			return share{node: node}
+		}
+	}
+	return share{addr: src}
 }
 
 // Accept returns the next connection its bounds admit; it refuses the
@@ -95,11 +121,16 @@ func (l *limited) Accept() (net.Conn, error) {
 			l.refuse(c, RefusedForeign, http.StatusForbidden, "This endpoint serves only its node and the node's own pods.\n")
 			continue
 		}
-		switch reason := l.take(src, own); reason {
+		sh := l.shareOf(src, own)
+		switch reason := l.take(sh, own); reason {
 		case "":
-			return &sourceConn{Conn: c, release: sync.OnceFunc(func() { l.release(src, own) })}, nil
+			return &sourceConn{Conn: c, release: sync.OnceFunc(func() { l.release(sh, own) })}, nil
 		case RefusedOverShare:
-			l.refuse(c, reason, http.StatusTooManyRequests, fmt.Sprintf("Too many connections from this address: at most %d at once.\n", l.b.PerSource))
+			from := "this address"
+			if sh.node != "" {
+				from = "this node's pods"
+			}
+			l.refuse(c, reason, http.StatusTooManyRequests, fmt.Sprintf("Too many connections from %s: at most %d at once.\n", from, l.b.PerSource))
 		default:
 			l.refuse(c, reason, http.StatusServiceUnavailable, "Too many connections at once; try again.\n")
 		}
@@ -123,28 +154,28 @@ func addrOf(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-// take gives src a place, or says why it gets none.
-func (l *limited) take(src netip.Addr, own bool) string {
+// take gives sh a place, or says why it gets none.
+func (l *limited) take(sh share, own bool) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case l.b.PerSource > 0 && l.open[src] >= l.b.PerSource:
+	case l.b.PerSource > 0 && l.open[sh] >= l.b.PerSource:
 		return RefusedOverShare
 	case !own && l.b.Conns > 0 && l.shared >= l.b.Conns:
 		return RefusedFull
 	}
-	l.open[src]++
+	l.open[sh]++
 	if !own {
 		l.shared++
 	}
 	return ""
 }
 
-func (l *limited) release(src netip.Addr, own bool) {
+func (l *limited) release(sh share, own bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open[src]--; l.open[src] <= 0 {
-		delete(l.open, src)
+	if l.open[sh]--; l.open[sh] <= 0 {
+		delete(l.open, sh)
 	}
 	if !own {
 		l.shared--

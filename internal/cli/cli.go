@@ -4,7 +4,8 @@
 // notice endpoint).
 //
 // Every listener is bounded (Bounds): a share of connections per client
-// address, an overall cap for every address but the host's own (so that
+// address, or per node where the listener knows the nodes' pod ranges
+// (NodeRanges: the aggregator's), an overall cap for every address but the host's own (so that
 // the kubelet's probes of a host-network pod keep places no pod can
 // take), and deadlines that close idle and slow connections. A connection
 // past the bounds is refused at once, counted and logged (LogRefused); it

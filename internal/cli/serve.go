@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -30,8 +31,9 @@ var (
 )
 
 // serveBounds are Serve's bounds: 16 connections at once from one client
-// address (a scraper, the kubelet's probes and the API server's calls
-// take a few each), 128 in all from addresses other than the host's own.
+// address, or one node's pods (ServeShared), a scraper, the kubelet's
+// probes and the API server's calls taking a few each; 128 in all from
+// addresses other than the host's own.
 var serveBounds = Bounds{Conns: 128, PerSource: 16}
 
 // Serve listens on addr and serves h in g until ctx ends, then shuts the
@@ -47,13 +49,20 @@ func Serve(ctx context.Context, g *errgroup.Group, addr string, h http.Handler, 
 // cfg.GetCertificate); a nil cfg serves plain HTTP. Over TLS a connection
 // refused is closed unanswered.
 func ServeTLS(ctx context.Context, g *errgroup.Group, addr string, h http.Handler, cfg *tls.Config, refused func(reason string)) (net.Addr, error) {
+	return ServeShared(ctx, g, addr, h, cfg, refused, nil)
+}
+
+// ServeShared is ServeTLS with the share of each client address named by
+// shareOf (Bounds.ShareOf: the node whose pod range holds it,
+// NodeRanges.NodeOf); nil keeps a share per address.
+func ServeShared(ctx context.Context, g *errgroup.Group, addr string, h http.Handler, cfg *tls.Config, refused func(reason string), shareOf func(netip.Addr) string) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: serveHeader, ReadTimeout: serveRead, IdleTimeout: serveIdle, MaxHeaderBytes: 8 << 10, TLSConfig: cfg}
 	b := serveBounds
-	b.Refused = refused
+	b.Refused, b.ShareOf = refused, shareOf
 	bounded := newLimited(ln, b, cfg == nil)
 	g.Go(func() error {
 		serve := srv.Serve

@@ -173,3 +173,45 @@ func TestLimitedKeepsTheHostsOwnPlaces(t *testing.T) {
 		t.Errorf("refused (-want +got):\n%s", diff)
 	}
 }
+
+// TestLimitedKeepsOneShareANode: the pods of one node, each from an address
+// of its pod range, share one share: once three of its addresses hold it,
+// a fourth is refused, and another node's pod, an address in no node's
+// range and the host itself are still taken.
+func TestLimitedKeepsOneShareANode(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inner.Close() })
+	var ranges NodeRanges
+	ranges.Set("hostile", []string{"127.0.1.0/24"})
+	ranges.Set("other", []string{"127.0.2.0/24"})
+	var refused []string
+	l := newLimited(inner, Bounds{Conns: 16, PerSource: 3, ShareOf: ranges.NodeOf, Refused: func(reason string) { refused = append(refused, reason) }}, false)
+	sources := []string{"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.1.5", "127.0.2.2", "127.0.0.7", "127.0.0.1"}
+	for _, s := range sources {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(s)}}
+		c, err := d.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	var accepted []string
+	for range len(sources) - 1 {
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		accepted = append(accepted, host)
+	}
+	if diff := cmp.Diff([]string{"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.2.2", "127.0.0.7", "127.0.0.1"}, accepted); diff != "" {
+		t.Errorf("accepted (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{RefusedOverShare}, refused); diff != "" {
+		t.Errorf("refused (-want +got):\n%s", diff)
+	}
+}

@@ -6,6 +6,7 @@ import "github.com/maintenance-handler/maintenance-handler/protocol"
 var Aggregator = []Doc{
 	{Names: []string{"namespace"}, Default: "`$POD_NAMESPACE`", Text: "namespace of the Lease and the ConfigMap"},
 	{Names: []string{"identity"}, Default: "`$POD_NAME`, else the host name", Text: "this replica's name in the Lease"},
+	{Names: []string{"node-name"}, Default: "`$NODE_NAME`", Text: "the node the replica runs on: on its listeners each address of that node's pod range keeps a share of its own (the kubelet probes the replica from one), where every other node's pods share one ([security.md](security.md#bounded-listeners)); empty: none apart"},
 	Kubeconfig,
 	{Names: []string{"listen-address"}, Text: "`/metrics`, `/healthz` and `/readyz` (ready once it can serve the eviction check, where it serves it)"},
 	{Names: []string{"unhealthy-after"}, Default: "`3m`", Text: "`/healthz` fails (503, saying which) when a watch the aggregator needs (the Nodes, the claims) has failed for this long"},
