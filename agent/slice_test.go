@@ -21,7 +21,7 @@ func TestSliceViewWithAHostGone(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	host := func(name string, st protocol.AgentState) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{protocol.LabelNodePool: "v5p", protocol.LabelTPUTopology: "2x2x4"},
-			Annotations: map[string]string{protocol.AnnotationVMFacts: protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: "ct5p-hightpu-4t"})}},
+			Annotations: map[string]string{protocol.AnnotationVMFacts: protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: "ct5p-hightpu-4t", NodePool: "v5p"})}},
 			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
 				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 		protocol.WriteAgentState(n, st)
@@ -54,7 +54,8 @@ func TestSliceViewWithAHostGone(t *testing.T) {
 // slice. A GPU node whose kubelet labelled it into the slice's pool and
 // patched TPU chips into its capacity, and whose agent says a preemption
 // under way with a start a year ahead, takes no host down: the
-// aggregator read its VM, a GPU VM. A real host's preemption does, and
+// aggregator read its VM, a GPU VM; nor does a TPU VM of the same
+// generation made for another pool, labelled into this one. A real host's preemption does, and
 // one that says it started a year ahead does not.
 func TestSliceViewBelievesOnlyProvenHosts(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -63,12 +64,19 @@ func TestSliceViewBelievesOnlyProvenHosts(t *testing.T) {
 			Labels: map[string]string{protocol.LabelNodePool: "v5p", protocol.LabelTPUTopology: "2x2x4", protocol.LabelTPUAccelerator: "tpu-v5p-slice"}},
 			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
 				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: machineType})
+		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: machineType, NodePool: "v5p"})
 		protocol.WriteAgentState(n, st)
 		return n
 	}
 	preempted := func(started time.Time) protocol.AgentState {
 		return protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: started, Deadline: t0.Add(30 * time.Second)}
+	}
+	// A TPU VM of the same generation made for another pool, which its
+	// kubelet relabelled into v5p.
+	fromPool := func(pool string, st protocol.AgentState) *corev1.Node {
+		n := host("v5p-b-0", "ct5p-hightpu-4t", st)
+		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: "ct5p-hightpu-4t", NodePool: pool})
+		return n
 	}
 	ahead := t0.Add(365 * 24 * time.Hour)
 	for _, tc := range []struct {
@@ -78,6 +86,8 @@ func TestSliceViewBelievesOnlyProvenHosts(t *testing.T) {
 	}{
 		{"a GPU VM labelled in, preempted a year ahead", host("gpu-x", "a3-highgpu-8g", preempted(ahead)), ""},
 		{"a GPU VM labelled in, preempted now", host("gpu-x", "a3-highgpu-8g", preempted(t0)), ""},
+		{"a TPU VM of another pool labelled in, preempted now", fromPool("v5p-b", preempted(t0)), ""},
+		{"a TPU VM of no GKE pool labelled in, preempted now", fromPool("", preempted(t0)), ""},
 		{"a real host preempted a year ahead", host("v5p-1", "ct5p-hightpu-4t", preempted(ahead)), ""},
 		{"a real host preempted now", host("v5p-1", "ct5p-hightpu-4t", preempted(t0)), "v5p-1"},
 	} {

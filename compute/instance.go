@@ -2,8 +2,8 @@ package compute
 
 // What the agent reads of its own VM with instances.get (itself, or through
 // the aggregator): a Spot VM's preemption notice, the VM's known end, and
-// what proves its group membership (its machine type, the reservation it
-// consumes, the block, sub-block and host it runs on).
+// what proves its group membership (its machine type and GKE node pool,
+// the reservation it consumes, the block, sub-block and host it runs on).
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // durationJSON is a google.protobuf.Duration as the Compute API's JSON
@@ -49,6 +51,10 @@ type Scheduling struct {
 	// FLEX_START, RESERVATION_BOUND; "" when not given) and Status its
 	// status (RUNNING, REPAIRING, ...).
 	MachineType, ProvisioningModel, Status string
+	// NodePool is the GKE node pool the VM belongs to: the value of its
+	// protocol.VMResourceLabelNodePool resource label (the instance's
+	// labels map), "" when it carries none (no GKE node).
+	NodePool string
 }
 
 // Consumption is a VM's resourceStatus.reservationConsumptionInfo: the
@@ -87,8 +93,9 @@ type instanceJSON struct {
 		TerminationTime           string        `json:"terminationTime"`
 		InstanceTerminationAction string        `json:"instanceTerminationAction"`
 	} `json:"scheduling"`
-	MachineType    string `json:"machineType"`
-	Status         string `json:"status"`
+	MachineType    string            `json:"machineType"`
+	Status         string            `json:"status"`
+	Labels         map[string]string `json:"labels"`
 	ResourceStatus struct {
 		Scheduling struct {
 			TerminationTimestamp string `json:"terminationTimestamp"`
@@ -105,7 +112,8 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 	}
 	sc := got.Scheduling
 	out := Scheduling{Spot: sc.Preemptible || sc.ProvisioningModel == "SPOT", Consumption: got.ResourceStatus.ReservationConsumptionInfo,
-		Topology: got.ResourceStatus.PhysicalHostTopology, MachineType: lastSegment(got.MachineType), ProvisioningModel: sc.ProvisioningModel, Status: got.Status}
+		Topology: got.ResourceStatus.PhysicalHostTopology, MachineType: lastSegment(got.MachineType), ProvisioningModel: sc.ProvisioningModel, Status: got.Status,
+		NodePool: got.Labels[protocol.VMResourceLabelNodePool]}
 	var err error
 	if end := got.ResourceStatus.Scheduling.TerminationTimestamp; end != "" {
 		if out.End, err = time.Parse(time.RFC3339Nano, end); err != nil {

@@ -40,7 +40,7 @@ func (s Scheduling) Facts(id string) protocol.VMFacts {
 	return protocol.VMFacts{ID: id, Spot: s.Spot, PreemptionNotice: protocol.Duration(s.PreemptionNotice), End: s.End, EndCause: s.EndCause,
 		MachineType: s.MachineType, ProvisioningModel: s.ProvisioningModel, Status: s.Status,
 		Reservation: s.Consumption.Reservation, Block: s.Consumption.Block, SubBlock: s.Consumption.SubBlock,
-		PhysicalBlock: s.Topology.Block, PhysicalSubblock: s.Topology.Subblock, PhysicalHost: s.Topology.Host}
+		PhysicalBlock: s.Topology.Block, PhysicalSubblock: s.Topology.Subblock, PhysicalHost: s.Topology.Host, NodePool: s.NodePool}
 }
 
 // SchedulingOf is the Scheduling f carries (Facts' inverse).
@@ -48,5 +48,5 @@ func SchedulingOf(f protocol.VMFacts) Scheduling {
 	return Scheduling{Spot: f.Spot, PreemptionNotice: time.Duration(f.PreemptionNotice), End: f.End, EndCause: f.EndCause,
 		Consumption: Consumption{Reservation: f.Reservation, Block: f.Block, SubBlock: f.SubBlock},
 		Topology:    PhysicalTopology{Block: f.PhysicalBlock, Subblock: f.PhysicalSubblock, Host: f.PhysicalHost},
-		MachineType: f.MachineType, ProvisioningModel: f.ProvisioningModel, Status: f.Status}
+		MachineType: f.MachineType, ProvisioningModel: f.ProvisioningModel, Status: f.Status, NodePool: f.NodePool}
 }

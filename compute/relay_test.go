@@ -14,7 +14,7 @@ import (
 // the agent whole.
 func TestSchedulingCrossesTheNode(t *testing.T) {
 	s := Scheduling{Spot: true, PreemptionNotice: 2 * time.Minute, End: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), EndCause: "maxRunDuration",
-		Consumption: Consumption{Reservation: "r", Block: "b", SubBlock: "s"}, Topology: PhysicalTopology{Block: "tb", Subblock: "ts", Host: "th"}, MachineType: "a3-highgpu-8g", ProvisioningModel: "SPOT", Status: "RUNNING"}
+		Consumption: Consumption{Reservation: "r", Block: "b", SubBlock: "s"}, Topology: PhysicalTopology{Block: "tb", Subblock: "ts", Host: "th"}, MachineType: "a3-highgpu-8g", ProvisioningModel: "SPOT", Status: "RUNNING", NodePool: "a3-pool"}
 	f := s.Facts("id-1")
 	if f.ID != "id-1" {
 		t.Errorf("the read's ID %q", f.ID)

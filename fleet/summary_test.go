@@ -28,7 +28,7 @@ func TestLabelledInNodeCountsAlone(t *testing.T) {
 			Labels: map[string]string{protocol.LabelNodePool: "v5p", protocol.LabelTPUTopology: "2x2x4", protocol.LabelTPUAccelerator: "tpu-v5p-slice"}},
 			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{protocol.ResourceTPU: resource.MustParse("4")},
 				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
-		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: machineType, Status: "RUNNING"})
+		n.Annotations[protocol.AnnotationVMFacts] = protocol.Encode(protocol.VMFacts{ID: "read-1", MachineType: machineType, Status: "RUNNING", NodePool: "v5p"})
 		protocol.WriteAgentState(n, st)
 		if vouched {
 			protocol.WriteSliceAsk(n, &protocol.SliceAsk{Slice: "v5p", Cause: "v5p-0", Reason: protocol.ReasonManual, Started: now, Deadline: now.Add(time.Hour)})

@@ -19,7 +19,12 @@ import (
 //   - a multi-host TPU slice by its pool (GKE): the VM is a TPU VM (its
 //     machine type names its chips, as every TPU machine type does:
 //     ct5p-hightpu-4t has 4), of the generation its accelerator label
-//     names, and the topology's chips span more than one such VM;
+//     names, made for the pool its pool label names (the VM's
+//     goog-k8s-node-pool-name resource label, VMFacts.NodePool, which GKE
+//     sets on every VM of a node pool and no node identity can change:
+//     else a TPU VM of the same generation in another pool would relabel
+//     itself into this pool's slice), and the topology's chips span more
+//     than one such VM;
 //   - a reservation group: the VM consumes a reservation block, and runs
 //     in the block (and, for a sub-block group, the sub-block) its labels
 //     name (resourceStatus.physicalHostTopology, which GKE's
@@ -66,7 +71,7 @@ func TPUMachine(machineType string) (family string, chips int) {
 func (g Grouping) Unproven(n *corev1.Node) string {
 	switch group := g.GroupOf(n); {
 	case group.Kind == GroupSlice && g.SliceLabel == "":
-		return sliceUnproven(n)
+		return g.sliceUnproven(n)
 	case group.Kind == GroupReservation:
 		return g.reservationUnproven(n)
 	}
@@ -93,7 +98,7 @@ func factsOf(n *corev1.Node) (VMFacts, string) {
 	return f, ""
 }
 
-func sliceUnproven(n *corev1.Node) string {
+func (g Grouping) sliceUnproven(n *corev1.Node) string {
 	f, why := factsOf(n)
 	if why != "" {
 		return why
@@ -105,6 +110,12 @@ func sliceUnproven(n *corev1.Node) string {
 	accelerator := n.Labels[LabelTPUAccelerator]
 	if want, known := tpuFamilies[accelerator]; known && want != family {
 		return fmt.Sprintf("its VM is a %s, no VM of its TPU accelerator %s", f.MachineType, accelerator)
+	}
+	switch pool := n.Labels[g.PoolLabel]; {
+	case f.NodePool == "":
+		return "its VM carries no GKE node pool label (" + VMResourceLabelNodePool + ")"
+	case f.NodePool != pool:
+		return fmt.Sprintf("its VM is in the node pool %q, not in %q its label %s names", f.NodePool, pool, g.PoolLabel)
 	}
 	topology := n.Labels[LabelTPUTopology]
 	if all := TopologyChips(topology); all <= chips || all%chips != 0 {

@@ -34,8 +34,9 @@ func TestTPUMachine(t *testing.T) {
 // TPU topology and gce-topology-* labels, TPU chips in its capacity) is a
 // claim; the node is a proven member of the group it claims only where
 // the aggregator's read of its VM agrees. A GPU VM is no host of a TPU
-// slice, whatever its labels and capacity; a VM is in no reservation
-// group but the one it runs in.
+// slice, whatever its labels and capacity, nor is a TPU VM of another
+// pool or of none; a VM is in no reservation group but the one it runs
+// in.
 func TestMembershipProvenByFacts(t *testing.T) {
 	slice := map[string]string{LabelNodePool: "v5p", LabelTPUTopology: "2x2x4", LabelTPUAccelerator: "tpu-v5p-slice"}
 	group := map[string]string{LabelNodePool: "a4x", LabelTopologyBlock: "b1", LabelTopologySubblock: "s1"}
@@ -49,7 +50,9 @@ func TestMembershipProvenByFacts(t *testing.T) {
 		}
 		return n
 	}
-	tpuVM := &VMFacts{ID: "r", MachineType: "ct5p-hightpu-4t"}
+	tpuVM := &VMFacts{ID: "r", MachineType: "ct5p-hightpu-4t", NodePool: "v5p"}
+	otherPool := &VMFacts{ID: "r", MachineType: "ct5p-hightpu-4t", NodePool: "v5p-b"}
+	noPool := &VMFacts{ID: "r", MachineType: "ct5p-hightpu-4t"}
 	inBlock := &VMFacts{ID: "r", MachineType: "a4x-highgpu-4g", Reservation: "res", Block: "res/b", SubBlock: "res/b/s", PhysicalBlock: "b1", PhysicalSubblock: "s1"}
 	elsewhere := *inBlock
 	elsewhere.PhysicalSubblock = "s2"
@@ -69,8 +72,11 @@ func TestMembershipProvenByFacts(t *testing.T) {
 		{"a TPU host, its VM not read yet", pool, node(slice, "4", nil), "not read its VM"},
 		{"its VM's read failed", pool, node(slice, "4", &VMFacts{ID: "r", Error: "denied"}), "could not read its VM"},
 		{"a GPU VM labelled into the pool, TPU chips patched in", pool, node(slice, "4", &VMFacts{ID: "r", MachineType: "a3-highgpu-8g"}), "no TPU VM"},
-		{"a TPU VM of another generation", pool, node(slice, "4", &VMFacts{ID: "r", MachineType: "ct6e-standard-4t"}), "no VM of its TPU accelerator"},
-		{"a single-host TPU VM that patched fewer chips in", pool, node(map[string]string{LabelNodePool: "one", LabelTPUTopology: "2x4"}, "4", &VMFacts{ID: "r", MachineType: "ct5lp-hightpu-8t"}), "no multi-host slice"},
+		{"a TPU VM of another generation", pool, node(slice, "4", &VMFacts{ID: "r", MachineType: "ct6e-standard-4t", NodePool: "v5p"}), "no VM of its TPU accelerator"},
+		{"a TPU VM of the same generation from another pool, labelled into this one", pool, node(slice, "4", otherPool), `its VM is in the node pool "v5p-b", not in "v5p"`},
+		{"a TPU VM without GKE's pool label", pool, node(slice, "4", noPool), "carries no GKE node pool label"},
+		{"a TPU host under another pool label, its VM read", Grouping{PoolLabel: "example.com/pool"}, node(map[string]string{"example.com/pool": "v5p", LabelTPUTopology: "2x2x4", LabelTPUAccelerator: "tpu-v5p-slice"}, "4", tpuVM), ""},
+		{"a single-host TPU VM that patched fewer chips in", pool, node(map[string]string{LabelNodePool: "one", LabelTPUTopology: "2x4"}, "4", &VMFacts{ID: "r", MachineType: "ct5lp-hightpu-8t", NodePool: "one"}), "no multi-host slice"},
 		{"the operator's slice label: its word", Grouping{SliceLabel: "example.com/slice"}, node(map[string]string{"example.com/slice": "s"}, "", nil), ""},
 		{"a reservation sub-block, its VM there", sub, node(group, "", inBlock), ""},
 		{"a reservation block, its VM there", block, node(group, "", inBlock), ""},

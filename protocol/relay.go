@@ -120,7 +120,21 @@ type VMFacts struct {
 	PhysicalBlock    string `json:"physicalBlock,omitempty"`
 	PhysicalSubblock string `json:"physicalSubblock,omitempty"`
 	PhysicalHost     string `json:"physicalHost,omitempty"`
+	// NodePool is the GKE node pool the VM was made for: the value of its
+	// VMResourceLabelNodePool resource label ("" when it has none), which
+	// GKE sets and the node cannot change. What proves a node's multi-host
+	// slice (Grouping.Unproven).
+	NodePool string `json:"nodePool,omitempty"`
 }
+
+// VMResourceLabelNodePool is the Compute Engine resource label (the
+// instance's labels, not a Kubernetes label) GKE puts on every VM of a
+// node pool, naming the pool: Google's Cloud Billing page "View and
+// download the cost details of your invoice or statement"
+// (https://cloud.google.com/billing/docs/how-to/cost-table) lists it
+// among the label keys GKE's resources carry ("Filter cluster resources
+// by node pool"), beside goog-k8s-cluster-name.
+const VMResourceLabelNodePool = "goog-k8s-node-pool-name"
 
 // ReadComputeCall reads n's ask; false when there is none or it cannot be
 // read.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -622,7 +623,8 @@ func (s *Server) writeOperation(w http.ResponseWriter, project, zone string, op 
 
 // getInstance answers instances.get with what the agent reads of it: the
 // VM's scheduling (its provisioning model, and a Spot VM's preemption
-// notice as a Duration of seconds, as Compute Engine spells it).
+// notice as a Duration of seconds, as Compute Engine spells it), and its
+// resource labels.
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zone, instance string) {
 	call := Call{Project: project, Zone: zone, Instance: instance}
 	if status, reason, msg := s.refusal(call, r); status != 0 {
@@ -648,6 +650,9 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	inst := map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
 		"creationTimestamp": ComputeTime(s.created), "zone": base, "machineType": base + "/machineTypes/" + s.cfg.machineType(),
 		"selfLink": base + "/instances/" + s.cfg.Name, "status": s.cfg.status(), "scheduling": scheduling}
+	if len(s.cfg.Labels) > 0 {
+		inst["labels"] = maps.Clone(s.cfg.Labels)
+	}
 	status := map[string]any{}
 	if consumption != nil {
 		status["reservationConsumptionInfo"] = consumption

@@ -123,6 +123,11 @@ type Config struct {
 	ProvisioningModel string
 	// Status is instances.get's status (RUNNING when empty).
 	Status string
+	// Labels are the VM's resource labels, instances.get's labels map
+	// (none when empty). GKE puts goog-k8s-cluster-name and
+	// goog-k8s-node-pool-name on every VM of a node pool
+	// (protocol.VMResourceLabelNodePool); vms.Fleet labels its VMs so.
+	Labels map[string]string
 	// PreemptionNotice is a Spot VM's scheduling.preemptionNoticeDuration
 	// (zero: none), which instances.get returns: preempted turns TRUE this
 	// long before the soft-off.

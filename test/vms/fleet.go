@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
@@ -55,11 +56,20 @@ type Fleet struct {
 	Project *gceemu.Project
 }
 
+// ClusterName is the GKE cluster the Fleet's VMs say they belong to (their
+// goog-k8s-cluster-name resource label).
+const ClusterName = "testworld"
+
 // Add creates the Node for spec, its emulator (cfg, with spec's name) and
-// its agent.
+// its agent. A cfg without Labels gets the resource labels GKE puts on a
+// node pool's VMs: its cluster and the Node's pool.
 func (f *Fleet) Add(ctx context.Context, spec testworld.NodeSpec, cfg gceemu.Config) (*VM, error) {
-	if _, err := f.World.AddNode(ctx, spec); err != nil {
+	n, err := f.World.AddNode(ctx, spec)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{"goog-k8s-cluster-name": ClusterName, protocol.VMResourceLabelNodePool: n.Labels[testworld.LabelNodePool]}
 	}
 	cfg.Name = spec.Name
 	if cfg.Project == "" {

@@ -94,7 +94,7 @@ func (d *demo) setUp(ctx context.Context) error {
 		// The agents make their own Compute calls here, so none asks the
 		// aggregator to read its VM: the demo writes what that read says,
 		// which proves the host a member of its slice.
-		if err := d.annotate(ctx, v, protocol.AnnotationVMFacts, protocol.Encode(protocol.VMFacts{ID: "demo-read", MachineType: sliceMachine, Status: "RUNNING"})); err != nil {
+		if err := d.annotate(ctx, v, protocol.AnnotationVMFacts, protocol.Encode(protocol.VMFacts{ID: "demo-read", MachineType: sliceMachine, Status: "RUNNING", NodePool: slicePool})); err != nil {
 			return err
 		}
 		d.slice = append(d.slice, v)
