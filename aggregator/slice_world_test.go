@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,7 +104,8 @@ func newSliceHostsOf(t testing.TB, ctx context.Context, p *procs, pool string, s
 	return s
 }
 
-// follow waits until a pod runs on every host of the slice, and each
+// follow waits until a pod runs on every host of the slice (other pods
+// of the namespace aside), and each
 // host's agent publishes it busy, then follows what happens to the
 // slice's Nodes and pods.
 func (s *slice) follow(t testing.TB, ctx context.Context, pool string) {
@@ -113,7 +115,7 @@ func (s *slice) follow(t testing.TB, ctx context.Context, pool string) {
 		list, err := world.Client.CoreV1().Pods(s.p.ns).List(ctx, metav1.ListOptions{})
 		running := 0
 		for _, p := range list.Items {
-			if p.Status.Phase == corev1.PodRunning {
+			if p.Status.Phase == corev1.PodRunning && slices.Contains(s.hosts, p.Spec.NodeName) {
 				running++
 			}
 		}

@@ -8,13 +8,19 @@ package testworld
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -79,6 +85,58 @@ func (w *World) HostileNode(tb testing.TB, name string) *Hostile {
 		*c.out = cs
 	}
 	return h
+}
+
+// ShippedFences installs the admission policies of manifests/base that
+// the world leaves out (those that hold every identity to a key's writer:
+// see ownPolicies), so that h's node meets the fences as in a real
+// cluster, and waits until they are in force. From then until tb ends,
+// the test's admin is a person to them: it may not write a key only an
+// agent or the aggregator writes. They are removed when tb ends, and the
+// next test starts once they are lifted.
+func (w *World) ShippedFences(tb testing.TB, h *Hostile) {
+	tb.Helper()
+	ctx := Ctx(tb, 2*time.Minute)
+	objs, err := shippedObjects(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kept := ownPolicies(slices.Clone(objs))
+	fences := slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool {
+		return !strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") || slices.ContainsFunc(kept, func(k *unstructured.Unstructured) bool {
+			return k.GetKind() == o.GetKind() && k.GetName() == o.GetName()
+		})
+	})
+	tb.Cleanup(func() {
+		ctx := Ctx(tb, 2*time.Minute)
+		if err := w.remove(ctx, fences); err != nil {
+			tb.Errorf("removing the fences: %v", err)
+			return
+		}
+		if err := h.awaitFences(ctx, false); err != nil {
+			tb.Errorf("the fences were never lifted: %v", err)
+		}
+	})
+	if err := w.create(ctx, fences); err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.awaitFences(ctx, true); err != nil {
+		tb.Fatalf("the shipped admission policies never took effect for %s: %v", h.Node, err)
+	}
+}
+
+// awaitFences waits until the fences are in force (or, !in, lifted): the
+// API server takes a policy up, or lets it go, a moment after it is
+// written, and no watch says when. The probe is the node-writer account's
+// write of the aggregator's vm-facts on its own Node, a dry run that
+// changes nothing.
+func (h *Hostile) awaitFences(ctx context.Context, in bool) error {
+	patch := []byte(`{"metadata":{"annotations":{"maintenance-handler.io/vm-facts":"{\"id\":\"fence-probe\"}"}}}`)
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := h.DaemonSet.CoreV1().Nodes().Patch(ctx, h.Node, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		refused := apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
+		return refused == in && (refused || err == nil), nil
+	})
 }
 
 // nodeWriter makes, in ns, the service account NodeWriterAccount and binds

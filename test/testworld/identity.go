@@ -23,6 +23,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -75,17 +76,23 @@ func (w *World) installShipped(ctx context.Context) error {
 }
 
 func (w *World) applyShipped(ctx context.Context) error {
-	root, err := ModuleRoot(ctx)
+	objs, err := shippedObjects(ctx)
 	if err != nil {
 		return err
+	}
+	return w.create(ctx, ownPolicies(objs))
+}
+
+// shippedObjects are the objects of manifests/base the world installs
+// (not notApplied), the namespace first, then what lives in it.
+func shippedObjects(ctx context.Context) ([]*unstructured.Unstructured, error) {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return nil, err
 	}
 	files, err := filepath.Glob(filepath.Join(root, "manifests", "base", "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no manifests in %s/manifests/base", root)
-	}
-	dyn, err := dynamic.NewForConfig(w.Config)
-	if err != nil {
-		return err
+		return nil, fmt.Errorf("no manifests in %s/manifests/base", root)
 	}
 	var objs []*unstructured.Unstructured
 	for _, f := range files {
@@ -94,7 +101,7 @@ func (w *World) applyShipped(ctx context.Context) error {
 		}
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 		for {
@@ -103,34 +110,50 @@ func (w *World) applyShipped(ctx context.Context) error {
 				if errors.Is(err, io.EOF) {
 					break
 				}
-				return fmt.Errorf("%s: %w", f, err)
+				return nil, fmt.Errorf("%s: %w", f, err)
 			}
 			if len(o.Object) > 0 && !slices.Contains(notApplied, o.GetKind()) {
 				objs = append(objs, o)
 			}
 		}
 	}
-	objs = ownPolicies(objs)
-	// The namespace first, then what lives in it.
 	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
 		return cmp.Compare(kindOrder(b), kindOrder(a))
 	})
+	return objs, nil
+}
+
+// create makes each of objs in the world (one that exists is left as it
+// is).
+func (w *World) create(ctx context.Context, objs []*unstructured.Unstructured) error {
+	dyn, err := dynamic.NewForConfig(w.Config)
+	if err != nil {
+		return err
+	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(w.Client.Discovery()))
 	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		ri, err := resourceOf(dyn, mapper, o)
 		if err != nil {
-			return fmt.Errorf("install %s %s: %w", gvk.Kind, o.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-		if ns := o.GetNamespace(); ns != "" {
-			ri = dyn.Resource(mapping.Resource).Namespace(ns)
+			return err
 		}
 		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("install %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
 	return nil
+}
+
+// resourceOf is the client of o's resource (in its namespace).
+func resourceOf(dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := o.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("install %s %s: %w", gvk.Kind, o.GetName(), err)
+	}
+	if ns := o.GetNamespace(); ns != "" {
+		return dyn.Resource(mapping.Resource).Namespace(ns), nil
+	}
+	return dyn.Resource(mapping.Resource), nil
 }
 
 // kindOrder puts a Namespace before what lives in it.
@@ -330,4 +353,23 @@ func (w *World) AggregatorKubeconfigT(tb testing.TB, ns string) string {
 		tb.Fatal(err)
 	}
 	return path
+}
+
+// remove deletes each of objs from the world (one that is gone is fine).
+func (w *World) remove(ctx context.Context, objs []*unstructured.Unstructured) error {
+	dyn, err := dynamic.NewForConfig(w.Config)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(w.Client.Discovery()))
+	for _, o := range objs {
+		ri, err := resourceOf(dyn, mapper, o)
+		if err != nil {
+			return err
+		}
+		if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("remove %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
 }
