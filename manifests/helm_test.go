@@ -194,6 +194,7 @@ func TestChartSchemaRejects(t *testing.T) {
 		{[]string{"--set", "agent.maxUnavailable=ten"}, "/agent/maxUnavailable"},
 		{[]string{"--set", "monitoring.serviceMonitor.interval=often"}, "/monitoring/serviceMonitor/interval"},
 		{[]string{"--set", "bogus=true"}, "'bogus' not allowed"},
+		{[]string{"--set", "admissionPolicy.people.serviceAccounts={system:serviceaccount:ops:maintainer}"}, "/admissionPolicy/people/serviceAccounts/0"},
 		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
 		// The policy, as the aggregator reads it: a key it does not know, a
 		// word for a count, a list for the pools.
@@ -443,6 +444,9 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"admissionPolicy.detectorConditions", []string{"--set", "admissionPolicy.detectorConditions={GPUSlow}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return writersVariable(t, o, "detectorConditions"), "['GPUSlow']"
+		}},
+		{"admissionPolicy.people.serviceAccounts", []string{"--set", "admissionPolicy.people.serviceAccounts={ops/maintainer}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return writersVariable(t, o, "people"), "['system:serviceaccount:ops:maintainer']"
 		}},
 		{"criticalPodsQuota.create", []string{"--set", "criticalPodsQuota.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return criticalQuotas(t, o), map[string][]string{}

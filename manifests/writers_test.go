@@ -141,3 +141,23 @@ func TestKeyWritersPolicyNamesTheDetectors(t *testing.T) {
 		t.Errorf("the detectors are %s, want %s", got, want)
 	}
 }
+
+// TestKeyWritersPolicyNamesThePeople: a person is no node's kubelet, and
+// either an account admissionPolicy.people names or a user with neither a
+// node-name claim nor a service account's name; none is named by default.
+func TestKeyWritersPolicyNamesThePeople(t *testing.T) {
+	def := mustTemplate(t)
+	if got := writersVariable(t, def, "people"); got != "[]" {
+		t.Errorf("the default people are %s, want none", got)
+	}
+	person := regexp.MustCompile(`(?s)'person': (.*?),\s*'registration'`).FindStringSubmatch(writersVariable(t, def, "who"))
+	want := "!variables.user.startsWith('system:node:') && " +
+		"(variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:'))"
+	if person == nil || strings.Join(strings.Fields(person[1]), " ") != want {
+		t.Errorf("the class person is %q, want %q", person, want)
+	}
+	set := mustTemplate(t, "--set", "admissionPolicy.people.serviceAccounts={ops/maintainer,kube-system/scheduler-plugins}")
+	if got, want := writersVariable(t, set, "people"), "['system:serviceaccount:ops:maintainer', 'system:serviceaccount:kube-system:scheduler-plugins']"; got != want {
+		t.Errorf("the people are %s, want %s", got, want)
+	}
+}

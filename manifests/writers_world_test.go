@@ -13,10 +13,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/generate"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -337,4 +341,110 @@ func kubeletOf(t *testing.T, name string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return kubelet
+}
+
+// legacyToken is the token of a Secret of type
+// kubernetes.io/service-account-token for service account sa in ns, as
+// the controller-manager fills it in: a token that names no node, which the
+// node running a pod that mounts the Secret can read.
+func legacyToken(t *testing.T, ns, sa string) string {
+	t.Helper()
+	ctx := testworld.Ctx(t, 2*time.Minute)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sa + "-legacy", Namespace: ns,
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: sa}}, Type: corev1.SecretTypeServiceAccountToken}
+	if _, err := world.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a legacy token Secret for %s/%s: %v", ns, sa, err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().Secrets(ns).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+	})
+	lw := cache.NewFilteredListWatchFromClient(world.Client.CoreV1().RESTClient(), "secrets", ns,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", secret.Name).String()
+		})
+	var token string
+	filled := func(obj any) bool {
+		if s, ok := obj.(*corev1.Secret); ok && len(s.Data[corev1.ServiceAccountTokenKey]) > 0 {
+			token = string(s.Data[corev1.ServiceAccountTokenKey])
+		}
+		return token != ""
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Secret{},
+		func(s cache.Store) (bool, error) { return slices.ContainsFunc(s.List(), filled), nil },
+		func(ev watch.Event) (bool, error) { return filled(ev.Object), nil })
+	if err != nil {
+		t.Fatalf("the legacy token of %s/%s was never filled in: %v", ns, sa, err)
+	}
+	return token
+}
+
+// personKeys are the keys of the table a person may set but neither
+// anyone nor any identity of the node written may.
+func personKeys() []protocol.Key {
+	var out []protocol.Key
+	for _, k := range protocol.NodeKeys() {
+		if set := k.Setters(); slices.Contains(set, protocol.WhoPerson) && !slices.Contains(set, protocol.WhoAnyone) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestLegacyTokenIsNoPerson: with the base applied, a legacy token of node
+// A's node-writer account (a Secret of type service-account-token, which
+// names no node and which A can read when a pod on it mounts it) is no
+// person: it is refused every key only a person (or the aggregator) sets,
+// and their removal, on node B. Once admissionPolicy.people names the
+// account, the same token sets them.
+func TestLegacyTokenIsNoPerson(t *testing.T) {
+	testworld.Need(t)
+	a := world.NodeT(t, testworld.NodeSpec{Name: "legacy-a"})
+	b := world.NodeT(t, testworld.NodeSpec{Name: "legacy-b"})
+	seedKeys(t, b.Name)
+	apply(t, render(t, "base"))
+	h := world.HostileNode(t, a.Name)
+	awaitWritersPolicy(t, h, b.Name)
+	ns := strings.Split(h.DaemonSetUser, ":")[2]
+	legacy := clientForToken(t, legacyToken(t, ns, testworld.NodeWriterAccount))
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	forged := "true"
+	keys := personKeys()
+	if len(keys) < 10 {
+		t.Fatalf("%d keys only a person sets: the table is broken", len(keys))
+	}
+	for _, k := range keys {
+		if err := patchKey(ctx, legacy, b.Name, k, &forged); !refused(err) {
+			t.Errorf("a legacy token of %s setting the %s %s on %s: %v, want refused", h.DaemonSetUser, k.Kind, k.Name, b.Name, err)
+		}
+		if k.Kind != protocol.Condition {
+			if err := patchKey(ctx, legacy, b.Name, k, nil); !refused(err) {
+				t.Errorf("a legacy token of %s removing the %s %s from %s: %v, want refused", h.DaemonSetUser, k.Kind, k.Name, b.Name, err)
+			}
+		}
+	}
+
+	apply(t, writersPolicyOf(t, "--set", "admissionPolicy.people.serviceAccounts={"+ns+"/"+testworld.NodeWriterAccount+"}"))
+	trigger := protocol.Key{Name: protocol.LabelPerformMaintenance, Kind: protocol.Label}
+	// The policy takes the new list up a moment after it is written.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return patchKey(ctx, legacy, b.Name, trigger, &forged) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the named account setting %s on %s: never allowed", trigger.Name, b.Name)
+	}
+	for _, k := range keys {
+		if err := patchKey(ctx, legacy, b.Name, k, &forged); err != nil {
+			t.Errorf("the named account setting the %s %s on %s: %v, want allowed", k.Kind, k.Name, b.Name, err)
+		}
+	}
+}
+
+// clientForToken is a clientset of the user token names.
+func clientForToken(t *testing.T, token string) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(world.ConfigForToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

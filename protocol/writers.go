@@ -21,9 +21,19 @@ const (
 	WhoAgent Who = "agent"
 	// WhoAggregator is the aggregator's service account.
 	WhoAggregator Who = "aggregator"
-	// WhoPerson is any identity no node holds: neither system:node:* nor a
-	// token carrying a node-name claim (a person, a control-plane
-	// component, GKE's).
+	// WhoPerson is an identity known to be no node's: neither
+	// system:node:*, nor a token carrying a node-name claim, nor a service
+	// account (system:serviceaccount:*); or a service account the operator
+	// names (admissionPolicy.people.serviceAccounts), whatever node its
+	// token names (the operator keeps its pods off the nodes the product
+	// maintains, which could have its token minted). So a user, a control-plane
+	// component that authenticates as itself and GKE's control plane are
+	// persons; a legacy token of a DaemonSet's account, which the node
+	// running its pod can read, is not. No key needs an account named by
+	// default: GKE writes its keys after registration from its control
+	// plane, not as an account of the cluster, and a self-managed
+	// cluster's controllers (system:serviceaccount:kube-system:* with
+	// --use-service-account-credentials) write none of Keys.
 	WhoPerson Who = "person"
 	// WhoRegistration is a node's kubelet creating its own Node (its
 	// --node-labels).
@@ -56,7 +66,7 @@ func (k Key) OnNode() bool {
 // Setters are who may set or change k on a Node: its writer, and those
 // who may request it. Keys GKE's own maintenance handler writes too
 // (SharedWithGKE) are the Node's own word: any identity of that Node, or
-// one no node holds.
+// a person.
 func (k Key) Setters() []Who {
 	var who []Who
 	switch {
@@ -83,9 +93,8 @@ func (k Key) Setters() []Who {
 }
 
 // Removers are who may remove k from a Node: its setters, the component
-// that consumes it once answered, the uninstall Job and any identity no
-// node holds (a person withdrawing an approval or clearing what a
-// component left behind).
+// that consumes it once answered, the uninstall Job and a person
+// (withdrawing an approval or clearing what a component left behind).
 func (k Key) Removers() []Who {
 	who := append(k.Setters(), WhoPerson, WhoUninstall)
 	if k.Consumer == Agent {

@@ -31,7 +31,7 @@ const (
 var whoDoc = map[protocol.Who]string{
 	protocol.WhoAgent:        "the node's agent",
 	protocol.WhoAggregator:   "the aggregator",
-	protocol.WhoPerson:       "no node's identity (a person, GKE)",
+	protocol.WhoPerson:       "a person (no node's identity nor unnamed service account)",
 	protocol.WhoRegistration: "the node's kubelet registering",
 	protocol.WhoOwnNode:      "any identity of that node",
 	protocol.WhoDetector:     "a named detector",
@@ -144,7 +144,10 @@ edit that table, not this file. admission-policy.yaml includes it. */}}
 # docs/security.md): a change to it is refused to every identity but those
 # its row names, whoever else may write Nodes (a node's kubelet, and any
 # service account with Node write whose token a node can have minted for a
-# pod bound to it, which carries the node's name). A node registering
+# pod bound to it, which carries the node's name). A person is named, not
+# presumed: neither a node's kubelet nor a token naming a node, and no
+# service account but those admissionPolicy.people names (a node can read
+# the legacy token of any account whose pod it runs). A node registering
 # sets the labels of its pool, machine and the operator's; a detector's
 # conditions come only from the detectors the operator names. The agent
 # and the aggregator are held to their keys by their own policies above,
@@ -177,13 +180,16 @@ spec:
       expression: "'system:node:' + object.metadata.name"
     - name: detectors
       expression: {{ include "mh.detectorList" .Values.admissionPolicy.detectors | quote }}
+    - name: people
+      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people.serviceAccounts | quote }}
     - name: detectorConditions
       expression: {{ include "mh.detectorConditions" . | quote }}
     - name: who
       expression: >-
         {'agent': variables.user == '{{ include "mh.agentUser" . }}' && variables.claim == object.metadata.name,
         'aggregator': variables.user == '{{ include "mh.aggregatorUser" . }}',
-        'person': !variables.user.startsWith('system:node:') && variables.claim == '',
+        'person': !variables.user.startsWith('system:node:') &&
+        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:')),
         'registration': request.operation == 'CREATE' && variables.user == variables.kubelet,
         'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
         'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
@@ -238,6 +244,12 @@ spec:
 sliceLabel), as a CEL list: fenced as GKE's pool label is. */}}
 {{- define "mh.operatorLabels" -}}
 [{{ range $i, $l := compact (list .Values.poolLabel .Values.sliceLabel) | uniq }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
+{{- end }}
+
+{{/* The service accounts admissionPolicy.people.serviceAccounts names
+("namespace/name"), as a CEL list of their usernames. */}}
+{{- define "mh.peopleList" -}}
+[{{ range $i, $a := . }}{{ if $i }}, {{ end }}'system:serviceaccount:{{ replace "/" ":" $a }}'{{ end }}]
 {{- end }}
 
 {{/* The detectors' usernames as a CEL list. */}}
