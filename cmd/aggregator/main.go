@@ -86,16 +86,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		return err
 	}
 	reservations, reader := reservationReader(opts, caller)
-	// Each listener keeps one share of connections per node, whatever
-	// number of pod addresses that node has (package cli, NodeRanges),
-	// but for the replica's own node.
-	ranges := &cli.NodeRanges{}
-	shareOf := func(addr netip.Addr) string {
-		if node := ranges.NodeOf(addr); node != opts.NodeName {
-			return node
-		}
-		return ""
-	}
+	ranges, shareOf := nodeShares(opts)
 	a, err := aggregator.New(aggregator.Options{
 		Notify:       notifyOptions(opts),
 		Reservations: reservations, ReservationReader: reader, ReservationInterval: opts.ReservationInterval, MaintainUnusedCapacity: opts.MaintainUnusedCapacity,
@@ -128,6 +119,20 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	g.Go(func() error { return watchMemory(ctx, opts, events, m, logger) })
 	g.Go(func() error { return a.Start(ctx) })
 	return g.Wait()
+}
+
+// nodeShares are the nodes' pod ranges, which the Node watch keeps, and the
+// share of each client address on the listeners: one per node, whatever
+// number of pod addresses that node has (package cli, NodeRanges), but for
+// the replica's own node, whose addresses keep one each.
+func nodeShares(opts *Options) (*cli.NodeRanges, func(netip.Addr) string) {
+	ranges := &cli.NodeRanges{}
+	return ranges, func(addr netip.Addr) string {
+		if node := ranges.NodeOf(addr); node != opts.NodeName {
+			return node
+		}
+		return ""
+	}
 }
 
 // serveEvictionCheck serves the eviction check (package admission) in g
