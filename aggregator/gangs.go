@@ -93,7 +93,9 @@ func (a *Aggregator) applyGangs(ctx context.Context, nodes *fleet.Fleet, decided
 }
 
 // checkPodGroups reads, up to inFlight at once, the pod of every claim of
-// looked not read or read gangRecheck ago, forgets the claims gone, and
+// looked not read or read gangRecheck ago (a node lists at most
+// protocol.MaxPodGroups: a longer list is unreadable, and reads none;
+// announceUnreadable says so), forgets the claims gone, and
 // says on the node (a Warning Event, and the log) when a claim is found
 // untrue. A pod that cannot be read now is read again in the next pass.
 func (a *Aggregator) checkPodGroups(ctx context.Context, looked []*fleet.Node) {

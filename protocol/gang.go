@@ -26,12 +26,22 @@ import (
 
 const (
 	// AnnotationPodGroups is the agent's list of the pod groups its node's
-	// running pods are in, each with one of its pods (EncodePodGroups).
+	// running pods are in, each with one of its pods (EncodePodGroups), at
+	// most MaxPodGroups.
 	AnnotationPodGroups = "maintenance-handler.io/pod-groups"
 	// LabelGang is the aggregator's name for the gang the node's pods run
 	// in with other nodes' (GangName), on every node of it.
 	LabelGang = "maintenance-handler.io/gang"
 )
+
+// MaxPodGroups bounds the pod groups an agent lists: the aggregator reads
+// one pod for each pod group a node lists, so an unbounded list would let
+// one node make the leader read thousands of pods every pass. A node runs
+// the pods of a few jobs at once (one per accelerator at most: 8 GPUs or
+// TPU chips a VM), so 32 leaves room and bounds a node's reads. An agent
+// lists the first MaxPodGroups by name (OnePerGroup); a list of more is
+// no agent's, and is unreadable (DecodePodGroups): it counts as none.
+const MaxPodGroups = 32
 
 // PodGroupClaim is one pod group a node's agent says its node runs: the
 // group, and one pod of it on the node, which shows it.
@@ -51,7 +61,8 @@ func PodGroupOf(p *corev1.Pod) (PodGroupClaim, bool) {
 }
 
 // OnePerGroup is claims with one pod per group, the first by name,
-// sorted by group: what AnnotationPodGroups holds.
+// sorted by group, the first MaxPodGroups groups only: what
+// AnnotationPodGroups holds.
 func OnePerGroup(claims []PodGroupClaim) []PodGroupClaim {
 	byGroup := map[string]PodGroupClaim{}
 	for _, c := range claims {
@@ -61,7 +72,7 @@ func OnePerGroup(claims []PodGroupClaim) []PodGroupClaim {
 	}
 	out := slices.Collect(maps.Values(byGroup))
 	slices.SortFunc(out, func(a, b PodGroupClaim) int { return strings.Compare(a.Group(), b.Group()) })
-	return out
+	return out[:min(len(out), MaxPodGroups)]
 }
 
 // EncodePodGroups writes claims as AnnotationPodGroups' value:
@@ -77,10 +88,13 @@ func EncodePodGroups(claims []PodGroupClaim) string {
 
 // DecodePodGroups reads AnnotationPodGroups' value; an entry that is not
 // a namespace, a pod group and a pod, each a valid name, is an error, and
-// the value counts as none.
+// so are more than MaxPodGroups entries: the value counts as none.
 func DecodePodGroups(v string) ([]PodGroupClaim, error) {
 	if v == "" {
 		return nil, nil
+	}
+	if n := strings.Count(v, ",") + 1; n > MaxPodGroups {
+		return nil, fmt.Errorf("%s: %d pod groups, more than the %d an agent lists", AnnotationPodGroups, n, MaxPodGroups)
 	}
 	var out []PodGroupClaim
 	for _, e := range strings.Split(v, ",") {

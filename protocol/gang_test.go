@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -78,5 +79,40 @@ func TestGangGroup(t *testing.T) {
 	delete(n.Labels, LabelGang)
 	if got := g.GroupOf(n); got.Kind != GroupReservation {
 		t.Errorf("without the gang label: %+v, want its reservation group", got)
+	}
+}
+
+// TestPodGroupsBound: an agent lists at most MaxPodGroups pod groups, the
+// first by name; a list of more is no agent's: it reads as none, and is
+// unreadable (the aggregator then reads none of its pods, and warns).
+func TestPodGroupsBound(t *testing.T) {
+	claims := func(n int) []PodGroupClaim {
+		var out []PodGroupClaim
+		for i := range n {
+			out = append(out, PodGroupClaim{Namespace: "ml", PodGroup: fmt.Sprintf("job-%03d", i), Pod: fmt.Sprintf("p-%03d", i)})
+		}
+		return out
+	}
+	if got := OnePerGroup(claims(40)); !cmp.Equal(got, claims(MaxPodGroups)) {
+		t.Errorf("an agent's list of 40 pod groups: %d, want the first %d", len(got), MaxPodGroups)
+	}
+	for _, tc := range []struct {
+		groups     int
+		readable   bool
+		readAsSome bool
+	}{
+		{groups: MaxPodGroups, readable: true, readAsSome: true},
+		{groups: MaxPodGroups + 1},
+		{groups: 5000},
+	} {
+		var entries []string
+		for _, c := range claims(tc.groups) {
+			entries = append(entries, c.Group()+"="+c.Pod)
+		}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationPodGroups: strings.Join(entries, ",")}}}
+		got := struct{ Readable, Some bool }{len(Unreadable(n)) == 0, len(ReadAgentState(n).PodGroups) > 0}
+		if want := (struct{ Readable, Some bool }{tc.readable, tc.readAsSome}); got != want {
+			t.Errorf("%d pod groups: readable, read as some %+v, want %+v", tc.groups, got, want)
+		}
 	}
 }
