@@ -3,7 +3,9 @@ package aggregator_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,21 +19,31 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+	"github.com/maintenance-handler/maintenance-handler/test/vms"
 )
 
 // v5pMachine is the machine type of a GKE tpu-v5p-slice node: 4 chips.
 const v5pMachine = "ct5p-hightpu-4t"
 
 // proveVMs writes on each of names, as the aggregator's relay writes it,
-// the answer to a read of its VM (facts, with an ID of the test's): for
+// the answer to a read of its VM (facts, with an ID of the test's, and,
+// where facts name none, the Node's pool as its VM's GKE node pool): for
 // tests whose agents make their own Compute calls (--compute-caller node)
 // and so never ask the aggregator to read their VM. The tests below have
 // the aggregator read the VMs through Compute Engine.
 func proveVMs(t testing.TB, ctx context.Context, facts protocol.VMFacts, names ...string) {
 	t.Helper()
 	facts.ID = "test-read"
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, protocol.AnnotationVMFacts, protocol.Encode(facts))
 	for _, name := range names {
+		f := facts
+		if f.NodePool == "" {
+			n, err := world.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.NodePool = n.Labels[protocol.LabelNodePool]
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, protocol.AnnotationVMFacts, protocol.Encode(f))
 		if _, err := world.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -169,6 +181,67 @@ func TestLabelledInNodeMovesNoSliceHost(t *testing.T) {
 		if at.Before(preempted) {
 			t.Errorf("%s tainted at %s, before the real host's preemption at %s", h, at.Format(time.RFC3339Nano), preempted.Format(time.RFC3339Nano))
 		}
+	}
+}
+
+// TestOtherPoolTPUNodeMovesNoSliceHost plays issue 73's attack on a slice
+// with a TPU VM of the slice's own generation (ct5p-hightpu-4t), which GKE
+// made for another pool (its goog-k8s-node-pool-name resource label says
+// v5p-b): its kubelet registered its Node into the four-host slice's pool
+// v5p with the slice's topology and its own four chips, its agent token
+// asked the aggregator to read its VM, then wrote a preemption under way.
+// Its VM is what a host's is but for its pool, and its preemption moves
+// no host: no host carries an ask or a taint, and its pod runs.
+func TestOtherPoolTPUNodeMovesNoSliceHost(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	p, project := relayProcs(t, "--eviction-retry-interval", "1s")
+	s := newSliceOf(t, ctx, p, "v5p", 4)
+	addr := testworld.FreeAddrT(t)
+	p.readingAggregator("agg-pools", addr, project)
+	world.WaitNodes(t, s.hosts, "read by the aggregator: TPU VMs of the pool v5p", func(n *corev1.Node) bool {
+		f, ok := protocol.ReadVMFacts(n)
+		return ok && f.MachineType == v5pMachine && f.NodePool == "v5p"
+	})
+
+	const name, read = "v5p-b-0", "hostile-read"
+	emu := gceemu.StartT(t, gceemu.Config{Name: name, MachineType: v5pMachine, NoMaintenanceEvent: true,
+		Labels: map[string]string{"goog-k8s-cluster-name": vms.ClusterName, protocol.VMResourceLabelNodePool: "v5p-b"}})
+	emu.DenyOwnToken(true)
+	project.Add(emu)
+	world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "v5p", TPU: true, Labels: map[string]string{protocol.LabelTPUTopology: "2x2x4"}})
+	t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	h := world.HostileNode(t, name)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := h.Agent.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Annotations[protocol.AnnotationVMRead] = read
+		_, err = h.Agent.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the agent token's ask to read its VM: %v", err)
+	}
+	world.WaitNodes(t, []string{name}, "read by the aggregator: a TPU VM of the pool v5p-b", func(n *corev1.Node) bool {
+		f, ok := protocol.ReadVMFacts(n)
+		return ok && f.ID == read && f.MachineType == v5pMachine && f.NodePool == "v5p-b"
+	})
+	now := time.Now().UTC().Truncate(time.Second)
+	writeState(t, ctx, h.Agent, name, protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: now, Deadline: now.Add(20 * time.Second)})
+
+	passes(t, ctx, addr, 2)
+	untouched(t, ctx, s.hosts...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, host := range s.hosts {
+		if at, ok := s.tainted[host]; ok {
+			t.Errorf("%s tainted at %s, for a TPU VM of another pool labelled into the slice", host, at.Format(time.RFC3339Nano))
+		}
+	}
+	if len(s.stopped) > 0 {
+		t.Errorf("pods stopped %v, for a TPU VM of another pool labelled into the slice", slices.Sorted(maps.Keys(s.stopped)))
 	}
 }
 
