@@ -18,7 +18,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -40,7 +42,7 @@ func BenchmarkEvictionCheckUnder200IdleConnections(b *testing.B) {
 		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "evictions.maintenance-handler.io"}},
 	})
 	certs := newCerts(cs, clocktesting.NewFakeClock(time.Now()))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: corev1.PodSpec{NodeName: "a"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"}, Spec: corev1.PodSpec{NodeName: "a"}}
 	check := admission.NewCallers(func(_ context.Context, tr *authnv1.TokenReview, _ metav1.CreateOptions) (*authnv1.TokenReview, error) {
 		tr.Status = authnv1.TokenReviewStatus{Authenticated: tr.Spec.Token == "apiserver-token", User: authnv1.UserInfo{Username: "kube-apiserver"}}
 		return tr, nil
@@ -71,9 +73,12 @@ func BenchmarkEvictionCheckUnder200IdleConnections(b *testing.B) {
 	apiserver := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: apiserver.DialContext, DisableKeepAlives: true,
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	// The agent's eviction names its pod's UID.
+	eviction, _ := json.Marshal(policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}})
 	body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{UID: "u", Namespace: "ns", Name: "p", SubResource: "eviction", Operation: admissionv1.Create,
-			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: eviction},
 			UserInfo: authnv1.UserInfo{Extra: map[string]authnv1.ExtraValue{admission.NodeNameExtra: {"a"}}}}})
 	lat := make([]time.Duration, 0, 200)
 	for b.Loop() {

@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,6 +101,10 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 	name, uid := req.Name, types.UID("")
 	switch {
 	case req.Resource.Resource == "pods" && req.SubResource == "eviction":
+		var err error
+		if uid, err = evictionUID(req); err != nil {
+			return refuse(http.StatusUnprocessableEntity, err.Error()), Refused
+		}
 	case req.Resource.Group == lifecyclev1alpha1.GroupName && req.Resource.Resource == "evictionrequests" && req.SubResource == "":
 		target, withdrawn, err := requestTarget(req)
 		switch {
@@ -123,9 +128,10 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && uid != "" && pod.UID != uid:
 		// No such pod: refused as the eviction would be (404), never
-		// allowed: the API server reads the pod after the check, and a pod
-		// of the same name created in between may be on another node. An
-		// EvictionRequest names its pod's UID too.
+		// allowed. The API server reads the pod after the check: a pod of
+		// the same name created in between may be on another node, so an
+		// eviction (by its precondition) and an EvictionRequest name the
+		// pod's UID, and the API server evicts only the pod checked.
 		return refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", req.Namespace, name)), Refused
 	case err != nil:
 		c.Logger.Warn("eviction check could not read the pod", "pod", req.Namespace+"/"+name, "err", err)
@@ -138,6 +144,22 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 	c.Logger.Warn("eviction refused: the pod is not on the caller's node", "user", req.UserInfo.Username, "node", node,
 		"pod", req.Namespace+"/"+name, "podNode", pod.Spec.NodeName)
 	return refuse(http.StatusForbidden, why), Refused
+}
+
+// evictionUID is the pod's UID the Eviction under review names in its
+// precondition (deleteOptions.preconditions.uid), which the agent always
+// sets: without it the API server would evict whatever pod has the name
+// when it gets there, which may be another pod, on another node, than the
+// one checked.
+func evictionUID(req *admissionv1.AdmissionRequest) (types.UID, error) {
+	var e policyv1.Eviction
+	if err := json.Unmarshal(req.Object.Raw, &e); err != nil {
+		return "", fmt.Errorf("the Eviction of pod %s/%s under review cannot be read: %v", req.Namespace, req.Name, err)
+	}
+	if e.DeleteOptions == nil || e.DeleteOptions.Preconditions == nil || e.DeleteOptions.Preconditions.UID == nil || *e.DeleteOptions.Preconditions.UID == "" {
+		return "", fmt.Errorf("the maintenance-handler agent's eviction of pod %s/%s must name the pod's UID (deleteOptions.preconditions.uid), so that no other pod of its name is evicted", req.Namespace, req.Name)
+	}
+	return *e.DeleteOptions.Preconditions.UID, nil
 }
 
 // requestTarget is the pod an EvictionRequest under review names, and
@@ -165,6 +187,8 @@ func refuse(code int32, msg string) *admissionv1.AdmissionResponse {
 		reason = metav1.StatusReasonBadRequest
 	case http.StatusNotFound:
 		reason = metav1.StatusReasonNotFound
+	case http.StatusUnprocessableEntity:
+		reason = metav1.StatusReasonInvalid
 	}
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,

@@ -14,6 +14,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,8 +58,8 @@ func TestVerdict(t *testing.T) {
 // them, and the verdicts it counts.
 func TestCheckAnswersReviews(t *testing.T) {
 	pods := map[string]*corev1.Pod{
-		"ns/mine":  {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mine"}, Spec: corev1.PodSpec{NodeName: "a"}},
-		"ns/other": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other"}, Spec: corev1.PodSpec{NodeName: "b"}},
+		"ns/mine":  {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mine", UID: "uid-mine"}, Spec: corev1.PodSpec{NodeName: "a"}},
+		"ns/other": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other", UID: "uid-other"}, Spec: corev1.PodSpec{NodeName: "b"}},
 	}
 	get := func(_ context.Context, ns, name string) (*corev1.Pod, error) {
 		if name == "broken" {
@@ -72,11 +73,19 @@ func TestCheckAnswersReviews(t *testing.T) {
 	m := metrics.NewEvictionCheck(prometheus.NewRegistry())
 	srv := httptest.NewServer(&admission.Check{Pods: get, Metrics: m, Clock: clocktesting.NewFakeClock(testTime), Logger: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
-	review := func(node, name, sub string) *admissionv1.AdmissionResponse {
+	// review has the check review node's eviction of pod name, whose
+	// precondition names the pod's UID uid ("": none).
+	review := func(node, name, sub, uid string) *admissionv1.AdmissionResponse {
 		t.Helper()
+		eviction := policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		if uid != "" {
+			u := types.UID(uid)
+			eviction.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}}
+		}
+		obj, _ := json.Marshal(eviction)
 		req := &admissionv1.AdmissionRequest{UID: types.UID("u-" + name), Name: name, Namespace: "ns", SubResource: sub,
 			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Operation: admissionv1.Create,
-			UserInfo: authnv1.UserInfo{Username: "system:serviceaccount:mh:maintenance-handler-agent"}}
+			UserInfo: authnv1.UserInfo{Username: "system:serviceaccount:mh:maintenance-handler-agent"}, Object: runtime.RawExtension{Raw: obj}}
 		if node != "" {
 			req.UserInfo.Extra = map[string]authnv1.ExtraValue{admission.NodeNameExtra: {node}}
 		}
@@ -96,20 +105,25 @@ func TestCheckAnswersReviews(t *testing.T) {
 		return out.Response
 	}
 	for _, tc := range []struct {
-		name, node, pod, sub string
-		allowed              bool
-		code                 int32
-		says                 string
+		name, node, pod, sub, uid string
+		allowed                   bool
+		code                      int32
+		says                      string
 	}{
-		{"its own node's pod", "a", "mine", "eviction", true, 0, ""},
-		{"another node's pod", "a", "other", "eviction", false, http.StatusForbidden, "only the pods on its own Node (a), not ns/other on b"},
-		{"a token without a node", "", "mine", "eviction", false, http.StatusForbidden, "its token names no node"},
-		{"a pod that is gone (a pod of its name may be created before the eviction reads it)", "a", "gone", "eviction", false, http.StatusNotFound, "not found"},
-		{"a pod it cannot read", "a", "broken", "eviction", false, http.StatusServiceUnavailable, "could not read pod ns/broken"},
-		{"not an eviction", "a", "mine", "", false, http.StatusBadRequest, "pod evictions and EvictionRequests only"},
+		{"its own node's pod", "a", "mine", "eviction", "uid-mine", true, 0, ""},
+		{"another node's pod", "a", "other", "eviction", "uid-other", false, http.StatusForbidden, "only the pods on its own Node (a), not ns/other on b"},
+		{"a token without a node", "", "mine", "eviction", "uid-mine", false, http.StatusForbidden, "its token names no node"},
+		{"a pod that is gone (a pod of its name may be created before the eviction reads it)", "a", "gone", "eviction", "uid-gone", false, http.StatusNotFound, "not found"},
+		{"a pod it cannot read", "a", "broken", "eviction", "uid-broken", false, http.StatusServiceUnavailable, "could not read pod ns/broken"},
+		{"not an eviction", "a", "mine", "", "uid-mine", false, http.StatusBadRequest, "pod evictions and EvictionRequests only"},
+		// The API server evicts the pod of that name it finds after the
+		// check: only the UID checked keeps another pod of the name, on
+		// another node, from being evicted.
+		{"its own node's pod, with no UID", "a", "mine", "eviction", "", false, http.StatusUnprocessableEntity, "must name the pod's UID (deleteOptions.preconditions.uid)"},
+		{"a pod of that name, another UID", "a", "mine", "eviction", "uid-old", false, http.StatusNotFound, "not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := review(tc.node, tc.pod, tc.sub)
+			r := review(tc.node, tc.pod, tc.sub, tc.uid)
 			if r.Allowed != tc.allowed {
 				t.Errorf("allowed %t, want %t (%+v)", r.Allowed, tc.allowed, r.Result)
 			}
@@ -118,7 +132,7 @@ func TestCheckAnswersReviews(t *testing.T) {
 			}
 		})
 	}
-	for verdict, want := range map[string]float64{admission.Allowed: 1, admission.Refused: 4, admission.Failed: 1} {
+	for verdict, want := range map[string]float64{admission.Allowed: 1, admission.Refused: 6, admission.Failed: 1} {
 		if got := testutil.ToFloat64(m.Checks.WithLabelValues(verdict)); got != want {
 			t.Errorf("eviction_checks_total{verdict=%q} = %v, want %v", verdict, got, want)
 		}

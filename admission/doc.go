@@ -3,7 +3,12 @@
 // its token, as the API server's own node restriction holds a kubelet to
 // its node. A ValidatingAdmissionPolicy cannot do it: an eviction's
 // admission request carries the Eviction, not the pod it names, so the
-// check reads the pod (Check).
+// check reads the pod (Check). The API server reads the pod again after
+// the check: an agent's eviction must name the pod's UID in its
+// precondition (as the agent's drain always does), and the check refuses
+// one that names none (422) or another UID than the pod's (404), so that a
+// pod of the same name created on another node in between is never
+// evicted.
 //
 // Every aggregator replica serves it (Serve), not only the leader, so that
 // a failover does not take it away. The webhook configuration matches only

@@ -131,9 +131,24 @@ func pointEvictionCheck(tb testing.TB, to map[string]any) {
 	}
 }
 
-// evictAs evicts namespace/name as c.
+// evictAs evicts namespace/name as c, naming the pod's UID as the agent
+// does (the admin reads it; none if the pod is not there).
 func evictAs(tb testing.TB, c kubernetes.Interface, namespace, name string) error {
-	return c.PolicyV1().Evictions(namespace).Evict(testworld.Ctx(tb, 20*time.Second), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})
+	var uid *types.UID
+	if p, err := world.Client.CoreV1().Pods(namespace).Get(testworld.Ctx(tb, 10*time.Second), name, metav1.GetOptions{}); err == nil {
+		uid = &p.UID
+	}
+	return evictUID(tb, c, namespace, name, uid)
+}
+
+// evictUID evicts namespace/name as c, with uid as its precondition (nil:
+// none).
+func evictUID(tb testing.TB, c kubernetes.Interface, namespace, name string, uid *types.UID) error {
+	e := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if uid != nil {
+		e.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: uid}}
+	}
+	return c.PolicyV1().Evictions(namespace).Evict(testworld.Ctx(tb, 20*time.Second), e)
 }
 
 // evictWhenServed evicts namespace/name as c, again while the API server
@@ -142,9 +157,16 @@ func evictAs(tb testing.TB, c kubernetes.Interface, namespace, name string) erro
 // is returned at once.
 func evictWhenServed(tb testing.TB, c kubernetes.Interface, namespace, name string) error {
 	tb.Helper()
+	return evictWhenServedBy(tb, func() error { return evictAs(tb, c, namespace, name) })
+}
+
+// evictWhenServedBy calls evict again while the API server fails to call
+// the check, as evictWhenServed does.
+func evictWhenServedBy(tb testing.TB, evict func() error) error {
+	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := evictAs(tb, c, namespace, name)
+		err := evict()
 		if err == nil || !checkCallFailed(err) || time.Now().After(deadline) {
 			return err
 		}
