@@ -89,16 +89,16 @@ func (a *Agent) startPerform(ctx context.Context, st lifecycle.State, repair pro
 	}()
 }
 
-// follow keeps one goroutine reading the operation the state names (the
-// call's, on the Node before it is followed) while the maintenance under
-// way names it, so that an agent restarted while it runs follows the same
-// one. What it reads wakes the loop: the operation DONE, or failed (Step
-// decides what follows); one that cannot be read is said, and the step
-// then goes by its bounds alone.
+// follow keeps one goroutine reading the operation of the node's call
+// (State.Call, on the Node before it is followed) while it is not seen to
+// end, or a maintenance under way follows it, so that an agent restarted
+// while it runs follows the same one. What it reads wakes the loop: the
+// operation DONE, or failed (Step decides what follows); one that cannot
+// be read is said, and the step then goes by its bounds alone.
 func (a *Agent) follow(ctx context.Context, st lifecycle.State) {
-	op := ""
-	if st.Active() {
-		op = st.Operation
+	op, id := "", st.Call.RequestID
+	if !st.Call.Done || st.Active() {
+		op = st.Call.Operation
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -122,20 +122,20 @@ func (a *Agent) follow(ctx context.Context, st lifecycle.State) {
 		case fctx.Err() != nil:
 			return // stopping, or no longer named: the next follower reads it
 		case errors.Is(err, compute.ErrPermissionDenied):
-			a.log.Warn("the operation cannot be read", "request_id", st.RequestID, "operation", op, "err", err)
+			a.log.Warn("the operation cannot be read", "request_id", id, "operation", op, "err", err)
 			a.permissionDenied(compute.OperationPermission, err)
 			return
 		case errors.Is(err, compute.ErrOperationFailed):
-			a.log.Warn("the operation failed", "request_id", st.RequestID, "operation", op, "err", err)
+			a.log.Warn("the operation failed", "request_id", id, "operation", op, "err", err)
 		case err != nil:
-			a.log.Warn("the operation was not followed to its end", "request_id", st.RequestID, "operation", op, "err", err)
+			a.log.Warn("the operation was not followed to its end", "request_id", id, "operation", op, "err", err)
 			return
 		default:
-			a.log.Info("the operation is done", "request_id", st.RequestID, "operation", op, "ended", ended)
+			a.log.Info("the operation is done", "request_id", id, "operation", op, "ended", ended)
 		}
 		a.mu.Lock()
-		res := lifecycle.PerformResult{RequestID: st.RequestID, Operation: op}
-		if r := a.performResult; r != nil && r.RequestID == st.RequestID {
+		res := lifecycle.PerformResult{RequestID: id, Operation: op}
+		if r := a.performResult; r != nil && r.RequestID == id {
 			res = *r
 		}
 		a.mu.Unlock()

@@ -14,12 +14,13 @@ import (
 // unannouncedReboot: the agent was idle and the node came back with
 // another boot ID, nothing announced: a node upgrade when the kubelet's
 // version changed, a host error otherwise.
-func (d *Decision) unannouncedReboot(obs Observation) {
+func (d *Decision) unannouncedReboot(before State, obs Observation) {
 	st := d.State
 	if st.Phase != protocol.PhaseIdle || st.LastBootID == "" || obs.BootID == "" || obs.BootID == st.LastBootID {
 		return
 	}
-	if op := st.LastRepair.Operation; op != "" {
+	if c := before.Call; c.Method == protocol.RepairReport && c.Operation != "" && !c.Failed {
+		op := c.Operation
 		// The report the last repair gave up following went through
 		// after all: this stop is the host's repair.
 		d.Unannounced, d.RemoveReport = counted(protocol.FaultRepair), true
@@ -72,12 +73,10 @@ func (d *Decision) backInService(cfg Config, obs Observation) {
 	if !booted && st.Reason != protocol.ReasonFault && st.RepairCall != "" {
 		// What took over a repair Compute Engine was asked for (a
 		// preemption: nothing else may) was withdrawn: the repair was
-		// overtaken, and the next one, approved again at once, follows a
-		// report's operation that still runs rather than report again.
+		// overtaken; the next one, approved again at once, follows a
+		// report's operation that still runs (the node's call, call.go)
+		// rather than report again.
 		d.State.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairOvertaken, Ended: obs.Now, By: string(st.Reason)}
-		if st.RepairCall == protocol.RepairReport {
-			d.State.LastRepair.Operation = st.Operation
-		}
 	}
 	if booted {
 		// The maintenance that took the VM down is over, and so is its

@@ -80,10 +80,7 @@ func (d *Decision) fault(cfg Config, obs Observation) {
 // bound (startBound; awaitReport's for a report), ends the repair with the
 // node drained and still faulty; otherwise the loop wakes at that bound.
 func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
-	st, r := d.State, obs.Perform
-	if r != nil && r.RequestID != st.RequestID {
-		r = nil
-	}
+	st, r := d.State, callResult(d.State, obs)
 	stopBy := startBound(cfg, st)
 	var why string
 	switch {
@@ -110,16 +107,11 @@ func (d *Decision) awaitRepairStop(cfg Config, obs Observation) {
 		d.wakeAt(stopBy)
 		return
 	}
-	// A report whose operation this attempt saw still running is followed
-	// by the next attempt, not sent again (once: an attempt that took it
-	// over does not hand it on).
-	running := st.RepairCall == protocol.RepairReport && st.Operation != "" && st.Operation != st.LastRepair.Operation &&
-		(r == nil || !r.OperationDone) && !underWay(obs.Signals)
+	// A report whose operation still runs is followed by the next
+	// attempt, not sent again: the node's call outlives the repair
+	// (call.go).
 	d.endRepair(protocol.RepairFailed, obs.Now, protocol.EventFaultRepairFailed, fmt.Sprintf(
 		"Compute Engine took the repair (%s), but %s. The node is drained and stays faulty; its repair is approved again after the pool's cool-down", st.RepairCall, why))
-	if running {
-		d.State.LastRepair.Operation = st.Operation
-	}
 }
 
 // awaitReport: Compute Engine took the report (r is what is known of its
@@ -138,16 +130,16 @@ func (d *Decision) awaitReport(cfg Config, now time.Time, r *PerformResult) stri
 			d.wakeAt(stopBy)
 			return ""
 		}
-		return fmt.Sprintf("the VM has not stopped %s after the report's operation %s ended (%s)", cfg.ManualStartTimeout, st.Operation, r.OperationEnded.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("the VM has not stopped %s after the report's operation %s ended (%s)", cfg.ManualStartTimeout, cmp.Or(st.Call.Operation, r.Operation), r.OperationEnded.UTC().Format(time.RFC3339))
 	}
 	if followTo := st.Requested.Add(cfg.ReportTimeout); now.Before(followTo) {
 		d.wakeAt(followTo)
 		return ""
 	}
-	if st.Operation == "" {
+	if st.Call.Operation == "" {
 		return fmt.Sprintf("the VM has not stopped %s after the report", cfg.ReportTimeout)
 	}
-	return fmt.Sprintf("the report's operation %s has not ended %s after the report (Google documents 10-12 minutes); the next attempt follows it rather than reporting again", st.Operation, cfg.ReportTimeout)
+	return fmt.Sprintf("the report's operation %s has not ended %s after the report (Google documents 10-12 minutes); the next attempt follows it rather than reporting again", st.Call.Operation, cfg.ReportTimeout)
 }
 
 // notReportable: the approved repair would be a report that Compute
@@ -212,19 +204,22 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 	case d.drainDone(cfg, obs) && st.Requested.IsZero() && d.sliceHoldsRepair(obs):
 		// Wait for the slice's other hosts, whose pods its stop ends.
 	case d.drainDone(cfg, obs) && sig.NoticeKnown:
-		if st.RepairCall == "" {
-			d.State.RepairCall = repairCallFor(obs)
+		call := cmp.Or(st.RepairCall, repairCallFor(obs))
+		if d.callBlocked(cfg, obs.Now) {
+			// Compute Engine may still carry out the node's last call (a
+			// report of an attempt before this one, or of a repair a
+			// maintenance took over): no second one meanwhile. A report
+			// whose operation is known is this attempt's to follow; else
+			// it waits for that call's answer, or its bound.
+			if c := st.Call; call == protocol.RepairReport && c.Method == protocol.RepairReport && c.Operation != "" {
+				d.State.RepairCall, d.State.Requested = call, obs.Now
+				d.repairAccepted(cfg, obs.Now, "the node's report "+c.RequestID+", whose operation "+c.Operation+" still runs: no second report is sent while it runs")
+			}
+			return
 		}
+		d.State.RepairCall = call
 		if st.Requested.IsZero() {
 			d.State.Requested = obs.Now
-		}
-		if op := st.LastRepair.Operation; d.State.RepairCall == protocol.RepairReport && op != "" && st.Requested.IsZero() {
-			// The last attempt's report may still be running: Compute
-			// Engine refuses a second one meanwhile, so this attempt
-			// follows that one.
-			d.State.Operation = op
-			d.repairAccepted(cfg, obs.Now, "the report of the node's last attempt, whose operation "+op+" was still running: no second report is sent while it runs")
-			return
 		}
 		if d.State.RepairCall == protocol.RepairGKE {
 			// GKE leaves its last attempt's status on the Node: what it
@@ -233,7 +228,7 @@ func (d *Decision) askRepair(cfg Config, obs Observation) {
 			d.followGKERepair(cfg, obs, true)
 			return
 		}
-		d.Perform = true
+		d.mayCall(cfg, obs.Now)
 	}
 }
 

@@ -165,7 +165,7 @@ func TestStepFaultRepairYields(t *testing.T) {
 		t.Fatalf("host maintenance after the call: %+v, want the repair to go on", d.State)
 	}
 	preempted := approved(obs(with(func(s *Signals) { s.Preempted = true })))
-	st.Operation = "op-1"
+	st.Call = protocol.Call{RequestID: st.RequestID, Method: protocol.RepairReport, Requested: t0, Operation: "op-1"}
 	d = stepChecked(t, cfg, st, preempted)
 	if d.State.Reason != protocol.ReasonPreemption {
 		t.Fatalf("preempted: %+v, want the preemption to take over", d.State)
@@ -175,23 +175,40 @@ func TestStepFaultRepairYields(t *testing.T) {
 	withdrawn := approved(obs(quiet()))
 	withdrawn.RequestID = "req-again"
 	again := stepChecked(t, cfg, d.State, withdrawn)
-	if again.State.Reason != protocol.ReasonFault || again.State.RequestID != "req-again" || again.State.LastRepair.Operation != "op-1" ||
+	if again.State.Reason != protocol.ReasonFault || again.State.RequestID != "req-again" || again.State.Call.Operation != "op-1" ||
 		again.State.LastRepair.Outcome != protocol.RepairOvertaken || again.State.LastRepair.By != string(protocol.ReasonPreemption) {
 		t.Fatalf("preemption withdrawn: %+v, want a new repair that remembers operation op-1, overtaken by the preemption", again.State)
 	}
 	withdrawn.DrainEnded = DrainOrder{For: again.State.Started, Deadline: again.State.Deadline, Reason: protocol.ReasonFault}
-	if drained := stepChecked(t, cfg, again.State, withdrawn); drained.Perform || drained.State.Operation != "op-1" {
-		t.Fatalf("drained again: perform %t, operation %q; want op-1 followed, no second report", drained.Perform, drained.State.Operation)
+	if drained := stepChecked(t, cfg, again.State, withdrawn); drained.Perform || drained.State.Phase != protocol.PhaseTerminating || drained.State.Call.Operation != "op-1" {
+		t.Fatalf("drained again: perform %t, %s, operation %q; want op-1 followed, no second report", drained.Perform, drained.State.Phase, drained.State.Call.Operation)
 	}
 	// The report's answer comes in the step that sees the preemption
 	// withdrawn: its operation is handed on all the same.
-	st.Operation = ""
+	st.Call = protocol.Call{RequestID: st.RequestID, Method: protocol.RepairReport, Requested: t0}
 	d = stepChecked(t, cfg, st, preempted)
 	answered := approved(obs(quiet()))
 	answered.RequestID = "req-again"
 	answered.Perform = &PerformResult{RequestID: st.RequestID, Operation: "op-2"}
-	if again := stepChecked(t, cfg, d.State, answered); again.State.LastRepair.Operation != "op-2" {
+	if again := stepChecked(t, cfg, d.State, answered); again.State.Call.Operation != "op-2" {
 		t.Fatalf("answered as the preemption is withdrawn: %+v, want the new repair to remember operation op-2", again.State)
+	}
+	// The report's answer comes only after the repair approved again
+	// has drained: it waits for that answer, and follows the operation
+	// it names; it never reports a second time meanwhile.
+	d = stepChecked(t, cfg, st, preempted)
+	unanswered := approved(obs(quiet()))
+	unanswered.RequestID = "req-again"
+	again = stepChecked(t, cfg, d.State, unanswered)
+	unanswered.DrainEnded = DrainOrder{For: again.State.Started, Deadline: again.State.Deadline, Reason: protocol.ReasonFault}
+	waiting := stepChecked(t, cfg, again.State, unanswered)
+	if waiting.Perform || waiting.State.Phase != protocol.PhaseDraining || !waiting.WakeAt.Equal(t0.Add(2*cfg.ReportTimeout)) {
+		t.Fatalf("drained, the first report unanswered: perform %t, %s, wake at %s; want no call, waiting for the answer until %s",
+			waiting.Perform, waiting.State.Phase, waiting.WakeAt, t0.Add(2*cfg.ReportTimeout))
+	}
+	unanswered.Perform = &PerformResult{RequestID: st.RequestID, Operation: "op-3"}
+	if answered := stepChecked(t, cfg, waiting.State, unanswered); answered.Perform || answered.State.Phase != protocol.PhaseTerminating || answered.State.Call.Operation != "op-3" {
+		t.Fatalf("the first report answered: perform %t, %s, operation %q; want op-3 followed, no second report", answered.Perform, answered.State.Phase, answered.State.Call.Operation)
 	}
 }
 
@@ -343,7 +360,7 @@ func TestStepFaultRepairEndsIntoTheVMsOwn(t *testing.T) {
 func TestStepFaultRepairNeverStops(t *testing.T) {
 	taken := draining(protocol.ReasonFault, 30*time.Minute)
 	taken.Phase, taken.RequestID, taken.RepairCall, taken.Requested = protocol.PhaseTerminating, "req-fault", protocol.RepairReport, t0
-	taken.Operation = "op-1"
+	taken.Call = protocol.Call{RequestID: "req-fault", Method: protocol.RepairReport, Requested: t0, Operation: "op-1"}
 	taken.Deadline = t0.Add(cfg.HostMaintenanceDeadline)
 	running := func(o *Observation) { o.Perform = &PerformResult{RequestID: "req-fault", Operation: "op-1"} }
 	done := func(o *Observation, at time.Duration) {
@@ -377,30 +394,34 @@ func TestStepFaultRepairNeverStops(t *testing.T) {
 			running(o)
 			o.Now = t0.Add(cfg.ReportTimeout)
 		}, true, "op-1"},
-		{"the last attempt's operation, taken over, still running at its bound", func(st *State, o *Observation) {
-			st.LastRepair.Operation = "op-1"
+		{"the last attempt's report, taken over, still running at the call's bound", func(st *State, o *Observation) {
+			st.Call.Requested = t0.Add(-cfg.ReportTimeout)
 			running(o)
 			o.Now = t0.Add(cfg.ReportTimeout)
 		}, true, ""},
 		{"a booked repair pulled forward, no stop in time", func(st *State, o *Observation) {
-			st.RepairCall = protocol.RepairPerformMaintenance
+			st.RepairCall, st.Call.Method = protocol.RepairPerformMaintenance, protocol.RepairPerformMaintenance
 			o.Now = t0.Add(cfg.ManualStartTimeout)
-		}, true, ""},
+		}, true, "op-1"},
 		{"the booked repair begun", func(st *State, o *Observation) {
 			st.RepairCall = protocol.RepairPerformMaintenance
 			o.Now, o.Signals.Event = t0.Add(cfg.ManualStartTimeout), maintenance.EventTerminate
 		}, false, ""},
 		{"GKE's Error", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, protocol.GKEStatusError
+			st.Call = protocol.Call{}
 		}, true, ""},
 		{"GKE's ERROR", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus = protocol.RepairGKE, "ERROR"
+			st.Call = protocol.Call{}
 		}, true, ""},
 		{"GKE's flow running", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(cfg.HostMaintenanceDeadline-time.Minute)
+			st.Call = protocol.Call{}
 		}, false, ""},
 		{"GKE's flow running, no stop by the deadline", func(st *State, o *Observation) {
 			st.RepairCall, o.GKERepairStatus, o.Now = protocol.RepairGKE, protocol.GKEStatusOperationRunning, t0.Add(cfg.HostMaintenanceDeadline)
+			st.Call = protocol.Call{}
 		}, true, ""},
 	} {
 		st, o := taken, approved(obs(quiet()))
@@ -409,7 +430,11 @@ func TestStepFaultRepairNeverStops(t *testing.T) {
 		if ended := d.State.Phase == protocol.PhaseIdle; ended != tc.ended || ended && (d.Repair != protocol.RepairFailed || !d.RemoveRepair) {
 			t.Errorf("%s: phase %s, repair %q; want ended %t", tc.name, d.State.Phase, d.Repair, tc.ended)
 		}
-		if got := d.State.LastRepair.Operation; tc.ended && got != tc.handed {
+		got := ""
+		if outstanding(cfg, d.State.Call, o.Now) {
+			got = d.State.Call.Operation
+		}
+		if tc.ended && got != tc.handed {
 			t.Errorf("%s: the next attempt follows %q; want %q", tc.name, got, tc.handed)
 		}
 	}
@@ -423,20 +448,21 @@ func TestStepFaultRepairNeverStops(t *testing.T) {
 func TestStepFaultReportNeverSentTwice(t *testing.T) {
 	st := draining(protocol.ReasonFault, 30*time.Minute)
 	st.RequestID = "req-2"
-	st.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: t0.Add(-time.Hour), Operation: "op-1"}
+	st.LastRepair = protocol.LastFaultRepair{Outcome: protocol.RepairFailed, Ended: t0.Add(-time.Minute)}
+	st.Call = protocol.Call{RequestID: "req-1", Method: protocol.RepairReport, Requested: t0.Add(-cfg.ReportTimeout), Operation: "op-1"}
 	o := approved(obs(quiet()))
 	o.DrainEnded = DrainOrder{For: st.Started, Deadline: st.Deadline, Reason: protocol.ReasonFault}
 	d := stepChecked(t, cfg, st, o)
-	if d.Perform || d.State.Phase != protocol.PhaseTerminating || d.State.Operation != "op-1" || d.State.RepairCall != protocol.RepairReport {
+	if d.Perform || d.State.Phase != protocol.PhaseTerminating || d.State.Call.Operation != "op-1" || d.State.RepairCall != protocol.RepairReport {
 		t.Fatalf("drained, with the last report's operation running: perform %t, %s, operation %q, call %q; want op-1 followed, no call",
-			d.Perform, d.State.Phase, d.State.Operation, d.State.RepairCall)
+			d.Perform, d.State.Phase, d.State.Call.Operation, d.State.RepairCall)
 	}
 
-	idle := State{Phase: protocol.PhaseIdle, LastBootID: bootA, LastRepair: st.LastRepair}
+	idle := State{Phase: protocol.PhaseIdle, LastBootID: bootA, LastRepair: st.LastRepair, Call: st.Call}
 	back := obs(quiet())
 	back.BootID = bootB
 	d = stepChecked(t, cfg, idle, back)
-	if d.Unannounced == nil || *d.Unannounced != protocol.FaultRepair || d.State.LastRepair.Outcome != protocol.RepairDone || d.State.LastRepair.Operation != "" || !d.RemoveReport {
+	if d.Unannounced == nil || *d.Unannounced != protocol.FaultRepair || d.State.LastRepair.Outcome != protocol.RepairDone || !d.State.Call.IsZero() || !d.RemoveReport {
 		t.Errorf("rebooted after the report: counted %v, last repair %+v; want the host's repair", d.Unannounced, d.State.LastRepair)
 	}
 }

@@ -44,7 +44,8 @@ type Fetched struct {
 	// maintenance.
 	LiveMigrates bool
 	// Performed is the last Compute Engine call's result (nil for none):
-	// read only when it is for the state's request.
+	// read only when it is for the state's request, or the node's call
+	// (State.Call).
 	Performed *PerformResult
 	// Slice is the node's multi-host slice as the runtime follows it
 	// (SliceViewOf).
@@ -82,7 +83,7 @@ func ObservationOf(st State, f Fetched) (Observation, error) {
 	}
 	obs.Idle, obs.Busy = Idleness(f.Pods, protocol.HasAccelerators(n, f.Accelerators), f.Accelerators, f.Claimed)
 	obs.PodGroups = PodGroupsOf(f.Pods)
-	if r := f.Performed; r != nil && r.RequestID == st.RequestID {
+	if r := f.Performed; r != nil && (r.RequestID == st.RequestID || r.RequestID == st.Call.RequestID) {
 		obs.Perform = r
 	}
 	return obs, err

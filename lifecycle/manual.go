@@ -129,7 +129,9 @@ func (d *Decision) perform(cfg Config, obs Observation, st State) {
 		d.giveUp(fmt.Sprintf("The drain could not finish by its deadline %s: %d pod(s) are still on the node (PodDisruptionBudgets that never allowed their eviction, or pods stuck terminating): %s. This maintenance is voluntary, so no pod was deleted and Compute Engine was not asked; %s back in service (taint, maintenance label and %s removed).",
 			st.Deadline.UTC().Format(time.RFC3339), len(obs.DrainLeft), Excerpt(obs.DrainLeft, 5), what, protocol.LabelPerformMaintenance))
 	case d.drainDone(cfg, obs) && sig.EventKnown && sig.PreemptedKnown && sig.NoticeKnown:
-		d.Perform = true
+		if !d.mayCall(cfg, obs.Now) {
+			return // the node's last call may still be carried out: none meanwhile
+		}
 		if st.Requested.IsZero() {
 			d.State.Requested = obs.Now
 		}

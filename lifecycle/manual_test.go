@@ -193,7 +193,11 @@ func TestStepManualTrigger(t *testing.T) {
 			name:  "drained: the call is made, recorded first",
 			state: manualDraining(),
 			obs:   ran(cfg, manualDraining(), labelled(obs(noticed), "true")),
-			want:  Decision{State: func() State { s := manualDraining(); s.Requested = t0; return s }(), Perform: true},
+			want: Decision{State: func() State {
+				s := manualDraining()
+				s.Requested, s.Call = t0, protocol.Call{RequestID: s.RequestID, Method: protocol.RepairPerformMaintenance, Requested: t0}
+				return s
+			}(), Perform: true},
 		},
 		{
 			name:  "drained while a signal is unknown: no call yet",
@@ -421,8 +425,8 @@ func TestStepManualStartBound(t *testing.T) {
 	// Accepted on the signals before the call's answer came: the answer,
 	// when it comes, puts its operation on the Node, to be followed.
 	o.Perform = &PerformResult{RequestID: "req-1", Operation: "op-1"}
-	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseTerminating || d.State.Operation != "op-1" {
-		t.Errorf("the call's answer after the acceptance: phase %s, operation %q; want terminating, op-1 followed", d.State.Phase, d.State.Operation)
+	if d := Step(cfg, accepted, o); d.State.Phase != protocol.PhaseTerminating || d.State.Call.Operation != "op-1" {
+		t.Errorf("the call's answer after the acceptance: phase %s, operation %q; want terminating, op-1 followed", d.State.Phase, d.State.Call.Operation)
 	}
 	// Begun: the bound no longer applies.
 	begun := obs(with(func(s *Signals) { s.Event = maintenance.EventTerminate }))

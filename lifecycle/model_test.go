@@ -5,6 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +21,11 @@ import (
 )
 
 var (
-	modelSeed      = flag.Uint64("model.seed", 0, "replay the state machine model test from this seed (0: a new one)")
-	modelHistories = flag.Int("model.histories", 3000, "histories the state machine model test generates")
+	modelSeed          = flag.Uint64("model.seed", 0, "replay the state machine model test from this seed (0: the first fixed seed)")
+	modelHistories     = flag.Int("model.histories", 3000, "histories the state machine model test generates (a seed's, in a soak)")
+	modelFixed         = flag.Bool("model.fixed", false, "run every fixed seed of testdata/model-seeds.txt for its histories")
+	modelSoak          = flag.Duration("model.soak", 0, "draw random seeds for this long")
+	modelSoakHistories = flag.Int("model.soak-histories", 0, "draw random seeds until this many histories have run")
 )
 
 // model is one node as the state machine sees it: what the metadata server
@@ -96,6 +104,10 @@ type model struct {
 	// it as the same request).
 	pendingReport bool
 	calledAt      map[string]time.Time
+
+	// seed and history name the history, for a failure's regression line.
+	seed    uint64
+	history int
 
 	// Bookkeeping for the invariants.
 	maint         int                     // numbers the maintenances, from Idle to Idle
@@ -512,13 +524,13 @@ func (m *model) observation(st State) Observation {
 			obs.SliceWaiting = []string{"host-b"}
 		}
 	}
-	if r := m.performResult; r != nil && r.RequestID == st.RequestID {
+	if r := m.performResult; r != nil && (r.RequestID == st.RequestID || r.RequestID == st.Call.RequestID) {
 		obs.Perform = r
 	}
-	if r := m.report; r != nil && st.Active() && st.Operation == r.op && !r.failed && !m.now.Before(r.done) {
-		// The agent follows the operation the state names: DONE.
-		res := PerformResult{RequestID: st.RequestID, Operation: r.op}
-		if obs.Perform != nil {
+	if r := m.report; r != nil && st.Call.Operation == r.op && !r.failed && !m.now.Before(r.done) {
+		// The agent follows the operation of the node's call: DONE.
+		res := PerformResult{RequestID: st.Call.RequestID, Operation: r.op}
+		if obs.Perform != nil && obs.Perform.RequestID == res.RequestID {
 			res = *obs.Perform
 		}
 		res.OperationDone, res.OperationEnded = true, r.done
@@ -581,7 +593,9 @@ func (m *model) reconcile(t *testing.T) {
 
 func (m *model) fail(t *testing.T, format string, args ...any) {
 	t.Helper()
-	t.Fatalf("%s\nhistory:\n  %s", fmt.Sprintf(format, args...), joinLines(m.log))
+	what := fmt.Sprintf(format, args...)
+	t.Fatalf("%s\nhistory %d of seed %d:\n  %s\nas a line of regressionSeeds (replay: go test ./lifecycle -run 'TestStateMachineModelRegressions$'):\n\t{%d, %d, %d, %q},",
+		what, m.history, m.seed, joinLines(m.log), m.seed, m.history, m.history+1, what)
 }
 
 func joinLines(lines []string) string {
@@ -634,11 +648,11 @@ func (m *model) check(t *testing.T, before State, obs Observation, dec Decision)
 		before.Reason == protocol.ReasonFault && before.RepairCall == protocol.RepairGKE && st.Phase == protocol.PhaseIdle && dec.Repair != protocol.RepairDone {
 		m.fail(t, "GKE's fault-behavior label left behind by a repair that failed (%s)", dec.Repair)
 	}
-	if r := m.report; r != nil && !r.failed && dec.Repair == protocol.RepairFailed && before.RepairCall == protocol.RepairReport && before.Operation == r.op {
+	if r := m.report; r != nil && !r.failed && dec.Repair == protocol.RepairFailed && before.RepairCall == protocol.RepairReport && before.Call.Operation == r.op {
 		m.fail(t, "gave up a report Compute Engine carries out in its documented time (operation %s DONE at %s, the VM stopping at %s): %v",
 			r.op, r.done.Format(time.TimeOnly), r.stop.Format(time.TimeOnly), dec.Events)
 	}
-	if dec.Repair == protocol.RepairDone && (before.Reason != protocol.ReasonFault || before.Requested.IsZero()) && before.LastRepair.Operation == "" {
+	if dec.Repair == protocol.RepairDone && (before.Reason != protocol.ReasonFault || before.Requested.IsZero()) && (before.Call.Method != protocol.RepairReport || before.Call.Operation == "") {
 		m.fail(t, "a repair recorded done that was never asked for: the VM stopped for %s (requested %s)", before.Reason, before.Requested)
 	}
 	if dec.Perform && st.RepairCall == protocol.RepairGKE {
@@ -704,18 +718,116 @@ func (m *model) settle(t *testing.T) {
 // answers, a person's labels and cordons, drains ending, Compute Engine's
 // answers, reboots, agent restarts and time, reconciling after each
 // happening through a Node round trip, and checks the invariants after
-// every step. It prints its seed; -model.seed replays a failure.
+// every step. It is the same on every run: by default it runs the first
+// of the fixed seeds (testdata/model-seeds.txt) for -model.histories
+// histories; -model.seed replays another seed; -model.fixed runs every
+// fixed seed for the histories the file gives it (make test); -model.soak
+// draws random seeds for a time, or -model.soak-histories for a number of
+// histories (make soak). A failure names its seed and history as a line
+// for regressionSeeds.
 func TestStateMachineModel(t *testing.T) {
+	switch {
+	case *modelSoak > 0 || *modelSoakHistories > 0:
+		soakModel(t, *modelSoak, *modelSoakHistories, *modelHistories)
+		return
+	case *modelFixed:
+		seeds := fixedSeeds(t)
+		total := 0
+		for _, s := range seeds {
+			total += s.histories
+		}
+		t.Logf("%d fixed seeds, %d histories in all", len(seeds), total)
+		for _, s := range seeds {
+			t.Run(fmt.Sprint(s.seed), func(t *testing.T) {
+				t.Parallel()
+				runModel(t, s.seed, 0, s.histories)
+			})
+		}
+		return
+	}
 	seed := *modelSeed
 	if seed == 0 {
-		seed = rand.Uint64()
+		seed = fixedSeeds(t)[0].seed
 	}
-	t.Logf("seed %d (replay: go test ./lifecycle -run TestStateMachineModel -args -model.seed %d)", seed, seed)
+	t.Logf("seed %d (replay: go test ./lifecycle -run 'TestStateMachineModel$' -args -model.seed %d)", seed, seed)
 	histories := *modelHistories
 	if testing.Short() {
 		histories /= 10
 	}
 	runModel(t, seed, 0, histories)
+}
+
+// fixedSeed is a seed make test's model step runs, for histories
+// histories.
+type fixedSeed struct {
+	seed      uint64
+	histories int
+}
+
+// fixedSeeds reads testdata/model-seeds.txt: a seed and its histories a
+// line; # starts a comment.
+func fixedSeeds(t *testing.T) []fixedSeed {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "model-seeds.txt"))
+	if err != nil {
+		t.Fatalf("read the fixed seeds: %v", err)
+	}
+	var seeds []fixedSeed
+	for i, line := range strings.Split(string(raw), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		var s fixedSeed
+		if _, err := fmt.Sscanf(line, "%d %d", &s.seed, &s.histories); err != nil || s.histories <= 0 {
+			t.Fatalf("testdata/model-seeds.txt:%d: %q is not a seed and its histories (%v)", i+1, line, err)
+		}
+		seeds = append(seeds, s)
+	}
+	if len(seeds) == 0 {
+		t.Fatal("testdata/model-seeds.txt lists no seed")
+	}
+	return seeds
+}
+
+// soakModel draws random seeds, each run for perSeed histories on as many
+// goroutines as GOMAXPROCS, until d has passed (d > 0) or histories have
+// run (histories > 0), whichever comes first; a failing seed fails its
+// subtest with its regression line, and the soak stops.
+func soakModel(t *testing.T, d time.Duration, histories, perSeed int) {
+	start := time.Now()
+	var mu sync.Mutex
+	ran, seeds, failed := 0, 0, false
+	next := func() (uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed || d > 0 && time.Since(start) >= d || histories > 0 && ran >= histories {
+			return 0, false
+		}
+		ran += perSeed
+		seeds++
+		return rand.Uint64(), true
+	}
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed, ok := next()
+				if !ok {
+					return
+				}
+				if !t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 0, perSeed) }) {
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("soak: %d seeds, %d histories of %d each, in %s", seeds, ran, perSeed, time.Since(start).Round(time.Second))
 }
 
 // regressionSeeds are seeds whose histories once found a defect, in the
@@ -733,6 +845,8 @@ var regressionSeeds = []struct {
 	{12732717944473127520, 0, 5758, "with faults and known ends modelled: a preemption took over a repair whose report Compute Engine had taken and was withdrawn; the repair approved again reported a second time while the first report's operation ran"},
 	{13278967456778092038, 18281, 18282, "with faults modelled: a report answered in the step that saw the preemption which took its repair over withdrawn; the repair approved again reported a second time while the first report's operation ran"},
 	{15374168629025501662, 0, 226, "with known ends modelled: an end moved later within the lead ended the drain and began it anew, counted twice"},
+	{12830704362261076403, 24064, 24065, "with faults and known ends modelled: a report's answer came only after a preemption took its repair over and was withdrawn; the repair approved again reported a second time while the first report's operation ran (the call is now the node's, whatever maintenance ends)"},
+	{6377037596056492441, 15439, 15440, "with faults modelled: the same class by another path: a repair approved again reported a second time while the report of the repair before it ran"},
 }
 
 // TestStateMachineModelRegressions replays regressionSeeds.
@@ -752,14 +866,12 @@ func runModel(t *testing.T, seed uint64, from, histories int) {
 		if h < from {
 			continue
 		}
+		m.seed, m.history = seed, h
 		steps := 20 + m.rng.IntN(60)
 		for range steps {
 			m.event()
 			m.reconcile(t)
 		}
 		m.settle(t)
-		if t.Failed() {
-			t.Fatalf("history %d failed", h)
-		}
 	}
 }

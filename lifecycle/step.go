@@ -200,10 +200,10 @@ func (o DrainOrder) Equal(p DrainOrder) bool {
 // only after.
 //
 // The order of the sub-steps is part of the rules:
-//  0. The answer of the call the maintenance under way made is recorded
-//     first, so that what ends in the same step (a preemption that took
-//     a repair over, withdrawn as the report's answer comes) hands its
-//     operation on.
+//  0. What was learnt of the node's Compute Engine call is recorded
+//     first (trackCall): the call is the node's, whatever maintenance
+//     ends, takes over or starts in the same step, and every call site
+//     asks mayCall whether it may call.
 //  1. What ended (an unannounced reboot, the node back in service) comes
 //     first, so that a maintenance starting in the same step starts on an
 //     idle node.
@@ -230,8 +230,8 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	obs := settle(observed)
 	d := Decision{State: before}
 	d.sliceAskLimit(obs)
-	d.recordOperation(obs)
-	d.unannouncedReboot(obs)
+	d.trackCall(cfg, obs) // call.go
+	d.unannouncedReboot(before, obs)
 	d.backInService(cfg, obs)
 	d.repairBack(before, obs)
 	d.maintenanceStarts(cfg, obs)
@@ -253,17 +253,6 @@ func Step(cfg Config, before State, observed Observation) Decision {
 	d.idleness(obs)
 	d.leaveEventsToGKE(obs)
 	return d
-}
-
-// recordOperation puts on the Node the operation of the call the
-// maintenance under way made, once its answer has come (whether the step
-// that accepted the call went by the answer or, before it came, by the
-// metadata server's signals): the agent follows the operation the state
-// names, and an agent restarted later follows the same one.
-func (d *Decision) recordOperation(obs Observation) {
-	if r := obs.Perform; d.State.Active() && d.State.Operation == "" && r != nil && r.RequestID == d.State.RequestID && r.Err == nil {
-		d.State.Operation = r.Operation
-	}
 }
 
 // settle is what a step reads of what was observed: a slice's ask whose
@@ -300,7 +289,7 @@ func (d *Decision) start(obs Observation, reason protocol.Reason, deadline time.
 func idleState(st State) State {
 	return State{Phase: protocol.PhaseIdle, ScheduledTime: st.ScheduledTime, Notice: st.Notice, LastEvent: st.LastEvent,
 		IdleSince: st.IdleSince, Busy: st.Busy, PodGroups: st.PodGroups, Interruptions: st.Interruptions, LastBootID: st.LastBootID, LastKubelet: st.LastKubelet,
-		Failures: st.Failures, NoticeForeign: st.NoticeForeign, LastRepair: st.LastRepair, KnownEnd: st.KnownEnd}
+		Failures: st.Failures, NoticeForeign: st.NoticeForeign, LastRepair: st.LastRepair, KnownEnd: st.KnownEnd, Call: st.Call}
 }
 
 // drainOrder: the drain runs while the node drains and the drain its

@@ -384,7 +384,7 @@ func acceptedDecision(requested State, how string) Decision {
 	s := requested
 	s.Phase, s.Deadline = protocol.PhaseTerminating, t0.Add(time.Hour)
 	if op, ok := strings.CutPrefix(how, "operation "); ok {
-		s.Operation = op
+		s.Call = protocol.Call{RequestID: s.RequestID, Method: protocol.RepairPerformMaintenance, Requested: s.Requested, Operation: op}
 	}
 	return Decision{
 		State:   s,

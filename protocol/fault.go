@@ -250,9 +250,9 @@ var RepairOutcomes = []string{RepairStarted, RepairAccepted, RepairDone, RepairF
 type LastFaultRepair struct {
 	Outcome string    `json:"outcome"`
 	Ended   time.Time `json:"ended"`
-	// Operation names a report's operation still RUNNING when the repair
-	// gave up following it: the next attempt follows it instead of
-	// reporting again, which Compute Engine refuses while one runs.
+	// Operation is read from agents before AgentState.Call, which holds
+	// it now: a report's operation still RUNNING when the repair gave up
+	// following it. It is never written.
 	Operation string `json:"operation,omitempty"`
 	// By names what took an overtaken repair over (RepairOvertaken): the
 	// reason of the maintenance the VM stopped for, or OvertakenByReboot.

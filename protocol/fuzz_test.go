@@ -72,7 +72,9 @@ func FuzzNodeKeys(f *testing.F) {
 		{Phase: PhaseIdle, ScheduledTime: "1796151600", Notice: ReadNotice(`{"maintenance_status":"PENDING","window_start_time":"2026-12-01T19:00:00Z"}`), IdleSince: at, Busy: "pods"},
 		{Phase: PhaseDraining, Reason: ReasonHostMaintenance, Started: at, Deadline: at.Add(time.Hour), BootID: "b1", CordonedBefore: true, LastEvent: "TERMINATE_ON_HOST_MAINTENANCE",
 			Interruptions: Counts{HostMaintenance.Key(): 2, Preemption.Key(): 1}, Failures: Failures{Count: 2, Reason: "Failed", Last: at, RetryAfter: at.Add(time.Hour)}},
-		{Phase: PhaseTerminating, Reason: ReasonManual, Started: at, Deadline: at, RequestID: "r", Requested: at, Begun: true, Drain: DrainDone, LeftToGKE: true},
+		{Phase: PhaseTerminating, Reason: ReasonManual, Started: at, Deadline: at, RequestID: "r", Requested: at, Begun: true, Drain: DrainDone, LeftToGKE: true,
+			Call: Call{RequestID: "r", Method: RepairPerformMaintenance, Requested: at, Operation: "op"}},
+		{Phase: PhaseIdle, Call: Call{RequestID: "r", Method: RepairReport, Requested: at, Operation: "op", Done: true}, LastRepair: LastFaultRepair{Outcome: RepairOvertaken, Ended: at, By: "preemption"}},
 		{Phase: PhaseDraining, Reason: ReasonSlice, Started: at, Deadline: at, Drain: DrainIncomplete, NoticeDone: "1796151600"},
 	} {
 		n := &corev1.Node{}

@@ -91,10 +91,12 @@ const (
 	// AnnotationRequested is when the agent first asked Compute Engine to
 	// start the maintenance (RFC 3339), written before the call.
 	AnnotationRequested = "maintenance-handler.io/maintenance-requested"
-	// AnnotationOperation names Compute Engine's operation for the call
-	// the maintenance or repair under way made, written when the call is
-	// answered and before the agent follows it: an agent restarted while
-	// the operation runs follows the same one and never calls again.
+	// AnnotationOperation is the Compute Engine call the agent made last
+	// (Call's JSON: its request ID, method, when it was asked, and once
+	// answered its operation, written before the agent follows it), kept
+	// whatever the phase until the call is over: an agent restarted while
+	// the operation runs follows the same one, and no maintenance calls
+	// again meanwhile.
 	AnnotationOperation = "maintenance-handler.io/operation"
 	// AnnotationLastEvent is the last maintenance-event value acted on.
 	AnnotationLastEvent = "maintenance-handler.io/last-event"

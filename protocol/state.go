@@ -43,10 +43,10 @@ type AgentState struct {
 	// Requested is when the agent first asked Compute Engine to start the
 	// maintenance (written before the call).
 	Requested time.Time
-	// Operation names Compute Engine's operation for the call
-	// (AnnotationOperation), written when the call is answered and before
-	// it is followed; set only while active.
-	Operation string
+	// Call is the Compute Engine call the agent made last, while Compute
+	// Engine may still carry it out (AnnotationOperation): kept whatever
+	// the phase, so that no maintenance calls again meanwhile.
+	Call Call
 	// IdleSince is when the node last became idle; zero while it is busy,
 	// and Busy says why.
 	IdleSince time.Time
@@ -173,7 +173,6 @@ func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 		Started:         readTime(a[AnnotationStarted]),
 		Deadline:        readTime(a[AnnotationDeadline]),
 		Requested:       readTime(a[AnnotationRequested]),
-		Operation:       a[AnnotationOperation],
 		IdleSince:       readTime(a[AnnotationIdleSince]),
 		Interruptions:   decodeCounts(a[AnnotationInterruptions]),
 		LastBootID:      a[AnnotationLastBootID],
@@ -190,8 +189,9 @@ func readAgentState(n *corev1.Node) (st AgentState, noticeUnreadable bool) {
 		// The keys of a maintenance under way mean nothing without one.
 		st.Phase, st.LeftToGKE, st.Drain = PhaseIdle, false, ""
 		st.Reason, st.Started, st.Deadline, st.BootID, st.CordonedBefore = "", time.Time{}, time.Time{}, "", false
-		st.RequestID, st.Requested, st.Begun, st.RepairCall, st.GKEStatusBefore, st.Operation = "", time.Time{}, false, "", "", ""
+		st.RequestID, st.Requested, st.Begun, st.RepairCall, st.GKEStatusBefore = "", time.Time{}, false, "", ""
 	}
+	st.Call = readCall(a[AnnotationOperation], &st)
 	st.ScheduledTime = n.Labels[LabelScheduledMaintenanceTime]
 	st.Notice, noticeUnreadable = readNotice(a[AnnotationUpcomingMaintenance])
 	st.KnownEnd = ReadKnownEnd(n)
@@ -290,7 +290,7 @@ func WriteAgentState(n *corev1.Node, st AgentState) {
 	set(a, AnnotationCordonedBefore, whileActive(strconv.FormatBool(st.CordonedBefore)))
 	set(a, AnnotationRequestID, whileActive(st.RequestID))
 	set(a, AnnotationRequested, whileActive(writeTime(st.Requested)))
-	set(a, AnnotationOperation, whileActive(st.Operation))
+	set(a, AnnotationOperation, st.Call.encode())
 	set(a, AnnotationLastEvent, string(st.LastEvent))
 	set(a, AnnotationNoticeDone, st.NoticeDone)
 	begun := ""
