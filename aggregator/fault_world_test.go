@@ -321,7 +321,7 @@ func TestFaultReportFollowedToItsEnd(t *testing.T) {
 		if n.Status.NodeInfo.BootID != boot {
 			return "", false
 		}
-		named = named || st.Operation != ""
+		named = named || st.Call.Operation != ""
 		if named && (st.Phase != protocol.PhaseTerminating || !n.Spec.Unschedulable) {
 			broken = append(broken, fmt.Sprintf("%s cordoned %t", st.Phase, n.Spec.Unschedulable))
 		}

@@ -130,7 +130,7 @@ func TestHostileRelayOneApprovalOneReport(t *testing.T) {
 	forge(t, h, faulty, func(n *corev1.Node) {
 		st := protocol.ReadAgentState(n)
 		st.Phase, st.Reason, st.RepairCall, st.RequestID, st.Requested = protocol.PhaseDraining, protocol.ReasonFault, protocol.RepairReport, again, time.Now()
-		st.Operation = ""
+		st.Call = protocol.Call{}
 		protocol.WriteAgentState(n, st)
 		n.Annotations[protocol.AnnotationComputeCall] = protocol.Encode(protocol.ComputeCall{ID: again, Method: protocol.CallReportHostAsFaulty,
 			Behavior: approval.Behavior, Description: "again"})
