@@ -219,6 +219,7 @@ func TestChartOptions(t *testing.T) {
 		ans = "maintenance-handler-agent"
 		ds  = "DaemonSet " + ans + "/maintenance-handler-agent"
 		dep = "Deployment " + ns + "/maintenance-handler-aggregator"
+		np  = "NetworkPolicy " + ns + "/maintenance-handler-aggregator"
 	)
 	agentPod := func(o map[string]*unstructured.Unstructured) map[string]any {
 		return field(t, o[ds], "spec", "template", "spec").(map[string]any)
@@ -356,14 +357,7 @@ func TestChartOptions(t *testing.T) {
 			return []any{agg(o)["args"].([]any)[3], reviews}, []any{"--eviction-check-callers=kube-apiserver,webhook-caller", true}
 		}},
 		{"aggregator.evictionCheckAllowFrom", []string{"--set", "aggregator.evictionCheckAllowFrom={172.16.0.0/28}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			np := o["NetworkPolicy maintenance-handler/maintenance-handler-eviction-check"]
-			if np == nil {
-				return nil, "a NetworkPolicy"
-			}
-			return field(t, np, "spec", "ingress"), []any{
-				map[string]any{"ports": []any{map[string]any{"port": "metrics"}}},
-				map[string]any{"ports": []any{map[string]any{"port": "eviction-check"}}, "from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}}},
-			}
+			return field(t, o[np], "spec", "ingress").([]any)[1], map[string]any{"ports": []any{map[string]any{"port": "eviction-check"}}, "from": []any{map[string]any{"ipBlock": map[string]any{"cidr": "172.16.0.0/28"}}}}
 		}},
 		{"aggregator.resources", []string{"--set", "aggregator.resources.limits.memory=1Gi"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return agg(o)["resources"].(map[string]any)["limits"], map[string]any{"memory": "1Gi"}
@@ -453,6 +447,14 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"criticalPodsQuota.pods", []string{"--set", "criticalPodsQuota.pods=500"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["ResourceQuota "+ans+"/maintenance-handler-critical-pods"], "spec", "hard", "pods"), "500"
+		}},
+		{"networkPolicy.create", []string{"--set", "networkPolicy.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			_, off := o[np]
+			return []any{mustTemplate(t)[np] != nil, off}, []any{true, false}
+		}},
+		{"networkPolicy.metricsFromNamespaces", []string{"--set", "networkPolicy.metricsFromNamespaces={monitoring}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return field(t, o[np], "spec", "ingress").([]any)[0].(map[string]any)["from"].([]any)[0], map[string]any{"namespaceSelector": map[string]any{"matchExpressions": []any{
+				map[string]any{"key": "kubernetes.io/metadata.name", "operator": "In", "values": []any{"monitoring"}}}}}
 		}},
 		{"rbac.create", []string{"--set", "rbac.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			var roles []string
