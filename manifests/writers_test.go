@@ -161,3 +161,42 @@ func TestKeyWritersPolicyNamesThePeople(t *testing.T) {
 		t.Errorf("the people are %s, want %s", got, want)
 	}
 }
+
+// TestFaultConditionsPolicyReadsTheConfigMap: the base fences the fault
+// conditions of the very ConfigMap the aggregator reads (its --config-map,
+// in its namespace), lets every change through where there is none, and
+// tells identities apart as the writers' policy does.
+func TestFaultConditionsPolicyReadsTheConfigMap(t *testing.T) {
+	objs := kinds(render(t, "base"))
+	binding := objs["ValidatingAdmissionPolicyBinding /"+generate.FaultConditionsPolicy]
+	if binding == nil {
+		t.Fatalf("the base has no binding %s", generate.FaultConditionsPolicy)
+	}
+	ref, _, _ := unstructured.NestedStringMap(binding.Object, "spec", "paramRef")
+	var configMap string
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+			for _, a := range args {
+				if v, ok := strings.CutPrefix(a, "--config-map="); ok {
+					configMap = o.GetNamespace() + "/" + v
+				}
+			}
+		}
+	}
+	if got := ref["namespace"] + "/" + ref["name"]; got != configMap || ref["parameterNotFoundAction"] != "Allow" {
+		t.Errorf("the binding reads %s (not found: %s); want the aggregator's ConfigMap %s, and Allow", got, ref["parameterNotFoundAction"], configMap)
+	}
+	if kind, _, _ := unstructured.NestedString(objs["ValidatingAdmissionPolicy /"+generate.FaultConditionsPolicy].Object, "spec", "paramKind", "kind"); kind != "ConfigMap" {
+		t.Errorf("the policy's parameter is a %q, want a ConfigMap", kind)
+	}
+	for _, v := range []string{"who", "detectors", "people"} {
+		if w, f := writersVariable(t, objs, v), policyVariable(t, generate.FaultConditionsPolicy, v); w != f {
+			t.Errorf("the variable %s differs between the policies:\n%s\n%s", v, w, f)
+		}
+	}
+}

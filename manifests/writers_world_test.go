@@ -448,3 +448,73 @@ func clientForToken(t *testing.T, token string) kubernetes.Interface {
 	}
 	return c
 }
+
+// TestFaultConditionsOfTheConfigMapFenced: with the base applied (which
+// names no detector's condition: its policy ConfigMap is the operator's),
+// the conditions the operator's policy ConfigMap names as faults are
+// fenced as a detector's: node A's kubelet, agent and node-writer account
+// are refused GPUUnhealthy on A (the node-writer on B too), while the
+// kubelet keeps writing its own conditions and any other. Once
+// admissionPolicy.detectors names the node-writer account, it writes
+// GPUUnhealthy on A and is refused it on B.
+func TestFaultConditionsOfTheConfigMapFenced(t *testing.T) {
+	testworld.Need(t)
+	a := world.NodeT(t, testworld.NodeSpec{Name: "faulted-a"})
+	b := world.NodeT(t, testworld.NodeSpec{Name: "faulted-b"})
+	apply(t, render(t, "base"))
+	h := world.HostileNode(t, a.Name)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "maintenance-handler", Namespace: testworld.ShippedNamespace},
+		Data: map[string]string{"policy.yaml": "pools:\n  a3:\n    faults:\n      conditions:\n        - type: GPUUnhealthy\n          behavior: UNRECOVERABLE_GPU_ERROR\n"}}
+	if _, err := world.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = world.Client.CoreV1().ConfigMaps(cm.Namespace).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+	})
+	gpu := protocol.Key{Name: "GPUUnhealthy", Kind: protocol.Condition}
+	// The API server reads the policy and its ConfigMap a moment after
+	// they are written.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return refused(patchKey(ctx, h.Kubelet, a.Name, gpu, nil)), nil
+	})
+	if err != nil {
+		t.Fatalf("the kubelet of %s writing GPUUnhealthy, a fault condition of the policy ConfigMap, on its own Node: never refused", a.Name)
+	}
+	for _, tc := range []struct {
+		who    string
+		client kubernetes.Interface
+		node   string
+	}{{"the agent", h.Agent, a.Name}, {"the node-writer account", h.DaemonSet, a.Name}, {"the node-writer account", h.DaemonSet, b.Name}} {
+		// The agent's own policy refuses it first, in its own words.
+		if err := patchKey(ctx, tc.client, tc.node, gpu, nil); !refused(err) || tc.client != h.Agent && !strings.Contains(err.Error(), "fault condition") {
+			t.Errorf("%s of %s writing GPUUnhealthy on %s: %v, want refused", tc.who, a.Name, tc.node, err)
+		}
+	}
+	for _, c := range []string{string(corev1.NodeReady), "KernelDeadlock", "GPUUnhealthyLater"} {
+		if err := patchKey(ctx, h.Kubelet, a.Name, protocol.Key{Name: c, Kind: protocol.Condition}, nil); err != nil {
+			t.Errorf("the kubelet of %s writing %s, no fault condition or its own, on its own Node: %v, want allowed", a.Name, c, err)
+		}
+	}
+
+	var named []*unstructured.Unstructured
+	objs, err := helmTemplate(t, "--set", "admissionPolicy.detectors={"+h.DaemonSetUser+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetName() == generate.FaultConditionsPolicy {
+			named = append(named, o)
+		}
+	}
+	apply(t, named)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return patchKey(ctx, h.DaemonSet, a.Name, gpu, nil) == nil, nil
+	})
+	if err != nil {
+		t.Errorf("the named detector writing GPUUnhealthy on its own Node: never allowed")
+	}
+	if err := patchKey(ctx, h.DaemonSet, b.Name, gpu, nil); !refused(err) {
+		t.Errorf("the named detector of %s writing GPUUnhealthy on %s: %v, want refused", a.Name, b.Name, err)
+	}
+}

@@ -43,8 +43,6 @@ spec:
       expression: {{ include "mh.detectorList" .Values.admissionPolicy.detectors | quote }}
     - name: people
       expression: {{ include "mh.peopleList" .Values.admissionPolicy.people.serviceAccounts | quote }}
-    - name: detectorConditions
-      expression: {{ include "mh.detectorConditions" . | quote }}
     - name: who
       expression: >-
         {'agent': variables.user == '{{ include "mh.agentUser" . }}' && variables.claim == object.metadata.name,
@@ -57,6 +55,8 @@ spec:
         (!variables.user.startsWith('system:node:') || variables.user == variables.kubelet),
         'uninstall': variables.user == 'system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-uninstall',
         'anyone': true}
+    - name: detectorConditions
+      expression: {{ include "mh.detectorConditions" . | quote }}
     - name: oldLabels
       expression: "oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
     - name: newLabels
@@ -189,6 +189,86 @@ metadata:
     {{- include "mh.labels" . | nindent 4 }}
 spec:
   policyName: maintenance-handler-key-writers
+  validationActions: ["Deny"]
+---
+# The fault conditions the policy ConfigMap maintenance-handler names (faults.conditions[].type,
+# the cluster's and every pool's), read from the ConfigMap itself: only the
+# detectors admissionPolicy.detectors names set them, whatever conditions
+# the chart's values name. The kubelet's own conditions stay its own.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: maintenance-handler-fault-conditions
+  labels:
+    {{- include "mh.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  paramKind:
+    apiVersion: v1
+    kind: ConfigMap
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["nodes", "nodes/status"]
+  matchConditions:
+    - name: not-the-agent-nor-the-aggregator
+      expression: >-
+        !(request.userInfo.username in ['{{ include "mh.agentUser" . }}', '{{ include "mh.aggregatorUser" . }}'])
+  variables:
+    - name: claim
+      expression: "has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''"
+    - name: user
+      expression: request.userInfo.username
+    - name: kubelet
+      expression: "'system:node:' + object.metadata.name"
+    - name: detectors
+      expression: {{ include "mh.detectorList" .Values.admissionPolicy.detectors | quote }}
+    - name: people
+      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people.serviceAccounts | quote }}
+    - name: who
+      expression: >-
+        {'agent': variables.user == '{{ include "mh.agentUser" . }}' && variables.claim == object.metadata.name,
+        'aggregator': variables.user == '{{ include "mh.aggregatorUser" . }}',
+        'person': !variables.user.startsWith('system:node:') &&
+        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:')),
+        'registration': request.operation == 'CREATE' && variables.user == variables.kubelet,
+        'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
+        'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
+        (!variables.user.startsWith('system:node:') || variables.user == variables.kubelet),
+        'uninstall': variables.user == 'system:serviceaccount:{{ .Release.Namespace }}:maintenance-handler-uninstall',
+        'anyone': true}
+    - name: policy
+      expression: "has(params.data) && 'policy.yaml' in params.data ? params.data['policy.yaml'] : ''"
+    - name: oldConditions
+      expression: "oldObject != null && has(oldObject.status) && has(oldObject.status.conditions) ? oldObject.status.conditions : []"
+    - name: newConditions
+      expression: "has(object.status) && has(object.status.conditions) ? object.status.conditions : []"
+    - name: faults
+      expression: >-
+        (variables.oldConditions + variables.newConditions).map(c, c.type).filter(t, !(t in ['Ready', 'MemoryPressure', 'DiskPressure', 'PIDPressure', 'NetworkUnavailable']) &&
+        variables.policy.matches(r'(?m)(^|[\s{,-])["\x27]?type["\x27]?\s*:\s*["\x27]?\Q' + t + r'\E["\x27]?\s*($|[\s,}#])'))
+  validations:
+    - expression: >-
+        variables.oldConditions.filter(c, c.type in variables.faults) == variables.newConditions.filter(c, c.type in variables.faults) ||
+        variables.who['detector'] || ((variables.who['person'] || variables.who['uninstall']) &&
+        variables.newConditions.filter(c, c.type in variables.faults).all(c, c in variables.oldConditions))
+      messageExpression: >-
+        variables.user + " may not change a fault condition of a Node (" + variables.faults.join(", ") + ", which the policy ConfigMap maintenance-handler names): only the detectors admissionPolicy.detectors names may set them, and no node's identity remove them"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: maintenance-handler-fault-conditions
+  labels:
+    {{- include "mh.labels" . | nindent 4 }}
+spec:
+  policyName: maintenance-handler-fault-conditions
+  paramRef:
+    name: maintenance-handler
+    namespace: {{ .Release.Namespace }}
+    parameterNotFoundAction: Allow
   validationActions: ["Deny"]
 {{- end }}
 
