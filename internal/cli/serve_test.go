@@ -140,32 +140,7 @@ func TestServeAnswersProbesUnder200IdleConnections(t *testing.T) {
 // place of the cap, one more of theirs is refused, and the host's own
 // address (the kubelet's, probing a host-network pod) is still taken.
 func TestLimitedKeepsTheHostsOwnPlaces(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = inner.Close() })
-	var refused []string
-	l := newLimited(inner, Bounds{Conns: 2, PerSource: 1, Refused: func(reason string) { refused = append(refused, reason) }}, false)
-	sources := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.1"}
-	for _, s := range sources {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(s)}}
-		c, err := d.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	var accepted []string
-	for range 3 {
-		c, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		accepted = append(accepted, host)
-	}
+	accepted, refused := acceptFrom(t, Bounds{Conns: 2, PerSource: 1}, "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.1")
 	if diff := cmp.Diff([]string{"127.0.0.2", "127.0.0.3", "127.0.0.1"}, accepted); diff != "" {
 		t.Errorf("accepted (-want +got):\n%s", diff)
 	}
@@ -179,17 +154,32 @@ func TestLimitedKeepsTheHostsOwnPlaces(t *testing.T) {
 // a fourth is refused, and another node's pod, an address in no node's
 // range and the host itself are still taken.
 func TestLimitedKeepsOneShareANode(t *testing.T) {
+	var ranges NodeRanges
+	ranges.Set("hostile", []string{"127.0.1.0/24"})
+	ranges.Set("other", []string{"127.0.2.0/24"})
+	accepted, refused := acceptFrom(t, Bounds{Conns: 16, PerSource: 3, ShareOf: ranges.NodeOf},
+		"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.1.5", "127.0.2.2", "127.0.0.7", "127.0.0.1")
+	if diff := cmp.Diff([]string{"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.2.2", "127.0.0.7", "127.0.0.1"}, accepted); diff != "" {
+		t.Errorf("accepted (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{RefusedOverShare}, refused); diff != "" {
+		t.Errorf("refused (-want +got):\n%s", diff)
+	}
+}
+
+// acceptFrom dials a listener keeping b (on 127.0.0.1) once from each of
+// sources, in turn, and accepts until all but one are accepted or
+// refused (the test's bounds refuse exactly one); it returns the client
+// addresses accepted, in order, and the reasons of the refusals.
+func acceptFrom(t *testing.T, b Bounds, sources ...string) (accepted, refused []string) {
+	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = inner.Close() })
-	var ranges NodeRanges
-	ranges.Set("hostile", []string{"127.0.1.0/24"})
-	ranges.Set("other", []string{"127.0.2.0/24"})
-	var refused []string
-	l := newLimited(inner, Bounds{Conns: 16, PerSource: 3, ShareOf: ranges.NodeOf, Refused: func(reason string) { refused = append(refused, reason) }}, false)
-	sources := []string{"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.1.5", "127.0.2.2", "127.0.0.7", "127.0.0.1"}
+	b.Refused = func(reason string) { refused = append(refused, reason) }
+	l := newLimited(inner, b, false)
 	for _, s := range sources {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(s)}}
 		c, err := d.Dial("tcp", inner.Addr().String())
@@ -198,7 +188,6 @@ func TestLimitedKeepsOneShareANode(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Close() })
 	}
-	var accepted []string
 	for range len(sources) - 1 {
 		c, err := l.Accept()
 		if err != nil {
@@ -208,10 +197,5 @@ func TestLimitedKeepsOneShareANode(t *testing.T) {
 		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 		accepted = append(accepted, host)
 	}
-	if diff := cmp.Diff([]string{"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.2.2", "127.0.0.7", "127.0.0.1"}, accepted); diff != "" {
-		t.Errorf("accepted (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{RefusedOverShare}, refused); diff != "" {
-		t.Errorf("refused (-want +got):\n%s", diff)
-	}
+	return accepted, refused
 }
