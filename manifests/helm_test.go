@@ -101,6 +101,7 @@ func TestChartNotes(t *testing.T) {
 			"kubectl -n fleet-agent rollout status daemonset/maintenance-handler-agent",
 			"kubectl -n fleet rollout status deployment/maintenance-handler-aggregator",
 			"kubectl gce-maintenance status",
+			"the aggregator's metrics port takes only the pods of the namespaces gmp-system",
 		}, []string{"no aggregator", "no admission policies"}},
 		{[]string{"--set", "aggregator.enabled=false", "--set", "admissionPolicy.enabled=false"}, []string{
 			"no aggregator (aggregator.enabled=false)", "no admission policies (admissionPolicy.enabled=false)",
