@@ -74,6 +74,8 @@ type Aggregator struct {
 	lastScaled    map[string]bool   // pool -> autoscaled, as last logged
 	// lastUnreadable: node -> its unreadable keys, as last announced.
 	lastUnreadable map[string]string
+	// lastUnproven: node -> its unproven maintenance, as last announced.
+	lastUnproven map[string]string
 	// lastFault: faulty node -> its decision, as last announced.
 	lastFault map[string]fleet.FaultReason
 	// faultCheck is when a pass is next due for a fault detector's
@@ -242,7 +244,7 @@ func (a *Aggregator) beginLead() {
 	a.mu.Lock()
 	a.lastReason, a.lastPoolErr, a.lastCfgErr = map[string]*poolTold{}, map[string]string{}, ""
 	a.lastWarn, a.lastScaled, a.lastUnreadable = map[string]string{}, map[string]bool{}, map[string]string{}
-	a.lastFault = map[string]fleet.FaultReason{}
+	a.lastFault, a.lastUnproven = map[string]fleet.FaultReason{}, map[string]string{}
 	a.mu.Unlock()
 	a.views.forget()
 	if a.notifier != nil {

@@ -191,7 +191,9 @@ func TestLabelledInNodeMovesNoSliceHost(t *testing.T) {
 // v5p with the slice's topology and its own four chips, its agent token
 // asked the aggregator to read its VM, then wrote a preemption under way.
 // Its VM is what a host's is but for its pool, and its preemption moves
-// no host: no host carries an ask or a taint, and its pod runs.
+// no host: no host carries an ask or a taint, and its pod runs. The
+// aggregator says why on the node (Warning GroupMembershipUnproven) and
+// counts its maintenance once.
 func TestOtherPoolTPUNodeMovesNoSliceHost(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
@@ -233,6 +235,14 @@ func TestOtherPoolTPUNodeMovesNoSliceHost(t *testing.T) {
 
 	passes(t, ctx, addr, 2)
 	untouched(t, ctx, s.hosts...)
+	// The aggregator says why on the liar, and counts its maintenance
+	// once, however many passes see it.
+	world.WaitEvent(t, name, protocol.EventGroupUnproven, "moves no other member", `its VM is in the node pool "v5p-b", not in "v5p"`)
+	passes(t, ctx, addr, 2)
+	const unproven = "maintenance_handler_aggregator_unproven_group_maintenances_total"
+	if got := metricSumQuiet(addr, unproven); got != 1 {
+		t.Errorf("%s = %v; want 1", unproven, got)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, host := range s.hosts {

@@ -25,6 +25,7 @@ const inFlight = 16
 // (a conflict is retried by the next pass), and counts a slice
 // interruption when a slice is newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, nodes *fleet.Fleet, decidedOn map[string]*corev1.Node) {
+	a.announceUnproven(nodes, decidedOn)
 	want := nodes.SliceAsks(a.opts.Clock.Now())
 	if len(want) == 0 {
 		return // no multi-host slice

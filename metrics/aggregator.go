@@ -22,6 +22,9 @@ type Aggregator struct {
 	// hourly bound, not counted.
 	RefusedClaims      *prometheus.CounterVec
 	SliceInterruptions *prometheus.CounterVec
+	// UnprovenMaintenances counts the maintenances of nodes whose group
+	// membership is not proven, which moved no other member.
+	UnprovenMaintenances prometheus.Counter
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
 	// MemoryUsed and MemoryLimit are the replica's memory and its
@@ -196,6 +199,8 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.SliceInterruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "slice_interruptions_total",
 		Help: "Multi-host slices taken down as one because one host stopped (its maintenance or preemption), by slice and by the interruption of the host that caused it: counted once per slice, beside the hosts' own interruptions."},
 		[]string{"slice", "interruption_type", "interruption_reason"})
+	m.UnprovenMaintenances = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unproven_group_maintenances_total",
+		Help: "Maintenances of a node whose membership of the multi-host slice or reservation group its labels name is not proven by what the aggregator read of its VM, each counted once: they moved no other member (Warning GroupMembershipUnproven on the node says why)."})
 	m.Unreadable = &NodeGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, "node_unreadable_keys"),
 		"Keys with values the aggregator cannot read on a node (its agent is broken, compromised or of an unknown version), by node; only such nodes have a series.",
 		[]string{"node_name"}, nil)}
@@ -229,7 +234,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.RelayLimited = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "relay_limited_total",
 		Help: "Asks for a Compute Engine call (call) or a VM read (read) the leader held back because their node used up its rate (a token bucket per node and kind, 60 an hour, a burst of 10): each is made once the node's bucket allows it."},
 		[]string{"kind"})
-	reg.MustRegister(m.RelayLimited, m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	reg.MustRegister(m.RelayLimited, m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.UnprovenMaintenances, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

@@ -108,6 +108,10 @@ const (
 	// EventSliceUnknown: a drained node holds its manual maintenance's
 	// call while its multi-host slice cannot be told (agent).
 	EventSliceUnknown = "SliceMembershipUnknown"
+	// EventGroupUnproven: a node's own maintenance is under way, and its
+	// membership of the group its labels name is not proven
+	// (Grouping.Unproven): it moves no other member (aggregator).
+	EventGroupUnproven = "GroupMembershipUnproven"
 	// EventGroupScopeUnknown: the caller of a reservation group's
 	// voluntary maintenance could not ask at the group's scope, and asked
 	// for its own VM's (agent).
@@ -217,6 +221,7 @@ var EventReasons = []EventReason{
 	{EventSliceDrain, agentOnly, true},
 	{EventSliceDeadline, agentOnly, true},
 	{EventSliceUnknown, agentOnly, true},
+	{EventGroupUnproven, aggregatorOnly, true},
 	{EventGroupScopeUnknown, agentOnly, true},
 	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
 	{EventFaultRepairStarted, agentOnly, true},
