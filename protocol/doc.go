@@ -22,7 +22,8 @@
 // A group's membership (membership.go) is read from labels a node's
 // kubelet writes, and so is a claim: Grouping.Unproven says whether the
 // aggregator's read of the node's VM from Compute Engine (VMFacts: its
-// machine type, the reservation block and sub-block it runs in) proves it.
+// machine type and GKE node pool, the reservation block and sub-block it
+// runs in) proves it.
 // Decisions about other nodes read only proven members.
 //
 // Versions: a key keeps its meaning across releases, so that an agent or

@@ -28,7 +28,8 @@ import (
 //   - a reservation group: the VM consumes a reservation block, and runs
 //     in the block (and, for a sub-block group, the sub-block) its labels
 //     name (resourceStatus.physicalHostTopology, which GKE's
-//     gce-topology-* labels mirror).
+//     gce-topology-* labels mirror). Not its pool: a reservation's block
+//     serves the VMs of any pool that consumes it.
 //
 // A slice the operator names by a label of its own (Grouping.SliceLabel)
 // is the operator's word, and a gang is named by the aggregator's label:
