@@ -7,13 +7,18 @@ package aggregator
 // the aggregator's own key (protocol.AnnotationRepairs) with the counts the
 // old object carried; a Node deleted while NotReady and outside
 // maintenance, and not created again within the window, vanished
-// (TerminationEvent/HostError). The ledger below is the pure core, driven
-// by the times it is given; the Aggregator's methods feed it from the node
-// informer and act on what it returns, as the leader only.
+// (TerminationEvent/HostError). What the aggregator holds of a node (the
+// repairs it approved of it, what it added to its pool's counters within
+// the hour: claimwindow.go) is held by the node's name past its Node
+// object's deletion, until it expires: a Node deleted and registered again
+// lifts no bound. The ledger below is the pure core, driven by the times
+// it is given; the Aggregator's methods feed it from the node informer and
+// act on what it returns, as the leader only.
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/maintenance-handler/maintenance-handler/fleet"
+	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
@@ -34,7 +40,10 @@ type deletedNode struct {
 	// (zero for none).
 	counts     protocol.Counts
 	lastRepair protocol.LastFaultRepair
-	at         time.Time
+	// approved is the aggregator's record of the repairs it approved of
+	// the VM, by pool (protocol.Repairs.Approved).
+	approved map[string]time.Time
+	at       time.Time
 	// vanishing: deleted while NotReady and outside maintenance; counted
 	// as vanished unless created again within the window.
 	vanishing bool
@@ -48,10 +57,15 @@ type ledger struct {
 	// recreated lists Nodes created again under a name in gone, whose
 	// repair is still to be written.
 	recreated []string
+	// approved keeps, by name, the repairs the aggregator approved of the
+	// Nodes deleted, past the recreate window, until they expire (kept):
+	// a pool's repairRate counts them whether the Node comes back or not,
+	// and under whatever pool it comes back.
+	approved fleet.Kept
 }
 
 func newLedger(window time.Duration) *ledger {
-	return &ledger{window: window, gone: map[string]deletedNode{}}
+	return &ledger{window: window, gone: map[string]deletedNode{}, approved: fleet.Kept{}}
 }
 
 // deleted records n's deletion at now; pool is its pool. Deletions older
@@ -62,9 +76,49 @@ func (l *ledger) deleted(n *corev1.Node, pool string, now time.Time) {
 			delete(l.gone, name)
 		}
 	}
+	approved := ownApprovals(n, pool)
 	l.gone[n.Name] = deletedNode{name: n.Name, uid: n.UID, pool: pool, counts: protocol.NodeInterruptions(n), at: now,
-		lastRepair: ownLastRepair(n, now),
-		vanishing:  !fleet.NodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+		lastRepair: ownLastRepair(n, now), approved: approved,
+		vanishing: !fleet.NodeReady(n) && !protocol.InMaintenance(n) && !removedOnPurpose(n)}
+	for p, at := range approved {
+		if l.approved[n.Name] == nil {
+			l.approved[n.Name] = map[string]time.Time{}
+		}
+		if at.After(l.approved[n.Name][p]) {
+			l.approved[n.Name][p] = at
+		}
+	}
+}
+
+// ownApprovals are the repairs the aggregator approved of n's VM, by pool:
+// its record on n, and an approval still on n (written, by an aggregator
+// that kept no record, in pool).
+func ownApprovals(n *corev1.Node, pool string) map[string]time.Time {
+	r := protocol.ReadRepairs(n)
+	if a, ok := protocol.ReadRepairApproval(n); ok && !a.Approved.IsZero() {
+		r.Approve(pool, a.Approved)
+	}
+	return r.Approved
+}
+
+// kept prunes the approvals kept by name that no pool counts any more at
+// now (older than window(pool); zero: the pool has no repairRate) and
+// returns a copy of the rest.
+func (l *ledger) kept(now time.Time, window func(pool string) time.Duration) fleet.Kept {
+	out := fleet.Kept{}
+	for name, approved := range l.approved {
+		for pool, at := range approved {
+			if now.Sub(at) >= window(pool) {
+				delete(approved, pool)
+			}
+		}
+		if len(approved) == 0 {
+			delete(l.approved, name)
+			continue
+		}
+		out[name] = maps.Clone(approved)
+	}
+	return out
 }
 
 // ownLastRepair is the last fault repair of n's VM, deleted at now, as
@@ -135,6 +189,7 @@ func repairOf(n *corev1.Node, d deletedNode) (protocol.Repairs, bool) {
 		last := d.lastRepair
 		r.LastRepair = &last
 	}
+	r.Approved = maps.Clone(d.approved)
 	return r, true
 }
 
@@ -174,43 +229,6 @@ func begun(old, cur *corev1.Node) []protocol.Interruption {
 	return out
 }
 
-// MaxClaimsPerHour is the most interruptions one Node's agent may add to
-// its pool's counters in an hour: a VM stops and boots again in minutes,
-// and the agent counts one interruption at a time, so more is an agent
-// broken or compromised, whose claims past it are a Warning and a metric,
-// never counts that fire the pool's alerts.
-const MaxClaimsPerHour = 4
-
-// claimWindow holds, by node, when each interruption it added to its
-// pool's counters within the last hour was counted.
-type claimWindow map[string][]time.Time
-
-// admit takes n claims of node at now and returns how many of them fit
-// within MaxClaimsPerHour (the first ones); those are remembered.
-func (w claimWindow) admit(node string, n int, now time.Time) int {
-	return w.admitUpTo(node, n, MaxClaimsPerHour, now)
-}
-
-// admitUpTo is admit, within limit an hour.
-func (w claimWindow) admitUpTo(node string, n, limit int, now time.Time) int {
-	recent := w[node][:0]
-	for _, at := range w[node] {
-		if now.Sub(at) < time.Hour {
-			recent = append(recent, at)
-		}
-	}
-	fits := min(n, max(limit-len(recent), 0))
-	for range fits {
-		recent = append(recent, now)
-	}
-	if len(recent) == 0 {
-		delete(w, node)
-	} else {
-		w[node] = recent
-	}
-	return fits
-}
-
 // voluntary: the maintenance the agent counts between before and after is a
 // manual (or opportunistic) one: under way, or the one that ended with it.
 func voluntary(before, after protocol.AgentState) bool {
@@ -233,8 +251,9 @@ func (a *Aggregator) nodeDeleted(o any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// What the node claimed within the hour stays by its name: a Node
+	// deleted and created again is the same VM, under the same bound.
 	a.ledger.deleted(n, n.Labels[a.opts.PoolLabel], a.opts.Clock.Now())
-	delete(a.claims, n.Name)
 }
 
 func (a *Aggregator) nodeAdded(o any) {
@@ -292,6 +311,7 @@ func (a *Aggregator) observeNode(old, cur any) {
 func (a *Aggregator) countVanished() {
 	a.mu.Lock()
 	gone := a.ledger.vanished(a.opts.Clock.Now())
+	a.claims.prune(a.opts.Clock.Now())
 	a.mu.Unlock()
 	for _, d := range gone {
 		a.opts.Metrics.Vanished(d.name, d.pool, protocol.UnannouncedReboot)
@@ -340,4 +360,18 @@ func (a *Aggregator) writeRepair(ctx context.Context, d deletedNode) error {
 	a.nodeEvent(d.name, n.UID, true, protocol.EventRecreated, fmt.Sprintf(
 		"The Node object was deleted and created again (UID %s, was %s), as node auto-repair does: counted as %s", n.UID, d.uid, protocol.Repair.Key()))
 	return nil
+}
+
+// keptApprovals are the repairs the aggregator approved of Nodes deleted,
+// by name, that a pool's repairRate under cfg still counts (the others are
+// forgotten).
+func (a *Aggregator) keptApprovals(cfg policy.Config) fleet.Kept {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ledger.kept(a.opts.Clock.Now(), func(pool string) time.Duration {
+		if s := cfg.Faults(pool); s.RateCount > 0 {
+			return s.RateWindow
+		}
+		return 0
+	})
 }

@@ -259,3 +259,63 @@ func TestClaimWindowBoundsANodePerHour(t *testing.T) {
 		t.Errorf("remembered %v for a, want the last hour's %d", w["a"], MaxClaimsPerHour)
 	}
 }
+
+// TestLedgerKeepsApprovals: the repairs the aggregator approved of a Node
+// deleted (its record on the Node, and an approval still on it) are kept
+// by name past the recreate window, whether the Node comes back or not,
+// until no pool's repairRate counts them; a Node created again within the
+// window carries them on (repairOf).
+func TestLedgerKeepsApprovals(t *testing.T) {
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "old"}}
+	protocol.WriteRepairs(old, protocol.Repairs{Approved: map[string]time.Time{"a3": at.Add(-time.Hour)}})
+	protocol.WriteRepairApproval(old, protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourcePerson, Approved: at.Add(-time.Minute), DrainTimeout: protocol.Duration(time.Hour)})
+	l := newLedger(time.Hour)
+	l.deleted(old, "b", at)
+	want := map[string]time.Time{"a3": at.Add(-time.Hour), "b": at.Add(-time.Minute)}
+	cur := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "new"}}
+	l.added(cur, at.Add(time.Minute))
+	pending := l.takeRecreated()
+	if len(pending) != 1 {
+		t.Fatalf("repairs %v", pending)
+	}
+	r, _ := repairOf(cur, pending[0])
+	if d := cmp.Diff(want, r.Approved); d != "" {
+		t.Errorf("approvals carried onto the new Node (-want +got):\n%s", d)
+	}
+	week := func(string) time.Duration { return 168 * time.Hour }
+	if d := cmp.Diff(fleet.Kept{"a": want}, l.kept(at.Add(2*time.Hour), week)); d != "" {
+		t.Errorf("kept past the recreate window (-want +got):\n%s", d)
+	}
+	if got := l.kept(at.Add(2*time.Hour), func(string) time.Duration { return 0 }); len(got) != 0 || len(l.approved) != 0 {
+		t.Errorf("kept %v (%d held) with no repairRate; want none", got, len(l.approved))
+	}
+	l.deleted(old, "b", at)
+	if got := l.kept(at.Add(169*time.Hour), week); len(got) != 0 || len(l.approved) != 0 {
+		t.Errorf("kept %v (%d held) past the window; want none", got, len(l.approved))
+	}
+}
+
+// TestNodeDeletedKeepsItsClaims: a Node deleted (and created again by its
+// kubelet) keeps its claims of the hour by name: the bound is not lifted;
+// they go once the hour is over (prune), so that memory follows the nodes
+// that claimed within it.
+func TestNodeDeletedKeepsItsClaims(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	a := &Aggregator{opts: Options{Clock: clk, PoolLabel: protocol.LabelNodePool}, ledger: newLedger(time.Hour), claims: claimWindow{}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "hostile", UID: "1"}}
+	if got := a.claims.admit(n.Name, MaxClaimsPerHour, clk.Now()); got != MaxClaimsPerHour {
+		t.Fatalf("%d claims fit, want %d", got, MaxClaimsPerHour)
+	}
+	a.nodeDeleted(n)
+	a.nodeAdded(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "hostile", UID: "2"}})
+	clk.Step(time.Minute)
+	if got := a.claims.admit(n.Name, 1, clk.Now()); got != 0 {
+		t.Errorf("%d claims fit after the Node was deleted and created again, want none", got)
+	}
+	clk.Step(59 * time.Minute)
+	a.claims.prune(clk.Now())
+	if len(a.claims) != 0 {
+		t.Errorf("claims held past the hour: %v", a.claims)
+	}
+}

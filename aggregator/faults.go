@@ -19,7 +19,7 @@ import (
 // a detector's condition reaches its duration. Approvals are claimed
 // (claims.go) before they are written (writeFaults).
 func (a *Aggregator) decideFaults(cfg policy.Config, nodes *fleet.Fleet) fleet.FaultPlan {
-	plan := nodes.DecideFaults(a.opts.Clock.Now(), cfg)
+	plan := nodes.DecideFaults(a.opts.Clock.Now(), cfg, a.keptApprovals(cfg))
 	a.mu.Lock()
 	a.faultCheck = plan.NextCheck
 	a.mu.Unlock()
@@ -104,6 +104,11 @@ func (a *Aggregator) writeFaultChanges(ctx context.Context, changes map[string]f
 		case c.fault.Reason == fleet.FaultApproved:
 			setFaultyTaint(n, true)
 			protocol.WriteRepairApproval(n, c.fault.Approval)
+			// The aggregator's own record, which its pool's repairRate
+			// counts (fleet.Node.Approved).
+			r := protocol.ReadRepairs(n)
+			r.Approve(c.fault.Pool, c.fault.Approval.Approved)
+			protocol.WriteRepairs(n, r)
 		default:
 			setFaultyTaint(n, true)
 		}

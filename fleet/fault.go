@@ -67,8 +67,8 @@ type FaultPlan struct {
 	// its policy's duration (zero for none): a pass is due then.
 	NextCheck time.Time
 	// Unbelievable are the nodes whose last repair, as their agent wrote
-	// it, ends after now (BelievableRepair): it counts toward no pool's
-	// repairRate, and is said as an unreadable value.
+	// it, ends after now (BelievableRepair): said as an unreadable value
+	// (no agent's word counts toward a pool's repairRate anyway).
 	Unbelievable []string
 }
 
@@ -91,27 +91,47 @@ func DecideFaults(now time.Time, cfg policy.Config, nodes []Node) FaultPlan {
 		pools = append(pools, p)
 	}
 	sort.Strings(pools)
-	return decideFaults(now, cfg, pools, func(pool string) []*Node { return byPool[pool] })
+	return decideFaults(now, cfg, pools, func(pool string) []*Node { return byPool[pool] }, nil)
 }
+
+// Kept is the aggregator's record of the repairs it approved of VMs by
+// the name of their Node, kept past the Node object's deletion: node ->
+// pool -> when it last approved one there (protocol.Repairs.Approved).
+type Kept map[string]map[string]time.Time
 
 // DecideFaults is DecideFaults over the fleet's nodes: over the pools one
 // of whose nodes may take part in it (faultRelevant), as no other pool has
-// anything to decide, count or undo.
-func (f *Fleet) DecideFaults(now time.Time, cfg policy.Config) FaultPlan {
-	return decideFaults(now, cfg, f.markedPools(markFault), func(pool string) []*Node { return f.pools[pool].members() })
+// anything to decide, count or undo. kept are the approvals the
+// aggregator recorded of Nodes deleted (and perhaps created again): their
+// pools' repairRate counts them until they expire, as if on the Nodes.
+func (f *Fleet) DecideFaults(now time.Time, cfg policy.Config, kept Kept) FaultPlan {
+	return decideFaults(now, cfg, f.markedPools(markFault), func(pool string) []*Node { return f.pools[pool].members() }, kept)
 }
 
 // faultRelevant: n may take part in the faults' decision: it is in repair
 // or claimed (counted), tainted faulty (to untaint), asked for a repair,
-// predicted to degrade, or carries a fault detector's condition.
+// predicted to degrade, carries a fault detector's condition, or a repair
+// the aggregator approved in another pool than its own (counted there).
 func faultRelevant(n *Node) bool {
-	return n.InRepair() || n.Claimed || n.FaultTaint || n.ReportFaultySet || n.PredictedToDegrade || len(n.Conditions) > 0
+	return n.InRepair() || n.Claimed || n.FaultTaint || n.ReportFaultySet || n.PredictedToDegrade || len(n.Conditions) > 0 || approvedElsewhere(n)
+}
+
+// approvedElsewhere: the aggregator approved a repair of n's VM in a pool
+// other than the one its Node names now.
+func approvedElsewhere(n *Node) bool {
+	for pool := range n.Approved {
+		if pool != n.Pool {
+			return true
+		}
+	}
+	return false
 }
 
 // decideFaults is DecideFaults over pools (sorted), each of whose nodes
-// members gives.
-func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(string) []*Node) FaultPlan {
+// members gives; kept, the approvals recorded of Nodes deleted.
+func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(string) []*Node, kept Kept) FaultPlan {
 	plan := FaultPlan{InRepair: map[string]int{}}
+	rateUsed := repairsCounted(now, cfg, pools, byPool, kept)
 	for _, pool := range pools {
 		for _, n := range byPool(pool) {
 			if n.InRepair() || n.Claimed {
@@ -123,7 +143,7 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 		members := byPool(pool)
 		setting := cfg.Faults(pool)
 		left := setting.MaxInRepair.Of(len(members)) - plan.InRepair[pool]
-		rateLeft, rateUsed := repairRateLeft(now, setting, members)
+		rateLeft := setting.RateCount - rateUsed[pool]
 		var faulty []Fault
 		for _, n := range members {
 			if n.LastRepair.Outcome != "" && !BelievableRepair(n.LastRepair, now) {
@@ -157,7 +177,7 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 				case rateLeft <= 0 && setting.RateCount > 0:
 					f.Reason = FaultRateLimited
 					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits: the pool %s had %d repair(s) in the last %s, its repairRate %d/%s",
-						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, pool, rateUsed, setting.RateWindow, setting.RateCount, setting.RateWindow)
+						f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, pool, rateUsed[pool], setting.RateWindow, setting.RateCount, setting.RateWindow)
 				case left <= 0:
 					f.Reason = FaultMaxInRepair
 					f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair waits: the pool %s has %d node(s) in repair, its cap (maxInRepair %s)",
@@ -177,23 +197,59 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 	return plan
 }
 
-// repairRateLeft is how many more repairs setting's rate lets members'
-// pool approve now, and how many it counts: the nodes in repair, those
-// claimed (a deposed leader's approval may still land, as maxInRepair
-// counts them) and those whose last repair ended within the window (a
-// node repaired twice in it counts once). A last repair said to end after
-// now is no repair the pool had (BelievableRepair): its agent wrote it,
-// and it would hold the pool's rate for ever.
-func repairRateLeft(now time.Time, setting policy.Faults, members []*Node) (left, used int) {
-	if setting.RateCount == 0 {
-		return 0, 0
-	}
-	for _, n := range members {
-		if n.InRepair() || n.Claimed || BelievableRepair(n.LastRepair, now) && now.Sub(n.LastRepair.Ended) < setting.RateWindow {
-			used++
+// repairsCounted is, for each of pools with a repairRate, how many
+// repairs it counts now: only what the aggregator itself approved. A node
+// counts against a pool (once, however many times it was repaired there
+// within the window) when
+//   - the aggregator approved a repair of its VM in that pool within the
+//     pool's window (its record on the Node, Node.Approved, or kept
+//     from a Node deleted, kept): against the pool where the repair was
+//     approved, whatever pool the Node names now, so that a node that
+//     registers again under another pool's label neither empties its
+//     pool's count nor fills the other's;
+//   - or, in its own pool, it is in repair or claimed (a deposed
+//     leader's approval may still land, as maxInRepair counts them).
+//
+// What the node's agent says of its last repair (Node.LastRepair) is
+// never counted: an agent that writes a repair ending "now" again and
+// again would hold a place of its pool's for ever.
+func repairsCounted(now time.Time, cfg policy.Config, pools []string, byPool func(string) []*Node, kept Kept) map[string]int {
+	window := make(map[string]time.Duration, len(pools))
+	for _, pool := range pools {
+		if s := cfg.Faults(pool); s.RateCount > 0 {
+			window[pool] = s.RateWindow
 		}
 	}
-	return setting.RateCount - used, used
+	counted := map[string]map[string]bool{}
+	count := func(pool, node string) {
+		if counted[pool] == nil {
+			counted[pool] = map[string]bool{}
+		}
+		counted[pool][node] = true
+	}
+	approvals := func(node string, approved map[string]time.Time) {
+		for pool, at := range approved {
+			if w, ok := window[pool]; ok && now.Sub(at) < w {
+				count(pool, node)
+			}
+		}
+	}
+	for _, pool := range pools {
+		for _, n := range byPool(pool) {
+			if _, ok := window[pool]; ok && (n.InRepair() || n.Claimed) {
+				count(pool, n.Name)
+			}
+			approvals(n.Name, n.Approved)
+		}
+	}
+	for node, approved := range kept {
+		approvals(node, approved)
+	}
+	used := make(map[string]int, len(counted))
+	for pool, nodes := range counted {
+		used[pool] = len(nodes)
+	}
+	return used
 }
 
 // BelievableRepair: last is a repair that ended (it has an outcome) no

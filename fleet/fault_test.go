@@ -139,7 +139,7 @@ func TestDecideFaultsOnPrediction(t *testing.T) {
 }
 
 // TestDecideFaultsRate: the pool's repairRate counts the nodes in repair
-// and those repaired within its window.
+// and those whose repair the aggregator approved within its window.
 func TestDecideFaultsRate(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 2/168h\n")
@@ -150,8 +150,8 @@ func TestDecideFaultsRate(t *testing.T) {
 		return Node{Name: name, Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true}
 	}
 	nodes := []Node{asked("a"), asked("b"),
-		{Name: "old", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-200 * time.Hour)}},
-		{Name: "recent", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now.Add(-time.Hour)}}}
+		{Name: "old", Pool: "a3", Approved: map[string]time.Time{"a3": now.Add(-200 * time.Hour)}},
+		{Name: "recent", Pool: "a3", Approved: map[string]time.Time{"a3": now.Add(-time.Hour)}}}
 	got := map[string]FaultReason{}
 	for _, f := range DecideFaults(now, cfg, nodes).Faults {
 		got[f.Node] = f.Reason
@@ -197,7 +197,8 @@ func TestDecideFaultsForgedRepairTakesNoPlace(t *testing.T) {
 // TestDecideFaultsFutureRepairFillsNoRate: a last repair its agent says
 // ends in the future (a node's own word: no repair ends after now) takes
 // no place under its pool's repairRate, and the plan names the node, to
-// be said as an unreadable value; a past one within the window does.
+// be said as an unreadable value; nor does a past one within the window,
+// which is the agent's word too.
 func TestDecideFaultsFutureRepairFillsNoRate(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 1/168h\n")
@@ -213,7 +214,8 @@ func TestDecideFaultsFutureRepairFillsNoRate(t *testing.T) {
 	}{
 		{name: "ended a year ahead", ended: now.Add(365 * 24 * time.Hour), want: FaultApproved, unbelievable: []string{"liar"}},
 		{name: "ended a second ahead", ended: now.Add(time.Second), want: FaultApproved, unbelievable: []string{"liar"}},
-		{name: "ended an hour ago", ended: now.Add(-time.Hour), want: FaultRateLimited},
+		{name: "ended an hour ago", ended: now.Add(-time.Hour), want: FaultApproved},
+		{name: "ended now", ended: now, want: FaultApproved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			other := Node{Name: "liar", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: tc.ended}}
@@ -229,5 +231,85 @@ func TestDecideFaultsFutureRepairFillsNoRate(t *testing.T) {
 				t.Errorf("unbelievable (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestDecideFaultsRateCountsOwnRecord: a pool's repairRate (one a week)
+// counts only the repairs the aggregator approved, against the pool it
+// approved them in: never the agent's word of its last repair (ended
+// "now", written again and again), neither emptied nor moved by a Node
+// that registers again under another pool's label, and kept past the Node
+// object's deletion (kept, by name), each node once.
+func TestDecideFaultsRateCountsOwnRecord(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 1/168h\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := func(name, pool string) Node {
+		return Node{Name: name, Pool: pool, ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true}
+	}
+	approved := func(pool string, ago time.Duration) map[string]time.Time {
+		return map[string]time.Time{pool: now.Add(-ago)}
+	}
+	for _, tc := range []struct {
+		name  string
+		other Node
+		kept  Kept
+		want  map[string]FaultReason
+	}{
+		{name: "the agent says its repair ended now",
+			other: Node{Name: "liar", Pool: "a3", LastRepair: protocol.LastFaultRepair{Outcome: protocol.RepairDone, Ended: now}},
+			want:  map[string]FaultReason{"real": FaultApproved, "b-real": FaultApproved}},
+		{name: "the aggregator approved one in the pool an hour ago",
+			other: Node{Name: "repaired", Pool: "a3", Approved: approved("a3", time.Hour)},
+			want:  map[string]FaultReason{"real": FaultRateLimited, "b-real": FaultApproved}},
+		{name: "approved in a3, its Node registered again in pool b",
+			other: Node{Name: "moved", Pool: "b", Approved: approved("a3", time.Hour)},
+			want:  map[string]FaultReason{"real": FaultRateLimited, "b-real": FaultApproved}},
+		{name: "approved past the window",
+			other: Node{Name: "repaired", Pool: "a3", Approved: approved("a3", 200*time.Hour)},
+			want:  map[string]FaultReason{"real": FaultApproved, "b-real": FaultApproved}},
+		{name: "approved in a3, its Node deleted (kept by name)",
+			kept: Kept{"gone": approved("a3", time.Hour)},
+			want: map[string]FaultReason{"real": FaultRateLimited, "b-real": FaultApproved}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := []Node{asked("real", "a3"), asked("b-real", "b")}
+			if tc.other.Name != "" {
+				nodes = append(nodes, tc.other)
+			}
+			var f Fleet
+			for _, n := range nodes {
+				f.Set(n)
+			}
+			got := map[string]FaultReason{}
+			for _, x := range f.DecideFaults(now, cfg, tc.kept).Faults {
+				got[x.Node] = x.Reason
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("decisions (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestDecideFaultsRateCountsANodeOnce: a node counts once against a pool's
+// repairRate (two a week), whether its approval is on its Node, kept from
+// its deleted Node, or both, and while it is in repair.
+func TestDecideFaultsRateCountsANodeOnce(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 2/168h\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]time.Time{"a3": now.Add(-time.Hour)}
+	repairing := Node{Name: "twice", Pool: "a3", Approved: at, Repair: &protocol.RepairApproval{Behavior: protocol.BehaviorChipError}, FaultTaint: true}
+	var f Fleet
+	f.Set(repairing)
+	f.Set(Node{Name: "real", Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true})
+	plan := f.DecideFaults(now, cfg, Kept{"twice": at})
+	if len(plan.Faults) != 1 || plan.Faults[0].Reason != FaultApproved {
+		t.Errorf("faults %+v; want the real node approved (the other counted once)", plan.Faults)
 	}
 }

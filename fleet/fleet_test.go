@@ -105,7 +105,7 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 					}
 				}
 			}
-			if d := cmp.Diff(DecideFaults(at, cfg, all), f.DecideFaults(at, cfg)); d != "" {
+			if d := cmp.Diff(DecideFaults(at, cfg, all), f.DecideFaults(at, cfg, nil)); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's faults differ from DecideFaults' (-DecideFaults +Fleet):\n%s", seed, step, d)
 			}
 			if d := cmp.Diff(sliceAsks(f.All(), at), f.SliceAsks(at)); d != "" {

@@ -128,10 +128,17 @@ type Node struct {
 	PredictedToDegrade bool
 	// Repair is the approval of the node's repair (nil for none), and
 	// FaultTaint whether the faulty taint is on it; LastRepair is how its
-	// last repair ended.
+	// last repair ended, as its agent says (or the aggregator's record on a
+	// Node created again, when later): it decides about the node itself
+	// only (its cool-down, its conditions gone stale), never a place of
+	// its pool's.
 	Repair     *protocol.RepairApproval
 	FaultTaint bool
 	LastRepair protocol.LastFaultRepair
+	// Approved is the aggregator's own record of the repairs it approved
+	// of the VM, by pool (protocol.Repairs.Approved): what its pools'
+	// repairRate counts.
+	Approved map[string]time.Time
 }
 
 // NodeOf reads n; g's pool label names its pool, and g its group (a
@@ -156,7 +163,8 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.FaultTaint, v.LastRepair = protocol.HasTaintKey(n, protocol.TaintFaulty), st.LastRepair
 	if _, ok := n.Annotations[protocol.AnnotationRepairs]; ok {
 		// The VM's repair history survives its Node object's recreation.
-		v.LastRepair = protocol.ReadRepairs(n).Latest(st.LastRepair)
+		r := protocol.ReadRepairs(n)
+		v.LastRepair, v.Approved = r.Latest(st.LastRepair), r.Approved
 	}
 	v.ReportFaulty, v.ReportFaultySet = n.Labels[protocol.LabelReportFaulty]
 	v.ReportDescription = n.Annotations[protocol.AnnotationReportFaultyDescription]

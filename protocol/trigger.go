@@ -68,6 +68,35 @@ type Repairs struct {
 	// objects this one replaced recorded it (nil for none): the pool's
 	// cool-down and repairRate count it, as if on this object (Latest).
 	LastRepair *LastFaultRepair `json:"last-fault-repair,omitempty"`
+	// Approved is, by pool, when the aggregator last approved a repair of
+	// the VM in that pool: its own record, which the pool's repairRate
+	// counts against that pool (never the pool the Node names now), and
+	// which a Node created again carries on. At most MaxApprovedPools.
+	Approved map[string]time.Time `json:"approved,omitempty"`
+}
+
+// MaxApprovedPools bounds Repairs.Approved: a VM repaired in more pools
+// than this keeps its latest approvals.
+const MaxApprovedPools = 8
+
+// Approve records that the aggregator approved a repair of the VM in pool
+// at at, dropping the oldest pools past MaxApprovedPools.
+func (r *Repairs) Approve(pool string, at time.Time) {
+	if r.Approved == nil {
+		r.Approved = map[string]time.Time{}
+	}
+	if at.After(r.Approved[pool]) {
+		r.Approved[pool] = at.UTC()
+	}
+	for len(r.Approved) > MaxApprovedPools {
+		oldest := pool
+		for p, t := range r.Approved {
+			if t.Before(r.Approved[oldest]) {
+				oldest = p
+			}
+		}
+		delete(r.Approved, oldest)
+	}
 }
 
 // Latest is how the VM's last fault repair ended: the later of own (what
@@ -89,6 +118,11 @@ func ReadRepairs(n *corev1.Node) Repairs {
 	r.Interruptions = r.Interruptions.readable()
 	if l := r.LastRepair; l != nil && (!slices.Contains(RepairOutcomes, l.Outcome) || l.Ended.IsZero()) {
 		r.LastRepair = nil
+	}
+	for pool, at := range r.Approved {
+		if at.IsZero() {
+			delete(r.Approved, pool)
+		}
 	}
 	return r
 }
