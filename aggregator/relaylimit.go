@@ -4,7 +4,11 @@ package aggregator
 // node and kind (a call, a follow, a read), and a token bucket per node and
 // kind for the calls and the VM reads, on the injected clock. A node that
 // rotates its asks' IDs starts no more work than one that does not, and
-// costs the project's Compute Engine quota at most its rate.
+// costs the project's Compute Engine quota at most its rate. A bucket is
+// kept by the node's name, past its Node object's deletion, until it is
+// full again (a full bucket is a new one): a node whose Node is deleted and
+// created again finds its bucket as it left it. So the buckets held are
+// those of nodes that asked within a refill, however large the fleet.
 
 import (
 	"context"
@@ -37,6 +41,8 @@ type relayBuckets struct {
 
 	mu      sync.Mutex
 	buckets map[string]*rate.Limiter
+	// nextSweep is when full buckets are next dropped (sweep).
+	nextSweep time.Time
 }
 
 func newRelayBuckets(c clock.Clock, perHour int) *relayBuckets {
@@ -49,23 +55,46 @@ func newRelayBuckets(c clock.Clock, perHour int) *relayBuckets {
 func (b *relayBuckets) take(node, kind string) (time.Duration, func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := b.clock.Now()
+	b.sweep(now)
 	key := kind + "/" + node
 	l, ok := b.buckets[key]
 	if !ok {
 		l = rate.NewLimiter(rate.Every(b.every), relayBurst)
 		b.buckets[key] = l
 	}
-	now := b.clock.Now()
 	r := l.ReserveN(now, 1)
 	return r.DelayFrom(now), func() { r.CancelAt(b.clock.Now()) }
 }
 
-// forget drops node's buckets (its Node is gone).
+// forget drops node's buckets that are full (its Node is gone): one not
+// full yet stays, as the Node may be created again, until a sweep finds
+// it full.
 func (b *relayBuckets) forget(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.buckets, relayCall+"/"+node)
-	delete(b.buckets, relayRead+"/"+node)
+	now := b.clock.Now()
+	for _, key := range []string{relayCall + "/" + node, relayRead + "/" + node} {
+		if l, ok := b.buckets[key]; ok && l.TokensAt(now) >= relayBurst {
+			delete(b.buckets, key)
+		}
+	}
+	b.sweep(now)
+}
+
+// sweep drops every full bucket, at most once a refill (the time an empty
+// bucket takes to fill): a pass over the buckets costs little, spread
+// over that time. b.mu is held.
+func (b *relayBuckets) sweep(now time.Time) {
+	if now.Before(b.nextSweep) {
+		return
+	}
+	b.nextSweep = now.Add(b.every * relayBurst)
+	for key, l := range b.buckets {
+		if l.TokensAt(now) >= relayBurst {
+			delete(b.buckets, key)
+		}
+	}
 }
 
 // waitOn waits d on c, or until ctx ends (false then).
