@@ -189,7 +189,12 @@ func repairOf(n *corev1.Node, d deletedNode) (protocol.Repairs, bool) {
 		last := d.lastRepair
 		r.LastRepair = &last
 	}
+	// The approvals of the VM: those d carried, and any the aggregator
+	// made on n since.
 	r.Approved = maps.Clone(d.approved)
+	for pool, at := range protocol.ReadRepairs(n).Approved {
+		r.Approve(pool, at)
+	}
 	return r, true
 }
 
