@@ -129,6 +129,25 @@ func untouched(t *testing.T, ctx context.Context, hosts ...string) {
 	}
 }
 
+// readSlice starts a four-host TPU slice in the pool v5p (real agents
+// that ask the aggregator for every Compute call and read, TPU VMs GKE
+// labelled with their pool, a pod on each host) and an aggregator, named
+// id, that reads the VMs through Compute Engine, and waits until it has
+// read each host's: a TPU VM of the pool v5p. It returns the slice, the
+// project and the aggregator's metrics address.
+func readSlice(t *testing.T, ctx context.Context, id string) (*slice, *gceemu.Project, string) {
+	t.Helper()
+	p, project := relayProcs(t, "--eviction-retry-interval", "1s")
+	s := newSliceOf(t, ctx, p, "v5p", 4)
+	addr := testworld.FreeAddrT(t)
+	p.readingAggregator(id, addr, project)
+	world.WaitNodes(t, s.hosts, "read by the aggregator: TPU VMs of the pool v5p", func(n *corev1.Node) bool {
+		f, ok := protocol.ReadVMFacts(n)
+		return ok && f.MachineType == v5pMachine && f.NodePool == "v5p"
+	})
+	return s, project, addr
+}
+
 // TestLabelledInNodeMovesNoSliceHost plays issue 73's attack on a slice:
 // a four-host TPU slice (real agents, TPU VMs the aggregator reads
 // through Compute Engine, a pod on each host) and a GPU node whose kubelet
@@ -141,14 +160,7 @@ func untouched(t *testing.T, ctx context.Context, hosts ...string) {
 func TestLabelledInNodeMovesNoSliceHost(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	p, project := relayProcs(t, "--eviction-retry-interval", "1s")
-	s := newSliceOf(t, ctx, p, "v5p", 4)
-	addr := testworld.FreeAddrT(t)
-	p.readingAggregator("agg-members", addr, project)
-	world.WaitNodes(t, s.hosts, "read by the aggregator: TPU VMs", func(n *corev1.Node) bool {
-		f, ok := protocol.ReadVMFacts(n)
-		return ok && f.MachineType == v5pMachine
-	})
+	s, _, addr := readSlice(t, ctx, "agg-members")
 
 	h := labelledIn(t, "gpu-labelled-in", "v5p", map[string]string{protocol.LabelTPUTopology: "2x2x4", protocol.LabelTPUAccelerator: "tpu-v5p-slice"})
 	chips := fmt.Appendf(nil, `{"status":{"capacity":{%q:"4"},"allocatable":{%q:"4"}}}`, protocol.ResourceTPU, protocol.ResourceTPU)
@@ -197,14 +209,7 @@ func TestLabelledInNodeMovesNoSliceHost(t *testing.T) {
 func TestOtherPoolTPUNodeMovesNoSliceHost(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 5*time.Minute)
-	p, project := relayProcs(t, "--eviction-retry-interval", "1s")
-	s := newSliceOf(t, ctx, p, "v5p", 4)
-	addr := testworld.FreeAddrT(t)
-	p.readingAggregator("agg-pools", addr, project)
-	world.WaitNodes(t, s.hosts, "read by the aggregator: TPU VMs of the pool v5p", func(n *corev1.Node) bool {
-		f, ok := protocol.ReadVMFacts(n)
-		return ok && f.MachineType == v5pMachine && f.NodePool == "v5p"
-	})
+	s, project, addr := readSlice(t, ctx, "agg-pools")
 
 	const name, read = "v5p-b-0", "hostile-read"
 	emu := gceemu.StartT(t, gceemu.Config{Name: name, MachineType: v5pMachine, NoMaintenanceEvent: true,
