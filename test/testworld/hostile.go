@@ -8,6 +8,7 @@ package testworld
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
 // NodeWriterAccount is the name of the service account (and of its
@@ -131,7 +134,7 @@ func (w *World) ShippedFences(tb testing.TB, h *Hostile) {
 // write of the aggregator's vm-facts on its own Node, a dry run that
 // changes nothing.
 func (h *Hostile) awaitFences(ctx context.Context, in bool) error {
-	patch := []byte(`{"metadata":{"annotations":{"maintenance-handler.io/vm-facts":"{\"id\":\"fence-probe\"}"}}}`)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, protocol.AnnotationVMFacts, `{"id":"fence-probe"}`)
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := h.DaemonSet.CoreV1().Nodes().Patch(ctx, h.Node, types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		refused := apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
