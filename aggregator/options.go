@@ -65,6 +65,9 @@ type Options struct {
 	// through their Nodes (relay.go); nil: none is made, and the agents
 	// must hold the permissions themselves.
 	Caller VMCaller
+	// Home is the project and the regions of the cluster's VMs: the relay
+	// calls only on a VM in them (zero: on none).
+	Home Home
 	// RelayClient writes the relay's answers (nil: Client). A client of
 	// its own has its own rate limit, so that a flood of asks never
 	// delays a pass's writes.

@@ -230,7 +230,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 	ans := protocol.ComputeAnswer{ID: c.ID}
 	g := r.a.opts.grouping()
 	group := r.group(n)
-	inst, why := vouch(n, c, g, group, r.a.opts.Clock.Now())
+	inst, why := vouch(n, c, g, group, r.a.opts.Home, r.a.opts.Clock.Now())
 	r.mu.Lock()
 	if name := g.Name(n); errors.Is(why, errGroupDraining) {
 		r.held[name] = n.Name // asked again when a member changes
@@ -293,7 +293,7 @@ func (r *relay) call(ctx context.Context, n *corev1.Node, c protocol.ComputeCall
 
 // follow reads ans's operation until it ends, and writes how.
 func (r *relay) follow(ctx context.Context, n *corev1.Node, ans protocol.ComputeAnswer) {
-	inst, err := instanceOf(n)
+	inst, err := instanceOf(n, r.a.opts.Home)
 	if err != nil {
 		return
 	}
@@ -320,7 +320,7 @@ func (r *relay) follow(ctx context.Context, n *corev1.Node, ans protocol.Compute
 // read answers n's VM read (id) with what instances.get says.
 func (r *relay) read(ctx context.Context, n *corev1.Node, id string) {
 	var sc compute.Scheduling
-	inst, err := instanceOf(n)
+	inst, err := instanceOf(n, r.a.opts.Home)
 	outcome := protocol.CallNotVouched
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, relayCallTimeout)

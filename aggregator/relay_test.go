@@ -67,6 +67,8 @@ func TestVouch(t *testing.T) {
 		c     protocol.ComputeCall
 		g     protocol.Grouping
 		group []*corev1.Node
+		home  *Home  // nil: p1, us-central1 and europe-north1
+		zone  string // the VM's zone when vouched ("": us-central1-a)
 		why   string // "" when vouched
 	}{
 		{name: "a manual maintenance's call", n: node(protocol.ReasonManual, "", false, nil), c: perform},
@@ -115,13 +117,30 @@ func TestVouch(t *testing.T) {
 		{name: "another VM's providerID", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "gce://p1/us-central1-a/gpu-9" }),
 			c: perform, why: "not its own"},
 		{name: "no providerID", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "" }), c: perform, why: "providerID"},
+		{name: "a VM of its name in another zone of the region", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "gce://p1/us-central1-f/gpu-0" }),
+			c: perform, zone: "us-central1-f"},
+		{name: "a VM of its name in another project", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "gce://p2/us-central1-a/gpu-0" }),
+			c: perform, why: "not the cluster's p1"},
+		{name: "a VM of its name in another region", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "gce://p1/europe-west4-b/gpu-0" }),
+			c: perform, why: "in none of the cluster's regions"},
+		{name: "a VM of its name in a zone with no region", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "gce://p1/us-central1/gpu-0" }),
+			c: perform, why: "in none of the cluster's regions"},
+		{name: "an aggregator that knows no home", n: node(protocol.ReasonManual, "", false, nil), c: perform, home: &Home{}, why: "knows no project"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inst, err := vouch(tc.n, tc.c, tc.g, tc.group, started.Add(time.Minute))
+			home := Home{Project: "p1", Regions: []string{"us-central1", "europe-north1"}}
+			if tc.home != nil {
+				home = *tc.home
+			}
+			zone := "us-central1-a"
+			if tc.zone != "" {
+				zone = tc.zone
+			}
+			inst, err := vouch(tc.n, tc.c, tc.g, tc.group, home, started.Add(time.Minute))
 			switch {
 			case tc.why == "" && err != nil:
 				t.Fatalf("not vouched: %v", err)
-			case tc.why == "" && (inst.Name != "gpu-0" || inst.Zone != "us-central1-a" || inst.Project != "p1"):
+			case tc.why == "" && (inst.Name != "gpu-0" || inst.Zone != zone || inst.Project != "p1"):
 				t.Fatalf("the call is made on %+v; want the node's own VM", inst)
 			case tc.why != "" && (err == nil || !strings.Contains(err.Error(), tc.why)):
 				t.Fatalf("vouch said %v; want it refused: %q", err, tc.why)
@@ -163,5 +182,19 @@ func TestRelayBuckets(t *testing.T) {
 	refund()
 	if again, _ := b.take("rotating", relayCall); d != time.Minute || again != d {
 		t.Errorf("waits %s, then %s after a refund; want a minute both times", d, again)
+	}
+}
+
+// TestRegionOf: a zone's region is its name less the dash and letter that
+// end it; a name that does not end so (a region's own) has none.
+func TestRegionOf(t *testing.T) {
+	got := map[string]string{}
+	for _, z := range []string{"us-central1-a", "europe-west4-b", "us-east5-c", "us-central1", "us-central1-A", "zone", "us-", ""} {
+		got[z] = RegionOf(z)
+	}
+	want := map[string]string{"us-central1-a": "us-central1", "europe-west4-b": "europe-west4", "us-east5-c": "us-east5",
+		"us-central1": "", "us-central1-A": "", "zone": "", "us-": "", "": ""}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("regions (-want +got):\n%s", d)
 	}
 }

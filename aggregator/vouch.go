@@ -29,9 +29,9 @@ import (
 var errGroupDraining = errors.New("the reservation group's other members are still draining")
 
 // vouch says why the leader would not make c for n (nil: it would), and
-// the VM the call is made on. group lists the Nodes of n's group as the
-// leader's cache holds them (n included; nil outside a group), and now is
-// the leader's time. A call is made only for the maintenance under way on
+// the VM the call is made on (n's own, in home: instanceOf). group lists
+// the Nodes of n's group as the leader's cache holds them (n included; nil
+// outside a group), and now is the leader's time. A call is made only for the maintenance under way on
 // the node, with its request ID, and only as far as what the node cannot
 // write allows:
 //   - a report, or a repair's performMaintenance, only with the
@@ -43,8 +43,8 @@ var errGroupDraining = errors.New("the reservation group's other members are sti
 //   - a group's call only for the reservation group the leader counts
 //     the node in, once every other member of it says, each on its own
 //     Node, that it is drained (errGroupDraining while some still drain).
-func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping, group []*corev1.Node, now time.Time) (compute.Instance, error) {
-	inst, err := instanceOf(n)
+func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping, group []*corev1.Node, home Home, now time.Time) (compute.Instance, error) {
+	inst, err := instanceOf(n, home)
 	if err != nil {
 		return inst, err
 	}
@@ -132,10 +132,12 @@ func groupDrained(caller string, group []*corev1.Node, now time.Time) error {
 }
 
 // instanceOf is the VM n's spec.providerID names, which must carry the
-// Node's own name (on Compute Engine a Node is named after its VM): a
-// Node recreated by its kubelet under another VM's identity names a VM
-// that is not its own.
-func instanceOf(n *corev1.Node) (compute.Instance, error) {
+// Node's own name (on Compute Engine a Node is named after its VM), in
+// home's project and one of its regions: a Node recreated by its kubelet
+// under another VM's identity, or naming a VM of its own name in another
+// project or region the aggregator's identity can reach, names a VM that
+// is not its own.
+func instanceOf(n *corev1.Node, home Home) (compute.Instance, error) {
 	inst, err := compute.InstanceFromProviderID(n.Spec.ProviderID)
 	if err != nil {
 		return inst, err
@@ -143,7 +145,7 @@ func instanceOf(n *corev1.Node) (compute.Instance, error) {
 	if inst.Name != n.Name {
 		return inst, fmt.Errorf("the Node %s names the VM %s in its providerID, not its own", n.Name, inst)
 	}
-	return inst, nil
+	return inst, home.holds(inst)
 }
 
 // expireVouched frees the places under the caps that nodes hold by an

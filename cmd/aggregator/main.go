@@ -95,7 +95,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
 		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, AdoptGKEConfig: opts.GKEConfig == "adopt", ObserveOnly: opts.ObserveOnly, AgentNamespace: opts.AgentNamespace,
 		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: opts.ReservationGroups,
-		Caller: caller, PodRanges: ranges.Set, Metrics: m, Logger: logger,
+		Caller: caller, Home: homeOf(ctx, opts, logger), PodRanges: ranges.Set, Metrics: m, Logger: logger,
 	})
 	if err != nil {
 		return err

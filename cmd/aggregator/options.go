@@ -59,6 +59,11 @@ type Options struct {
 	Reservations        []string
 	ReservationInterval time.Duration
 	ComputeEndpoint     string
+	// Project and Regions are where the cluster's VMs are: the Compute
+	// relay calls only on a VM in them (empty: the replica's own project
+	// and region, from the metadata server; homeOf).
+	Project string
+	Regions []string
 	// MaintainUnusedCapacity: see aggregator.Options.
 	MaintainUnusedCapacity bool
 	// The webhook notifier (aggregator.NotifyOptions); none without
@@ -180,6 +185,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "The cluster's name in each notification.")
 	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API; empty: Google's.")
+	fs.StringVar(&o.Project, "project", o.Project, "The cluster's VMs' project; empty: the replica's own.")
+	fs.StringSliceVar(&o.Regions, "regions", o.Regions, "The cluster's VMs' regions; empty: the replica's own.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "Withdraw an opportunistic trigger no agent answered within this.")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again within this was repaired.")

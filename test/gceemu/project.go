@@ -15,7 +15,8 @@ import (
 // block's or sub-block's to an emulator of a VM in it. Identity is the
 // metadata server of the caller that runs off the VMs (the aggregator's
 // service account: on GKE, Workload Identity's): every VM added trusts its
-// token (Server.Trust).
+// token (Server.Trust). The identity runs in the VMs' project and region
+// (its metadata server says so), as the aggregator runs in its cluster's.
 type Project struct {
 	Identity *Server
 
@@ -27,7 +28,7 @@ type Project struct {
 // NewProject starts a Project with an identity of its own; Close stops
 // both.
 func NewProject() (*Project, error) {
-	p := &Project{Identity: New(Config{Name: "aggregator", Project: "p1", Zone: "us-central1-a", ServiceAccount: "maintenance-handler-aggregator@p1.iam.gserviceaccount.com"})}
+	p := &Project{Identity: New(Config{Name: "aggregator", ServiceAccount: "maintenance-handler-aggregator@test-project.iam.gserviceaccount.com"})}
 	if err := p.Identity.Start(); err != nil {
 		return nil, err
 	}
