@@ -59,7 +59,13 @@ func (a *Aggregator) Healthy(bound time.Duration) error {
 func (a *Aggregator) watch(ctx context.Context) error {
 	a.nodes = kube.NewInformer(a.opts.Client.AllNodesListWatch(), kube.InformerOptions{Name: "nodes", Transform: slimNode, Logger: a.log.With("watch", "nodes")})
 	a.nodes.AddHandlers(kube.Handlers{
-		Add: func(o kube.Object) { a.podRanges(o, false); a.views.mark(o.GetName()); a.nodeAdded(o); a.relayAsk(o); a.poke() },
+		Add: func(o kube.Object) {
+			a.podRanges(o, false)
+			a.views.mark(o.GetName())
+			a.nodeAdded(o)
+			a.relayAsk(o)
+			a.poke()
+		},
 		Update: func(old, cur kube.Object) {
 			a.podRanges(cur, false)
 			a.views.mark(cur.GetName())
@@ -70,7 +76,13 @@ func (a *Aggregator) watch(ctx context.Context) error {
 				a.poke()
 			}
 		},
-		Delete: func(o kube.Object) { a.podRanges(o, true); a.views.mark(o.GetName()); a.nodeDeleted(o); a.notifyDeleted(o); a.poke() },
+		Delete: func(o kube.Object) {
+			a.podRanges(o, true)
+			a.views.mark(o.GetName())
+			a.nodeDeleted(o)
+			a.notifyDeleted(o)
+			a.poke()
+		},
 	})
 	go a.nodes.Run(ctx)
 	a.claimsCache = kube.NewInformer(claimsWatch(a.opts.Leases, a.opts.Namespace, ClaimsLeaseName(a.opts.LeaseName)),
