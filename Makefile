@@ -9,7 +9,7 @@ TEST_FLAGS ?= -race -count=1 -v -timeout 30m
 # API server, a drain's grace or the one real node rather than compute.
 TEST_PARALLEL ?= 3
 
-.PHONY: help demo test unit testworld prometheus vet verify generate docs build image release bench fuzz
+.PHONY: help demo test unit soak testworld prometheus vet verify generate docs build image release bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -18,9 +18,9 @@ demo: ## the agents at work on a local simulated GPU pool (first run builds the 
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/agent ./cmd/aggregator ./cmd/kubectl-gce_maintenance
 	$(GO) run ./test/cmd/demo $(DEMO_FLAGS)
 
-test: testworld prometheus verify ## run every test on the newest Kubernetes and, beside it, OLDEST_PACKAGES on OLDEST_KUBERNETES, then the tests of pure functions (the state machine's model test over MODEL_HISTORIES histories) and the short fuzz search (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; a failed run ends by naming what failed (scripts/test.sh)
+test: testworld prometheus verify ## run every test on the newest Kubernetes and, beside it, OLDEST_PACKAGES on OLDEST_KUBERNETES, then the tests of pure functions (the state machine's model test over its fixed seeds, lifecycle/testdata/model-seeds.txt, and its regressions: the same on every run) and the short fuzz search (builds both test worlds and real nodes, and fetches Prometheus, once; later runs reuse the cache); says how many real-node tests this machine skipped; then kills and names anything of this run left behind; a failed run ends by naming what failed (scripts/test.sh)
 	GO="$(GO)" TEST_FLAGS="$(TEST_FLAGS)" TEST_PARALLEL=$(TEST_PARALLEL) PURE_TESTS='$(PURE_TESTS)' OLDEST_KUBERNETES=$(OLDEST_KUBERNETES) OLDEST_PACKAGES="$(OLDEST_PACKAGES)" \
-	MODEL_HISTORIES=$(MODEL_HISTORIES) TEST_FUZZTIME=$(TEST_FUZZTIME) scripts/test.sh
+	TEST_FUZZTIME=$(TEST_FUZZTIME) scripts/test.sh
 
 # The oldest Kubernetes the project supports (the chart's kubeVersion;
 # testworld.OldestKubernetes, which a test holds this to), and the
@@ -33,10 +33,23 @@ OLDEST_PACKAGES ?= ./manifests ./kube
 # The tests that step a pure function through many random histories on
 # one goroutine: make test runs them apart, without the race
 # detector, which finds nothing there and would take five times as long.
-# The state machine's model test steps through MODEL_HISTORIES histories
-# (3,000 where go test runs it without the flag).
+# The state machine's model test runs every fixed seed of
+# lifecycle/testdata/model-seeds.txt (300,000 histories), two at once,
+# and replays its regressions: the same on every run (3,000 histories of
+# the first seed where go test runs it without a flag). make soak searches
+# further.
 PURE_TESTS := ^(TestStateMachineModel|TestStateMachineModelRegressions|TestFleetDecidesAsDecide)$$
-MODEL_HISTORIES ?= 30000
+
+# make soak draws random seeds of the model test, SOAK_SEED_HISTORIES
+# histories each, for SOAK_TIME, or (when set) until SOAK_HISTORIES
+# histories have run.
+SOAK_TIME ?= 10m
+SOAK_HISTORIES ?=
+SOAK_SEED_HISTORIES ?= 30000
+
+soak: ## search the state machine for defects: random seeds of its model test for SOAK_TIME (10m), or SOAK_HISTORIES histories, on every core; a failing seed is printed as a line for lifecycle/model_test.go's regressionSeeds
+	set -o pipefail; $(GO) test -count=1 -v -timeout 0 -run '^TestStateMachineModel$$' ./lifecycle -args -model.histories $(SOAK_SEED_HISTORIES) \
+		$(if $(SOAK_HISTORIES),-model.soak-histories $(SOAK_HISTORIES),-model.soak $(SOAK_TIME)) | grep -v -E '^(=== RUN|    --- PASS)'
 
 # How long make test searches each fuzz target, after every test.
 TEST_FUZZTIME ?= 3s

@@ -90,6 +90,49 @@
 //   - a failed call puts the node back in service; the label goes when the
 //     node is back in service, whichever way.
 //
+// The node's Compute Engine call (State.Call, call.go) is part of its
+// state, not of a maintenance: whatever maintenance takes another over,
+// is withdrawn, ends or comes back, the record stays until the call is
+// refused, its operation ends, the VM stops, or two ReportTimeouts pass.
+// Every call site asks mayCall: no call is made while another is
+// outstanding (a retry of the same request ID is the same request); a
+// repair that would report follows a report whose operation still runs,
+// and otherwise waits for the outstanding call's answer or bound.
+//
+// The invariants the model test (model_test.go) checks after every pass
+// of thousands of random histories, each with what it protects for users:
+//   - one report per fault: no second reportHostAsFaulty while the
+//     operation of an earlier one runs (Compute Engine refuses it and may
+//     leave the VM in REPAIRING), and at most one performMaintenance
+//     request ID per maintenance (no maintenance started twice);
+//   - a maintenance the VM announces is never missed: the node is never
+//     idle while TERMINATE_ON_HOST_MAINTENANCE or a preemption is served,
+//     nor within the lead of the VM's known end;
+//   - no drain past the VM's stop: a drain's deadline never falls after
+//     the VM's known end;
+//   - no drain on nothing: a node leaves Idle only on a signal the agent
+//     understood (a served maintenance or preemption, a TPU's ONGOING
+//     notice, an accepted trigger, the slice's ask, an approved repair,
+//     the known end's lead);
+//   - no call without a maintenance under way that may make it: none
+//     while the node's multi-host slice cannot be told or its other hosts
+//     still drain for it, none and no voluntary drain while the slice
+//     stops by force (which records no failure either), none for a
+//     repair GKE's flow makes;
+//   - a repair is given its documented time: a report Compute Engine
+//     carries out in its documented time is not given up on, a repair is
+//     recorded done only when asked for (or after a report that was
+//     outstanding), and GKE's fault-behavior label is not left behind by a
+//     repair that failed;
+//   - each interruption counted once;
+//   - a person's request kept: a person's cordon is never removed, the
+//     agent's own never left behind once idle;
+//   - what is said is true: no EvictionComplete while the drain left pods;
+//     the taint is on exactly while a maintenance is under way;
+//   - the agent comes to rest: its passes stop changing the Node, and
+//     after a reboot and quiet signals every history ends Idle, in
+//     service unless a person cordoned it.
+//
 // What it does not do: talk to the API server, the metadata server or
 // Compute Engine, read a clock, or decide about other nodes (package fleet
 // does, for the aggregator). It imports the Kubernetes API types and the

@@ -10,10 +10,10 @@
 # every part, so that the last lines of a failed run name them.
 #
 # Environment (the Makefile's): GO, TEST_FLAGS, TEST_PARALLEL, PURE_TESTS,
-# OLDEST_KUBERNETES, OLDEST_PACKAGES, MODEL_HISTORIES, TEST_FUZZTIME.
+# OLDEST_KUBERNETES, OLDEST_PACKAGES, TEST_FUZZTIME.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${GO:=go}" "${TEST_FLAGS:=-race -count=1 -v -timeout 30m}" "${TEST_PARALLEL:=3}" "${MODEL_HISTORIES:=30000}" "${TEST_FUZZTIME:=3s}"
+: "${GO:=go}" "${TEST_FLAGS:=-race -count=1 -v -timeout 30m}" "${TEST_PARALLEL:=3}" "${TEST_FUZZTIME:=3s}"
 : "${PURE_TESTS:?}" "${OLDEST_KUBERNETES:?}" "${OLDEST_PACKAGES:?}"
 export MH_TESTWORLD_RUN=$(date +%s%N)
 MH_PROMETHEUS_DIR=$(scripts/install-prometheus.sh) || exit 1
@@ -41,7 +41,8 @@ report() {
 	[ "$(cat "$logs/$1.rc")" = 0 ] || rc=1
 }
 pure() {
-	$GO test -count=1 -run "$PURE_TESTS" ./lifecycle -args -model.histories "$MODEL_HISTORIES" &&
+	# The model test's fixed seeds (lifecycle/testdata/model-seeds.txt).
+	$GO test -count=1 -run "$PURE_TESTS" ./lifecycle -args -model.fixed &&
 		$GO test -count=1 -run "$PURE_TESTS" ./fleet
 }
 (
