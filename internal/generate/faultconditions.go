@@ -52,19 +52,9 @@ metadata:
     {{- include "mh.labels" . | nindent 4 }}
 spec:
   failurePolicy: Fail
-  paramKind:
+%[7]s  paramKind:
     apiVersion: v1
     kind: ConfigMap
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [""]
-        apiVersions: ["v1"]
-        operations: ["CREATE", "UPDATE"]
-        resources: ["nodes", "nodes/status"]
-  matchConditions:
-    - name: not-the-agent-nor-the-aggregator
-      expression: >-
-        !(request.userInfo.username in ['{{ include "mh.agentUser" . }}', '{{ include "mh.aggregatorUser" . }}'])
   variables:
 %[3]s    - name: policy
       expression: "has(params.data) && 'policy.yaml' in params.data ? params.data['policy.yaml'] : ''"
@@ -93,5 +83,5 @@ spec:
     namespace: {{ .Release.Namespace }}
     parameterNotFoundAction: Allow
   validationActions: ["Deny"]
-`, FaultConditionsPolicy, policyConfigMap, whoVariables, kubeletConditions, faultTypeMatch, detectorRule("variables.faults"))
+`, FaultConditionsPolicy, policyConfigMap, whoVariables, kubeletConditions, faultTypeMatch, detectorRule("variables.faults"), nodeWrites)
 }

@@ -203,9 +203,6 @@ metadata:
     {{- include "mh.labels" . | nindent 4 }}
 spec:
   failurePolicy: Fail
-  paramKind:
-    apiVersion: v1
-    kind: ConfigMap
   matchConstraints:
     resourceRules:
       - apiGroups: [""]
@@ -216,6 +213,9 @@ spec:
     - name: not-the-agent-nor-the-aggregator
       expression: >-
         !(request.userInfo.username in ['{{ include "mh.agentUser" . }}', '{{ include "mh.aggregatorUser" . }}'])
+  paramKind:
+    apiVersion: v1
+    kind: ConfigMap
   variables:
     - name: claim
       expression: "has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''"
