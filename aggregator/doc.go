@@ -16,7 +16,8 @@
 // (slices.go), the interruption accounting only a cluster view sees
 // (accounting.go: Nodes recreated or vanished), the cluster autoscaler's
 // status (autoscaler.go), what it tells people (announce.go) and posts to
-// a webhook, in the receiver's format (notify.go, notifyformat.go), and the
+// a webhook, in the receiver's format, a window's steps as one digest
+// (notify.go, notifyformat.go, notifydigest.go), and the
 // Compute Engine calls it makes for the agents, which hold no permission
 // of their own (relay.go), once it has vouched for each ask from what the
 // asking node cannot write (vouch.go), within bounds per node

@@ -5,7 +5,9 @@ package aggregator
 // (fleet.NodeSteps: scheduled, draining, in maintenance, back, failed), in
 // the order the Node went through them, and of each group (a multi-host
 // slice or a reservation group: down when its first host drains, back when
-// its last host is: fleet.Groups), in a format of notifyformat.go. One
+// its last host is: fleet.Groups), in a format of notifyformat.go: only
+// the steps NotifyOptions.Steps names, and those held within a digest's
+// window (NotifyOptions.Digest) as one message (notifydigest.go). One
 // sender posts them one at a time, each retried with
 // backoff on a network error, a 429 or a 5xx (at least as long as the
 // receiver's Retry-After asks, up to 5 minutes), each attempt bounded by
@@ -23,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +33,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/maintenance-handler/maintenance-handler/backoff"
 	"github.com/maintenance-handler/maintenance-handler/fleet"
@@ -53,7 +57,26 @@ type NotifyOptions struct {
 	Retries int
 	// Cluster names the cluster in each message ("" for none).
 	Cluster string
+	// Steps are the steps told, of nodes and groups alike (empty: every
+	// step, fleet.Steps); the others are not told, nor counted.
+	Steps []fleet.Step
+	// Digest is the window a first step held opens: the steps held within
+	// it are sent as one message when it closes (the step alone if it was
+	// one, else a Digest). 0: each step is sent at once, on its own.
+	Digest time.Duration
 }
+
+// DefaultNotifyDigest is the digest's window unless one is set: 30 s, as
+// Alertmanager's group_wait (its configuration's default, "How long to
+// initially wait to send a notification for a group of alerts"): long
+// enough that a zone's preemption (every node's notice within seconds)
+// is a message a step, short enough that people hear of a drain within
+// half a minute.
+const DefaultNotifyDigest = 30 * time.Second
+
+// MaxNotifyDigest bounds the window: a longer one would tell a GPU host
+// maintenance (about 60 minutes' notice) after it is over.
+const MaxNotifyDigest = time.Hour
 
 // notifyQueue is how many messages wait at most; past it, a message is
 // dropped (and counted).
@@ -78,6 +101,9 @@ type notifier struct {
 	// told holds when each node (or group) was last told, within the
 	// hour: notifyPerHour.
 	told claimWindow
+	// held is what the open digest window holds (nil: none is open): the
+	// sender's, and a new term's reset drops it.
+	held *batch
 }
 
 func newNotifier(a *Aggregator, opts NotifyOptions) *notifier {
@@ -146,8 +172,16 @@ func (nt *notifier) reset() {
 	nt.mu.Lock()
 	clear(nt.groups)
 	clear(nt.told)
+	held := nt.held
+	nt.held = nil
 	nt.mu.Unlock()
 	dropped := 0
+	if held != nil {
+		for step, n := range held.steps {
+			dropped += n
+			nt.a.opts.Metrics.Notifications.WithLabelValues(string(step), "dropped").Add(float64(n))
+		}
+	}
 	for {
 		select {
 		case x := <-nt.queue:
@@ -163,9 +197,12 @@ func (nt *notifier) reset() {
 }
 
 // enqueue queues x, or drops it (counted) when its node or group was told
-// notifyPerHour messages in the last hour, or too many wait. The caller
-// holds mu.
+// notifyPerHour messages in the last hour, or too many wait; a step
+// Steps does not name is not told. The caller holds mu.
 func (nt *notifier) enqueue(x fleet.Notification) {
+	if len(nt.opts.Steps) > 0 && !slices.Contains(nt.opts.Steps, x.Step) {
+		return
+	}
 	who := x.Node
 	if who == "" {
 		who = "group " + x.Group
@@ -183,26 +220,54 @@ func (nt *notifier) enqueue(x fleet.Notification) {
 	}
 }
 
-// run posts the queued notifications one at a time until ctx ends.
+// run posts the queued notifications one at a time until ctx ends: each
+// at once, or, with a digest, what each window held when it closes.
 func (nt *notifier) run(ctx context.Context) {
+	var window clock.Timer
+	var closed <-chan time.Time
+	defer func() {
+		if window != nil {
+			window.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case x := <-nt.queue:
-			nt.post(ctx, x)
+			if nt.opts.Digest <= 0 {
+				nt.post(ctx, x)
+			} else if nt.hold(x) {
+				window = nt.a.opts.Clock.NewTimer(nt.opts.Digest)
+				closed = window.C()
+			}
+		case <-closed:
+			window, closed = nil, nil
+			if b := nt.closeWindow(); b != nil {
+				nt.postBatch(ctx, b)
+			}
 		}
 	}
 }
 
-// post posts x, retrying: a network error, a 429 or a 5xx is tried again
-// after a backoff, up to Retries more times; any other answer is final.
-func (nt *notifier) post(ctx context.Context, x fleet.Notification) {
+// post posts x alone.
+func (nt *notifier) post(ctx context.Context, x fleet.Notification) { nt.postBatch(ctx, batchOf(x)) }
+
+// postBatch posts what b holds (a step, or a digest), retrying: a network
+// error, a 429 or a 5xx is tried again after a backoff, up to Retries more
+// times; any other answer is final. Each step it holds is counted with
+// the outcome.
+func (nt *notifier) postBatch(ctx context.Context, b *batch) {
 	outcome := "failed"
-	defer func() { nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), outcome).Inc() }()
-	body, contentType, err := nt.body(x)
+	defer func() {
+		for step, n := range b.steps {
+			nt.a.opts.Metrics.Notifications.WithLabelValues(string(step), outcome).Add(float64(n))
+		}
+	}()
+	x, _ := b.single()
+	body, contentType, err := nt.batchBody(b)
 	if err != nil {
-		nt.a.log.Warn("notification not delivered: its body could not be made", "node", x.Node, "step", x.Step, "err", err)
+		nt.a.log.Warn("notification not delivered: its body could not be made", "node", x.Node, "step", x.Step, "count", b.count, "err", err)
 		return
 	}
 	for attempt := 1; ; attempt++ {
@@ -212,7 +277,7 @@ func (nt *notifier) post(ctx context.Context, x fleet.Notification) {
 			return
 		}
 		if !retry || attempt > nt.opts.Retries || ctx.Err() != nil {
-			nt.a.log.Warn("notification not delivered", "node", x.Node, "step", x.Step, "attempts", attempt, "err", err)
+			nt.a.log.Warn("notification not delivered", "node", x.Node, "step", x.Step, "count", b.count, "attempts", attempt, "err", err)
 			return
 		}
 		if backoff.Wait(ctx, nt.a.opts.Clock, max(backoff.Default.Delay(attempt), after)) != nil {

@@ -106,16 +106,17 @@ func notifiedWorld(t *testing.T, ctx context.Context, pool, url string, args ...
 
 // TestNotifierTellsEachStepOnce: a real agent and a real aggregator whose
 // webhook is a local receiver, its URL in a file as a mounted Secret
-// holds it. A node goes through a host maintenance: the receiver gets one
-// message per step, in order, once (scheduled, draining, in-maintenance,
-// back), the first after two refusals it retried through.
+// holds it, with no digest. A node goes through a host maintenance: the
+// receiver gets one message per step, in order, once (scheduled,
+// draining, in-maintenance, back), the first after two refusals it
+// retried through.
 func TestNotifierTellsEachStepOnce(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 4*time.Minute)
 	recv := &receiver{refuse: 2, got: make(chan struct{}, 1)}
 	srv := httptest.NewServer(recv)
 	t.Cleanup(srv.Close)
-	p, v, metricsAddr := notifiedWorld(t, ctx, "told", srv.URL+"/hooks/maintenance", "--notify-format", "json")
+	p, v, metricsAddr := notifiedWorld(t, ctx, "told", srv.URL+"/hooks/maintenance", "--notify-format", "json", "--notify-digest", "0")
 	v.Emu.ScheduleNotice(gceemu.ScheduledNotice(time.Now().Add(48*time.Hour), 4*time.Hour))
 	world.WaitNode(t, "told-0", "its notice mirrored", func(n *corev1.Node) bool { return n.Labels[protocol.LabelScheduledMaintenanceTime] != "" })
 	v.Emu.SetMaintenanceEvent(gceemu.EventTerminate)
@@ -199,7 +200,9 @@ func (r *chatReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // TestNotifierTemplateReachesAChatReceiver: the aggregator binary with
 // the Google Chat example template (examples/notifications) and a headers
 // file tells a node's scheduled maintenance to a Chat-style receiver, as
-// the text Chat shows, with the key the receiver asks for.
+// the text Chat shows, with the key the receiver asks for: with the
+// default digest, the window that held this one step alone posts it as
+// the step.
 func TestNotifierTemplateReachesAChatReceiver(t *testing.T) {
 	testworld.Need(t)
 	ctx := testworld.Ctx(t, 3*time.Minute)

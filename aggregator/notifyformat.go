@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"text/template"
 	"time"
@@ -32,10 +33,23 @@ var NotifyFormats = []string{NotifyJSON, NotifySlack, NotifyCloudEvents, NotifyT
 
 // NotifyFields is what a template reads of a step: the cluster's name
 // (--cluster-name) and the step's fields (fleet.Notification: .Node,
-// .Pool, .Group, .Step, .Reason, .When, .Message).
+// .Pool, .Group, .Step, .Reason, .When, .Message). For a digest (several
+// steps held within --notify-digest), Digest is set and ranged over
+// (.Digest.Notifications, .Digest.Count, ...), and the step's fields
+// summarise it: no node or group, .Message its text, .When its earliest
+// step's time, .Step, .Reason and .Pool set only when every step held
+// shares them.
 type NotifyFields struct {
 	Cluster string `json:"cluster,omitempty"`
 	fleet.Notification
+	Digest *Digest `json:"-"`
+}
+
+// digestBody is a digest as the json format posts it, and as a
+// CloudEvent's data: the cluster's name beside the digest's fields.
+type digestBody struct {
+	Cluster string `json:"cluster,omitempty"`
+	*Digest
 }
 
 // notifyFuncs are the functions a template may call beside text/template's
@@ -55,23 +69,69 @@ var notifyFuncs = template.FuncMap{
 var sampleStep = NotifyFields{Cluster: "cluster", Notification: fleet.Notification{Node: `gpu-"0"`, Pool: "a3", Group: "slice", Step: fleet.StepDraining,
 	Reason: "host-maintenance", When: time.Unix(1_800_000_000, 0).UTC(), Message: "gpu-0 drains <now> & \"then\""}}
 
+// sampleDigest is the digest a template is tried on when it is parsed:
+// the sample step, its group's, and one more node's.
+var sampleDigest = func() NotifyFields {
+	b := newBatch()
+	b.add(sampleStep.Notification)
+	b.add(fleet.Notification{Group: "slice", Pool: "a3", Step: fleet.StepDraining, Reason: "host-maintenance", When: sampleStep.When, Message: "The group slice <goes> down"})
+	b.add(fleet.Notification{Node: "gpu-1", Pool: "a3", Step: fleet.StepBack, Reason: "preemption", When: sampleStep.When, Message: "gpu-1 is back"})
+	d := b.digest()
+	return NotifyFields{Cluster: sampleStep.Cluster, Notification: b.summary(d), Digest: d}
+}()
+
 // ParseNotifyTemplate parses text as a notification template
-// (text/template, with notifyFuncs) and tries it on a sample step: a
-// template that fails there, or whose body is not JSON (every receiver it
-// is for takes JSON), is refused with why.
+// (text/template, with notifyFuncs) and tries it on a sample step and a
+// sample digest: a template that fails on either, or whose body is not
+// JSON (every receiver it is for takes JSON), is refused with why.
 func ParseNotifyTemplate(name, text string) (*template.Template, error) {
 	t, err := template.New(name).Funcs(notifyFuncs).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("notification template %s: %w", name, err)
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, sampleStep); err != nil {
-		return nil, fmt.Errorf("notification template %s, on a sample step: %w", name, err)
-	}
-	if !json.Valid(b.Bytes()) {
-		return nil, fmt.Errorf("notification template %s: its body for a sample step is not JSON: %.200s", name, b.String())
+	for _, sample := range []struct {
+		what   string
+		fields NotifyFields
+	}{{"a sample step", sampleStep}, {"a sample digest", sampleDigest}} {
+		var b bytes.Buffer
+		if err := t.Execute(&b, sample.fields); err != nil {
+			return nil, fmt.Errorf("notification template %s, on %s: %w", name, sample.what, err)
+		}
+		if !json.Valid(b.Bytes()) {
+			return nil, fmt.Errorf("notification template %s: its body for %s is not JSON: %.200s", name, sample.what, b.String())
+		}
 	}
 	return t, nil
+}
+
+// batchBody is what b held as the webhook takes it, and its
+// Content-Type: the step alone as body makes it, or a digest.
+func (nt *notifier) batchBody(b *batch) ([]byte, string, error) {
+	if x, ok := b.single(); ok {
+		return nt.body(x)
+	}
+	d := b.digest()
+	switch nt.opts.Format {
+	case NotifySlack:
+		text := "*digest* " + digestText(d)
+		if nt.opts.Cluster != "" {
+			text = "*digest* " + nt.opts.Cluster + ": " + digestText(d)
+		}
+		body, err := json.Marshal(map[string]string{"text": slackEscape(text)})
+		return body, "application/json", err
+	case NotifyCloudEvents:
+		body, err := json.Marshal(digestEvent(nt.opts.Cluster, b, d))
+		return body, cloudEventsContentType, err
+	case NotifyTemplate:
+		if nt.opts.Template == nil {
+			return nil, "", errors.New("the template format without a template")
+		}
+		var body bytes.Buffer
+		err := nt.opts.Template.Execute(&body, NotifyFields{Cluster: nt.opts.Cluster, Notification: b.summary(d), Digest: d})
+		return body.Bytes(), "application/json", err
+	}
+	body, err := json.Marshal(digestBody{Cluster: nt.opts.Cluster, Digest: d})
+	return body, "application/json", err
 }
 
 // body is x as the webhook takes it, and its Content-Type.
@@ -82,8 +142,8 @@ func (nt *notifier) body(x fleet.Notification) ([]byte, string, error) {
 		b, err := json.Marshal(map[string]string{"text": slackEscape(fmt.Sprintf("*%s* %s: %s", x.Step, where(f), x.Message))})
 		return b, "application/json", err
 	case NotifyCloudEvents:
-		b, err := json.Marshal(cloudEvent(f, nt.a.opts.Clock.Now()))
-		return b, "application/cloudevents+json; charset=utf-8", err
+		b, err := json.Marshal(cloudEvent(f))
+		return b, cloudEventsContentType, err
 	case NotifyTemplate:
 		if nt.opts.Template == nil {
 			return nil, "", errors.New("the template format without a template")
@@ -111,30 +171,74 @@ func where(f NotifyFields) string {
 	return w
 }
 
+// cloudEventsContentType is the CloudEvents HTTP binding's structured
+// mode, its event in the JSON format.
+const cloudEventsContentType = "application/cloudevents+json; charset=utf-8"
+
+// cloudEventType is a step's CloudEvents type. The CloudEvents 1.0 core
+// specification (section 3.1.1, REQUIRED attributes, "type") says a type
+// SHOULD be prefixed with a reverse-DNS name, and gives a versioned type
+// as its example (com.example.object.deleted.v2); its primer ("Versioning
+// of CloudEvents") puts a version in the type. So a step's type is
+// io.maintenance-handler.maintenance.STEP.v1, a digest's
+// io.maintenance-handler.maintenance.digest.v1: v1 is the data's shape,
+// bumped if a field changes meaning.
+func cloudEventType(step string) string {
+	return "io.maintenance-handler.maintenance." + step + ".v1"
+}
+
+// cloudEventSource is the events' source: the CloudEvents 1.0 core
+// specification (3.1.1, "source") makes it a URI-reference (RFC 3986), so
+// the cluster's name is escaped as a path segment (url.PathEscape): a name
+// with a space, a slash or a "%" stays one segment of a valid reference.
+func cloudEventSource(cluster string) string {
+	if cluster == "" {
+		return "maintenance-handler"
+	}
+	return "maintenance-handler/" + url.PathEscape(cluster)
+}
+
+// notificationID is the same for the same step of the same node (or
+// group) in the same cluster: a receiver drops a retry it already has.
+func notificationID(cluster string, x fleet.Notification) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{cluster, x.Node, x.Group, string(x.Step), x.Reason, x.When.UTC().Format(time.RFC3339Nano)}, "\x00")))
+	return hex.EncodeToString(sum[:16])
+}
+
 // cloudEvent is f as a CloudEvents 1.0 event (the specification's
-// required attributes, and time (when it is told: the step's own time is
-// the data's when), subject and the data's content type; its JSON format
-// is the HTTP binding's structured mode). Its id is the
-// same for the same step of the same node, so that a receiver drops a
-// retry it already has.
-func cloudEvent(f NotifyFields, now time.Time) map[string]any {
+// required attributes, time, subject and the data's content type; its
+// JSON format is the HTTP binding's structured mode). Its time is the
+// step's own (fleet.Notification.When: the window's start, the drain's
+// deadline, or when the step was seen), not when it is sent, so that a
+// retry or a digest's wait does not move it; its id is notificationID.
+func cloudEvent(f NotifyFields) map[string]any {
 	subject := f.Node
 	if subject == "" {
 		subject = "group/" + f.Group
 	}
-	source := "maintenance-handler"
-	if f.Cluster != "" {
-		source += "/" + f.Cluster
-	}
-	sum := sha256.Sum256([]byte(strings.Join([]string{f.Cluster, f.Node, f.Group, string(f.Step), f.Reason, f.When.UTC().Format(time.RFC3339Nano)}, "\x00")))
 	return map[string]any{
 		"specversion":     "1.0",
-		"type":            "io.maintenance-handler.maintenance." + string(f.Step),
-		"source":          source,
-		"id":              hex.EncodeToString(sum[:16]),
-		"time":            now.UTC().Format(time.RFC3339),
+		"type":            cloudEventType(string(f.Step)),
+		"source":          cloudEventSource(f.Cluster),
+		"id":              notificationID(f.Cluster, f.Notification),
+		"time":            f.When.UTC().Format(time.RFC3339),
 		"subject":         subject,
 		"datacontenttype": "application/json",
 		"data":            f,
+	}
+}
+
+// digestEvent is a digest as one CloudEvents 1.0 event of the digest
+// type: its data the digest (digestBody), its time the earliest step's,
+// its id the same for the same steps held.
+func digestEvent(cluster string, b *batch, d *Digest) map[string]any {
+	return map[string]any{
+		"specversion":     "1.0",
+		"type":            cloudEventType("digest"),
+		"source":          cloudEventSource(cluster),
+		"id":              b.id(),
+		"time":            b.first.UTC().Format(time.RFC3339),
+		"datacontenttype": "application/json",
+		"data":            digestBody{Cluster: cluster, Digest: d},
 	}
 }

@@ -3,17 +3,21 @@ package aggregator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"text/template"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
 
@@ -118,14 +122,7 @@ func TestNotifyTemplatesReachTheirReceivers(t *testing.T) {
 			if check == nil {
 				t.Fatalf("no receiver checks %s", name)
 			}
-			text, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tmpl, err := ParseNotifyTemplate(name, string(text))
-			if err != nil {
-				t.Fatal(err)
-			}
+			tmpl := readExample(t, file)
 			recv := &recorded{}
 			srv := httptest.NewServer(recv)
 			t.Cleanup(srv.Close)
@@ -162,7 +159,8 @@ func TestNotifyTemplatesReachTheirReceivers(t *testing.T) {
 
 // TestCloudEventsAreEvents: the cloudevents format posts a CloudEvents 1.0
 // event in structured mode: its required attributes, the step as its
-// type, the node as its subject, the step's fields as its data, and the
+// type (versioned), the node as its subject, the step's own time as its
+// time, the step's fields as its data, and the
 // same id for the same step again (a retry), another for another step.
 func TestCloudEventsAreEvents(t *testing.T) {
 	recv := &recorded{}
@@ -189,12 +187,12 @@ func TestCloudEventsAreEvents(t *testing.T) {
 	}
 	e := events[0]
 	data, _ := e["data"].(map[string]any)
-	if e["specversion"] != "1.0" || e["type"] != "io.maintenance-handler.maintenance.draining" || e["source"] != "maintenance-handler/prod" ||
+	if e["specversion"] != "1.0" || e["type"] != "io.maintenance-handler.maintenance.draining.v1" || e["source"] != "maintenance-handler/prod" ||
 		e["subject"] != "gpu-7" || e["datacontenttype"] != "application/json" || data["node"] != "gpu-7" || data["cluster"] != "prod" || data["message"] != hostileSteps[1].Message {
 		t.Errorf("event %v", e)
 	}
-	if _, err := time.Parse(time.RFC3339, e["time"].(string)); err != nil {
-		t.Errorf("time %v: %v", e["time"], err)
+	if e["time"] != hostileSteps[1].When.Format(time.RFC3339) {
+		t.Errorf("time %v; want the step's own, %s", e["time"], hostileSteps[1].When.Format(time.RFC3339))
 	}
 	if id := e["id"]; id == "" || events[1]["id"] != id || events[2]["id"] == id {
 		t.Errorf("ids %v %v %v: want the same step's equal, another step's not", id, events[1]["id"], events[2]["id"])
@@ -211,6 +209,8 @@ func TestNotifyTemplatesRefused(t *testing.T) {
 		{`{"text": {{ .Messages | json }}}`, "can't evaluate field Messages"},
 		{`text: {{ .Message }}`, "not JSON"},
 		{`{"text": "{{ .Message }}"}`, "not JSON"}, // unescaped: the sample's quotes break it
+		{`{{ if .Digest }}{{ .Digest.Count }} steps{{ else }}{"text": {{ .Message | json }}}{{ end }}`, "sample digest is not JSON"},
+		{`{"text": {{ .Message | json }}, "first": {{ (index .Digest.Notifications 0).Node | json }}}`, "sample step"},
 	} {
 		if _, err := ParseNotifyTemplate("t", tc.text); err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("ParseNotifyTemplate(%q): %v, want an error saying %q", tc.text, err, tc.says)
@@ -233,4 +233,131 @@ func TestNotifyTemplatesRefused(t *testing.T) {
 	if !slices.Contains(NotifyFormats, NotifyTemplate) || !slices.Contains(NotifyFormats, NotifyCloudEvents) {
 		t.Errorf("formats %v", NotifyFormats)
 	}
+}
+
+// TestCloudEventAttributes: a step's event names its cluster as a
+// URI-reference (escaped as one path segment), carries a versioned type
+// and the step's own time, whenever it is sent, and the same id for the
+// same step; a digest's event is of the digest type, at its earliest
+// step's time.
+func TestCloudEventAttributes(t *testing.T) {
+	when := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	draining := fleet.Notification{Node: "gpu-0", Pool: "a3", Step: fleet.StepDraining, Reason: "preemption", When: when.Add(30 * time.Second)}
+	back := fleet.Notification{Group: "b1/s1", Pool: "a3", Step: fleet.StepBack, When: when}
+	attrs := func(e map[string]any) map[string]any {
+		delete(e, "data")
+		delete(e, "id")
+		return e
+	}
+	for _, tc := range []struct {
+		name    string
+		cluster string
+		x       fleet.Notification
+		want    map[string]any
+	}{
+		{"a node", "prod", draining, map[string]any{"specversion": "1.0", "type": "io.maintenance-handler.maintenance.draining.v1", "source": "maintenance-handler/prod",
+			"time": "2026-12-01T03:00:30Z", "subject": "gpu-0", "datacontenttype": "application/json"}},
+		{"a cluster name to escape", "prod west/1%?#", draining, map[string]any{"specversion": "1.0", "type": "io.maintenance-handler.maintenance.draining.v1",
+			"source": "maintenance-handler/prod%20west%2F1%25%3F%23", "time": "2026-12-01T03:00:30Z", "subject": "gpu-0", "datacontenttype": "application/json"}},
+		{"no cluster, a group", "", back, map[string]any{"specversion": "1.0", "type": "io.maintenance-handler.maintenance.back.v1", "source": "maintenance-handler",
+			"time": "2026-12-01T03:00:00Z", "subject": "group/b1/s1", "datacontenttype": "application/json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := cloudEvent(NotifyFields{Cluster: tc.cluster, Notification: tc.x})
+			if again := cloudEvent(NotifyFields{Cluster: tc.cluster, Notification: tc.x}); e["id"] == "" || again["id"] != e["id"] {
+				t.Errorf("ids %v, %v: want one, the same for the same step", e["id"], again["id"])
+			}
+			if _, err := url.Parse(e["source"].(string)); err != nil {
+				t.Errorf("source %v is no URI-reference: %v", e["source"], err)
+			}
+			if diff := cmp.Diff(tc.want, attrs(e)); diff != "" {
+				t.Errorf("attributes (-want +got):\n%s", diff)
+			}
+		})
+	}
+	b := newBatch()
+	b.add(draining)
+	b.add(back)
+	want := map[string]any{"specversion": "1.0", "type": "io.maintenance-handler.maintenance.digest.v1", "source": "maintenance-handler/prod%2F1",
+		"time": "2026-12-01T03:00:00Z", "datacontenttype": "application/json"}
+	if diff := cmp.Diff(want, attrs(digestEvent("prod/1", b, b.digest()))); diff != "" {
+		t.Errorf("a digest's attributes (-want +got):\n%s", diff)
+	}
+}
+
+// TestNotifyTemplatesTellADigest: each example template of
+// examples/notifications makes of a digest (a window that held every
+// hostile step, and a group's whose message is hostile) one JSON body that the service's webhook takes, with its
+// count, what a node wrote escaped for Slack.
+func TestNotifyTemplatesTellADigest(t *testing.T) {
+	files, err := filepath.Glob("../examples/notifications/*.tmpl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("examples %v (%v)", files, err)
+	}
+	b := newBatch()
+	for _, x := range hostileSteps {
+		b.add(x)
+	}
+	b.add(fleet.Notification{Pool: "a3-mega", Group: "slice-1", Step: fleet.StepDraining, When: hostileSteps[0].When, Message: hostileSteps[0].Message})
+	checks := map[string]func(body map[string]any) bool{
+		"google-chat.tmpl": func(body map[string]any) bool {
+			text, _ := body["text"].(string)
+			return strings.HasPrefix(text, "*digest* cluster prod: 7 steps:")
+		},
+		"slack.tmpl": func(body map[string]any) bool {
+			blocks, _ := body["blocks"].([]any)
+			text, _ := body["text"].(string)
+			said := fmt.Sprint(blocks)
+			return strings.HasPrefix(text, "digest prod: 7 steps:") && len(blocks) == 3 && !strings.ContainsAny(said, "<>") && strings.Contains(said, "&lt;!channel&gt;")
+		},
+		"teams.tmpl": func(body map[string]any) bool {
+			raw, _ := json.Marshal(body)
+			return body["type"] == "message" && strings.Contains(string(raw), `"digest: 7 steps"`) && strings.Contains(string(raw), `"title":"group slice-1"`)
+		},
+		"pagerduty.tmpl": func(body map[string]any) bool {
+			p, _ := body["payload"].(map[string]any)
+			summary, _ := p["summary"].(string)
+			return body["event_action"] == "trigger" && p["severity"] == "error" && strings.HasPrefix(summary, "digest: 7 steps:") && body["dedup_key"] != ""
+		},
+	}
+	for _, file := range files {
+		name := filepath.Base(file)
+		t.Run(name, func(t *testing.T) {
+			_, nt := testNotifier(t, clock.RealClock{}, "http://127.0.0.1:1")
+			nt.opts.Format, nt.opts.Template, nt.opts.Cluster = NotifyTemplate, readExample(t, file), "prod"
+			body, _, raw := decodedBody(t, nt, b)
+			if check := checks[name]; check == nil || !check(body) {
+				t.Errorf("the digest's body is not what the receiver takes:\n%s", raw)
+			}
+		})
+	}
+}
+
+// readExample is the example template in file, parsed.
+func readExample(t *testing.T, file string) *template.Template {
+	t.Helper()
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := ParseNotifyTemplate(filepath.Base(file), string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
+// decodedBody is what nt makes of b: decoded, its Content-Type, and as
+// posted.
+func decodedBody(t *testing.T, nt *notifier, b *batch) (map[string]any, string, []byte) {
+	t.Helper()
+	raw, contentType, err := nt.batchBody(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, raw)
+	}
+	return body, contentType, raw
 }
