@@ -195,6 +195,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{[]string{"--set", "agent.maxUnavailable=ten"}, "/agent/maxUnavailable"},
 		{[]string{"--set", "monitoring.serviceMonitor.interval=often"}, "/monitoring/serviceMonitor/interval"},
 		{[]string{"--set", "bogus=true"}, "'bogus' not allowed"},
+		{[]string{"--set", "aggregator.notifier.steps={draining,drained}"}, "/aggregator/notifier/steps/1"},
+		{[]string{"--set", "aggregator.notifier.digest=soon"}, "/aggregator/notifier/digest"},
 		{[]string{"--set", "admissionPolicy.people.serviceAccounts={system:serviceaccount:ops:maintainer}"}, "/admissionPolicy/people/serviceAccounts/0"},
 		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
 		// The policy, as the aggregator reads it: a key it does not know, a
@@ -414,6 +416,12 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"aggregator.notifier.clusterName", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.clusterName=prod-a3"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return anyStrings(agg(o)["args"])[5], "--cluster-name=prod-a3"
+		}},
+		{"aggregator.notifier.steps", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set-json", `aggregator.notifier.steps=["draining","back"]`}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[5], "--notify-steps=draining,back"
+		}},
+		{"aggregator.notifier.digest", []string{"--set", "aggregator.notifier.urlSecret=hook", "--set", "aggregator.notifier.digest=2m"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return anyStrings(agg(o)["args"])[6], "--notify-digest=2m"
 		}},
 		{"aggregator.podDisruptionBudget.enabled", []string{"--set", "aggregator.podDisruptionBudget.enabled=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return o["PodDisruptionBudget "+ns+"/maintenance-handler-aggregator"] == nil, true

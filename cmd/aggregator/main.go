@@ -250,5 +250,5 @@ func notifyOptions(opts *Options) *aggregator.NotifyOptions {
 		return nil
 	}
 	return &aggregator.NotifyOptions{URLFile: opts.NotifyURLFile, Format: opts.NotifyFormat, Template: opts.notifyTemplate, HeadersFile: opts.NotifyHeadersFile,
-		Timeout: opts.NotifyTimeout, Retries: opts.NotifyRetries, Cluster: opts.ClusterName}
+		Timeout: opts.NotifyTimeout, Retries: opts.NotifyRetries, Cluster: opts.ClusterName, Steps: opts.notifySteps, Digest: opts.NotifyDigest}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/maintenance-handler/maintenance-handler/aggregator"
 	"github.com/maintenance-handler/maintenance-handler/compute"
+	"github.com/maintenance-handler/maintenance-handler/fleet"
 	"github.com/maintenance-handler/maintenance-handler/internal/cli"
 	"github.com/maintenance-handler/maintenance-handler/internal/flagdoc"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -76,7 +77,13 @@ type Options struct {
 	notifyTemplate                        *template.Template
 	NotifyTimeout                         time.Duration
 	NotifyRetries                         int
-	LogLevel                              string
+	// NotifySteps are the steps told, parsed by Validate into
+	// notifySteps (aggregator.NotifyOptions.Steps); NotifyDigest, the
+	// window of a digest (0: none).
+	NotifySteps  []string
+	notifySteps  []fleet.Step
+	NotifyDigest time.Duration
+	LogLevel     string
 	// KubeAPIQPS and KubeAPIBurst size the aggregator's API client: a
 	// slice going down is one write per host at once.
 	KubeAPIQPS   float32
@@ -138,6 +145,8 @@ func NewOptions() *Options {
 		NotifyFormat:         aggregator.NotifyJSON,
 		NotifyTimeout:        10 * time.Second,
 		NotifyRetries:        5,
+		NotifySteps:          stepNames(fleet.Steps),
+		NotifyDigest:         aggregator.DefaultNotifyDigest,
 		KubeAPIQPS:           50,
 		KubeAPIBurst:         100,
 		GKEConfig:            "leave",
@@ -177,12 +186,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Reservations, "reservations", o.Reservations, "Reservations to read, projects/P/zones/Z/reservations/R.")
 	fs.BoolVar(&o.MaintainUnusedCapacity, "maintain-unused-capacity", o.MaintainUnusedCapacity, "Maintain a reservation block's spare hosts first.")
 	fs.StringVar(&o.NotifyURLFile, "notify-url-file", o.NotifyURLFile, "A file holding the notifier's webhook URL; empty: none.")
-	fs.StringVar(&o.NotifyFormat, "notify-format", o.NotifyFormat, "The notifications' format: json or slack.")
+	fs.StringVar(&o.NotifyFormat, "notify-format", o.NotifyFormat, "The notifications' format: json, slack, cloudevents or template.")
 	fs.StringVar(&o.NotifyTemplateFile, "notify-template-file", o.NotifyTemplateFile, "The template of --notify-format=template (a Go template of JSON).")
 	fs.StringVar(&o.NotifyHeadersFile, "notify-headers-file", o.NotifyHeadersFile, "A file of headers for each notification, a Name: value a line.")
 	fs.DurationVar(&o.NotifyTimeout, "notify-timeout", o.NotifyTimeout, "Bound on each notification's post.")
 	fs.IntVar(&o.NotifyRetries, "notify-retries", o.NotifyRetries, "Attempts after a failed post.")
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "The cluster's name in each notification.")
+	fs.StringSliceVar(&o.NotifySteps, "notify-steps", o.NotifySteps, "The steps told: scheduled, draining, in-maintenance, back, failed.")
+	fs.DurationVar(&o.NotifyDigest, "notify-digest", o.NotifyDigest, "Steps within this window (the first opens it) go as one message; 0: none.")
 	fs.DurationVar(&o.ReservationInterval, "reservation-interval", o.ReservationInterval, "How often the leader reads --reservations.")
 	fs.StringVar(&o.ComputeEndpoint, "compute-endpoint", o.ComputeEndpoint, "Base URL of the Compute Engine API; empty: Google's.")
 	fs.StringVar(&o.Project, "project", o.Project, "The cluster's VMs' project; empty: the replica's own.")
@@ -229,9 +240,30 @@ func (o *Options) choiceProblems() []error {
 	return errs
 }
 
-// notifyProblems are what is wrong with the notifier's flags; it parses
-// the template of --notify-format=template.
+// notifyProblems are what is wrong with the notifier's flags: an unknown
+// step, a digest out of bounds, and the format's problems.
 func (o *Options) notifyProblems() []error {
+	var errs []error
+	o.notifySteps = nil
+	if len(o.NotifySteps) == 0 {
+		errs = append(errs, errors.New("--notify-steps: name at least one step (for no notifier, leave --notify-url-file empty)"))
+	}
+	for _, s := range o.NotifySteps {
+		if !slices.Contains(fleet.Steps, fleet.Step(s)) {
+			errs = append(errs, fmt.Errorf("--notify-steps: unknown step %q: want some of %s", s, strings.Join(stepNames(fleet.Steps), ", ")))
+			continue
+		}
+		o.notifySteps = append(o.notifySteps, fleet.Step(s))
+	}
+	if o.NotifyDigest < 0 || o.NotifyDigest > aggregator.MaxNotifyDigest {
+		errs = append(errs, fmt.Errorf("--notify-digest %s: want 0 (none) to %s", o.NotifyDigest, aggregator.MaxNotifyDigest))
+	}
+	return append(errs, o.notifyFormatProblems()...)
+}
+
+// notifyFormatProblems are what is wrong with the notifier's format; it
+// parses the template of --notify-format=template.
+func (o *Options) notifyFormatProblems() []error {
 	if !slices.Contains(aggregator.NotifyFormats, o.NotifyFormat) {
 		return []error{fmt.Errorf("--notify-format %q: want one of %s", o.NotifyFormat, strings.Join(aggregator.NotifyFormats, ", "))}
 	}
@@ -251,6 +283,15 @@ func (o *Options) notifyProblems() []error {
 		return []error{fmt.Errorf("--notify-template-file: %w", err)}
 	}
 	return nil
+}
+
+// stepNames are steps as --notify-steps takes them.
+func stepNames(steps []fleet.Step) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = string(s)
+	}
+	return out
 }
 
 // Validate reports every problem at once.
