@@ -45,13 +45,16 @@ type Digest struct {
 	// nodes' in the order they were held; Omitted counts the rest.
 	Notifications []fleet.Notification `json:"notifications"`
 	Omitted       int                  `json:"omitted"`
+	// ObserveOnly counts the steps held that were decided, not taken (on
+	// nodes observed only).
+	ObserveOnly int `json:"observeOnly,omitempty"`
 }
 
 // batch is what a window holds: one step, or the makings of a digest.
 type batch struct {
-	count          int
-	steps          map[fleet.Step]int
-	reasons, pools map[string]int
+	count, observed int
+	steps           map[fleet.Step]int
+	reasons, pools  map[string]int
 	// groups and nodes list the first digestListed steps held of each.
 	groups, nodes []fleet.Notification
 	// first is the earliest step's time; sum hashes every step held.
@@ -77,6 +80,9 @@ func (b *batch) add(x fleet.Notification) {
 	}
 	b.count++
 	b.steps[x.Step]++
+	if x.ObserveOnly {
+		b.observed++
+	}
 	if x.Reason != "" {
 		b.reasons[x.Reason]++
 	}
@@ -104,7 +110,7 @@ func (b *batch) single() (fleet.Notification, bool) {
 func (b *batch) digest() *Digest {
 	listed := slices.Concat(b.groups, b.nodes)
 	listed = listed[:min(len(listed), digestListed)]
-	d := &Digest{Count: b.count, Steps: map[string]int{}, Notifications: listed, Omitted: b.count - len(listed)}
+	d := &Digest{Count: b.count, Steps: map[string]int{}, Notifications: listed, Omitted: b.count - len(listed), ObserveOnly: b.observed}
 	for step, n := range b.steps {
 		d.Steps[string(step)] = n
 	}
@@ -168,7 +174,9 @@ func (nt *notifier) closeWindow() *batch {
 }
 
 // digestText is d as text: its counts by step, reason and pool, and the
-// first slackNamed steps it lists, groups first ("and 980 more").
+// first slackNamed steps it lists, groups first ("and 980 more"), said
+// observe-only as a step's message is when its steps were decided, not
+// taken.
 func digestText(d *Digest) string {
 	var steps []string
 	for _, s := range fleet.Steps {
@@ -177,7 +185,15 @@ func digestText(d *Digest) string {
 		}
 	}
 	var w strings.Builder
-	fmt.Fprintf(&w, "%d steps: %s", d.Count, strings.Join(steps, ", "))
+	switch {
+	case d.ObserveOnly == d.Count:
+		fmt.Fprintf(&w, "Observe-only: %d steps: ", d.Count)
+	case d.ObserveOnly > 0:
+		fmt.Fprintf(&w, "%d steps (%d observe-only): ", d.Count, d.ObserveOnly)
+	default:
+		fmt.Fprintf(&w, "%d steps: ", d.Count)
+	}
+	w.WriteString(strings.Join(steps, ", "))
 	if len(d.Reasons) > 0 {
 		fmt.Fprintf(&w, "; reasons: %s", counted(d.Reasons))
 	}

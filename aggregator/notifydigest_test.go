@@ -276,3 +276,40 @@ func TestDigestBodies(t *testing.T) {
 		})
 	}
 }
+
+// TestDigestSaysObserveOnly: a digest of steps decided on nodes observed
+// only says so, as each such step's message does, and counts them; one
+// that holds some says how many.
+func TestDigestSaysObserveOnly(t *testing.T) {
+	x := fleet.Notification{Node: "gpu-0", Pool: "a3", Step: fleet.StepDraining, Reason: "preemption", ObserveOnly: true}
+	y := x
+	y.Node = "gpu-1"
+	z := y
+	z.Node, z.ObserveOnly = "gpu-2", false
+	for _, tc := range []struct {
+		held []fleet.Notification
+		want string
+	}{
+		{[]fleet.Notification{x, y}, "Observe-only: 2 steps: draining 2; reasons: preemption 2; pools: a3 2. gpu-0 draining, gpu-1 draining"},
+		{[]fleet.Notification{x, y, z}, "3 steps (2 observe-only): draining 3; reasons: preemption 3; pools: a3 3. gpu-0 draining, gpu-1 draining, gpu-2 draining"},
+		{[]fleet.Notification{z, z}, "2 steps: draining 2; reasons: preemption 2; pools: a3 2. gpu-2 draining, gpu-2 draining"},
+	} {
+		b := newBatch()
+		for _, n := range tc.held {
+			b.add(n)
+		}
+		d := b.digest()
+		if diff := cmp.Diff(tc.want, digestText(d)); diff != "" {
+			t.Errorf("text (-want +got):\n%s", diff)
+		}
+		observed := 0
+		for _, n := range tc.held {
+			if n.ObserveOnly {
+				observed++
+			}
+		}
+		if d.ObserveOnly != observed {
+			t.Errorf("counted %d observe-only; want %d", d.ObserveOnly, observed)
+		}
+	}
+}
