@@ -126,6 +126,27 @@ func shippedObjects(ctx context.Context) ([]*unstructured.Unstructured, error) {
 // create makes each of objs in the world (one that exists is left as it
 // is).
 func (w *World) create(ctx context.Context, objs []*unstructured.Unstructured) error {
+	return w.eachResource(objs, func(ri dynamic.ResourceInterface, o *unstructured.Unstructured) error {
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("install %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		return nil
+	})
+}
+
+// remove deletes each of objs from the world (one that is gone is fine).
+func (w *World) remove(ctx context.Context, objs []*unstructured.Unstructured) error {
+	return w.eachResource(objs, func(ri dynamic.ResourceInterface, o *unstructured.Unstructured) error {
+		if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("remove %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		return nil
+	})
+}
+
+// eachResource calls do with each of objs and the client of its resource,
+// until one fails.
+func (w *World) eachResource(objs []*unstructured.Unstructured, do func(dynamic.ResourceInterface, *unstructured.Unstructured) error) error {
 	dyn, err := dynamic.NewForConfig(w.Config)
 	if err != nil {
 		return err
@@ -136,8 +157,8 @@ func (w *World) create(ctx context.Context, objs []*unstructured.Unstructured) e
 		if err != nil {
 			return err
 		}
-		if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("install %s %s: %w", o.GetKind(), o.GetName(), err)
+		if err := do(ri, o); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -353,23 +374,4 @@ func (w *World) AggregatorKubeconfigT(tb testing.TB, ns string) string {
 		tb.Fatal(err)
 	}
 	return path
-}
-
-// remove deletes each of objs from the world (one that is gone is fine).
-func (w *World) remove(ctx context.Context, objs []*unstructured.Unstructured) error {
-	dyn, err := dynamic.NewForConfig(w.Config)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(w.Client.Discovery()))
-	for _, o := range objs {
-		ri, err := resourceOf(dyn, mapper, o)
-		if err != nil {
-			return err
-		}
-		if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("remove %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
-	}
-	return nil
 }
