@@ -47,7 +47,7 @@ SOAK_TIME ?= 10m
 SOAK_HISTORIES ?=
 SOAK_SEED_HISTORIES ?= 30000
 
-soak: ## search the state machine for defects: random seeds of its model test for SOAK_TIME (10m), or SOAK_HISTORIES histories, on every core; a failing seed is printed as a line for lifecycle/model_test.go's regressionSeeds
+soak: ## search the state machine for defects: random seeds of its model test for SOAK_TIME (10m), or SOAK_HISTORIES histories, on every core; a failing seed is printed as a line for regressionSeeds in lifecycle/lifecycle_test.go
 	set -o pipefail; $(GO) test -count=1 -v -timeout 0 -run '^TestStateMachineModel$$' ./lifecycle -args -model.histories $(SOAK_SEED_HISTORIES) \
 		$(if $(SOAK_HISTORIES),-model.soak-histories $(SOAK_HISTORIES),-model.soak $(SOAK_TIME)) | grep -v -E '^(=== RUN|    --- PASS)'
 
