@@ -113,6 +113,8 @@ func TestVouch(t *testing.T) {
 		{name: "a repair's performMaintenance with no approval", n: node(protocol.ReasonFault, protocol.RepairPerformMaintenance, false, nil), c: perform, why: "no repair"},
 		{name: "a report for a host maintenance", n: node(protocol.ReasonHostMaintenance, "", true, nil), c: report, why: "does not ask for"},
 		{name: "a performMaintenance for a preemption", n: node(protocol.ReasonPreemption, "", false, nil), c: perform, why: "does not ask for"},
+		{name: "a group call for the whole block where the leader groups by sub-block", n: caller, g: subBlocks, why: "its reservation group is its sub-block",
+			c: protocol.ComputeCall{ID: "req-1", Method: protocol.CallGroupMaintenance}, group: []*corev1.Node{caller, sibling("gpu-1", drained)}},
 		{name: "a group call outside any group", n: node(protocol.ReasonManual, "", false, nil), c: group, g: subBlocks, why: "no reservation group"},
 		{name: "another VM's providerID", n: node(protocol.ReasonManual, "", false, func(n *corev1.Node) { n.Spec.ProviderID = "gce://p1/us-central1-a/gpu-9" }),
 			c: perform, why: "not its own"},

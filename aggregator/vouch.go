@@ -41,8 +41,10 @@ var errGroupDraining = errors.New("the reservation group's other members are sti
 //     group's call, only while the perform-maintenance label stands (no
 //     node identity may write it: a person or the aggregator asked);
 //   - a group's call only for the reservation group the leader counts
-//     the node in, once every other member of it says, each on its own
-//     Node, that it is drained (errGroupDraining while some still drain).
+//     the node in, at the scope the leader groups by (a block or a
+//     sub-block: never the node's own choice), once every other member of
+//     it says, each on its own Node, that it is drained (errGroupDraining
+//     while some still drain).
 func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping, group []*corev1.Node, home Home, now time.Time) (compute.Instance, error) {
 	inst, err := instanceOf(n, home)
 	if err != nil {
@@ -76,10 +78,21 @@ func vouch(n *corev1.Node, c protocol.ComputeCall, g protocol.Grouping, group []
 		if why := g.Unproven(n); why != "" {
 			return inst, fmt.Errorf("the node's membership of its reservation group is not proven: %s", why)
 		}
+		if subBlock := g.Reservation == protocol.ReservationGroupSubblock; c.SubBlock != subBlock {
+			return inst, fmt.Errorf("the node asks for its %s's maintenance, but its reservation group is its %s", scope(c.SubBlock), scope(subBlock))
+		}
 		return inst, groupDrained(n.Name, group, now)
 	default:
 		return inst, fmt.Errorf("a maintenance of reason %q (repair call %q) does not ask for %s", st.Reason, st.RepairCall, c.Method)
 	}
+}
+
+// scope names a reservation group's scope.
+func scope(subBlock bool) string {
+	if subBlock {
+		return "sub-block"
+	}
+	return "block"
 }
 
 // asked: the perform-maintenance label stands on n. Only a person or the
