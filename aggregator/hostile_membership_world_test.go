@@ -113,6 +113,21 @@ func writeState(t *testing.T, ctx context.Context, client kubernetes.Interface, 
 	}
 }
 
+// movedNode names the Node o and says whether something moved it: a slice
+// ask, a maintenance of its agent's, a taint of the product's, a cordon.
+func movedNode(o any) (string, bool) {
+	n := o.(*corev1.Node)
+	_, asked := protocol.ReadSliceAsk(n)
+	return n.Name, asked || protocol.ReadAgentState(n).Active() || protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown) || n.Spec.Unschedulable
+}
+
+// nodesMoved records, through a watch, when each Node was first moved
+// (movedNode) from now until t ends.
+func nodesMoved(t *testing.T, ctx context.Context) *seen {
+	t.Helper()
+	return firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), movedNode)
+}
+
 // untouched fails t for every one of hosts that carries a slice ask, a
 // taint of the product's, a cordon or a maintenance of its agent's.
 func untouched(t *testing.T, ctx context.Context, hosts ...string) {
@@ -122,8 +137,9 @@ func untouched(t *testing.T, ctx context.Context, hosts ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, asked := protocol.ReadSliceAsk(n)
-		if st := protocol.ReadAgentState(n); asked || st.Active() || protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown) || n.Spec.Unschedulable {
+		if _, moved := movedNode(n); moved {
+			_, asked := protocol.ReadSliceAsk(n)
+			st := protocol.ReadAgentState(n)
 			t.Errorf("%s was moved: slice ask %t, maintenance %s %s, tainted %t, cordoned %t", h, asked, st.Phase, st.Reason, protocol.HasTaint(n), n.Spec.Unschedulable)
 		}
 	}
@@ -274,10 +290,7 @@ func TestLabelledInNodeJoinsNoReservationGroup(t *testing.T) {
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	sb := gceemu.SubBlock{Reservation: "hostile-res", Block: "block-4", SubBlock: "sub-2"}
 	p, project, hosts, emus := runningSubBlock(t, ctx, sb, "rg", "a4x")
-	draining := firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), func(o any) (string, bool) {
-		n := o.(*corev1.Node)
-		return n.Name, protocol.ReadAgentState(n).Active() || protocol.HasTaintKey(n, protocol.TaintSliceDown)
-	})
+	draining := nodesMoved(t, ctx)
 	deleted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
 	addr := readSubBlock(t, p, project, emus, sb, hosts, "agg-groups")
 

@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/maintenance-handler/maintenance-handler/internal/plugin"
@@ -58,11 +57,7 @@ func TestOneHostileNodeMovesNoOtherNode(t *testing.T) {
 	honest := relayPool(t, ctx, p, pool, 1)
 	const reported = pool + "-0"
 	slice := newSliceOf(t, ctx, p, tpuPool, 4)
-	moved := firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), func(o any) (string, bool) {
-		n := o.(*corev1.Node)
-		_, asked := protocol.ReadSliceAsk(n)
-		return n.Name, asked || n.Spec.Unschedulable || protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown) || protocol.ReadAgentState(n).Active()
-	})
+	moved := nodesMoved(t, ctx)
 	deleted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
 	configMap(t, p.ns, "pools:\n  "+pool+":\n    faults:\n      maxInRepair: \"1\"\n      repairRate: 1/168h\n      drainTimeout: 1m\n")
 	addr := testworld.FreeAddrT(t)

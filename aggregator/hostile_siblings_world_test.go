@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/gceemu"
@@ -26,10 +25,7 @@ func TestHostileMemberDrainsNoSibling(t *testing.T) {
 	ctx := testworld.Ctx(t, 5*time.Minute)
 	sb := gceemu.SubBlock{Reservation: "sibling-res", Block: "block-6", SubBlock: "sub-6"}
 	p, project, hosts, emus := runningSubBlock(t, ctx, sb, "hs", "a4s")
-	draining := firstSeen(t, ctx, informers.NewSharedInformerFactory(world.Client, 0).Core().V1().Nodes().Informer(), func(o any) (string, bool) {
-		n := o.(*corev1.Node)
-		return n.Name, n.Spec.Unschedulable || protocol.HasTaint(n) || protocol.HasTaintKey(n, protocol.TaintSliceDown)
-	})
+	draining := nodesMoved(t, ctx)
 	deleted := firstSeen(t, ctx, podsOf(p.ns), podDeleted)
 	addr := readSubBlock(t, p, project, emus, sb, hosts, "agg-siblings")
 
