@@ -168,7 +168,8 @@ func TestHelmOnARealNode(t *testing.T) {
 	// Another node has a pending notice while the real node drains and
 	// the chart is upgraded: what an agent writes for one (copied from
 	// the real node's), with an agent pod that kwok plays. No component
-	// of either version may change it.
+	// of either version may change what its agent wrote (the aggregator
+	// may answer the agent's asks copied with it).
 	idle := world.NodeT(t, testworld.NodeSpec{Name: "helm-idle"})
 	copyKeys(t, pending, idle.Name)
 	noticed, err := world.Client.CoreV1().Nodes().Get(ctx, idle.Name, metav1.GetOptions{})
@@ -193,7 +194,7 @@ func TestHelmOnARealNode(t *testing.T) {
 	}
 	if still, err := world.Client.CoreV1().Nodes().Get(ctx, idle.Name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
-	} else if before, after := productValues(noticed), productValues(still); !maps.Equal(before, after) {
+	} else if before, after := agentValues(noticed), agentValues(still); !maps.Equal(before, after) {
 		t.Errorf("the other node's pending notice changed during the upgrade: %v, then %v", before, after)
 	}
 	world.WaitEvent(t, name, protocol.EventEvictionComplete)
@@ -372,11 +373,14 @@ func productKeys(n *corev1.Node) []string {
 	return out
 }
 
-// productValues are the values of the product's labels and annotations on
-// n, by key.
-func productValues(n *corev1.Node) map[string]string {
+// agentValues are the values of the labels and annotations the agent
+// writes on n, by key.
+func agentValues(n *corev1.Node) map[string]string {
 	out := map[string]string{}
 	for _, k := range productKeys(n) {
+		if !slices.ContainsFunc(protocol.Keys, func(key protocol.Key) bool { return key.Name == k && key.Writer == protocol.Agent }) {
+			continue
+		}
 		if v, ok := n.Labels[k]; ok {
 			out["label "+k] = v
 		}
