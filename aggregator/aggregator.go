@@ -50,6 +50,7 @@ type Aggregator struct {
 	// each at the resourceVersion its node cache showed (see liveClaims).
 	// Both used by the pass goroutine only.
 	views       viewCache
+	sightings   sightings // when the pass first saw each detector's condition
 	claimedHere map[string]string
 	// unannounced: the pools whose plan was made anew and not yet
 	// announced (a pass that cannot write the claims announces nothing).
@@ -113,7 +114,7 @@ func New(opts Options) (*Aggregator, error) {
 		return nil, fmt.Errorf("%w: %s required", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
 	opts = opts.withDefaults()
-	a := &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claims: claimWindow{}, claimedHere: map[string]string{},
+	a := &Aggregator{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), ledger: newLedger(opts.RecreateWindow), claims: claimWindow{}, claimedHere: map[string]string{}, sightings: sightings{},
 		unanswered: map[string]time.Time{}, unannounced: map[string]bool{}}
 	if opts.Notify != nil {
 		a.notifier = newNotifier(a, *opts.Notify)
@@ -316,8 +317,8 @@ func (a *Aggregator) pass(ctx context.Context) []fleet.PoolPlan {
 	for name, at := range a.unanswered {
 		nodes.Amend(name, func(v *fleet.Node) { v.Failures = unansweredFailure(v.Failures, at) })
 	}
-	expireVouched(nodes, start)
-	faults := a.decideFaults(cfg, nodes)
+	lapse := expirePlaces(nodes, start, a.opts.RepairAskGrace)
+	faults := a.decideFaults(cfg, nodes, lapse)
 	plans := nodes.Decide(start, cfg)
 	a.opts.Metrics.PassDuration(spent + a.opts.Clock.Since(resumed))
 	a.announceConfig(cfgErr)

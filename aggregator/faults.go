@@ -16,12 +16,16 @@ import (
 // decideFaults decides about faulty nodes (fleet.DecideFaults): the rest
 // of the pass sees the faulty nodes as out of service, and those approved
 // now as in repair (counted against the caps); the next pass is due when
-// a detector's condition reaches its duration. Approvals are claimed
-// (claims.go) before they are written (writeFaults).
-func (a *Aggregator) decideFaults(cfg policy.Config, nodes *fleet.Fleet) fleet.FaultPlan {
+// a detector's condition reaches its duration, or at lapse, when a
+// repair's place ends. Approvals are claimed (claims.go) before they are
+// written (writeFaults).
+func (a *Aggregator) decideFaults(cfg policy.Config, nodes *fleet.Fleet, lapse time.Time) fleet.FaultPlan {
 	plan := nodes.DecideFaults(a.opts.Clock.Now(), cfg, a.keptApprovals(cfg))
 	a.mu.Lock()
 	a.faultCheck = plan.NextCheck
+	if !lapse.IsZero() && (a.faultCheck.IsZero() || lapse.Before(a.faultCheck)) {
+		a.faultCheck = lapse
+	}
 	a.mu.Unlock()
 	a.opts.Metrics.InRepair.Reset()
 	for pool, n := range plan.InRepair {
@@ -68,7 +72,19 @@ func (a *Aggregator) writeFaults(ctx context.Context, plan fleet.FaultPlan, deci
 	for _, name := range plan.Untaint {
 		changes[name] = faultChange{untaint: true}
 	}
+	for _, f := range plan.Lapsed {
+		c := changes[f.Node]
+		c.lapsed = true
+		changes[f.Node] = c
+	}
 	landed := a.writeFaultChanges(ctx, changes, decidedOn)
+	for _, f := range plan.Lapsed {
+		if landed[f.Node] {
+			a.opts.Metrics.FaultDecisions.WithLabelValues(f.Pool, string(f.Reason)).Inc()
+			a.log.Warn("a repair's approval lapsed unused; withdrawn", "node", f.Node, "pool", f.Pool, "approved", f.Approval.Approved)
+			a.nodeEvent(f.Node, f.UID, true, protocol.EventFaultRepairApprovalLapsed, f.Message)
+		}
+	}
 	a.announceFaults(plan, func(name string) bool { w, ok := landed[name]; return !ok || w })
 	written := map[string]string{}
 	for name, c := range changes {
@@ -84,6 +100,8 @@ func (a *Aggregator) writeFaults(ctx context.Context, plan fleet.FaultPlan, deci
 type faultChange struct {
 	fault   *fleet.Fault
 	untaint bool
+	// lapsed: the node's approval lapsed unused, and is withdrawn.
+	lapsed bool
 }
 
 // writeFaultChanges writes changes, one update per node, conditional on
@@ -96,13 +114,19 @@ type faultChange struct {
 func (a *Aggregator) writeFaultChanges(ctx context.Context, changes map[string]faultChange, decidedOn map[string]*corev1.Node) map[string]bool {
 	names := slices.Sorted(maps.Keys(changes))
 	written := a.updateNodes(ctx, names, decidedOn, "fault decision", func(name string, n *corev1.Node) {
-		switch c := changes[name]; {
+		c := changes[name]
+		if c.lapsed {
+			protocol.ConsumeRepairApproval(n)
+		}
+		switch {
+		case c.fault == nil && !c.untaint:
 		case c.untaint:
 			setFaultyTaint(n, false)
 		case c.fault.Reason == fleet.FaultInvalidRequest:
 			protocol.ConsumeReportFaulty(n)
 		case c.fault.Reason == fleet.FaultApproved:
 			setFaultyTaint(n, true)
+			c.fault.Approval.GKEOperationBefore = n.Labels[protocol.LabelReportAndReplaceOperation]
 			protocol.WriteRepairApproval(n, c.fault.Approval)
 			// The aggregator's own record, which its pool's repairRate
 			// counts (fleet.Node.Approved).

@@ -136,14 +136,18 @@ func (c *viewCache) refresh(src nodeSource, groups []string, read func(*corev1.N
 // viewNodes is the fleet, up to date with the node cache, and the Node
 // objects its views were read from, by name.
 func (a *Aggregator) viewNodes() (*fleet.Fleet, map[string]*corev1.Node) {
-	return a.views.refresh(shownNodes{a}, a.scaler.groups(), func(n *corev1.Node, groups []string) fleet.Node {
+	now := a.opts.Clock.Now()
+	f, objs := a.views.refresh(shownNodes{a}, a.scaler.groups(), func(n *corev1.Node, groups []string) fleet.Node {
 		v := fleet.NodeOf(n, a.opts.grouping())
 		if a.opts.AdoptGKEConfig {
 			v.GKEHandled = false
 		}
 		v.AutoscalerGroup = fleet.NodeGroupOf(v.Name, groups)
+		a.sightings.see(&v, now)
 		return v
 	})
+	a.sightings.prune(f)
+	return f, objs
 }
 
 // decisive: cur differs from old in what a pass reads of a Node (its

@@ -95,6 +95,11 @@ type Options struct {
 	// Event, and its place under the caps freed. It is longer than the
 	// agents' own limit on a trigger's age, so a live agent answers first.
 	TriggerAnswerTimeout time.Duration
+	// RepairAskGrace: an approved repair whose agent has asked for no
+	// report by its drain timeout and this grace after the approval
+	// lapses: it is withdrawn and takes no place of its pool's
+	// (fleet.Node.ExpireRepair).
+	RepairAskGrace time.Duration
 	// AdoptGKEConfig: act on the opportunistic-config annotation of nodes
 	// where GKE's own maintenance handler does too (GKE 1.31 and later).
 	// False: those are left to GKE; a pool configured in the policy
@@ -132,7 +137,7 @@ var Default = Options{
 	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 	PoolLabel: protocol.LabelNodePool,
 	Interval:  30 * time.Second, MinInterval: time.Second,
-	RecreateWindow: time.Hour, TriggerAnswerTimeout: 10 * time.Minute,
+	RecreateWindow: time.Hour, TriggerAnswerTimeout: 10 * time.Minute, RepairAskGrace: 10 * time.Minute,
 	ReservationInterval: 5 * time.Minute,
 }
 
@@ -150,6 +155,7 @@ func (o Options) withDefaults() Options {
 	fill(&o.MinInterval, Default.MinInterval)
 	fill(&o.RecreateWindow, Default.RecreateWindow)
 	fill(&o.TriggerAnswerTimeout, Default.TriggerAnswerTimeout)
+	fill(&o.RepairAskGrace, Default.RepairAskGrace)
 	fill(&o.ReservationInterval, Default.ReservationInterval)
 	if o.LeaseName == "" {
 		o.LeaseName = Default.LeaseName

@@ -38,11 +38,11 @@ func (p *procs) aggregator(id, addr string) *testworld.Process {
 }
 
 // aggregatorWith is aggregator reading the policy ConfigMap configMap ("":
-// none) of the test's namespace.
-func (p *procs) aggregatorWith(id, addr, configMap string) *testworld.Process {
+// none) of the test's namespace, with extra flags.
+func (p *procs) aggregatorWith(id, addr, configMap string, extra ...string) *testworld.Process {
 	p.t.Helper()
-	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), "--kubeconfig", world.AggregatorKubeconfigT(p.t, p.ns), "--namespace", p.ns,
-		"--identity", id, "--config-map", configMap, "--interval", "1s", "--listen-address", addr, "--log-level", "warn")
+	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), append([]string{"--kubeconfig", world.AggregatorKubeconfigT(p.t, p.ns), "--namespace", p.ns,
+		"--identity", id, "--config-map", configMap, "--interval", "1s", "--listen-address", addr, "--log-level", "warn"}, extra...)...)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -161,15 +161,29 @@ func instanceOf(n *corev1.Node, home Home) (compute.Instance, error) {
 	return inst, home.holds(inst)
 }
 
-// expireVouched frees the places under the caps that nodes hold by an
+// expirePlaces frees the places under the caps that nodes hold by an
 // accepted call of the relay's alone, once each call's place has ended
-// (fleet.Node.ExpireVouched), for the pass at now.
-func expireVouched(nodes *fleet.Fleet, now time.Time) {
+// (fleet.Node.ExpireVouched), and those of repairs whose place has ended
+// (fleet.Node.ExpireRepair, with grace for the agent's ask), for the pass
+// at now. It returns when the next repair's place ends (zero: none), for
+// a pass to be due then.
+func expirePlaces(nodes *fleet.Fleet, now time.Time, grace time.Duration) (next time.Time) {
 	for _, v := range nodes.All() {
 		if !v.VouchedUntil.IsZero() && !now.Before(v.VouchedUntil) {
 			nodes.Amend(v.Name, func(v *fleet.Node) { v.ExpireVouched(now) })
 		}
+		if !v.InRepair() {
+			continue
+		}
+		switch until := v.RepairPlaceUntil(grace); {
+		case until.IsZero():
+		case !now.Before(until):
+			nodes.Amend(v.Name, func(v *fleet.Node) { v.ExpireRepair(now, grace) })
+		case next.IsZero() || until.Before(next):
+			next = until
+		}
 	}
+	return next
 }
 
 // group lists the Nodes of n's reservation group as the leader's cache

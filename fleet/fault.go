@@ -36,10 +36,13 @@ const (
 	FaultInvalidRequest FaultReason = "invalid_request"
 	// FaultRateLimited: the pool's repairRate is used up.
 	FaultRateLimited FaultReason = "rate_limited"
+	// FaultLapsed: the node's approval lapsed unused, and was withdrawn
+	// (Node.ExpireRepair).
+	FaultLapsed FaultReason = "approval_lapsed"
 )
 
 // FaultReasons lists them.
-var FaultReasons = []FaultReason{FaultApproved, FaultMaxInRepair, FaultUnderWay, FaultCoolingDown, FaultInvalidRequest, FaultRateLimited}
+var FaultReasons = []FaultReason{FaultApproved, FaultMaxInRepair, FaultUnderWay, FaultCoolingDown, FaultInvalidRequest, FaultRateLimited, FaultLapsed}
 
 // Fault is one faulty node and what the pass decided about it.
 type Fault struct {
@@ -51,6 +54,12 @@ type Fault struct {
 	Reason   FaultReason
 	Approval protocol.RepairApproval
 	Message  string
+	// Since is when the fault began, as the aggregator can tell (a
+	// condition's transition, no earlier than the aggregator first saw
+	// it; zero for a person's request or a prediction), and LastApproved
+	// when the aggregator last approved a repair of the node's VM: a pool
+	// takes its faults in that order (queue).
+	Since, LastApproved time.Time
 }
 
 // FaultPlan is one pass's decision about faulty nodes.
@@ -70,6 +79,10 @@ type FaultPlan struct {
 	// it, ends after now (BelievableRepair): said as an unreadable value
 	// (no agent's word counts toward a pool's repairRate anyway).
 	Unbelievable []string
+	// Lapsed are the nodes whose approval lapsed unused
+	// (Node.ExpireRepair), each with its decision FaultLapsed: the
+	// aggregator withdraws it.
+	Lapsed []Fault
 }
 
 // DecideFaults decides about every faulty node: a pure function of what
@@ -149,6 +162,11 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 			if n.LastRepair.Outcome != "" && !BelievableRepair(n.LastRepair, now) {
 				plan.Unbelievable = append(plan.Unbelievable, n.Name)
 			}
+			if n.Repair != nil && n.RepairLapsed {
+				plan.Lapsed = append(plan.Lapsed, Fault{Node: n.Name, UID: n.UID, Pool: pool, Reason: FaultLapsed, Approval: *n.Repair,
+					Message: fmt.Sprintf("The approval of the node's repair (%s, %s: %s), given at %s, lapsed: its agent asked for no report within the drain timeout (%s) and the grace after it; it is withdrawn, and the node holds no place of the pool %s",
+						n.Repair.Behavior, n.Repair.Source, n.Repair.Signal, n.Repair.Approved.UTC().Format(time.RFC3339), time.Duration(n.Repair.DrainTimeout), pool)})
+			}
 			if n.Claimed && !n.InRepair() {
 				continue // decided when its claimed write is resolved
 			}
@@ -164,13 +182,7 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 			}
 			faulty = append(faulty, f)
 		}
-		sort.SliceStable(faulty, func(i, j int) bool {
-			pi, pj := faulty[i].Approval.Source == protocol.FaultSourcePerson, faulty[j].Approval.Source == protocol.FaultSourcePerson
-			if pi != pj {
-				return pi
-			}
-			return faulty[i].Node < faulty[j].Node
-		})
+		sort.SliceStable(faulty, func(i, j int) bool { return queue(faulty[i], faulty[j]) < 0 })
 		for _, f := range faulty {
 			if f.Reason == FaultApproved {
 				switch {
@@ -197,75 +209,12 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 	return plan
 }
 
-// repairsCounted is, for each of pools with a repairRate, how many
-// repairs it counts now: only what the aggregator itself approved. A node
-// counts against a pool (once, however many times it was repaired there
-// within the window) when
-//   - the aggregator approved a repair of its VM in that pool within the
-//     pool's window (its record on the Node, Node.Approved, or kept
-//     from a Node deleted, kept): against the pool where the repair was
-//     approved, whatever pool the Node names now, so that a node that
-//     registers again under another pool's label neither empties its
-//     pool's count nor fills the other's;
-//   - or, in its own pool, it is in repair or claimed (a deposed
-//     leader's approval may still land, as maxInRepair counts them).
-//
-// What the node's agent says of its last repair (Node.LastRepair) is
-// never counted: an agent that writes a repair ending "now" again and
-// again would hold a place of its pool's for ever.
-func repairsCounted(now time.Time, cfg policy.Config, pools []string, byPool func(string) []*Node, kept Kept) map[string]int {
-	window := make(map[string]time.Duration, len(pools))
-	for _, pool := range pools {
-		if s := cfg.Faults(pool); s.RateCount > 0 {
-			window[pool] = s.RateWindow
-		}
-	}
-	counted := map[string]map[string]bool{}
-	count := func(pool, node string) {
-		if counted[pool] == nil {
-			counted[pool] = map[string]bool{}
-		}
-		counted[pool][node] = true
-	}
-	approvals := func(node string, approved map[string]time.Time) {
-		for pool, at := range approved {
-			if w, ok := window[pool]; ok && now.Sub(at) < w {
-				count(pool, node)
-			}
-		}
-	}
-	for _, pool := range pools {
-		for _, n := range byPool(pool) {
-			if _, ok := window[pool]; ok && (n.InRepair() || n.Claimed) {
-				count(pool, n.Name)
-			}
-			approvals(n.Name, n.Approved)
-		}
-	}
-	for node, approved := range kept {
-		approvals(node, approved)
-	}
-	used := make(map[string]int, len(counted))
-	for pool, nodes := range counted {
-		used[pool] = len(nodes)
-	}
-	return used
-}
-
-// BelievableRepair: last is a repair that ended (it has an outcome) no
-// later than now. The agent writes how its node's last repair ended; one
-// that ends in the future is not believed (the aggregator says so as of
-// an unreadable key).
-func BelievableRepair(last protocol.LastFaultRepair, now time.Time) bool {
-	return last.Outcome != "" && !last.Ended.After(now)
-}
-
 // faultOf is n's fault, if it is faulty and not in repair: a person's
 // request first, else the first of the policy's conditions that has held
 // for its duration (next moves to when one that holds will have). Its
 // Reason is FaultApproved unless something other than the cap holds it.
 func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fault, bool) {
-	f := Fault{Node: n.Name, UID: n.UID, Pool: n.Pool, Reason: FaultApproved}
+	f := Fault{Node: n.Name, UID: n.UID, Pool: n.Pool, Reason: FaultApproved, LastApproved: n.LastApproved()}
 	switch {
 	case n.ReportFaultySet && !protocol.ValidBehavior(n.ReportFaulty):
 		f.Reason = FaultInvalidRequest
@@ -282,6 +231,7 @@ func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fa
 		c, ok := heldCondition(now, setting, n, next)
 		switch {
 		case ok:
+			f.Since = c.since
 			f.Approval = protocol.RepairApproval{Behavior: c.Behavior, Source: protocol.FaultSourceCondition,
 				Signal: fmt.Sprintf("the node condition %s has been %s for %s or more", c.Type, c.Status, c.For)}
 		case setting.Prediction != "" && n.PredictedToDegrade && !n.IdleSince.IsZero() && n.Busy == "":
@@ -312,11 +262,27 @@ func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fa
 		until := n.LastRepair.Ended.Add(setting.Cooldown)
 		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its last repair ended (%s) at %s, and another waits for the pool's cool-down, until %s",
 			f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, n.LastRepair.Outcome, n.LastRepair.Ended.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
-		if next.IsZero() || until.Before(*next) {
-			*next = until
-		}
+		wake(next, until)
+	case f.Approval.Source != protocol.FaultSourcePerson && now.Before(f.LastApproved.Add(setting.Cooldown)):
+		// A detector's condition may be the node's own word (its agent's,
+		// or a detector's whose token it holds), which it may keep
+		// writing however its repairs end: the aggregator's own record of
+		// its last approval holds the next one back, so that the node
+		// takes a place of its pool's at most once per cool-down.
+		f.Reason = FaultCoolingDown
+		until := f.LastApproved.Add(setting.Cooldown)
+		f.Message = fmt.Sprintf("The node is faulty (%s, %s: %s); its repair was last approved at %s, and another on a detector's or a prediction's word waits for the pool's cool-down, until %s",
+			f.Approval.Behavior, f.Approval.Source, f.Approval.Signal, f.LastApproved.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+		wake(next, until)
 	}
 	return f, true
+}
+
+// wake moves next to at, when at is earlier (or next is zero).
+func wake(next *time.Time, at time.Time) {
+	if next.IsZero() || at.Before(*next) {
+		*next = at
+	}
 }
 
 // Stale: c was last written before the node's last repair ended, and
@@ -331,7 +297,7 @@ func Stale(c Condition, last protocol.LastFaultRepair) bool {
 // will have. A condition its detector has not written since the node's
 // last repair was done is stale, and does not count: the repair's drain may
 // have evicted the detector, which then never came back to clear it.
-func heldCondition(now time.Time, setting policy.Faults, n *Node, next *time.Time) (policy.FaultCondition, bool) {
+func heldCondition(now time.Time, setting policy.Faults, n *Node, next *time.Time) (heldFor, bool) {
 	for _, want := range setting.Conditions {
 		for _, c := range n.Conditions {
 			if c.Type != want.Type || c.Status != want.Status || Stale(c, n.LastRepair) {
@@ -339,12 +305,16 @@ func heldCondition(now time.Time, setting policy.Faults, n *Node, next *time.Tim
 			}
 			at := c.Since.Add(want.For)
 			if !now.Before(at) {
-				return want, true
+				return heldFor{want, c.Since}, true
 			}
-			if next.IsZero() || at.Before(*next) {
-				*next = at
-			}
+			wake(next, at)
 		}
 	}
-	return policy.FaultCondition{}, false
+	return heldFor{}, false
+}
+
+// heldFor is a fault policy's condition a node holds, since when.
+type heldFor struct {
+	policy.FaultCondition
+	since time.Time
 }

@@ -77,9 +77,11 @@ pools:
 			t.Errorf("%s: no message", f.Node)
 		}
 	}
-	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultApproved, "b-held": FaultMaxInRepair,
+	// A person's request first, then the oldest fault (j, k and l since
+	// two hours, j first by name): a's since five minutes waits.
+	want := map[string]FaultReason{"d-person": FaultApproved, "a-held": FaultMaxInRepair, "b-held": FaultMaxInRepair,
 		"e-invalid": FaultInvalidRequest, "e-person-refused": FaultCoolingDown, "g-cooling": FaultCoolingDown, "h-maintained": FaultUnderWay,
-		"j-written-again": FaultMaxInRepair, "k-refused-stands": FaultMaxInRepair, "l-overtaken": FaultMaxInRepair}
+		"j-written-again": FaultApproved, "k-refused-stands": FaultMaxInRepair, "l-overtaken": FaultMaxInRepair}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}
@@ -172,8 +174,9 @@ func TestDecideFaultsRate(t *testing.T) {
 // TestDecideFaultsForgedRepairTakesNoPlace: a node that claims a repair
 // under way on its own (its agent's phase, no approval, not tainted
 // faulty) takes no place under its pool's maxInRepair: the real faulty
-// node is approved. One the aggregator tainted, whose approval a person
-// withdrew after the call, still does.
+// node is approved; nor does one the aggregator tainted on its own word.
+// One whose report the relay accepted (its approval withdrawn with the
+// answer) still does.
 func TestDecideFaultsForgedRepairTakesNoPlace(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"1\"\n")
@@ -188,6 +191,11 @@ func TestDecideFaultsForgedRepairTakesNoPlace(t *testing.T) {
 	}
 	withdrawn := forged
 	withdrawn.FaultTaint = true
+	plan = DecideFaults(now, cfg, []Node{asked, withdrawn})
+	if len(plan.Faults) != 1 || plan.Faults[0].Reason != FaultApproved {
+		t.Errorf("faults %+v; want the real node approved: a tainted node's repair takes a place only once the relay accepted its report", plan.Faults)
+	}
+	withdrawn.ReportUntil = now.Add(time.Hour)
 	plan = DecideFaults(now, cfg, []Node{asked, withdrawn})
 	if len(plan.Faults) != 1 || plan.Faults[0].Reason != FaultMaxInRepair {
 		t.Errorf("faults %+v; want the real node to wait for the tainted node's repair under way", plan.Faults)

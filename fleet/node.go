@@ -135,6 +135,23 @@ type Node struct {
 	Repair     *protocol.RepairApproval
 	FaultTaint bool
 	LastRepair protocol.LastFaultRepair
+	// RepairAsked: the node's agent asked the relay for the report the
+	// approval buys, and the relay has not answered yet (it answers within
+	// its own bound, and the answer withdraws the approval). GKEFlow:
+	// GKE's repair flow took the approved repair on (GKE's operation
+	// label, which no node writes, differs from the one the approval
+	// found). ReportUntil: the relay accepted the report of the repair
+	// under way on the node, in its present boot, until then (zero: it
+	// did not). RepairLapsed: the repair's place has ended (ExpireRepair).
+	RepairAsked  bool
+	GKEFlow      bool
+	ReportUntil  time.Time
+	RepairLapsed bool
+	// VoluntaryBesidesRepair and VouchedBesidesRepair are Voluntary and
+	// VouchedUntil as they
+	// were before the repair counted as voluntary (back once it lapses).
+	VoluntaryBesidesRepair bool
+	VouchedBesidesRepair   time.Time
 	// Approved is the aggregator's own record of the repairs it approved
 	// of the VM, by pool (protocol.Repairs.Approved): what its pools'
 	// repairRate counts.
@@ -159,8 +176,12 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.Asked = asked
 	if r, ok := protocol.ReadRepairApproval(n); ok {
 		v.Repair = &r
+		v.RepairAsked, v.GKEFlow = repairAsked(n, r), gkeFlowTook(n, r)
 	}
 	v.FaultTaint, v.LastRepair = protocol.HasTaintKey(n, protocol.TaintFaulty), st.LastRepair
+	if v.FaultTaint && st.Active() && st.Reason == protocol.ReasonFault {
+		v.ReportUntil, _ = protocol.AcceptedCall(n, st.RequestID)
+	}
 	if _, ok := n.Annotations[protocol.AnnotationRepairs]; ok {
 		// The VM's repair history survives its Node object's recreation.
 		r := protocol.ReadRepairs(n)
@@ -203,6 +224,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	v.Phase, v.Reason, v.Started, v.Deadline = st.Phase, st.Reason, st.Started, st.Deadline
 	// A node in repair counts against the caps on voluntary maintenance.
 	if v.InRepair() {
+		v.VoluntaryBesidesRepair, v.VouchedBesidesRepair = v.Voluntary, v.VouchedUntil
 		v.Voluntary, v.VouchedUntil = true, time.Time{}
 	}
 	if ask, ok := protocol.ReadSliceAsk(n); ok {
@@ -280,13 +302,66 @@ func DetectorCondition(t corev1.NodeConditionType) bool {
 	return !kubernetesConditions[t] && !slices.Contains(protocol.NodeConditionTypes, t)
 }
 
-// InRepair: the node's repair is approved, or under way on its agent on a
-// node the aggregator found faulty (its taint: a person may withdraw an
-// approval once Compute Engine was asked, and the repair goes on). A
-// repair a node claims on its own, untainted, takes no place under its
-// pool's maxInRepair: it costs only the node's own service.
+// InRepair: the node's repair is approved, or under way on a node the
+// aggregator found faulty (its taint) and whose report the relay accepted
+// (the approval is withdrawn with the answer, and the repair goes on), and
+// its place has not lapsed (ExpireRepair). A repair a node claims on its
+// own takes no place under its pool's maxInRepair: it costs only the
+// node's own service.
 func (v *Node) InRepair() bool {
-	return v.Repair != nil || v.FaultTaint && v.Phase != protocol.PhaseIdle && v.Phase != "" && v.Reason == protocol.ReasonFault
+	return !v.RepairLapsed && (v.Repair != nil || v.FaultTaint && !v.ReportUntil.IsZero())
+}
+
+// RepairPlaceUntil is when the node's repair stops holding a place of its
+// pool's (zero: not before the relay answers): an approval whose report
+// the agent has asked for holds it until the relay's answer withdraws it;
+// one GKE's flow took on, VouchedFor from the approval; any other, its
+// drain timeout and grace after the approval: an agent that asks nothing
+// by then (it never drained, or it lies) holds no place for ever. A
+// repair whose report the relay accepted holds it until the answer's
+// bound.
+func (v *Node) RepairPlaceUntil(grace time.Duration) time.Time {
+	switch {
+	case v.Repair == nil:
+		return v.ReportUntil
+	case v.RepairAsked:
+		return time.Time{}
+	case v.GKEFlow:
+		return v.Repair.Approved.Add(protocol.VouchedFor)
+	default:
+		return v.Repair.Approved.Add(time.Duration(v.Repair.DrainTimeout) + grace)
+	}
+}
+
+// ExpireRepair: a node whose repair's place has ended (RepairPlaceUntil,
+// with grace for the agent's ask after its drain) holds it no longer, nor
+// a place under the voluntary caps for it; an approval that lapsed is
+// withdrawn (FaultPlan.Lapsed).
+func (v *Node) ExpireRepair(now time.Time, grace time.Duration) {
+	if until := v.RepairPlaceUntil(grace); v.InRepair() && !until.IsZero() && !now.Before(until) {
+		v.RepairLapsed = true
+		v.Voluntary, v.VouchedUntil = v.VoluntaryBesidesRepair, v.VouchedBesidesRepair
+	}
+}
+
+// repairAsked: n's agent asked the relay for the report approval buys,
+// and the relay has not answered it.
+func repairAsked(n *corev1.Node, approval protocol.RepairApproval) bool {
+	c, ok := protocol.ReadComputeCall(n)
+	if !ok || approval.Request == "" || c.ID != approval.Request || c.Method != protocol.CallReportHostAsFaulty {
+		return false
+	}
+	ans, answered := protocol.ReadComputeAnswer(n)
+	return !answered || ans.ID != c.ID
+}
+
+// gkeFlowTook: GKE's report-and-replace flow has taken the approved
+// repair on: its operation label, which GKE writes and no node may, names
+// an operation other than the one on the Node when the repair was
+// approved.
+func gkeFlowTook(n *corev1.Node, approval protocol.RepairApproval) bool {
+	op := n.Labels[protocol.LabelReportAndReplaceOperation]
+	return op != "" && op != approval.GKEOperationBefore
 }
 
 // NodeReady: n's NodeReady condition is True.

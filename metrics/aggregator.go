@@ -212,7 +212,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.MemoryLimit = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "memory_limit_bytes",
 		Help: "This replica's container memory limit (--memory-limit, from the Downward API); 0: unknown. At 90% of it the replica records a Warning Event MemoryNearLimit."})
 	m.FaultDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "fault_decisions_total",
-		Help: "Decisions about faulty nodes, counted when a node's decision changes, by pool and reason: approved (its repair starts), max_in_repair, rate_limited, maintenance_under_way, cooling_down (it waits), invalid_request (the request label names no fault behavior)."},
+		Help: "Decisions about faulty nodes, counted when a node's decision changes, by pool and reason: approved (its repair starts), max_in_repair, rate_limited, maintenance_under_way, cooling_down (it waits), invalid_request (the request label names no fault behavior), approval_lapsed (its agent asked for no report within the drain timeout and --repair-ask-grace: the approval was withdrawn)."},
 		[]string{"node_pool_name", "reason"})
 	m.InRepair = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: sub, Name: "nodes_in_repair",
 		Help: "Nodes of the pool whose repair after a fault is approved or under way, as of the leader's last pass."}, []string{"node_pool_name"})

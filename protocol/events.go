@@ -127,9 +127,13 @@ const (
 	EventFaultDetected       = "FaultDetected"
 	EventFaultRepairWaits    = "FaultRepairWaits"
 	EventFaultRepairApproved = "FaultRepairApproved"
-	EventFaultRepairStarted  = "FaultRepairStarted"
-	EventFaultReported       = "FaultReported"
-	EventFaultRepairFailed   = "FaultRepairFailed"
+	// EventFaultRepairApprovalLapsed: the agent asked for no report within
+	// the approval's drain timeout and grace; the approval is withdrawn
+	// (aggregator).
+	EventFaultRepairApprovalLapsed = "FaultRepairApprovalLapsed"
+	EventFaultRepairStarted        = "FaultRepairStarted"
+	EventFaultReported             = "FaultReported"
+	EventFaultRepairFailed         = "FaultRepairFailed"
 	// EventFaultNotReportable: the node's repair would be a report, and
 	// Compute Engine refuses reports from this VM: it is not drained for
 	// one (agent).
@@ -249,6 +253,7 @@ var EventReasons = []EventReason{
 	{EventFaultDetected, aggregatorOnly, true},
 	{EventFaultRepairWaits, aggregatorOnly, true},
 	{EventFaultRepairApproved, aggregatorOnly, true},
+	{EventFaultRepairApprovalLapsed, aggregatorOnly, true},
 	{EventFaultRequestInvalid, aggregatorOnly, true},
 	{EventComputeCallNotVouched, aggregatorOnly, true},
 }

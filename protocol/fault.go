@@ -121,6 +121,10 @@ type RepairApproval struct {
 	// approvals named their request: the agent then asks with a request
 	// ID of its own, which the relay does not make.
 	Request string `json:"request,omitempty"`
+	// GKEOperationBefore is GKE's report-and-replace operation label as
+	// the aggregator found it when it approved the repair ("" for none):
+	// only another operation is this repair's (GKE leaves its last one).
+	GKEOperationBefore string `json:"gke-operation-before,omitempty"`
 }
 
 // Description is what the report tells Compute Engine of the fault: where

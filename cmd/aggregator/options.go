@@ -48,6 +48,8 @@ type Options struct {
 	RecreateWindow time.Duration
 	// TriggerAnswerTimeout: see aggregator.Options.
 	TriggerAnswerTimeout time.Duration
+	// RepairAskGrace: see aggregator.Options.
+	RepairAskGrace time.Duration
 	// GKEConfig is leave or adopt (see aggregator.Options.AdoptGKEConfig).
 	GKEConfig        string
 	AutoscalerStatus string
@@ -140,6 +142,7 @@ func NewOptions() *Options {
 		Interval:             aggregator.Default.Interval,
 		RecreateWindow:       aggregator.Default.RecreateWindow,
 		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
+		RepairAskGrace:       aggregator.Default.RepairAskGrace,
 		ReservationGroups:    "none",
 		ReservationInterval:  aggregator.Default.ReservationInterval,
 		NotifyFormat:         aggregator.NotifyJSON,
@@ -200,6 +203,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Regions, "regions", o.Regions, "The cluster's VMs' regions; empty: the replica's own.")
 	fs.StringVar(&o.AutoscalerStatus, "autoscaler-status", o.AutoscalerStatus, "The cluster autoscaler's status ConfigMap, namespace/name.")
 	fs.DurationVar(&o.TriggerAnswerTimeout, "trigger-answer-timeout", o.TriggerAnswerTimeout, "Withdraw an opportunistic trigger no agent answered within this.")
+	fs.DurationVar(&o.RepairAskGrace, "repair-ask-grace", o.RepairAskGrace, "Withdraw a repair approval not used within its drain timeout and this.")
 	fs.DurationVar(&o.RecreateWindow, "recreate-window", o.RecreateWindow, "A Node deleted and created again within this was repaired.")
 	fs.StringVar(&o.EvictionCheckListenAddress, "eviction-check-listen-address", o.EvictionCheckListenAddress, "Where to serve the eviction check (HTTPS); empty: not served.")
 	fs.StringVar(&o.EvictionCheckService, "eviction-check-service", o.EvictionCheckService, "The eviction check's Service, in --namespace.")
@@ -315,11 +319,13 @@ func (o *Options) Validate() error {
 	if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
 		errs = append(errs, fmt.Errorf("want 0 < --retry-period (%s) < --renew-deadline (%s) < --lease-duration (%s)", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
 	}
-	if o.TriggerAnswerTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--trigger-answer-timeout %s: want a positive duration", o.TriggerAnswerTimeout))
-	}
-	if o.RecreateWindow <= 0 {
-		errs = append(errs, fmt.Errorf("--recreate-window %s: want a positive duration", o.RecreateWindow))
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"trigger-answer-timeout", o.TriggerAnswerTimeout}, {"repair-ask-grace", o.RepairAskGrace}, {"recreate-window", o.RecreateWindow}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s %s: want a positive duration", d.flag, d.v))
+		}
 	}
 	errs = append(errs, o.choiceProblems()...)
 	if ns, name, ok := strings.Cut(o.AutoscalerStatus, "/"); o.AutoscalerStatus != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {

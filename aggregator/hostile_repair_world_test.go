@@ -1,0 +1,73 @@
+package aggregator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+	"github.com/maintenance-handler/maintenance-handler/test/testworld"
+)
+
+// lapsePolicy: one node of the pool in repair at a time, on a detector's
+// condition held a second, drained within two seconds.
+const lapsePolicy = `
+pools:
+  lapse:
+    faults:
+      conditions:
+      - type: GPUUnhealthy
+        for: 1s
+        behavior: UNRECOVERABLE_GPU_ERROR
+      maxInRepair: "1"
+      drainTimeout: 2s
+`
+
+// TestHostileApprovalLapses: a node whose repair is approved and whose
+// agent never asks for the report (it lies, or is gone) holds its pool's
+// only place under maxInRepair no longer than the drain timeout and the
+// aggregator's --repair-ask-grace: the approval is withdrawn with a
+// Warning Event, the pool's other faulty node is approved, and the first
+// is not approved again within the pool's cool-down, though its condition
+// still holds. Before approvals lapsed, the first held the place for as
+// long as it liked.
+func TestHostileApprovalLapses(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	p := newProcs(t)
+	const holder, waiting = "lapse-a-holder", "lapse-b-waiting"
+	for _, name := range []string{holder, waiting} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "lapse"})
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	configMap(t, p.ns, lapsePolicy)
+	setCondition(t, holder, corev1.ConditionTrue)
+	addr := testworld.FreeAddrT(t)
+	p.aggregatorWith("agg-lapse", addr, "maintenance-handler", "--repair-ask-grace", "2s")
+	approved := world.WaitNode(t, holder, "its repair approved", func(n *corev1.Node) bool {
+		_, ok := n.Annotations[protocol.AnnotationFaultRepair]
+		return ok
+	})
+	// The waiting node's fault comes after the holder's approval: the
+	// holder was approved first, and nothing but its lapse frees the place.
+	setCondition(t, waiting, corev1.ConditionTrue)
+	world.WaitNode(t, waiting, "its repair approved once the holder's lapsed", func(n *corev1.Node) bool {
+		_, ok := n.Annotations[protocol.AnnotationFaultRepair]
+		return ok
+	})
+	world.WaitEvent(t, holder, protocol.EventFaultRepairApprovalLapsed)
+	passes(t, ctx, addr, 3)
+	n, err := world.Client.CoreV1().Nodes().Get(ctx, holder, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, ok := n.Annotations[protocol.AnnotationFaultRepair]; ok {
+		t.Errorf("the holder is approved again (%s; first approval %s), within the pool's cool-down", raw, approved.Annotations[protocol.AnnotationFaultRepair])
+	}
+	if !protocol.HasTaintKey(n, protocol.TaintFaulty) {
+		t.Error("the holder lost its faulty taint: its condition still holds")
+	}
+}

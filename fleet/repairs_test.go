@@ -1,0 +1,149 @@
+package fleet
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/maintenance-handler/maintenance-handler/policy"
+	"github.com/maintenance-handler/maintenance-handler/protocol"
+)
+
+// TestApprovalLapsesUnasked: an approved repair whose agent asks for no
+// report holds its pool's place until its drain timeout and the grace
+// after the approval, and no longer: the plan names it to be withdrawn,
+// and the pool's other faulty node is approved. One whose report was
+// asked for and not yet answered holds on; one GKE's flow took on holds
+// for VouchedFor; a report the relay accepted holds until its answer's
+// bound.
+func TestApprovalLapsesUnasked(t *testing.T) {
+	approved := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	const grace = 10 * time.Minute
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"1\"\n    drainTimeout: 30m\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := Node{Name: "waiting", Pool: "a3", ReportFaulty: protocol.BehaviorChipError, ReportFaultySet: true}
+	approval := &protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourceCondition,
+		Approved: approved, DrainTimeout: protocol.Duration(30 * time.Minute), Request: "r-1"}
+	held := Node{Name: "held", Pool: "a3", FaultTaint: true, Repair: approval, Approved: map[string]time.Time{"a3": approved}}
+	asked := held
+	asked.RepairAsked = true
+	gke := held
+	gke.GKEFlow = true
+	reported := Node{Name: "held", Pool: "a3", FaultTaint: true, ReportUntil: approved.Add(2 * time.Hour), Approved: map[string]time.Time{"a3": approved}}
+	for _, tc := range []struct {
+		name    string
+		holder  Node
+		at      time.Duration // after the approval
+		holds   bool
+		lapsed  []string
+		waiting FaultReason
+	}{
+		{name: "within the drain timeout and grace", holder: held, at: 39 * time.Minute, holds: true, waiting: FaultMaxInRepair},
+		{name: "past them, unasked", holder: held, at: 40 * time.Minute, lapsed: []string{"held"}, waiting: FaultApproved},
+		{name: "asked, not answered", holder: asked, at: 5 * time.Hour, holds: true, waiting: FaultMaxInRepair},
+		{name: "taken on by GKE's flow", holder: gke, at: 5 * time.Hour, holds: true, waiting: FaultMaxInRepair},
+		{name: "GKE's flow past VouchedFor", holder: gke, at: protocol.VouchedFor, lapsed: []string{"held"}, waiting: FaultApproved},
+		{name: "report accepted", holder: reported, at: time.Hour, holds: true, waiting: FaultMaxInRepair},
+		{name: "report accepted, past its bound", holder: reported, at: 2 * time.Hour, waiting: FaultApproved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := approved.Add(tc.at)
+			holder := tc.holder
+			holder.ExpireRepair(now, grace)
+			if holder.InRepair() != tc.holds {
+				t.Errorf("in repair %t, want %t", holder.InRepair(), tc.holds)
+			}
+			plan := DecideFaults(now, cfg, []Node{holder, waiting})
+			var lapsed []string
+			for _, f := range plan.Lapsed {
+				lapsed = append(lapsed, f.Node)
+				if f.Reason != FaultLapsed || f.Message == "" {
+					t.Errorf("lapsed %+v: want reason %s and a message", f, FaultLapsed)
+				}
+			}
+			if d := cmp.Diff(tc.lapsed, lapsed); d != "" {
+				t.Errorf("lapsed (-want +got):\n%s", d)
+			}
+			i := slices.IndexFunc(plan.Faults, func(f Fault) bool { return f.Node == "waiting" })
+			if i < 0 || plan.Faults[i].Reason != tc.waiting {
+				t.Errorf("faults %+v: want the waiting node %s", plan.Faults, tc.waiting)
+			}
+		})
+	}
+}
+
+// TestRepairOnAConditionOncePerCooldown: a node whose repair the
+// aggregator approved within the pool's cool-down is not approved again on
+// a detector's condition (which may be its own word, however its repair
+// ended), only on a person's request; past the cool-down it is.
+func TestRepairOnAConditionOncePerCooldown(t *testing.T) {
+	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    cooldown: 6h\n    conditions:\n    - type: maintenance-handler.io/DeviceUnhealthy\n      for: 1m\n      behavior: UNRECOVERABLE_GPU_ERROR\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := []Condition{{Type: "maintenance-handler.io/DeviceUnhealthy", Status: "True", Since: now.Add(-time.Hour), Written: now}}
+	for _, tc := range []struct {
+		name     string
+		approved time.Duration // ago
+		person   bool
+		want     FaultReason
+	}{
+		{name: "approved an hour ago", approved: time.Hour, want: FaultCoolingDown},
+		{name: "approved an hour ago, a person asks", approved: time.Hour, person: true, want: FaultApproved},
+		{name: "approved seven hours ago", approved: 7 * time.Hour, want: FaultApproved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := Node{Name: "n", Pool: "a3", FaultTaint: true, Conditions: cond, Approved: map[string]time.Time{"a3": now.Add(-tc.approved)}}
+			if tc.person {
+				n.ReportFaulty, n.ReportFaultySet = protocol.BehaviorChipError, true
+			}
+			plan := DecideFaults(now, cfg, []Node{n})
+			if len(plan.Faults) != 1 || plan.Faults[0].Reason != tc.want {
+				t.Fatalf("faults %+v, want %s", plan.Faults, tc.want)
+			}
+		})
+	}
+}
+
+// TestQueueLeastRecentlyRepairedFirst: of a pool's faulty nodes, one whose
+// repair the aggregator approved recently waits behind one never
+// repaired, whatever their faults' ages and names; then the oldest fault
+// goes first.
+func TestQueueLeastRecentlyRepairedFirst(t *testing.T) {
+	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"1\"\n    cooldown: 1h\n    conditions:\n    - type: GPUUnhealthy\n      for: 1m\n      behavior: UNRECOVERABLE_GPU_ERROR\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := func(name string, since time.Duration, approved map[string]time.Time) Node {
+		return Node{Name: name, Pool: "a3", Approved: approved,
+			Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-since), Written: now}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		want  string
+	}{
+		{name: "the oldest fault", nodes: []Node{bad("a", 5*time.Minute, nil), bad("b", time.Hour, nil)}, want: "b"},
+		{name: "never repaired before one repaired a day ago", nodes: []Node{bad("a", 2*time.Hour, map[string]time.Time{"a3": now.Add(-24 * time.Hour)}), bad("b", 5*time.Minute, nil)}, want: "b"},
+		{name: "repaired longer ago first", nodes: []Node{bad("a", time.Hour, map[string]time.Time{"a3": now.Add(-2 * time.Hour)}), bad("b", time.Hour, map[string]time.Time{"n2": now.Add(-48 * time.Hour)})}, want: "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := DecideFaults(now, cfg, tc.nodes)
+			var approved []string
+			for _, f := range plan.Faults {
+				if f.Reason == FaultApproved {
+					approved = append(approved, f.Node)
+				}
+			}
+			if d := cmp.Diff([]string{tc.want}, approved); d != "" {
+				t.Errorf("approved (-want +got):\n%s\nfaults %+v", d, plan.Faults)
+			}
+		})
+	}
+}
