@@ -180,7 +180,7 @@ func NodeOf(n *corev1.Node, g protocol.Grouping) Node {
 	}
 	v.FaultTaint, v.LastRepair = protocol.HasTaintKey(n, protocol.TaintFaulty), st.LastRepair
 	if v.FaultTaint && st.Active() && st.Reason == protocol.ReasonFault {
-		v.ReportUntil, _ = protocol.AcceptedCall(n, st.RequestID)
+		v.ReportUntil = reportPlaceUntil(n, st.RequestID)
 	}
 	if _, ok := n.Annotations[protocol.AnnotationRepairs]; ok {
 		// The VM's repair history survives its Node object's recreation.
@@ -310,58 +310,6 @@ func DetectorCondition(t corev1.NodeConditionType) bool {
 // node's own service.
 func (v *Node) InRepair() bool {
 	return !v.RepairLapsed && (v.Repair != nil || v.FaultTaint && !v.ReportUntil.IsZero())
-}
-
-// RepairPlaceUntil is when the node's repair stops holding a place of its
-// pool's (zero: not before the relay answers): an approval whose report
-// the agent has asked for holds it until the relay's answer withdraws it;
-// one GKE's flow took on, VouchedFor from the approval; any other, its
-// drain timeout and grace after the approval: an agent that asks nothing
-// by then (it never drained, or it lies) holds no place for ever. A
-// repair whose report the relay accepted holds it until the answer's
-// bound.
-func (v *Node) RepairPlaceUntil(grace time.Duration) time.Time {
-	switch {
-	case v.Repair == nil:
-		return v.ReportUntil
-	case v.RepairAsked:
-		return time.Time{}
-	case v.GKEFlow:
-		return v.Repair.Approved.Add(protocol.VouchedFor)
-	default:
-		return v.Repair.Approved.Add(time.Duration(v.Repair.DrainTimeout) + grace)
-	}
-}
-
-// ExpireRepair: a node whose repair's place has ended (RepairPlaceUntil,
-// with grace for the agent's ask after its drain) holds it no longer, nor
-// a place under the voluntary caps for it; an approval that lapsed is
-// withdrawn (FaultPlan.Lapsed).
-func (v *Node) ExpireRepair(now time.Time, grace time.Duration) {
-	if until := v.RepairPlaceUntil(grace); v.InRepair() && !until.IsZero() && !now.Before(until) {
-		v.RepairLapsed = true
-		v.Voluntary, v.VouchedUntil = v.VoluntaryBesidesRepair, v.VouchedBesidesRepair
-	}
-}
-
-// repairAsked: n's agent asked the relay for the report approval buys,
-// and the relay has not answered it.
-func repairAsked(n *corev1.Node, approval protocol.RepairApproval) bool {
-	c, ok := protocol.ReadComputeCall(n)
-	if !ok || approval.Request == "" || c.ID != approval.Request || c.Method != protocol.CallReportHostAsFaulty {
-		return false
-	}
-	ans, answered := protocol.ReadComputeAnswer(n)
-	return !answered || ans.ID != c.ID
-}
-
-// gkeFlowTook: GKE's report-and-replace flow has taken the approved
-// repair on: its operation label, which GKE writes and no node may, names
-// an operation other than the one on the Node when the repair was
-// approved.
-func gkeFlowTook(n *corev1.Node, approval protocol.RepairApproval) bool {
-	op := n.Labels[protocol.LabelReportAndReplaceOperation]
-	return op != "" && op != approval.GKEOperationBefore
 }
 
 // NodeReady: n's NodeReady condition is True.

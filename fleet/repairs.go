@@ -1,12 +1,15 @@
 package fleet
 
-// The order in which a pool's faulty nodes take its places (queue), and
-// what its repairRate counts (repairsCounted): only what the aggregator
-// itself approved, never a node's word.
+// A repair's place under its pool's maxInRepair, and for how long it holds
+// (RepairPlaceUntil); the order in which a pool's faulty nodes take its
+// places (queue); and what its repairRate counts (repairsCounted): each
+// from what the aggregator itself wrote, never a node's word alone.
 
 import (
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -107,4 +110,82 @@ func repairsCounted(now time.Time, cfg policy.Config, pools []string, byPool fun
 // an unreadable key).
 func BelievableRepair(last protocol.LastFaultRepair, now time.Time) bool {
 	return last.Outcome != "" && !last.Ended.After(now)
+}
+
+// RepairPlaceUntil is when the node's repair stops holding a place of its
+// pool's (zero: not before the relay answers): an approval whose report
+// the agent has asked for holds it until the relay's answer withdraws it;
+// one GKE's flow took on, VouchedFor from the approval; any other, its
+// drain timeout and grace after the approval: an agent that asks nothing
+// by then (it never drained, or it lies) holds no place for ever. A
+// repair whose report the relay accepted holds it until the answer's
+// bound.
+func (v *Node) RepairPlaceUntil(grace time.Duration) time.Time {
+	switch {
+	case v.Repair == nil:
+		return v.ReportUntil
+	case v.RepairAsked:
+		return time.Time{}
+	case v.GKEFlow:
+		return v.Repair.Approved.Add(protocol.VouchedFor)
+	default:
+		return v.Repair.Approved.Add(time.Duration(v.Repair.DrainTimeout) + grace)
+	}
+}
+
+// ExpireRepair: a node whose repair's place has ended (RepairPlaceUntil,
+// with grace for the agent's ask after its drain) holds it no longer, nor
+// a place under the voluntary caps for it; an approval that lapsed is
+// withdrawn (FaultPlan.Lapsed).
+func (v *Node) ExpireRepair(now time.Time, grace time.Duration) {
+	if until := v.RepairPlaceUntil(grace); v.InRepair() && !until.IsZero() && !now.Before(until) {
+		v.RepairLapsed = true
+		v.Voluntary, v.VouchedUntil = v.VoluntaryBesidesRepair, v.VouchedBesidesRepair
+	}
+}
+
+// reportPlaceUntil is until when the report of n's repair under way (its
+// request), which the relay accepted in n's present boot, holds a place
+// (zero: none): the answer's bound, or sooner, ReportReturn after the
+// report's operation ended, as the relay followed it. The operation of
+// instances.reportHostAsFaulty is to "mark the host as faulty and try to
+// restart the instance on a new host" (the Compute Engine API's
+// description of the method): once it has ended, the repair is over but
+// for the node's return.
+func reportPlaceUntil(n *corev1.Node, request string) time.Time {
+	until, ok := protocol.AcceptedCall(n, request)
+	if !ok {
+		return time.Time{}
+	}
+	if ans, _ := protocol.ReadComputeAnswer(n); ans.Done && !ans.Ended.IsZero() {
+		if back := ans.Ended.Add(ReportReturn); back.Before(until) {
+			return back
+		}
+	}
+	return until
+}
+
+// ReportReturn is how long after its report's operation ended a repaired
+// node may take to come back (its VM restarted on a new host, its kubelet
+// and agent up again) and still hold its place.
+const ReportReturn = 30 * time.Minute
+
+// repairAsked: n's agent asked the relay for the report approval buys,
+// and the relay has not answered it.
+func repairAsked(n *corev1.Node, approval protocol.RepairApproval) bool {
+	c, ok := protocol.ReadComputeCall(n)
+	if !ok || approval.Request == "" || c.ID != approval.Request || c.Method != protocol.CallReportHostAsFaulty {
+		return false
+	}
+	ans, answered := protocol.ReadComputeAnswer(n)
+	return !answered || ans.ID != c.ID
+}
+
+// gkeFlowTook: GKE's report-and-replace flow has taken the approved
+// repair on: its operation label, which GKE writes and no node may, names
+// an operation other than the one on the Node when the repair was
+// approved.
+func gkeFlowTook(n *corev1.Node, approval protocol.RepairApproval) bool {
+	op := n.Labels[protocol.LabelReportAndReplaceOperation]
+	return op != "" && op != approval.GKEOperationBefore
 }

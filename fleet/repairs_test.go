@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/maintenance-handler/maintenance-handler/policy"
 	"github.com/maintenance-handler/maintenance-handler/protocol"
@@ -143,6 +145,71 @@ func TestQueueLeastRecentlyRepairedFirst(t *testing.T) {
 			}
 			if d := cmp.Diff([]string{tc.want}, approved); d != "" {
 				t.Errorf("approved (-want +got):\n%s\nfaults %+v", d, plan.Faults)
+			}
+		})
+	}
+}
+
+// TestRepairPlaceFromWhatTheNodeCannotWrite: read from the Node object, a
+// faulty-tainted node whose agent says a repair is under way holds a
+// place only where the relay accepted its report in the present boot,
+// until the answer's bound or ReportReturn after the report's operation
+// ended; an approval asked for holds until answered, and one GKE's flow
+// took on (a new operation label) for VouchedFor.
+func TestRepairPlaceFromWhatTheNodeCannotWrite(t *testing.T) {
+	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	repairing := protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonFault, Started: now, Deadline: now.Add(time.Hour), RequestID: "req-1"}
+	approval := protocol.RepairApproval{Behavior: protocol.BehaviorChipError, Source: protocol.FaultSourceCondition, Approved: now,
+		DrainTimeout: protocol.Duration(30 * time.Minute), Request: "req-1", GKEOperationBefore: "op-old"}
+	accepted := protocol.ComputeAnswer{ID: "req-1", Operation: "op-1", Boot: "boot-1", Until: now.Add(protocol.VouchedFor)}
+	for _, tc := range []struct {
+		name   string
+		change func(*corev1.Node)
+		want   time.Time // RepairPlaceUntil; zero: none, or not before an answer
+		in     bool
+	}{
+		{name: "its own word alone", change: func(*corev1.Node) {}},
+		{name: "a report accepted in this boot", in: true, want: accepted.Until, change: func(n *corev1.Node) {
+			n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(accepted)
+		}},
+		{name: "a report accepted, its operation ended", in: true, want: now.Add(time.Hour + ReportReturn), change: func(n *corev1.Node) {
+			a := accepted
+			a.Done, a.Ended = true, now.Add(time.Hour)
+			n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(a)
+		}},
+		{name: "a report accepted in another boot", change: func(n *corev1.Node) {
+			a := accepted
+			a.Boot = "boot-0"
+			n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(a)
+		}},
+		{name: "approved, not asked", in: true, want: now.Add(30*time.Minute + time.Minute), change: func(n *corev1.Node) {
+			protocol.WriteRepairApproval(n, approval)
+		}},
+		{name: "approved and asked, not answered", in: true, change: func(n *corev1.Node) {
+			protocol.WriteRepairApproval(n, approval)
+			n.Annotations[protocol.AnnotationComputeCall] = protocol.Encode(protocol.ComputeCall{ID: "req-1", Method: protocol.CallReportHostAsFaulty})
+		}},
+		{name: "approved, GKE's last operation still on", in: true, want: now.Add(30*time.Minute + time.Minute), change: func(n *corev1.Node) {
+			protocol.WriteRepairApproval(n, approval)
+			n.Labels[protocol.LabelReportAndReplaceOperation] = "op-old"
+		}},
+		{name: "approved, taken on by GKE's flow", in: true, want: now.Add(protocol.VouchedFor), change: func(n *corev1.Node) {
+			protocol.WriteRepairApproval(n, approval)
+			n.Labels[protocol.LabelReportAndReplaceOperation] = "op-new"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-0", Labels: map[string]string{protocol.LabelNodePool: "a3"}, Annotations: map[string]string{}},
+				Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: protocol.TaintFaulty, Effect: corev1.TaintEffectNoSchedule}}},
+				Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-1"}}}
+			protocol.WriteAgentState(n, repairing)
+			tc.change(n)
+			v := NodeOf(n, protocol.Grouping{PoolLabel: protocol.LabelNodePool})
+			if v.InRepair() != tc.in {
+				t.Errorf("in repair %t, want %t", v.InRepair(), tc.in)
+			}
+			if got := v.RepairPlaceUntil(time.Minute); !got.Equal(tc.want) {
+				t.Errorf("its place holds until %s, want %s", got, tc.want)
 			}
 		})
 	}
