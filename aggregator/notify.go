@@ -142,9 +142,9 @@ func (a *Aggregator) notifySteps(o, n *corev1.Node, observed bool) {
 		if observed {
 			x.ObserveOnly, x.Message = true, "Observe-only: "+x.Message
 		}
-		nt.enqueue(x)
+		nt.enqueue(x, "")
 		for _, g := range nt.groups.Step(x) {
-			nt.enqueue(g)
+			nt.enqueue(g, x.Node)
 		}
 	}
 }
@@ -160,7 +160,7 @@ func (a *Aggregator) notifyDeleted(o any) {
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
 	for _, g := range nt.groups.Gone(n.Name, a.opts.grouping().Name(n), n.Labels[a.opts.PoolLabel], a.opts.Clock.Now()) {
-		nt.enqueue(g)
+		nt.enqueue(g, n.Name)
 	}
 }
 
@@ -196,16 +196,20 @@ func (nt *notifier) reset() {
 	}
 }
 
-// enqueue queues x, or drops it (counted) when its node or group was told
-// notifyPerHour messages in the last hour, or too many wait; a step
-// Steps does not name is not told. The caller holds mu.
-func (nt *notifier) enqueue(x fleet.Notification) {
+// enqueue queues x, or drops it (counted) when its node was told
+// notifyPerHour messages in the last hour (a group's message, those its
+// group was told by the steps of the host via), or too many wait; a step
+// Steps does not name is not told. A group's messages are counted by the
+// host whose step told them: a host that flaps, or whose agent lies, uses
+// up its own share of its group's messages, never the others' hosts'.
+// The caller holds mu.
+func (nt *notifier) enqueue(x fleet.Notification, via string) {
 	if len(nt.opts.Steps) > 0 && !slices.Contains(nt.opts.Steps, x.Step) {
 		return
 	}
 	who := x.Node
 	if who == "" {
-		who = "group " + x.Group
+		who = "group " + x.Group + " via " + via
 	}
 	if nt.told.admitUpTo(who, 1, notifyPerHour, nt.a.opts.Clock.Now()) == 0 {
 		nt.a.opts.Metrics.Notifications.WithLabelValues(string(x.Step), "rate_limited").Inc()

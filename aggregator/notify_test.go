@@ -108,8 +108,8 @@ func TestNotifierWaitsAsTheReceiverAsks(t *testing.T) {
 func TestNotifierForgetsTheLastTerm(t *testing.T) {
 	a, nt := testNotifier(t, clock.RealClock{}, "http://127.0.0.1:1")
 	nt.groups.Step(fleet.Notification{Node: "h0", Group: "b1/s1", Step: fleet.StepDraining})
-	nt.enqueue(fleet.Notification{Node: "h0", Step: fleet.StepDraining})
-	nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining})
+	nt.enqueue(fleet.Notification{Node: "h0", Step: fleet.StepDraining}, "")
+	nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining}, "h0")
 	a.beginLead()
 	if len(nt.queue) != 0 || len(nt.groups) != 0 {
 		t.Errorf("after a new term: %d queued, groups %v; want none", len(nt.queue), nt.groups)
@@ -174,9 +174,9 @@ func TestNotifierRateLimitsANode(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	a, nt := testNotifier(t, clk, "http://127.0.0.1:1")
 	for range notifyPerHour + 3 {
-		nt.enqueue(fleet.Notification{Node: "flappy", Step: fleet.StepDraining})
+		nt.enqueue(fleet.Notification{Node: "flappy", Step: fleet.StepDraining}, "")
 	}
-	nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining})
+	nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining}, "h0")
 	if len(nt.queue) != notifyPerHour+1 {
 		t.Errorf("%d queued; want %d of the node and the group's one", len(nt.queue), notifyPerHour+1)
 	}
@@ -184,9 +184,28 @@ func TestNotifierRateLimitsANode(t *testing.T) {
 		t.Errorf("rate_limited %v; want 3", got)
 	}
 	clk.Step(time.Hour)
-	nt.enqueue(fleet.Notification{Node: "flappy", Step: fleet.StepBack})
+	nt.enqueue(fleet.Notification{Node: "flappy", Step: fleet.StepBack}, "")
 	if len(nt.queue) != notifyPerHour+2 {
 		t.Errorf("an hour later: %d queued; want the node told again", len(nt.queue))
+	}
+}
+
+// TestNotifierGroupSharesPerHost: a group's messages are counted by the
+// host whose step told them: a host that flaps, or whose agent lies, and
+// tells its group notifyPerHour messages and more, leaves the group's
+// message of another host's maintenance to be told.
+func TestNotifierGroupSharesPerHost(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	a, nt := testNotifier(t, clk, "http://127.0.0.1:1")
+	for range notifyPerHour + 3 {
+		nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining}, "flappy")
+	}
+	if got := testutil.ToFloat64(a.opts.Metrics.Notifications.WithLabelValues(string(fleet.StepDraining), "rate_limited")); got != 3 {
+		t.Errorf("rate_limited %v; want the flapping host's 3 past its share", got)
+	}
+	nt.enqueue(fleet.Notification{Group: "b1/s1", Step: fleet.StepDraining}, "honest")
+	if len(nt.queue) != notifyPerHour+1 {
+		t.Errorf("%d queued; want the flapping host's %d and the other host's one", len(nt.queue), notifyPerHour)
 	}
 }
 

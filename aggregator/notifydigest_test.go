@@ -124,7 +124,7 @@ func TestNotifierDigestsAPreemption(t *testing.T) {
 	// The sender opens the next window once it has posted and counted
 	// the last: one more step, and its window, say it has.
 	nt.mu.Lock()
-	nt.enqueue(fleet.Notification{Node: "gpu-late", Step: fleet.StepScheduled})
+	nt.enqueue(fleet.Notification{Node: "gpu-late", Step: fleet.StepScheduled}, "")
 	nt.mu.Unlock()
 	select {
 	case <-clk.timers:
@@ -168,8 +168,8 @@ func TestNotifierFiltersSteps(t *testing.T) {
 	a, nt := testNotifier(t, testingclock.NewFakeClock(time.Now()), "http://127.0.0.1:1")
 	nt.opts.Steps = []fleet.Step{fleet.StepDraining, fleet.StepBack}
 	for _, s := range fleet.Steps {
-		nt.enqueue(fleet.Notification{Node: "gpu-0", Step: s})
-		nt.enqueue(fleet.Notification{Group: "b1/s1", Step: s})
+		nt.enqueue(fleet.Notification{Node: "gpu-0", Step: s}, "")
+		nt.enqueue(fleet.Notification{Group: "b1/s1", Step: s}, "h0")
 	}
 	var got []string
 	for len(nt.queue) > 0 {
