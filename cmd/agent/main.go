@@ -111,8 +111,10 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 	// Counted from the start, exported with the node's labels once the
 	// node is known.
 	refused := metrics.NewConnectionsRefused("agent", "metrics")
-	addr, err := cli.Serve(ctx, g, opts.ListenAddress, mux,
-		cli.LogRefused(logger, "metrics", func(reason string) { refused.WithLabelValues("metrics", reason).Inc() }))
+	// Any pod can reach the agent's port: the pods of one node (its
+	// default-sized pod range) share one share of its connections.
+	addr, err := cli.ServeShared(ctx, g, opts.ListenAddress, mux, nil,
+		cli.LogRefused(logger, "metrics", func(reason string) { refused.WithLabelValues("metrics", reason).Inc() }), cli.RangeShare)
 	if err != nil {
 		return err
 	}

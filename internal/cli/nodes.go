@@ -128,3 +128,29 @@ func (r *NodeRanges) NodeOf(addr netip.Addr) string {
 	}
 	return node
 }
+
+// Default pod ranges: the controller-manager's node IPAM gives each node a
+// /24 of IPv4 and a /64 of IPv6 by default (its --node-cidr-mask-size),
+// and GKE a /24 for its default of 110 Pods per node ("Configure maximum
+// Pods per node", cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
+const (
+	defaultIPv4Range = 24
+	defaultIPv6Range = 64
+)
+
+// RangeShare names the default-sized pod range that holds addr (a /24 of
+// IPv4, a /64 of IPv6), for a listener that knows no node's range
+// (Bounds.ShareOf): one node's pods then share one share. Where nodes are
+// given smaller ranges, the few nodes of one /24 share one share: a
+// scraper beside a node that fills it waits for its connections.
+func RangeShare(addr netip.Addr) string {
+	bits := defaultIPv6Range
+	if addr.Unmap().Is4() {
+		addr, bits = addr.Unmap(), defaultIPv4Range
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return ""
+	}
+	return "range " + p.String()
+}

@@ -167,6 +167,21 @@ func TestLimitedKeepsOneShareANode(t *testing.T) {
 	}
 }
 
+// TestLimitedKeepsOneShareARange: with no node's range known, the
+// addresses of one default-sized pod range (a /24) share one share: a
+// fourth is refused, and an address of another /24 and the host itself are
+// still taken.
+func TestLimitedKeepsOneShareARange(t *testing.T) {
+	accepted, refused := acceptFrom(t, Bounds{Conns: 16, PerSource: 3, ShareOf: RangeShare},
+		"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.1.5", "127.0.2.2", "127.0.0.1")
+	if diff := cmp.Diff([]string{"127.0.1.2", "127.0.1.3", "127.0.1.4", "127.0.2.2", "127.0.0.1"}, accepted); diff != "" {
+		t.Errorf("accepted (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{RefusedOverShare}, refused); diff != "" {
+		t.Errorf("refused (-want +got):\n%s", diff)
+	}
+}
+
 // acceptFrom dials a listener keeping b (on 127.0.0.1) once from each of
 // sources, in turn, and accepts until all but one are accepted or
 // refused (the test's bounds refuse exactly one); it returns the client
