@@ -102,8 +102,8 @@ func ownApprovals(n *corev1.Node, pool string) map[string]time.Time {
 }
 
 // kept prunes the approvals kept by name that no pool counts any more at
-// now (older than window(pool); zero: the pool has no repairRate) and
-// returns a copy of the rest.
+// now (older than window(pool): its repairRate's window or its cool-down)
+// and returns a copy of the rest.
 func (l *ledger) kept(now time.Time, window func(pool string) time.Duration) fleet.Kept {
 	out := fleet.Kept{}
 	for name, approved := range l.approved {
@@ -374,9 +374,12 @@ func (a *Aggregator) keptApprovals(cfg policy.Config) fleet.Kept {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.ledger.kept(a.opts.Clock.Now(), func(pool string) time.Duration {
-		if s := cfg.Faults(pool); s.RateCount > 0 {
-			return s.RateWindow
+		// Kept for the pool's repairRate and for its cool-down, which
+		// counts from the last approval (fleet.Node.LastApproved).
+		s := cfg.Faults(pool)
+		if s.RateCount > 0 {
+			return max(s.RateWindow, s.Cooldown)
 		}
-		return 0
+		return s.Cooldown
 	})
 }

@@ -51,6 +51,7 @@ type Aggregator struct {
 	// Both used by the pass goroutine only.
 	views       viewCache
 	sightings   sightings // when the pass first saw each detector's condition
+	refusals    refusals  // writes refused for good (refused.go)
 	claimedHere map[string]string
 	// unannounced: the pools whose plan was made anew and not yet
 	// announced (a pass that cannot write the claims announces nothing).

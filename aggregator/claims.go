@@ -249,6 +249,8 @@ func (a *Aggregator) liveClaims(ctx context.Context, cl claims, cached map[strin
 	for name, rv := range cl.nodes {
 		c := cached[name]
 		switch {
+		case c != nil && c.ResourceVersion == rv && a.refusals.refusedAt(name, rv):
+			continue // the write at that version was refused for good: it cannot land
 		case c != nil && c.ResourceVersion == rv:
 			live[name] = rv // unchanged since the claim
 			continue

@@ -20,6 +20,7 @@ import (
 // repair's place ends. Approvals are claimed (claims.go) before they are
 // written (writeFaults).
 func (a *Aggregator) decideFaults(cfg policy.Config, nodes *fleet.Fleet, lapse time.Time) fleet.FaultPlan {
+	a.refusals.amend(nodes, a.opts.Clock.Now())
 	plan := nodes.DecideFaults(a.opts.Clock.Now(), cfg, a.keptApprovals(cfg))
 	a.mu.Lock()
 	a.faultCheck = plan.NextCheck
@@ -78,6 +79,16 @@ func (a *Aggregator) writeFaults(ctx context.Context, plan fleet.FaultPlan, deci
 		changes[f.Node] = c
 	}
 	landed := a.writeFaultChanges(ctx, changes, decidedOn)
+	for name, c := range changes {
+		if n := decidedOn[name]; !landed[name] && c.fault != nil && c.fault.Reason == fleet.FaultApproved && a.refusals.refusedAt(name, n.ResourceVersion) {
+			// It takes no place (its claim is resolved), and waits as
+			// if approved: a Node the API server refuses every update
+			// of is not approved again each pass, first in the queue.
+			a.refusals.approval(name, a.opts.Clock.Now())
+			a.log.Warn("a repair's approval was refused by the API server; the node takes no place and waits its cool-down", "node", name, "pool", c.fault.Pool)
+			a.nodeEvent(name, c.fault.UID, true, protocol.EventFaultRepairApprovalLapsed, "The approval of the node's repair could not be written: the API server refused the update of the Node; the node holds no place of its pool's, and its repair waits the pool's cool-down")
+		}
+	}
 	for _, f := range plan.Lapsed {
 		if landed[f.Node] {
 			a.opts.Metrics.FaultDecisions.WithLabelValues(f.Pool, string(f.Reason)).Inc()

@@ -2,11 +2,14 @@ package aggregator_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -70,4 +73,48 @@ func TestHostileApprovalLapses(t *testing.T) {
 	if !protocol.HasTaintKey(n, protocol.TaintFaulty) {
 		t.Error("the holder lost its faulty taint: its condition still holds")
 	}
+}
+
+// TestHostileFullNodeHoldsNoPlace: a node whose kubelet fills its own
+// Node's annotations to just under the API server's limit (the shipped
+// fences let it: the annotation is no product key) makes every update of
+// the aggregator's to it refused. Its repair's approval, claimed before
+// the write, holds no place once the write is refused: the aggregator
+// says so, and the pool's other faulty node is approved. Before, the
+// claim counted for as long as the Node stayed as it was, and the node,
+// first in the queue, was claimed again each pass.
+func TestHostileFullNodeHoldsNoPlace(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	p := newProcs(t)
+	const holder, waiting = "full-a-holder", "full-b-waiting"
+	for _, name := range []string{holder, waiting} {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "lapse"})
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	h := world.HostileNode(t, holder)
+	world.ShippedFences(t, h)
+	n, err := h.Kubelet.CoreV1().Nodes().Get(ctx, holder, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "example.com/pad"
+	total := 0
+	for k, v := range n.Annotations {
+		total += len(k) + len(v)
+	}
+	// The API server takes a Node's annotations up to 256 KiB in all.
+	pad, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: strings.Repeat("x", 256*1024-total-len(key)-64)}}})
+	if _, err := h.Kubelet.CoreV1().Nodes().Patch(ctx, holder, types.MergePatchType, pad, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the kubelet's own annotation refused: %v", err)
+	}
+	configMap(t, p.ns, lapsePolicy)
+	setCondition(t, holder, corev1.ConditionTrue)
+	p.aggregatorWith("agg-full", testworld.FreeAddrT(t), "maintenance-handler")
+	world.WaitEvent(t, holder, protocol.EventFaultRepairApprovalLapsed, "could not be written")
+	setCondition(t, waiting, corev1.ConditionTrue)
+	world.WaitNode(t, waiting, "its repair approved", func(n *corev1.Node) bool {
+		_, ok := n.Annotations[protocol.AnnotationFaultRepair]
+		return ok
+	})
 }

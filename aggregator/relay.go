@@ -348,11 +348,17 @@ func (r *relay) answer(ctx context.Context, name, key, value string) {
 	r.answerPatch(ctx, name, annotationPatch(key, value))
 }
 
-// answerPatch writes patch on the node as answer does.
+// answerPatch writes patch on the node as answer does; one the API
+// server refuses for good (a Node its kubelet filled to the limit) is
+// given up, freeing the node's place in the relay's work.
 func (r *relay) answerPatch(ctx context.Context, name string, patch []byte) {
 	for attempt := 0; ; attempt++ {
 		_, err := r.client.PatchNode(ctx, name, types.MergePatchType, patch, fieldManager, "")
 		if err == nil || apierrors.IsNotFound(err) {
+			return
+		}
+		if definitive(err) {
+			r.a.log.Warn("the answer to a node's Compute Engine ask was refused by the API server; not written", "node", name, "err", err)
 			return
 		}
 		r.a.log.Warn("cannot write the answer to a node's Compute Engine ask; retrying", "node", name, "err", err)

@@ -17,34 +17,31 @@ import (
 )
 
 // sightings are, by node, when this replica first saw each of its
-// detectors' conditions in its present status. The pass's goroutine owns
-// them.
-type sightings map[string][]sighting
+// detectors' conditions in its present status (by type and status). The
+// pass's goroutine owns them.
+type sightings map[string]map[sighting]time.Time
 
-// sighting is one condition, its status, and when it was first seen so.
-type sighting struct {
-	typ, status string
-	at          time.Time
-}
+// sighting is one condition's type and status.
+type sighting struct{ typ, status string }
 
 // see moves each of v's conditions' Since to no earlier than when it was
 // first seen in its status (now, for one not seen before), and records v's
-// conditions as they are.
+// conditions as they are: the work is linear in their number, however many
+// a node writes.
 func (s sightings) see(v *fleet.Node, now time.Time) {
 	prev := s[v.Name]
-	next := make([]sighting, 0, len(v.Conditions))
+	next := make(map[sighting]time.Time, len(v.Conditions))
 	for i := range v.Conditions {
 		c := &v.Conditions[i]
-		at := now
-		for _, p := range prev {
-			if p.typ == c.Type && p.status == c.Status {
-				at = p.at
-			}
+		key := sighting{typ: c.Type, status: c.Status}
+		at, ok := prev[key]
+		if !ok {
+			at = now
 		}
 		if c.Since.Before(at) {
 			c.Since = at
 		}
-		next = append(next, sighting{typ: c.Type, status: c.Status, at: at})
+		next[key] = at
 	}
 	if len(next) == 0 {
 		delete(s, v.Name)

@@ -114,6 +114,7 @@ func (a *Aggregator) updateNodes(ctx context.Context, names []string, decidedOn 
 				if !apierrors.IsConflict(err) {
 					a.log.Warn(what+" not written", "node", name, "err", err)
 				}
+				a.refusals.write(name, decidedOn[name].ResourceVersion, err)
 				a.poke()
 				return nil
 			}

@@ -173,7 +173,7 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 			if n.InRepair() {
 				continue
 			}
-			f, ok := faultOf(now, setting, n, &plan.NextCheck)
+			f, ok := faultOf(now, setting, n, n.LastApproved(kept), &plan.NextCheck)
 			if !ok {
 				if n.FaultTaint {
 					plan.Untaint = append(plan.Untaint, n.Name)
@@ -211,10 +211,12 @@ func decideFaults(now time.Time, cfg policy.Config, pools []string, byPool func(
 
 // faultOf is n's fault, if it is faulty and not in repair: a person's
 // request first, else the first of the policy's conditions that has held
-// for its duration (next moves to when one that holds will have). Its
-// Reason is FaultApproved unless something other than the cap holds it.
-func faultOf(now time.Time, setting policy.Faults, n *Node, next *time.Time) (Fault, bool) {
-	f := Fault{Node: n.Name, UID: n.UID, Pool: n.Pool, Reason: FaultApproved, LastApproved: n.LastApproved()}
+// for its duration (next moves to when one that holds will have);
+// lastApproved is when the aggregator last approved its repair
+// (Node.LastApproved). Its Reason is FaultApproved unless something other
+// than the cap holds it.
+func faultOf(now time.Time, setting policy.Faults, n *Node, lastApproved time.Time, next *time.Time) (Fault, bool) {
+	f := Fault{Node: n.Name, UID: n.UID, Pool: n.Pool, Reason: FaultApproved, LastApproved: lastApproved}
 	switch {
 	case n.ReportFaultySet && !protocol.ValidBehavior(n.ReportFaulty):
 		f.Reason = FaultInvalidRequest

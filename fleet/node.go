@@ -147,6 +147,12 @@ type Node struct {
 	GKEFlow      bool
 	ReportUntil  time.Time
 	RepairLapsed bool
+	// ApprovalRefused is when the aggregator last approved the node's
+	// repair and the API server refused the approval's write for good (a
+	// Node its own kubelet filled to the limit): it counts as an approval
+	// for the node's place in the queue and its cool-down, never against
+	// its pool's repairRate (no repair can come of it).
+	ApprovalRefused time.Time
 	// VoluntaryBesidesRepair and VouchedBesidesRepair are Voluntary and
 	// VouchedUntil as they
 	// were before the repair counted as voluntary (back once it lapses).

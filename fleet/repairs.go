@@ -38,12 +38,16 @@ func queue(a, b Fault) int {
 }
 
 // LastApproved is when the aggregator last approved a repair of n's VM,
-// in any pool (zero: never, as far as its records go).
-func (n *Node) LastApproved() time.Time {
-	var last time.Time
-	for _, at := range n.Approved {
-		if at.After(last) {
-			last = at
+// in any pool, by its record on the Node, the record it kept of a Node
+// deleted (kept), or an approval whose write was refused (zero: never, as
+// far as its records go).
+func (n *Node) LastApproved(kept Kept) time.Time {
+	last := n.ApprovalRefused
+	for _, approved := range []map[string]time.Time{n.Approved, kept[n.Name]} {
+		for _, at := range approved {
+			if at.After(last) {
+				last = at
+			}
 		}
 	}
 	return last
@@ -112,9 +116,17 @@ func BelievableRepair(last protocol.LastFaultRepair, now time.Time) bool {
 	return last.Outcome != "" && !last.Ended.After(now)
 }
 
+// AnswerWithin bounds the wait for the relay's answer to a report asked
+// for within the approval's drain timeout and grace: the relay makes a
+// call within 5 minutes, retries included, and writes its answer at once;
+// an answer that cannot be written (a Node filled to its limit) is not
+// waited for longer.
+const AnswerWithin = 15 * time.Minute
+
 // RepairPlaceUntil is when the node's repair stops holding a place of its
-// pool's (zero: not before the relay answers): an approval whose report
-// the agent has asked for holds it until the relay's answer withdraws it;
+// pool's: an approval whose report the agent has asked for holds it until
+// the relay's answer withdraws it, AnswerWithin past the ask's deadline at
+// most;
 // one GKE's flow took on, VouchedFor from the approval; any other, its
 // drain timeout and grace after the approval: an agent that asks nothing
 // by then (it never drained, or it lies) holds no place for ever. A
@@ -125,7 +137,7 @@ func (v *Node) RepairPlaceUntil(grace time.Duration) time.Time {
 	case v.Repair == nil:
 		return v.ReportUntil
 	case v.RepairAsked:
-		return time.Time{}
+		return v.Repair.Approved.Add(time.Duration(v.Repair.DrainTimeout) + grace + AnswerWithin)
 	case v.GKEFlow:
 		return v.Repair.Approved.Add(protocol.VouchedFor)
 	default:

@@ -19,7 +19,8 @@ import (
 // and the pool's other faulty node is approved. One whose report was
 // asked for and not yet answered holds on; one GKE's flow took on holds
 // for VouchedFor; a report the relay accepted holds until its answer's
-// bound.
+// bound. An ask never answered (an answer the API server refuses to
+// write) holds it AnswerWithin longer, no more.
 func TestApprovalLapsesUnasked(t *testing.T) {
 	approved := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
 	const grace = 10 * time.Minute
@@ -46,7 +47,8 @@ func TestApprovalLapsesUnasked(t *testing.T) {
 	}{
 		{name: "within the drain timeout and grace", holder: held, at: 39 * time.Minute, holds: true, waiting: FaultMaxInRepair},
 		{name: "past them, unasked", holder: held, at: 40 * time.Minute, lapsed: []string{"held"}, waiting: FaultApproved},
-		{name: "asked, not answered", holder: asked, at: 5 * time.Hour, holds: true, waiting: FaultMaxInRepair},
+		{name: "asked, not answered", holder: asked, at: 54 * time.Minute, holds: true, waiting: FaultMaxInRepair},
+		{name: "asked, never answered", holder: asked, at: 55 * time.Minute, lapsed: []string{"held"}, waiting: FaultApproved},
 		{name: "taken on by GKE's flow", holder: gke, at: 5 * time.Hour, holds: true, waiting: FaultMaxInRepair},
 		{name: "GKE's flow past VouchedFor", holder: gke, at: protocol.VouchedFor, lapsed: []string{"held"}, waiting: FaultApproved},
 		{name: "report accepted", holder: reported, at: time.Hour, holds: true, waiting: FaultMaxInRepair},
@@ -154,7 +156,8 @@ func TestQueueLeastRecentlyRepairedFirst(t *testing.T) {
 // faulty-tainted node whose agent says a repair is under way holds a
 // place only where the relay accepted its report in the present boot,
 // until the answer's bound or ReportReturn after the report's operation
-// ended; an approval asked for holds until answered, and one GKE's flow
+// ended; an approval asked for holds until answered (AnswerWithin past
+// the ask's deadline at most), and one GKE's flow
 // took on (a new operation label) for VouchedFor.
 func TestRepairPlaceFromWhatTheNodeCannotWrite(t *testing.T) {
 	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
@@ -185,7 +188,7 @@ func TestRepairPlaceFromWhatTheNodeCannotWrite(t *testing.T) {
 		{name: "approved, not asked", in: true, want: now.Add(30*time.Minute + time.Minute), change: func(n *corev1.Node) {
 			protocol.WriteRepairApproval(n, approval)
 		}},
-		{name: "approved and asked, not answered", in: true, change: func(n *corev1.Node) {
+		{name: "approved and asked, not answered", in: true, want: now.Add(30*time.Minute + time.Minute + AnswerWithin), change: func(n *corev1.Node) {
 			protocol.WriteRepairApproval(n, approval)
 			n.Annotations[protocol.AnnotationComputeCall] = protocol.Encode(protocol.ComputeCall{ID: "req-1", Method: protocol.CallReportHostAsFaulty})
 		}},
@@ -212,5 +215,39 @@ func TestRepairPlaceFromWhatTheNodeCannotWrite(t *testing.T) {
 				t.Errorf("its place holds until %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestLastApprovedFromEveryRecord: the cool-down after the aggregator's
+// last approval counts an approval kept of the Node's deleted object, and
+// one whose write the API server refused, as it counts its record on the
+// Node; a refused one fills no place of the pool's repairRate.
+func TestLastApprovedFromEveryRecord(t *testing.T) {
+	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	cfg, err := policy.ParseConfig("cluster:\n  faults:\n    maxInRepair: \"5\"\n    repairRate: 1/168h\n    cooldown: 6h\n    conditions:\n    - type: GPUUnhealthy\n      for: 1m\n      behavior: UNRECOVERABLE_GPU_ERROR\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := func(name string) *Node {
+		return &Node{Name: name, Pool: "a3", FaultTaint: true,
+			Conditions: []Condition{{Type: "GPUUnhealthy", Status: "True", Since: now.Add(-time.Hour), Written: now}}}
+	}
+	back, refused, honest := bad("back"), bad("refused"), bad("honest")
+	refused.ApprovalRefused = now.Add(-time.Hour)
+	kept := Kept{"back": {"a3": now.Add(-100 * time.Minute)}}
+	got := map[string]FaultReason{}
+	plan := decideFaults(now, cfg, []string{"a3"}, func(string) []*Node { return []*Node{back, refused, honest} }, kept)
+	for _, f := range plan.Faults {
+		got[f.Node] = f.Reason
+	}
+	// back's kept approval fills the pool's one repair a week: honest
+	// waits for the rate, not for a refused approval.
+	want := map[string]FaultReason{"back": FaultCoolingDown, "refused": FaultCoolingDown, "honest": FaultRateLimited}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("decisions (-want +got):\n%s", d)
+	}
+	plan = decideFaults(now, cfg, []string{"a3"}, func(string) []*Node { return []*Node{refused, honest} }, nil)
+	if i := slices.IndexFunc(plan.Faults, func(f Fault) bool { return f.Node == "honest" }); i < 0 || plan.Faults[i].Reason != FaultApproved {
+		t.Errorf("faults %+v: want honest approved (a refused approval fills no repairRate)", plan.Faults)
 	}
 }
