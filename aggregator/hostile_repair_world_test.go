@@ -29,6 +29,22 @@ pools:
       drainTimeout: 2s
 `
 
+// lapsePool registers nodes (kwok plays them; no agent runs) in the pool
+// of lapsePolicy, which it writes, and returns the test's context and
+// processes.
+func lapsePool(t *testing.T, nodes ...string) (context.Context, *procs) {
+	t.Helper()
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 3*time.Minute)
+	p := newProcs(t)
+	for _, name := range nodes {
+		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "lapse"})
+		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	configMap(t, p.ns, lapsePolicy)
+	return ctx, p
+}
+
 // TestHostileApprovalLapses: a node whose repair is approved and whose
 // agent never asks for the report (it lies, or is gone) holds its pool's
 // only place under maxInRepair no longer than the drain timeout and the
@@ -38,15 +54,8 @@ pools:
 // still holds. Before approvals lapsed, the first held the place for as
 // long as it liked.
 func TestHostileApprovalLapses(t *testing.T) {
-	testworld.Need(t)
-	ctx := testworld.Ctx(t, 3*time.Minute)
-	p := newProcs(t)
 	const holder, waiting = "lapse-a-holder", "lapse-b-waiting"
-	for _, name := range []string{holder, waiting} {
-		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "lapse"})
-		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
-	configMap(t, p.ns, lapsePolicy)
+	ctx, p := lapsePool(t, holder, waiting)
 	setCondition(t, holder, corev1.ConditionTrue)
 	addr := testworld.FreeAddrT(t)
 	p.aggregatorWith("agg-lapse", addr, "maintenance-handler", "--repair-ask-grace", "2s")
@@ -84,14 +93,8 @@ func TestHostileApprovalLapses(t *testing.T) {
 // claim counted for as long as the Node stayed as it was, and the node,
 // first in the queue, was claimed again each pass.
 func TestHostileFullNodeHoldsNoPlace(t *testing.T) {
-	testworld.Need(t)
-	ctx := testworld.Ctx(t, 3*time.Minute)
-	p := newProcs(t)
 	const holder, waiting = "full-a-holder", "full-b-waiting"
-	for _, name := range []string{holder, waiting} {
-		world.NodeT(t, testworld.NodeSpec{Name: name, Pool: "lapse"})
-		t.Cleanup(func() { _ = world.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
+	ctx, p := lapsePool(t, holder, waiting)
 	h := world.HostileNode(t, holder)
 	world.ShippedFences(t, h)
 	n, err := h.Kubelet.CoreV1().Nodes().Get(ctx, holder, metav1.GetOptions{})
@@ -108,7 +111,6 @@ func TestHostileFullNodeHoldsNoPlace(t *testing.T) {
 	if _, err := h.Kubelet.CoreV1().Nodes().Patch(ctx, holder, types.MergePatchType, pad, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("the kubelet's own annotation refused: %v", err)
 	}
-	configMap(t, p.ns, lapsePolicy)
 	setCondition(t, holder, corev1.ConditionTrue)
 	p.aggregatorWith("agg-full", testworld.FreeAddrT(t), "maintenance-handler")
 	world.WaitEvent(t, holder, protocol.EventFaultRepairApprovalLapsed, "could not be written")
