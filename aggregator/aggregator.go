@@ -90,6 +90,7 @@ type Aggregator struct {
 	claims claimWindow
 	// relay makes the agents' Compute Engine calls (nil: none).
 	relay *relay
+	confirms confirmer // the members' forced maintenances (confirm.go)
 	// watched are the watches Healthy reads, once started.
 	watched atomic.Pointer[[]*kube.Informer]
 }
@@ -247,6 +248,7 @@ func (a *Aggregator) beginLead() {
 	a.lastFault, a.lastUnproven = map[string]fleet.FaultReason{}, map[string]string{}
 	a.mu.Unlock()
 	a.views.forget()
+	a.confirms.forget()
 	if a.notifier != nil {
 		a.notifier.reset()
 	}

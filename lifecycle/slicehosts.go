@@ -154,11 +154,13 @@ func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost
 // (of kind) with it at now: one of its own, under way with a deadline; in
 // a reservation group, a voluntary one only. A voluntary one moves the
 // others only where someone who is not the node asked for it (Asked, not
-// past AskedUntil): a node's own word that it is in a manual maintenance
-// drains itself alone, in every kind of group.
+// past AskedUntil), a forced one (preemption, host maintenance, a known
+// end, a repair) only where the aggregator confirmed it from what the node
+// cannot write (Confirmed: ConfirmsCause): a node's own word that it is in
+// a maintenance drains itself alone, in every kind of group.
 func causes(kind protocol.GroupKind, h protocol.SliceHost, now time.Time) bool {
 	own := active(h) && h.Reason != protocol.ReasonSlice && !h.Deadline.IsZero()
-	if h.Reason == protocol.ReasonManual && !askedAt(h, now) {
+	if h.Reason == protocol.ReasonManual && !askedAt(h, now) || h.Reason != protocol.ReasonManual && !h.Confirmed {
 		return false
 	}
 	return own && (kind != protocol.GroupReservation || h.Reason == protocol.ReasonManual)
@@ -178,7 +180,7 @@ func askedAt(h protocol.SliceHost, now time.Time) bool {
 // follow one host do not wake each other 63 times each.
 func SliceSignal(h protocol.SliceHost) protocol.SliceHost {
 	if h.Phase == protocol.PhaseIdle || h.Reason == protocol.ReasonSlice {
-		h.Reason, h.Started, h.Deadline, h.Asked, h.AskedUntil = "", time.Time{}, time.Time{}, false, time.Time{}
+		h.Reason, h.Started, h.Deadline, h.Asked, h.AskedUntil, h.Confirmed = "", time.Time{}, time.Time{}, false, time.Time{}, false
 		if h.Phase != protocol.PhaseTerminating {
 			h.Phase = ""
 		}
