@@ -89,7 +89,7 @@ type Aggregator struct {
 	// last hour (accounting.go).
 	claims claimWindow
 	// relay makes the agents' Compute Engine calls (nil: none).
-	relay *relay
+	relay    *relay
 	confirms confirmer // the members' forced maintenances (confirm.go)
 	// watched are the watches Healthy reads, once started.
 	watched atomic.Pointer[[]*kube.Informer]

@@ -3,9 +3,10 @@ package lifecycle
 // A multi-host TPU slice is one machine: its job runs on every host, and
 // when one host stops the whole job fails. So a slice is maintained as one
 // unit: when one host begins a maintenance (or is preempted), every other
-// host drains with it, by the earliest deadline (SliceAsks: each host's
-// agent works it out from its slice's Nodes, and the aggregator writes it
-// for hosts whose agent is down), and the slice returns to service when
+// host drains with it, by the earliest deadline (SliceAsks: the aggregator
+// writes it; each host's agent works a voluntary one out from its slice's
+// Nodes too, and a forced one only once the aggregator confirmed it:
+// confirm.go), and the slice returns to service when
 // every host is back. A voluntary maintenance of a slice asks Compute
 // Engine once, from one host (SliceCaller), once every other host is
 // drained (SliceDrained).
@@ -127,7 +128,8 @@ func SliceDrained(hosts []protocol.SliceHost, caller string, now time.Time) (wai
 // is the cause. In a reservation group (protocol.GroupReservation) only a
 // voluntary maintenance (manual or opportunistic) is a cause: a member's
 // own forced event stops that member alone. Only a host Believed at now is
-// a cause. The aggregator writes these asks on every host; each host's
+// a cause, and only where someone not the node asked for its voluntary
+// maintenance, or the aggregator confirmed its forced one (causes). The aggregator writes these asks on every host; each host's
 // agent works its own out from the same Nodes, so that a slice needs no
 // aggregator to go down as one.
 func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost, now time.Time) map[string]*protocol.SliceAsk {

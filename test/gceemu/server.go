@@ -168,7 +168,7 @@ type Server struct {
 	// preemptedAt is when SetPreempted(true) was called, and started when
 	// the VM last started (New, Clear): its lastStartTimestamp.
 	preemptedAt, started time.Time
-	notice  *Notice
+	notice               *Notice
 	// timeLimit is the VM's time limit (Config.TimeLimit, SetTimeLimit).
 	timeLimit *TimeLimit
 	// noticeRaw, when set, is served verbatim instead of notice.
