@@ -134,3 +134,32 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 		}
 	}
 }
+
+// TestSliceAsksForcedOnlyConfirmed: a proven host's preemption moves the
+// other hosts only where the aggregator confirmed it, or where an ask it
+// wrote for that very maintenance already stands on a host (a leader
+// before confirmed it): not for another start, nor another cause.
+func TestSliceAsksForcedOnlyConfirmed(t *testing.T) {
+	none := func(string, protocol.Reason, time.Time) bool { return false }
+	preempted := Node{Name: "b", Slice: "v5p", Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: now, Deadline: now.Add(30 * time.Second)}
+	written := &protocol.SliceAsk{Slice: "v5p", Cause: "b", Reason: protocol.ReasonPreemption, Started: now, Deadline: preempted.Deadline}
+	older := *written
+	older.Started = now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name      string
+		confirmed Confirmed
+		standing  *protocol.SliceAsk
+		want      bool
+	}{
+		{"confirmed", confirmAll, nil, true},
+		{"not confirmed", none, nil, false},
+		{"not confirmed, its ask standing", none, written, true},
+		{"not confirmed, an ask for an earlier start standing", none, &older, false},
+	} {
+		idle := Node{Name: "a", Slice: "v5p", Phase: protocol.PhaseIdle, Ask: tc.standing}
+		got := SliceAsks([]Node{idle, preempted}, now, tc.confirmed)["a"]
+		if (got != nil) != tc.want || got != nil && got.Cause != "b" {
+			t.Errorf("%s: a asked %+v; want an ask %t", tc.name, got, tc.want)
+		}
+	}
+}
