@@ -57,7 +57,7 @@ func TestProvenMemberForcesNoSibling(t *testing.T) {
 	deadline := s.preempt(t, ctx, "v5p-2")
 	s.drainedWith(t, ctx, deadline, []string{"v5p-0", "v5p-3"}, []string{"job-0", "job-2", "job-3"})
 	world.WaitEvent(t, "v5p-0", protocol.EventSliceDrain, "Host v5p-2 of the multi-host slice v5p stops (preemption)")
-	t.Logf("preempted to v5p-0 moved (the leader's read, then its ask): %s", moved.at("v5p-0").Sub(preempted))
+	t.Logf("v5p-2 moved (its agent, on its preemption) to v5p-0 moved (the leader's read, then its ask): %s", moved.at("v5p-0").Sub(moved.at("v5p-2")))
 	for _, host := range []string{"v5p-0", "v5p-3"} {
 		if at := moved.at(host); at.Before(preempted) {
 			t.Errorf("%s moved at %s, before v5p-2 was preempted at %s", host, at.Format(time.RFC3339Nano), preempted.Format(time.RFC3339Nano))
