@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
@@ -63,4 +65,39 @@ func TestProvenMemberForcesNoSibling(t *testing.T) {
 			t.Errorf("%s moved at %s, before v5p-2 was preempted at %s", host, at.Format(time.RFC3339Nano), preempted.Format(time.RFC3339Nano))
 		}
 	}
+}
+
+// TestProvenMemberMovesItsSliceOncePerStart: a proven host whose VM
+// Compute Engine really stops (v5p-1, preempted) moves its slice once:
+// the other hosts drain with it, and go back in service when its agent
+// token says it is back. Its token then says a preemption began again,
+// while the VM is still in the start that moved the slice: refused
+// (Warning GroupCauseUnconfirmed, why="bound"), and no other host is asked
+// to drain again.
+func TestProvenMemberMovesItsSliceOncePerStart(t *testing.T) {
+	testworld.Need(t)
+	ctx := testworld.Ctx(t, 5*time.Minute)
+	s, _, addr := readSlice(t, ctx, "agg-bound")
+	others := []string{"v5p-0", "v5p-2", "v5p-3"}
+
+	h := hostileAgent(t, s.p, "v5p-1")
+	s.vms["v5p-1"].Emu.SetPreempted(true)
+	first := time.Now().UTC().Truncate(time.Second)
+	writeState(t, ctx, h, "v5p-1", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: first, Deadline: first.Add(30 * time.Second)})
+	world.WaitNodes(t, others, "asked to drain with v5p-1, its VM stopping", func(n *corev1.Node) bool {
+		ask, ok := protocol.ReadSliceAsk(n)
+		return ok && ask.Cause == "v5p-1"
+	})
+	writeState(t, ctx, h, "v5p-1", protocol.AgentState{Phase: protocol.PhaseIdle})
+	world.WaitNodes(t, others, "back in service", func(n *corev1.Node) bool {
+		_, asked := protocol.ReadSliceAsk(n)
+		return !asked && !protocol.HasTaint(n) && !protocol.HasTaintKey(n, protocol.TaintSliceDown) && !n.Spec.Unschedulable && !protocol.ReadAgentState(n).Active()
+	})
+
+	again := first.Add(-time.Minute) // another maintenance, in the VM's same start
+	writeState(t, ctx, h, "v5p-1", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: again, Deadline: time.Now().Add(30 * time.Second).UTC()})
+	waitMetric(t, ctx, addr, `maintenance_handler_aggregator_unconfirmed_group_causes_total{reason="preemption",why="bound"}`, 1)
+	world.WaitEvent(t, "v5p-1", protocol.EventCauseUnconfirmed, "already moved its group once")
+	passes(t, ctx, addr, 2)
+	untouched(t, ctx, others...)
 }
