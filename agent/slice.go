@@ -88,6 +88,12 @@ func (a *Agent) grouping() protocol.Grouping {
 // agent's own, as it reads it now), each with whether its membership is
 // proven (protocol.Grouping.HostOf): a host that only claims to be one, by
 // labels and capacity its own kubelet wrote, takes no other host down.
+// Another host's forced maintenance (its preemption, its host maintenance)
+// is its agent's word on its Node: the agent follows it only through the
+// aggregator's ask, written once the aggregator confirmed it from Compute
+// Engine (aggregator/confirm.go). Where the agents make their own Compute
+// Engine calls (no Relay: --compute-caller node) every node's identity may
+// stop any VM of the project, and a host's word is taken.
 func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	g := a.grouping()
 	own := g.HostOf(node)
@@ -95,7 +101,9 @@ func (a *Agent) sliceHosts(node *corev1.Node) []protocol.SliceHost {
 	hosts := []protocol.SliceHost{own}
 	for _, o := range a.siblings.List() {
 		if n, ok := o.(*corev1.Node); ok && n.Name != node.Name && g.Name(n) == a.slice {
-			hosts = append(hosts, g.HostOf(n))
+			h := g.HostOf(n)
+			h.Confirmed = a.opts.Relay == nil
+			hosts = append(hosts, h)
 		}
 	}
 	return hosts

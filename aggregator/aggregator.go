@@ -46,13 +46,14 @@ type Aggregator struct {
 	announceAt time.Time
 
 	// views caches NodeOf by resourceVersion: a pass re-reads only the
-	// Nodes that changed. claimedHere holds the claims this replica made,
-	// each at the resourceVersion its node cache showed (see liveClaims).
-	// Both used by the pass goroutine only.
+	// Nodes that changed; sightings are when it first saw each detector's
+	// condition; claimedHere the claims this replica made, each at the
+	// resourceVersion its node cache showed (liveClaims). The pass
+	// goroutine's only.
 	views       viewCache
-	sightings   sightings // when the pass first saw each detector's condition
-	refusals    refusals  // writes refused for good (refused.go)
+	sightings   sightings
 	claimedHere map[string]string
+	refusals    refusals // writes refused for good (refused.go)
 	// unannounced: the pools whose plan was made anew and not yet
 	// announced (a pass that cannot write the claims announces nothing).
 	unannounced map[string]bool
@@ -91,7 +92,8 @@ type Aggregator struct {
 	// last hour (accounting.go).
 	claims claimWindow
 	// relay makes the agents' Compute Engine calls (nil: none).
-	relay *relay
+	relay    *relay
+	confirms confirmer // the members' forced maintenances (confirm.go)
 	// watched are the watches Healthy reads, once started.
 	watched atomic.Pointer[[]*kube.Informer]
 }
@@ -249,6 +251,7 @@ func (a *Aggregator) beginLead() {
 	a.lastFault, a.lastUnproven = map[string]fleet.FaultReason{}, map[string]string{}
 	a.mu.Unlock()
 	a.views.forget()
+	a.confirms.forget()
 	if a.notifier != nil {
 		a.notifier.reset()
 	}
@@ -390,11 +393,4 @@ func (a *Aggregator) unclaimed(ctx context.Context, nodes *fleet.Fleet, decidedO
 	a.applySliceAsks(ctx, nodes, decidedOn)
 	a.countRecreated(ctx)
 	a.countVanished()
-}
-
-// decisiveUpdate: cur (a *corev1.Node, or anything else) is an update a
-// pass must see (decisive).
-func decisiveUpdate(old *corev1.Node, cur any) bool {
-	n, ok := cur.(*corev1.Node)
-	return !ok || decisive(old, n)
 }

@@ -150,6 +150,13 @@ func (a *Aggregator) viewNodes() (*fleet.Fleet, map[string]*corev1.Node) {
 	return f, objs
 }
 
+// decisiveUpdate: cur (a *corev1.Node, or anything else) is an update a
+// pass must see (decisive).
+func decisiveUpdate(old *corev1.Node, cur any) bool {
+	n, ok := cur.(*corev1.Node)
+	return !ok || decisive(old, n)
+}
+
 // decisive: cur differs from old in what a pass reads of a Node (its
 // labels, annotations, taints, unschedulable, whether it is Ready, its
 // allocatable, its kubelet's version, and its conditions' statuses, and

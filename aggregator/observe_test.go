@@ -74,7 +74,7 @@ func TestObservedAgentShadowShowsOnlyAgentKeys(t *testing.T) {
 	for i := range 4 {
 		views = append(views, fleet.NodeOf(node(fmt.Sprintf("v5p-%d", i), sliceLabels, &tpuVM), g))
 	}
-	asks := fleet.SliceAsks(views, now)
+	asks := fleet.SliceAsks(views, now, func(string, protocol.Reason, time.Time) bool { return true })
 	for name, ask := range asks {
 		if ask != nil {
 			t.Errorf("%s is asked %+v; want no ask from an observed node's shadow", name, *ask)

@@ -105,6 +105,11 @@ type Options struct {
 	// False: those are left to GKE; a pool configured in the policy
 	// ConfigMap is the aggregator's either way.
 	AdoptGKEConfig bool
+	// NodesCallCompute: the agents make their own Compute Engine calls
+	// (their --compute-caller node), so every node's VM identity may stop
+	// any VM of the project: a host's forced maintenance moves its slice
+	// on its agent's word, unconfirmed (confirm.go).
+	NodesCallCompute bool
 	// ObserveOnly: every node is observed only (observe.go); the policy's
 	// observeOnly does it per pool.
 	ObserveOnly bool

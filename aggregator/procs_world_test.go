@@ -38,11 +38,17 @@ func (p *procs) aggregator(id, addr string) *testworld.Process {
 }
 
 // aggregatorWith is aggregator reading the policy ConfigMap configMap ("":
-// none) of the test's namespace, with extra flags.
+// none) of the test's namespace, with extra flags. Where p's agents make
+// their own Compute calls (no p.f.Project), so does it know
+// (--compute-caller node).
 func (p *procs) aggregatorWith(id, addr, configMap string, extra ...string) *testworld.Process {
 	p.t.Helper()
-	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), append([]string{"--kubeconfig", world.AggregatorKubeconfigT(p.t, p.ns), "--namespace", p.ns,
-		"--identity", id, "--config-map", configMap, "--interval", "1s", "--listen-address", addr, "--log-level", "warn"}, extra...)...)
+	args := []string{"--kubeconfig", world.AggregatorKubeconfigT(p.t, p.ns), "--namespace", p.ns,
+		"--identity", id, "--config-map", configMap, "--interval", "1s", "--listen-address", addr, "--log-level", "warn"}
+	if p.f.Project == nil {
+		args = append(args, "--compute-caller", "node")
+	}
+	agg, err := world.StartProcess("aggregator-"+id, filepath.Join(p.bins, "aggregator"), append(args, extra...)...)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -20,13 +20,15 @@ import (
 // rate.
 const inFlight = 16
 
-// applySliceAsks writes every ask that differs from what its host carries,
+// applySliceAsks writes every ask that differs from what its host carries
+// (a forced maintenance is a cause once confirmed: confirm.go),
 // up to inFlight at once, conditional on the host being as the pass saw it
 // (a conflict is retried by the next pass), and counts a slice
 // interruption when a slice is newly taken down.
 func (a *Aggregator) applySliceAsks(ctx context.Context, nodes *fleet.Fleet, decidedOn map[string]*corev1.Node) {
 	a.announceUnproven(nodes, decidedOn)
-	want := nodes.SliceAsks(a.opts.Clock.Now())
+	a.confirmCauses(ctx, nodes, decidedOn)
+	want := nodes.SliceAsks(a.opts.Clock.Now(), a.confirmedCause)
 	if len(want) == 0 {
 		return // no multi-host slice
 	}

@@ -55,6 +55,15 @@ type Scheduling struct {
 	// protocol.VMResourceLabelNodePool resource label (the instance's
 	// labels map), "" when it carries none (no GKE node).
 	NodePool string
+	// LastStart is the VM's lastStartTimestamp (zero when not given), and
+	// MaintenanceStatus and MaintenanceStart its
+	// resourceStatus.upcomingMaintenance's maintenanceStatus (PENDING,
+	// ONGOING) and windowStartTime ("" and zero for none): what the
+	// aggregator confirms a host's forced maintenance by
+	// (lifecycle.ConfirmsCause).
+	LastStart         time.Time
+	MaintenanceStatus string
+	MaintenanceStart  time.Time
 }
 
 // Consumption is a VM's resourceStatus.reservationConsumptionInfo: the
@@ -93,15 +102,20 @@ type instanceJSON struct {
 		TerminationTime           string        `json:"terminationTime"`
 		InstanceTerminationAction string        `json:"instanceTerminationAction"`
 	} `json:"scheduling"`
-	MachineType    string            `json:"machineType"`
-	Status         string            `json:"status"`
-	Labels         map[string]string `json:"labels"`
-	ResourceStatus struct {
+	MachineType        string            `json:"machineType"`
+	Status             string            `json:"status"`
+	LastStartTimestamp string            `json:"lastStartTimestamp"`
+	Labels             map[string]string `json:"labels"`
+	ResourceStatus     struct {
 		Scheduling struct {
 			TerminationTimestamp string `json:"terminationTimestamp"`
 		} `json:"scheduling"`
 		ReservationConsumptionInfo Consumption      `json:"reservationConsumptionInfo"`
 		PhysicalHostTopology       PhysicalTopology `json:"physicalHostTopology"`
+		UpcomingMaintenance        struct {
+			MaintenanceStatus string `json:"maintenanceStatus"`
+			WindowStartTime   string `json:"windowStartTime"`
+		} `json:"upcomingMaintenance"`
 	} `json:"resourceStatus"`
 }
 
@@ -115,6 +129,20 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 		Topology: got.ResourceStatus.PhysicalHostTopology, MachineType: lastSegment(got.MachineType), ProvisioningModel: sc.ProvisioningModel, Status: got.Status,
 		NodePool: got.Labels[protocol.VMResourceLabelNodePool]}
 	var err error
+	upcoming := got.ResourceStatus.UpcomingMaintenance
+	out.MaintenanceStatus = upcoming.MaintenanceStatus
+	for _, ts := range []struct {
+		raw  string
+		into *time.Time
+		what string
+	}{{got.LastStartTimestamp, &out.LastStart, "lastStartTimestamp"}, {upcoming.WindowStartTime, &out.MaintenanceStart, "upcomingMaintenance.windowStartTime"}} {
+		if ts.raw == "" {
+			continue
+		}
+		if *ts.into, err = time.Parse(time.RFC3339Nano, ts.raw); err != nil {
+			return Scheduling{}, fmt.Errorf("instances.get on %s: %s %q is not a time: %w", inst, ts.what, ts.raw, err)
+		}
+	}
 	if end := got.ResourceStatus.Scheduling.TerminationTimestamp; end != "" {
 		if out.End, err = time.Parse(time.RFC3339Nano, end); err != nil {
 			return Scheduling{}, fmt.Errorf("instances.get on %s: terminationTimestamp %q is not a time: %w", inst, end, err)
@@ -128,6 +156,13 @@ func (m *Maintainer) scheduling(ctx context.Context, inst Instance, account stri
 		return Scheduling{}, fmt.Errorf("instances.get on %s: preemptionNoticeDuration: %w", inst, err)
 	}
 	return out, nil
+}
+
+// NotFound says whether err is Compute Engine's 404: the resource read
+// does not exist.
+func NotFound(err error) bool {
+	var aerr *apiError
+	return errors.As(err, &aerr) && aerr.Code == http.StatusNotFound
 }
 
 // lastSegment is the last segment of a resource's URL or name.

@@ -108,7 +108,7 @@ func TestFleetDecidesAsDecide(t *testing.T) {
 			if d := cmp.Diff(DecideFaults(at, cfg, all), f.DecideFaults(at, cfg, nil)); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's faults differ from DecideFaults' (-DecideFaults +Fleet):\n%s", seed, step, d)
 			}
-			if d := cmp.Diff(sliceAsks(f.All(), at), f.SliceAsks(at)); d != "" {
+			if d := cmp.Diff(sliceAsks(f.All(), at, confirmAll), f.SliceAsks(at, confirmAll)); d != "" {
 				t.Fatalf("seed %d, step %d: the Fleet's slice asks differ from those over every node (-all +Fleet):\n%s", seed, step, d)
 			}
 			for _, m := range []Mark{MarkAsked, MarkUnreadable} {

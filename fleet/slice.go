@@ -96,26 +96,42 @@ func (p *poolPass) decideSlice(members []*Node) {
 	})
 }
 
+// Confirmed says whether the aggregator confirmed, from what the node
+// cannot write, the forced maintenance (reason, started at started) its
+// agent says the node named name has under way (lifecycle.ConfirmsCause).
+type Confirmed func(name string, reason protocol.Reason, started time.Time) bool
+
 // SliceAsks is what every host of every multi-host slice must carry
 // (lifecycle.SliceAsks, slice by slice). The result names every host of
-// every slice (nil: no ask). A slice that is short of hosts (fewer Nodes
-// than its topology holds) because its cause's Node was deleted, as a
-// repair does before it recreates the VM, is not back: its hosts keep the
-// ask they carry, up to lifecycle.SliceDrainLimit after its cause started.
-func SliceAsks(nodes []Node, now time.Time) map[string]*protocol.SliceAsk {
+// every slice (nil: no ask). A host's forced maintenance is a cause only
+// where confirmed says so, or where an ask for it stands on a host of its
+// slice (the aggregator's own key: a leader confirmed it before). A slice
+// that is short of hosts (fewer Nodes than its topology holds) because its
+// cause's Node was deleted, as a repair does before it recreates the VM,
+// is not back: its hosts keep the ask they carry, up to
+// lifecycle.SliceDrainLimit after its cause started.
+func SliceAsks(nodes []Node, now time.Time, confirmed Confirmed) map[string]*protocol.SliceAsk {
 	all := make([]*Node, len(nodes))
 	for i := range nodes {
 		all[i] = &nodes[i]
 	}
-	return sliceAsks(all, now)
+	return sliceAsks(all, now, confirmed)
 }
 
 // SliceAsks is SliceAsks over the fleet's nodes.
-func (f *Fleet) SliceAsks(now time.Time) map[string]*protocol.SliceAsk {
-	return sliceAsks(slices.Collect(f.Marked(markSliceHost)), now)
+func (f *Fleet) SliceAsks(now time.Time, confirmed Confirmed) map[string]*protocol.SliceAsk {
+	return sliceAsks(slices.Collect(f.Marked(markSliceHost)), now, confirmed)
 }
 
-func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
+// askedFor: an ask for n's maintenance under way (its cause and start)
+// stands on one of members.
+func askedFor(n *Node, members []*Node) bool {
+	return slices.ContainsFunc(members, func(m *Node) bool {
+		return m.Ask != nil && m.Ask.Slice == n.Slice && m.Ask.Cause == n.Name && m.Ask.Reason == n.Reason && m.Ask.Started.Equal(n.Started)
+	})
+}
+
+func sliceAsks(nodes []*Node, now time.Time, confirmed Confirmed) map[string]*protocol.SliceAsk {
 	bySlice := map[string][]*Node{}
 	for _, n := range nodes {
 		if n.Slice != "" {
@@ -127,7 +143,7 @@ func sliceAsks(nodes []*Node, now time.Time) map[string]*protocol.SliceAsk {
 		hosts := make([]protocol.SliceHost, 0, len(members))
 		for _, n := range members {
 			hosts = append(hosts, protocol.SliceHost{Name: n.Name, Phase: n.Phase, Reason: n.Reason, Started: n.Started, Deadline: n.Deadline, Unproven: n.SliceUnproven,
-				Asked: n.ManualAsked, AskedUntil: n.ManualAskedUntil})
+				Asked: n.ManualAsked, AskedUntil: n.ManualAskedUntil, Confirmed: confirmed(n.Name, n.Reason, n.Started) || askedFor(n, members)})
 		}
 		asks := lifecycle.SliceAsks(slice, members[0].GroupKind, hosts, now)
 		if kept := keptAsk(members, now); kept != nil && !anyAsk(asks) {

@@ -8,6 +8,9 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 )
 
+// confirmAll confirms every forced maintenance (fleet.Confirmed).
+func confirmAll(string, protocol.Reason, time.Time) bool { return true }
+
 func TestSliceAsks(t *testing.T) {
 	host := func(name string, phase protocol.Phase, reason protocol.Reason, deadline time.Duration) Node {
 		n := Node{Name: name, Slice: "v5p", Phase: phase, Reason: reason}
@@ -32,7 +35,7 @@ func TestSliceAsks(t *testing.T) {
 		{"a manual maintenance on the node's own word takes nobody", []Node{host("a", protocol.PhaseDraining, protocol.ReasonManual, time.Hour), idle("b")}, "", 0},
 		{"hosts drained for the slice alone cause nothing: back", []Node{host("a", protocol.PhaseTerminating, protocol.ReasonSlice, time.Minute), idle("b")}, "", 0},
 	} {
-		got := SliceAsks(tc.nodes, now)
+		got := SliceAsks(tc.nodes, now, confirmAll)
 		for _, n := range tc.nodes {
 			ask, ok := got[n.Name]
 			if !ok {
@@ -57,11 +60,11 @@ func TestSliceAsks(t *testing.T) {
 	future := host("b", protocol.PhaseDraining, protocol.ReasonPreemption, 30*time.Second)
 	future.Started = now.Add(time.Hour)
 	for what, nodes := range map[string][]Node{"labelled in": {labelledIn, idle("a")}, "started in the future": {future, idle("a")}} {
-		if got := SliceAsks(nodes, now); got["a"] != nil {
+		if got := SliceAsks(nodes, now, confirmAll); got["a"] != nil {
 			t.Errorf("a host %s preempted: its sibling asked %+v, want none", what, got["a"])
 		}
 	}
-	if got := SliceAsks([]Node{{Name: "single-host"}}, now); len(got) != 0 {
+	if got := SliceAsks([]Node{{Name: "single-host"}}, now, confirmAll); len(got) != 0 {
 		t.Errorf("a node of no slice: %v", got)
 	}
 	// A reservation group's member preempted, or in host maintenance,
@@ -72,14 +75,14 @@ func TestSliceAsks(t *testing.T) {
 		return n
 	}
 	for _, reason := range []protocol.Reason{protocol.ReasonPreemption, protocol.ReasonHostMaintenance, protocol.ReasonFault} {
-		if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, reason), member("b", protocol.PhaseIdle, "")}, now); got["b"] != nil {
+		if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, reason), member("b", protocol.PhaseIdle, "")}, now, confirmAll); got["b"] != nil {
 			t.Errorf("a reservation group's member in %s: its sibling asked %+v, want none", reason, got["b"])
 		}
 	}
-	if got := SliceAsks([]Node{asked(member("a", protocol.PhaseDraining, protocol.ReasonManual)), member("b", protocol.PhaseIdle, "")}, now); got["b"] == nil || got["b"].Cause != "a" {
+	if got := SliceAsks([]Node{asked(member("a", protocol.PhaseDraining, protocol.ReasonManual)), member("b", protocol.PhaseIdle, "")}, now, confirmAll); got["b"] == nil || got["b"].Cause != "a" {
 		t.Errorf("a reservation group's manual maintenance asked for: its sibling asked %+v, want a's", got["b"])
 	}
-	if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, protocol.ReasonManual), member("b", protocol.PhaseIdle, "")}, now); got["b"] != nil {
+	if got := SliceAsks([]Node{member("a", protocol.PhaseDraining, protocol.ReasonManual), member("b", protocol.PhaseIdle, "")}, now, confirmAll); got["b"] != nil {
 		t.Errorf("a reservation group's member in a manual maintenance on its own word: its sibling asked %+v, want none", got["b"])
 	}
 }
@@ -93,7 +96,7 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 		return Node{Name: name, Slice: "v5p", SliceHosts: size, Phase: protocol.PhaseTerminating, Reason: protocol.ReasonSlice, Started: ask.Started, Deadline: ask.Deadline, Ask: ask}
 	}
 	three := []Node{host("a", 4), host("b", 4), host("c", 4)}
-	for name, got := range SliceAsks(three, now) {
+	for name, got := range SliceAsks(three, now, confirmAll) {
 		if got != ask {
 			t.Errorf("3 of 4 hosts, the cause's Node gone: %s asked %+v, want the ask it carries", name, got)
 		}
@@ -101,7 +104,7 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 	// A node labelled into the slice fills no host's place, nor says how
 	// many hosts it has.
 	claimant := Node{Name: "0-gpu", Slice: "v5p", SliceHosts: 1, SliceUnproven: true}
-	for name, got := range SliceAsks(append([]Node{claimant}, three...), now) {
+	for name, got := range SliceAsks(append([]Node{claimant}, three...), now, confirmAll) {
 		if name != claimant.Name && got != ask {
 			t.Errorf("3 of 4 hosts and a node labelled in: %s asked %+v, want the ask it carries", name, got)
 		}
@@ -124,10 +127,39 @@ func TestSliceAsksKeptWhileTheCauseIsGone(t *testing.T) {
 			return nodes
 		}(), now},
 	} {
-		for name, got := range SliceAsks(tc.nodes, tc.at) {
+		for name, got := range SliceAsks(tc.nodes, tc.at, confirmAll) {
 			if got != nil {
 				t.Errorf("%s: %s asked %+v, want back in service", tc.name, name, got)
 			}
+		}
+	}
+}
+
+// TestSliceAsksForcedOnlyConfirmed: a proven host's preemption moves the
+// other hosts only where the aggregator confirmed it, or where an ask it
+// wrote for that very maintenance already stands on a host (a leader
+// before confirmed it): not for another start, nor another cause.
+func TestSliceAsksForcedOnlyConfirmed(t *testing.T) {
+	none := func(string, protocol.Reason, time.Time) bool { return false }
+	preempted := Node{Name: "b", Slice: "v5p", Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: now, Deadline: now.Add(30 * time.Second)}
+	written := &protocol.SliceAsk{Slice: "v5p", Cause: "b", Reason: protocol.ReasonPreemption, Started: now, Deadline: preempted.Deadline}
+	older := *written
+	older.Started = now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name      string
+		confirmed Confirmed
+		standing  *protocol.SliceAsk
+		want      bool
+	}{
+		{"confirmed", confirmAll, nil, true},
+		{"not confirmed", none, nil, false},
+		{"not confirmed, its ask standing", none, written, true},
+		{"not confirmed, an ask for an earlier start standing", none, &older, false},
+	} {
+		idle := Node{Name: "a", Slice: "v5p", Phase: protocol.PhaseIdle, Ask: tc.standing}
+		got := SliceAsks([]Node{idle, preempted}, now, tc.confirmed)["a"]
+		if (got != nil) != tc.want || got != nil && got.Cause != "b" {
+			t.Errorf("%s: a asked %+v; want an ask %t", tc.name, got, tc.want)
 		}
 	}
 }

@@ -3,9 +3,10 @@ package lifecycle
 // A multi-host TPU slice is one machine: its job runs on every host, and
 // when one host stops the whole job fails. So a slice is maintained as one
 // unit: when one host begins a maintenance (or is preempted), every other
-// host drains with it, by the earliest deadline (SliceAsks: each host's
-// agent works it out from its slice's Nodes, and the aggregator writes it
-// for hosts whose agent is down), and the slice returns to service when
+// host drains with it, by the earliest deadline (SliceAsks: the aggregator
+// writes it; each host's agent works a voluntary one out from its slice's
+// Nodes too, and a forced one only once the aggregator confirmed it:
+// confirm.go), and the slice returns to service when
 // every host is back. A voluntary maintenance of a slice asks Compute
 // Engine once, from one host (SliceCaller), once every other host is
 // drained (SliceDrained).
@@ -127,7 +128,8 @@ func SliceDrained(hosts []protocol.SliceHost, caller string, now time.Time) (wai
 // is the cause. In a reservation group (protocol.GroupReservation) only a
 // voluntary maintenance (manual or opportunistic) is a cause: a member's
 // own forced event stops that member alone. Only a host Believed at now is
-// a cause. The aggregator writes these asks on every host; each host's
+// a cause, and only where someone not the node asked for its voluntary
+// maintenance, or the aggregator confirmed its forced one (causes). The aggregator writes these asks on every host; each host's
 // agent works its own out from the same Nodes, so that a slice needs no
 // aggregator to go down as one.
 func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost, now time.Time) map[string]*protocol.SliceAsk {
@@ -154,11 +156,13 @@ func SliceAsks(slice string, kind protocol.GroupKind, hosts []protocol.SliceHost
 // (of kind) with it at now: one of its own, under way with a deadline; in
 // a reservation group, a voluntary one only. A voluntary one moves the
 // others only where someone who is not the node asked for it (Asked, not
-// past AskedUntil): a node's own word that it is in a manual maintenance
-// drains itself alone, in every kind of group.
+// past AskedUntil), a forced one (preemption, host maintenance, a known
+// end, a repair) only where the aggregator confirmed it from what the node
+// cannot write (Confirmed: ConfirmsCause): a node's own word that it is in
+// a maintenance drains itself alone, in every kind of group.
 func causes(kind protocol.GroupKind, h protocol.SliceHost, now time.Time) bool {
 	own := active(h) && h.Reason != protocol.ReasonSlice && !h.Deadline.IsZero()
-	if h.Reason == protocol.ReasonManual && !askedAt(h, now) {
+	if h.Reason == protocol.ReasonManual && !askedAt(h, now) || h.Reason != protocol.ReasonManual && !h.Confirmed {
 		return false
 	}
 	return own && (kind != protocol.GroupReservation || h.Reason == protocol.ReasonManual)
@@ -178,7 +182,7 @@ func askedAt(h protocol.SliceHost, now time.Time) bool {
 // follow one host do not wake each other 63 times each.
 func SliceSignal(h protocol.SliceHost) protocol.SliceHost {
 	if h.Phase == protocol.PhaseIdle || h.Reason == protocol.ReasonSlice {
-		h.Reason, h.Started, h.Deadline, h.Asked, h.AskedUntil = "", time.Time{}, time.Time{}, false, time.Time{}
+		h.Reason, h.Started, h.Deadline, h.Asked, h.AskedUntil, h.Confirmed = "", time.Time{}, time.Time{}, false, time.Time{}, false
 		if h.Phase != protocol.PhaseTerminating {
 			h.Phase = ""
 		}

@@ -54,7 +54,7 @@ func TestFollowedAsk(t *testing.T) {
 func TestGroupAsksByKind(t *testing.T) {
 	idle := protocol.SliceHost{Name: "h2", Phase: protocol.PhaseIdle}
 	for _, reason := range []protocol.Reason{protocol.ReasonHostMaintenance, protocol.ReasonPreemption, protocol.ReasonFault, protocol.ReasonKnownEnd, protocol.ReasonManual} {
-		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour), Asked: true}
+		cause := protocol.SliceHost{Name: "h1", Phase: protocol.PhaseDraining, Reason: reason, Started: t0, Deadline: t0.Add(time.Hour), Asked: true, Confirmed: true}
 		for _, kind := range []protocol.GroupKind{protocol.GroupSlice, protocol.GroupGang, protocol.GroupReservation} {
 			asks := SliceAsks("g", kind, []protocol.SliceHost{cause, idle}, t0)
 			want := kind != protocol.GroupReservation || reason == protocol.ReasonManual
@@ -112,7 +112,7 @@ func TestManualAsksOnlyWhenAsked(t *testing.T) {
 func TestSliceAsksBelieveOnlyProvenHosts(t *testing.T) {
 	now := t0.Add(time.Hour)
 	host := func(name string, unproven bool, started time.Time, deadline time.Duration) protocol.SliceHost {
-		return protocol.SliceHost{Name: name, Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: started, Deadline: now.Add(deadline), Unproven: unproven}
+		return protocol.SliceHost{Name: name, Phase: protocol.PhaseDraining, Reason: protocol.ReasonPreemption, Started: started, Deadline: now.Add(deadline), Unproven: unproven, Confirmed: true}
 	}
 	idle := protocol.SliceHost{Name: "real-1", Phase: protocol.PhaseIdle}
 	for _, tc := range []struct {

@@ -25,6 +25,9 @@ type Aggregator struct {
 	// UnprovenMaintenances counts the maintenances of nodes whose group
 	// membership is not proven, which moved no other member.
 	UnprovenMaintenances prometheus.Counter
+	// UnconfirmedCauses counts the forced maintenances of group members
+	// that moved no other member, by reason and why (unconfirmed, bound).
+	UnconfirmedCauses *prometheus.CounterVec
 	// Pools exports the pool gauges of the leader's last pass.
 	Pools *PoolCollector
 	// MemoryUsed and MemoryLimit are the replica's memory and its
@@ -199,6 +202,8 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.SliceInterruptions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "slice_interruptions_total",
 		Help: "Multi-host slices taken down as one because one host stopped (its maintenance or preemption), by slice and by the interruption of the host that caused it: counted once per slice, beside the hosts' own interruptions."},
 		[]string{"slice", "interruption_type", "interruption_reason"})
+	m.UnconfirmedCauses = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unconfirmed_group_causes_total",
+		Help: "Forced maintenances (preemption, host maintenance, known end, repair) of a member of a multi-host slice or gang, said by its agent, that moved no other member, each counted once, by reason and why: unconfirmed (what the leader read of its VM from Compute Engine, or its approvals, do not bear it out), bound (the VM's start already moved its group once). Warning GroupCauseUnconfirmed on the node says why."}, []string{"reason", "why"})
 	m.UnprovenMaintenances = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "unproven_group_maintenances_total",
 		Help: "Maintenances of a node whose membership of the multi-host slice or reservation group its labels name is not proven by what the aggregator read of its VM, each counted once: they moved no other member (Warning GroupMembershipUnproven on the node says why)."})
 	m.Unreadable = &NodeGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, "node_unreadable_keys"),
@@ -234,7 +239,7 @@ func NewAggregator(reg prometheus.Registerer) *Aggregator {
 	m.RelayLimited = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "relay_limited_total",
 		Help: "Asks for a Compute Engine call (call) or a VM read (read) the leader held back because their node used up its rate (a token bucket per node and kind, 60 an hour, a burst of 10): each is made once the node's bucket allows it."},
 		[]string{"kind"})
-	reg.MustRegister(m.RelayLimited, m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.UnprovenMaintenances, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
+	reg.MustRegister(m.RelayLimited, m.ComputeCalls, m.Notifications, m.UnusedCapacity, m.ReservationHosts, m.ReservationHealthy, m.FaultDecisions, m.InRepair, m.MemoryUsed, m.MemoryLimit, m.RefusedClaims, m.Unreadable, m.SliceInterruptions, m.UnprovenMaintenances, m.UnconfirmedCauses, m.VanishedNodes, m.Leader, m.Decisions, m.PoolInterruptions, m.Pools, m.PassDurationSeconds, m.Triggers)
 	return m
 }
 

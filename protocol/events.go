@@ -112,6 +112,11 @@ const (
 	// membership of the group its labels name is not proven
 	// (Grouping.Unproven): it moves no other member (aggregator).
 	EventGroupUnproven = "GroupMembershipUnproven"
+	// EventCauseUnconfirmed: a host's forced maintenance is under way by
+	// its agent's word, and what the aggregator read of its VM does not
+	// bear it out (or it is not the first of the VM's start): it moves no
+	// other member (aggregator).
+	EventCauseUnconfirmed = "GroupCauseUnconfirmed"
 	// EventGroupScopeUnknown: the caller of a reservation group's
 	// voluntary maintenance could not ask at the group's scope, and asked
 	// for its own VM's (agent).
@@ -226,6 +231,7 @@ var EventReasons = []EventReason{
 	{EventSliceDeadline, agentOnly, true},
 	{EventSliceUnknown, agentOnly, true},
 	{EventGroupUnproven, aggregatorOnly, true},
+	{EventCauseUnconfirmed, aggregatorOnly, true},
 	{EventGroupScopeUnknown, agentOnly, true},
 	{EventSliceBack, []string{EventSourceAgent, EventSourceAggregator}, false},
 	{EventFaultRepairStarted, agentOnly, true},

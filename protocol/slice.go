@@ -10,15 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// A multi-host TPU slice is one machine: its job runs on every host, and
-// when one host stops the whole job fails. So a slice is maintained as one
-// unit: when one host begins a maintenance (or is preempted), every other
-// host drains with it, by the earliest deadline (SliceAsks: each host's
-// agent works it out from its slice's Nodes, and the aggregator writes it
-// for hosts whose agent is down), and the slice returns to service when
-// every host is back. A voluntary maintenance of a slice asks Compute
-// Engine once, from one host (SliceCaller), once every other host is
-// drained (SliceDrained).
+// A multi-host TPU slice is one machine, maintained as one unit: what its
+// hosts read of each other, and the aggregator's ask (SliceAsk). The rules
+// are lifecycle's (slicehosts.go).
 
 // MaxTopologyChips is the most chips a topology may have: more than any
 // TPU slice (the largest have some nine thousand).
@@ -118,6 +112,9 @@ type SliceHost struct {
 	// not asked for is the node's word alone, and moves no other host.
 	Asked      bool
 	AskedUntil time.Time
+	// Confirmed: the aggregator bore its forced maintenance out from what
+	// the node cannot write (lifecycle.ConfirmsCause); else it moves no one.
+	Confirmed bool
 }
 
 // SliceHostOf is n as a host of its slice: the keys of its agent's state

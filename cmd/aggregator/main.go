@@ -93,7 +93,7 @@ func run(ctx context.Context, opts *Options, logger *slog.Logger) error {
 		Client: client, Leases: leases, EventClient: events, RelayClient: relayClient, Namespace: opts.Namespace, ConfigMap: opts.ConfigMap,
 		LeaseName: opts.LeaseName, Identity: opts.Identity,
 		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
-		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, RepairAskGrace: opts.RepairAskGrace, AdoptGKEConfig: opts.GKEConfig == "adopt", ObserveOnly: opts.ObserveOnly, AgentNamespace: opts.AgentNamespace,
+		PoolLabel: opts.PoolLabel, Interval: opts.Interval, RecreateWindow: opts.RecreateWindow, TriggerAnswerTimeout: opts.TriggerAnswerTimeout, RepairAskGrace: opts.RepairAskGrace, AdoptGKEConfig: opts.GKEConfig == "adopt", ObserveOnly: opts.ObserveOnly, NodesCallCompute: opts.ComputeCaller == "node", AgentNamespace: opts.AgentNamespace,
 		AutoscalerStatus: opts.AutoscalerStatus, SliceLabel: opts.SliceLabel, ReservationGroups: opts.ReservationGroups,
 		Caller: caller, Home: homeOf(ctx, opts, logger), PodRanges: ranges.Set, Metrics: m, Logger: logger,
 	})

@@ -43,7 +43,9 @@ type Options struct {
 	RetryPeriod    time.Duration
 	PoolLabel      string
 	// ObserveOnly: every node is observed only.
-	ObserveOnly    bool
+	ObserveOnly bool
+	// ComputeCaller is the agents' --compute-caller: aggregator or node.
+	ComputeCaller  string
 	Interval       time.Duration
 	RecreateWindow time.Duration
 	// TriggerAnswerTimeout: see aggregator.Options.
@@ -144,6 +146,7 @@ func NewOptions() *Options {
 		TriggerAnswerTimeout: aggregator.Default.TriggerAnswerTimeout,
 		RepairAskGrace:       aggregator.Default.RepairAskGrace,
 		ReservationGroups:    "none",
+		ComputeCaller:        "aggregator",
 		ReservationInterval:  aggregator.Default.ReservationInterval,
 		NotifyFormat:         aggregator.NotifyJSON,
 		NotifyTimeout:        10 * time.Second,
@@ -186,6 +189,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.GKEConfig, "gke-opportunistic-config", o.GKEConfig, "GKE's opportunistic-config label where GKE acts: leave or adopt.")
 	fs.StringVar(&o.SliceLabel, "slice-label", o.SliceLabel, flagdoc.SliceLabel.Help)
 	fs.StringVar(&o.ReservationGroups, "reservation-groups", o.ReservationGroups, flagdoc.ReservationGroups.Help)
+	fs.StringVar(&o.ComputeCaller, "compute-caller", o.ComputeCaller, "Who makes the agents' Compute Engine calls: aggregator or node.")
 	fs.StringSliceVar(&o.Reservations, "reservations", o.Reservations, "Reservations to read, projects/P/zones/Z/reservations/R.")
 	fs.BoolVar(&o.MaintainUnusedCapacity, "maintain-unused-capacity", o.MaintainUnusedCapacity, "Maintain a reservation block's spare hosts first.")
 	fs.StringVar(&o.NotifyURLFile, "notify-url-file", o.NotifyURLFile, "A file holding the notifier's webhook URL; empty: none.")
@@ -225,6 +229,9 @@ func (o *Options) choiceProblems() []error {
 	var errs []error
 	if o.GKEConfig != "leave" && o.GKEConfig != "adopt" {
 		errs = append(errs, fmt.Errorf("--gke-opportunistic-config %q: want leave or adopt", o.GKEConfig))
+	}
+	if o.ComputeCaller != "aggregator" && o.ComputeCaller != "node" {
+		errs = append(errs, fmt.Errorf("--compute-caller %q: want aggregator or node", o.ComputeCaller))
 	}
 	if _, err := protocol.ParseReservationGroups(o.ReservationGroups); err != nil {
 		errs = append(errs, err)

@@ -216,7 +216,9 @@ func BuildStatus(in Input) Status {
 		st.Cluster.Voluntary += p.Voluntary
 	}
 	slices := map[string]*SliceStatus{}
-	asks := fleet.SliceAsks(views, in.Now)
+	// The plugin confirms no forced maintenance from Compute Engine: the
+	// aggregator's asks standing on the Nodes say which it confirmed.
+	asks := fleet.SliceAsks(views, in.Now, func(string, protocol.Reason, time.Time) bool { return false })
 	for i, n := range in.Nodes {
 		if in.Shown != nil && !in.Shown[n.Name] {
 			continue

@@ -638,6 +638,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	s.mu.Lock()
 	limit := s.timeLimit
 	consumption, topology := s.reservationConsumptionLocked()
+	vmStatus, started, upcoming := s.statusLocked(), s.started, s.upcomingAPILocked()
 	s.mu.Unlock()
 	model := s.cfg.provisioningModel()
 	spot := model == "SPOT"
@@ -649,7 +650,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	base := s.ComputeEndpoint() + "projects/" + project + "/zones/" + zone
 	inst := map[string]any{"kind": "compute#instance", "id": fmt.Sprint(s.cfg.ID), "name": s.cfg.Name,
 		"creationTimestamp": ComputeTime(s.created), "zone": base, "machineType": base + "/machineTypes/" + s.cfg.machineType(),
-		"selfLink": base + "/instances/" + s.cfg.Name, "status": s.cfg.status(), "scheduling": scheduling}
+		"selfLink": base + "/instances/" + s.cfg.Name, "status": vmStatus, "lastStartTimestamp": ComputeTime(started), "scheduling": scheduling}
 	if len(s.cfg.Labels) > 0 {
 		inst["labels"] = maps.Clone(s.cfg.Labels)
 	}
@@ -661,6 +662,10 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request, project, zo
 	}
 	if limit != nil {
 		limit.serve(scheduling, status)
+		inst["resourceStatus"] = status
+	}
+	if upcoming != nil {
+		status["upcomingMaintenance"] = upcoming
 		inst["resourceStatus"] = status
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
@@ -693,6 +698,37 @@ func (c Config) onHostMaintenance() string {
 func (c Config) machineType() string { return cmp.Or(c.MachineType, "a3-highgpu-8g") }
 
 func (c Config) status() string { return cmp.Or(c.Status, "RUNNING") }
+
+// statusLocked is the instance's status: STOPPING once a preemption
+// begins to stop it, which is at once, or after its preemption notice
+// (scheduling.preemptionNoticeDuration: the metadata server's preempted
+// key turns TRUE that long before the stop begins); else Config.Status.
+func (s *Server) statusLocked() string {
+	if s.preempt && !s.clock.Now().Before(s.preemptedAt.Add(s.cfg.PreemptionNotice)) {
+		return "STOPPING"
+	}
+	return s.cfg.status()
+}
+
+// upcomingAPILocked is the notice as instances.get spells it
+// (resourceStatus.upcomingMaintenance, camelCase: the Compute Engine v1
+// API description's UpcomingMaintenance); nil when none is scheduled.
+func (s *Server) upcomingAPILocked() map[string]any {
+	n := s.notice
+	if n == nil {
+		return nil
+	}
+	out := map[string]any{"type": n.Type, "canReschedule": n.CanReschedule, "maintenanceStatus": n.MaintenanceStatus}
+	for key, v := range map[string]string{"windowStartTime": n.WindowStartTime, "windowEndTime": n.WindowEndTime, "latestWindowStartTime": n.LatestWindowStartTime} {
+		if v != "" {
+			out[key] = v
+		}
+	}
+	if len(n.MaintenanceReasons) > 0 {
+		out["maintenanceReasons"] = slices.Clone(n.MaintenanceReasons)
+	}
+	return out
+}
 
 // ComputeTime is t as Compute Engine writes its timestamps: RFC 3339 with
 // milliseconds, in US Pacific time with its offset

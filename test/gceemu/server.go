@@ -165,7 +165,10 @@ type Server struct {
 	epoch   int           // bumped by ResetETags
 	event   string
 	preempt bool
-	notice  *Notice
+	// preemptedAt is when SetPreempted(true) was called, and started when
+	// the VM last started (New, Clear): its lastStartTimestamp.
+	preemptedAt, started time.Time
+	notice               *Notice
 	// timeLimit is the VM's time limit (Config.TimeLimit, SetTimeLimit).
 	timeLimit *TimeLimit
 	// noticeRaw, when set, is served verbatim instead of notice.
@@ -223,6 +226,7 @@ func New(cfg Config) *Server {
 	s := &Server{
 		cfg:        cfg,
 		created:    cfg.Clock.Now(),
+		started:    cfg.Clock.Now(),
 		timeLimit:  cfg.TimeLimit,
 		clock:      cfg.Clock,
 		changed:    make(chan struct{}),
@@ -299,6 +303,9 @@ func (s *Server) MaintenanceEvent() string {
 func (s *Server) SetPreempted(v bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if v && !s.preempt {
+		s.preemptedAt = s.clock.Now()
+	}
 	s.preempt = v
 	s.broadcastLocked()
 }
@@ -381,6 +388,7 @@ func (s *Server) Clear() {
 	s.compute.boot++ // a maintenance accepted before does not start after
 	s.event = EventNone
 	s.preempt = false
+	s.started = s.clock.Now()
 	s.notice = nil
 	s.noticeRaw = nil
 	s.broadcastLocked()

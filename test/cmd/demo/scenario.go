@@ -238,7 +238,7 @@ func (d *demo) startAggregator(ctx context.Context, id string) error {
 		return err
 	}
 	_, err = d.world.StartProcess(id, d.aggregatorBin, "--kubeconfig", kubeconfig, "--namespace", metav1.NamespaceSystem,
-		"--identity", id, "--config-map", policyConfigMap, "--interval", "2s", "--listen-address", addr)
+		"--identity", id, "--config-map", policyConfigMap, "--interval", "2s", "--listen-address", addr, "--compute-caller", "node") // the agents make their own calls
 	if err == nil {
 		d.aggregatorAddrs = append(d.aggregatorAddrs, addr)
 	}
