@@ -122,9 +122,14 @@ func (a *Aggregator) confirmCauses(ctx context.Context, nodes *fleet.Fleet, deci
 		}
 		switch {
 		case cl.confirmed || cl.reading || now.Before(cl.next):
-		case v.Reason == protocol.ReasonFault:
-			_, approved := protocol.ReadRepairApproval(n)
-			a.settleLocked(n, cl, lifecycle.VMNow{}, approved, nil)
+		case v.Reason == protocol.ReasonFault && !v.ReportUntil.IsZero():
+			// The relay made the repair's report, in the VM's present
+			// boot: Compute Engine stops the VM once the report's
+			// operation is done. An approval alone is no stop (its node
+			// may never ask, on its own word), so a repair not yet
+			// reported is confirmed as any forced cause is: by the VM's
+			// own state, read below.
+			a.settleLocked(n, cl, lifecycle.VMNow{}, true, nil)
 		case a.relay == nil:
 			a.settleLocked(n, cl, lifecycle.VMNow{}, false, fmt.Errorf("the aggregator makes no Compute Engine calls"))
 		default:
@@ -188,14 +193,14 @@ func (a *Aggregator) readCause(ctx context.Context, n *corev1.Node, cl *claim) {
 // settleLocked records what the read (vm, or readErr) or the approval
 // says of cl, n's claim; a refusal is said once per claim. It says when
 // to read again (0: confirmed).
-func (a *Aggregator) settleLocked(n *corev1.Node, cl *claim, vm lifecycle.VMNow, approved bool, readErr error) time.Duration {
+func (a *Aggregator) settleLocked(n *corev1.Node, cl *claim, vm lifecycle.VMNow, reported bool, readErr error) time.Duration {
 	c, now := &a.confirms, a.opts.Clock.Now()
 	cl.reading = false
 	ok, why, kind := false, "", "unconfirmed"
 	if readErr != nil {
 		why = "the aggregator could not read its VM from Compute Engine: " + readErr.Error()
 	} else {
-		ok, why = lifecycle.ConfirmsCause(cl.reason, vm, approved, lifecycle.DefaultConfig.KnownEndLead, now)
+		ok, why = lifecycle.ConfirmsCause(cl.reason, vm, reported, lifecycle.DefaultConfig.KnownEndLead, now)
 	}
 	if spent, had := c.spent[n.Name]; ok && had && !vm.LastStart.IsZero() && spent[0].Equal(vm.LastStart) && !spent[1].Equal(cl.started) {
 		ok, kind = false, "bound"

@@ -70,17 +70,13 @@ const ImminentMaintenance = time.Hour + 5*time.Minute
 // ONGOING or its window starting within ImminentMaintenance, and a known
 // end the VM's end within knownEndLead of now. A preemption needs its VM
 // stopping: Compute Engine reports nothing of a preemption before it
-// begins to stop the VM. A repair is confirmed by the aggregator's own
-// approval, not by a read (approved), and a manual maintenance is no
-// forced one (causes reads who asked for it).
-func ConfirmsCause(reason protocol.Reason, vm VMNow, approved bool, knownEndLead time.Duration, now time.Time) (bool, string) {
-	if reason == protocol.ReasonFault {
-		if approved {
-			return true, ""
-		}
-		return false, "the aggregator has approved no repair of it"
-	}
-	if vm.Gone || stoppingStatuses[vm.Status] {
+// begins to stop the VM. A repair is confirmed by the relay's accepted
+// report of it in the VM's present boot (reported: Compute Engine stops
+// the VM once the report's operation is done), or by its VM stopping; an
+// approval alone is none (its node may never ask). A manual maintenance
+// is no forced one (causes reads who asked for it).
+func ConfirmsCause(reason protocol.Reason, vm VMNow, reported bool, knownEndLead time.Duration, now time.Time) (bool, string) {
+	if vm.Gone || stoppingStatuses[vm.Status] || reason == protocol.ReasonFault && reported {
 		return true, ""
 	}
 	running := fmt.Sprintf("its VM is %s", vm.Status)
@@ -103,6 +99,8 @@ func ConfirmsCause(reason protocol.Reason, vm VMNow, approved bool, knownEndLead
 			return false, fmt.Sprintf("%s, and ends at %s, more than %s ahead", running, vm.End.UTC().Format(time.RFC3339), knownEndLead)
 		}
 		return true, ""
+	case protocol.ReasonFault:
+		return false, running + ", and the relay has made no report of its repair"
 	}
 	return false, running + ", not stopping"
 }

@@ -39,7 +39,7 @@ func TestConfirmsCause(t *testing.T) {
 		name     string
 		reason   protocol.Reason
 		vm       VMNow
-		approved bool
+		reported bool
 		want     bool
 	}{
 		{"preempted, the VM running", protocol.ReasonPreemption, running, false, false},
@@ -55,10 +55,11 @@ func TestConfirmsCause(t *testing.T) {
 		{"known end, none", protocol.ReasonKnownEnd, running, false, false},
 		{"known end, within the lead", protocol.ReasonKnownEnd, VMNow{Status: "RUNNING", End: now.Add(20 * time.Minute)}, false, true},
 		{"known end, a day ahead", protocol.ReasonKnownEnd, VMNow{Status: "RUNNING", End: now.Add(24 * time.Hour)}, false, false},
-		{"a repair approved", protocol.ReasonFault, VMNow{}, true, true},
-		{"a repair not approved, the VM stopping", protocol.ReasonFault, VMNow{Status: "STOPPING"}, false, false},
+		{"a repair reported", protocol.ReasonFault, VMNow{Status: "RUNNING"}, true, true},
+		{"a repair approved, not reported, the VM running", protocol.ReasonFault, running, false, false},
+		{"a repair not reported, the VM stopping", protocol.ReasonFault, VMNow{Status: "STOPPING"}, false, true},
 	} {
-		got, why := ConfirmsCause(tc.reason, tc.vm, tc.approved, lead, now)
+		got, why := ConfirmsCause(tc.reason, tc.vm, tc.reported, lead, now)
 		if d := cmp.Diff(tc.want, got); d != "" {
 			t.Errorf("%s: confirmed (-want +got):\n%s (why: %q)", tc.name, d, why)
 		}
