@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -27,8 +28,12 @@ import (
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
 )
 
-// testVersion is the version the test releases.
-const testVersion = "v9.9.9-rc.1"
+// testVersion is the version the test releases: the first release's
+// candidate, whose notes are the first release's CHANGELOG entry.
+const testVersion = "v0.1.0-rc.1"
+
+// testChartVersion is the chart's version for testVersion.
+const testChartVersion = "0.1.0-rc.1"
 
 // TestReleaseWritesEveryArtefact runs make release for a test version, as
 // a user runs it, and checks each artefact: the checksums, the image's
@@ -159,15 +164,15 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 	})
 
 	t.Run("chart", func(t *testing.T) {
-		archive := filepath.Join(out, ChartArchive("9.9.9-rc.1"))
+		archive := filepath.Join(out, ChartArchive(testChartVersion))
 		chart := untar(t, archive)
 		meta := chart["maintenance-handler/Chart.yaml"]
 		if meta == nil {
 			t.Fatalf("the chart archive has no maintenance-handler/Chart.yaml: %v", slices.Sorted(maps.Keys(chart)))
 		}
 		var c struct{ Version, AppVersion string }
-		if err := yaml.Unmarshal(meta.body, &c); err != nil || c.Version != "9.9.9-rc.1" || c.AppVersion != testVersion {
-			t.Errorf("the chart's version %q appVersion %q (%v), want 9.9.9-rc.1 and %s", c.Version, c.AppVersion, err, testVersion)
+		if err := yaml.Unmarshal(meta.body, &c); err != nil || c.Version != testChartVersion || c.AppVersion != testVersion {
+			t.Errorf("the chart's version %q appVersion %q (%v), want %s and %s", c.Version, c.AppVersion, err, testChartVersion, testVersion)
 		}
 		for _, must := range []string{"values.yaml", "values.schema.json", "README.md", "templates/agent-daemonset.yaml", "LICENSE"} {
 			if chart["maintenance-handler/"+must] == nil {
@@ -178,12 +183,19 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 		if b, err := exec.Command(helm, "lint", "--strict", archive).CombinedOutput(); err != nil {
 			t.Errorf("helm lint --strict %s: %v\n%s", archive, err, b)
 		}
-		b, err := exec.Command(helm, "template", "mh", archive, "--set", "image.repository=registry.example.com/gpu/maintenance-handler").CombinedOutput()
+		// As a user installs it, setting nothing: the release's image.
+		b, err := exec.Command(helm, "template", "mh", archive).CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm template: %v\n%s", err, b)
 		}
-		if want := "image: registry.example.com/gpu/maintenance-handler:" + testVersion; !strings.Contains(string(b), want) {
-			t.Errorf("the chart does not install its own version: no %q", want)
+		images := regexp.MustCompile(`(?m)^\s*image: (.*)$`).FindAllStringSubmatch(string(b), -1)
+		for _, image := range images {
+			if want := "registry.example.com/gpu/maintenance-handler:" + testVersion; image[1] != want {
+				t.Errorf("the chart installs the image %s, want the release's, %s", image[1], want)
+			}
+		}
+		if len(images) < 2 {
+			t.Errorf("the chart names %d images, want the agent's and the aggregator's", len(images))
 		}
 	})
 
@@ -214,8 +226,26 @@ func TestReleaseWritesEveryArtefact(t *testing.T) {
 	})
 
 	t.Run("changelog", func(t *testing.T) {
-		if entry := string(files["CHANGELOG.md"]); !strings.HasPrefix(entry, "## "+testVersion+"\n\n") || !strings.Contains(entry, "Upgrading:") {
-			t.Errorf("the CHANGELOG entry: %q", entry)
+		entry := string(files["CHANGELOG.md"])
+		if !strings.HasPrefix(entry, "## "+testVersion+"\n\nUpgrading:") || !strings.Contains(entry, "\n### Added\n") {
+			t.Errorf("the CHANGELOG entry is not v0.1.0's: %q", entry)
+		}
+	})
+
+	// What the tag's workflow publishes is what make release wrote.
+	t.Run("workflow", func(t *testing.T) { checkWorkflowPublishes(t, out) })
+
+	// A second run writes the same bytes: anyone can check a release
+	// against its tag.
+	t.Run("reproducible", func(t *testing.T) {
+		again := filepath.Join(t.TempDir(), "release")
+		cmd := exec.Command("make", "release", "VERSION="+testVersion, "IMAGE=registry.example.com/gpu/maintenance-handler", "RELEASE_DIR="+again)
+		cmd.Dir = "../.."
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("release: %v\n%s", err, b)
+		}
+		if d := sameRelease(t, out, again); d != "" {
+			t.Errorf("make release twice wrote different releases:\n%s", d)
 		}
 	})
 }
