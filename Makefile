@@ -75,7 +75,7 @@ prometheus: ## fetch prometheus and promtool from Debian's package into the cach
 vet: ## go vet
 	$(GO) vet ./...
 
-verify: ## gofmt, go mod tidy unchanged, go vet, staticcheck (pinned), and no time.Now/time.Sleep outside cmd/, internal/, test/, examples/ and tests
+verify: ## gofmt, go mod tidy unchanged, go vet, staticcheck (pinned), actionlint on .github/workflows (pinned), and no time.Now/time.Sleep outside cmd/, internal/, test/, examples/ and tests
 	scripts/verify.sh
 
 generate: ## write every generated file from its one source: the chart's rules, dashboard and table of values and the rule objects of manifests/components from monitoring/ and values.yaml, and the kustomize base from the chart's default render (builds the pinned helm once); edit the sources, not the copies
@@ -92,8 +92,8 @@ build: ## build the static binaries into bin/ (the agent and the aggregator as t
 image: ## the container image without a container engine: an OCI image layout in bin/image for linux/amd64 and linux/arm64 (push it with crane push --index)
 	$(GO) run ./build/image -o bin/image -version $(VERSION)
 
-# The repository the release's all-in-one YAML names (the chart's
-# image.repository is set at install).
+# The image's repository, which the release's all-in-one YAML names and
+# its chart installs by default (values.yaml's image.repository).
 IMAGE ?= maintenance-handler
 RELEASE_DIR ?= _output/release/$(VERSION)
 

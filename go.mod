@@ -2,6 +2,8 @@ module github.com/maintenance-handler/maintenance-handler
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	cloud.google.com/go/compute/metadata v0.10.0
 	github.com/google/go-cmp v0.7.0

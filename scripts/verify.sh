@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make verify: formatting, module tidiness, vet, staticcheck, and the rule that product
+# make verify: formatting, module tidiness, vet, staticcheck, the workflows' lint, and the rule that product
 # packages take their time from an injected clock (time.Now and time.Sleep
 # only in cmd/, internal/, test/, examples/ (users' code) and tests). Prints every problem, exits 1 on any.
 set -uo pipefail
@@ -23,6 +23,13 @@ fi
 # staticcheck, pinned here; the go command fetches it once into the module
 # cache (no change to go.mod: it is not linked into anything).
 if ! go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...; then
+	fail=1
+fi
+# actionlint, pinned the same way: the workflows of .github/workflows (their
+# syntax, expressions, permissions, and each action's inputs where it knows
+# the action), offline; the pins of their actions are held by build/release's
+# tests.
+if ! go run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12; then
 	fail=1
 fi
 clock=$(git grep -n -E 'time\.(Now|Sleep)\(' -- '*.go' ':!cmd/' ':!internal/' ':!test/' ':!examples/' ':!*_test.go')

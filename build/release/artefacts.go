@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -17,7 +16,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"text/template"
 	"time"
@@ -199,7 +197,8 @@ func ChartArchive(chartVersion string) string {
 
 // chart packages the chart as helm package --version --app-version does:
 // every file of its folder but what .helmignore names, under the chart's
-// name, with Chart.yaml's version and appVersion set.
+// name, with Chart.yaml's version and appVersion set; its default image is
+// the release's (values.yaml's image.repository).
 func (r Release) chart(context.Context) error {
 	dir := filepath.Join(r.Root, ChartDir)
 	ignore, err := helmignore(filepath.Join(dir, ".helmignore"))
@@ -219,10 +218,14 @@ func (r Release) chart(context.Context) error {
 		if err != nil {
 			return err
 		}
-		if rel == "Chart.yaml" {
-			if b, err = stampChart(b, r.ChartVersion(), r.Version); err != nil {
-				return err
-			}
+		switch rel {
+		case "Chart.yaml":
+			b, err = stampChart(b, r.ChartVersion(), r.Version)
+		case "values.yaml":
+			b, err = stampImage(b, r.Image)
+		}
+		if err != nil {
+			return err
 		}
 		files = append(files, tarFile{name: "maintenance-handler/" + filepath.ToSlash(rel), mode: 0o644, body: b})
 		return nil
@@ -343,73 +346,6 @@ labels:
 	}
 	head := fmt.Sprintf("# maintenance-handler %s: kubectl apply --server-side -f %s\n# The kustomize base (manifests/base) in one file, image %s:%s.\n", r.Version, AllInOne, r.Image, r.Version)
 	return os.WriteFile(filepath.Join(r.Out, AllInOne), append([]byte(head), y...), 0o644)
-}
-
-// changelogEntry is the entry of version in the changelog: its own
-// section (## version), else what is under ## Unreleased, headed with
-// the version. An entry with nothing in it is an error.
-func changelogEntry(file, version string) (string, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", err
-	}
-	sections := map[string]string{}
-	var current string
-	var body []string
-	flush := func() {
-		if current != "" {
-			sections[current] = strings.TrimSpace(strings.Join(body, "\n"))
-		}
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := sc.Text()
-		if h, ok := strings.CutPrefix(line, "## "); ok {
-			flush()
-			current, body = strings.Fields(h + " ")[0], nil
-			continue
-		}
-		body = append(body, line)
-	}
-	flush()
-	text, ok := sections[version]
-	if !ok {
-		text = sections["Unreleased"]
-	}
-	if text == "" {
-		return "", fmt.Errorf("CHANGELOG.md has no entry for %s and nothing under ## Unreleased: say what changed first", version)
-	}
-	return fmt.Sprintf("## %s\n\n%s\n", version, text), nil
-}
-
-// writeChecksums writes SHA256SUMS: every file under dir, by its path.
-func writeChecksums(dir string) error {
-	var lines []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "SHA256SUMS" {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		lines = append(lines, hex.EncodeToString(h.Sum(nil))+"  "+filepath.ToSlash(rel))
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	sort.Slice(lines, func(i, j int) bool { return lines[i][66:] < lines[j][66:] })
-	return os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 }
 
 // tarFile is one file of an archive.

@@ -4,7 +4,8 @@
 //	image/                               the image of the agent and the aggregator for
 //	                                     linux/amd64 and linux/arm64, an OCI image layout
 //	                                     (make image; push it with crane push --index)
-//	maintenance-handler-X.Y.Z.tgz        the Helm chart, its version and appVersion stamped
+//	maintenance-handler-X.Y.Z.tgz        the Helm chart, its version and appVersion stamped,
+//	                                     installing the release's image by default
 //	maintenance-handler.yaml             the kustomize base in one file for kubectl apply,
 //	                                     with the release's image
 //	kubectl-gce_maintenance_OS_ARCH.tar.gz   the kubectl plugin for linux and darwin, amd64 and arm64
@@ -55,7 +56,7 @@ func main() {
 	r := Release{Root: ".", PluginPlatforms: PluginPlatforms}
 	flag.StringVar(&r.Version, "version", "", "the release's version, vMAJOR.MINOR.PATCH[-PRERELEASE]")
 	flag.StringVar(&r.Out, "o", "", "the folder to write (replaced); default _output/release/VERSION")
-	flag.StringVar(&r.Image, "image", "maintenance-handler", "the image's repository the all-in-one YAML and the chart name, without the tag")
+	flag.StringVar(&r.Image, "image", "maintenance-handler", "the image's repository, without the tag, that the all-in-one YAML names and the chart installs by default")
 	flag.Parse()
 	if r.Out == "" {
 		r.Out = filepath.Join("_output", "release", r.Version)
