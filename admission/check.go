@@ -132,7 +132,7 @@ func (c *Check) review(ctx context.Context, remoteAddr string, req *admissionv1.
 	if c.Sources != nil {
 		source = c.Sources.Of(remoteAddr)
 	}
-	pod, resp, verdict := c.read(ctx, source, req.Namespace, name, uid)
+	pod, resp, verdict := c.read(ctx, source, node, req.Namespace, name, uid)
 	if pod == nil {
 		return resp, verdict
 	}
@@ -140,7 +140,7 @@ func (c *Check) review(ctx context.Context, remoteAddr string, req *admissionv1.
 	if ok {
 		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
 	}
-	c.refused(source)
+	c.refused(source, node)
 	c.Logger.Warn("eviction refused: the pod is not on the caller's node", "user", req.UserInfo.Username, "node", node,
 		"pod", req.Namespace+"/"+name, "podNode", pod.Spec.NodeName)
 	return refuse(http.StatusForbidden, why), Refused
@@ -149,13 +149,13 @@ func (c *Check) review(ctx context.Context, remoteAddr string, req *admissionv1.
 // read is the pod a review names, from what the check remembers of it or
 // read from the API server; or, where there is none or it is not read, the
 // review's answer.
-func (c *Check) read(ctx context.Context, source, namespace, name string, uid types.UID) (*corev1.Pod, *admissionv1.AdmissionResponse, string) {
+func (c *Check) read(ctx context.Context, source, node, namespace, name string, uid types.UID) (*corev1.Pod, *admissionv1.AdmissionResponse, string) {
 	if c.Nodes != nil && uid != "" {
-		if node, ok := c.Nodes.Get(namespace, name, uid); ok {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid}, Spec: corev1.PodSpec{NodeName: node}}, nil, ""
+		if on, ok := c.Nodes.Get(namespace, name, uid); ok {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid}, Spec: corev1.PodSpec{NodeName: on}}, nil, ""
 		}
 	}
-	if c.Sources != nil && c.Sources.Spent(source) {
+	if c.Sources != nil && c.Sources.Spent(source, node) {
 		c.Metrics.CallerRefused(CallerOverBudget)
 		return nil, refuse(http.StatusTooManyRequests, fmt.Sprintf("the eviction check refused too many reviews from %s of late (no such pod, or not on the node named): pod %s/%s is not read, try later", source, namespace, name)), Refused
 	}
@@ -169,7 +169,7 @@ func (c *Check) read(ctx context.Context, source, namespace, name string, uid ty
 		// the same name created in between may be on another node, so an
 		// eviction (by its precondition) and an EvictionRequest name the
 		// pod's UID, and the API server evicts only the pod checked.
-		c.refused(source)
+		c.refused(source, node)
 		return nil, refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", namespace, name)), Refused
 	case err != nil:
 		c.Logger.Warn("eviction check could not read the pod", "pod", namespace+"/"+name, "err", err)
@@ -181,10 +181,11 @@ func (c *Check) read(ctx context.Context, source, namespace, name string, uid ty
 	return pod, nil, ""
 }
 
-// refused takes one refusal from source's budget.
-func (c *Check) refused(source string) {
+// refused takes one refusal from the budgets of source's reviews whose
+// token names node.
+func (c *Check) refused(source, node string) {
 	if c.Sources != nil {
-		c.Sources.Refused(source)
+		c.Sources.Refused(source, node)
 	}
 }
 

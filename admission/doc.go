@@ -45,7 +45,10 @@
 // by their node's pod range, as the listeners' shares of connections go;
 // any other address by itself) has a budget of refused reviews, 5 a second
 // in bursts of 20, checked before any pod is read: past it, its reviews
-// that would need a read are refused unread (429). A review the check
+// that would need a read are refused unread (429). An address in no node's
+// range (the API server's, which carries every agent's evictions) has
+// such a budget per node its reviews' tokens name, and a wider one for
+// all of them. A review the check
 // allows spends none, so the API server's calls never wait on a budget,
 // wherever they come from; and a pod's node, once read, is remembered by
 // its UID (PodNodes), so a review asked again of one pod costs no read.

@@ -20,6 +20,7 @@ package admission
 import (
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,15 +34,27 @@ import (
 const CallerOverBudget = "over-budget"
 
 // Sources holds each source's budget of refusals.
+//
+// An address in no node's pod range may carry the API server's calls,
+// which bring every agent's evictions: there the refusals are counted per
+// node the reviews' tokens name (so that one node's agent whose evictions
+// of other nodes' pods the check refuses spends its own budget, not the
+// other agents'), and per address, within a wider budget (so that a client
+// that makes up the node it names spends no more than that).
 type Sources struct {
 	// ShareOf names the node whose pod range holds a client address ("":
 	// none, and the address is a source of its own); nil: every address
 	// is one.
 	ShareOf func(netip.Addr) string
-	// Rate and Burst size each source's budget.
+	// Rate and Burst size the budget of one node's pods, and of the
+	// reviews of one node's token from an address in no node's range.
 	Rate  rate.Limit
 	Burst int
-	Clock clock.PassiveClock
+	// AddressRate and AddressBurst size the budget of an address in no
+	// node's range, whatever nodes its reviews name.
+	AddressRate  rate.Limit
+	AddressBurst int
+	Clock        clock.PassiveClock
 	// Logger is told, at most once a minute, of a source over its budget.
 	Logger *slog.Logger
 
@@ -50,11 +63,15 @@ type Sources struct {
 	logged  rate.Sometimes
 }
 
-// NewSources is Sources with the product's budget: 5 refusals a second
-// from one source, in bursts of 20.
+// NewSources is Sources with the product's budgets: 5 refusals a second
+// from one node's pods, or for one node's token from another address, in
+// bursts of 20; 50 a second from such an address in all, in bursts of 200.
 func NewSources(shareOf func(netip.Addr) string, logger *slog.Logger) *Sources {
-	return &Sources{ShareOf: shareOf, Rate: 5, Burst: 20, Clock: clock.RealClock{}, Logger: logger}
+	return &Sources{ShareOf: shareOf, Rate: 5, Burst: 20, AddressRate: 50, AddressBurst: 200, Clock: clock.RealClock{}, Logger: logger}
 }
+
+// nodePrefix starts the name of a source that is one node's pods.
+const nodePrefix = "node "
 
 // Of is the source of a request from remoteAddr (host:port): the node
 // whose pod range holds its address, or the address.
@@ -66,43 +83,63 @@ func (s *Sources) Of(remoteAddr string) string {
 	addr := ap.Addr().Unmap()
 	if s.ShareOf != nil {
 		if node := s.ShareOf(addr); node != "" {
-			return "node " + node
+			return nodePrefix + node
 		}
 	}
 	return addr.String()
 }
 
-// Spent reports whether source has no refusal left in its budget, and
-// logs it at most once a minute.
-func (s *Sources) Spent(source string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.budgets[source]
-	if !ok || l.TokensAt(s.Clock.Now()) >= 1 {
-		return false
-	}
-	s.logged.Interval, s.logged.First = time.Minute, 1
-	s.logged.Do(func() {
-		s.Logger.Warn("eviction check: a source spent its budget of refused reviews; its reviews are refused unread (counted as over-budget in the metric; logged at most once a minute)",
-			"source", source)
-	})
-	return true
+// budget is one budget a review from a source takes a refusal from.
+type budget struct {
+	key   string
+	rate  rate.Limit
+	burst int
 }
 
-// Refused takes one refusal from source's budget (into debt, when it has
-// none: reviews under way when it was spent count too).
-func (s *Sources) Refused(source string) {
+// budgetsOf are the budgets of source's reviews whose token names node.
+func (s *Sources) budgetsOf(source, node string) []budget {
+	if strings.HasPrefix(source, nodePrefix) {
+		return []budget{{source, s.Rate, s.Burst}}
+	}
+	return []budget{{source, s.AddressRate, s.AddressBurst}, {source + " for node " + node, s.Rate, s.Burst}}
+}
+
+// Spent reports whether a budget of source's reviews whose token names
+// node has no refusal left, and logs it at most once a minute.
+func (s *Sources) Spent(source, node string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.budgets[source]
-	if !ok {
-		if s.budgets == nil || len(s.budgets) >= maxKnown {
-			s.budgets = map[string]*rate.Limiter{}
+	now := s.Clock.Now()
+	for _, b := range s.budgetsOf(source, node) {
+		if l, ok := s.budgets[b.key]; ok && l.TokensAt(now) < 1 {
+			s.logged.Interval, s.logged.First = time.Minute, 1
+			s.logged.Do(func() {
+				s.Logger.Warn("eviction check: a source spent its budget of refused reviews; its reviews are refused unread (counted as over-budget in the metric; logged at most once a minute)",
+					"source", b.key)
+			})
+			return true
 		}
-		l = rate.NewLimiter(s.Rate, s.Burst)
-		s.budgets[source] = l
 	}
-	l.ReserveN(s.Clock.Now(), 1)
+	return false
+}
+
+// Refused takes one refusal from each budget of source's reviews whose
+// token names node (into debt, when one has none: reviews under way when
+// it was spent count too).
+func (s *Sources) Refused(source, node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.budgetsOf(source, node) {
+		l, ok := s.budgets[b.key]
+		if !ok {
+			if s.budgets == nil || len(s.budgets) >= maxKnown {
+				s.budgets = map[string]*rate.Limiter{}
+			}
+			l = rate.NewLimiter(b.rate, b.burst)
+			s.budgets[b.key] = l
+		}
+		l.ReserveN(s.Clock.Now(), 1)
+	}
 }
 
 // podKey names a pod by its namespace, name and UID.

@@ -52,7 +52,9 @@ func evictionReview(node, name string, uid types.UID) []byte {
 // over-budget) until their budget refills (5 a second); another node's
 // pods keep theirs. Reviews the check allows spend no budget, from
 // whatever source, however many; asked again of one pod, they cost no
-// read.
+// read. From an address in no node's range (the API server's), the
+// refusals of one node's token spend that node's budget, and those of
+// made-up nodes the address's wider one (200).
 func TestSourcesBoundReadsPerNode(t *testing.T) {
 	var reads atomic.Int64
 	get := func(_ context.Context, _, name string) (*corev1.Pod, error) {
@@ -99,9 +101,12 @@ func TestSourcesBoundReadsPerNode(t *testing.T) {
 		}
 		return codes, reads.Load() - before
 	}
-	madeUp := func(i int) []byte {
-		return evictionReview("node-1", fmt.Sprint("gone-", i), types.UID(fmt.Sprint("uid-", i)))
+	madeUpAs := func(node func(i int) string) func(int) []byte {
+		return func(i int) []byte {
+			return evictionReview(node(i), fmt.Sprint("gone-", i), types.UID(fmt.Sprint("uid-", i)))
+		}
 	}
+	madeUp := madeUpAs(func(int) string { return "node-1" })
 	real := func(i int) []byte {
 		return evictionReview(fmt.Sprint("node-", i%3), fmt.Sprint("real-", i), types.UID(fmt.Sprint("real-", i)))
 	}
@@ -127,6 +132,14 @@ func TestSourcesBoundReadsPerNode(t *testing.T) {
 			got{map[int32]int{http.StatusOK: 90}, 0}},
 		{"the spent node's pods, a second later", 10, []string{"10.0.1.2"}, madeUp, time.Second,
 			got{map[int32]int{http.StatusNotFound: 5, http.StatusTooManyRequests: 5}, 5}},
+		// Through the API server, one node's agent token evicting other
+		// nodes' pods spends its own budget, not the other agents'.
+		{"the API server, one agent's evictions the check refuses", 30, []string{"192.168.0.1"}, madeUp, 0,
+			got{map[int32]int{http.StatusNotFound: 20, http.StatusTooManyRequests: 10}, 20}},
+		{"the API server, another agent's eviction of a pod that is gone", 1, []string{"192.168.0.1"}, madeUpAs(func(int) string { return "node-2" }), 0,
+			got{map[int32]int{http.StatusNotFound: 1}, 1}},
+		{"an address in no node's range that makes up the node it names", 250, []string{"192.168.0.7"}, madeUpAs(func(i int) string { return fmt.Sprint("made-up-", i) }), 0,
+			got{map[int32]int{http.StatusNotFound: 200, http.StatusTooManyRequests: 50}, 200}},
 	} {
 		clk.Step(step.tick)
 		codes, n := ask(step.n, step.from, step.body)
@@ -134,8 +147,8 @@ func TestSourcesBoundReadsPerNode(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", step.name, diff)
 		}
 	}
-	if got := testutil.ToFloat64(m.CallersRefused.WithLabelValues(admission.CallerOverBudget)); got != 85 {
-		t.Errorf("eviction_check_callers_refused_total{reason=%q} = %v, want 85", admission.CallerOverBudget, got)
+	if got := testutil.ToFloat64(m.CallersRefused.WithLabelValues(admission.CallerOverBudget)); got != 145 {
+		t.Errorf("eviction_check_callers_refused_total{reason=%q} = %v, want 145", admission.CallerOverBudget, got)
 	}
 }
 
