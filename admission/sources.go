@@ -19,6 +19,7 @@ package admission
 
 import (
 	"log/slog"
+	"maps"
 	"net/netip"
 	"strings"
 	"sync"
@@ -129,16 +130,31 @@ func (s *Sources) Spent(source, node string) bool {
 func (s *Sources) Refused(source, node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.Clock.Now()
 	for _, b := range s.budgetsOf(source, node) {
 		l, ok := s.budgets[b.key]
 		if !ok {
-			if s.budgets == nil || len(s.budgets) >= maxKnown {
-				s.budgets = map[string]*rate.Limiter{}
-			}
+			s.makeRoom(now)
 			l = rate.NewLimiter(b.rate, b.burst)
 			s.budgets[b.key] = l
 		}
-		l.ReserveN(s.Clock.Now(), 1)
+		l.ReserveN(now, 1)
+	}
+}
+
+// makeRoom makes room for one more budget: past maxKnown, it forgets the
+// budgets that are full again (they say nothing a new one would not),
+// and, should none be, all of them.
+func (s *Sources) makeRoom(now time.Time) {
+	if s.budgets == nil {
+		s.budgets = map[string]*rate.Limiter{}
+	}
+	if len(s.budgets) < maxKnown {
+		return
+	}
+	maps.DeleteFunc(s.budgets, func(_ string, l *rate.Limiter) bool { return l.TokensAt(now) >= float64(l.Burst()) })
+	if len(s.budgets) >= maxKnown {
+		s.budgets = map[string]*rate.Limiter{}
 	}
 }
 

@@ -218,3 +218,21 @@ func BenchmarkCheckUnderAFloodFromOneNode(b *testing.B) {
 	reportLatencies(b, lat)
 	b.ReportMetric(float64(flooded.Load())/float64(round), "flood-reads/op")
 }
+
+// TestSourcesForgetOnlyFullBudgets: an address in no node's range that
+// names a new node with each review it has refused fills the budgets
+// remembered; making room forgets those full again (each node's, here
+// refilled at once), not the address's own, which it spends.
+func TestSourcesForgetOnlyFullBudgets(t *testing.T) {
+	clk := clocktesting.NewFakeClock(testTime)
+	s := admission.NewSources(nil, slog.New(slog.DiscardHandler))
+	s.Clock, s.Rate, s.AddressRate, s.AddressBurst = clk, 1000, 0, 2000
+	const from = "192.168.0.7"
+	for i := range s.AddressBurst {
+		s.Refused(from, fmt.Sprint("made-up-", i))
+		clk.Step(time.Second)
+	}
+	if !s.Spent(from, "made-up-again") {
+		t.Errorf("the address that named a new node with each of %d refusals: its budget forgotten, want spent", s.AddressBurst)
+	}
+}
