@@ -49,9 +49,10 @@ type TokenReviewer func(ctx context.Context, review *authnv1.TokenReview, opts m
 //     (no number of other tokens makes the check forget it), and once
 //     that period ends it is reviewed again outside any budget;
 //   - a token not admitted before is reviewed within two budgets: its
-//     client address's (PerSource) and everyone's (Unknown); beyond
-//     either it gets 429 at once, unreviewed. A flood from one address
-//     spends its own budget, not the API server's, and all of them
+//     source's (PerSource: its client address, or all its node's pods,
+//     SourceOf) and everyone's (Unknown); beyond either it gets 429 at
+//     once, unreviewed. A flood from one source spends its own budget,
+//     not the API server's, and all of them
 //     together no more of the API server than Unknown;
 //   - requests that bring the same token at once share one review.
 //
@@ -67,17 +68,21 @@ type Callers struct {
 	Remember time.Duration
 	// Unknown bounds the reviews of tokens not admitted before, in all.
 	Unknown *rate.Limiter
-	// PerSource, when set, makes the bound of one client address's
-	// reviews of tokens not admitted before.
+	// PerSource, when set, makes the bound of one source's reviews of
+	// tokens not admitted before.
 	PerSource func() *rate.Limiter
-	Clock     clock.PassiveClock
+	// SourceOf, when set, names the source of a request from a client
+	// address (host:port), such as one node's pods (Sources.Of); nil: each
+	// address is one.
+	SourceOf func(remoteAddr string) string
+	Clock    clock.PassiveClock
 
 	mu sync.Mutex
 	// admitted holds the tokens reviewed as one of Users.
 	admitted map[[sha256.Size]byte]knownToken
 	// known holds the other tokens' answers.
 	known   map[[sha256.Size]byte]knownToken
-	sources map[netip.Addr]*rate.Limiter
+	sources map[string]*rate.Limiter
 	flights singleflight.Group
 }
 
@@ -185,19 +190,21 @@ func (c *Callers) remembered(key [sha256.Size]byte) (user string, known, again b
 	return k.user, true, false
 }
 
-// budget takes one review from the budget of the client at addr and from
-// everyone's, and says whether both had one.
+// budget takes one review from the budget of the source of the client at
+// addr and from everyone's, and says whether both had one.
 func (c *Callers) budget(addr string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.Clock.Now()
 	if c.PerSource != nil {
-		src := netip.Addr{}
-		if ap, err := netip.ParseAddrPort(addr); err == nil {
-			src = ap.Addr().Unmap()
+		src := ""
+		if c.SourceOf != nil {
+			src = c.SourceOf(addr)
+		} else if ap, err := netip.ParseAddrPort(addr); err == nil {
+			src = ap.Addr().Unmap().String()
 		}
 		if c.sources == nil || len(c.sources) >= maxKnown {
-			c.sources = map[netip.Addr]*rate.Limiter{}
+			c.sources = map[string]*rate.Limiter{}
 		}
 		l, ok := c.sources[src]
 		if !ok {

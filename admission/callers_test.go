@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,9 @@ func TestCallersKeepTheAPIServerApartFromAFlood(t *testing.T) {
 		// unknown is the burst of the budget of everyone's unknown tokens
 		// (never refilled); perSource the burst of one address's (0: none).
 		unknown, perSource int
+		// oneNode: the flood comes from as many addresses of one node's
+		// pod range, which SourceOf names one source.
+		oneNode bool
 		// admitBefore: the API server's token is admitted before the flood;
 		// stepAfter: the clock steps its period after it.
 		admitBefore, stepAfter bool
@@ -118,6 +122,7 @@ func TestCallersKeepTheAPIServerApartFromAFlood(t *testing.T) {
 		{name: "a flood past the memory's size does not make it forget the API server's token", unknown: 1101, admitBefore: true, flood: 1100, reviews: 0},
 		{name: "past its period the API server's token is reviewed again outside the budgets", unknown: 3, admitBefore: true, stepAfter: true, flood: 10, throttled: true, reviews: 1},
 		{name: "a flood from one address spends its own budget, not the API server's new token's", unknown: 10, perSource: 3, flood: 50, throttled: true, reviews: 1},
+		{name: "a flood from many addresses of one node's pods spends one budget", unknown: 100, perSource: 3, oneNode: true, flood: 50, throttled: true, reviews: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
@@ -139,6 +144,14 @@ func TestCallersKeepTheAPIServerApartFromAFlood(t *testing.T) {
 			if tc.perSource > 0 {
 				c.PerSource = func() *rate.Limiter { return rate.NewLimiter(0, tc.perSource) }
 			}
+			if tc.oneNode {
+				c.SourceOf = func(addr string) string {
+					if strings.HasPrefix(addr, "10.0.1.") {
+						return "node node-1"
+					}
+					return addr
+				}
+			}
 			h := c.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			ask := func(from, token string) int {
 				r := httptest.NewRequest(http.MethodPost, admission.Path, nil)
@@ -155,7 +168,11 @@ func TestCallersKeepTheAPIServerApartFromAFlood(t *testing.T) {
 			}
 			before := reviewed["apiserver-token"]
 			for i := range tc.flood {
-				ask(fmt.Sprintf("%s:%d", flooder, 1000+i), fmt.Sprintf("made-up-%d", i))
+				from := fmt.Sprintf("%s:%d", flooder, 1000+i)
+				if tc.oneNode {
+					from = fmt.Sprintf("10.0.1.%d:1000", 2+i)
+				}
+				ask(from, fmt.Sprintf("made-up-%d", i))
 			}
 			if throttled := refused[admission.CallerThrottled] > 0; throttled != tc.throttled {
 				t.Fatalf("the flood throttled %t (refused %v), want %t", throttled, refused, tc.throttled)

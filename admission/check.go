@@ -66,8 +66,14 @@ type Check struct {
 	Pods PodGetter
 	// Metrics counts the verdicts and their time.
 	Metrics *metrics.EvictionCheck
-	Clock   clock.PassiveClock
-	Logger  *slog.Logger
+	// Sources, when set, holds each source to its budget of refused
+	// reviews, checked before a pod is read.
+	Sources *Sources
+	// Nodes, when set, remembers the pods read, so that a review asked
+	// again of one costs no read.
+	Nodes  *PodNodes
+	Clock  clock.PassiveClock
+	Logger *slog.Logger
 }
 
 // ServeHTTP answers one AdmissionReview. A request it cannot read is a
@@ -83,7 +89,7 @@ func (c *Check) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := c.Clock.Now()
-	resp, verdict := c.review(r.Context(), review.Request)
+	resp, verdict := c.review(r.Context(), r.RemoteAddr, review.Request)
 	c.Metrics.Observe(verdict, c.Clock.Since(start))
 	resp.UID = review.Request.UID
 	w.Header().Set("Content-Type", "application/json")
@@ -97,7 +103,7 @@ func (c *Check) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // at most the configuration's timeoutSeconds (5).
 const readTimeout = 4 * time.Second
 
-func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
+func (c *Check) review(ctx context.Context, remoteAddr string, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
 	name, uid := req.Name, types.UID("")
 	switch {
 	case req.Resource.Resource == "pods" && req.SubResource == "eviction":
@@ -122,9 +128,40 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 	if v := req.UserInfo.Extra[NodeNameExtra]; len(v) > 0 {
 		node = v[0]
 	}
+	source := ""
+	if c.Sources != nil {
+		source = c.Sources.Of(remoteAddr)
+	}
+	pod, resp, verdict := c.read(ctx, source, node, req.Namespace, name, uid)
+	if pod == nil {
+		return resp, verdict
+	}
+	ok, why := Verdict(node, pod)
+	if ok {
+		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
+	}
+	c.refused(source, node)
+	c.Logger.Warn("eviction refused: the pod is not on the caller's node", "user", req.UserInfo.Username, "node", node,
+		"pod", req.Namespace+"/"+name, "podNode", pod.Spec.NodeName)
+	return refuse(http.StatusForbidden, why), Refused
+}
+
+// read is the pod a review names, from what the check remembers of it or
+// read from the API server; or, where there is none or it is not read, the
+// review's answer.
+func (c *Check) read(ctx context.Context, source, node, namespace, name string, uid types.UID) (*corev1.Pod, *admissionv1.AdmissionResponse, string) {
+	if c.Nodes != nil && uid != "" {
+		if on, ok := c.Nodes.Get(namespace, name, uid); ok {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid}, Spec: corev1.PodSpec{NodeName: on}}, nil, ""
+		}
+	}
+	if c.Sources != nil && c.Sources.Spent(source, node) {
+		c.Metrics.CallerRefused(CallerOverBudget)
+		return nil, refuse(http.StatusTooManyRequests, fmt.Sprintf("the eviction check refused too many reviews from %s of late (no such pod, or not on the node named): pod %s/%s is not read, try later", source, namespace, name)), Refused
+	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	pod, err := c.Pods(ctx, req.Namespace, name)
+	pod, err := c.Pods(ctx, namespace, name)
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && uid != "" && pod.UID != uid:
 		// No such pod: refused as the eviction would be (404), never
@@ -132,18 +169,24 @@ func (c *Check) review(ctx context.Context, req *admissionv1.AdmissionRequest) (
 		// the same name created in between may be on another node, so an
 		// eviction (by its precondition) and an EvictionRequest name the
 		// pod's UID, and the API server evicts only the pod checked.
-		return refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", req.Namespace, name)), Refused
+		c.refused(source, node)
+		return nil, refuse(http.StatusNotFound, fmt.Sprintf("pod %s/%s not found", namespace, name)), Refused
 	case err != nil:
-		c.Logger.Warn("eviction check could not read the pod", "pod", req.Namespace+"/"+name, "err", err)
-		return refuse(http.StatusServiceUnavailable, fmt.Sprintf("the eviction check could not read pod %s/%s: %v", req.Namespace, name, err)), Failed
+		c.Logger.Warn("eviction check could not read the pod", "pod", namespace+"/"+name, "err", err)
+		return nil, refuse(http.StatusServiceUnavailable, fmt.Sprintf("the eviction check could not read pod %s/%s: %v", namespace, name, err)), Failed
 	}
-	ok, why := Verdict(node, pod)
-	if ok {
-		return &admissionv1.AdmissionResponse{Allowed: true}, Allowed
+	if c.Nodes != nil && uid != "" {
+		c.Nodes.Put(namespace, name, uid, pod.Spec.NodeName)
 	}
-	c.Logger.Warn("eviction refused: the pod is not on the caller's node", "user", req.UserInfo.Username, "node", node,
-		"pod", req.Namespace+"/"+name, "podNode", pod.Spec.NodeName)
-	return refuse(http.StatusForbidden, why), Refused
+	return pod, nil, ""
+}
+
+// refused takes one refusal from the budgets of source's reviews whose
+// token names node.
+func (c *Check) refused(source, node string) {
+	if c.Sources != nil {
+		c.Sources.Refused(source, node)
+	}
 }
 
 // evictionUID is the pod's UID the Eviction under review names in its
@@ -189,6 +232,8 @@ func refuse(code int32, msg string) *admissionv1.AdmissionResponse {
 		reason = metav1.StatusReasonNotFound
 	case http.StatusUnprocessableEntity:
 		reason = metav1.StatusReasonInvalid
+	case http.StatusTooManyRequests:
+		reason = metav1.StatusReasonTooManyRequests
 	}
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,

@@ -41,7 +41,22 @@
 // What it does not do: decide anything about budgets (the Eviction API
 // does), or look at any request but the agent's evictions.
 //
-// Concurrency: Check serves requests concurrently and holds no state;
+// What one source may make it read (Sources): a source (one node's pods,
+// by their node's pod range, as the listeners' shares of connections go;
+// any other address by itself) has a budget of refused reviews, 5 a second
+// in bursts of 20, checked before any pod is read: past it, its reviews
+// that would need a read are refused unread (429). An address in no node's
+// range (the API server's, which carries every agent's evictions) has
+// such a budget per node its reviews' tokens name, and a wider one for
+// all of them. A review the check
+// allows spends none, so the API server's calls never wait on a budget,
+// wherever they come from; and a pod's node, once read, is remembered by
+// its UID (PodNodes), so a review asked again of one pod costs no read.
+// Where callers are named, an unknown token's review is budgeted per
+// source too.
+//
+// Concurrency: Check serves requests concurrently; its Sources and
+// PodNodes hold their state under a lock;
 // Callers remembers tokens' answers and the budgets under a lock, and
 // requests that bring one token at once share its review; Certs' certificate is
 // swapped under a lock, read by every TLS handshake.

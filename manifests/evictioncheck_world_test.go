@@ -56,17 +56,18 @@ func hostEvictionCheck(tb testing.TB, ns string) *metrics.EvictionCheck {
 func hostEvictionCheckFor(tb testing.TB, ns string, callers []string) (*metrics.EvictionCheck, string) {
 	tb.Helper()
 	if len(callers) == 0 {
-		return hostEvictionCheckWith(tb, ns, nil)
+		return hostEvictionCheckWith(tb, ns, nil, nil)
 	}
 	return hostEvictionCheckWith(tb, ns, func(review admission.TokenReviewer, m *metrics.EvictionCheck) *admission.Callers {
 		return admission.NewCallers(review, callers, m.CallerRefused)
-	})
+	}, nil)
 }
 
 // hostEvictionCheckWith is hostEvictionCheck answering only the callers
 // callersOf makes (nil: any caller), with the aggregator's token's
-// reviews and the check's metrics.
-func hostEvictionCheckWith(tb testing.TB, ns string, callersOf func(admission.TokenReviewer, *metrics.EvictionCheck) *admission.Callers) (*metrics.EvictionCheck, string) {
+// reviews and the check's metrics, holding sources to their budgets (nil:
+// the product's) and remembering the pods read, as the aggregator does.
+func hostEvictionCheckWith(tb testing.TB, ns string, callersOf func(admission.TokenReviewer, *metrics.EvictionCheck) *admission.Callers, sources *admission.Sources) (*metrics.EvictionCheck, string) {
 	tb.Helper()
 	tr, err := world.Client.CoreV1().ServiceAccounts(ns).CreateToken(testworld.Ctx(tb, 10*time.Second), "maintenance-handler-aggregator", &authnv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
@@ -93,7 +94,10 @@ func hostEvictionCheckWith(tb testing.TB, ns string, callersOf func(admission.To
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g, ctx := errgroup.WithContext(ctx)
-	var check http.Handler = &admission.Check{Pods: client.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: logger}
+	if sources == nil {
+		sources = admission.NewSources(nil, logger)
+	}
+	var check http.Handler = &admission.Check{Pods: client.GetPod, Metrics: m, Sources: sources, Nodes: &admission.PodNodes{}, Clock: clock.RealClock{}, Logger: logger}
 	if callersOf != nil {
 		check = callersOf(typed.AuthenticationV1().TokenReviews().Create, m).Wrap(check)
 	}

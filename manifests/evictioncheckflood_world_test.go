@@ -38,7 +38,7 @@ func TestEvictionCheckAnswersTheAPIServerUnderAFlood(t *testing.T) {
 	m, addr := hostEvictionCheckWith(t, testworld.ShippedNamespace, func(review admission.TokenReviewer, m *metrics.EvictionCheck) *admission.Callers {
 		return &admission.Callers{Review: review, Users: []string{testworld.WebhookCaller}, Refused: m.CallerRefused, Remember: time.Minute,
 			Unknown: rate.NewLimiter(0, 10), PerSource: func() *rate.Limiter { return rate.NewLimiter(0, 3) }, Clock: clock.RealClock{}}
-	})
+	}, nil)
 
 	idle := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	for range 200 {

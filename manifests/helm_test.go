@@ -198,6 +198,8 @@ func TestChartSchemaRejects(t *testing.T) {
 		{[]string{"--set", "aggregator.notifier.steps={draining,drained}"}, "/aggregator/notifier/steps/1"},
 		{[]string{"--set", "aggregator.notifier.digest=soon"}, "/aggregator/notifier/digest"},
 		{[]string{"--set", "admissionPolicy.people.serviceAccounts={system:serviceaccount:ops:maintainer}"}, "/admissionPolicy/people/serviceAccounts/0"},
+		{[]string{"--set", "admissionPolicy.people.googleIdentities={ops@example.com}"}, "/admissionPolicy/people/googleIdentities/0"},
+		{[]string{"--set", "admissionPolicy.people.googleIdentities={x@p.iam.gserviceaccount.com' || true || '}"}, "/admissionPolicy/people/googleIdentities/0"},
 		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
 		// The policy, as the aggregator reads it: a key it does not know, a
 		// word for a count, a list for the pools.
@@ -450,6 +452,9 @@ func TestChartOptions(t *testing.T) {
 		}},
 		{"admissionPolicy.people.serviceAccounts", []string{"--set", "admissionPolicy.people.serviceAccounts={ops/maintainer}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return writersVariable(t, o, "people"), "['system:serviceaccount:ops:maintainer']"
+		}},
+		{"admissionPolicy.people.googleIdentities", []string{"--set", "admissionPolicy.people.googleIdentities={ops@p.iam.gserviceaccount.com}"}, func(o map[string]*unstructured.Unstructured) (any, any) {
+			return writersVariable(t, o, "people"), "['ops@p.iam.gserviceaccount.com']"
 		}},
 		{"criticalPodsQuota.create", []string{"--set", "criticalPodsQuota.create=false"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return criticalQuotas(t, o), map[string][]string{}

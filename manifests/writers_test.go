@@ -143,8 +143,9 @@ func TestKeyWritersPolicyNamesTheDetectors(t *testing.T) {
 }
 
 // TestKeyWritersPolicyNamesThePeople: a person is no node's kubelet, and
-// either an account admissionPolicy.people names or a user with neither a
-// node-name claim nor a service account's name; none is named by default.
+// either an account or Google identity admissionPolicy.people names or a
+// user with neither a node-name claim nor a service account's or Google
+// identity's name; none is named by default.
 func TestKeyWritersPolicyNamesThePeople(t *testing.T) {
 	def := mustTemplate(t)
 	if got := writersVariable(t, def, "people"); got != "[]" {
@@ -152,12 +153,19 @@ func TestKeyWritersPolicyNamesThePeople(t *testing.T) {
 	}
 	person := regexp.MustCompile(`(?s)'person': (.*?),\s*'registration'`).FindStringSubmatch(writersVariable(t, def, "who"))
 	want := "!variables.user.startsWith('system:node:') && " +
-		"(variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:'))"
+		"(variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:') && !variables.google)"
 	if person == nil || strings.Join(strings.Fields(person[1]), " ") != want {
 		t.Errorf("the class person is %q, want %q", person, want)
 	}
-	set := mustTemplate(t, "--set", "admissionPolicy.people.serviceAccounts={ops/maintainer,kube-system/scheduler-plugins}")
-	if got, want := writersVariable(t, set, "people"), "['system:serviceaccount:ops:maintainer', 'system:serviceaccount:kube-system:scheduler-plugins']"; got != want {
+	google := "variables.user.lowerAscii().endsWith('.gserviceaccount.com') || " +
+		"variables.user.lowerAscii().startsWith('principal://') || variables.user.lowerAscii().startsWith('principalset://')"
+	if got := writersVariable(t, def, "google"); got != google {
+		t.Errorf("the Google identities are %q, want %q", got, google)
+	}
+	set := mustTemplate(t, "--set", "admissionPolicy.people.serviceAccounts={ops/maintainer,kube-system/scheduler-plugins}",
+		"--set", "admissionPolicy.people.googleIdentities={ops@p.iam.gserviceaccount.com,principal://iam.googleapis.com/locations/global/workforcePools/ops/subject/ana}")
+	if got, want := writersVariable(t, set, "people"), "['system:serviceaccount:ops:maintainer', 'system:serviceaccount:kube-system:scheduler-plugins', "+
+		"'ops@p.iam.gserviceaccount.com', 'principal://iam.googleapis.com/locations/global/workforcePools/ops/subject/ana']"; got != want {
 		t.Errorf("the people are %s, want %s", got, want)
 	}
 }
@@ -194,7 +202,7 @@ func TestFaultConditionsPolicyReadsTheConfigMap(t *testing.T) {
 	if kind, _, _ := unstructured.NestedString(objs["ValidatingAdmissionPolicy /"+generate.FaultConditionsPolicy].Object, "spec", "paramKind", "kind"); kind != "ConfigMap" {
 		t.Errorf("the policy's parameter is a %q, want a ConfigMap", kind)
 	}
-	for _, v := range []string{"who", "detectors", "people"} {
+	for _, v := range []string{"who", "detectors", "people", "google"} {
 		if w, f := writersVariable(t, objs, v), policyVariable(t, generate.FaultConditionsPolicy, v); w != f {
 			t.Errorf("the variable %s differs between the policies:\n%s\n%s", v, w, f)
 		}

@@ -282,8 +282,9 @@ type EvictionCheck struct {
 	Checks *prometheus.CounterVec
 	// DurationSeconds is the time of one review, the pod's read included.
 	DurationSeconds prometheus.Histogram
-	// CallersRefused counts the requests turned away before any review,
-	// by reason: the caller is not the API server.
+	// CallersRefused counts the requests turned away before any review or
+	// pod read, by reason: the caller is not the API server, or its source
+	// spent its budget of refused reviews.
 	CallersRefused *prometheus.CounterVec
 }
 
@@ -298,7 +299,7 @@ func NewEvictionCheck(reg prometheus.Registerer) *EvictionCheck {
 		DurationSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_check_duration_seconds",
 			Help: "Time of one eviction review in this replica, the pod's read included (the API server's call adds its round trip).", Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 4}}),
 		CallersRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "eviction_check_callers_refused_total",
-			Help: "Requests to the eviction check turned away before any review, where --eviction-check-callers is set, by reason: no-token, not-valid (the API server does not know the token), not-allowed (another user's), throttled (too many unknown tokens), no-review (the token could not be reviewed)."},
+			Help: "Requests to the eviction check turned away before any review or pod read, by reason: where --eviction-check-callers is set, no-token, not-valid (the API server does not know the token), not-allowed (another user's), throttled (too many unknown tokens), no-review (the token could not be reviewed); and over-budget (its source, one node's pods or one address, had too many reviews refused of late)."},
 			[]string{"reason"}),
 	}
 	for _, v := range []string{"allowed", "refused", "error"} {

@@ -23,13 +23,16 @@ const (
 	WhoAggregator Who = "aggregator"
 	// WhoPerson is an identity known to be no node's: neither
 	// system:node:*, nor a token carrying a node-name claim, nor a service
-	// account (system:serviceaccount:*); or a service account the operator
-	// names (admissionPolicy.people.serviceAccounts), whatever node its
-	// token names (the operator keeps its pods off the nodes the product
-	// maintains, which could have its token minted). So a user, a control-plane
-	// component that authenticates as itself and GKE's control plane are
-	// persons; a legacy token of a DaemonSet's account, which the node
-	// running its pod can read, is not. No key needs an account named by
+	// account (system:serviceaccount:*), nor a Google identity (a Google
+	// service account's email, *.gserviceaccount.com, or an IAM principal
+	// identifier, principal://* or principalSet://*); or a service account
+	// or Google identity the operator names (admissionPolicy.people),
+	// whatever node its token names (the operator keeps its pods off the
+	// nodes the product maintains, which could have its token minted). So
+	// a user, a control-plane component that authenticates as itself and
+	// GKE's control plane are persons; a legacy token of a DaemonSet's
+	// account, which the node running its pod can read, is not, nor is the
+	// node VM's Google service account. No key needs an account named by
 	// default: GKE writes its keys after registration from its control
 	// plane, not as an account of the cluster, and a self-managed
 	// cluster's controllers (system:serviceaccount:kube-system:* with

@@ -169,13 +169,18 @@ func serveEvictionCheck(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 		return nil, err
 	}
 	m := metrics.NewEvictionCheck(reg)
-	var check http.Handler = &admission.Check{Pods: pods.GetPod, Metrics: m, Clock: clock.RealClock{}, Logger: log}
+	// Each node's pods are one source, as they hold one share of
+	// connections: a budget of refused reviews, and of unknown tokens'.
+	sources := admission.NewSources(shareOf, log)
+	var check http.Handler = &admission.Check{Pods: pods.GetPod, Metrics: m, Sources: sources, Nodes: &admission.PodNodes{}, Clock: clock.RealClock{}, Logger: log}
 	if len(opts.EvictionCheckCallers) > 0 {
 		reviews, err := authenticationv1client.NewForConfig(podsCfg)
 		if err != nil {
 			return nil, err
 		}
-		check = admission.NewCallers(reviews.TokenReviews().Create, opts.EvictionCheckCallers, m.CallerRefused).Wrap(check)
+		callers := admission.NewCallers(reviews.TokenReviews().Create, opts.EvictionCheckCallers, m.CallerRefused)
+		callers.SourceOf = sources.Of
+		check = callers.Wrap(check)
 	}
 	// As admission.Serve serves it, with a share of connections per node.
 	mux := http.NewServeMux()

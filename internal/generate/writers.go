@@ -31,7 +31,7 @@ const (
 var whoDoc = map[protocol.Who]string{
 	protocol.WhoAgent:        "the node's agent",
 	protocol.WhoAggregator:   "the aggregator",
-	protocol.WhoPerson:       "a person (no node's identity nor unnamed service account)",
+	protocol.WhoPerson:       "a person (no node's identity, nor unnamed service account or Google identity)",
 	protocol.WhoRegistration: "the node's kubelet registering",
 	protocol.WhoOwnNode:      "any identity of that node",
 	protocol.WhoDetector:     "a named detector",
@@ -152,6 +152,18 @@ const nodeWrites = `  matchConstraints:
 
 // whoVariables are the policies' variables that tell the classes of
 // identity apart (variables.who), for the Node written.
+//
+// A Google identity is no person unless admissionPolicy.people names it
+// (variables.google): on GKE the API server names a Google service account
+// by its email (NAME@PROJECT.iam.gserviceaccount.com, or a default one's
+// under developer.gserviceaccount.com), which RBAC then binds as a user
+// (GKE's "Authorize actions in clusters using role-based access control",
+// https://cloud.google.com/kubernetes-engine/docs/how-to/role-based-access-control),
+// and an identity of an IAM pool by its principal identifier,
+// principal://... or principalSet://... (IAM's "Principal identifiers",
+// https://cloud.google.com/iam/docs/principal-identifiers). A node can
+// reach some of them: its VM's service account through the metadata
+// server, a Workload Identity principal through a pod bound to it.
 const whoVariables = `    - name: claim
       expression: "has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''"
     - name: user
@@ -161,13 +173,15 @@ const whoVariables = `    - name: claim
     - name: detectors
       expression: {{ include "mh.detectorList" .Values.admissionPolicy.detectors | quote }}
     - name: people
-      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people.serviceAccounts | quote }}
+      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people | quote }}
+    - name: google
+      expression: "variables.user.lowerAscii().endsWith('.gserviceaccount.com') || variables.user.lowerAscii().startsWith('principal://') || variables.user.lowerAscii().startsWith('principalset://')"
     - name: who
       expression: >-
         {'agent': variables.user == '{{ include "mh.agentUser" . }}' && variables.claim == object.metadata.name,
         'aggregator': variables.user == '{{ include "mh.aggregatorUser" . }}',
         'person': !variables.user.startsWith('system:node:') &&
-        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:')),
+        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:') && !variables.google),
         'registration': request.operation == 'CREATE' && variables.user == variables.kubelet,
         'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
         'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
@@ -188,8 +202,11 @@ edit that table, not this file. admission-policy.yaml includes it. */}}
 # service account with Node write whose token a node can have minted for a
 # pod bound to it, which carries the node's name). A person is named, not
 # presumed: neither a node's kubelet nor a token naming a node, and no
-# service account but those admissionPolicy.people names (a node can read
-# the legacy token of any account whose pod it runs). A node registering
+# service account nor Google identity (a Google service account's email,
+# a principal:// or principalSet:// identifier) but those
+# admissionPolicy.people names (a node can read the legacy token of any
+# account whose pod it runs, and reach its VM's Google service account
+# and its pods' Workload Identity principals). A node registering
 # sets the labels of its pool, machine and the operator's; a detector's
 # conditions come only from the detectors the operator names. The agent
 # and the aggregator are held to their keys by their own policies above,
@@ -255,10 +272,14 @@ sliceLabel), as a CEL list: fenced as GKE's pool label is. */}}
 [{{ range $i, $l := compact (list .Values.poolLabel .Values.sliceLabel) | uniq }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
 {{- end }}
 
-{{/* The service accounts admissionPolicy.people.serviceAccounts names
-("namespace/name"), as a CEL list of their usernames. */}}
+{{/* The identities admissionPolicy.people names, as a CEL list of their
+usernames: its service accounts ("namespace/name") and its Google
+identities (as the API server names them). */}}
 {{- define "mh.peopleList" -}}
-[{{ range $i, $a := . }}{{ if $i }}, {{ end }}'system:serviceaccount:{{ replace "/" ":" $a }}'{{ end }}]
+{{- $users := list -}}
+{{- range .serviceAccounts }}{{ $users = append $users (print "system:serviceaccount:" (replace "/" ":" .)) }}{{ end -}}
+{{- range .googleIdentities }}{{ $users = append $users . }}{{ end -}}
+[{{ range $i, $u := $users }}{{ if $i }}, {{ end }}'{{ $u }}'{{ end }}]
 {{- end }}
 
 {{/* The detectors' usernames as a CEL list. */}}

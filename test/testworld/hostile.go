@@ -146,11 +146,17 @@ func (h *Hostile) awaitFences(ctx context.Context, in bool) error {
 // it a ClusterRole with Node write, removed when tb ends.
 func (w *World) nodeWriter(tb testing.TB, ctx context.Context, ns string) {
 	tb.Helper()
-	name := NodeWriterAccount + "-" + ns
 	if _, err := w.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
 		ObjectMeta: metav1.ObjectMeta{Name: NodeWriterAccount}}, metav1.CreateOptions{}); err != nil {
 		tb.Fatalf("the node writer's service account: %v", err)
 	}
+	w.grantNodeWrite(tb, ctx, NodeWriterAccount+"-"+ns, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: NodeWriterAccount, Namespace: ns})
+}
+
+// grantNodeWrite binds subject a ClusterRole with Node write, both named
+// name, removed when tb ends.
+func (w *World) grantNodeWrite(tb testing.TB, ctx context.Context, name string, subject rbacv1.Subject) {
+	tb.Helper()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"},
 		Verbs: []string{"get", "list", "watch", "update", "patch"}}}}
@@ -162,7 +168,7 @@ func (w *World) nodeWriter(tb testing.TB, ctx context.Context, ns string) {
 	})
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: NodeWriterAccount, Namespace: ns}}}
+		Subjects: []rbacv1.Subject{subject}}
 	if _, err := w.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		tb.Fatalf("the node writer's ClusterRoleBinding: %v", err)
 	}

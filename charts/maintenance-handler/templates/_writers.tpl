@@ -7,8 +7,11 @@ edit that table, not this file. admission-policy.yaml includes it. */}}
 # service account with Node write whose token a node can have minted for a
 # pod bound to it, which carries the node's name). A person is named, not
 # presumed: neither a node's kubelet nor a token naming a node, and no
-# service account but those admissionPolicy.people names (a node can read
-# the legacy token of any account whose pod it runs). A node registering
+# service account nor Google identity (a Google service account's email,
+# a principal:// or principalSet:// identifier) but those
+# admissionPolicy.people names (a node can read the legacy token of any
+# account whose pod it runs, and reach its VM's Google service account
+# and its pods' Workload Identity principals). A node registering
 # sets the labels of its pool, machine and the operator's; a detector's
 # conditions come only from the detectors the operator names. The agent
 # and the aggregator are held to their keys by their own policies above,
@@ -42,13 +45,15 @@ spec:
     - name: detectors
       expression: {{ include "mh.detectorList" .Values.admissionPolicy.detectors | quote }}
     - name: people
-      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people.serviceAccounts | quote }}
+      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people | quote }}
+    - name: google
+      expression: "variables.user.lowerAscii().endsWith('.gserviceaccount.com') || variables.user.lowerAscii().startsWith('principal://') || variables.user.lowerAscii().startsWith('principalset://')"
     - name: who
       expression: >-
         {'agent': variables.user == '{{ include "mh.agentUser" . }}' && variables.claim == object.metadata.name,
         'aggregator': variables.user == '{{ include "mh.aggregatorUser" . }}',
         'person': !variables.user.startsWith('system:node:') &&
-        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:')),
+        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:') && !variables.google),
         'registration': request.operation == 'CREATE' && variables.user == variables.kubelet,
         'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
         'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
@@ -83,97 +88,97 @@ spec:
         (variables.newAnnotations.filter(k, k in ['maintenance-handler.io/begun', 'maintenance-handler.io/boot-id', 'maintenance-handler.io/busy', 'maintenance-handler.io/compute-call', 'maintenance-handler.io/cordoned-before', 'maintenance-handler.io/deadline', 'maintenance-handler.io/drain', 'maintenance-handler.io/gke-status-before', 'maintenance-handler.io/idle-since', 'maintenance-handler.io/interruptions', 'maintenance-handler.io/kubelet-version', 'maintenance-handler.io/last-boot-id', 'maintenance-handler.io/last-event', 'maintenance-handler.io/last-fault-repair', 'maintenance-handler.io/left-to-gke', 'maintenance-handler.io/maintenance-requested', 'maintenance-handler.io/mirrored-notice', 'maintenance-handler.io/operation', 'maintenance-handler.io/phase', 'maintenance-handler.io/pod-groups', 'maintenance-handler.io/reason', 'maintenance-handler.io/repair-call', 'maintenance-handler.io/request-id', 'maintenance-handler.io/started', 'maintenance-handler.io/stopped-window', 'maintenance-handler.io/vm-read', 'maintenance-handler.io/voluntary-failures'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['agent'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k in ['maintenance-handler.io/begun', 'maintenance-handler.io/boot-id', 'maintenance-handler.io/busy', 'maintenance-handler.io/compute-call', 'maintenance-handler.io/cordoned-before', 'maintenance-handler.io/deadline', 'maintenance-handler.io/drain', 'maintenance-handler.io/gke-status-before', 'maintenance-handler.io/idle-since', 'maintenance-handler.io/interruptions', 'maintenance-handler.io/kubelet-version', 'maintenance-handler.io/last-boot-id', 'maintenance-handler.io/last-event', 'maintenance-handler.io/last-fault-repair', 'maintenance-handler.io/left-to-gke', 'maintenance-handler.io/maintenance-requested', 'maintenance-handler.io/mirrored-notice', 'maintenance-handler.io/operation', 'maintenance-handler.io/phase', 'maintenance-handler.io/pod-groups', 'maintenance-handler.io/reason', 'maintenance-handler.io/repair-call', 'maintenance-handler.io/request-id', 'maintenance-handler.io/started', 'maintenance-handler.io/stopped-window', 'maintenance-handler.io/vm-read', 'maintenance-handler.io/voluntary-failures'] && !(k in variables.newAnnotations)).size() == 0 || ['agent', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node annotations maintenance-handler.io/begun, maintenance-handler.io/boot-id, maintenance-handler.io/busy, maintenance-handler.io/compute-call, maintenance-handler.io/cordoned-before, maintenance-handler.io/deadline, maintenance-handler.io/drain, maintenance-handler.io/gke-status-before, maintenance-handler.io/idle-since, maintenance-handler.io/interruptions, maintenance-handler.io/kubelet-version, maintenance-handler.io/last-boot-id, maintenance-handler.io/last-event, maintenance-handler.io/last-fault-repair, maintenance-handler.io/left-to-gke, maintenance-handler.io/maintenance-requested, maintenance-handler.io/mirrored-notice, maintenance-handler.io/operation, maintenance-handler.io/phase, maintenance-handler.io/pod-groups, maintenance-handler.io/reason, maintenance-handler.io/repair-call, maintenance-handler.io/request-id, maintenance-handler.io/started, maintenance-handler.io/stopped-window, maintenance-handler.io/vm-read, maintenance-handler.io/voluntary-failures: only the node's agent may set them, and the node's agent, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node annotations maintenance-handler.io/begun, maintenance-handler.io/boot-id, maintenance-handler.io/busy, maintenance-handler.io/compute-call, maintenance-handler.io/cordoned-before, maintenance-handler.io/deadline, maintenance-handler.io/drain, maintenance-handler.io/gke-status-before, maintenance-handler.io/idle-since, maintenance-handler.io/interruptions, maintenance-handler.io/kubelet-version, maintenance-handler.io/last-boot-id, maintenance-handler.io/last-event, maintenance-handler.io/last-fault-repair, maintenance-handler.io/left-to-gke, maintenance-handler.io/maintenance-requested, maintenance-handler.io/mirrored-notice, maintenance-handler.io/operation, maintenance-handler.io/phase, maintenance-handler.io/pod-groups, maintenance-handler.io/reason, maintenance-handler.io/repair-call, maintenance-handler.io/request-id, maintenance-handler.io/started, maintenance-handler.io/stopped-window, maintenance-handler.io/vm-read, maintenance-handler.io/voluntary-failures: only the node's agent may set them, and the node's agent, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newAnnotations.filter(k, k in ['maintenance-handler.io/fault-description'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['aggregator', 'person'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k in ['maintenance-handler.io/fault-description'] && !(k in variables.newAnnotations)).size() == 0 || ['agent', 'aggregator', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node annotations maintenance-handler.io/fault-description: only the aggregator, a person (no node's identity nor unnamed service account) may set them, and the node's agent, the aggregator, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node annotations maintenance-handler.io/fault-description: only the aggregator, a person (no node's identity, nor unnamed service account or Google identity) may set them, and the node's agent, the aggregator, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newAnnotations.filter(k, k in ['maintenance-handler.io/compute-answer', 'maintenance-handler.io/fault-repair', 'node.gke.io/maintenance-state'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['aggregator'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k in ['maintenance-handler.io/compute-answer', 'maintenance-handler.io/fault-repair', 'node.gke.io/maintenance-state'] && !(k in variables.newAnnotations)).size() == 0 || ['agent', 'aggregator', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node annotations maintenance-handler.io/compute-answer, maintenance-handler.io/fault-repair, node.gke.io/maintenance-state: only the aggregator may set them, and the node's agent, the aggregator, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node annotations maintenance-handler.io/compute-answer, maintenance-handler.io/fault-repair, node.gke.io/maintenance-state: only the aggregator may set them, and the node's agent, the aggregator, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newAnnotations.filter(k, k in ['maintenance-handler.io/repairs', 'maintenance-handler.io/reservation-group', 'maintenance-handler.io/slice-maintenance', 'maintenance-handler.io/vm-facts'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['aggregator'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k in ['maintenance-handler.io/repairs', 'maintenance-handler.io/reservation-group', 'maintenance-handler.io/slice-maintenance', 'maintenance-handler.io/vm-facts'] && !(k in variables.newAnnotations)).size() == 0 || ['aggregator', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node annotations maintenance-handler.io/repairs, maintenance-handler.io/reservation-group, maintenance-handler.io/slice-maintenance, maintenance-handler.io/vm-facts: only the aggregator may set them, and the aggregator, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node annotations maintenance-handler.io/repairs, maintenance-handler.io/reservation-group, maintenance-handler.io/slice-maintenance, maintenance-handler.io/vm-facts: only the aggregator may set them, and the aggregator, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newAnnotations.filter(k, k in ['node.gke.io/upcoming-maintenance'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['own-node', 'person'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k in ['node.gke.io/upcoming-maintenance'] && !(k in variables.newAnnotations)).size() == 0 || ['own-node', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node annotations node.gke.io/upcoming-maintenance: only any identity of that node, a person (no node's identity nor unnamed service account) may set them, and any identity of that node, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node annotations node.gke.io/upcoming-maintenance: only any identity of that node, a person (no node's identity, nor unnamed service account or Google identity) may set them, and any identity of that node, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newAnnotations.filter(k, k in ['node.gke.io/opportunistic-config'] && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['person'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k in ['node.gke.io/opportunistic-config'] && !(k in variables.newAnnotations)).size() == 0 || ['person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node annotations node.gke.io/opportunistic-config: only a person (no node's identity nor unnamed service account) may set them, and a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node annotations node.gke.io/opportunistic-config: only a person (no node's identity, nor unnamed service account or Google identity) may set them, and a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         variables.oldConditions.filter(c, c.type in ['DrainInProgress', 'Drained', 'MaintenanceInProgress', 'MaintenancePlanned', 'maintenance-handler.io/DeviceUnhealthy']) == variables.newConditions.filter(c, c.type in ['DrainInProgress', 'Drained', 'MaintenanceInProgress', 'MaintenancePlanned', 'maintenance-handler.io/DeviceUnhealthy']) || ['agent'].exists(w, variables.who[w]) ||
         (['agent', 'person', 'uninstall'].exists(w, variables.who[w]) && variables.newConditions.filter(c, c.type in ['DrainInProgress', 'Drained', 'MaintenanceInProgress', 'MaintenancePlanned', 'maintenance-handler.io/DeviceUnhealthy']).all(c, c in variables.oldConditions))
       messageExpression: >-
-        variables.user + " may not change the Node conditions DrainInProgress, Drained, MaintenanceInProgress, MaintenancePlanned, maintenance-handler.io/DeviceUnhealthy: only the node's agent may set them, and the node's agent, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node conditions DrainInProgress, Drained, MaintenanceInProgress, MaintenancePlanned, maintenance-handler.io/DeviceUnhealthy: only the node's agent may set them, and the node's agent, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in ['cloud.google.com/fault-behavior', 'maintenance-handler.io/known-end-time'] && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['agent'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in ['cloud.google.com/fault-behavior', 'maintenance-handler.io/known-end-time'] && !(k in variables.newLabels)).size() == 0 || ['agent', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels cloud.google.com/fault-behavior, maintenance-handler.io/known-end-time: only the node's agent may set them, and the node's agent, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels cloud.google.com/fault-behavior, maintenance-handler.io/known-end-time: only the node's agent may set them, and the node's agent, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in ['cloud.google.com/perform-maintenance', 'maintenance-handler.io/report-faulty'] && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['aggregator', 'person'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in ['cloud.google.com/perform-maintenance', 'maintenance-handler.io/report-faulty'] && !(k in variables.newLabels)).size() == 0 || ['agent', 'aggregator', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels cloud.google.com/perform-maintenance, maintenance-handler.io/report-faulty: only the aggregator, a person (no node's identity nor unnamed service account) may set them, and the node's agent, the aggregator, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels cloud.google.com/perform-maintenance, maintenance-handler.io/report-faulty: only the aggregator, a person (no node's identity, nor unnamed service account or Google identity) may set them, and the node's agent, the aggregator, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in ['maintenance-handler.io/gang'] && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['aggregator'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in ['maintenance-handler.io/gang'] && !(k in variables.newLabels)).size() == 0 || ['aggregator', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels maintenance-handler.io/gang: only the aggregator may set them, and the aggregator, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels maintenance-handler.io/gang: only the aggregator may set them, and the aggregator, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in ['cloud.google.com/active-node-maintenance', 'cloud.google.com/scheduled-maintenance-time'] && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['own-node', 'person'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in ['cloud.google.com/active-node-maintenance', 'cloud.google.com/scheduled-maintenance-time'] && !(k in variables.newLabels)).size() == 0 || ['own-node', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels cloud.google.com/active-node-maintenance, cloud.google.com/scheduled-maintenance-time: only any identity of that node, a person (no node's identity nor unnamed service account) may set them, and any identity of that node, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels cloud.google.com/active-node-maintenance, cloud.google.com/scheduled-maintenance-time: only any identity of that node, a person (no node's identity, nor unnamed service account or Google identity) may set them, and any identity of that node, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in ['cloud.google.com/gce-topology-block', 'cloud.google.com/gce-topology-subblock', 'cloud.google.com/gke-accelerator', 'cloud.google.com/gke-nodepool', 'cloud.google.com/gke-tpu-accelerator', 'cloud.google.com/gke-tpu-topology', 'maintenance-handler.io/terminates-on-host-maintenance'] && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['person', 'registration'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in ['cloud.google.com/gce-topology-block', 'cloud.google.com/gce-topology-subblock', 'cloud.google.com/gke-accelerator', 'cloud.google.com/gke-nodepool', 'cloud.google.com/gke-tpu-accelerator', 'cloud.google.com/gke-tpu-topology', 'maintenance-handler.io/terminates-on-host-maintenance'] && !(k in variables.newLabels)).size() == 0 || ['person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels cloud.google.com/gce-topology-block, cloud.google.com/gce-topology-subblock, cloud.google.com/gke-accelerator, cloud.google.com/gke-nodepool, cloud.google.com/gke-tpu-accelerator, cloud.google.com/gke-tpu-topology, maintenance-handler.io/terminates-on-host-maintenance: only a person (no node's identity nor unnamed service account), the node's kubelet registering may set them, and a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels cloud.google.com/gce-topology-block, cloud.google.com/gce-topology-subblock, cloud.google.com/gke-accelerator, cloud.google.com/gke-nodepool, cloud.google.com/gke-tpu-accelerator, cloud.google.com/gke-tpu-topology, maintenance-handler.io/terminates-on-host-maintenance: only a person (no node's identity, nor unnamed service account or Google identity), the node's kubelet registering may set them, and a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in ['cloud.google.com/opportunistic-disable', 'cloud.google.com/report-and-replace-operation', 'cloud.google.com/report-and-replace-status', 'gke.google.com/recommended-to-run-large-training-workload'] && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['person'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in ['cloud.google.com/opportunistic-disable', 'cloud.google.com/report-and-replace-operation', 'cloud.google.com/report-and-replace-status', 'gke.google.com/recommended-to-run-large-training-workload'] && !(k in variables.newLabels)).size() == 0 || ['person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels cloud.google.com/opportunistic-disable, cloud.google.com/report-and-replace-operation, cloud.google.com/report-and-replace-status, gke.google.com/recommended-to-run-large-training-workload: only a person (no node's identity nor unnamed service account) may set them, and a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels cloud.google.com/opportunistic-disable, cloud.google.com/report-and-replace-operation, cloud.google.com/report-and-replace-status, gke.google.com/recommended-to-run-large-training-workload: only a person (no node's identity, nor unnamed service account or Google identity) may set them, and a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         variables.oldTaints.filter(t, t.key in ['maintenance-handler.io/faulty', 'maintenance-handler.io/slice-down', 'status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty', 'status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down']) == variables.newTaints.filter(t, t.key in ['maintenance-handler.io/faulty', 'maintenance-handler.io/slice-down', 'status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty', 'status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down']) || ['aggregator'].exists(w, variables.who[w]) ||
         (['aggregator', 'person', 'uninstall'].exists(w, variables.who[w]) && variables.newTaints.filter(t, t.key in ['maintenance-handler.io/faulty', 'maintenance-handler.io/slice-down', 'status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty', 'status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down']).all(t, t in variables.oldTaints))
       messageExpression: >-
-        variables.user + " may not change the Node taints maintenance-handler.io/faulty, maintenance-handler.io/slice-down, status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty, status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down: only the aggregator may set them, and the aggregator, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node taints maintenance-handler.io/faulty, maintenance-handler.io/slice-down, status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-faulty, status-taint.cluster-autoscaler.kubernetes.io/maintenance-handler-slice-down: only the aggregator may set them, and the aggregator, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         variables.oldTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']) == variables.newTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']) || ['anyone'].exists(w, variables.who[w]) ||
         (['anyone', 'person', 'uninstall'].exists(w, variables.who[w]) && variables.newTaints.filter(t, t.key in ['ToBeDeletedByClusterAutoscaler']).all(t, t in variables.oldTaints))
       messageExpression: >-
-        variables.user + " may not change the Node taints ToBeDeletedByClusterAutoscaler: only anyone may set them, and anyone, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node taints ToBeDeletedByClusterAutoscaler: only anyone may set them, and anyone, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         variables.oldTaints.filter(t, t.key in ['cloud.google.com/impending-node-termination', 'cloud.google.com/maintenance-window-started']) == variables.newTaints.filter(t, t.key in ['cloud.google.com/impending-node-termination', 'cloud.google.com/maintenance-window-started']) || ['own-node', 'person'].exists(w, variables.who[w]) ||
         (['own-node', 'person', 'uninstall'].exists(w, variables.who[w]) && variables.newTaints.filter(t, t.key in ['cloud.google.com/impending-node-termination', 'cloud.google.com/maintenance-window-started']).all(t, t in variables.oldTaints))
       messageExpression: >-
-        variables.user + " may not change the Node taints cloud.google.com/impending-node-termination, cloud.google.com/maintenance-window-started: only any identity of that node, a person (no node's identity nor unnamed service account) may set them, and any identity of that node, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node taints cloud.google.com/impending-node-termination, cloud.google.com/maintenance-window-started: only any identity of that node, a person (no node's identity, nor unnamed service account or Google identity) may set them, and any identity of that node, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k in variables.operatorLabels && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['person', 'registration'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k in variables.operatorLabels && !(k in variables.newLabels)).size() == 0 || ['person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node labels the operator names pools and slices by (" + variables.operatorLabels.join(", ") + "): only a person (no node's identity nor unnamed service account), the node's kubelet registering may set them, and a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node labels the operator names pools and slices by (" + variables.operatorLabels.join(", ") + "): only a person (no node's identity, nor unnamed service account or Google identity), the node's kubelet registering may set them, and a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newLabels.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && (!(k in variables.oldLabels) || variables.oldLabels[k] != variables.newLabels[k])).size() == 0 || ['agent', 'person'].exists(w, variables.who[w])) &&
         (variables.oldLabels.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && !(k in variables.newLabels)).size() == 0 || ['agent', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node's labels under maintenance-handler.io/: only the node's agent, a person (no node's identity nor unnamed service account) may set them, and the node's agent, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node's labels under maintenance-handler.io/: only the node's agent, a person (no node's identity, nor unnamed service account or Google identity) may set them, and the node's agent, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         (variables.newAnnotations.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && (!(k in variables.oldAnnotations) || variables.oldAnnotations[k] != variables.newAnnotations[k])).size() == 0 || ['agent', 'person'].exists(w, variables.who[w])) &&
         (variables.oldAnnotations.filter(k, k.startsWith('maintenance-handler.io/') && !(k in variables.listed) && !(k in variables.newAnnotations)).size() == 0 || ['agent', 'person', 'uninstall'].exists(w, variables.who[w]))
       messageExpression: >-
-        variables.user + " may not change the Node's annotations under maintenance-handler.io/: only the node's agent, a person (no node's identity nor unnamed service account) may set them, and the node's agent, a person (no node's identity nor unnamed service account), the uninstall Job remove them"
+        variables.user + " may not change the Node's annotations under maintenance-handler.io/: only the node's agent, a person (no node's identity, nor unnamed service account or Google identity) may set them, and the node's agent, a person (no node's identity, nor unnamed service account or Google identity), the uninstall Job remove them"
     - expression: >-
         variables.oldConditions.filter(c, c.type in variables.detectorConditions) == variables.newConditions.filter(c, c.type in variables.detectorConditions) ||
         variables.who['detector'] || ((variables.who['person'] || variables.who['uninstall']) &&
@@ -226,13 +231,15 @@ spec:
     - name: detectors
       expression: {{ include "mh.detectorList" .Values.admissionPolicy.detectors | quote }}
     - name: people
-      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people.serviceAccounts | quote }}
+      expression: {{ include "mh.peopleList" .Values.admissionPolicy.people | quote }}
+    - name: google
+      expression: "variables.user.lowerAscii().endsWith('.gserviceaccount.com') || variables.user.lowerAscii().startsWith('principal://') || variables.user.lowerAscii().startsWith('principalset://')"
     - name: who
       expression: >-
         {'agent': variables.user == '{{ include "mh.agentUser" . }}' && variables.claim == object.metadata.name,
         'aggregator': variables.user == '{{ include "mh.aggregatorUser" . }}',
         'person': !variables.user.startsWith('system:node:') &&
-        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:')),
+        (variables.user in variables.people || variables.claim == '' && !variables.user.startsWith('system:serviceaccount:') && !variables.google),
         'registration': request.operation == 'CREATE' && variables.user == variables.kubelet,
         'own-node': variables.user == variables.kubelet || variables.claim == object.metadata.name,
         'detector': variables.user in variables.detectors && (variables.claim == '' || variables.claim == object.metadata.name) &&
@@ -278,10 +285,14 @@ sliceLabel), as a CEL list: fenced as GKE's pool label is. */}}
 [{{ range $i, $l := compact (list .Values.poolLabel .Values.sliceLabel) | uniq }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
 {{- end }}
 
-{{/* The service accounts admissionPolicy.people.serviceAccounts names
-("namespace/name"), as a CEL list of their usernames. */}}
+{{/* The identities admissionPolicy.people names, as a CEL list of their
+usernames: its service accounts ("namespace/name") and its Google
+identities (as the API server names them). */}}
 {{- define "mh.peopleList" -}}
-[{{ range $i, $a := . }}{{ if $i }}, {{ end }}'system:serviceaccount:{{ replace "/" ":" $a }}'{{ end }}]
+{{- $users := list -}}
+{{- range .serviceAccounts }}{{ $users = append $users (print "system:serviceaccount:" (replace "/" ":" .)) }}{{ end -}}
+{{- range .googleIdentities }}{{ $users = append $users . }}{{ end -}}
+[{{ range $i, $u := $users }}{{ if $i }}, {{ end }}'{{ $u }}'{{ end }}]
 {{- end }}
 
 {{/* The detectors' usernames as a CEL list. */}}
