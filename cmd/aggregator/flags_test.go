@@ -10,14 +10,15 @@ import (
 )
 
 // TestFlagReference: docs/flags.md lists every flag of the aggregator, each once,
-// with its entry in package flagdoc; UPDATE_DOCS=1 (make docs) writes it.
+// with its entry in package flagdoc and how the chart sets it (a value, or
+// the chart itself: a flag with neither fails); UPDATE_DOCS=1 (make docs) writes it.
 func TestFlagReference(t *testing.T) {
 	for _, env := range []string{"POD_NAMESPACE", "POD_NAME", "NODE_NAME", "MEMORY_LIMIT", "KUBECONFIG"} {
 		t.Setenv(env, "")
 	}
 	fs := pflag.NewFlagSet("aggregator", pflag.ContinueOnError)
 	NewOptions().AddFlags(fs)
-	if err := flagdoc.CheckPage("../..", "aggregator", fs, flagdoc.Aggregator, os.Getenv("UPDATE_DOCS") != ""); err != nil {
+	if err := flagdoc.CheckPage("../..", "aggregator", fs, flagdoc.Aggregator, flagdoc.AggregatorChart, os.Getenv("UPDATE_DOCS") != ""); err != nil {
 		t.Error(err)
 	}
 }
