@@ -199,6 +199,16 @@ func TestChartSchemaRejects(t *testing.T) {
 		{[]string{"--set", "aggregator.notifier.digest=soon"}, "/aggregator/notifier/digest"},
 		{[]string{"--set", "admissionPolicy.people.serviceAccounts={system:serviceaccount:ops:maintainer}"}, "/admissionPolicy/people/serviceAccounts/0"},
 		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
+		// The flags' values: a duration, a level, a reservation's path, a
+		// region, a number; the agent's required node terms are its own.
+		{[]string{"--set", "agent.manualDrainTimeout=two hours"}, "/agent/manualDrainTimeout"},
+		{[]string{"--set", "agent.logLevel=verbose"}, "/agent/logLevel"},
+		{[]string{"--set", "agent.preemptionNotice=sometimes"}, "/agent/preemptionNotice"},
+		{[]string{"--set", "aggregator.reservations={a4-training}"}, "/aggregator/reservations/0"},
+		{[]string{"--set", "aggregator.regions={us-central1-a}"}, "/aggregator/regions/0"},
+		{[]string{"--set", "aggregator.kubeAPIBurst=-1"}, "/aggregator/kubeAPIBurst"},
+		{[]string{"--set-json", `agent.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{}}}`}, "'requiredDuringSchedulingIgnoredDuringExecution' not allowed"},
+		{[]string{"--set", "monitoring.podMonitor.sampleLimit=-5"}, "/monitoring/podMonitor/sampleLimit"},
 		// The policy, as the aggregator reads it: a key it does not know, a
 		// word for a count, a list for the pools.
 		{[]string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenence":2}}}`}, "'maxVoluntaryMaintenence' not allowed"},
