@@ -22,3 +22,21 @@ func TestFlagReference(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestChartKeepsTheDefaults: each chart value that sets a flag of the
+// aggregator either holds the flag's default or, unset, gives no flag and says
+// what the default is (but those the chart makes an address of).
+func TestChartKeepsTheDefaults(t *testing.T) {
+	for _, env := range []string{"POD_NAMESPACE", "POD_NAME", "NODE_NAME", "MEMORY_LIMIT", "KUBECONFIG"} {
+		t.Setenv(env, "")
+	}
+	values, err := os.ReadFile("../../charts/maintenance-handler/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("aggregator", pflag.ContinueOnError)
+	NewOptions().AddFlags(fs)
+	if err := flagdoc.CheckChartDefaults(fs, flagdoc.AggregatorChart, values, "aggregator.metricsPort", "aggregator.evictionCheckPort", "agent.namespace.name"); err != nil {
+		t.Error(err)
+	}
+}
