@@ -536,12 +536,12 @@ func TestChartOptions(t *testing.T) {
 			return field(t, m, "spec", "namespaceSelector", "matchNames"), []any{ns, ans}
 		}},
 		{"monitoring.serviceMonitor.sampleLimit", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.sampleLimit=5000"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return []any{field(t, o["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "sampleLimit"), field(t, mustTemplate(t, "--set", "monitoring.serviceMonitor.enabled=true")["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "sampleLimit")}, []any{int64(5000), int64(20000)}
+			return []any{field(t, o["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "sampleLimit"), field(t, mustTemplate(t, "--set", "monitoring.serviceMonitor.enabled=true")["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "sampleLimit")}, []any{int64(5000), int64(50000)}
 		}},
 		{"monitoring.podMonitor.enabled", []string{"--set", "monitoring.podMonitor.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			m := o["PodMonitor "+ns+"/maintenance-handler"]
 			return []any{field(t, m, "spec", "namespaceSelector", "matchNames"), field(t, m, "spec", "podMetricsEndpoints"), field(t, m, "spec", "sampleLimit")},
-				[]any{[]any{ns, ans}, []any{map[string]any{"port": "metrics", "interval": "30s"}}, int64(20000)}
+				[]any{[]any{ns, ans}, []any{map[string]any{"port": "metrics", "interval": "30s"}}, int64(50000)}
 		}},
 		{"monitoring.podMonitor.interval", []string{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.interval=15s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return field(t, o["PodMonitor "+ns+"/maintenance-handler"], "spec", "podMetricsEndpoints").([]any)[0].(map[string]any)["interval"], "15s"

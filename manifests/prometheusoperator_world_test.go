@@ -97,7 +97,7 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []int64{20000, 15000} {
+	for i, want := range []int64{50000, 15000} {
 		resource := strings.ToLower(monitors[i].GetKind()) + "s"
 		got, err := dynMonitors.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: resource}).
 			Namespace("maintenance-handler").Get(testworld.Ctx(t, 30*time.Second), "maintenance-handler", metav1.GetOptions{})
