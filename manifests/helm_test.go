@@ -199,16 +199,6 @@ func TestChartSchemaRejects(t *testing.T) {
 		{[]string{"--set", "aggregator.notifier.digest=soon"}, "/aggregator/notifier/digest"},
 		{[]string{"--set", "admissionPolicy.people.serviceAccounts={system:serviceaccount:ops:maintainer}"}, "/admissionPolicy/people/serviceAccounts/0"},
 		{[]string{"--set-json", `agent.tolerations=[{"key":"a","operator":"Maybe"}]`}, "/agent/tolerations/0/operator"},
-		// The flags' values: a duration, a level, a reservation's path, a
-		// region, a number; the agent's required node terms are its own.
-		{[]string{"--set", "agent.manualDrainTimeout=two hours"}, "/agent/manualDrainTimeout"},
-		{[]string{"--set", "agent.logLevel=verbose"}, "/agent/logLevel"},
-		{[]string{"--set", "agent.preemptionNotice=sometimes"}, "/agent/preemptionNotice"},
-		{[]string{"--set", "aggregator.reservations={a4-training}"}, "/aggregator/reservations/0"},
-		{[]string{"--set", "aggregator.regions={us-central1-a}"}, "/aggregator/regions/0"},
-		{[]string{"--set", "aggregator.kubeAPIBurst=-1"}, "/aggregator/kubeAPIBurst"},
-		{[]string{"--set-json", `agent.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{}}}`}, "'requiredDuringSchedulingIgnoredDuringExecution' not allowed"},
-		{[]string{"--set", "monitoring.podMonitor.sampleLimit=-5"}, "/monitoring/podMonitor/sampleLimit"},
 		// The policy, as the aggregator reads it: a key it does not know, a
 		// word for a count, a list for the pools.
 		{[]string{"--set-json", `policy={"pools":{"gpu":{"maxVoluntaryMaintenence":2}}}`}, "'maxVoluntaryMaintenence' not allowed"},
@@ -312,18 +302,6 @@ func TestChartOptions(t *testing.T) {
 		{"agent.evictionRequests", []string{"--set", "agent.evictionRequests=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []bool{slices.Contains(anyStrings(agent(o)["args"]), "--eviction-requests"), slices.Contains(anyStrings(agent(mustTemplate(t))["args"]), "--eviction-requests")}, []bool{true, false}
 		}},
-		{"agent.affinity", []string{"--set-json", `agent.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":"z"}}]},"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":2,"preference":{}}]}}`}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			a := agentPod(o)["affinity"].(map[string]any)
-			return []any{a["podAntiAffinity"], a["nodeAffinity"].(map[string]any)["preferredDuringSchedulingIgnoredDuringExecution"], a["nodeAffinity"].(map[string]any)["requiredDuringSchedulingIgnoredDuringExecution"] != nil},
-				[]any{map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": int64(1), "podAffinityTerm": map[string]any{"topologyKey": "z"}}}}, []any{map[string]any{"weight": int64(2), "preference": map[string]any{}}}, true}
-		}},
-		{"agent.podSecurityContext", []string{"--set", "agent.podSecurityContext.fsGroup=2000"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return agentPod(o)["securityContext"], map[string]any{"fsGroup": int64(2000)}
-		}},
-		{"agent.securityContext", []string{"--set", "agent.securityContext.runAsGroup=65532", "--set", "agent.securityContext.runAsUser=1000"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			sc := agent(o)["securityContext"].(map[string]any)
-			return []any{sc["runAsGroup"], sc["runAsUser"], sc["readOnlyRootFilesystem"], sc["capabilities"]}, []any{int64(65532), int64(1000), true, map[string]any{"drop": []any{"ALL"}}}
-		}},
 		{"agent.extraArgs", []string{"--set", "agent.extraArgs[0]=--manual-drain-timeout=2h"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			args := anyStrings(agent(o)["args"])
 			return args[len(args)-1], "--manual-drain-timeout=2h"
@@ -402,29 +380,6 @@ func TestChartOptions(t *testing.T) {
 			_, none := aggPod(mustTemplate(t, "--set", "aggregator.zoneSpread="))["topologySpreadConstraints"]
 			spread := aggPod(o)["topologySpreadConstraints"].([]any)[0].(map[string]any)
 			return []any{spread["whenUnsatisfiable"], spread["topologyKey"], none}, []any{"ScheduleAnyway", "topology.kubernetes.io/zone", false}
-		}},
-		{"aggregator.autoscalerStatus", []string{"--set", "aggregator.autoscalerStatus="}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			// None read: the flag empty, and no ConfigMap of kube-system granted.
-			var names []any
-			for _, r := range field(t, o["ClusterRole /maintenance-handler-aggregator"], "rules").([]any) {
-				if slices.Contains(r.(map[string]any)["resources"].([]any), any("configmaps")) {
-					names = append(names, r.(map[string]any)["resourceNames"])
-				}
-			}
-			return []any{slices.Contains(anyStrings(agg(o)["args"]), "--autoscaler-status="), len(names)}, []any{true, 0}
-		}},
-		{"aggregator.affinity", []string{"--set-json", `aggregator.affinity={"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"example.com/rack"}]},"podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":"z"}}]}}`}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			a := aggPod(o)["affinity"].(map[string]any)
-			required := a["podAntiAffinity"].(map[string]any)["requiredDuringSchedulingIgnoredDuringExecution"].([]any)
-			return []any{len(required), required[0].(map[string]any)["topologyKey"], required[1], a["podAffinity"] != nil, a["nodeAffinity"] != nil},
-				[]any{2, "kubernetes.io/hostname", map[string]any{"topologyKey": "example.com/rack"}, true, true}
-		}},
-		{"aggregator.podSecurityContext", []string{"--set", "aggregator.podSecurityContext.fsGroup=2000"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return aggPod(o)["securityContext"], map[string]any{"fsGroup": int64(2000)}
-		}},
-		{"aggregator.securityContext", []string{"--set", "aggregator.securityContext.runAsGroup=65532"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			sc := agg(o)["securityContext"].(map[string]any)
-			return []any{sc["runAsGroup"], sc["runAsUser"], sc["allowPrivilegeEscalation"]}, []any{int64(65532), int64(65532), false}
 		}},
 		{"aggregator.extraArgs", []string{"--set", "aggregator.extraArgs[0]=--interval=10s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			args := anyStrings(agg(o)["args"])
@@ -535,27 +490,6 @@ func TestChartOptions(t *testing.T) {
 			}
 			return field(t, m, "spec", "namespaceSelector", "matchNames"), []any{ns, ans}
 		}},
-		{"monitoring.serviceMonitor.sampleLimit", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.serviceMonitor.sampleLimit=5000"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return []any{field(t, o["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "sampleLimit"), field(t, mustTemplate(t, "--set", "monitoring.serviceMonitor.enabled=true")["ServiceMonitor "+ns+"/maintenance-handler"], "spec", "sampleLimit")}, []any{int64(5000), int64(50000)}
-		}},
-		{"monitoring.podMonitor.enabled", []string{"--set", "monitoring.podMonitor.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			m := o["PodMonitor "+ns+"/maintenance-handler"]
-			return []any{field(t, m, "spec", "namespaceSelector", "matchNames"), field(t, m, "spec", "podMetricsEndpoints"), field(t, m, "spec", "sampleLimit")},
-				[]any{[]any{ns, ans}, []any{map[string]any{"port": "metrics", "interval": "30s"}}, int64(50000)}
-		}},
-		{"monitoring.podMonitor.interval", []string{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.interval=15s"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return field(t, o["PodMonitor "+ns+"/maintenance-handler"], "spec", "podMetricsEndpoints").([]any)[0].(map[string]any)["interval"], "15s"
-		}},
-		{"monitoring.podMonitor.labels", []string{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.labels.release=kps"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return o["PodMonitor "+ns+"/maintenance-handler"].GetLabels()["release"], "kps"
-		}},
-		{"monitoring.podMonitor.namespace", []string{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.namespace=monitoring"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			return o["PodMonitor monitoring/maintenance-handler"] != nil, true
-		}},
-		{"monitoring.podMonitor.sampleLimit", []string{"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.sampleLimit=0"}, func(o map[string]*unstructured.Unstructured) (any, any) {
-			_, limited := field(t, o["PodMonitor "+ns+"/maintenance-handler"], "spec").(map[string]any)["sampleLimit"]
-			return limited, false
-		}},
 		{"monitoring.podMonitoring.enabled", []string{"--set", "monitoring.podMonitoring.enabled=true"}, func(o map[string]*unstructured.Unstructured) (any, any) {
 			return []any{o["PodMonitoring "+ns+"/maintenance-handler"] != nil, o["PodMonitoring "+ans+"/maintenance-handler"] != nil}, []any{true, true}
 		}},
@@ -594,14 +528,18 @@ func TestChartOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A value that sets a flag is checked by TestChartValuesSetTheirFlags,
-	// unless this test checks more of it.
+	// the pods' pass-throughs and the monitors by TestChartPodsAndMonitors,
+	// unless this test checks more of them.
 	var keys, checked []string
 	for _, tc := range cases {
 		checked = append(checked, tc.key)
 	}
-	flags := flagValues()
+	elsewhere := flagValues()
+	for _, tc := range podAndMonitorCases(t) {
+		elsewhere[tc.key] = true
+	}
 	for _, v := range documented {
-		if !flags[v.Key] || slices.Contains(checked, v.Key) {
+		if !elsewhere[v.Key] || slices.Contains(checked, v.Key) {
 			keys = append(keys, v.Key)
 		}
 	}
