@@ -136,3 +136,22 @@ func TestChartSchemaRejectsFlagValues(t *testing.T) {
 		}
 	}
 }
+
+// TestChartValuesRemoved: a value removed with null (as --set key=null or
+// a parent chart does) renders as its default: no pass-through, the
+// chart's own security context, and the autoscaler's status read and
+// granted.
+func TestChartValuesRemoved(t *testing.T) {
+	var set []string
+	for _, key := range []string{"agent.affinity", "agent.podSecurityContext", "agent.securityContext", "agent.logLevel",
+		"aggregator.affinity", "aggregator.podSecurityContext", "aggregator.securityContext", "aggregator.autoscalerStatus"} {
+		set = append(set, "--set", key+"=null")
+	}
+	o := mustTemplate(t, set...)
+	d := mustTemplate(t)
+	for _, key := range []string{"DaemonSet maintenance-handler-agent/maintenance-handler-agent", "Deployment maintenance-handler/maintenance-handler-aggregator", "ClusterRole /maintenance-handler-aggregator"} {
+		if diff := cmp.Diff(d[key].Object, o[key].Object); diff != "" {
+			t.Errorf("%s with %v (-default +removed):\n%s", key, set, diff)
+		}
+	}
+}

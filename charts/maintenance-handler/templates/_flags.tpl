@@ -76,8 +76,9 @@ ports, the eviction check's callers and the notifier's). */}}
 {{- include "mh.flag" (list "maintain-unused-capacity" $a.maintainUnusedCapacity) }}
 {{- include "mh.flag" (list "project" $a.project) }}
 {{- include "mh.flag" (list "regions" $a.regions) }}
-{{- if ne $a.autoscalerStatus (include "mh.autoscalerStatusDefault" .) }}
-- {{ printf "--autoscaler-status=%s" $a.autoscalerStatus | quote }}
+{{- $status := include "mh.autoscalerStatus" . }}
+{{- if ne $status (include "mh.autoscalerStatusDefault" .) }}
+- {{ printf "--autoscaler-status=%s" $status | quote }}
 {{- end }}
 {{- include "mh.flag" (list "repair-ask-grace" $a.repairAskGrace) }}
 {{- include "mh.flag" (list "trigger-answer-timeout" $a.triggerAnswerTimeout) }}
@@ -91,13 +92,20 @@ ports, the eviction check's callers and the notifier's). */}}
 kube-system/cluster-autoscaler-status
 {{- end }}
 
+{{/* The autoscaler status the aggregator reads: the value, or the
+default where it was removed (null). */}}
+{{- define "mh.autoscalerStatus" -}}
+{{- $status := .Values.aggregator.autoscalerStatus }}
+{{- if kindIs "string" $status }}{{ $status }}{{ else }}{{ include "mh.autoscalerStatusDefault" . }}{{ end }}
+{{- end }}
+
 {{/* mh.containerSecurityContext is a container's security context: the
 chart's (mh.securityContext) with the values' over it, called with (list
 ROOT MORE). */}}
 {{- define "mh.containerSecurityContext" -}}
 {{- $root := index . 0 }}
 {{- $more := index . 1 }}
-{{- if $more }}
+{{- if and (kindIs "map" $more) $more }}
 {{- mustMergeOverwrite (include "mh.securityContext" $root | fromYaml) (deepCopy $more) | toYaml }}
 {{- else }}
 {{- include "mh.securityContext" $root }}
