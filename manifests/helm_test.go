@@ -532,12 +532,21 @@ func TestChartOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A value that sets a flag is checked by TestChartValuesSetTheirFlags,
+	// the pods' pass-throughs and the monitors by TestChartPodsAndMonitors,
+	// unless this test checks more of them.
 	var keys, checked []string
-	for _, v := range documented {
-		keys = append(keys, v.Key)
-	}
 	for _, tc := range cases {
 		checked = append(checked, tc.key)
+	}
+	elsewhere := flagValues()
+	for _, tc := range podAndMonitorCases(t) {
+		elsewhere[tc.key] = true
+	}
+	for _, v := range documented {
+		if !elsewhere[v.Key] || slices.Contains(checked, v.Key) {
+			keys = append(keys, v.Key)
+		}
 	}
 	if d := cmp.Diff(keys, checked); d != "" {
 		t.Errorf("the values of values.yaml (-) and the values this test checks (+) differ:\n%s", d)

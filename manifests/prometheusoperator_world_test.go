@@ -29,7 +29,9 @@ const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v
 // TestPrometheusOperatorObjectsApply installs prometheus-operator's own
 // CRDs, with their schemas, and applies the component's objects with
 // server-side apply: the API server validates them against the schemas.
-// A rule without an expression is refused, so the check is real.
+// A rule without an expression is refused, so the check is real. The
+// chart's ServiceMonitor and PodMonitor apply too, and keep their scrape
+// limits (a field the CRD's schema did not have would be pruned).
 func TestPrometheusOperatorObjectsApply(t *testing.T) {
 	testworld.Need(t)
 	dir, err := testworld.ModuleDir(testworld.Ctx(t, 5*time.Minute), prometheusOperator)
@@ -37,7 +39,7 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	var crds []*unstructured.Unstructured
-	for _, file := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+	for _, file := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
 		raw, err := os.ReadFile(filepath.Join(dir, "example", "prometheus-operator-crd", file))
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +60,7 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 		for _, r := range list.APIResources {
 			served[r.Kind] = true
 		}
-		return served["ServiceMonitor"] && served["PrometheusRule"], nil
+		return served["ServiceMonitor"] && served["PodMonitor"] && served["PrometheusRule"], nil
 	})
 	if err != nil {
 		t.Fatalf("the CRDs were never served: %v", err)
@@ -87,6 +89,25 @@ func TestPrometheusOperatorObjectsApply(t *testing.T) {
 		t.Fatalf("namespace maintenance-handler still terminating: %v", err)
 	}
 	apply(t, ours)
+
+	chartObjs := mustTemplate(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.sampleLimit=15000")
+	monitors := []*unstructured.Unstructured{chartObjs["ServiceMonitor maintenance-handler/maintenance-handler"], chartObjs["PodMonitor maintenance-handler/maintenance-handler"]}
+	apply(t, monitors)
+	dynMonitors, err := dynamic.NewForConfig(world.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{50000, 15000} {
+		resource := strings.ToLower(monitors[i].GetKind()) + "s"
+		got, err := dynMonitors.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: resource}).
+			Namespace("maintenance-handler").Get(testworld.Ctx(t, 30*time.Second), "maintenance-handler", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit, _, _ := unstructured.NestedInt64(got.Object, "spec", "sampleLimit"); limit != want {
+			t.Errorf("the chart's %s, applied: sampleLimit %d, want %d", monitors[i].GetKind(), limit, want)
+		}
+	}
 
 	// The same PrometheusRule with one rule's expression removed.
 	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")

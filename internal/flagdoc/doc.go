@@ -34,15 +34,17 @@ type Doc struct {
 // MaxHelp is the longest help a flag may have: one line of --help.
 const MaxHelp = 80
 
-// Reference is the Markdown table of the flags of fs in the order of docs.
-// It fails, naming each, on a flag of fs no Doc names (but --help and
-// --version), on a name no flag of fs has, and on a flag whose help is
-// longer than a line (MaxHelp).
-func Reference(fs *pflag.FlagSet, docs []Doc) (string, error) {
+// Reference is the Markdown table of the flags of fs in the order of docs,
+// with the chart's value of each, or how the chart sets it (chart, by
+// flag name). It fails, naming each, on a flag of fs no Doc names (but
+// --help and --version), on a name no flag of fs has, on a flag whose
+// help is longer than a line (MaxHelp), and on a flag chart neither names
+// a value of nor marks as the chart's own, or both.
+func Reference(fs *pflag.FlagSet, docs []Doc, chart map[string]Chart) (string, error) {
 	var errs []string
 	named := map[string]int{}
 	var b strings.Builder
-	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	b.WriteString("| flag | default | chart | meaning |\n|---|---|---|---|\n")
 	for _, d := range docs {
 		var flags, defaults []string
 		for _, n := range d.Names {
@@ -62,7 +64,16 @@ func Reference(fs *pflag.FlagSet, docs []Doc) (string, error) {
 		if def == "" {
 			def = strings.Join(defaults, ", ")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", strings.Join(flags, ", "), def, d.Text)
+		cell, missing := chartCell(chart, d.Names)
+		for _, n := range missing {
+			errs = append(errs, fmt.Sprintf("--%s is neither a chart value nor set by the chart (one of Value and Itself in flagdoc's chart entries)", n))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.Join(flags, ", "), def, cell, d.Text)
+	}
+	for n := range chart {
+		if fs.Lookup(n) == nil {
+			errs = append(errs, fmt.Sprintf("--%s has a chart entry but is not a flag", n))
+		}
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		switch {
@@ -110,9 +121,9 @@ func WithSection(page, binary, table string) (string, error) {
 }
 
 // CheckPage says whether the section of binary in the flag reference under
-// root (Page) is what Reference makes of fs and docs (CheckSection).
-func CheckPage(root, binary string, fs *pflag.FlagSet, docs []Doc, update bool) error {
-	table, err := Reference(fs, docs)
+// root (Page) is what Reference makes of fs, docs and chart (CheckSection).
+func CheckPage(root, binary string, fs *pflag.FlagSet, docs []Doc, chart map[string]Chart, update bool) error {
+	table, err := Reference(fs, docs, chart)
 	if err != nil {
 		return err
 	}

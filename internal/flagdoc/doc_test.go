@@ -10,25 +10,32 @@ import (
 )
 
 // TestReferenceNamesEveryFlagOnce: the reference is a row per entry, with
-// the flag's own default where the entry gives none; a flag without an
-// entry, an entry without a flag, a flag with two, no help and a help
-// longer than a line each fail it, named.
+// the flag's own default where the entry gives none and the chart's value
+// or the chart's own setting; a flag without an entry, an entry without a
+// flag, a flag with two, no help, a help longer than a line, a flag the
+// chart neither sets by a value nor itself (or both), and a chart entry
+// without a flag each fail it, named.
 func TestReferenceNamesEveryFlagOnce(t *testing.T) {
 	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	fs.String("a", "", "The a.")
 	fs.Duration("b", 0, "The b.")
 	fs.Int("c", 7, "The c.")
-	table, err := flagdoc.Reference(fs, []flagdoc.Doc{{Names: []string{"a"}, Default: "`$A`", Text: "what a is"}, {Names: []string{"b", "c"}, Text: "b and c"}})
+	chart := map[string]flagdoc.Chart{"a": {Itself: "from $A"}, "b": {Value: "x.b"}, "c": {Value: "x.c"}}
+	table, err := flagdoc.Reference(fs, []flagdoc.Doc{{Names: []string{"a"}, Default: "`$A`", Text: "what a is"}, {Names: []string{"b", "c"}, Text: "b and c"}}, chart)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "| flag | default | meaning |\n|---|---|---|\n| `--a` | `$A` | what a is |\n| `--b`, `--c` | `0s`, `7` | b and c |\n"; table != want {
+	if want := "| flag | default | chart | meaning |\n|---|---|---|---|\n| `--a` | `$A` | set by the chart: from $A | what a is |\n| `--b`, `--c` | `0s`, `7` | `x.b`, `x.c` | b and c |\n"; table != want {
 		t.Errorf("Reference:\n%s\nwant:\n%s", table, want)
 	}
 	fs.String("long", "", strings.Repeat("x", flagdoc.MaxHelp+1))
 	fs.String("mute", "", "")
-	_, err = flagdoc.Reference(fs, []flagdoc.Doc{{Names: []string{"a"}}, {Names: []string{"a", "gone"}}, {Names: []string{"b"}}})
-	for _, want := range []string{"--a has 2 entries", "--c has no entry", "--gone is documented but not a flag", "--long has no entry", "--long's help is 81 characters", "--mute has no help"} {
+	fs.String("unset", "", "The unset.")
+	fs.String("both", "", "The both.")
+	chart = map[string]flagdoc.Chart{"a": {Value: "x.a"}, "b": {Value: "x.b"}, "both": {Value: "x.both", Itself: "too"}, "ghost": {Value: "x.ghost"}}
+	_, err = flagdoc.Reference(fs, []flagdoc.Doc{{Names: []string{"a"}}, {Names: []string{"a", "gone"}}, {Names: []string{"b"}}, {Names: []string{"unset", "both"}}}, chart)
+	for _, want := range []string{"--a has 2 entries", "--c has no entry", "--gone is documented but not a flag", "--long has no entry", "--long's help is 81 characters", "--mute has no help",
+		"--unset is neither a chart value nor set by the chart", "--both is neither a chart value nor set by the chart", "--ghost has a chart entry but is not a flag"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Reference of a mismatch: %v, want it to say %q", err, want)
 		}
