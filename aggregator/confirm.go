@@ -5,8 +5,11 @@ package aggregator
 // node cannot write (lifecycle.ConfirmsCause): it reads the member's VM
 // itself from Compute Engine (instances.get), which must be stopping or
 // gone, or, for a host maintenance, have its maintenance ONGOING or its
-// window imminent; a repair is confirmed by the aggregator's own approval
-// on the node. Until then the member's agent state is its word alone:
+// window imminent; a repair also by the relay's report of it, accepted
+// and its place still holding. A confirmed cause is read again until its
+// VM runs again, started after the maintenance began: then the others
+// come back, whatever the member's agent says. Until then the member's
+// agent state is its word alone:
 // it drains itself, and no ask is written on the others (slices.go), whose
 // agents follow a forced cause only through that ask.
 //
@@ -121,20 +124,19 @@ func (a *Aggregator) confirmCauses(ctx context.Context, nodes *fleet.Fleet, deci
 			c.claims[v.Name] = cl
 		}
 		switch {
-		case cl.confirmed || cl.reading || now.Before(cl.next):
-		case v.Reason == protocol.ReasonFault && !v.ReportUntil.IsZero():
-			// The relay made the repair's report, in the VM's present
-			// boot: Compute Engine stops the VM once the report's
-			// operation is done. An approval alone is no stop (its node
-			// may never ask, on its own word), so a repair not yet
-			// reported is confirmed as any forced cause is: by the VM's
-			// own state, read below.
-			a.settleLocked(n, cl, lifecycle.VMNow{}, true, nil)
+		case cl.reading || now.Before(cl.next):
 		case a.relay == nil:
-			a.settleLocked(n, cl, lifecycle.VMNow{}, false, fmt.Errorf("the aggregator makes no Compute Engine calls"))
+			if !cl.confirmed {
+				a.settleLocked(n, cl, lifecycle.VMNow{}, false, fmt.Errorf("the aggregator makes no Compute Engine calls"))
+			}
 		default:
+			// A repair's report the relay accepted confirms it while the
+			// answer's place holds (the VM stops once the report's
+			// operation is done); the VM is read all the same, so that
+			// the bound on its start holds for repairs too, and a
+			// confirmed cause is read again until the VM is back.
 			cl.reading = true
-			go a.readCause(ctx, n, cl)
+			go a.readCause(ctx, n, cl, v.Reason == protocol.ReasonFault && now.Before(v.ReportUntil))
 		}
 	}
 	for name := range c.claims {
@@ -149,8 +151,9 @@ func (a *Aggregator) confirmCauses(ctx context.Context, nodes *fleet.Fleet, deci
 	}
 }
 
-// readCause reads n's VM for cl, settles it and wakes a pass.
-func (a *Aggregator) readCause(ctx context.Context, n *corev1.Node, cl *claim) {
+// readCause reads n's VM for cl (reported: the relay's accepted report of
+// n's repair holds), settles it and wakes a pass.
+func (a *Aggregator) readCause(ctx context.Context, n *corev1.Node, cl *claim, reported bool) {
 	var vm lifecycle.VMNow
 	inst, err := instanceOf(n, a.opts.Home)
 	if err == nil {
@@ -181,7 +184,7 @@ func (a *Aggregator) readCause(ctx context.Context, n *corev1.Node, cl *claim) {
 	cl.reading = false
 	again := time.Duration(0)
 	if ctx.Err() == nil {
-		again = a.settleLocked(n, cl, vm, false, err)
+		again = a.settleLocked(n, cl, vm, reported, err)
 	}
 	a.confirms.mu.Unlock()
 	a.poke()
@@ -196,6 +199,9 @@ func (a *Aggregator) readCause(ctx context.Context, n *corev1.Node, cl *claim) {
 func (a *Aggregator) settleLocked(n *corev1.Node, cl *claim, vm lifecycle.VMNow, reported bool, readErr error) time.Duration {
 	c, now := &a.confirms, a.opts.Clock.Now()
 	cl.reading = false
+	if cl.confirmed {
+		return a.recheckLocked(n, cl, vm, readErr, now)
+	}
 	ok, why, kind := false, "", "unconfirmed"
 	if readErr != nil {
 		why = "the aggregator could not read its VM from Compute Engine: " + readErr.Error()
@@ -208,12 +214,12 @@ func (a *Aggregator) settleLocked(n *corev1.Node, cl *claim, vm lifecycle.VMNow,
 			vm.LastStart.UTC().Format(time.RFC3339), spent[1].UTC().Format(time.RFC3339))
 	}
 	if ok {
-		cl.confirmed = true
+		cl.confirmed, cl.next = true, now.Add(confirmRecheck)
 		if !vm.LastStart.IsZero() {
 			c.spent[n.Name] = [2]time.Time{vm.LastStart, cl.started}
 		}
 		a.log.Info("a group member's forced maintenance confirmed", "node", n.Name, "reason", cl.reason, "status", vm.Status, "gone", vm.Gone)
-		return 0
+		return confirmRecheck
 	}
 	cl.tries++
 	again := min(time.Second<<min(cl.tries-1, 10), confirmBackoff)
@@ -227,4 +233,22 @@ func (a *Aggregator) settleLocked(n *corev1.Node, cl *claim, vm lifecycle.VMNow,
 	a.nodeEvent(n.Name, n.UID, true, protocol.EventCauseUnconfirmed, fmt.Sprintf(
 		"This node's agent says its %s is under way; it moves no other member of its group until Compute Engine bears it out: %s", cl.reason, why))
 	return again
+}
+
+// confirmRecheck is how often a confirmed forced maintenance's VM is read
+// again, within the node's share of VM reads: once it runs again, started
+// after the maintenance began, the maintenance is over whatever its agent
+// still says, and the others come back.
+const confirmRecheck = 5 * time.Minute
+
+// recheckLocked is settleLocked for a confirmed claim read again: one
+// whose VM runs again, started after the maintenance began, is confirmed
+// no longer (and not said as refused); else it is read again later.
+func (a *Aggregator) recheckLocked(n *corev1.Node, cl *claim, vm lifecycle.VMNow, readErr error, now time.Time) time.Duration {
+	cl.next = now.Add(confirmRecheck)
+	if readErr == nil && !vm.Gone && vm.Status == "RUNNING" && vm.LastStart.After(cl.started) {
+		cl.confirmed, cl.told = false, true
+		a.log.Info("a group member's forced maintenance is over: its VM runs again", "node", n.Name, "reason", cl.reason, "started", vm.LastStart)
+	}
+	return confirmRecheck
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/maintenance-handler/maintenance-handler/protocol"
 	"github.com/maintenance-handler/maintenance-handler/test/testworld"
@@ -15,7 +17,8 @@ import (
 // for every Compute call, TPU VMs the aggregator reads through Compute
 // Engine and so proves members, a pod on each host) and one proven host,
 // v5p-1, whose agent token writes a preemption under way, then a host
-// maintenance, while its VM runs with nothing scheduled. The aggregator
+// maintenance, then a repair with a report long over left on its Node,
+// while its VM runs with nothing scheduled. The aggregator
 // reads the VM, refuses each once (Warning GroupCauseUnconfirmed, counted
 // by reason), and no other host is tainted, cordoned or asked to drain,
 // nor its pod stopped, watched from the start. Then Compute Engine really
@@ -39,6 +42,29 @@ func TestProvenMemberForcesNoSibling(t *testing.T) {
 		// watch wakes them); the aggregator decides twice with it.
 		passes(t, ctx, addr, 2)
 	}
+	// A repair, with what a report long ago left on the Node (written by
+	// the test's admin, for the aggregator then): its faulty taint and its
+	// accepted answer for the request, in the boot the kubelet says, its
+	// place long over. A stale report confirms nothing.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := world.Client.CoreV1().Nodes().Get(ctx, "v5p-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		n.Annotations[protocol.AnnotationComputeAnswer] = protocol.Encode(protocol.ComputeAnswer{ID: "r-old", Operation: "op-old", Boot: n.Status.NodeInfo.BootID,
+			Until: now.Add(-4 * time.Hour), Done: true, Ended: now.Add(-10 * time.Hour)})
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: protocol.TaintFaulty, Effect: corev1.TaintEffectNoSchedule})
+		_, err = world.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	writeState(t, ctx, h, "v5p-1", protocol.AgentState{Phase: protocol.PhaseDraining, Reason: protocol.ReasonFault, Started: now, Deadline: now.Add(20 * time.Second), RequestID: "r-old"})
+	waitMetric(t, ctx, addr, series+`{reason="fault",why="unconfirmed"}`, 1)
+	passes(t, ctx, addr, 2)
 	others := []string{"v5p-0", "v5p-2", "v5p-3"}
 	untouched(t, ctx, others...)
 	for _, host := range others {
