@@ -21,6 +21,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -617,6 +618,28 @@ func startWorkloads(t testing.TB, n *testworld.RealNode, pods ...testworld.Workl
 	}
 }
 
+// watchFailed watches pod ns/name from resourceVersion rv, and yields it
+// as it was when it first failed (the watch ends with the test).
+func watchFailed(t *testing.T, ns, name, rv string) <-chan *corev1.Pod {
+	t.Helper()
+	w, err := world.Client.CoreV1().Pods(ns).Watch(testworld.Ctx(t, 10*time.Minute), metav1.ListOptions{ResourceVersion: rv,
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	out := make(chan *corev1.Pod, 1)
+	go func() {
+		for e := range w.ResultChan() {
+			if p, ok := e.Object.(*corev1.Pod); ok && p.Status.Phase == corev1.PodFailed {
+				out <- p
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // realJobDisruption: two Jobs of one pod each, backoffLimit 0, each pod
 // held by a PodDisruptionBudget, on a node that is preempted: the drain
 // deletes each pod when its budget still holds at deadline - grace, and
@@ -648,21 +671,28 @@ func realJobDisruption(t *testing.T, emu *gceemu.Server, layout string) {
 		})
 	}
 	first := map[string]string{}
+	// Each pod is watched from before the preemption: once failed, its
+	// Job may remove it before the other's wait ends.
+	failedOf := map[string]<-chan *corev1.Pod{}
 	for _, name := range []string{"ignores", "counts"} {
 		pods, err := world.Client.CoreV1().Pods(ns).List(testworld.Ctx(t, 10*time.Second), metav1.ListOptions{LabelSelector: "job=" + name})
 		if err != nil || len(pods.Items) != 1 {
 			t.Fatalf("the %s job's pods: %v", name, err)
 		}
 		first[name] = pods.Items[0].Name
+		failedOf[name] = watchFailed(t, ns, pods.Items[0].Name, pods.ResourceVersion)
 	}
 
 	emu.SetPreempted(true)
 	// Each pod: deleted by the drain (the budget held), failed, and told
 	// why before.
 	for name, pod := range first {
-		failed := testworld.WaitFor(t, world.Client.CoreV1().RESTClient(), "pods", ns, pod, "failed after the drain deleted it", func(p *corev1.Pod) bool {
-			return p.Status.Phase == corev1.PodFailed
-		})
+		var failed *corev1.Pod
+		select {
+		case failed = <-failedOf[name]:
+		case <-testworld.Ctx(t, 3*time.Minute).Done():
+			t.Fatalf("the %s job's pod %s did not fail after the drain deleted it", name, pod)
+		}
 		var told *corev1.PodCondition
 		for _, c := range failed.Status.Conditions {
 			if c.Type == corev1.DisruptionTarget {
