@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -51,27 +50,20 @@ func TestChartArgsValidate(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "maintenance-handler-agent")
 	t.Setenv("POD_NAME", "maintenance-handler-agent-x")
 	const chart = "../../charts/maintenance-handler"
-	examples, err := filepath.Glob(chart + "/examples/*.yaml")
-	if err != nil || len(examples) == 0 {
-		t.Fatalf("the chart's examples: %v, %v", examples, err)
-	}
-	renders := [][]string{nil, {"--set", "agent.metadataTimeout=30s,agent.unhealthyAfter=2m,agent.hostMaintenanceDeadline=55m,agent.preemptionDeadline=25s," +
+	const set = "agent.metadataTimeout=30s,agent.unhealthyAfter=2m,agent.hostMaintenanceDeadline=55m,agent.preemptionDeadline=25s," +
 		"agent.preemptionNotice=120s,agent.knownEnd=none,agent.knownEndLead=2h,agent.ongoingDeadline=4m,agent.manualDrainTimeout=2h,agent.manualDrainEscalate=true," +
 		"agent.manualStartTimeout=20m,agent.voluntaryFailureCooldown=2h,agent.opportunisticTriggerMaxAge=3m,agent.reportTimeout=45m,agent.evictionRetryInterval=10s," +
-		"agent.drainReserve=0s,agent.drainMargin=5s,agent.kubeAPIBurst=200,agent.logLevel=debug,agent.noticeAllowedCIDRs={10.8.0.0/14}"}}
-	for _, f := range examples {
-		renders = append(renders, []string{"-f", f})
-	}
-	for _, args := range renders {
+		"agent.drainReserve=0s,agent.drainMargin=5s,agent.kubeAPIBurst=200,agent.logLevel=debug,agent.noticeAllowedCIDRs={10.8.0.0/14}"
+	testworld.EachChartRender(t, chart, "agent", set, func(render, args []string) {
 		o := NewOptions()
 		fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
 		o.AddFlags(fs)
-		if err := fs.Parse(testworld.ChartArgs(t, chart, "agent", args...)); err != nil {
-			t.Errorf("helm template %v: the agent's args do not parse: %v", args, err)
-			continue
+		if err := fs.Parse(args); err != nil {
+			t.Errorf("helm template %v: the agent's args do not parse: %v", render, err)
+			return
 		}
 		if err := o.Validate(); err != nil {
-			t.Errorf("helm template %v: the agent refuses its args: %v", args, err)
+			t.Errorf("helm template %v: the agent refuses its args: %v", render, err)
 		}
-	}
+	})
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -52,27 +51,20 @@ func TestChartArgsValidate(t *testing.T) {
 	t.Setenv("NODE_NAME", "n")
 	t.Setenv("MEMORY_LIMIT", "1536Mi")
 	const chart = "../../charts/maintenance-handler"
-	examples, err := filepath.Glob(chart + "/examples/*.yaml")
-	if err != nil || len(examples) == 0 {
-		t.Fatalf("the chart's examples: %v, %v", examples, err)
-	}
-	renders := [][]string{nil, {"--set", "aggregator.interval=1m,aggregator.unhealthyAfter=4m,aggregator.leaseDuration=30s,aggregator.renewDeadline=20s," +
+	const set = "aggregator.interval=1m,aggregator.unhealthyAfter=4m,aggregator.leaseDuration=30s,aggregator.renewDeadline=20s," +
 		"aggregator.retryPeriod=4s,aggregator.kubeAPIBurst=160,aggregator.evictionCheckBurst=1800,aggregator.gkeOpportunisticConfig=adopt," +
 		"aggregator.reservationInterval=10m,aggregator.maintainUnusedCapacity=true,aggregator.repairAskGrace=20m,aggregator.triggerAnswerTimeout=15m," +
-		"aggregator.recreateWindow=2h,aggregator.logLevel=warn,aggregator.notifier.urlSecret=hook,aggregator.notifier.timeout=3s,aggregator.notifier.retries=2"}}
-	for _, f := range examples {
-		renders = append(renders, []string{"-f", f})
-	}
-	for _, args := range renders {
+		"aggregator.recreateWindow=2h,aggregator.logLevel=warn,aggregator.notifier.urlSecret=hook,aggregator.notifier.timeout=3s,aggregator.notifier.retries=2"
+	testworld.EachChartRender(t, chart, "aggregator", set, func(render, args []string) {
 		o := NewOptions()
 		fs := pflag.NewFlagSet("aggregator", pflag.ContinueOnError)
 		o.AddFlags(fs)
-		if err := fs.Parse(testworld.ChartArgs(t, chart, "aggregator", args...)); err != nil {
-			t.Errorf("helm template %v: the aggregator's args do not parse: %v", args, err)
-			continue
+		if err := fs.Parse(args); err != nil {
+			t.Errorf("helm template %v: the aggregator's args do not parse: %v", render, err)
+			return
 		}
 		if err := o.Validate(); err != nil {
-			t.Errorf("helm template %v: the aggregator refuses its args: %v", args, err)
+			t.Errorf("helm template %v: the aggregator refuses its args: %v", render, err)
 		}
-	}
+	})
 }

@@ -3,6 +3,7 @@ package testworld
 import (
 	"bytes"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -55,4 +56,23 @@ func ChartArgs(tb testing.TB, chart, container string, args ...string) []string 
 	}
 	tb.Fatalf("helm template %v: no container %s", args, container)
 	return nil
+}
+
+// EachChartRender calls check with the args the chart at chart starts
+// container with, for each render a binary's test holds them to: the
+// chart's defaults, the values set (a --set list), and each example
+// values file (there must be one); args names the render.
+func EachChartRender(tb testing.TB, chart, container, set string, check func(render, args []string)) {
+	tb.Helper()
+	examples, err := filepath.Glob(chart + "/examples/*.yaml")
+	if err != nil || len(examples) == 0 {
+		tb.Fatalf("the chart's examples: %v, %v", examples, err)
+	}
+	renders := [][]string{nil, {"--set", set}}
+	for _, f := range examples {
+		renders = append(renders, []string{"-f", f})
+	}
+	for _, r := range renders {
+		check(r, ChartArgs(tb, chart, container, r...))
+	}
 }
